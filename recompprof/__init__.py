@@ -1,0 +1,26 @@
+"""recompprof: live recompilation and guard-failure profiling for ``torch.compile``.
+
+    with recompprof.attach():          # monitor mode: observes, changes nothing
+        train()
+    print(recompprof.report())
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from recompprof.events import CATEGORIES, PHASES  # noqa: E402
+from recompprof.session import Session, attach, current, report  # noqa: E402
+from recompprof.settings import ConfigError, Settings  # noqa: E402
+
+__all__ = [
+    "CATEGORIES",
+    "PHASES",
+    "ConfigError",
+    "Session",
+    "Settings",
+    "__version__",
+    "attach",
+    "current",
+    "report",
+]

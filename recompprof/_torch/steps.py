@@ -1,0 +1,50 @@
+"""Training steps counted by a global optimizer step hook, so events carry the step with no user code."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+
+class StepCounter:
+    """Counts ``step()`` calls of the first optimizer seen (a second optimizer would double-count)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.manual = False
+        self._owner: weakref.ref[Any] | None = None
+        self._handle: Any = None
+        self.live = False
+        self.why_off = ""
+
+    def install(self) -> None:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError as exc:
+            self.why_off = f"torch.optim.optimizer.register_optimizer_step_post_hook missing ({exc})"
+            return
+        self._handle = register_optimizer_step_post_hook(self._on_step)
+        self.live = True
+
+    def uninstall(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self.live = False
+
+    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        # Per-step hot path: an identity check and an increment, nothing else.
+        if self.manual:
+            return
+        owner = self._owner() if self._owner is not None else None
+        if owner is None:
+            self._owner = weakref.ref(optimizer)
+        elif owner is not optimizer:
+            return
+        self.step += 1
+
+    def advance(self) -> int:
+        """A manual step (``session.step()``); from then on optimizer steps are ignored."""
+        self.manual = True
+        self.step += 1
+        return self.step

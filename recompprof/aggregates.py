@@ -1,0 +1,200 @@
+"""Bounded running totals of a session, read by exporters at scrape time.
+
+Updated only on the compile path (one call per event, under the session lock). Memory is bounded by
+the frame cap: frames past ``max_frames`` are folded into the ``other`` frame, and every other label
+set is a closed vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+from recompprof.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, GuardFailure, RecompileLimitHit
+
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+)
+OTHER_FRAME = "other"
+# Exception class names torch raises out of a compile; anything else is reported as "other".
+ERROR_TYPES: tuple[str, ...] = (
+    "BackendCompilerFailed",
+    "Unsupported",
+    "InternalTorchDynamoError",
+    "TorchRuntimeError",
+    "RecompileError",
+    "FailOnRecompileLimitHit",
+    "UserError",
+    "InductorError",
+    "LoweringException",
+    "CppCompileError",
+    "RuntimeError",
+    "other",
+)
+
+
+@dataclasses.dataclass
+class FrameTotals:
+    """Per-frame counters; ``label`` is the closed-set metric label (or ``other``)."""
+
+    label: str
+    compiles: int = 0
+    recompiles: int = 0
+    steady_state_recompiles: int = 0
+    guard_failures: Counter[str] = dataclasses.field(default_factory=Counter)
+    limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
+    cache_entries: int = 0
+
+    def copy(self) -> FrameTotals:
+        return dataclasses.replace(self, guard_failures=Counter(self.guard_failures), limit_hits=Counter(self.limit_hits))
+
+
+@dataclasses.dataclass(frozen=True)
+class Exemplar:
+    trace_id: str
+    value: float
+    timestamp: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A consistent copy of the totals, safe to read without the lock."""
+
+    frames: dict[str, FrameTotals]
+    compile_failures: dict[str, int]
+    graph_breaks: int
+    duration_bucket_counts: tuple[int, ...]  # non-cumulative, one per DURATION_BUCKETS bound plus +Inf
+    duration_sum: float
+    duration_count: int
+    duration_exemplars: dict[int, Exemplar]  # bucket index -> latest exemplar
+    phase_seconds: dict[str, float]
+    limits: dict[str, int | None]
+    last_compile_time: float | None
+    step: int
+    events_dropped: dict[str, int]
+    internal_errors: dict[str, int]
+    compiles_total: int
+    recompiles_total: int
+
+
+class Aggregates:
+    """Running totals; not thread-safe by itself (the session serialises updates)."""
+
+    def __init__(self, max_frames: int = 50) -> None:
+        self.max_frames = max_frames
+        self._frames: dict[str, FrameTotals] = {}
+        self._frame_keys: dict[tuple[str, str, int], str] = {}
+        self.compile_failures: Counter[str] = Counter({t: 0 for t in ERROR_TYPES})
+        self.graph_breaks = 0
+        self._buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        self._exemplars: dict[int, Exemplar] = {}
+        self.duration_sum = 0.0
+        self.duration_count = 0
+        self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self.limits: dict[str, int | None] = dict.fromkeys(LIMITS)
+        self.last_compile_time: float | None = None
+        self.step = 0
+        self.events_dropped: Counter[str] = Counter()
+        self.internal_errors: Counter[str] = Counter()
+        self.compiles_total = 0
+        self.recompiles_total = 0
+
+    # -- labels ---------------------------------------------------------------------------
+    def frame_label(self, frame: Frame) -> str:
+        """The bounded label for ``frame``: its own until ``max_frames`` are known, then ``other``."""
+        key = (frame.name, frame.file, frame.line)
+        label = self._frame_keys.get(key)
+        if label is None:
+            if len(self._frame_keys) < self.max_frames:
+                label = frame.label
+            else:
+                label = OTHER_FRAME
+                self.events_dropped["frame_cap"] += 1
+            self._frame_keys[key] = label
+        return label
+
+    def _totals(self, frame: Frame) -> FrameTotals:
+        label = self.frame_label(frame)
+        totals = self._frames.get(label)
+        if totals is None:
+            totals = self._frames[label] = FrameTotals(label)
+        return totals
+
+    # -- updates --------------------------------------------------------------------------
+    def add_compile(self, event: Compile) -> None:
+        totals = self._totals(event.frame)
+        if not event.backward and event.outcome != "limit_hit":
+            totals.compiles += 1
+            self.compiles_total += 1
+            if event.is_recompile:
+                totals.recompiles += 1
+                self.recompiles_total += 1
+                if event.steady_state:
+                    totals.steady_state_recompiles += 1
+        for reason in event.reasons:
+            totals.guard_failures[reason.category] += 1
+        if event.cache_entries is not None and not event.backward:
+            totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" else 0)
+        if event.outcome == "failed":
+            fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
+            self.compile_failures[fail] += 1
+        self.graph_breaks += event.graph_breaks
+        if event.outcome != "limit_hit":
+            self._observe_duration(event.duration)
+            for phase, seconds in event.phases.items():
+                self.phase_seconds[phase] += seconds
+        self.last_compile_time = event.time
+
+    def add_guard_failure(self, event: GuardFailure) -> None:
+        totals = self._totals(event.frame)
+        for reason in event.reasons:
+            totals.guard_failures[reason.category] += 1
+
+    def add_limit_hit(self, event: RecompileLimitHit) -> None:
+        self._totals(event.frame).limit_hits[event.limit] += 1
+
+    def add_graph_break(self, event: GraphBreak) -> None:
+        # Graph breaks are counted from the compile that saw them; this keeps the frame label known.
+        if event.frame is not None:
+            self._totals(event.frame)
+
+    def _observe_duration(self, seconds: float) -> None:
+        index = self.bucket_index(seconds)
+        self._buckets[index] += 1
+        self.duration_sum += seconds
+        self.duration_count += 1
+
+    @staticmethod
+    def bucket_index(seconds: float) -> int:
+        for i, bound in enumerate(DURATION_BUCKETS):
+            if seconds <= bound:
+                return i
+        return len(DURATION_BUCKETS)
+
+    def add_exemplar(self, seconds: float, trace_id: str) -> None:
+        """Remember ``trace_id`` as the exemplar of the bucket ``seconds`` fell in."""
+        self._exemplars[self.bucket_index(seconds)] = Exemplar(trace_id, seconds, time.time())
+
+    # -- reads ----------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            frames={label: totals.copy() for label, totals in self._frames.items()},
+            compile_failures=dict(self.compile_failures),
+            graph_breaks=self.graph_breaks,
+            duration_bucket_counts=tuple(self._buckets),
+            duration_sum=self.duration_sum,
+            duration_count=self.duration_count,
+            duration_exemplars=dict(self._exemplars),
+            phase_seconds=dict(self.phase_seconds),
+            limits=dict(self.limits),
+            last_compile_time=self.last_compile_time,
+            step=self.step,
+            events_dropped=dict(self.events_dropped),
+            internal_errors=dict(self.internal_errors),
+            compiles_total=self.compiles_total,
+            recompiles_total=self.recompiles_total,
+        )
+
+
+__all__ = ["CATEGORIES", "DURATION_BUCKETS", "ERROR_TYPES", "OTHER_FRAME", "Aggregates", "Exemplar", "FrameTotals", "Snapshot"]

@@ -1,0 +1,172 @@
+"""The event model: one typed record per thing that happened on the compile path.
+
+Every line of the event log is one of these models serialised as JSON, with ``schema_version`` and
+``kind`` on every line. Readers ignore unknown fields, so fields can be added without a version bump;
+removing or changing the meaning of one needs a new ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+Category = Literal[
+    "size",
+    "stride",
+    "ndim",
+    "dtype",
+    "device",
+    "requires_grad",
+    "dispatch_keys",
+    "python_constant",
+    "global",
+    "module_attribute",
+    "object_identity",
+    "type",
+    "container_length",
+    "dict_keys",
+    "aliasing",
+    "grad_mode",
+    "autocast",
+    "global_state",
+    "symbolic_shape",
+    "mark_dynamic",
+    "backend_mismatch",
+    "invalidated",
+    "other",
+]
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+
+Phase = Literal["dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+Outcome = Literal["ok", "failed", "limit_hit"]
+LimitName = Literal["recompile_limit", "accumulated_recompile_limit"]
+LIMITS: tuple[str, ...] = LimitName.__args__  # type: ignore[attr-defined]
+
+# Bounds on free text so one pathological reason cannot bloat memory, the log or a span.
+MAX_TEXT = 4096
+MAX_SUBJECT = 200
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Frame(_Model):
+    """The user function a compile belongs to."""
+
+    name: str
+    file: str
+    line: int
+
+    @property
+    def label(self) -> str:
+        """``function (file:line)`` with the file shortened to its last two path parts."""
+        short = "/".join(self.file.replace("\\", "/").split("/")[-2:])
+        return f"{self.name} ({short}:{self.line})"
+
+
+class Reason(_Model):
+    """One guard failure: the text torch gave, parsed into a category and a bounded subject."""
+
+    text: str = Field(max_length=MAX_TEXT)
+    category: Category
+    subject: str = Field(default="", max_length=MAX_SUBJECT)
+    explains_change: bool = False
+    entry: str | None = None  # compile id of the cache entry that failed, e.g. "0/2"
+
+
+class _Event(_Model):
+    schema_version: int = SCHEMA_VERSION
+    time: float
+    rank: int = 0
+    step: int | None = None
+
+
+class SessionStart(_Event):
+    kind: Literal["session_start"] = "session_start"
+    run_id: str
+    local_rank: int = 0
+    world_size: int = 1
+    host: str
+    pid: int
+    versions: dict[str, str]
+    mode: Literal["monitor", "profile"]
+    recompile_limit: int | None
+    warmup_steps: int = 0
+    signals: dict[str, bool] = {}
+
+
+class Compile(_Event):
+    """One compile of one frame (forward, or a lazily compiled backward)."""
+
+    kind: Literal["compile"] = "compile"
+    frame: Frame
+    compile_id: str
+    is_recompile: bool
+    cache_entries: int | None = None
+    outcome: Outcome = "ok"
+    fail_type: str | None = None
+    fail_reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    reasons: list[Reason] = []
+    start_time: float | None = None
+    duration: float = 0.0
+    phases: dict[Phase, float] = {}
+    guard_count: int | None = None
+    graph_op_count: int | None = None
+    graph_breaks: int = 0
+    cache: Literal["hit", "miss"] | None = None
+    backward: bool = False
+    steady_state: bool = False
+
+
+class GuardFailure(_Event):
+    """Guard failures that led to no compile (profile mode, or a frame past its limit)."""
+
+    kind: Literal["guard_failure"] = "guard_failure"
+    frame: Frame
+    compile_id: str | None = None
+    reasons: list[Reason]
+
+
+class GraphBreak(_Event):
+    kind: Literal["graph_break"] = "graph_break"
+    frame: Frame | None = None
+    compile_id: str | None = None
+    reason: str = Field(max_length=MAX_TEXT)
+    user_location: str | None = None
+    count: int = 1
+
+
+class RecompileLimitHit(_Event):
+    kind: Literal["recompile_limit_hit"] = "recompile_limit_hit"
+    frame: Frame
+    compile_id: str | None = None
+    limit: LimitName
+    value: int | None
+    last_reason: Reason | None = None
+
+
+class SessionEnd(_Event):
+    kind: Literal["session_end"] = "session_end"
+    totals: dict[str, float]
+    events_dropped: dict[str, int] = {}
+    internal_errors: dict[str, int] = {}
+
+
+Event = Annotated[
+    Union[SessionStart, Compile, GuardFailure, GraphBreak, RecompileLimitHit, SessionEnd],
+    Field(discriminator="kind"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+KINDS: tuple[str, ...] = ("session_start", "compile", "guard_failure", "graph_break", "recompile_limit_hit", "session_end")
+
+
+def to_json(event: _Event) -> str:
+    """One event as one compact JSON line (no trailing newline)."""
+    return event.model_dump_json(exclude_none=True)

@@ -1,0 +1,322 @@
+"""The report: what recompiled, why, what it cost and how to fix it, for one or many ranks.
+
+``build_report`` folds a stream of events into a bounded :class:`Report` (streaming, so a million
+events need no more memory than a few hundred frames); ``render_text`` draws it as terminal tables.
+Recompiles are counted once per recompile, not once per failing cache entry as the old
+CompileProfiler did; the reason that *explains* each recompile is counted separately from the guard
+failures against older entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections import Counter
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from recompprof.events import PHASES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit, SessionEnd, SessionStart
+
+MAX_FRAMES = 10_000
+MAX_GROUPS_PER_FRAME = 100
+MAX_STEPS_LISTED = 50
+MAX_LISTED = 50
+
+
+def _hints() -> dict[str, str]:
+    from recompprof.reasons import FIX_HINTS
+
+    return FIX_HINTS
+
+
+@dataclasses.dataclass
+class ReasonGroup:
+    """Guard failures of one frame with one category and subject."""
+
+    category: str
+    subject: str
+    changes: int = 0  # recompiles this reason explains
+    failures: int = 0  # guard failures, one per failing cache entry
+    example: str = ""
+
+
+@dataclasses.dataclass
+class FrameReport:
+    label: str
+    name: str
+    file: str
+    line: int
+    compiles: int = 0
+    recompiles: int = 0
+    backward_compiles: int = 0
+    steady_state_recompiles: int = 0
+    recompile_steps: list[int] = dataclasses.field(default_factory=list)
+    recompile_steps_total: int = 0
+    reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
+    limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
+    guard_failures_without_compile: int = 0
+    graph_breaks: int = 0
+    failures: Counter[str] = dataclasses.field(default_factory=Counter)
+    compile_seconds: float = 0.0
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def top_reasons(self) -> list[ReasonGroup]:
+        return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
+
+
+@dataclasses.dataclass
+class Report:
+    """Everything the terminal and HTML reports show; built by :func:`build_report`."""
+
+    runs: list[str] = dataclasses.field(default_factory=list)
+    ranks: set[int] = dataclasses.field(default_factory=set)
+    modes: set[str] = dataclasses.field(default_factory=set)
+    recompile_limit: int | None = None
+    warmup_steps: int = 0
+    frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)
+    frames_dropped: int = 0
+    categories: Counter[str] = dataclasses.field(default_factory=Counter)
+    graph_break_reasons: Counter[str] = dataclasses.field(default_factory=Counter)
+    failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    events: int = 0
+    last_step: int = 0
+    wall_seconds: float = 0.0
+    internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def compiles(self) -> int:
+        return sum(f.compiles for f in self.frames.values())
+
+    @property
+    def recompiles(self) -> int:
+        return sum(f.recompiles for f in self.frames.values())
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(f.compile_seconds for f in self.frames.values())
+
+    @property
+    def limit_hits(self) -> int:
+        return sum(sum(f.limit_hits.values()) for f in self.frames.values())
+
+    @property
+    def graph_breaks(self) -> int:
+        return sum(f.graph_breaks for f in self.frames.values())
+
+    @property
+    def failures(self) -> int:
+        return sum(sum(f.failures.values()) for f in self.frames.values())
+
+    def diverging_frames(self) -> list[FrameReport]:
+        """Frames that recompiled on some ranks but not on others (a classic cause of collective hangs)."""
+        if len(self.ranks) < 2:
+            return []
+        return [f for f in self.frames.values()
+                if any(f.recompiles_by_rank.get(r, 0) != f.recompiles_by_rank.get(min(self.ranks), 0) for r in self.ranks)]
+
+    def __str__(self) -> str:
+        return render_text(self)
+
+
+def build_report(events: Iterable[Event]) -> Report:
+    """Fold ``events`` (any order of ranks, one pass) into a :class:`Report`."""
+    report = Report()
+    for event in events:
+        report.events += 1
+        if event.step is not None:
+            report.last_step = max(report.last_step, event.step)
+        if isinstance(event, SessionStart):
+            report.ranks.add(event.rank)
+            report.modes.add(event.mode)
+            report.recompile_limit = event.recompile_limit
+            report.warmup_steps = event.warmup_steps
+            if event.run_id not in report.runs and len(report.runs) < MAX_LISTED:
+                report.runs.append(event.run_id)
+        elif isinstance(event, Compile):
+            _add_compile(report, event)
+        elif isinstance(event, GuardFailure):
+            frame = _frame(report, event.frame)
+            if frame is not None:
+                frame.guard_failures_without_compile += len(event.reasons)
+                for reason in event.reasons:
+                    _group(frame, reason.category, reason.subject, reason.text).failures += 1
+        elif isinstance(event, RecompileLimitHit):
+            frame = _frame(report, event.frame)
+            if frame is not None:
+                frame.limit_hits[event.limit] += 1
+        elif isinstance(event, GraphBreak):
+            key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
+            if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
+                report.graph_break_reasons[key] += event.count
+        elif isinstance(event, SessionEnd):
+            report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
+            report.internal_errors.update(event.internal_errors)
+    return report
+
+
+def _frame(report: Report, frame: object) -> FrameReport | None:
+    label = frame.label  # type: ignore[attr-defined]
+    found = report.frames.get(label)
+    if found is None:
+        if len(report.frames) >= MAX_FRAMES:
+            report.frames_dropped += 1
+            return None
+        found = report.frames[label] = FrameReport(label, frame.name, frame.file, frame.line)  # type: ignore[attr-defined]
+    return found
+
+
+def _group(frame: FrameReport, category: str, subject: str, text: str) -> ReasonGroup:
+    key = (category, subject)
+    group = frame.reasons.get(key)
+    if group is None:
+        if len(frame.reasons) >= MAX_GROUPS_PER_FRAME:
+            key = (category, "(other subjects)")
+            group = frame.reasons.setdefault(key, ReasonGroup(*key))
+        else:
+            group = frame.reasons[key] = ReasonGroup(category, subject, example=text[:300])
+    return group
+
+
+def _add_compile(report: Report, event: Compile) -> None:
+    frame = _frame(report, event.frame)
+    if frame is None:
+        return
+    step = event.step or 0
+    if event.backward:
+        frame.backward_compiles += 1
+    elif event.outcome != "limit_hit":
+        frame.compiles += 1
+        frame.compiles_by_rank[event.rank] += 1
+        if event.is_recompile:
+            frame.recompiles += 1
+            frame.recompiles_by_rank[event.rank] += 1
+            frame.first_recompile_step_by_rank.setdefault(event.rank, step)
+            frame.steady_state_recompiles += int(event.steady_state)
+            frame.recompile_steps_total += 1
+            if len(frame.recompile_steps) < MAX_STEPS_LISTED:
+                frame.recompile_steps.append(step)
+    for reason in event.reasons:
+        group = _group(frame, reason.category, reason.subject, reason.text)
+        group.failures += 1
+        if reason.explains_change:
+            group.changes += 1
+            report.categories[reason.category] += 1
+    if event.outcome == "failed":
+        frame.failures[event.fail_type or "unknown"] += 1
+        if len(report.failure_messages) < MAX_LISTED:
+            message = (event.fail_reason or "").strip().splitlines()
+            report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
+    frame.graph_breaks += event.graph_breaks
+    if event.outcome != "limit_hit":
+        frame.compile_seconds += event.duration
+        for phase, seconds in event.phases.items():
+            frame.phases[phase] = frame.phases.get(phase, 0.0) + seconds
+            report.phases[phase] = report.phases.get(phase, 0.0) + seconds
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+def _steps(frame: FrameReport) -> str:
+    shown = ", ".join(str(s) for s in frame.recompile_steps[:12])
+    more = frame.recompile_steps_total - min(12, len(frame.recompile_steps))
+    return shown + (f" (+{more})" if more > 0 else "")
+
+
+def render_text(report: Report, width: int = 160) -> str:
+    """The report as plain text tables (no colour codes), for terminals and logs."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    hints = _hints()
+    ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
+    console.print("recompprof report")
+    console.print("=================")
+    console.print(
+        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | mode {', '.join(sorted(report.modes)) or '?'} | "
+        f"steps {report.last_step} | compiles {report.compiles} | recompiles {report.recompiles} | "
+        f"limit hits {report.limit_hits} | graph breaks {report.graph_breaks} | failures {report.failures} | "
+        f"compile time {report.compile_seconds:.2f} s"
+        + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds else "")
+    )
+    for note in report.notes:
+        console.print(f"note: {note}")
+
+    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
+    if not frames:
+        console.print("\nNo compiles recorded.")
+        return out.getvalue()
+
+    table = Table(title="Frames", title_justify="left", expand=False)
+    for col in ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks", "Failures", "Compile s"):
+        table.add_column(col, justify="left" if col in ("Frame", "Recompile steps") else "right",
+                         no_wrap=col == "Frame", overflow="fold")
+    for f in frames:
+        table.add_row(
+            f.label, str(f.compiles), str(f.recompiles), str(f.steady_state_recompiles), _steps(f) or "-",
+            ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
+            str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
+        )
+    console.print(table)
+
+    reasons = Table(title="Why they recompiled (changes = recompiles explained; guard failures = one per failing cache entry)",
+                    title_justify="left")
+    for col in ("Frame", "Category", "Subject", "Changes", "Guard failures", "Fix hint"):
+        reasons.add_column(col, justify="right" if col in ("Changes", "Guard failures") else "left")
+    rows = 0
+    for f in frames:
+        for g in f.top_reasons():
+            reasons.add_row(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), hints.get(g.category, ""))
+            rows += 1
+    if rows:
+        console.print(reasons)
+    else:
+        console.print("\nNo guard failures recorded.")
+
+    phases = Table(title="Compile time by phase (exclusive, seconds)", title_justify="left")
+    phases.add_column("Phase")
+    phases.add_column("Seconds", justify="right")
+    phases.add_column("Share", justify="right")
+    total = sum(report.phases.values()) or 1.0
+    for phase in PHASES:
+        seconds = report.phases.get(phase, 0.0)
+        phases.add_row(phase, f"{seconds:.3f}", f"{100 * seconds / total:.1f} %")
+    console.print(phases)
+
+    if report.graph_break_reasons:
+        breaks = Table(title="Graph breaks", title_justify="left")
+        breaks.add_column("Reason")
+        breaks.add_column("Count", justify="right")
+        for reason, count in report.graph_break_reasons.most_common(20):
+            breaks.add_row(reason, str(count))
+        console.print(breaks)
+    if report.failure_messages:
+        fails = Table(title="Compile failures", title_justify="left")
+        for col in ("Frame", "Type", "Message"):
+            fails.add_column(col)
+        for row in report.failure_messages:
+            fails.add_row(*row)
+        console.print(fails)
+
+    diverging = report.diverging_frames()
+    if diverging:
+        console.print("\nDiverging across ranks (recompiles differ; risk of collective hangs):")
+        for f in diverging:
+            per_rank = ", ".join(f"rank {r}: {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks))
+            console.print(f"  {f.label}: {per_rank}")
+
+    busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
+    if busy:
+        console.print("\nLimits: each frame needed this many compiled variants "
+                      f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
+        for f in busy:
+            cut = " - the limit cut in" if f.limit_hits else ""
+            console.print(f"  {f.label}: {f.compiles} variants{cut}")
+    if report.internal_errors:
+        console.print("\nrecompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
+    return out.getvalue()

@@ -1,0 +1,444 @@
+"""A recompprof session: attach and detach, the compile-path recorder, and the fan-out to sinks.
+
+Data flows one way: torch adapters (``recompprof._torch``) call the session on the compile path; the
+session turns each signal into events, updates bounded aggregates, appends to the event log and
+hands the event to each exporter. Nothing runs per training step except the step counter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import logging
+import re
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from recompprof import _internal, exporting, settings as settings_module
+from recompprof._torch import versions as torch_versions
+from recompprof._torch.compile_metrics import CompileMetricsTap
+from recompprof._torch.frames import resolve_wrapped
+from recompprof._torch.graph_breaks import GraphBreakReader
+from recompprof._torch.guard_failures import GuardFailureReader
+from recompprof._torch.phases import exclusive_phases
+from recompprof._torch.steps import StepCounter
+from recompprof.aggregates import Aggregates, Snapshot
+from recompprof.eventlog import EventLogWriter, log_path
+from recompprof.events import (
+    MAX_TEXT,
+    Compile,
+    Event,
+    Frame,
+    GraphBreak,
+    GuardFailure,
+    Reason,
+    RecompileLimitHit,
+    SessionEnd,
+    SessionStart,
+)
+from recompprof.identity import Identity, detect
+from recompprof.reasons import parse_guard_failure
+
+if TYPE_CHECKING:
+    from recompprof.report import Report
+    from recompprof.settings import Settings
+
+log = logging.getLogger("recompprof")
+
+_attach_lock = threading.RLock()
+_current: Session | None = None
+_last: Session | None = None
+
+_LIMIT_RE = re.compile(r"Limit type: (recompile_limit|accumulated_recompile_limit|cache_size_limit|accumulated_cache_size_limit)")
+_LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
+_MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards
+_MAX_SEEN_REASONS = 256  # per frame, to tell the reason that explains a change from old ones
+
+
+def current() -> Session | None:
+    """The attached session, if any."""
+    return _current
+
+
+def attach(*, tracer_provider: Any = None, **settings: Any) -> Session:
+    """Attach recompprof to this process and return the session (also a context manager).
+
+    Settings are keyword arguments named as in :class:`recompprof.settings.Settings` (``mode``,
+    ``run_dir``, ``exporters``, ``recompile_limit``, ``warmup_steps``, ``redact``, ...); each falls back
+    to its ``RECOMPPROF_*`` variable, then its default. A second attach warns and returns the live
+    session. ``tracer_provider`` is handed to the OpenTelemetry exporter instead of building one.
+    """
+    global _current, _last
+    with _attach_lock:
+        if _current is not None:
+            warnings.warn("recompprof is already attached; returning the live session", RuntimeWarning, stacklevel=2)
+            return _current
+        resolved = settings_module.load(**settings)
+        session = Session(resolved, tracer_provider=tracer_provider)
+        session._start()
+        _current = _last = session
+        return session
+
+
+def report() -> Report:
+    """The report of the attached session, or of the last one that detached."""
+    session = _current or _last
+    if session is None:
+        raise RuntimeError("recompprof has not been attached in this process; call recompprof.attach() first")
+    return session.report()
+
+
+class Session:
+    """One attachment of recompprof to the process. Create it with :func:`attach`."""
+
+    def __init__(self, settings: Settings, tracer_provider: Any = None, identity: Identity | None = None) -> None:
+        self.settings = settings
+        self.tracer_provider = tracer_provider
+        self.identity = identity or detect()
+        self.versions = torch_versions.versions()
+        self.run_dir = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "recompprof-runs" / self.identity.run_id
+        self.event_log_path: Path | None = None
+        self.signals: dict[str, bool] = {}
+        self.signals_off: dict[str, str] = {}
+        self.aggregates = Aggregates(settings.max_frames)
+        self._lock = threading.RLock()
+        self._recent: collections.deque[Event] = collections.deque(maxlen=settings.recent_events)
+        self._writer: EventLogWriter | None = None
+        self._exporters: list[exporting.Exporter] = []
+        self._undo: list[tuple[str, Callable[[], None]]] = []
+        self._steps = StepCounter()
+        self._guards = GuardFailureReader()
+        self._breaks = GraphBreakReader()
+        self._metrics = CompileMetricsTap(self._on_compile_metrics)
+        self._profile: Any = None
+        self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
+        self._seen_reasons: dict[str, collections.OrderedDict[tuple[str, str, str], None]] = {}
+        self._pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
+        self._prior_sigterm: Any = None
+        self._closed = False
+        self._started = time.time()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _start(self) -> None:
+        for name in settings_module.unknown_environment():
+            log.warning("recompprof: ignoring environment variable %s: no such setting", name)
+        exporters = [exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)]
+        self._open_event_log()
+        self._install_adapters()
+        for exporter in exporters:
+            with _internal.guard(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
+                exporter.start(self)
+                self._exporters.append(exporter)
+        self._emit(self._session_start())
+        atexit.register(self.detach)
+        self._undo.append(("atexit", lambda: atexit.unregister(self.detach)))
+        self._install_sigterm()
+        live = ", ".join(name for name, on in self.signals.items() if on)
+        off = "; ".join(f"{name} ({why})" for name, why in self.signals_off.items())
+        log.info("recompprof attached (%s mode, rank %d/%d): signals live: %s%s", self.settings.mode,
+                 self.identity.rank, self.identity.world_size, live or "none", f"; off: {off}" if off else "")
+
+    def _open_event_log(self) -> None:
+        if not self.settings.event_log:
+            return
+        path = log_path(self.run_dir, self.identity.rank, self.identity.pid)
+        try:
+            self._writer = EventLogWriter(path)
+            self.event_log_path = path
+        except OSError as exc:
+            _internal.record("eventlog", exc, f"cannot write the event log at {path} (setting run_dir / "
+                             "RECOMPPROF_RUN_DIR); events stay in memory and in the exporters")
+
+    def _install_adapters(self) -> None:
+        adapters: list[tuple[str, Any]] = [
+            ("guard_failures", self._guards),
+            ("graph_breaks", self._breaks),
+            ("optimizer_steps", self._steps),
+            ("compile_metrics", self._metrics),
+        ]
+        if self.settings.mode == "profile":
+            from recompprof._torch.profile import ProfileMode
+
+            self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
+            adapters.insert(0, ("profile_backend", self._profile))
+        for name, adapter in adapters:
+            try:
+                adapter.install()
+            except Exception as exc:  # noqa: BLE001 - a missing or changed torch internal turns the signal off
+                _internal.record(f"torch.{name}", exc, "signal turned off")
+                self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
+                if _internal._raise:
+                    raise
+                continue
+            live = getattr(adapter, "live", True)
+            self.signals[name] = bool(live)
+            if not live:
+                self.signals_off[name] = getattr(adapter, "why_off", "") or "unavailable"
+            self._undo.append((name, adapter.uninstall))
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        prior = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.detach()
+            if callable(prior):
+                prior(signum, frame)
+            elif prior == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.raise_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+        def restore() -> None:
+            if signal.getsignal(signal.SIGTERM) is on_sigterm and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, prior)
+
+        self._undo.append(("sigterm", restore))
+
+    def detach(self) -> None:
+        """Remove every hook in reverse order of installation, flush and close every sink."""
+        global _current
+        with _attach_lock:
+            if self._closed:
+                return
+            for name, undo in reversed(self._undo):
+                with _internal.guard(f"detach.{name}"):
+                    undo()
+            self._undo.clear()
+            with self._lock:
+                self._emit(self._session_end())
+                self._closed = True
+            for exporter in reversed(self._exporters):
+                with _internal.guard(f"exporter.{exporter.name}"):
+                    exporter.shutdown(5.0)
+            if self._writer is not None:
+                self._writer.close()
+            if _current is self:
+                _current = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+    @property
+    def attached(self) -> bool:
+        return not self._closed
+
+    # -- public API ---------------------------------------------------------------------------
+    @property
+    def current_step(self) -> int:
+        return self._steps.step
+
+    def step(self) -> int:
+        """Count one training step by hand (for loops without an optimizer); returns the new step."""
+        return self._steps.advance()
+
+    def snapshot(self) -> Snapshot:
+        """A consistent copy of the running totals (what exporters read at scrape time)."""
+        with self._lock:
+            snap = self.aggregates.snapshot()
+        return dataclasses.replace(snap, step=self._steps.step, internal_errors=_internal.counts())
+
+    def add_exemplar(self, seconds: float, trace_id: str) -> None:
+        """Attach a trace id to the duration histogram bucket ``seconds`` falls in."""
+        with self._lock:
+            self.aggregates.add_exemplar(seconds, trace_id)
+
+    def recent_events(self) -> list[Event]:
+        with self._lock:
+            return list(self._recent)
+
+    def report(self) -> Report:
+        """The report of this session, from its event log (or its recent events if it has none)."""
+        from recompprof.eventlog import read_file
+        from recompprof.report import build_report
+
+        events: Iterable[Event]
+        if self.event_log_path is not None and self.event_log_path.exists():
+            events = list(read_file(self.event_log_path))
+        else:
+            events = self.recent_events()
+        return build_report(events)
+
+    # -- the compile path ------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._recent.append(event)
+            with _internal.guard("aggregates"):
+                self._aggregate(event)
+            if self._writer is not None:
+                with _internal.guard("eventlog", "the event log could not be written; check the run directory"):
+                    self._writer.write(event)
+            for exporter in self._exporters:
+                with _internal.guard(f"exporter.{exporter.name}"):
+                    exporter.on_event(event)
+
+    def _aggregate(self, event: Event) -> None:
+        if isinstance(event, Compile):
+            self.aggregates.add_compile(event)
+        elif isinstance(event, GuardFailure):
+            self.aggregates.add_guard_failure(event)
+        elif isinstance(event, RecompileLimitHit):
+            self.aggregates.add_limit_hit(event)
+        elif isinstance(event, GraphBreak):
+            self.aggregates.add_graph_break(event)
+
+    def _on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+        with self._lock:
+            pending = self._pending_reasons.setdefault(code, [])
+            if len(pending) < 64:
+                pending.append((compile_id, texts))
+
+    def _take_pending(self, frame: Frame) -> list[str]:
+        for code in list(self._pending_reasons):
+            if (code.co_name, code.co_filename, code.co_firstlineno) == (frame.name, frame.file, frame.line):
+                return [t for _, texts in self._pending_reasons.pop(code) for t in texts]
+        return []
+
+    def _on_compile_metrics(self, metrics: Any) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._record_compile(metrics)
+
+    def _record_compile(self, m: Any) -> None:
+        now = time.time()
+        step = self._steps.step
+        compile_id = str(m.compile_id) if m.compile_id is not None else "?"
+        forward = m.is_forward is not False
+        texts: list[str] = []
+        if forward:
+            code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
+            frame = Frame(name=code_key[0], file=code_key[1], line=code_key[2])
+            _, texts = self._guards.take(*code_key)
+            texts += self._take_pending(frame)
+            frame = Frame.model_validate(dict(zip(("name", "file", "line"), resolve_wrapped(*code_key))))
+            self._frame_of_compile[compile_id] = frame
+            if len(self._frame_of_compile) > _MAX_REMEMBERED_COMPILES:
+                self._frame_of_compile.popitem(last=False)
+            if self._profile is not None:
+                texts = [t for t in texts if not self._profile.is_own_reason(t)]
+        else:
+            frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
+        reasons = self._parse_reasons(frame, texts)
+        limit = _limit_hit(m.fail_reason)
+        outcome = "limit_hit" if limit else ("failed" if m.fail_type else "ok")
+        duration, phases = exclusive_phases(m)
+        breaks = self._breaks.take() if forward else []
+        redact = self.settings.redact
+        event = Compile(
+            time=now,
+            rank=self.identity.rank,
+            step=step,
+            frame=frame,
+            compile_id=compile_id,
+            is_recompile=forward and (bool(m.cache_size) or bool(reasons)),
+            cache_entries=m.cache_size,
+            outcome=outcome,
+            fail_type=m.fail_type,
+            fail_reason=None if redact or not m.fail_reason else str(m.fail_reason)[:MAX_TEXT],
+            reasons=reasons,
+            start_time=m.start_time_us * 1e-6 if m.start_time_us else None,
+            duration=duration,
+            phases=phases,
+            guard_count=m.guard_count,
+            graph_op_count=m.graph_op_count,
+            graph_breaks=sum(n for _, n in breaks),
+            cache=_cache_outcome(m),
+            backward=not forward,
+            steady_state=step >= self.settings.warmup_steps,
+        )
+        self._emit(event)
+        for text, count in breaks:
+            first_line = text.strip().splitlines()[0] if text.strip() else "graph break"
+            self._emit(GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
+                                  reason=(first_line if redact else text)[:MAX_TEXT], count=count))
+        if limit:
+            self._emit(RecompileLimitHit(
+                time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id, limit=limit,
+                value=_limit_value(limit), last_reason=next((r for r in reasons if r.explains_change), None),
+            ))
+
+    def _parse_reasons(self, frame: Frame, texts: list[str]) -> list[Reason]:
+        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.settings.redact)]
+        if not parsed:
+            return []
+        seen = self._seen_reasons.setdefault(frame.label, collections.OrderedDict())
+        keys = [(r.category, r.subject, r.text) for r in parsed]
+        new = [i for i, key in enumerate(keys) if key not in seen]
+        explaining = new[0] if new else 0
+        for key in keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        while len(seen) > _MAX_SEEN_REASONS:
+            seen.popitem(last=False)
+        return [r.model_copy(update={"explains_change": i == explaining}) for i, r in enumerate(parsed)]
+
+    # -- bookends ---------------------------------------------------------------------------------
+    def _session_start(self) -> SessionStart:
+        ident = self.identity
+        limit = self.settings.recompile_limit if self.settings.mode == "profile" else _limit_value("recompile_limit")
+        for name in ("recompile_limit", "accumulated_recompile_limit"):
+            self.aggregates.limits[name] = _limit_value(name)
+        return SessionStart(
+            time=time.time(), rank=ident.rank, step=self._steps.step, run_id=ident.run_id, local_rank=ident.local_rank,
+            world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
+            mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
+            signals=dict(self.signals),
+        )
+
+    def _session_end(self) -> SessionEnd:
+        snap = self.snapshot()
+        totals = {
+            "compiles": snap.compiles_total,
+            "recompiles": snap.recompiles_total,
+            "graph_breaks": snap.graph_breaks,
+            "compile_seconds": snap.duration_sum,
+            "compile_failures": sum(snap.compile_failures.values()),
+            "recompile_limit_hits": sum(sum(f.limit_hits.values()) for f in snap.frames.values()),
+            "steps": snap.step,
+            "wall_seconds": time.time() - self._started,
+        }
+        return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
+                          events_dropped=snap.events_dropped, internal_errors=snap.internal_errors)
+
+
+def _limit_hit(fail_reason: Any) -> str | None:
+    if not fail_reason or "recompile limit exceeded" not in str(fail_reason):
+        return None
+    match = _LIMIT_RE.search(str(fail_reason))
+    name = match.group(1) if match else "recompile_limit"
+    return _LIMIT_ALIASES.get(name, name)
+
+
+def _limit_value(name: str) -> int | None:
+    try:
+        import torch._dynamo.config as config
+
+        info = torch_versions.torch_info()
+        attr = info.limit_config_name if name == "recompile_limit" else info.accumulated_limit_config_name
+        value = getattr(config, attr)
+        return int(value) if value is not None else None
+    except Exception:  # noqa: BLE001 - a renamed config only loses this figure
+        return None
+
+
+def _cache_outcome(m: Any) -> str | None:
+    hits = sum(getattr(m, f, None) or 0 for f in ("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count"))
+    misses = sum(getattr(m, f, None) or 0 for f in ("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"))
+    if misses:
+        return "miss"
+    return "hit" if hits else None

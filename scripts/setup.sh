@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create or reuse .venv and install recompprof with everything the demo and the tests need.
+# torch is pinned to the local CPU build first, so no CUDA packages are ever pulled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${RECOMPPROF_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+stamp="$VENV/.recompprof-setup"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+    "$VENV/bin/python" -m pip install -q -e ".[prometheus,otel,dev]"
+    echo "$want" > "$stamp"
+fi

@@ -1,0 +1,41 @@
+"""Suite-wide fixtures: internal errors fail tests, and every test starts from a clean torch and session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from recompprof import _internal  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def internal_errors_raise() -> Iterator[None]:
+    """Turn recompprof's swallowed internal errors into test failures."""
+    old = _internal.raise_internal_errors(True)
+    _internal.reset()
+    yield
+    _internal.raise_internal_errors(old)
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No RECOMPPROF_* leaks in from the environment; event logs go to the test's tmp dir; no session outlives a test."""
+    for key in list(__import__("os").environ):
+        if key.startswith("RECOMPPROF_") and key != "RECOMPPROF_VENV":
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("RECOMPPROF_RUN_DIR", str(tmp_path / "run"))
+    yield
+    from recompprof import session as session_module
+
+    live = session_module.current()
+    if live is not None:
+        live.detach()
+    if "torch" in sys.modules:
+        import torch
+
+        torch._dynamo.reset()

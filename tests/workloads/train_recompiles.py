@@ -1,0 +1,84 @@
+"""A real CPU training job under ``recompprof.attach()`` that recompiles for known reasons.
+
+Settings come from ``RECOMPPROF_*`` variables. Steps: batch sizes vary (size), a Python float LR
+factor changes (python_constant), train/eval switches (module attribute / grad mode), and a global
+flag flips (global). ``--hold SECONDS`` keeps the process (and its metrics endpoint) alive after
+training and prints ``TRAINING DONE`` first, so a test can scrape the final totals.
+
+    python tests/workloads/train_recompiles.py --steps 12 --hold 30 --backend eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import recompprof
+
+SCALE = 1.0
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 1)
+        self.use_dropout = False
+
+    def forward(self, x: torch.Tensor, factor: float) -> torch.Tensor:
+        h = torch.relu(self.fc1(x)) * SCALE * factor
+        if self.use_dropout:
+            h = torch.nn.functional.dropout(h, 0.1, self.training)
+        return self.fc2(h)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--hold", type=float, default=0.0, help="seconds to stay alive after training")
+    parser.add_argument("--backend", default="eager")
+    parser.add_argument("--changes", type=int, default=4, help="how many kinds of change to apply (0-4)")
+    parser.add_argument("--recompile-limit", type=int, default=None, help="torch's recompile_limit for this job")
+    parser.add_argument("--summary", default=None, help="write the session's totals as JSON here")
+    args = parser.parse_args()
+    global SCALE
+
+    torch.manual_seed(0)
+    if args.recompile_limit is not None:
+        torch._dynamo.config.recompile_limit = args.recompile_limit
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    compiled = torch.compile(model, backend=args.backend)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with recompprof.attach() as session:
+        for step in range(args.steps):
+            batch = 8 if args.changes < 1 else 8 + 4 * (step % 3)  # size changes
+            factor = 1.0 if args.changes < 2 or step < args.steps // 2 else 0.5  # python constant
+            if args.changes >= 3 and step == args.steps - 2:
+                SCALE = 2.0  # global
+            if args.changes >= 4 and step == args.steps - 1:
+                model.use_dropout = True  # module attribute
+            x = torch.randn(batch, 16)
+            loss = compiled(x, factor).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        snap = session.snapshot()
+        print(f"TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}", flush=True)
+        if args.summary:
+            with open(args.summary, "w") as f:
+                json.dump({"compiles": snap.compiles_total, "recompiles": snap.recompiles_total,
+                           "event_log": str(session.event_log_path), "pid": os.getpid()}, f)
+        time.sleep(args.hold)
+    print("DETACHED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

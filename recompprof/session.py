@@ -119,6 +119,8 @@ class Session:
         self._metrics = CompileMetricsTap(self._on_compile_metrics)
         self._profile: Any = None
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
+        # Dynamo frame id ("3" of "3/1") -> (code name, file, line, frame): limit-hit records carry no code names.
+        self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
         self._seen_reasons: dict[str, collections.OrderedDict[tuple[str, str, str], None]] = {}
         self._pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self._prior_sigterm: Any = None
@@ -321,14 +323,19 @@ class Session:
         forward = m.is_forward is not False
         texts: list[str] = []
         if forward:
-            code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-            frame = Frame(name=code_key[0], file=code_key[1], line=code_key[2])
+            frame_id = compile_id.split("/")[0]
+            if m.co_name is None and frame_id in self._code_of_frame_id:
+                code_key, frame = self._code_of_frame_id[frame_id]
+            else:
+                code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
+                frame = Frame.model_validate(dict(zip(("name", "file", "line"), resolve_wrapped(*code_key))))
+                self._code_of_frame_id[frame_id] = (code_key, frame)
             _, texts = self._guards.take(*code_key)
-            texts += self._take_pending(frame)
-            frame = Frame.model_validate(dict(zip(("name", "file", "line"), resolve_wrapped(*code_key))))
+            texts += self._take_pending(Frame(name=code_key[0], file=code_key[1], line=code_key[2]))
             self._frame_of_compile[compile_id] = frame
-            if len(self._frame_of_compile) > _MAX_REMEMBERED_COMPILES:
-                self._frame_of_compile.popitem(last=False)
+            for remembered in (self._frame_of_compile, self._code_of_frame_id):
+                if len(remembered) > _MAX_REMEMBERED_COMPILES:
+                    remembered.popitem(last=False)
             if self._profile is not None:
                 texts = [t for t in texts if not self._profile.is_own_reason(t)]
         else:

@@ -47,7 +47,7 @@ from recompprof.identity import Identity, detect
 from recompprof.reasons import parse_guard_failure
 
 if TYPE_CHECKING:
-    from recompprof.report import Report
+    from recompprof.reporting import Report
     from recompprof.settings import Settings
 
 log = logging.getLogger("recompprof")
@@ -264,7 +264,7 @@ class Session:
     def report(self) -> Report:
         """The report of this session, from its event log (or its recent events if it has none)."""
         from recompprof.eventlog import read_file
-        from recompprof.report import build_report
+        from recompprof.reporting import build_report
 
         events: Iterable[Event]
         if self.event_log_path is not None and self.event_log_path.exists():

@@ -1,0 +1,157 @@
+"""Torch adapters bow out politely when internals are missing, and never raise into torch."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import recompprof
+from recompprof import _internal
+from recompprof._torch import versions
+from recompprof._torch.phases import exclusive_phases
+from recompprof.eventlog import read_file
+from recompprof.events import PHASES, Compile
+
+
+def test_missing_guard_failures_turns_that_signal_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without torch's guard_failures record, attach still succeeds, says the signal is off, and compiles are still recorded."""
+    import torch._dynamo.utils as utils
+
+    monkeypatch.delattr(utils, "guard_failures")
+    with recompprof.attach(run_dir=tmp_path) as session:
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    assert session.signals["guard_failures"] is False
+    assert "guard_failures" in session.signals_off["guard_failures"]
+    assert any(isinstance(e, Compile) for e in read_file(session.event_log_path))
+
+
+def test_metrics_logging_disabled_turns_compile_metrics_off() -> None:
+    """With torch's log_compilation_metrics off, attach reports the compile_metrics signal off and why."""
+    with torch._dynamo.config.patch(log_compilation_metrics=False), recompprof.attach() as session:
+        pass
+    assert session.signals["compile_metrics"] is False
+    assert "log_compilation_metrics" in session.signals_off["compile_metrics"]
+
+
+def test_altered_metrics_record_is_counted_not_raised(tmp_path: Path) -> None:
+    """A CompilationMetrics record of an unexpected shape is counted as an internal error and never reaches torch."""
+    _internal.raise_internal_errors(False)
+    with recompprof.attach(run_dir=tmp_path):
+        record = type("CompilationMetrics", (), {})()  # no fields at all
+        logging.getLogger("torch._utils_internal").info("%s", record)
+        out = torch.compile(lambda x: x * 3, backend="eager")(torch.ones(2))
+    assert torch.equal(out, torch.full((2,), 3.0))
+    assert _internal.counts().get("torch.compile_metrics") == 1
+
+
+def test_failing_exporter_never_reaches_the_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An exporter that raises on every event is counted and logged once while training goes on."""
+    _internal.raise_internal_errors(False)
+
+    class Broken:
+        name = "broken"
+
+        def start(self, session: object) -> None: ...
+
+        def on_event(self, event: object) -> None:
+            raise RuntimeError("sink down")
+
+        def shutdown(self, timeout: float = 5.0) -> None: ...
+
+    from recompprof import exporting
+
+    monkeypatch.setattr(exporting, "load", lambda name, settings: Broken())
+    with recompprof.attach(run_dir=tmp_path, exporters=["otel"]):
+        torch.compile(lambda x: x - 1, backend="eager")(torch.ones(2))
+    assert _internal.counts()["exporter.broken"] >= 3  # session_start, compile, session_end
+
+
+def test_compiles_from_several_threads_are_all_recorded(tmp_path: Path) -> None:
+    """Compiles running in four threads at once each produce exactly one compile event."""
+    fns = [torch.compile(lambda x, k=k: x * k, backend="eager") for k in range(4)]
+    with recompprof.attach(run_dir=tmp_path) as session:
+        threads = [threading.Thread(target=fn, args=(torch.ones(3),)) for fn in fns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
+    assert len(compiles) == 4
+    assert len({c.compile_id for c in compiles}) == 4
+
+
+def test_detach_while_another_thread_compiles(tmp_path: Path) -> None:
+    """Detaching while another thread keeps compiling neither raises nor loses the log's integrity."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def compile_loop() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                torch.compile(lambda x, n=n: x + n, backend="eager")(torch.ones(2))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    worker = threading.Thread(target=compile_loop)
+    session = recompprof.attach(run_dir=tmp_path)
+    worker.start()
+    import time
+
+    time.sleep(0.5)
+    session.detach()
+    time.sleep(0.3)
+    stop.set()
+    worker.join()
+    assert not errors
+    events = list(read_file(session.event_log_path))
+    assert events[-1].kind == "session_end"
+
+
+def test_version_gates_follow_the_minimum_table() -> None:
+    """Feature flags come from one table of minimum versions (e.g. CallbackArgs from 2.8, recompile_limit name from 2.7)."""
+    old = versions.TorchInfo("2.6.0", (2, 6))
+    new = versions.TorchInfo("2.13.0", (2, 13))
+    assert not old.has("callback_args") and new.has("callback_args")
+    assert old.limit_config_name == "cache_size_limit" and new.limit_config_name == "recompile_limit"
+    assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        (  # cold Inductor forward, recorded on torch 2.13 CPU
+            dict(is_forward=True, duration_us=13627299, dynamo_cumulative_compile_time_us=13627299,
+                 aot_autograd_cumulative_compile_time_us=13293167, inductor_cumulative_compile_time_us=12400881,
+                 inductor_code_gen_cumulative_compile_time_us=12282360, triton_compile_time_us=949049),
+            dict(dynamo_trace=0.334132, aot_autograd=0.892286, inductor_lowering=0.118521, code_gen=11.333311,
+                 kernel_compile=0.949049, other=0.0),
+        ),
+        (  # Inductor backward, recorded on torch 2.13 CPU
+            dict(is_forward=False, duration_us=1286977, backward_cumulative_compile_time_us=1286977,
+                 inductor_cumulative_compile_time_us=1280310, inductor_code_gen_cumulative_compile_time_us=1236273,
+                 triton_compile_time_us=1008037),
+            dict(dynamo_trace=0.0, aot_autograd=0.006667, inductor_lowering=0.044037, code_gen=0.228236,
+                 kernel_compile=1.008037, other=0.0),
+        ),
+        (  # eager backend: no Inductor fields at all
+            dict(is_forward=True, duration_us=29783, dynamo_cumulative_compile_time_us=29783,
+                 aot_autograd_cumulative_compile_time_us=156),
+            dict(dynamo_trace=0.029627, aot_autograd=0.000156, inductor_lowering=0.0, code_gen=0.0,
+                 kernel_compile=0.0, other=0.0),
+        ),
+    ],
+)
+def test_exclusive_phases_from_nested_cumulative_fields(fields: dict[str, object], expected: dict[str, float]) -> None:
+    """Nested cumulative torch timings become exclusive phases that sum to the compile's duration."""
+    record = SimpleNamespace(**fields)
+    total, phases = exclusive_phases(record)
+    assert list(phases) == list(PHASES)
+    assert phases == pytest.approx(expected, abs=1e-9)
+    assert sum(phases.values()) == pytest.approx(total)

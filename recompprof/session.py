@@ -338,6 +338,8 @@ class Session:
                     remembered.popitem(last=False)
             if self._profile is not None:
                 texts = [t for t in texts if not self._profile.is_own_reason(t)]
+            if not texts and _usable_reason(m.recompile_reason):
+                texts = [str(m.recompile_reason)]  # e.g. invalidated entries, which torch leaves out of guard_failures
         else:
             frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
         reasons = self._parse_reasons(frame, texts)
@@ -421,6 +423,10 @@ class Session:
         }
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors)
+
+
+def _usable_reason(reason: Any) -> bool:
+    return bool(reason) and str(reason) != "Unable to find recompilation reasons"
 
 
 def _limit_hit(fail_reason: Any) -> str | None:

@@ -1,0 +1,63 @@
+"""Every recompile cause, through attach(): the right count, frame and category for each scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import recompprof
+from recompprof.events import Compile, GraphBreak
+from scenarios import SCENARIOS, eager
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_recorded_with_count_frame_and_category(name: str, tmp_path: Path) -> None:
+    """Each real recompile scenario yields its recompile count on its frame, explained by its category and subject."""
+    scenario = SCENARIOS[name]
+    torch._dynamo.reset()
+    with recompprof.attach(run_dir=tmp_path) as session:
+        scenario.run(eager)
+    compiles = [e for e in session.recent_events() if isinstance(e, Compile) and not e.backward]
+    mine = [c for c in compiles if c.frame.name.endswith(scenario.frame)]
+    recompiles = [c for c in mine if c.is_recompile]
+    assert len(recompiles) == scenario.recompiles, [c.frame for c in compiles]
+    explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
+    assert {r.category for r in explained} == {scenario.category}
+    if scenario.subject:
+        assert any(r.subject == scenario.subject for r in explained)
+
+
+def test_compile_failure_recorded_with_error_type(tmp_path: Path) -> None:
+    """A backend that raises is recorded as a failed compile with its exception type, and the exception still reaches the user."""
+
+    def exploding_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> None:
+        raise RuntimeError("backend exploded")
+
+    def fails(x: torch.Tensor) -> torch.Tensor:
+        return x.sin()
+
+    with recompprof.attach(run_dir=tmp_path) as session:
+        with pytest.raises(Exception, match="backend exploded"):
+            torch.compile(fails, backend=exploding_backend)(torch.ones(2))
+    failed = [e for e in session.recent_events() if isinstance(e, Compile) and e.outcome == "failed"]
+    assert len(failed) == 1 and failed[0].frame.name == "fails"
+    assert failed[0].fail_type == "BackendCompilerFailed"
+    assert session.snapshot().compile_failures["BackendCompilerFailed"] == 1
+
+
+def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
+    """A graph break inside a compiled function is recorded on its frame with torch's reason."""
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        x = x + 1
+        print("side effect")  # Dynamo cannot trace print: graph break
+        return x * 2
+
+    with recompprof.attach(run_dir=tmp_path) as session:
+        torch.compile(breaks, backend="eager")(torch.ones(2))
+    graph_breaks = [e for e in session.recent_events() if isinstance(e, GraphBreak)]
+    assert len(graph_breaks) == 1 and graph_breaks[0].frame is not None
+    assert graph_breaks[0].frame.name == "breaks" and "print" in graph_breaks[0].reason
+    assert session.snapshot().graph_breaks == 1

@@ -11,6 +11,7 @@ import atexit
 import collections
 import dataclasses
 import logging
+import os
 import re
 import signal
 import threading
@@ -276,7 +277,8 @@ class Session:
     # -- the compile path ------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
         with self._lock:
-            if self._closed:
+            # A forked child (DataLoader worker, compile pool) inherits the session: it must stay silent.
+            if self._closed or os.getpid() != self.identity.pid:
                 return
             self._recent.append(event)
             with _internal.guard("aggregates"):

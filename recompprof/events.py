@@ -100,6 +100,7 @@ class SessionStart(_Event):
     recompile_limit: int | None
     warmup_steps: int = 0
     signals: dict[str, bool] = {}
+    profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
 
 
 class Compile(_Event):

@@ -76,6 +76,7 @@ class Report:
     runs: list[str] = dataclasses.field(default_factory=list)
     ranks: set[int] = dataclasses.field(default_factory=set)
     modes: set[str] = dataclasses.field(default_factory=set)
+    profile_mechanisms: set[str] = dataclasses.field(default_factory=set)
     recompile_limit: int | None = None
     warmup_steps: int = 0
     frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)
@@ -135,6 +136,8 @@ def build_report(events: Iterable[Event]) -> Report:
         if isinstance(event, SessionStart):
             report.ranks.add(event.rank)
             report.modes.add(event.mode)
+            if event.profile_mechanism:
+                report.profile_mechanisms.add(event.profile_mechanism)
             report.recompile_limit = event.recompile_limit
             report.warmup_steps = event.warmup_steps
             if event.run_id not in report.runs and len(report.runs) < MAX_LISTED:
@@ -244,6 +247,9 @@ def render_text(report: Report, width: int = 160) -> str:
         f"compile time {report.compile_seconds:.2f} s"
         + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds else "")
     )
+    if report.profile_mechanisms:
+        console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
+                      "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
     for note in report.notes:
         console.print(f"note: {note}")
 

@@ -408,7 +408,7 @@ class Session:
             time=time.time(), rank=ident.rank, step=self._steps.step, run_id=ident.run_id, local_rank=ident.local_rank,
             world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
             mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
-            signals=dict(self.signals),
+            signals=dict(self.signals), profile_mechanism=getattr(self._profile, "mechanism", None),
         )
 
     def _session_end(self) -> SessionEnd:
@@ -423,6 +423,9 @@ class Session:
             "steps": snap.step,
             "wall_seconds": time.time() - self._started,
         }
+        if self._profile is not None:
+            stats = self._profile.stats
+            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors)
 

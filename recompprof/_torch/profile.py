@@ -1,0 +1,487 @@
+"""Profile mode: force recompprof's observer backend and see every guard failure at a low recompile limit.
+
+Mechanism ``evict`` (torch 2.13): every entry into a compiled region gets Dynamo's frame callback
+from ``_create_wrapped_callback``; we wrap that callback. It runs on a cache miss *before* Dynamo
+counts the frame's cache entries, outside any compile. When the frame already holds
+``recompile_limit`` live entries compiled by the observer, Dynamo would hit the limit and make the
+frame run-only; instead we compute the guard-failure reasons against those entries ourselves (torch's
+own ``get_guard_fail_reason_helper``, torch's "0/3: ..." format), report them, and invalidate the
+least recently used entry exactly as torch does when a guarded object dies. Invalidated entries are
+marked so the limit check does not count them. The frame then compiles afresh, stays at
+``recompile_limit`` live entries, and the next change misses again and is seen.
+
+Mechanism ``unlimited`` (``recompile_limit=None``, or the internals above are missing): lift both
+limits for the session, as the 2.4 CompileProfiler did; torch computes every reason itself.
+
+See docs/profile-mode.md for safety arguments, trade-offs and measurements.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from types import CodeType
+from typing import Any
+
+from recompprof._internal import guard
+from recompprof._torch.versions import torch_info
+
+log = logging.getLogger("recompprof")
+
+MECHANISM_EVICT = "evict"
+MECHANISM_UNLIMITED = "unlimited"
+
+GuardFailureCallback = Callable[[CodeType, "str | None", "list[str]"], None]
+
+_EVICTED_MARK = "evicted by recompprof profile mode"
+_RETIRED_MARK = "retired by recompprof profile mode at detach"
+# Not an identifier, so never a frame local: cache_size._has_same_id_matched_objs then finds the
+# entry's "ID_MATCH'd object" missing from the frame and leaves the entry out of the limit count.
+_UNCOUNTED_KEY = "<recompprof:uncounted>"
+
+
+class _Sentinel:
+    """A live object whose weakref marks an entry as not counting toward recompile limits."""
+
+
+# Module-level and never freed: if it died, marked entries would start counting again.
+_SENTINEL = _Sentinel()
+_SENTINEL_REF = weakref.ref(_SENTINEL)
+
+
+class RecompprofObserver:
+    """Observation-only backend: runs the captured graph as it is (no AOTAutograd, no Inductor), counting graphs and ops."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.ops = 0
+
+    def __call__(self, gm: Any, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs += 1
+        self.ops += sum(1 for node in gm.graph.nodes if "call" in node.op)
+        return gm.forward  # type: ignore[no-any-return]
+
+
+def evict_mechanism_missing() -> str:
+    """Why the evict mechanism cannot run on this torch ("" when it can)."""
+    try:
+        import torch._C._dynamo.eval_frame as c_eval_frame
+        import torch._dynamo.cache_size as cache_size
+        import torch._dynamo.eval_frame as eval_frame
+        import torch._dynamo.guards as guards
+    except ImportError as exc:
+        return f"torch._dynamo internals not importable ({exc})"
+    needs = {
+        "torch._dynamo.eval_frame._create_wrapped_callback": getattr(eval_frame, "_create_wrapped_callback", None),
+        "torch._dynamo.eval_frame._callback_from_stance": getattr(eval_frame, "_callback_from_stance", None),
+        "torch._C._dynamo.eval_frame._debug_get_cache_entry_list": getattr(
+            c_eval_frame, "_debug_get_cache_entry_list", None),
+        "torch._C._dynamo.eval_frame._ExtraState.invalidate": getattr(
+            getattr(c_eval_frame, "_ExtraState", None), "invalidate", None),
+        "torch._dynamo.guards.DeletedGuardManagerWrapper": getattr(guards, "DeletedGuardManagerWrapper", None),
+        "torch._dynamo.guards.get_guard_fail_reason_helper": getattr(guards, "get_guard_fail_reason_helper", None),
+        "torch._dynamo.cache_size._has_same_id_matched_objs": getattr(cache_size, "_has_same_id_matched_objs", None),
+    }
+    missing = [name for name, value in needs.items() if value is None]
+    return f"missing {', '.join(missing)}" if missing else ""
+
+
+def _force_backend_missing() -> str:
+    import inspect
+
+    import torch._dynamo
+
+    set_stance = getattr(torch._dynamo, "set_stance", None)
+    if set_stance is None or "force_backend" not in inspect.signature(set_stance).parameters:
+        return "torch._dynamo.set_stance(force_backend=...) missing (torch < 2.6)"
+    return ""
+
+
+def _region_entries(code: CodeType) -> list[Any]:
+    """The frame's cache entries in the current isolate_recompiles region, newest (most recently used) first."""
+    import torch._C._dynamo.eval_frame as c_eval_frame
+
+    by_region = getattr(c_eval_frame, "_get_cache_entries_for_region", None)
+    region_id = getattr(c_eval_frame, "get_eval_frame_isolate_recompiles_id", None)
+    if by_region is not None and region_id is not None:
+        return list(by_region(code, region_id()))
+    return list(c_eval_frame._debug_get_cache_entry_list(code))
+
+
+def _is_dead(entry: Any) -> bool:
+    from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+    return isinstance(entry.guard_manager, DeletedGuardManagerWrapper)
+
+
+def _invalidate(entry: Any, reason: str) -> None:
+    """Kill one cache entry the way torch does when a guarded object is freed, and stop it counting."""
+    from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+    old = entry.guard_manager
+    extra_state = old.extra_state
+    deleted = DeletedGuardManagerWrapper(reason)
+    deleted.id_matched_objs = {_UNCOUNTED_KEY: _SENTINEL_REF}
+    extra_state.invalidate(entry, deleted)
+    # torch's own weakref finalizers (CheckFunctionManager.invalidate) would invalidate it again,
+    # replacing our counting-exempt wrapper; they skip a manager whose cache_entry is None.
+    old.cache_entry = None
+    old.extra_state = None
+
+
+def _same_instance(frame: Any, id_matched: dict[str, Any]) -> bool:
+    """cache_size._has_same_id_matched_objs without our exemption key: does the entry belong to this module instance?"""
+    f_locals = frame.f_locals
+    for name, ref in id_matched.items():
+        if name == _UNCOUNTED_KEY or ref() is None:
+            continue
+        try:
+            frame_ref = weakref.ref(f_locals.get(name))
+        except TypeError:
+            return False
+        if frame_ref is not ref:
+            return False
+    return True
+
+
+def _frame_label(code: CodeType) -> str:
+    return f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+
+
+class _FrameStats:
+    __slots__ = ("label", "traces", "evictions", "failures_reported", "peak_live")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.traces = 0
+        self.evictions = 0
+        self.failures_reported = 0
+        self.peak_live = 0
+
+
+class _ProfileCallback:
+    """Dynamo's frame callback, wrapped: settle the frame's cache before Dynamo looks at it."""
+
+    def __init__(self, mode: ProfileMode, inner: Any) -> None:
+        # C++ and Dynamo find the backend of a callback by walking this attribute.
+        self._torchdynamo_orig_backend = inner
+        self._mode = mode
+
+    def __call__(self, frame: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = self._mode
+        start = time.perf_counter()  # compile_seconds includes our own work before the compile
+        if mode.active:
+            with guard("profile.before_compile"):
+                mode._before_compile(frame, args[1] if len(args) > 1 else kwargs.get("frame_state"))
+        result = None
+        try:
+            result = self._torchdynamo_orig_backend(frame, *args, **kwargs)
+            return result
+        finally:
+            if mode.active:
+                with guard("profile.after_compile"):
+                    mode._after_compile(frame, result, time.perf_counter() - start)
+
+
+class ProfileMode:
+    """Compiles through the observer backend at a recompile limit and reports every guard failure.
+
+    ``on_guard_failure(orig_code, compile_id, reasons)`` receives the failures this class computes
+    itself (the ones torch would have computed at a limit hit, when the evict mechanism forestalls
+    it); ``compile_id`` is the id the compile that follows will get ("3/7"), or None if unknown.
+    Failures torch computes itself stay in ``torch._dynamo.utils.guard_failures``.
+    """
+
+    def __init__(
+        self,
+        recompile_limit: int | None = 1,
+        on_guard_failure: GuardFailureCallback | None = None,
+    ) -> None:
+        if recompile_limit is not None and recompile_limit < 1:
+            raise ValueError(f"recompile_limit must be >= 1 or None, got {recompile_limit}")
+        self.recompile_limit = recompile_limit
+        self.on_guard_failure = on_guard_failure
+        self.observer = RecompprofObserver()
+        self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
+        self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
+        self.forced_backend = False
+        self.active = False
+        self._lock = threading.Lock()
+        self._undo: list[Callable[[], None]] = []
+        self._frames: dict[int, _FrameStats] = {}
+        self._touched: dict[int, weakref.ref[CodeType]] = {}
+        self._uncounted: list[weakref.ref[Any]] = []  # foreign guard managers we exempted from the count
+        self._traces = 0
+        self._evictions = 0
+        self._reported = 0
+        self._compile_seconds = 0.0
+
+    # ------------------------------------------------------------------ install / uninstall
+
+    def install(self) -> None:
+        """Force the observer backend and set the limits; every change is undone by ``uninstall``."""
+        if self._undo or self.active:
+            return
+        import torch._dynamo.config as config
+        import torch._dynamo.eval_frame as eval_frame
+
+        if self.mechanism == MECHANISM_EVICT:
+            self.why_off = evict_mechanism_missing()
+            if self.why_off:
+                log.warning("recompprof: profile mode falls back to lifting the recompile limit "
+                            "(mechanism 'unlimited'): the evict mechanism needs %s", self.why_off)
+                self.mechanism = MECHANISM_UNLIMITED
+        info = torch_info()
+        limit_name, accumulated_name = info.limit_config_name, info.accumulated_limit_config_name
+        if self.mechanism == MECHANISM_EVICT:
+            # Evicted entries never count toward recompile_limit, but every compile still counts
+            # toward the accumulated cap (frame_compile_id and the entry total): lift it.
+            self._set_config(config, limit_name, self.recompile_limit)
+        else:
+            self._set_config(config, limit_name, sys.maxsize)
+        self._set_config(config, accumulated_name, sys.maxsize)
+
+        why_no_force = _force_backend_missing()
+        if why_no_force:
+            log.warning("recompprof: profile mode cannot force its observer backend: %s; compiles keep the "
+                        "job's own backend", why_no_force)
+        else:
+            self._force_backend(eval_frame)
+        if hasattr(eval_frame, "_create_wrapped_callback"):
+            original = eval_frame._create_wrapped_callback
+
+            def wrapped_callback_factory(compiler_fn: Any) -> Any:
+                inner = original(compiler_fn)
+                with guard("profile.wrap_callback"):
+                    if self.active and self._is_ours(compiler_fn):
+                        return _ProfileCallback(self, inner)
+                return inner
+
+            eval_frame._create_wrapped_callback = wrapped_callback_factory
+
+            def restore_factory() -> None:
+                if eval_frame._create_wrapped_callback is wrapped_callback_factory:
+                    eval_frame._create_wrapped_callback = original
+
+            self._undo.append(restore_factory)
+        self.active = True
+
+    def uninstall(self) -> None:
+        """Restore torch: callback factory, stance and config values; reset the frames this mode compiled."""
+        if not self._undo and not self.active:
+            return
+        self.active = False
+        while self._undo:
+            undo = self._undo.pop()
+            with guard("profile.uninstall"):
+                undo()
+
+    def _set_config(self, config: Any, name: str, value: Any) -> None:
+        old = getattr(config, name)
+        setattr(config, name, value)
+
+        def restore() -> None:
+            if getattr(config, name) == value:
+                setattr(config, name, old)
+            else:
+                log.warning("recompprof: torch._dynamo.config.%s was changed during the profile session; "
+                            "leaving the new value %r", name, getattr(config, name))
+
+        self._undo.append(restore)
+
+    def _force_backend(self, eval_frame: Any) -> None:
+        import torch._dynamo
+
+        handle = torch._dynamo.set_stance("default", force_backend=self.observer)
+        ours = eval_frame._stance
+        self.forced_backend = True
+        # Frames compiled by the observer are reset after the stance is back (see _retire_frames).
+        self._undo.append(self._retire_frames)
+
+        def restore() -> None:
+            if eval_frame._stance is ours:
+                eval_frame._set_stance(handle.prev)
+            else:
+                log.warning("recompprof: the torch.compile stance was changed during the profile session; "
+                            "leaving it as it is now")
+
+        self._undo.append(restore)
+
+    def _is_ours(self, compiler_fn: Any) -> bool:
+        for _ in range(8):
+            if compiler_fn is self.observer:
+                return True
+            compiler_fn = getattr(compiler_fn, "_torchdynamo_orig_backend", None)
+            if compiler_fn is None:
+                return False
+        return False
+
+    # ------------------------------------------------------------------ the frame callback
+
+    def _before_compile(self, frame: Any, frame_state: Any) -> None:
+        limit = self.recompile_limit
+        if self.mechanism != MECHANISM_EVICT or limit is None:
+            return
+        code = frame.f_code
+        entries = _region_entries(code)
+        if not entries:
+            return
+        live_ours, same_instance = [], []
+        for entry in entries:
+            ours = entry.backend is self.observer and not _is_dead(entry)
+            id_matched = entry.guard_manager.id_matched_objs
+            if _UNCOUNTED_KEY not in id_matched:
+                # Torch's limit check and its reason computation both key on this count: with every
+                # entry exempt, torch does neither, and this class enforces the limit and reports.
+                # Others' entries (the job's from before attach; entries torch invalidated when a
+                # guarded object died) get the mark back off at detach.
+                id_matched[_UNCOUNTED_KEY] = _SENTINEL_REF
+                if not ours:
+                    self._uncounted.append(weakref.ref(entry.guard_manager))
+            if ours:
+                live_ours.append(entry)
+                if _same_instance(frame, id_matched):
+                    same_instance.append(entry)
+        if not live_ours:
+            return
+        from torch._dynamo.guards import get_guard_fail_reason_helper
+
+        f_locals = frame.f_locals
+        reasons = [get_guard_fail_reason_helper(entry.guard_manager, f_locals, entry.compile_id, self.observer)
+                   for entry in live_ours]
+        compile_id = self._next_compile_id(frame_state)
+        # Dynamo keeps entries in most-recently-hit order: the least recently used go.
+        victims = same_instance[limit - 1:]
+        for entry in victims:
+            _invalidate(entry, f"Cache line {_EVICTED_MARK} (recompile_limit={limit})")
+        stats = self._frame(code)
+        with self._lock:
+            self._evictions += len(victims)
+            stats.evictions += len(victims)
+            self._reported += len(reasons)
+            stats.failures_reported += len(reasons)
+        callback = self.on_guard_failure
+        if callback is not None and reasons:
+            with guard("profile.on_guard_failure"):
+                callback(code, compile_id, reasons)
+
+    def _after_compile(self, frame: Any, result: Any, seconds: float) -> None:
+        if getattr(result, "guarded_code", None) is None:
+            return
+        code = frame.f_code
+        live = 1 + sum(1 for entry in _region_entries(code)  # + the entry Dynamo installs on return
+                       if not _is_dead(entry) and entry.backend is self.observer)
+        stats = self._frame(code)
+        with self._lock:
+            self._traces += 1
+            self._compile_seconds += seconds
+            stats.traces += 1
+            stats.peak_live = max(stats.peak_live, live)
+            self._touched.setdefault(id(code), weakref.ref(code))
+
+    @staticmethod
+    def _next_compile_id(frame_state: Any) -> str | None:
+        from torch._dynamo import convert_frame
+
+        frame_id = frame_state.get("_id") if isinstance(frame_state, dict) else None
+        counter = getattr(convert_frame, "FRAME_COMPILE_COUNTER", None)
+        if isinstance(frame_id, int) and counter is not None:
+            return f"{frame_id}/{counter[frame_id]}"
+        return None
+
+    def _frame(self, code: CodeType) -> _FrameStats:
+        stats = self._frames.get(id(code))
+        if stats is None:
+            stats = self._frames.setdefault(id(code), _FrameStats(_frame_label(code)))
+        return stats
+
+    # ------------------------------------------------------------------ detach
+
+    def _retire_frames(self) -> None:
+        """Give the frames this mode compiled back to the job with their full recompile budget.
+
+        Where nothing can be running them, ``reset_code`` (what ``torch._dynamo.reset_code_caches``
+        does): the job's backend starts them afresh, counters included. Otherwise invalidate the
+        observer's live entries (safe at any time) so they stop using up the job's limit.
+        """
+        import torch._C._dynamo.eval_frame as c_eval_frame
+        from torch._dynamo import convert_frame
+
+        codes = [code for ref in self._touched.values() if (code := ref()) is not None]
+        self._touched.clear()
+        with convert_frame.compile_lock:
+            busy = self._codes_on_stacks() if codes else set()
+            compiling = _compiling_now()
+            for code in codes:
+                with guard("profile.retire"):
+                    if not compiling and not (busy & self._codes_of(code)):
+                        c_eval_frame.reset_code(code)
+                        continue
+                    for entry in _region_entries(code):
+                        if not _is_dead(entry) and entry.backend is self.observer:
+                            _invalidate(entry, f"Cache line {_RETIRED_MARK}")
+        for ref in self._uncounted:
+            manager = ref()
+            if manager is not None:
+                manager.id_matched_objs.pop(_UNCOUNTED_KEY, None)
+        self._uncounted.clear()
+
+    @staticmethod
+    def _codes_of(code: CodeType) -> set[int]:
+        ids = {id(code)}
+        for entry in _region_entries(code):
+            if entry.code is not None:
+                ids.add(id(entry.code))
+        return ids
+
+    @staticmethod
+    def _codes_on_stacks() -> set[int]:
+        ids: set[int] = set()
+        for top in sys._current_frames().values():
+            frame = top
+            while frame is not None:
+                ids.add(id(frame.f_code))
+                frame = frame.f_back
+        return ids
+
+    # ------------------------------------------------------------------ reading
+
+    @staticmethod
+    def is_own_reason(text: str) -> bool:
+        """True for reason strings caused by profile mode itself (evicted entries, the forced backend)."""
+        return (_EVICTED_MARK in text or _RETIRED_MARK in text
+                or ("BACKEND_MATCH" in text and RecompprofObserver.__name__ in text))
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Totals and per-frame counts: Dynamo traces, evictions, reported failures, compile seconds."""
+        with self._lock:
+            return {
+                "mechanism": self.mechanism,
+                "recompile_limit": self.recompile_limit,
+                "why_off": self.why_off,
+                "traces": self._traces,
+                "evictions": self._evictions,
+                "failures_reported": self._reported,
+                "compile_seconds": self._compile_seconds,
+                "graphs": self.observer.graphs,
+                "ops": self.observer.ops,
+                "frames": {
+                    stats.label: {"traces": stats.traces, "evictions": stats.evictions,
+                                  "failures_reported": stats.failures_reported, "peak_live": stats.peak_live}
+                    for stats in self._frames.values()
+                },
+            }
+
+
+def _compiling_now() -> bool:
+    try:
+        from torch._guards import CompileContext
+
+        return CompileContext.current_compile_id() is not None
+    except Exception:  # noqa: BLE001 - unknown means "assume yes": take the always-safe path
+        return True

@@ -1,0 +1,299 @@
+"""Profile mode's mechanism on real torch.compile (CPU): every guard failure is seen while each frame stays at the limit."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from types import CodeType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list  # noqa: E402
+
+from recompprof._torch import profile as profile_module  # noqa: E402
+from recompprof._torch.profile import MECHANISM_EVICT, MECHANISM_UNLIMITED, ProfileMode  # noqa: E402
+
+Failure = tuple[CodeType, "str | None", list[str]]
+
+
+class Recorder:
+    """Collects on_guard_failure calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[Failure] = []
+
+    def __call__(self, code: CodeType, compile_id: str | None, reasons: list[str]) -> None:
+        self.calls.append((code, compile_id, list(reasons)))
+
+    def for_code(self, name: str) -> list[Failure]:
+        return [call for call in self.calls if call[0].co_name == name]
+
+
+@pytest.fixture()
+def modes() -> Iterator[list[ProfileMode]]:
+    """Profile modes a test creates; each is uninstalled afterwards even if the test failed."""
+    created: list[ProfileMode] = []
+    yield created
+    for mode in created:
+        mode.uninstall()
+
+
+def make(modes: list[ProfileMode], limit: int | None, recorder: Recorder | None = None) -> ProfileMode:
+    mode = ProfileMode(limit, recorder)
+    modes.append(mode)
+    mode.install()
+    return mode
+
+
+def live_ours(code: CodeType, mode: ProfileMode) -> int:
+    return sum(1 for entry in _debug_get_cache_entry_list(code)
+               if entry.backend is mode.observer and entry.code is not None)
+
+
+def code_of(fn: Any) -> CodeType:
+    return fn._torchdynamo_orig_callable.__code__  # type: ignore[no-any-return]
+
+
+def test_every_string_change_seen_at_limit_one(modes: list[ProfileMode]) -> None:
+    """A string argument taking 10 values is 9 guard failures at recompile_limit=1, each reported once, in torch's format."""
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    x = torch.ones(3)
+    for i in range(10):
+        assert torch.equal(scale(x, "a" * (i + 1)), x * (i + 1))
+    calls = recorder.for_code("scale")
+    assert len(calls) == 9
+    for i, (_code, compile_id, reasons) in enumerate(calls):
+        assert len(reasons) == 1
+        assert reasons[0].startswith(f"0/{i}: ")
+        assert f"tag == '{'a' * (i + 1)}'" in reasons[0]
+        assert compile_id == f"0/{i + 1}"
+    assert torch._dynamo.config.recompile_limit == 1
+    assert live_ours(code_of(scale), mode) == 1
+    assert mode.stats["traces"] == 10
+    assert mode.stats["evictions"] == 9
+    assert not torch._dynamo.utils.guard_failures.get(code_of(scale))
+
+
+def test_alternating_inputs_every_switch_seen(modes: list[ProfileMode]) -> None:
+    """Inputs alternating A,B,A,B at limit 1 make every switch a reported guard failure (at one trace per switch)."""
+
+    @torch.compile(backend="eager")
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    x = torch.zeros(2)
+    tags = ["A", "B"] * 4
+    for tag in tags:
+        assert torch.equal(pick(x, tag), x + (1 if tag == "A" else 2))
+    assert len(recorder.for_code("pick")) == len(tags) - 1
+    assert mode.stats["traces"] == len(tags)
+    assert live_ours(code_of(pick), mode) == 1
+
+
+def test_limit_two_keeps_two_entries_and_sees_each_miss(modes: list[ProfileMode]) -> None:
+    """At recompile_limit=2 a frame keeps two live entries, alternation between them hits the cache, and each miss reports both entries' failures."""
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    recorder = Recorder()
+    mode = make(modes, 2, recorder)
+    x = torch.ones(2)
+    for tag in ["a", "bb", "a", "bb", "ccc", "dddd"]:
+        scale(x, tag)
+    calls = recorder.for_code("scale")
+    assert [len(reasons) for _, _, reasons in calls] == [1, 2, 2]
+    assert live_ours(code_of(scale), mode) == 2
+    assert mode.stats["traces"] == 4
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.tag = "t"
+
+    def forward(self, x: Any) -> Any:
+        h = self.lin(x)
+        torch._dynamo.graph_break()
+        return h * len(self.tag)
+
+
+def test_graph_break_frames_each_change_seen(modes: list[ProfileMode]) -> None:
+    """A change read after a graph break is seen in the resume function on every call, and no frame exceeds the limit."""
+    model = Branchy()
+    compiled = torch.compile(model, backend="eager")
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    x = torch.ones(2, 4)
+    for i in range(6):
+        model.tag = "t" * (i + 1)
+        compiled(x)
+    resumed = [call for call in recorder.calls if "tag" in call[2][0]]
+    assert len(resumed) == 5
+    assert all(call[0].co_name.startswith("torch_dynamo_resume_in_forward") for call in resumed)
+    for frame in mode.stats["frames"].values():
+        assert frame["peak_live"] <= 1
+
+
+class Trainable(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 1)
+        self.use_relu = False
+
+    def forward(self, x: Any) -> Any:
+        h = self.fc(x)
+        return torch.relu(h) if self.use_relu else h
+
+
+def test_training_step_forward_backward(modes: list[ProfileMode]) -> None:
+    """Forward+backward+optimizer steps train under the observer while a flag flipping every step is reported each time."""
+    torch.manual_seed(0)
+    model = Trainable()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, backend="aot_eager")
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    losses = []
+    for step in range(6):
+        model.use_relu = step % 2 == 1
+        loss = torch.nn.functional.mse_loss(compiled(x), y)
+        loss.backward()
+        assert model.fc.weight.grad is not None
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert len(recorder.for_code("forward")) == 5
+    assert all("use_relu" in call[2][0] for call in recorder.for_code("forward"))
+    assert losses[-1] < losses[0]
+    assert mode.stats["graphs"] == 6
+
+
+def test_uninstall_restores_torch(modes: list[ProfileMode]) -> None:
+    """Uninstall restores config values, the stance and the callback factory, and leaves frames it never compiled untouched."""
+    import torch._dynamo.eval_frame as eval_frame
+
+    @torch.compile(backend="eager")
+    def untouched(x: Any) -> Any:
+        return x - 1
+
+    untouched(torch.ones(2))
+    before_entries = [(str(e.compile_id), e.backend, e.code) for e in _debug_get_cache_entry_list(code_of(untouched))]
+    config = torch._dynamo.config
+    before = (config.recompile_limit, config.accumulated_recompile_limit, config.cache_size_limit)
+    stance, factory = eval_frame._stance, eval_frame._create_wrapped_callback
+    mode = make(modes, 1)
+    assert (config.recompile_limit, config.accumulated_recompile_limit) == (1, sys.maxsize)
+    assert eval_frame._stance.backend is mode.observer
+    mode.uninstall()
+    assert (config.recompile_limit, config.accumulated_recompile_limit, config.cache_size_limit) == before
+    assert eval_frame._stance is stance
+    assert eval_frame._create_wrapped_callback is factory
+    after_entries = [(str(e.compile_id), e.backend, e.code) for e in _debug_get_cache_entry_list(code_of(untouched))]
+    assert after_entries == before_entries
+    mode.uninstall()  # idempotent
+
+
+def test_frames_compiled_before_attach_get_their_budget_back(modes: list[ProfileMode]) -> None:
+    """A frame the job compiled before attach is not cut off by the session limit, and after detach it recompiles on the job's backend with a fresh budget."""
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    x = torch.ones(2)
+    scale(x, "a")
+    job_backend = _debug_get_cache_entry_list(code_of(scale))[0].backend
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    for tag in ["a", "bb", "ccc"]:
+        scale(x, tag)
+    assert len(recorder.for_code("scale")) == 2
+    mode.uninstall()
+    assert _debug_get_cache_entry_list(code_of(scale)) == []
+    for tag in ["a", "bb"]:
+        scale(x, tag)
+    entries = _debug_get_cache_entry_list(code_of(scale))
+    assert [e.backend for e in entries] == [job_backend, job_backend]
+    assert [e.compile_id.frame_compile_id for e in entries] == [1, 0]
+
+
+def test_unlimited_when_limit_is_none(modes: list[ProfileMode]) -> None:
+    """recompile_limit=None lifts both limits, keeps every entry and leaves the reasons to torch's guard_failures."""
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    recorder = Recorder()
+    mode = make(modes, None, recorder)
+    assert mode.mechanism == MECHANISM_UNLIMITED
+    assert torch._dynamo.config.recompile_limit == sys.maxsize
+    x = torch.ones(2)
+    for i in range(10):
+        scale(x, "a" * (i + 1))
+    assert recorder.calls == []
+    assert live_ours(code_of(scale), mode) == 10
+    reasons = torch._dynamo.utils.guard_failures[code_of(scale)]
+    assert len(reasons) == sum(range(1, 10))  # torch's O(N^2): every entry fails on every recompile
+    assert mode.stats["frames"][next(iter(mode.stats["frames"]))]["peak_live"] == 10
+
+
+def test_falls_back_to_unlimited_when_internals_missing(
+        modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the internals eviction needs, install logs why and lifts the limit instead."""
+    monkeypatch.setattr(profile_module, "evict_mechanism_missing", lambda: "missing torch.thing")
+    with caplog.at_level(logging.WARNING, logger="recompprof"):
+        mode = make(modes, 1)
+    assert mode.mechanism == MECHANISM_UNLIMITED
+    assert mode.why_off == "missing torch.thing"
+    assert torch._dynamo.config.recompile_limit == sys.maxsize
+    assert "falls back to lifting the recompile limit" in caplog.text
+
+
+def test_is_own_reason_marks_profile_artifacts(modes: list[ProfileMode]) -> None:
+    """Reasons from evicted or retired entries and from the forced backend are profile mode's own; real changes are not."""
+    mode = make(modes, 1)
+    assert mode.mechanism == MECHANISM_EVICT
+    assert mode.is_own_reason("0/1: Cache line evicted by recompprof profile mode (recompile_limit=1)")
+    assert mode.is_own_reason("0/0: Cache line retired by recompprof profile mode at detach")
+    assert mode.is_own_reason("0/0: BACKEND_MATCH failure: ... New backend: RecompprofObserver (id=0x1).")
+    assert not mode.is_own_reason("0/0: tag == 'a'")
+    assert not mode.is_own_reason("0/0: Cache line invalidated because L['m'] got deallocated")
+
+
+def test_entry_invalidated_by_torch_does_not_cut_the_frame_off(modes: list[ProfileMode]) -> None:
+    """An observer entry torch itself invalidates (a guarded object died) neither counts toward the limit nor hides the next change."""
+    from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    recorder = Recorder()
+    mode = make(modes, 1, recorder)
+    x = torch.ones(2)
+    scale(x, "a")
+    scale(x, "bb")
+    (entry,) = [e for e in _debug_get_cache_entry_list(code_of(scale)) if e.code is not None]
+    entry.guard_manager.extra_state.invalidate(entry, DeletedGuardManagerWrapper("Cache line invalidated because X got deallocated"))
+    for tag in ["ccc", "dddd", "eeeee"]:
+        assert torch.equal(scale(x, tag), x * len(tag))
+    assert len(recorder.for_code("scale")) == 3  # bb, then dddd and eeeee; ccc met no live entry
+    assert live_ours(code_of(scale), mode) == 1
+    assert mode.stats["traces"] == 5

@@ -1,0 +1,138 @@
+"""End to end: real training runs -> Prometheus evaluating the generated rules -> Alertmanager -> webhook.
+
+The rules are generated with the shipped generator but a fast configuration (threshold 2, 1m windows,
+no `for`), the way a team would tune them; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servers import REPO, alertmanager, free_port, prometheus, train_process, wait_for_line
+
+sys.path.insert(0, str(REPO))
+
+from dashboards import DEFAULT, rules  # noqa: E402
+
+pytestmark = pytest.mark.servers
+
+FAST = DEFAULT.replace(recompiles_threshold=2, recompiles_window="1m", recompiles_for="0s", event_window="1m",
+                       compile_time_window="1m", compile_time_for="0s", divergence_window="1m",
+                       divergence_for="0s", graph_breaks_window="1m", graph_breaks_for="0s")
+
+
+class Webhook:
+    """A real HTTP receiver for Alertmanager's webhook notifications."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        received = self.payloads
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return [alert for payload in self.payloads for alert in payload["alerts"]]
+
+    def wait_for(self, alertname: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for alert in self.alerts():
+                if alert["labels"]["alertname"] == alertname and alert["status"] == "firing":
+                    return alert
+            time.sleep(0.5)
+        raise TimeoutError(f"no {alertname} within {timeout}s; received {self.alerts()}")
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[Any, Webhook, int]]:
+    """Webhook <- Alertmanager <- Prometheus (fast rules, 1s scrapes of one port, namespace "ml")."""
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(rules.render(FAST))
+    port = free_port()
+    scrape = {"job_name": "train", "scrape_interval": "1s",
+              "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "ml"}}]}
+    hook = Webhook()
+    try:
+        with alertmanager(tmp_path, hook.url) as am, prometheus(
+            tmp_path, (), job="unused", extra_scrape_configs=[scrape], rule_files=[rules_file], alertmanager=am
+        ) as prom:
+            yield prom, hook, port
+    finally:
+        hook.server.shutdown()
+
+
+def _train(tmp: Path, port: int, changes: int) -> tuple[Any, int]:
+    """Start a real training run and return it (holding its endpoint) with the recompiles it reports."""
+    env = {"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(port),
+           "RECOMPPROF_RUN_DIR": str(tmp / "run"), "RECOMPPROF_WARMUP_STEPS": "1000"}
+    proc = train_process(env, "--steps", "12", "--hold", "90", "--backend", "eager", "--changes", str(changes))
+    lines = wait_for_line(proc, "TRAINING DONE")
+    match = re.search(r"recompiles=(\d+)", lines[-1])
+    assert match, lines[-1]
+    return proc, int(match.group(1))
+
+
+def _recorded(prom: Any) -> float:
+    result = prom.query(rules.recorded(FAST)["recompiles"])
+    return float(result[0]["value"][1]) if result else -1.0
+
+
+def test_recompiles_over_threshold_reach_the_webhook_with_labels_and_annotations(
+        stack: tuple[Any, Webhook, int], tmp_path: Path) -> None:
+    """A run recompiling more than the threshold fires TorchCompileRecompilesHigh through Alertmanager."""
+    prom, hook, port = stack
+    proc, recompiles = _train(tmp_path, port, changes=4)
+    try:
+        assert recompiles > FAST.recompiles_threshold
+        alert = hook.wait_for("TorchCompileRecompilesHigh", timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert alert["labels"] == {"alertname": "TorchCompileRecompilesHigh", "severity": "warning",
+                               "namespace": "ml", "job": "train", "rank": "0"}
+    assert alert["annotations"] == {
+        "summary": "torch.compile keeps recompiling.",
+        "description": f"Rank 0 of ml/train recompiled {recompiles} times in the last 1m (threshold 2).",
+        "runbook_url": f"{DEFAULT.runbook_url}#torchcompilerecompileshigh",
+    }
+
+
+def test_run_at_the_threshold_sends_nothing(stack: tuple[Any, Webhook, int], tmp_path: Path) -> None:
+    """A run recompiling exactly the threshold number of times fires no alert and Alertmanager sends nothing."""
+    prom, hook, port = stack
+    proc, recompiles = _train(tmp_path, port, changes=2)
+    try:
+        assert recompiles == FAST.recompiles_threshold
+        # Prometheus has the run's final count in the recording rule the alert reads ...
+        deadline = time.monotonic() + 30
+        while _recorded(prom) != recompiles and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _recorded(prom) == recompiles
+        # ... and has evaluated the alerts on it for a while, with Alertmanager's 1s group_wait.
+        time.sleep(8)
+        assert prom.query("ALERTS") == []
+        assert hook.payloads == []
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -1,0 +1,255 @@
+"""Guard-failure reason strings: split, classify into the closed category vocabulary, bound, redact.
+
+Torch reports one string per failing cache entry. Its shape changed over releases: no compile-id
+prefix in 2.4 (several reasons joined by newlines), a ``"0/1: "`` prefix with ``"; "``-joined reasons
+from 2.5, and a ``"User stack trace:"`` block appended from 2.11. Everything here is pure string work
+and never raises: torch's wording is not an API, so unknown text becomes the ``other`` category.
+"""
+
+from __future__ import annotations
+
+import re
+
+from recompprof.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+
+__all__ = ["FIX_HINTS", "parse_guard_failure", "parse_recompiles_log", "user_location"]
+
+FIX_HINTS: dict[str, str] = {
+    "size": "Mark the varying dimension dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True; or pad/bucket sizes.",
+    "stride": "Pass contiguous tensors (x.contiguous()) or keep one memory layout for this input.",
+    "ndim": "Keep the input's number of dimensions fixed (reshape/unsqueeze before the compiled call).",
+    "dtype": "Cast the input to one dtype before the compiled call.",
+    "device": "Move inputs to one device before the compiled call.",
+    "requires_grad": "Keep requires_grad consistent for this input (detach it, or always require grad).",
+    "dispatch_keys": "Avoid mixing inference-mode, conjugate/negative views or subclasses for this input; materialise (x.clone(), x.resolve_conj()) first.",
+    "python_constant": "Turn the changing Python scalar (LR, step, flag) into a tensor argument, or hoist it out of the compiled function.",
+    "global": "Hoist or freeze the global: pass it as a tensor argument, or stop reassigning it between calls.",
+    "module_attribute": "Avoid toggling module attributes (training, flags) between calls; compile one variant per mode or set it once.",
+    "object_identity": "Reuse the same object (function, module, class) across calls instead of creating a new one each step.",
+    "type": "Pass the same Python type each call (e.g. always a list, always a tuple).",
+    "container_length": "Keep the list/tuple length fixed, or stack the items into one tensor.",
+    "dict_keys": "Keep the dict's keys (and their order) fixed across calls.",
+    "aliasing": "Pass distinct tensors consistently (or always the same tensor twice); clone an input when it aliases another.",
+    "grad_mode": "Call the compiled function under one grad mode, or compile separate train/eval functions.",
+    "autocast": "Enter autocast consistently: always inside, or always outside, the compiled call.",
+    "global_state": "Set global torch state (default dtype, deterministic algorithms, function modes) once before compiling.",
+    "symbolic_shape": "A dynamic-shape guard failed: avoid branching on sizes, or mark the range with torch._dynamo.mark_dynamic(x, dim, min=, max=).",
+    "mark_dynamic": "Apply mark_dynamic to this input on every call, or on none.",
+    "backend_mismatch": "Reuse one backend object (or torch.compile wrapper) instead of creating a new one each call.",
+    "invalidated": "Keep the guarded object alive (do not recreate modules/classes per step) so cached code stays valid.",
+    "other": "Inspect the reason text; if recompiles are expected, raise the recompile limit with evidence from this report.",
+}
+
+_ID = r"!?\d+/\d+(?:/\d+)?(?:_\d+)?"
+_PREFIX = re.compile(rf"\s*\[?({_ID})\]?:\s?")
+_STACK = re.compile(r"\n[ \t]*(?:-[ \t]*)?User stack trace:")
+_FILE_LINE = re.compile(r'File "([^"\n]{1,1000})", line (\d{1,9})')
+# A guarded source: L['x'], G['x'], x, self; then attributes, subscripts and calls like .size()[0].
+_SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
+_TENSOR = re.compile(r"tensor '(.{1,300}?)' ([a-z_ ]{1,30}?) mismatch")
+_CHECK = re.compile(rf"___check_(obj|type)_id\(\s*({_SOURCE})\s*,\s*-?\d+\)(?:,\s*type=(<[^>\n]{{0,300}}>))?")
+_LEN = re.compile(rf"(?:len|___tuple_iterator_len)\(\s*({_SOURCE})\s*\)")
+_KEYS = re.compile(rf"(?:list\(dict\.keys\(\s*({_SOURCE})\s*\)\)|list\(\s*({_SOURCE})\.keys\(\)\s*\))")
+_CONTAINS = re.compile(rf"___dict_contains\([^,\n]{{0,200}},\s*({_SOURCE})\)")
+_DIM_MARK = re.compile(r"_has_dynamo_dim_marking|_dynamo_(?:weak_|strict_)?(?:dynamic|unbacked|static)_indices")
+_SYMBOLIC = re.compile(r"\b(?:Eq|Ne|Mod|FloorDiv|Max|Min)\(|\bs\d+\b|\bu\d+\b|<=|>=|(?<![=!<>])[<>](?!=)")
+_VALUE = re.compile(
+    rf"^(?:not\s+)?(?:hasattr\(\s*({_SOURCE})\s*,|(?:float|int|bool|str|complex)\(\s*({_SOURCE})\s*\)\s*[=!]=|({_SOURCE})\s*(?:==|!=|is)\s)"
+)
+_DEALLOC = re.compile(rf"because\s+({_SOURCE})\s+got deallocated")
+_DUPLICATE = re.compile(r"Duplicate tensors? found:?\s*(.*)")
+_SCALAR_TYPES = re.compile(r"<class '(?:bool|int|float|str|bytes|complex|NoneType|torch\.(?:dtype|device|layout|memory_format))'>|enum", re.I)
+_GUARD_START = re.compile(rf"(?:tensor '|Tensor device|___|GLOBAL_STATE|len\(|list\(|not |hasattr\(|Duplicate|Cache line|BACKEND_MATCH|\d|\(|[A-Z][a-z]*\(|{_SOURCE}\s*(?:==|!=|is\b|<|>))")
+_COMMENT = re.compile(r"(?<!\s)\s+#\s")  # the lookbehind keeps long blank runs linear
+_NOT_LOCAL = {"G", "L", "torch", "utils_device", "dict", "list", "len", "type", "not", "Eq", "Ne", "True", "False", "None"}
+_TENSOR_KINDS = {
+    "size": "size", "stride": "stride", "rank": "ndim", "dtype": "dtype", "requires_grad": "requires_grad",
+    "dispatch key set": "dispatch_keys", "device index": "device", "device": "device",
+}
+_TENSOR_ATTRS = {".dtype": "dtype", ".device": "device", ".requires_grad": "requires_grad", ".ndimension()": "ndim"}
+_LOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]\n]{0,100}\] ){0,4}")
+_ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
+_MAX_INPUT = 64 * 1024
+_GUARD_HEADER = re.compile(r"guard \d+ failures:")
+
+
+def _clean(text: str, limit: int) -> str:
+    # Lone surrogates would break JSON serialisation downstream; NULs break some sinks.
+    return text[:limit].encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+
+
+def _local(subject: str) -> str:
+    """Put a bare local name back into ``L['name']`` form (torch >= 2.6 strips it for display)."""
+    m = re.match(r"([A-Za-z_]\w*)(.*)$", subject, re.S)
+    if m is None or m.group(1) in _NOT_LOCAL or m.group(1).startswith("__"):
+        return subject
+    return f"L['{m.group(1)}']{m.group(2)}"
+
+
+def _by_subject(subject: str) -> str:
+    """Category of a value guard, from what its subject is in the user's terms."""
+    if "param_groups" in subject or re.search(r"\[['\"](?:lr|learning_rate|momentum|weight_decay|betas|eps)['\"]\]$", subject):
+        return "python_constant"
+    for suffix, category in _TENSOR_ATTRS.items():
+        if subject.endswith(suffix):
+            return category
+    root = _ROOT.match(subject)
+    if re.search(r"\.\w", subject[root.end() if root else 0 :]) or subject.startswith("L['self']"):
+        return "module_attribute"
+    if subject.startswith("G["):
+        return "global"
+    return "python_constant"
+
+
+def _classify(expr: str) -> tuple[str, str]:
+    """(category, subject) for one reason with its compile id and stack block removed."""
+    if "Cache line invalidated" in expr or "got deallocated" in expr:
+        m = _DEALLOC.search(expr)
+        return "invalidated", _local(m.group(1)) if m else ""
+    if "BACKEND_MATCH" in expr or "___check_current_backend" in expr:
+        return "backend_mismatch", ""
+    if m := _DUPLICATE.search(expr):
+        names = re.findall(rf"['\"]({_SOURCE})['\"]", m.group(1))
+        return "aliasing", ", ".join(_local(n) for n in names)
+    if "Tensor device index mismatch" in expr:
+        return "device", ""
+    if m := _TENSOR.search(expr):
+        category = _TENSOR_KINDS.get(m.group(2), "other")
+        if category == "dispatch_keys" and _backend_changed(expr):
+            category = "device"
+        return category, _local(m.group(1))
+    if _DIM_MARK.search(expr):
+        m = re.search(rf"\(\s*({_SOURCE})\s*,\s*'_dynamo", expr)
+        return "mark_dynamic", _local(m.group(1)) if m else ""
+    if "GLOBAL_STATE" in expr or "___check_global_state" in expr:
+        changed = expr.split("changed:", 1)[1].split() if "changed:" in expr else []
+        category = "grad_mode" if changed[:1] == ["grad_mode"] else "autocast" if changed and "autocast" in changed[0] else "global_state"
+        return category, " ".join(changed)
+    if re.match(r"(?:___check_torch_function_mode_stack|utils_device\.|torch\.)", expr):
+        return "global_state", expr.split(" ", 1)[0].split("(", 1)[0]
+    if m := _CHECK.search(expr):
+        subject = _local(m.group(2))
+        if m.group(1) == "type":
+            return "type", subject
+        if m.group(3) and _SCALAR_TYPES.search(m.group(3)):
+            return "python_constant", subject
+        return "object_identity", subject
+    if m := _LEN.search(expr):
+        return "container_length", _local(m.group(1))
+    if m := _KEYS.search(expr):
+        return "dict_keys", _local(m.group(1) or m.group(2))
+    if m := _CONTAINS.search(expr):  # a key in a dict, or an attribute in an object's __dict__
+        return "module_attribute" if m.group(1).endswith(".__dict__") else "dict_keys", _local(m.group(1))
+    if re.search(r"\.(?:size|stride|storage_offset)\(\)", expr):
+        m = re.search(rf"{_SOURCE}\.(?:size|stride|storage_offset)\(\)(?:\[\d+\])?", expr)
+        return "symbolic_shape", _local(m.group(0)) if m else ""
+    if re.match(rf"^{_SOURCE}\s+is\s+(?!None\b|not\b){_SOURCE}\s*$", expr):
+        return "aliasing", _local(expr.split(" is ", 1)[0].strip())
+    if re.match(rf"^not\s+{_SOURCE}$", expr):
+        return "container_length", _local(expr[3:].strip())
+    if _SYMBOLIC.search(expr) and not re.match(rf"^{_SOURCE}\s*(?:==|!=|is)", expr):
+        return "symbolic_shape", ""
+    if m := _VALUE.match(expr):
+        subject = _local(m.group(1) or m.group(2) or m.group(3))
+        return "module_attribute" if m.group(1) else _by_subject(subject), subject
+    return "other", ""
+
+
+def _backend_changed(expr: str) -> bool:
+    """True when a dispatch-key mismatch is really a device change (CPU -> Meta, CPU -> CUDA ...)."""
+    sets = re.findall(r"DispatchKeySet\(([^)]{0,1000})\)", expr)
+    return len(sets) == 2 and sets[0].split(",")[0].strip() != sets[1].split(",")[0].strip()
+
+
+def _redacted(category: str, subject: str, expr: str) -> str:
+    """Only the category, the subject and the comparison: no literal values, no source text."""
+    op = re.search(r"\s(==|!=|is not|is|<=|>=|<|>)\s", expr)
+    if subject and op and category not in ("aliasing", "symbolic_shape"):
+        return f"{subject} {op.group(1)} <redacted>"
+    return f"{category} guard failed on {subject}" if subject else f"{category} guard failed"
+
+
+def _split(body: str) -> list[str]:
+    """Split one entry's body into single reasons (joined by newlines before 2.5, by '; ' after)."""
+    parts: list[str] = []
+    for line in body.split("\n", 256)[:256]:
+        commented = False
+        for piece in line.split("; ", 64)[:64]:
+            # A '; ' inside a trailing source comment ("# a = 1; b = 2") does not start a new guard.
+            if commented and not _GUARD_START.match(piece.lstrip()):
+                parts[-1] += "; " + piece
+            elif piece.strip():
+                parts.append(piece.strip())
+                commented = _COMMENT.search(piece) is not None
+    return parts[:64]
+
+
+def parse_guard_failure(text: str, *, redact: bool = False) -> list[Reason]:
+    """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard."""
+    try:
+        return _parse(text, redact)
+    except Exception:  # noqa: BLE001 - the contract is to never raise into the caller
+        return [Reason(text="<unparseable guard failure>", category="other")]
+
+
+def _parse(text: str, redact: bool) -> list[Reason]:
+    text = _clean(text if isinstance(text, str) else str(text), _MAX_INPUT)
+    stack = _STACK.search(text)
+    body = text[: stack.start()] if stack else text
+    body = re.sub(r"^\s*-\s+(?=\[?!?\d+/\d+)", "", body)  # a reason copied from a TORCH_LOGS line
+    m = _PREFIX.match(body)
+    entry = m.group(1) if m else None
+    reasons: list[Reason] = []
+    for part in _split(body[m.end() :] if m else body):
+        expr = _COMMENT.split(part, 1)[0].strip()
+        category, subject = _classify(expr)
+        subject = _clean(subject, MAX_SUBJECT)
+        shown = _redacted(category, subject, expr) if redact else re.sub(r"(?<!\s)\s{2,}#\s", "  # ", part)
+        reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))  # type: ignore[arg-type]
+    if not reasons and text.strip():  # every failing entry yields at least one reason
+        shown = "other guard failed" if redact else text.strip()
+        reasons.append(Reason(text=_clean(shown, MAX_TEXT), category="other", entry=entry))
+    return reasons
+
+
+def user_location(text: str) -> str | None:
+    """``file:line`` of the innermost frame in a reason's "User stack trace" block, if it has one."""
+    try:
+        stack = _STACK.search(text[:_MAX_INPUT])
+        if stack is None:
+            return None
+        frames = _FILE_LINE.findall(text[stack.end() : _MAX_INPUT])
+        return _clean(f"{frames[-1][0]}:{frames[-1][1]}", MAX_TEXT) if frames else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _log_item(line: str) -> str:
+    stripped = line.lstrip()
+    return stripped[2:] if stripped.startswith("- ") else "" if stripped == "-" else stripped
+
+
+def parse_recompiles_log(message: str) -> list[str]:
+    """Split one TORCH_LOGS ``recompiles``/``recompiles_verbose`` message into per-entry failure strings."""
+    try:
+        lines = [_LOG_PREFIX.sub("", line) for line in str(message)[: 8 * _MAX_INPUT].splitlines()]
+        start = next((i + 1 for i, line in enumerate(lines) if "triggered by the following guard failure" in line), 0)
+        lines = lines[start:]
+        verbose = any(_GUARD_HEADER.fullmatch(line.strip()) for line in lines)
+        with_ids = any(_PREFIX.match(_log_item(line)) for line in lines)
+        entries: list[list[str]] = []
+        for line in lines:
+            item, listed = _log_item(line), line.lstrip().startswith("-")
+            if verbose and _GUARD_HEADER.fullmatch(line.strip()):
+                entries.append([])
+            elif verbose or not listed:
+                if entries and line.strip():
+                    entries[-1].append(item)
+            # Before 2.5 every "- " line is its own entry; later a new entry starts at a compile id.
+            elif not entries or not with_ids or _PREFIX.match(item):
+                entries.append([item])
+            else:
+                entries[-1].append(item)
+        return ["\n".join(e) for e in entries if any(x.strip() for x in e)]
+    except Exception:  # noqa: BLE001
+        return []

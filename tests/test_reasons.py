@@ -1,0 +1,210 @@
+"""Guard-failure reason parsing: recorded torch 2.13 strings, constructed older formats, fuzzing, redaction."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recompprof.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+from recompprof.reasons import FIX_HINTS, parse_guard_failure, parse_recompiles_log, user_location
+from scenarios import SCENARIOS, run_scenario
+
+FIXTURES = Path(__file__).parent / "fixtures" / "reasons"
+RECORDED: dict[str, Any] = json.loads((FIXTURES / "torch-2.13.json").read_text())
+CONSTRUCTED: dict[str, Any] = json.loads((FIXTURES / "constructed.json").read_text())
+SECRET = "s3cr3t-token"
+
+
+def _torch_strings(record: dict[str, Any]) -> list[str]:
+    """The per-entry strings torch reported: guard_failures, or the log where torch skips guard_failures."""
+    if record["in_guard_failures"]:
+        return list(record["guard_failures"])
+    return [entry for message in record["log"] for entry in parse_recompiles_log(message)]
+
+
+def _assert_well_formed(reasons: list[Reason]) -> None:
+    assert isinstance(reasons, list)
+    for reason in reasons:
+        assert isinstance(reason, Reason)
+        assert reason.category in CATEGORIES
+        assert len(reason.text) <= MAX_TEXT and len(reason.subject) <= MAX_SUBJECT
+        reason.model_dump_json()  # serialisable: no lone surrogates reach a sink
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED["scenarios"]))
+def test_recorded_213_strings_classify_to_scenario_category(name: str) -> None:
+    """Every string torch 2.13 recorded for a scenario parses to that scenario's category and subject, with its compile id."""
+    record = RECORDED["scenarios"][name]
+    strings = _torch_strings(record)
+    assert strings, "the recording holds no reason for this scenario"
+    for text in strings:
+        reasons = parse_guard_failure(text)
+        assert [(r.category, r.subject) for r in reasons] == [(record["category"], record["subject"])], text
+        assert reasons[0].entry is not None and re.fullmatch(r"\d+/\d+", reasons[0].entry)
+        assert "User stack trace" not in reasons[0].text and not reasons[0].text.startswith(reasons[0].entry)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, r in RECORDED["scenarios"].items() if r["in_guard_failures"]))
+def test_recorded_log_splits_into_the_guard_failures_strings(name: str) -> None:
+    """Splitting the recorded TORCH_LOGS=recompiles messages gives back exactly the strings torch put in guard_failures."""
+    record = RECORDED["scenarios"][name]
+    assert [e for message in record["log"] for e in parse_recompiles_log(message)] == record["guard_failures"]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED["verbose"]))
+def test_recorded_verbose_log_entries_classify(name: str) -> None:
+    """recompiles_verbose messages split into entries whose "; "-joined reasons all classify to the scenario's category."""
+    record = RECORDED["verbose"][name]
+    entries = [e for message in record["log"] for e in parse_recompiles_log(message)]
+    assert len(entries) == len(_torch_strings(record))
+    reasons = [r for entry in entries for r in parse_guard_failure(entry)]
+    assert reasons and {r.category for r in reasons} == {record["category"]}
+    if name == "two_guards":
+        assert [r.subject for r in reasons] == ["L['x'].size()[0]", "L['x'].size()[1]"]
+
+
+def test_recorded_user_location_points_at_the_scenario_source() -> None:
+    """A recorded reason with a User stack trace block yields the innermost frame as file:line in tests/scenarios.py."""
+    with_stack = [t for r in RECORDED["scenarios"].values() for t in r["guard_failures"] if "\nUser stack trace:" in t]
+    assert with_stack
+    for text in with_stack:
+        location = user_location(text)
+        assert location is not None and re.search(r"tests/scenarios\.py:\d+$", location), location
+    assert user_location("0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3") is None
+
+
+@pytest.mark.parametrize("fixture", CONSTRUCTED["reasons"], ids=lambda f: f["id"])
+def test_constructed_older_formats_parse(fixture: dict[str, Any]) -> None:
+    """Hand-built strings in the 2.4, 2.5-2.10 and 2.11+ formats parse to the expected entry, subject and category."""
+    reasons = parse_guard_failure(fixture["text"])
+    assert [{"category": r.category, "subject": r.subject, "entry": r.entry} for r in reasons] == fixture["expect"]
+    assert user_location(fixture["text"]) == fixture["user_location"]
+    assert all("User stack trace" not in r.text and not re.match(r"!?\d+/\d+", r.text) for r in reasons)
+
+
+@pytest.mark.parametrize("fixture", CONSTRUCTED["logs"], ids=lambda f: f["id"])
+def test_constructed_logs_split_into_entries(fixture: dict[str, Any]) -> None:
+    """TORCH_LOGS recompiles and recompiles_verbose messages, also with stderr prefixes, split into per-entry strings."""
+    assert parse_recompiles_log(fixture["message"]) == fixture["entries"]
+
+
+def test_fix_hints_cover_every_category() -> None:
+    """FIX_HINTS has exactly one non-empty, one-line hint per category of the closed vocabulary."""
+    assert set(FIX_HINTS) == set(CATEGORIES)
+    assert all(hint.strip() and "\n" not in hint for hint in FIX_HINTS.values())
+
+
+# Fragments of real reason syntax, so the fuzzer reaches the classifier's branches, not only "other".
+_FRAGMENTS = [
+    "0/1: ", "!0/0/1: ", "tensor 'x' ", "size mismatch at index 0. ", "dispatch key set mismatch. ", "DispatchKeySet(CPU, ",
+    "___check_obj_id(", "___check_type_id(", "L['x']", "G['y']", "self.", "training", ".size()[0]", " == ", " is ",
+    "len(", "list(dict.keys(", ")", "(", "[", "]", "'", '"', "; ", "\n", "  # ", "User stack trace:\n", '  File "a.py", line ',
+    "GLOBAL_STATE changed: ", "grad_mode ", "autocast", "Eq(s0, ", "<=", "Duplicate tensors found: ", "Cache line invalidated because ",
+    " got deallocated", "BACKEND_MATCH", "_dynamo_dynamic_indices", "param_groups", "- ", "guard 0 failures:", "\x00", "\ud800", "7",
+]
+
+
+def _check_never_raises(text: str) -> None:
+    for redact in (False, True):
+        _assert_well_formed(parse_guard_failure(text, redact=redact))
+    location = user_location(text)
+    assert location is None or isinstance(location, str)
+    assert all(isinstance(entry, str) for entry in parse_recompiles_log(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_never_raises_on_any_text(text: str) -> None:
+    """On arbitrary unicode text the parsers never raise and every Reason is in the vocabulary and within the bounds."""
+    _check_never_raises(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000))
+def test_never_raises_on_binary_ish_text(data: bytes) -> None:
+    """On bytes decoded loosely (control characters, surrogate escapes) the parsers never raise and stay within bounds."""
+    _check_never_raises(data.decode("latin-1"))
+    _check_never_raises(data.decode("utf-8", "surrogateescape"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=40))
+def test_never_raises_on_reason_like_text(parts: list[str]) -> None:
+    """On text stitched from real reason syntax the parsers never raise and every Reason stays within bounds."""
+    _check_never_raises("".join(parts))
+
+
+@pytest.mark.parametrize("unit", ["a", "\n", " ", "(", "tensor '", "L['x'].", "; ", "0/0: ", "- ", "\x00", "[", " # x; "])
+def test_never_raises_on_huge_text(unit: str) -> None:
+    """A multi-megabyte reason of a repeated pattern parses without raising, within bounds, in linear time."""
+    _check_never_raises(unit * (2_000_000 // len(unit)))
+
+
+_SECRET_REASONS = [
+    f"0/0: token == '{SECRET}'                              # if token == '{SECRET}':  # t.py:3 in f",
+    f"tensor 'x' size mismatch at index 0. expected 2, actual 3  # {SECRET}",
+    f"0/1: list(dict.keys(batch))[0] == '{SECRET}'",
+    f"0/0: ___check_obj_id(mode, 1401), type=<class '{SECRET}'>  # y = {SECRET}",
+    f"0/0: G['KEY'] == '{SECRET}'\nUser stack trace:\n  File \"t.py\", line 3, in f\n    key = '{SECRET}'",
+    f"0/0: L['n'] == 2; G['KEY'] == '{SECRET}'",
+    f"0/0: an unknown future guard mentioning {SECRET}",
+    f"{SECRET}",
+    f"0/0: Eq(s0, 3)  # {SECRET}",
+    f"0/0: GLOBAL_STATE changed: grad_mode  # {SECRET}",
+]
+
+
+@pytest.mark.parametrize("text", _SECRET_REASONS)
+def test_redaction_drops_literal_values(text: str) -> None:
+    """With redact=True a guarded literal planted in the reason never appears in any Reason's text or subject."""
+    reasons = parse_guard_failure(text, redact=True)
+    assert reasons and all(SECRET not in r.text and SECRET not in r.subject for r in reasons)
+    assert all(r.category in CATEGORIES for r in reasons)
+
+
+def test_redaction_keeps_subject_and_comparison() -> None:
+    """Redacted text still names the subject and the comparison, e.g. "G['SCALE'] == <redacted>"."""
+    [reason] = parse_guard_failure("0/0: G['SCALE'] == 1.0   # return x * SCALE  # t.py:3 in f", redact=True)
+    assert reason.text == "G['SCALE'] == <redacted>" and reason.category == "global" and reason.entry == "0/0"
+
+
+def test_redaction_on_a_live_string_guard() -> None:
+    """A real torch 2.13 guard on a string argument holding a secret is redacted to its subject."""
+    import torch
+
+    def secret_fn(x: torch.Tensor, token: str) -> torch.Tensor:
+        return x + 1 if token == SECRET else x - 1
+
+    from torch._dynamo.utils import guard_failures
+
+    torch._dynamo.reset()
+    compiled = torch.compile(secret_fn, backend="eager")
+    compiled(torch.ones(2), SECRET)
+    compiled(torch.ones(2), "other")
+    [text] = [t for code, texts in guard_failures.items() if code.co_name == "secret_fn" for t in texts]
+    assert SECRET in text
+    [reason] = parse_guard_failure(text, redact=True)
+    assert SECRET not in reason.text and reason.subject == "L['token']" and reason.category == "python_constant"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_live_scenario_matches_declaration(name: str) -> None:
+    """Each scenario run on the installed torch recompiles as often as declared, for its declared category and subject."""
+    scenario = SCENARIOS[name]
+    observed = run_scenario(scenario)
+    assert observed.recompiles == scenario.recompiles
+    if scenario.in_guard_failures:
+        strings = observed.guard_failures
+        assert [e for message in observed.log_messages for e in parse_recompiles_log(message)] == strings
+    else:
+        assert observed.guard_failures == []
+        strings = [e for message in observed.log_messages for e in parse_recompiles_log(message)]
+    assert strings
+    reasons = [r for text in strings for r in parse_guard_failure(text)]
+    assert {(r.category, r.subject) for r in reasons} == {(scenario.category, scenario.subject)}

@@ -70,11 +70,12 @@ def main() -> int:
             opt.step()
             opt.zero_grad()
         snap = session.snapshot()
-        print(f"TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}", flush=True)
-        if args.summary:
-            with open(args.summary, "w") as f:
+        if args.summary:  # written before the marker line, so a reader that saw the marker finds it
+            with open(args.summary + ".tmp", "w") as f:
                 json.dump({"compiles": snap.compiles_total, "recompiles": snap.recompiles_total,
                            "event_log": str(session.event_log_path), "pid": os.getpid()}, f)
+            os.replace(args.summary + ".tmp", args.summary)
+        print(f"TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}", flush=True)
         time.sleep(args.hold)
     print("DETACHED", flush=True)
     return 0

@@ -1,0 +1,167 @@
+"""``PrometheusExporter``: picks the mode, wires collector and output, and owns their lifetime.
+
+Exit paths: the session calls :meth:`shutdown` on detach, at interpreter exit and on SIGTERM (its
+handler chains to any earlier one), so this exporter installs no signal handler of its own (two
+chained handlers would restore each other out of order); an ``atexit`` hook is kept only as a
+safety net for sessions that never detach.
+
+Settings that cannot work (a mode without its directory or URL, half a TLS pair, a malformed
+``prometheus_basic_auth``) raise ``ConfigError`` from the constructor, i.e. at ``attach()``.
+Port-taken policy: attach never fails because of the metrics port. By default the error (naming the
+port and ``prometheus_port``) is logged once and counted in ``recompprof_internal_errors_total``
+and training goes on without an endpoint; ``prometheus_port_search`` takes the next free port
+instead. Under ``_internal.raise_internal_errors(True)`` (the test suite's strict mode) the same
+error is raised as a ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import CollectorRegistry
+
+from recompprof import _internal
+from recompprof.settings import ConfigError
+
+from recompprof_prometheus import multiprocess, server
+from recompprof_prometheus.collector import SnapshotCollector
+from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
+
+if TYPE_CHECKING:
+    from recompprof.events import Event
+    from recompprof.session import Session
+    from recompprof.settings import Settings
+
+log = logging.getLogger("recompprof")
+# Multiprocess files are refreshed this soon after a compile event (and every push interval).
+MIRROR_GAP = 0.5
+
+
+class PrometheusExporter:
+    """Exports a session's totals as Prometheus metrics (pull, multiprocess, textfile or pushgateway)."""
+
+    name = "prometheus"
+
+    def __init__(self, settings: Settings) -> None:
+        _validate(settings)  # runs in attach(), outside the session's guard: bad settings fail there
+        self.settings = settings
+        self.collector: SnapshotCollector | None = None
+        self.registry: CollectorRegistry | None = None
+        self.server: server.MetricsServer | None = None
+        self.periodic: Periodic | None = None
+        self._atexit_installed = False
+        self._stopped = False
+
+    # -- Exporter protocol --------------------------------------------------------------------
+    def start(self, session: Session) -> None:
+        s = self.settings
+        identity = session.identity
+        self.collector = SnapshotCollector(session.snapshot, identity, session.versions)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        if s.prometheus_mode == "pull":
+            with _internal.guard("prometheus.server"):
+                self.server = self._serve(self.registry, identity.local_rank, identity.local_world_size)
+        elif s.prometheus_mode == "multiprocess":
+            with _internal.guard("prometheus.multiprocess"):
+                self._start_multiprocess(session)
+        elif s.prometheus_mode == "textfile":
+            with _internal.guard("prometheus.textfile"):
+                assert s.prometheus_textfile_dir is not None
+                self._start_periodic(TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job,
+                                                    identity.rank))
+        elif s.prometheus_mode == "pushgateway":
+            with _internal.guard("prometheus.pushgateway"):
+                assert s.prometheus_pushgateway_url
+                self._start_periodic(PushgatewayOutput(self.registry, s.prometheus_pushgateway_url, s.prometheus_job,
+                                                       identity.rank))
+        if self.periodic is not None or self.server is not None:
+            atexit.register(self._at_exit)
+            self._atexit_installed = True
+
+    def on_event(self, event: Event) -> None:
+        if self.periodic is not None:
+            self.periodic.poke()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._uninstall_handlers()
+        if self.periodic is not None:
+            self.periodic.close(clean=True, timeout=timeout)
+        if self.server is not None:
+            with _internal.guard("prometheus.server"):
+                self.server.close(timeout)
+
+    # -- modes ----------------------------------------------------------------------------------
+    def _serve(self, registry: CollectorRegistry, offset: int, stride: int) -> server.MetricsServer:
+        s = self.settings
+        tls = server.tls_context(s.prometheus_certfile, s.prometheus_keyfile)
+        srv = server.serve(registry, s.prometheus_addr, s.prometheus_port, offset, search=s.prometheus_port_search,
+                           stride=stride, tls=tls, credentials=s.prometheus_basic_auth)
+        if s.prometheus_basic_auth and tls is None and s.prometheus_addr not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("recompprof: Prometheus basic auth without TLS sends the password in clear text; "
+                        "set prometheus_certfile and prometheus_keyfile")
+        log.info("recompprof: serving Prometheus metrics on %s://%s:%d/metrics", srv.scheme, srv.addr, srv.port)
+        return srv
+
+    def _start_multiprocess(self, session: Session) -> None:
+        identity = session.identity
+        path = multiprocess.directory(identity)
+        multiprocess.prepare(path, identity)
+        assert self.collector is not None
+        collector = self.collector
+        mirror = multiprocess.MmapMirror(path, identity.rank)
+        self._start_periodic(CallbackOutput("prometheus.multiprocess",
+                                            lambda: mirror.write(collector.families(session.snapshot())),
+                                            mirror.close), min_gap=MIRROR_GAP)
+        if identity.local_rank == 0:
+            pod = CollectorRegistry(auto_describe=False)
+            MultiProcessCollector(pod, path=str(path))
+            with _internal.guard("prometheus.server"):
+                self.server = self._serve(pod, 0, 1)
+
+    def _start_periodic(self, output: Output, min_gap: float = 1.0) -> None:
+        self.periodic = Periodic(output, self.settings.prometheus_push_interval, min_gap=min_gap)
+        self.periodic.start()
+
+    # -- exit paths -----------------------------------------------------------------------------
+    def _at_exit(self) -> None:
+        self.shutdown()
+
+    def _uninstall_handlers(self) -> None:
+        if self._atexit_installed:
+            self._atexit_installed = False
+            atexit.unregister(self._at_exit)
+
+    # -- introspection (tests, docs) ----------------------------------------------------------------
+    @property
+    def url(self) -> str | None:
+        """The endpoint this process serves, if any."""
+        if self.server is None:
+            return None
+        return f"{self.server.scheme}://{self.server.addr}:{self.server.port}/metrics"
+
+
+def _validate(s: Settings) -> None:
+    """Reject settings combinations that cannot work, naming the setting and its variable."""
+    def need(name: str) -> None:
+        raise ConfigError(f"recompprof setting {name!r} (RECOMPPROF_{name.upper()}) is required with "
+                          f"prometheus_mode={s.prometheus_mode}")
+
+    if s.prometheus_mode == "textfile" and s.prometheus_textfile_dir is None:
+        need("prometheus_textfile_dir")
+    if s.prometheus_mode == "pushgateway" and not s.prometheus_pushgateway_url:
+        need("prometheus_pushgateway_url")
+    if (s.prometheus_certfile is None) != (s.prometheus_keyfile is None):
+        raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
+                          "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
+    if s.prometheus_basic_auth is not None:
+        user, sep, _ = s.prometheus_basic_auth.partition(":")
+        if not sep or not user:
+            raise ConfigError("recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
+                              "expected 'user:password'")

@@ -1,0 +1,121 @@
+"""Multiprocess mode: every rank mirrors its families into mmap files, local rank 0 serves them all.
+
+prometheus_client's multiprocess mode cannot run custom collectors and picks its value class from
+``PROMETHEUS_MULTIPROC_DIR`` when it is first imported, so instead of switching the whole process
+into that mode this module writes the files ``MultiProcessCollector`` reads, directly, with the
+absolute values of the same families the pull endpoint serves. Files are named by rank, not pid
+(``counter_recompprof-r3.db``): a restarted rank overwrites its own file instead of leaving a dead
+pid's counters to be summed with the new ones.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+from recompprof.settings import ConfigError
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from recompprof.identity import Identity
+
+log = logging.getLogger("recompprof")
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Gauges here carry a rank label, so each series has one writer and "max" is simply its value.
+GAUGE_MODE = "max"
+_OURS = re.compile(r"^(counter|histogram|gauge_max)_recompprof-r(\d+)\.db$")
+
+
+def directory(identity: Identity) -> Path:
+    """``$PROMETHEUS_MULTIPROC_DIR``, else a per-user, per-run directory every local rank agrees on."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    safe_run = re.sub(r"[^A-Za-z0-9_.-]", "_", identity.run_id)
+    return Path(tempfile.gettempdir()) / f"recompprof-prometheus-{os.getuid()}-{safe_run}"
+
+
+def prepare(path: Path, identity: Identity) -> None:
+    """Create ``path`` (0700) or check an existing one is a real directory we own, then clear stale files.
+
+    Each rank removes only its own files; local rank 0 also removes files of ranks that are not on
+    this node now (a previous, larger job). Nobody removes a live sibling's file, so there is no
+    start-up race between ranks.
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"recompprof: {ENV} {path} is not a directory (a symlink or file is not accepted)")
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"recompprof: {ENV} {path} belongs to uid {st.st_uid}, not to this user; "
+                          f"set {ENV} to a directory of your own")
+    if st.st_mode & stat.S_IWOTH:
+        log.warning("recompprof: %s %s is world-writable; other users can forge or hide metrics", ENV, path)
+    first = identity.rank - identity.local_rank
+    node_ranks = range(first, first + identity.local_world_size)
+    for name in os.listdir(path):
+        match = _OURS.match(name)
+        if match is None:
+            continue
+        rank = int(match.group(2))
+        if rank == identity.rank or (identity.local_rank == 0 and rank not in node_ranks):
+            (path / name).unlink(missing_ok=True)
+
+
+class MmapMirror:
+    """Writes families into this rank's mmap files; only changed values are rewritten."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self._rank = rank
+        self._files: dict[str, MmapedDict] = {}
+        self._last: dict[str, float] = {}
+
+    def _file(self, prefix: str) -> MmapedDict:
+        f = self._files.get(prefix)
+        if f is None:
+            f = self._files[prefix] = MmapedDict(str(self.path / f"{prefix}_recompprof-r{self._rank}.db"))
+        return f
+
+    def write(self, families: list[Metric]) -> None:
+        for fam in families:
+            if fam.type == "counter":
+                prefix = "counter"
+            elif fam.type == "gauge":
+                prefix = f"gauge_{GAUGE_MODE}"
+            elif fam.type == "histogram":
+                prefix = "histogram"
+            else:
+                continue
+            f = self._file(prefix)
+            previous = 0.0
+            for sample in fam.samples:
+                if sample.name.endswith("_count") and fam.type == "histogram":
+                    continue  # the collector derives _count from the buckets
+                value = sample.value
+                if fam.type == "histogram" and sample.name.endswith("_bucket"):
+                    # The files hold per-bucket counts; the collector accumulates them again.
+                    value, previous = sample.value - previous, sample.value
+                names, values = zip(*sorted(sample.labels.items())) if sample.labels else ((), ())
+                key = mmap_key(fam.name, sample.name, names, values, fam.documentation)
+                if self._last.get(key) != value:
+                    f.write_value(key, value, 0.0)
+                    self._last[key] = value
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def stale_files(path: Path) -> list[str]:
+    """Our files in ``path`` (for tests and diagnostics)."""
+    return sorted(os.path.basename(p) for p in glob.glob(str(path / "*_recompprof-r*.db")))

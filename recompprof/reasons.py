@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from recompprof.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+from recompprof.events import MAX_SUBJECT, MAX_TEXT, Reason
 
 __all__ = ["FIX_HINTS", "parse_guard_failure", "parse_recompiles_log", "user_location"]
 

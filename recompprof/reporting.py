@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.table import Table
 
+from recompprof import divergence
 from recompprof.events import PHASES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit, SessionEnd, SessionStart
 
 MAX_FRAMES = 10_000
@@ -64,6 +65,12 @@ class FrameReport:
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Per-rank detail for recompprof.divergence (steps bounded by MAX_STEPS_LISTED per rank).
+    recompile_steps_by_rank: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    categories_by_rank: dict[int, Counter[str]] = dataclasses.field(default_factory=dict)
+    category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
+    limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def top_reasons(self) -> list[ReasonGroup]:
         return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
@@ -116,11 +123,8 @@ class Report:
         return sum(sum(f.failures.values()) for f in self.frames.values())
 
     def diverging_frames(self) -> list[FrameReport]:
-        """Frames that recompiled on some ranks but not on others (a classic cause of collective hangs)."""
-        if len(self.ranks) < 2:
-            return []
-        return [f for f in self.frames.values()
-                if any(f.recompiles_by_rank.get(r, 0) != f.recompiles_by_rank.get(min(self.ranks), 0) for r in self.ranks)]
+        """Frames whose recompiles, limit hits or reason categories differ across ranks (see recompprof.divergence)."""
+        return [d.frame for d in divergence.find(self)]
 
     def __str__(self) -> str:
         return render_text(self)
@@ -154,6 +158,8 @@ def build_report(events: Iterable[Event]) -> Report:
             frame = _frame(report, event.frame)
             if frame is not None:
                 frame.limit_hits[event.limit] += 1
+                frame.limit_hits_by_rank[event.rank] += 1
+                frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif isinstance(event, GraphBreak):
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
@@ -201,6 +207,13 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame.recompiles += 1
             frame.recompiles_by_rank[event.rank] += 1
             frame.first_recompile_step_by_rank.setdefault(event.rank, step)
+            steps = frame.recompile_steps_by_rank.setdefault(event.rank, [])
+            if len(steps) < MAX_STEPS_LISTED:
+                steps.append(step)
+            for reason in event.reasons:
+                if reason.explains_change:
+                    frame.categories_by_rank.setdefault(event.rank, Counter())[reason.category] += 1
+                    frame.category_first_step_by_rank.setdefault(event.rank, {}).setdefault(reason.category, step)
             frame.steady_state_recompiles += int(event.steady_state)
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
@@ -309,12 +322,7 @@ def render_text(report: Report, width: int = 160) -> str:
             fails.add_row(*row)
         console.print(fails)
 
-    diverging = report.diverging_frames()
-    if diverging:
-        console.print("\nDiverging across ranks (recompiles differ; risk of collective hangs):")
-        for f in diverging:
-            per_rank = ", ".join(f"rank {r}: {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks))
-            console.print(f"  {f.label}: {per_rank}")
+    divergence.print_divergence(console, report)
 
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
     if busy:

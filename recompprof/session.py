@@ -12,7 +12,6 @@ import collections
 import dataclasses
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -28,9 +27,9 @@ from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.frames import resolve_wrapped
 from recompprof._torch.graph_breaks import GraphBreakReader
 from recompprof._torch.guard_failures import GuardFailureReader
-from recompprof._torch.phases import exclusive_phases
 from recompprof._torch.steps import StepCounter
 from recompprof.aggregates import Aggregates, Snapshot
+from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
 from recompprof.eventlog import EventLogWriter, log_path
 from recompprof.events import (
     MAX_TEXT,
@@ -39,13 +38,11 @@ from recompprof.events import (
     Frame,
     GraphBreak,
     GuardFailure,
-    Reason,
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
 )
 from recompprof.identity import Identity, detect
-from recompprof.reasons import parse_guard_failure
 
 if TYPE_CHECKING:
     from recompprof.reporting import Report
@@ -57,10 +54,7 @@ _attach_lock = threading.RLock()
 _current: Session | None = None
 _last: Session | None = None
 
-_LIMIT_RE = re.compile(r"Limit type: (recompile_limit|accumulated_recompile_limit|cache_size_limit|accumulated_cache_size_limit)")
-_LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
 _MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards
-_MAX_SEEN_REASONS = 256  # per frame, to tell the reason that explains a change from old ones
 
 
 def current() -> Session | None:
@@ -113,6 +107,7 @@ class Session:
         self._recent: collections.deque[Event] = collections.deque(maxlen=settings.recent_events)
         self._writer: EventLogWriter | None = None
         self._exporters: list[exporting.Exporter] = []
+        self._listeners: list[Callable[[Event], None]] = []
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._steps = StepCounter()
         self._guards = GuardFailureReader()
@@ -122,7 +117,7 @@ class Session:
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
         # Dynamo frame id ("3" of "3/1") -> (code name, file, line, frame): limit-hit records carry no code names.
         self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
-        self._seen_reasons: dict[str, collections.OrderedDict[tuple[str, str, str], None]] = {}
+        self._explainer = ReasonExplainer(settings.redact)
         self._pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self._prior_sigterm: Any = None
         self._closed = False
@@ -240,6 +235,11 @@ class Session:
 
     # -- public API ---------------------------------------------------------------------------
     @property
+    def exporters(self) -> tuple[exporting.Exporter, ...]:
+        """The exporters that started."""
+        return tuple(self._exporters)
+
+    @property
     def current_step(self) -> int:
         return self._steps.step
 
@@ -251,12 +251,28 @@ class Session:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
             snap = self.aggregates.snapshot()
-        return dataclasses.replace(snap, step=self._steps.step, internal_errors=_internal.counts())
+        dropped = dict(snap.events_dropped)
+        for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
+            counts = getattr(exporter, "dropped", None)
+            if callable(counts):
+                with _internal.guard(f"exporter.{exporter.name}"):
+                    for reason, n in counts().items():
+                        dropped[f"{exporter.name}_{reason}"] = n
+        return dataclasses.replace(snap, step=self._steps.step, internal_errors=_internal.counts(), events_dropped=dropped)
 
     def add_exemplar(self, seconds: float, trace_id: str) -> None:
         """Attach a trace id to the duration histogram bucket ``seconds`` falls in."""
         with self._lock:
             self.aggregates.add_exemplar(seconds, trace_id)
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None:
+        """Call ``listener(event)`` for every event from now on (on the compile path: keep it cheap)."""
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Callable[[Event], None]) -> None:
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
 
     def recent_events(self) -> list[Event]:
         with self._lock:
@@ -289,6 +305,9 @@ class Session:
             for exporter in self._exporters:
                 with _internal.guard(f"exporter.{exporter.name}"):
                     exporter.on_event(event)
+            for listener in self._listeners:
+                with _internal.guard("listener"):
+                    listener(event)
 
     def _aggregate(self, event: Event) -> None:
         if isinstance(event, Compile):
@@ -319,84 +338,43 @@ class Session:
             self._record_compile(metrics)
 
     def _record_compile(self, m: Any) -> None:
-        now = time.time()
-        step = self._steps.step
+        now, step = time.time(), self._steps.step
         compile_id = str(m.compile_id) if m.compile_id is not None else "?"
         forward = m.is_forward is not False
         texts: list[str] = []
         if forward:
             frame_id = compile_id.split("/")[0]
             if m.co_name is None and frame_id in self._code_of_frame_id:
-                code_key, frame = self._code_of_frame_id[frame_id]
+                code_key, frame = self._code_of_frame_id[frame_id]  # limit-hit records name no function
             else:
                 code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
                 frame = Frame.model_validate(dict(zip(("name", "file", "line"), resolve_wrapped(*code_key))))
                 self._code_of_frame_id[frame_id] = (code_key, frame)
             _, texts = self._guards.take(*code_key)
             texts += self._take_pending(Frame(name=code_key[0], file=code_key[1], line=code_key[2]))
+            if self._profile is not None:
+                texts = [t for t in texts if not self._profile.is_own_reason(t)]
+            texts = reason_texts(m, texts)
             self._frame_of_compile[compile_id] = frame
             for remembered in (self._frame_of_compile, self._code_of_frame_id):
                 if len(remembered) > _MAX_REMEMBERED_COMPILES:
                     remembered.popitem(last=False)
-            if self._profile is not None:
-                texts = [t for t in texts if not self._profile.is_own_reason(t)]
-            if not texts and _usable_reason(m.recompile_reason):
-                texts = [str(m.recompile_reason)]  # e.g. invalidated entries, which torch leaves out of guard_failures
         else:
             frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        reasons = self._parse_reasons(frame, texts)
-        limit = _limit_hit(m.fail_reason)
-        outcome = "limit_hit" if limit else ("failed" if m.fail_type else "ok")
-        duration, phases = exclusive_phases(m)
         breaks = self._breaks.take() if forward else []
         redact = self.settings.redact
-        event = Compile(
-            time=now,
-            rank=self.identity.rank,
-            step=step,
-            frame=frame,
-            compile_id=compile_id,
-            is_recompile=forward and (bool(m.cache_size) or bool(reasons)),
-            cache_entries=m.cache_size,
-            outcome=outcome,
-            fail_type=m.fail_type,
-            fail_reason=None if redact or not m.fail_reason else str(m.fail_reason)[:MAX_TEXT],
-            reasons=reasons,
-            start_time=m.start_time_us * 1e-6 if m.start_time_us else None,
-            duration=duration,
-            phases=phases,
-            guard_count=m.guard_count,
-            graph_op_count=m.graph_op_count,
-            graph_breaks=sum(n for _, n in breaks),
-            cache=_cache_outcome(m),
-            backward=not forward,
-            steady_state=step >= self.settings.warmup_steps,
+        event, hit = compile_events(
+            m, time=now, rank=self.identity.rank, step=step, frame=frame, reasons=self._explainer.explain(frame, texts),
+            graph_breaks=sum(n for _, n in breaks), redact=redact, steady_state=step >= self.settings.warmup_steps,
+            limit_value=_limit_value("recompile_limit"),
         )
         self._emit(event)
         for text, count in breaks:
             first_line = text.strip().splitlines()[0] if text.strip() else "graph break"
             self._emit(GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
                                   reason=(first_line if redact else text)[:MAX_TEXT], count=count))
-        if limit:
-            self._emit(RecompileLimitHit(
-                time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id, limit=limit,
-                value=_limit_value(limit), last_reason=next((r for r in reasons if r.explains_change), None),
-            ))
-
-    def _parse_reasons(self, frame: Frame, texts: list[str]) -> list[Reason]:
-        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.settings.redact)]
-        if not parsed:
-            return []
-        seen = self._seen_reasons.setdefault(frame.label, collections.OrderedDict())
-        keys = [(r.category, r.subject, r.text) for r in parsed]
-        new = [i for i, key in enumerate(keys) if key not in seen]
-        explaining = new[0] if new else 0
-        for key in keys:
-            seen[key] = None
-            seen.move_to_end(key)
-        while len(seen) > _MAX_SEEN_REASONS:
-            seen.popitem(last=False)
-        return [r.model_copy(update={"explains_change": i == explaining}) for i, r in enumerate(parsed)]
+        if hit is not None:
+            self._emit(hit)
 
     # -- bookends ---------------------------------------------------------------------------------
     def _session_start(self) -> SessionStart:
@@ -430,18 +408,6 @@ class Session:
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors)
 
 
-def _usable_reason(reason: Any) -> bool:
-    return bool(reason) and str(reason) != "Unable to find recompilation reasons"
-
-
-def _limit_hit(fail_reason: Any) -> str | None:
-    if not fail_reason or "recompile limit exceeded" not in str(fail_reason):
-        return None
-    match = _LIMIT_RE.search(str(fail_reason))
-    name = match.group(1) if match else "recompile_limit"
-    return _LIMIT_ALIASES.get(name, name)
-
-
 def _limit_value(name: str) -> int | None:
     try:
         import torch._dynamo.config as config
@@ -452,11 +418,3 @@ def _limit_value(name: str) -> int | None:
         return int(value) if value is not None else None
     except Exception:  # noqa: BLE001 - a renamed config only loses this figure
         return None
-
-
-def _cache_outcome(m: Any) -> str | None:
-    hits = sum(getattr(m, f, None) or 0 for f in ("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count"))
-    misses = sum(getattr(m, f, None) or 0 for f in ("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"))
-    if misses:
-        return "miss"
-    return "hit" if hits else None

@@ -1,0 +1,165 @@
+"""``OtelExporter``: every compile as an OpenTelemetry trace, sent over OTLP off the training thread.
+
+Lifecycle: ``start`` builds (or borrows) a tracer provider, ``on_event`` turns compile events into
+spans and hands them to a bounded queue (microseconds, never I/O), ``shutdown`` flushes within its
+deadline. The session calls ``shutdown`` at detach, at interpreter exit and on SIGTERM. A forked child
+(DataLoader workers) emits nothing. The global tracer provider is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from recompprof import _internal
+from recompprof.events import Compile, RecompileLimitHit
+
+from recompprof_otel import environment, resource, transport
+from recompprof_otel.ids import PrivateRandomIdGenerator
+from recompprof_otel.processor import BoundedBatchProcessor
+from recompprof_otel.spans import SpanBuilder
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from recompprof.events import Event
+    from recompprof.session import Session
+    from recompprof.settings import Settings
+
+    from recompprof_otel.metrics import OtelMetrics
+
+log = logging.getLogger("recompprof.otel")
+
+# Once the collector looks down at shutdown (an export failed, or one has hung for over a second), the
+# flush waits at most this much longer: an ending job should not sit out the OTLP retry back-off.
+DOWN_COLLECTOR_FLUSH_S = 0.5
+
+
+def _bounded(fn: Callable[[], Any], timeout: float, name: str) -> bool:
+    """Run ``fn`` on a daemon thread and wait at most ``timeout`` s; True if it finished."""
+    def run() -> None:
+        with _internal.guard(name):
+            fn()
+
+    thread = threading.Thread(target=run, name=f"recompprof-{name}", daemon=True)
+    thread.start()
+    thread.join(max(timeout, 0.0))
+    return not thread.is_alive()
+
+
+class OtelExporter:
+    """Exports each compile as a trace (root ``torch_compile.frame``, children per phase) over OTLP."""
+
+    name = "otel"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.env = environment.read()
+        # Checked here so a missing grpc package fails attach with a clear message, like a missing extra.
+        if not self.env.disabled:
+            transport.check_protocol(self.env.traces_protocol)
+            if settings.otel_metrics:
+                transport.check_protocol(self.env.metrics_protocol)
+        self.tracer_provider: Any = None
+        self.processor: BoundedBatchProcessor | None = None
+        self.metrics: OtelMetrics | None = None
+        self._builder: SpanBuilder | None = None
+        self._session: Session | None = None
+        self._owns_provider = False
+        self._pid = os.getpid()
+        self._active = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self, session: Session) -> None:
+        self._session = session
+        if self.env.problems:
+            _internal.record("otel.config", environment.OtelConfigWarning("; ".join(self.env.problems)),
+                             "bad OTEL_* value(s) replaced by defaults")
+        if self.env.disabled:
+            log.info("recompprof: OTEL_SDK_DISABLED=true; the otel exporter sends nothing")
+            return
+        res = resource.build(session.identity, session.versions)
+        provider = getattr(session, "tracer_provider", None)
+        if provider is None:
+            self.processor = BoundedBatchProcessor(
+                transport.span_exporter(self.env.traces_protocol),
+                max_queue_size=self.env.max_queue_size,
+                max_export_batch_size=self.env.max_export_batch_size,
+                schedule_delay_s=self.env.schedule_delay_s,
+            )
+            # shutdown_on_exit=False: the SDK's own atexit flush is unbounded; the session's detach is not.
+            provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PrivateRandomIdGenerator())
+            provider.add_span_processor(self.processor)
+            self._owns_provider = True
+        self.tracer_provider = provider
+        tracer = provider.get_tracer("recompprof", session.versions.get("recompprof") or None)
+        if hasattr(tracer, "id_generator"):
+            # Also on a borrowed SDK provider: only recompprof's own tracer gets the private generator.
+            tracer.id_generator = PrivateRandomIdGenerator()
+        self._builder = SpanBuilder(tracer)
+        if self.settings.otel_metrics:
+            from recompprof_otel.metrics import OtelMetrics
+
+            self.metrics = OtelMetrics(
+                transport.metric_exporter(self.env.metrics_protocol), res, session.snapshot,
+                session.identity.rank, self.dropped,
+                {"version": session.versions.get("recompprof", ""), "torch_version": session.versions.get("torch", "")},
+            )
+        self._pid = os.getpid()
+        self._active = True
+        # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
+        after_fork = weakref.WeakMethod(self._after_fork_in_child)
+        os.register_at_fork(after_in_child=lambda: (method := after_fork()) is not None and method())
+
+    def _after_fork_in_child(self) -> None:
+        # The child shares nothing it could safely use (threads, sockets, locks): it stays silent.
+        self._active = False
+
+    def on_event(self, event: Event) -> None:
+        if not self._active or os.getpid() != self._pid or self._builder is None:
+            return
+        with _internal.guard("otel.span"):
+            root: Span | None = None
+            if isinstance(event, Compile):
+                root = self._builder.compile_span(event)
+                if root is not None and self.metrics is not None:
+                    self.metrics.record_compile(event, trace.set_span_in_context(root))
+            elif isinstance(event, RecompileLimitHit):
+                root = self._builder.limit_hit_span(event)
+            if isinstance(event, Compile) and root is not None and self._session is not None:
+                context = root.get_span_context()
+                if context.is_valid and context.trace_flags.sampled:
+                    self._session.add_exemplar(event.duration, format(context.trace_id, "032x"))
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""
+        if not self._active or os.getpid() != self._pid:
+            return
+        self._active = False
+        provider = self.tracer_provider
+        if self._owns_provider and self.processor is not None:
+            processor = self.processor
+            _bounded(lambda: processor.shutdown(int(timeout * 1000), DOWN_COLLECTOR_FLUSH_S), timeout + 0.5,
+                     "otel.shutdown")
+        elif provider is not None and hasattr(provider, "force_flush"):
+            # A borrowed provider belongs to the application: flush what we gave it, never shut it down.
+            _bounded(lambda: provider.force_flush(int(timeout * 1000)), timeout, "otel.flush")
+        if self.metrics is not None:
+            metrics = self.metrics
+            _bounded(lambda: metrics.shutdown(timeout), timeout, "otel.metrics")
+
+    # -- introspection ------------------------------------------------------------------------
+    def dropped(self) -> dict[str, int]:
+        """Spans that never reached the collector, by reason (empty with a borrowed provider)."""
+        return self.processor.dropped() if self.processor is not None else {}
+
+    def exported(self) -> int:
+        """Spans the collector accepted."""
+        return self.processor.counts["exported"] if self.processor is not None else 0

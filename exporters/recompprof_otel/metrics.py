@@ -1,0 +1,194 @@
+"""Optional OpenTelemetry metrics (``otel_metrics``), named so they translate to the Prometheus names.
+
+The OTLP-to-Prometheus translation replaces dots with underscores, appends the unit (``s`` becomes
+``_seconds``; ``{...}`` annotations add nothing) and ``_total`` to monotonic sums, so
+``torch_compile.recompiles`` with unit ``{recompile}`` arrives as ``torch_compile_recompiles_total``.
+Everything but the duration histogram is observed from ``session.snapshot()`` at collection time;
+OpenTelemetry has no asynchronous histogram, so durations are recorded as compiles happen.
+Send these *or* scrape the Prometheus exporter into one Prometheus, never both (duplicate series).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
+
+from recompprof import _internal
+from recompprof.aggregates import DURATION_BUCKETS
+from recompprof.events import LIMITS
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData
+    from opentelemetry.sdk.resources import Resource
+
+    from recompprof.aggregates import Snapshot
+    from recompprof.events import Compile
+
+# (instrument name, unit, the Prometheus name it becomes); tests check the translation.
+INSTRUMENTS: tuple[tuple[str, str, str], ...] = (
+    ("torch_compile.compiles", "{compile}", "torch_compile_compiles_total"),
+    ("torch_compile.recompiles", "{recompile}", "torch_compile_recompiles_total"),
+    ("torch_compile.steady_state_recompiles", "{recompile}", "torch_compile_steady_state_recompiles_total"),
+    ("torch_compile.guard_failures", "{failure}", "torch_compile_guard_failures_total"),
+    ("torch_compile.recompile_limit_hits", "{hit}", "torch_compile_recompile_limit_hits_total"),
+    ("torch_compile.compile_failures", "{failure}", "torch_compile_compile_failures_total"),
+    ("torch_compile.graph_breaks", "{break}", "torch_compile_graph_breaks_total"),
+    ("torch_compile.phase", "s", "torch_compile_phase_seconds_total"),
+    ("torch_compile.duration", "s", "torch_compile_duration_seconds"),
+    ("torch_compile.cache_entries", "{entry}", "torch_compile_cache_entries"),
+    ("torch_compile.recompile_limit", "{recompile}", "torch_compile_recompile_limit"),
+    ("torch_compile.last_compile_timestamp", "s", "torch_compile_last_compile_timestamp_seconds"),
+    ("torch_compile.training_step", "{step}", "torch_compile_training_step"),
+    ("recompprof.events_dropped", "{event}", "recompprof_events_dropped_total"),
+    ("recompprof.internal_errors", "{error}", "recompprof_internal_errors_total"),
+)
+
+Obs = Iterator[Observation]
+
+
+class _ParentOnly:
+    """Wraps a metric exporter so a forked child (whose reader thread the SDK restarts) sends nothing."""
+
+    def __init__(self, inner: MetricExporter) -> None:
+        self._inner = inner
+        self._pid = os.getpid()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        if os.getpid() != self._pid:
+            return MetricExportResult.SUCCESS
+        return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        if os.getpid() == self._pid:
+            self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return os.getpid() != self._pid or bool(self._inner.force_flush(timeout_millis=timeout_millis))
+
+
+class OtelMetrics:
+    """A MeterProvider of its own whose instruments read ``snapshot()``; ``extra_dropped`` adds span drops."""
+
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        resource: Resource,
+        snapshot: Callable[[], Snapshot],
+        rank: int,
+        extra_dropped: Callable[[], dict[str, int]],
+        build_info: dict[str, str],
+    ) -> None:
+        self._snapshot = snapshot
+        self._extra_dropped = extra_dropped
+        self._rank = {"rank": str(rank)}
+        self._build_info = {**self._rank, **build_info}
+        reader = PeriodicExportingMetricReader(_ParentOnly(exporter))  # type: ignore[arg-type]
+        self.provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+        meter = self.provider.get_meter("recompprof", build_info.get("version") or None)
+        units = {name: unit for name, unit, _ in INSTRUMENTS}
+        counters: dict[str, Callable[[Snapshot], Obs]] = {
+            "torch_compile.compiles": self._per_frame("compiles"),
+            "torch_compile.recompiles": self._per_frame("recompiles"),
+            "torch_compile.steady_state_recompiles": self._per_frame("steady_state_recompiles"),
+            "torch_compile.guard_failures": self._guard_failures,
+            "torch_compile.recompile_limit_hits": self._limit_hits,
+            "torch_compile.compile_failures": self._compile_failures,
+            "torch_compile.graph_breaks": lambda s: iter([Observation(s.graph_breaks, self._rank)]),
+            "torch_compile.phase": self._phases,
+            "recompprof.events_dropped": self._dropped,
+            "recompprof.internal_errors": self._internal_errors,
+        }
+        gauges: dict[str, Callable[[Snapshot], Obs]] = {
+            "torch_compile.cache_entries": self._cache_entries,
+            "torch_compile.recompile_limit": self._limits,
+            "torch_compile.last_compile_timestamp": self._last_compile,
+            "torch_compile.training_step": lambda s: iter([Observation(s.step, self._rank)]),
+        }
+        for name, read in counters.items():
+            meter.create_observable_counter(name, callbacks=[self._callback(name, read)], unit=units[name])
+        for name, read in gauges.items():
+            meter.create_observable_gauge(name, callbacks=[self._callback(name, read)], unit=units[name])
+        meter.create_observable_gauge(
+            "recompprof.build_info", callbacks=[lambda _o: [Observation(1, self._build_info)]],
+            description="recompprof and torch versions (value 1)",
+        )
+        self._duration = meter.create_histogram(
+            "torch_compile.duration", unit="s", description="Wall time of one compile",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+
+    def _callback(self, name: str, read: Callable[[Snapshot], Obs]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(_options: CallbackOptions) -> Iterable[Observation]:
+            out: list[Observation] = []
+            with _internal.guard(f"otel.metrics.{name}"):
+                out = list(read(self._snapshot()))
+            return out
+
+        return callback
+
+    def record_compile(self, event: Compile, context: Context | None) -> None:
+        """Observe one compile's duration (the same rule as the Prometheus histogram: limit hits excluded)."""
+        if event.outcome != "limit_hit":
+            self._duration.record(event.duration, self._rank, context=context)
+
+    def shutdown(self, timeout: float) -> None:
+        self.provider.shutdown(timeout_millis=max(timeout, 0.0) * 1000)
+
+    # -- observations ---------------------------------------------------------------------------
+    def _per_frame(self, field: str) -> Callable[[Snapshot], Obs]:
+        def read(snap: Snapshot) -> Obs:
+            for label, totals in snap.frames.items():
+                yield Observation(getattr(totals, field), {**self._rank, "frame": label})
+
+        return read
+
+    def _guard_failures(self, snap: Snapshot) -> Obs:
+        for label, totals in snap.frames.items():
+            for reason, count in totals.guard_failures.items():
+                yield Observation(count, {**self._rank, "frame": label, "reason": reason})
+
+    def _limit_hits(self, snap: Snapshot) -> Obs:
+        for label, totals in snap.frames.items():
+            for limit in LIMITS:  # zeros too, so alerts see the series before the first hit
+                yield Observation(totals.limit_hits.get(limit, 0), {**self._rank, "frame": label, "limit": limit})
+
+    def _compile_failures(self, snap: Snapshot) -> Obs:
+        for error_type, count in snap.compile_failures.items():
+            yield Observation(count, {**self._rank, "error_type": error_type})
+
+    def _phases(self, snap: Snapshot) -> Obs:
+        for phase, seconds in snap.phase_seconds.items():
+            yield Observation(seconds, {**self._rank, "phase": phase})
+
+    def _dropped(self, snap: Snapshot) -> Obs:
+        merged = dict(snap.events_dropped)
+        for reason, count in self._extra_dropped().items():
+            merged.setdefault(f"otel_{reason}", count)
+        for reason, count in merged.items():
+            yield Observation(count, {"reason": reason})
+
+    def _internal_errors(self, snap: Snapshot) -> Obs:
+        for component, count in snap.internal_errors.items():
+            yield Observation(count, {"component": component})
+
+    def _cache_entries(self, snap: Snapshot) -> Obs:
+        for label, totals in snap.frames.items():
+            yield Observation(totals.cache_entries, {**self._rank, "frame": label})
+
+    def _limits(self, snap: Snapshot) -> Obs:
+        for limit, value in snap.limits.items():
+            if value is not None:
+                yield Observation(value, {**self._rank, "limit": limit})
+
+    def _last_compile(self, snap: Snapshot) -> Obs:
+        if snap.last_compile_time is not None:
+            yield Observation(snap.last_compile_time, self._rank)

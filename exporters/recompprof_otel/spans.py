@@ -1,0 +1,205 @@
+"""Turn compile events into spans: one trace per compile, one child span per phase.
+
+Spans are created after the fact with explicit times. Torch reports each phase as an exclusive total,
+not as intervals, so the child spans are *reconstructed*: laid end to end from the compile's start in
+``events.PHASES`` order, each as long as its exclusive total. They sum to the compile's duration but
+do not claim the real interleaving (Dynamo and AOT autograd can alternate within one compile).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+
+from recompprof.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
+ROOT_SPAN = "torch_compile.frame"
+PHASE_SPAN = "torch_compile.phase"
+# Bounds on what one span carries, so a frame with hundreds of cache entries cannot bloat a span.
+MAX_REASONS = 32
+MAX_STATUS_TEXT = 1024
+MAX_TRACKED_FRAMES = 1024
+LIMIT_HIT_ERROR = "recompile_limit_hit"
+
+FrameKey = tuple[str, str, int, bool]
+
+
+def phase_intervals(start_ns: int, phases: dict[str, float], end_ns: int) -> list[tuple[str, int, int]]:
+    """``(phase, start_ns, end_ns)`` laid end to end from ``start_ns`` in PHASES order, never past ``end_ns``."""
+    out: list[tuple[str, int, int]] = []
+    cursor = start_ns
+    for phase in PHASES:
+        seconds = phases.get(phase)  # type: ignore[call-overload]
+        if not seconds or seconds <= 0:
+            continue
+        stop = min(cursor + round(seconds * 1e9), max(end_ns, cursor))
+        out.append((phase, cursor, stop))
+        cursor = stop
+    return out
+
+
+def _primary(reasons: Sequence[Reason]) -> Reason | None:
+    for reason in reasons:
+        if reason.explains_change:
+            return reason
+    return reasons[0] if reasons else None
+
+
+def reason_attributes(reasons: Sequence[Reason]) -> dict[str, object]:
+    """Guard-failure attributes: the explaining reason on its own, all of them (capped) as arrays."""
+    attrs: dict[str, object] = {"recompprof.guard_failure.count": len(reasons)}
+    primary = _primary(reasons)
+    if primary is None:
+        return attrs
+    shown = list(reasons[:MAX_REASONS])
+    attrs.update({
+        "recompprof.guard_failure.reason": primary.category,
+        "recompprof.guard_failure.subject": primary.subject,
+        "recompprof.guard_failure.detail": primary.text,
+        "recompprof.guard_failure.categories": sorted({r.category for r in reasons}),
+        "recompprof.guard_failure.reasons": [r.text for r in shown],
+        "recompprof.guard_failure.reason_categories": [r.category for r in shown],
+        "recompprof.guard_failure.subjects": [r.subject for r in shown],
+        "recompprof.guard_failure.explains_change": [r.explains_change for r in shown],
+    })
+    entries = [r.entry or "" for r in shown]
+    if any(entries):
+        attrs["recompprof.guard_failure.entries"] = entries
+    return attrs
+
+
+def _frame_attributes(frame: Frame) -> dict[str, object]:
+    return {"code.function.name": frame.name, "code.file.path": frame.file, "code.line.number": frame.line}
+
+
+class SpanBuilder:
+    """Builds the span tree of each compile and remembers the last compile of each frame for links."""
+
+    def __init__(self, tracer: Tracer, max_frames: int = MAX_TRACKED_FRAMES) -> None:
+        self._tracer = tracer
+        self._max_frames = max_frames
+        self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = collections.OrderedDict()
+        # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
+        # compile outcome and as its own event, in either order, and each hit must give one span.
+        self._limit_hits: collections.OrderedDict[tuple[FrameKey, str], None] = collections.OrderedDict()
+
+    @staticmethod
+    def _key(frame: Frame, backward: bool) -> FrameKey:
+        return (frame.name, frame.file, frame.line, backward)
+
+    def _remember(self, key: FrameKey, context: SpanContext, compile_id: str) -> None:
+        self._last[key] = (context, compile_id)
+        self._last.move_to_end(key)
+        while len(self._last) > self._max_frames:
+            self._last.popitem(last=False)
+
+    def _link(self, key: FrameKey) -> list[Link]:
+        previous = self._last.get(key)
+        if previous is None:
+            return []
+        context, compile_id = previous
+        return [Link(context, {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": compile_id})]
+
+    def _seen_limit_hit(self, key: FrameKey, compile_id: str | None) -> bool:
+        if compile_id is None:
+            return False
+        marker = (key, compile_id)
+        if marker in self._limit_hits:
+            return True
+        self._limit_hits[marker] = None
+        while len(self._limit_hits) > self._max_frames:
+            self._limit_hits.popitem(last=False)
+        return False
+
+    def compile_span(self, event: Compile) -> Span | None:
+        """Emit the span tree of one compile; returns the (ended) root span, or None if it was a duplicate."""
+        key = self._key(event.frame, event.backward)
+        if event.outcome == "limit_hit" and self._seen_limit_hit(key, event.compile_id):
+            return None
+        duration_ns = round(event.duration * 1e9)
+        if event.start_time is None:  # no start reported: the event is recorded as the compile ends
+            end_ns = round(event.time * 1e9)
+            start_ns = end_ns - duration_ns
+        else:
+            start_ns = round(event.start_time * 1e9)
+            end_ns = start_ns + duration_ns
+        attrs: dict[str, object] = {
+            **_frame_attributes(event.frame),
+            "recompprof.compile_id": event.compile_id,
+            "recompprof.rank": event.rank,
+            "recompprof.is_recompile": event.is_recompile,
+            "recompprof.outcome": event.outcome,
+            "recompprof.backward": event.backward,
+            "recompprof.steady_state": event.steady_state,
+            "recompprof.graph_breaks": event.graph_breaks,
+            "recompprof.frame": event.frame.label,
+            **reason_attributes(event.reasons),
+        }
+        optional = {
+            "recompprof.step": event.step,
+            "recompprof.cache_entries": event.cache_entries,
+            "recompprof.guard_count": event.guard_count,
+            "recompprof.graph_op_count": event.graph_op_count,
+            "recompprof.cache": event.cache,
+        }
+        attrs.update({k: v for k, v in optional.items() if v is not None})
+        links = self._link(key) if event.is_recompile or event.outcome == "limit_hit" else []
+        # An empty context: a compile is its own trace even if the training loop has a span open.
+        root = self._tracer.start_span(
+            ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
+            links=links, start_time=start_ns,
+        )
+        parent = trace.set_span_in_context(root)
+        for phase, begin, stop in phase_intervals(start_ns, dict(event.phases), end_ns):
+            child = self._tracer.start_span(
+                f"{PHASE_SPAN} {phase}", context=parent, kind=SpanKind.INTERNAL,
+                attributes={"recompprof.phase": phase, "recompprof.phase.reconstructed": True}, start_time=begin,
+            )
+            child.end(end_time=stop)
+        if event.outcome != "ok":
+            error_type = event.fail_type or (LIMIT_HIT_ERROR if event.outcome == "limit_hit" else "_OTHER")
+            root.set_attribute("error.type", error_type)
+            root.set_status(Status(StatusCode.ERROR, (event.fail_reason or error_type)[:MAX_STATUS_TEXT]))
+        root.end(end_time=end_ns)
+        if event.outcome != "limit_hit":
+            self._remember(key, root.get_span_context(), event.compile_id)
+        return root
+
+    def limit_hit_span(self, event: RecompileLimitHit) -> Span | None:
+        """A zero-length error span for a limit hit that no compile event reported."""
+        key = self._key(event.frame, False)
+        if self._seen_limit_hit(key, event.compile_id):
+            return None
+        at = round(event.time * 1e9)
+        reasons = [event.last_reason] if event.last_reason is not None else []
+        attrs: dict[str, object] = {
+            **_frame_attributes(event.frame),
+            "recompprof.rank": event.rank,
+            "recompprof.is_recompile": True,
+            "recompprof.outcome": "limit_hit",
+            "recompprof.frame": event.frame.label,
+            "recompprof.limit": event.limit,
+            "error.type": LIMIT_HIT_ERROR,
+            **reason_attributes(reasons),
+        }
+        if event.compile_id is not None:
+            attrs["recompprof.compile_id"] = event.compile_id
+        if event.step is not None:
+            attrs["recompprof.step"] = event.step
+        if event.value is not None:
+            attrs["recompprof.limit.value"] = event.value
+        root = self._tracer.start_span(
+            ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
+            links=self._link(key), start_time=at,
+        )
+        root.set_status(Status(StatusCode.ERROR, f"{event.limit} ({event.value}) reached; the frame runs without compiling"))
+        root.end(end_time=at)
+        return root

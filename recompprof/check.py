@@ -1,0 +1,136 @@
+"""The CI gate: rules over a run's report, one violation (one line) per rank, frame and rule broken.
+
+Every rule is evaluated per rank, on a report built from that rank's events; ``after_step`` first
+drops what happened before that many training steps had completed (warm-up).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable
+
+from recompprof.events import CATEGORIES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit
+from recompprof.reporting import FrameReport, Report, build_report
+
+
+class CheckInputError(ValueError):
+    """The rules cannot be applied to this run (e.g. ``after_step`` on a run without steps)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What a run must satisfy; ``None`` leaves a rule off."""
+
+    max_recompiles: int | None = None  # per frame and rank
+    max_total_recompiles: int | None = None  # per rank, all frames
+    after_step: int | None = None
+    max_compile_seconds: float | None = None  # per rank
+    forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
+    max_limit_hits: int | None = None  # per rank
+    max_graph_breaks: int | None = None  # per rank
+    max_failures: int | None = None  # per rank
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.forbid if c not in CATEGORIES]
+        if unknown:
+            raise CheckInputError(f"unknown category {', '.join(unknown)}; categories: {', '.join(CATEGORIES)}")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) in (None, ()) for f in dataclasses.fields(self) if f.name != "after_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    rule: str
+    rank: int
+    frame: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
+    """The violations of ``rules`` in ``events`` (empty when the run passes)."""
+    by_rank: dict[int, list[Event]] = defaultdict(list)
+    for event in events:
+        by_rank[event.rank].append(event)
+    violations: list[Violation] = []
+    for rank in sorted(by_rank):
+        selected = _after(by_rank[rank], rules.after_step)
+        violations.extend(_check_rank(rank, build_report(selected), rules))
+    return violations
+
+
+def _after(events: list[Event], step: int | None) -> list[Event]:
+    if not step:
+        return events
+    counted = (Compile, GuardFailure, RecompileLimitHit, GraphBreak)
+    if any(isinstance(e, counted) and e.step is None for e in events):
+        raise CheckInputError("--after-step needs training steps, and this run has events without one "
+                              "(ingested from TORCH_TRACE, or recorded without step tracking)")
+    return [e for e in events if not isinstance(e, counted) or (e.step is not None and e.step >= step)]
+
+
+def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
+    out: list[Violation] = []
+    where = f"rank {rank}"
+    after = f" after step {rules.after_step}" if rules.after_step else ""
+    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
+    if rules.max_recompiles is not None:
+        for f in frames:
+            if f.recompiles > rules.max_recompiles:
+                out.append(Violation("max_recompiles", rank, f.label,
+                                     f"{where} {f.label}: {f.recompiles} recompile(s){after} > max {rules.max_recompiles}"
+                                     f"{_steps(f)}{_why(f)}"))
+    if rules.max_total_recompiles is not None and report.recompiles > rules.max_total_recompiles:
+        out.append(Violation("max_total_recompiles", rank, None,
+                             f"{where}: {report.recompiles} recompile(s){after} across {len(report.frames)} frame(s) "
+                             f"> max {rules.max_total_recompiles}"))
+    for category in rules.forbid:
+        for f in frames:
+            # Only the reason that explains a recompile counts: failures against older cache entries are not causes.
+            groups = [g for g in f.reasons.values() if g.category == category and g.changes]
+            if groups:
+                subjects = ", ".join(sorted({g.subject or "-" for g in groups})[:5])
+                out.append(Violation("forbid", rank, f.label,
+                                     f"{where} {f.label}: forbidden category {category}{after}: "
+                                     f"{sum(g.changes for g in groups)} recompile(s) caused by {subjects}"))
+    if rules.max_compile_seconds is not None and report.compile_seconds > rules.max_compile_seconds:
+        top = max(report.frames.values(), key=lambda f: f.compile_seconds)
+        out.append(Violation("max_compile_seconds", rank, None,
+                             f"{where}: {report.compile_seconds:.2f} s compiling{after} > max {rules.max_compile_seconds:g} s "
+                             f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
+    for rule, value, limit, what in (
+        ("max_limit_hits", report.limit_hits, rules.max_limit_hits, "recompile-limit hit(s)"),
+        ("max_graph_breaks", report.graph_breaks, rules.max_graph_breaks, "graph break(s)"),
+        ("max_failures", report.failures, rules.max_failures, "compile failure(s)"),
+    ):
+        if limit is not None and value > limit:
+            out.append(Violation(rule, rank, None, f"{where}: {value} {what}{after} > max {limit}{_where(report, rule)}"))
+    return out
+
+
+def _steps(frame: FrameReport) -> str:
+    if not frame.recompile_steps or not any(frame.recompile_steps):
+        return ""
+    shown = ", ".join(str(s) for s in frame.recompile_steps[:8])
+    return f" at step(s) {shown}" + (" ..." if frame.recompile_steps_total > 8 else "")
+
+
+def _why(frame: FrameReport) -> str:
+    top = [g for g in frame.top_reasons() if g.changes][:3]
+    return (" (" + "; ".join(f"{g.category} {g.subject or ''} x{g.changes}".replace("  ", " ") for g in top) + ")") if top else ""
+
+
+def _where(report: Report, rule: str) -> str:
+    counts = {
+        "max_limit_hits": lambda f: sum(f.limit_hits.values()),
+        "max_graph_breaks": lambda f: f.graph_breaks,
+        "max_failures": lambda f: sum(f.failures.values()),
+    }[rule]
+    worst = sorted(((counts(f), f.label) for f in report.frames.values() if counts(f)), reverse=True)[:3]
+    return (" (" + ", ".join(f"{label}: {n}" for n, label in worst) + ")") if worst else ""
+

@@ -1,0 +1,247 @@
+"""The ``recompprof`` command: argument parsing and dispatch to the module that does the work.
+
+Exit codes (every command): 0 success; 1 the run broke a rule (``check``) or regressed (``diff``);
+2 usage error or input that cannot be read, or was read only in part where the figures must be whole.
+``run`` returns the program's own exit status (127 when the command is not found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recompprof.runs import Run
+
+EXIT_OK = 0
+EXIT_VIOLATIONS = 1
+EXIT_USAGE = 2
+
+_EXIT_CODES = """exit codes:
+  0  success (check: every rule holds; diff: no regressions)
+  1  check: at least one rule broken; diff: at least one regression
+  2  usage error, unreadable or empty input, or (check, diff) lines that could not be read
+     (pass --allow-skipped to accept a partial read)"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recompprof", formatter_class=_Formatter, epilog=_EXIT_CODES,
+        description="Recompilation and guard-failure profiler for torch.compile.")
+    parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+
+    from recompprof import demo, run
+
+    p = sub.add_parser("demo", help="train a small model on CPU that recompiles, with live metrics and a report",
+                       formatter_class=_Formatter, description=demo.__doc__)
+    demo.add_arguments(p)
+
+    p = sub.add_parser("run", help="profile an unmodified program: recompprof run [options] -- python train.py",
+                       formatter_class=_Formatter, description=run.__doc__,
+                       epilog="exit code: the program's own (127: command not found; 2: a bad setting)")
+    p.add_argument("--run-dir", type=Path, default=None, help="where every process writes its event log "
+                   "(RECOMPPROF_RUN_DIR; default recompprof-runs/<run id>)")
+    p.add_argument("--quiet", action="store_true", help="do not print the report when the program ends")
+    run.add_settings_options(p)
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
+
+    p = sub.add_parser("report", help="the report of a run (terminal, or --html FILE)", formatter_class=_Formatter,
+                       epilog=_EXIT_CODES)
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory, one event log, or a TORCH_TRACE directory")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report here")
+    p.add_argument("--rank", type=int, action="append", help="only these ranks (repeatable)")
+    p.add_argument("--width", type=int, default=120, help="text width (default 120)")
+    p.add_argument("--strict", action="store_true", help="exit 2 if any line could not be read")
+
+    p = sub.add_parser("check", help="CI gate: exit 1 when the run breaks a rule", formatter_class=_Formatter,
+                       epilog=_EXIT_CODES + "\n\nRules apply per rank; --after-step drops what happened before "
+                       "that many training steps had completed.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--max-recompiles", type=int, metavar="N", help="most recompiles any one frame may have")
+    p.add_argument("--max-total-recompiles", type=int, metavar="N", help="most recompiles over all frames")
+    p.add_argument("--after-step", type=int, metavar="S", help="only count events at training step >= S")
+    p.add_argument("--max-compile-seconds", type=float, metavar="T", help="most seconds spent compiling")
+    p.add_argument("--forbid", action="append", default=[], metavar="CATEGORY",
+                   help="fail when a recompile is caused by this reason category (repeatable)")
+    p.add_argument("--max-limit-hits", type=int, metavar="N", help="most recompile-limit hits")
+    p.add_argument("--max-graph-breaks", type=int, metavar="N", help="most graph breaks")
+    p.add_argument("--max-failures", type=int, metavar="N", help="most compile failures")
+    p.add_argument("--allow-skipped", action="store_true", help="accept a run some of whose lines could not be read")
+
+    p = sub.add_parser("diff", help="what got better or worse between two runs (exit 1 on regressions)",
+                       formatter_class=_Formatter, epilog=_EXIT_CODES)
+    p.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline")
+    p.add_argument("run_b", type=Path, metavar="RUN_B", help="the candidate")
+    p.add_argument("--max-time-increase", type=float, metavar="PCT",
+                   help="also count compile time growing by more than PCT percent as a regression")
+    p.add_argument("--allow-skipped", action="store_true", help="accept runs some of whose lines could not be read")
+    p.add_argument("--width", type=int, default=120)
+
+    p = sub.add_parser("ingest", help="convert TORCH_TRACE logs into recompprof event logs", formatter_class=_Formatter,
+                       epilog=_EXIT_CODES)
+    p.add_argument("trace_dir", type=Path, metavar="TORCH_TRACE_DIR", help="the TORCH_TRACE directory (or one log)")
+    p.add_argument("-o", "--output", type=Path, metavar="RUN_DIR", help="default recompprof-runs/torch-trace-<name>")
+    p.add_argument("--overwrite", action="store_true", help="replace event logs already in RUN_DIR")
+    p.add_argument("--redact", action="store_true", help="keep no source text (only categories and subjects)")
+    return parser
+
+
+def _version() -> str:
+    from recompprof import __version__
+
+    return __version__
+
+
+def _err(message: str) -> None:
+    print(f"recompprof: {message}", file=sys.stderr)
+
+
+def _load(path: Path, *, strict: bool) -> Run | None:
+    """The run at ``path``, warnings printed; ``None`` (after a one-line error) when it cannot be used."""
+    from recompprof.runs import RunError, load
+
+    try:
+        run = load(path)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        return None
+    for line in run.warnings:
+        _err(f"warning: {line}")
+    for line in run.problems:
+        _err(("error: " if strict else "warning: ") + line)
+    if strict and run.problems:
+        _err("error: the figures would be incomplete; pass --allow-skipped to accept them anyway")
+        return None
+    return run
+
+
+def _report(args: argparse.Namespace) -> int:
+    from recompprof.html_report import render_html
+    from recompprof.reporting import build_report, render_text
+
+    run = _load(args.run_dir, strict=args.strict)
+    if run is None:
+        return EXIT_USAGE
+    events = run.events
+    if args.rank:
+        events = [e for e in events if e.rank in set(args.rank)]
+        if not events:
+            _err(f"error: no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
+            return EXIT_USAGE
+    report = build_report(events)
+    if run.source == "torch_trace":
+        report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
+    print(render_text(report, width=args.width), end="")
+    if args.html:
+        text = render_html(report, title=f"recompprof report: {args.run_dir.name}",
+                           warnings=run.warnings + run.problems)
+        try:
+            args.html.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _err(f"error: cannot write {args.html}: {exc.strerror or exc}")
+            return EXIT_USAGE
+        print(f"HTML report: {args.html}")
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from recompprof.check import CheckInputError, Rules, check
+
+    try:
+        rules = Rules(max_recompiles=args.max_recompiles, max_total_recompiles=args.max_total_recompiles,
+                      after_step=args.after_step, max_compile_seconds=args.max_compile_seconds,
+                      forbid=tuple(args.forbid), max_limit_hits=args.max_limit_hits,
+                      max_graph_breaks=args.max_graph_breaks, max_failures=args.max_failures)
+    except CheckInputError as exc:
+        _err(f"error: --forbid: {exc}")
+        return EXIT_USAGE
+    if rules.empty:
+        _err("error: no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
+             "--max-compile-seconds, --forbid, --max-limit-hits, --max-graph-breaks, --max-failures")
+        return EXIT_USAGE
+    negative = [name for name in ("max_recompiles", "max_total_recompiles", "after_step", "max_compile_seconds",
+                                  "max_limit_hits", "max_graph_breaks", "max_failures")
+                if (getattr(args, name) or 0) < 0]
+    if negative:
+        _err(f"error: --{negative[0].replace('_', '-')} must not be negative")
+        return EXIT_USAGE
+    run = _load(args.run_dir, strict=not args.allow_skipped)
+    if run is None:
+        return EXIT_USAGE
+    try:
+        violations = check(run.events, rules)
+    except CheckInputError as exc:
+        _err(f"error: {exc}")
+        return EXIT_USAGE
+    for violation in violations:
+        print(f"FAIL {violation.rule}: {violation}")
+    if violations:
+        print(f"recompprof check: {len(violations)} violation(s) in {args.run_dir}")
+        return EXIT_VIOLATIONS
+    print(f"recompprof check: ok ({args.run_dir})")
+    return EXIT_OK
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from recompprof.diff import compare, render
+
+    before = _load(args.run_a, strict=not args.allow_skipped)
+    after = _load(args.run_b, strict=not args.allow_skipped)
+    if before is None or after is None:
+        return EXIT_USAGE
+    pct = args.max_time_increase
+    if pct is not None and pct < 0:
+        _err("error: --max-time-increase must not be negative")
+        return EXIT_USAGE
+    diff = compare(before.events, after.events, max_time_increase=None if pct is None else pct / 100)
+    print(render(diff, width=args.width), end="")
+    return EXIT_VIOLATIONS if diff.regressions else EXIT_OK
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from recompprof.ingest import IngestError, ingest
+
+    out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
+    try:
+        written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
+    except IngestError as exc:
+        _err(f"error: {exc}")
+        return EXIT_USAGE
+    if stats.describe():
+        _err(f"warning: {args.trace_dir}: {stats.describe()}")
+    print(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
+    print(f"  recompprof report {out}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``recompprof`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.subcommand == "demo":
+            from recompprof import demo
+
+            return demo.main(args)
+        if args.subcommand == "run":
+            from recompprof import run
+
+            return run.main(args)
+        return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[args.subcommand](args)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except BrokenPipeError:  # `recompprof report RUN | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

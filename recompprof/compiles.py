@@ -1,0 +1,113 @@
+"""What one ``CompilationMetrics`` record means, shared by the live session and ``ingest``.
+
+Both read the same torch record (live from the logger, or from a TORCH_TRACE file) and must turn it
+into the same events, so the rules live here once: outcome and limit detection, cache outcome,
+which reason explains the change, and the ``Compile`` / ``RecompileLimitHit`` events themselves.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from typing import Any
+
+from recompprof._torch.phases import exclusive_phases
+from recompprof.events import LIMITS, MAX_TEXT, Compile, Frame, Reason, RecompileLimitHit
+from recompprof.reasons import parse_guard_failure
+
+_LIMIT = re.compile(r"Limit type: (\w+)")
+_LIMIT_VALUE = re.compile(r"currently set to (\d+)")
+_LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
+NO_REASON = "Unable to find recompilation reasons"
+MAX_SEEN_REASONS = 256  # per frame
+
+
+def limit_hit(fail_reason: Any) -> tuple[str, int | None] | None:
+    """``(limit name, its value)`` if ``fail_reason`` is torch's recompile-limit fallback, else None."""
+    if not fail_reason or "recompile limit exceeded" not in str(fail_reason).lower():
+        return None
+    text = str(fail_reason)
+    match = _LIMIT.search(text)
+    name = _LIMIT_ALIASES.get(match.group(1), match.group(1)) if match else "recompile_limit"
+    value = _LIMIT_VALUE.search(text)
+    return (name if name in LIMITS else "recompile_limit"), (int(value.group(1)) if value else None)
+
+
+def cache_outcome(m: Any) -> str | None:
+    """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
+    def count(*names: str) -> int:
+        return sum(getattr(m, n, None) or 0 for n in names)
+
+    if count("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"):
+        return "miss"
+    return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
+
+
+class ReasonExplainer:
+    """Parses reason texts and marks the one that explains each recompile.
+
+    Torch lists one reason per failing cache entry, most recently *used* first, so its first reason
+    can describe an older variant. The reason that explains the change is the first one this frame
+    has not failed with before (bounded memory per frame); if all are old, the first one.
+    """
+
+    def __init__(self, redact: bool = False) -> None:
+        self.redact = redact
+        self._seen: dict[str, collections.OrderedDict[tuple[str, str, str], None]] = {}
+
+    def explain(self, frame: Frame, texts: list[str]) -> list[Reason]:
+        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
+        if not parsed:
+            return []
+        seen = self._seen.setdefault(frame.label, collections.OrderedDict())
+        keys = [(r.category, r.subject, r.text) for r in parsed]
+        explaining = next((i for i, key in enumerate(keys) if key not in seen), 0)
+        for key in keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        while len(seen) > MAX_SEEN_REASONS:
+            seen.popitem(last=False)
+        return [r.model_copy(update={"explains_change": i == explaining}) for i, r in enumerate(parsed)]
+
+
+def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
+    """The reason texts of a compile: torch's per-entry list, else its single ``recompile_reason``."""
+    if from_guard_failures:
+        return from_guard_failures
+    reason = getattr(m, "recompile_reason", None)
+    return [str(reason)] if reason and str(reason) != NO_REASON else []  # invalidated entries only show here
+
+
+def compile_events(
+    m: Any, *, time: float, rank: int, step: int | None, frame: Frame, reasons: list[Reason], graph_breaks: int,
+    redact: bool, steady_state: bool, limit_value: int | None = None,
+) -> tuple[Compile, RecompileLimitHit | None]:
+    """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
+    forward = getattr(m, "is_forward", True) is not False
+    hit = limit_hit(getattr(m, "fail_reason", None))
+    duration, phases = exclusive_phases(m)
+    fail_reason = getattr(m, "fail_reason", None)
+    start = getattr(m, "start_time_us", None)
+    compile_id = getattr(m, "compile_id", None)
+    event = Compile(
+        time=time, rank=rank, step=step, frame=frame,
+        compile_id=str(compile_id) if compile_id is not None else "?",
+        is_recompile=forward and (bool(getattr(m, "cache_size", None)) or bool(reasons)),
+        cache_entries=getattr(m, "cache_size", None),
+        outcome="limit_hit" if hit else ("failed" if getattr(m, "fail_type", None) else "ok"),
+        fail_type=getattr(m, "fail_type", None),
+        fail_reason=None if redact or not fail_reason else str(fail_reason)[:MAX_TEXT],
+        reasons=reasons,
+        start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
+        duration=duration, phases=phases,
+        guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
+        graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
+    )
+    if hit is None:
+        return event, None
+    limit, value = hit
+    return event, RecompileLimitHit(
+        time=time, rank=rank, step=step, frame=frame, compile_id=event.compile_id, limit=limit,
+        value=value if value is not None else limit_value,
+        last_reason=next((r for r in reasons if r.explains_change), None),
+    )

@@ -1,0 +1,116 @@
+"""Compare two runs: per frame and reason category, what got better or worse.
+
+Frames are matched by label (``function (dir/file:line)``), so runs from different checkouts compare;
+figures are summed over ranks. A *regression* is any count that grew: recompiles of a frame,
+recompiles explained by a category, recompile-limit hits, compile failures, graph breaks. Compile
+time is noisy, so it only counts as a regression past ``max_time_increase`` (a fraction) when given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from recompprof.events import Event
+from recompprof.reporting import FrameReport, Report, build_report
+
+# Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).
+TIME_FLOOR_SECONDS = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    frame: str
+    what: str  # "recompiles", "category size", "limit hits", ...
+    before: float
+    after: float
+    regression: bool
+
+    @property
+    def delta(self) -> float:
+        return self.after - self.before
+
+
+@dataclasses.dataclass
+class Diff:
+    changes: list[Change]
+    before: Report
+    after: Report
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.regression]
+
+    @property
+    def improvements(self) -> list[Change]:
+        return [c for c in self.changes if not c.regression and c.delta < 0]
+
+
+def _figures(frame: FrameReport | None) -> dict[str, float]:
+    if frame is None:
+        return {}
+    figures: dict[str, float] = {
+        "compiles": frame.compiles,
+        "recompiles": frame.recompiles,
+        "limit hits": sum(frame.limit_hits.values()),
+        "failures": sum(frame.failures.values()),
+        "graph breaks": frame.graph_breaks,
+        "compile seconds": round(frame.compile_seconds, 3),
+    }
+    for group in frame.reasons.values():
+        key = f"category {group.category}"
+        figures[key] = figures.get(key, 0) + group.changes
+    return figures
+
+
+def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increase: float | None = None) -> Diff:
+    """What changed from run ``before`` to run ``after``."""
+    a, b = build_report(before), build_report(after)
+    changes: list[Change] = []
+    for label in sorted(set(a.frames) | set(b.frames)):
+        fa, fb = _figures(a.frames.get(label)), _figures(b.frames.get(label))
+        for what in dict.fromkeys([*fa, *fb]):
+            x, y = fa.get(what, 0), fb.get(what, 0)
+            if x == y:
+                continue
+            if what == "compile seconds":
+                worse = (max_time_increase is not None and y - x > TIME_FLOOR_SECONDS
+                         and y > x * (1 + max_time_increase))
+            else:
+                # More first compiles is not a regression by itself (a new frame, a new code path).
+                worse = y > x and what != "compiles"
+            changes.append(Change(label, what, x, y, worse))
+    return Diff(changes, a, b)
+
+
+def render(diff: Diff, width: int = 120) -> str:
+    """The diff as a plain-text table plus a one-line verdict."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    a, b = diff.before, diff.after
+    console.print(f"recompprof diff: recompiles {a.recompiles} -> {b.recompiles}, limit hits {a.limit_hits} -> {b.limit_hits}, "
+                  f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "
+                  f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s")
+    if diff.changes:
+        table = Table(title_justify="left")
+        for col in ("Frame", "Figure", "Before", "After", "Change", "Verdict"):
+            table.add_column(col, justify="right" if col in ("Before", "After", "Change") else "left")
+        order = sorted(diff.changes, key=lambda c: (not c.regression, c.delta >= 0, c.frame, c.what))
+        for c in order:
+            verdict = "worse" if c.regression else ("better" if c.delta < 0 else "changed")
+            table.add_row(c.frame, c.what, _fmt(c.before), _fmt(c.after), ("+" if c.delta > 0 else "") + _fmt(c.delta), verdict)
+        console.print(table)
+    regressions = diff.regressions
+    if regressions:
+        console.print(f"{len(regressions)} regression(s)")
+    else:
+        console.print(f"no regressions ({len(diff.improvements)} improvement(s))")
+    return out.getvalue()
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if float(value).is_integer() else f"{value:.3f}"

@@ -1,0 +1,63 @@
+"""``recompprof demo``: a real CPU training job that recompiles, serves metrics while it runs and ends with the report."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from recorded_runs import clean_env
+
+from recompprof.eventlog import read_run
+from recompprof.events import Compile, SessionStart
+
+
+def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "recompprof.cli", "demo", "--steps", "12", "--port", "0",
+                             "--run-dir", str(tmp_path / "run"), *args],
+                            cwd=tmp_path, env=clean_env(COLUMNS="200"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
+    """The demo hits size, Python-float, train/eval and module-flag recompiles, serves them as metrics, and reports them."""
+    pytest.importorskip("prometheus_client")
+    began = time.monotonic()
+    proc = _demo(tmp_path, "--hold", "30")
+    assert proc.stdout is not None
+    lines: list[str] = []
+    scraped = ""
+    for line in proc.stdout:
+        lines.append(line)
+        if "serving metrics on" in line:
+            url = re.search(r"(http://127\.0\.0\.1:\d+/metrics)", line)
+            assert url
+            with urllib.request.urlopen(url.group(1), timeout=10) as response:
+                scraped = response.read().decode()
+            proc.terminate()  # the session's SIGTERM handler detaches and the job ends
+    proc.wait(timeout=120)
+    output = "".join(lines)
+    assert time.monotonic() - began < 120
+    assert re.search(r'torch_compile_recompiles_total\{[^}]*frame="forward \(recompprof/demo\.py:\d+\)"[^}]*\} [4-9]', scraped), scraped
+    assert "torch_compile_guard_failures_total" in scraped
+    events = list(read_run(tmp_path / "run"))
+    explained = {r.category for e in events if isinstance(e, Compile) for r in e.reasons if r.explains_change}
+    assert {"size", "python_constant", "grad_mode", "module_attribute"} <= explained, output
+    assert "training" in output and "12/12" in output
+
+
+def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -> None:
+    """--profile runs the same job in profile mode and ends with the report and the commands to run next."""
+    proc = _demo(tmp_path, "--profile")
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, output
+    (start,) = [e for e in read_run(tmp_path / "run") if isinstance(e, SessionStart)]
+    assert start.mode == "profile"
+    for text in ("recompprof report", "Why they recompiled", "grad_mode", "recompprof check", "--html",
+                 str(tmp_path / "run")):
+        assert text in output, output
+    assert re.search(r"demo finished in \d+\.\d s", output)

@@ -1,0 +1,86 @@
+"""``recompprof run``: attach to unmodified programs (and every torchrun rank) through the sitecustomize bootstrap."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from recorded_runs import cli
+
+from recompprof.eventlog import read_run
+from recompprof.events import Compile, SessionStart
+
+SCRIPT = textwrap.dedent('''
+    import os, sys
+    import torch
+
+    f = torch.compile(lambda x, k: x * k, backend="eager")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    for step in range(4):
+        f(torch.ones(2 + step % 2), 1.0 if step < 3 else 2.0)
+        opt.step()
+    print("shadowed sitecustomize ran:", os.environ.get("SHADOWED_SITECUSTOMIZE"), flush=True)
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+''')
+
+
+def _script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_run_profiles_an_unmodified_script(tmp_path: Path) -> None:
+    """The script's compiles land in the run dir, its exit status comes back, settings apply, and a prior sitecustomize still runs."""
+    shadowed = tmp_path / "site"
+    shadowed.mkdir()
+    (shadowed / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_SITECUSTOMIZE'] = 'yes'\n")
+    run_dir = tmp_path / "run"
+    done = cli("run", "--run-dir", str(run_dir), "--warmup-steps", "2", "--redact", "--",
+               sys.executable, str(_script(tmp_path)), "3", cwd=tmp_path, PYTHONPATH=str(shadowed))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "shadowed sitecustomize ran: yes" in done.stdout
+    events = list(read_run(run_dir))
+    (start,) = [e for e in events if isinstance(e, SessionStart)]
+    assert start.warmup_steps == 2
+    compiles = [e for e in events if isinstance(e, Compile)]
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert {r.category for c in compiles for r in c.reasons if r.explains_change} == {"size", "python_constant"}
+    assert [c.step for c in compiles] == [0, 1, 3]
+    assert "recompprof report" in done.stderr and "recompiles 2" in done.stderr
+
+
+def test_run_attaches_every_torchrun_rank(tmp_path: Path) -> None:
+    """Under torchrun each rank writes its own event log into one run; the launcher writes none."""
+    run_dir = tmp_path / "run"
+    done = cli("run", "--run-dir", str(run_dir), "--quiet", "--", sys.executable, "-m", "torch.distributed.run",
+               "--standalone", "--nproc-per-node", "2", str(_script(tmp_path)), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = sorted(p.name for p in run_dir.glob("*.jsonl"))
+    assert len(logs) == 2 and logs[0].startswith("rank00000-") and logs[1].startswith("rank00001-")
+    starts = [e for e in read_run(run_dir) if isinstance(e, SessionStart)]
+    assert sorted(s.rank for s in starts) == [0, 1] and {s.world_size for s in starts} == {2}
+    assert len({s.run_id for s in starts}) == 1
+    report = cli("report", str(run_dir))
+    assert report.returncode == 0 and "ranks 0, 1" in report.stdout and "recompiles 4" in report.stdout
+
+
+def test_run_usage_errors(tmp_path: Path) -> None:
+    """A bad setting or a missing command fails before anything runs; an unknown program exits 127."""
+    bad = cli("run", "--mode", "fast", "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert bad.returncode == 2 and "'mode'" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "recompprof-runs").exists()
+    empty = cli("run", cwd=tmp_path)
+    assert empty.returncode == 2 and "no command" in empty.stderr
+    missing = cli("run", "--quiet", "--", "no-such-program-xyz", cwd=tmp_path)
+    assert missing.returncode == 127 and "command not found" in missing.stderr
+
+
+def test_run_without_torch_writes_nothing(tmp_path: Path) -> None:
+    """A program that never imports torch gets no session, and run says there is nothing to report."""
+    run_dir = tmp_path / "run"
+    done = cli("run", "--run-dir", str(run_dir), "--", sys.executable, "-c", "print('hello')", cwd=tmp_path)
+    assert done.returncode == 0 and "hello" in done.stdout
+    assert not list(run_dir.glob("*.jsonl")) if run_dir.exists() else True
+    assert "no report" in done.stderr and "Traceback" not in done.stderr

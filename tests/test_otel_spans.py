@@ -1,0 +1,205 @@
+"""Span building: compile events become the span tree, attributes, links and status of the Spans contract."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otel_helpers import FRAME, StandInSession, compile_event
+from otlp_receiver import OtlpReceiver, clear_otel_env, tree
+
+from recompprof.events import Frame, Reason, RecompileLimitHit
+from recompprof_otel import OtelExporter, SpanBuilder, phase_intervals
+
+
+@pytest.fixture(autouse=True)
+def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        yield rx
+
+
+def _export(events: list, session: StandInSession | None = None) -> tuple[OtelExporter, StandInSession]:
+    session = session or StandInSession()
+    exporter = OtelExporter(session.settings)
+    exporter.start(session)  # type: ignore[arg-type]
+    for event in events:
+        exporter.on_event(event)
+    exporter.shutdown(5.0)
+    return exporter, session
+
+
+def test_phase_intervals_are_ordered_contiguous_and_sum_to_duration() -> None:
+    """Phase spans follow PHASES order end to end from the start and together last the compile's duration."""
+    start = 1_000_000_000
+    got = phase_intervals(start, {"other": 0.2, "dynamo_trace": 0.25, "aot_autograd": 0.15}, start + 600_000_000)
+    assert [p for p, _, _ in got] == ["dynamo_trace", "aot_autograd", "other"]
+    assert got[0][1] == start and got[-1][2] == start + 600_000_000
+    assert all(a[2] == b[1] for a, b in zip(got, got[1:]))
+
+
+def test_phase_intervals_never_run_past_the_root() -> None:
+    """Phase totals that overshoot the duration (rounding) are clipped at the root's end, skipping empty phases."""
+    got = phase_intervals(0, {"dynamo_trace": 0.5, "code_gen": 0.0, "other": 0.2}, 600_000_000)
+    assert [p for p, _, _ in got] == ["dynamo_trace", "other"]
+    assert got[-1][2] == 600_000_000 and all(b <= e for _, b, e in got)
+
+
+def test_compile_becomes_root_span_with_phase_children(receiver: OtlpReceiver) -> None:
+    """One compile gives a root torch_compile.frame span with contract attributes and one child per phase."""
+    event = compile_event()
+    _export([event])
+    spans = receiver.wait_for(lambda s: len(s) == 4)
+    (root,) = [s for s in spans if s["name"] == "torch_compile.frame"]
+    assert root["parent_span_id"] == ""
+    attrs = root["attributes"]
+    assert attrs["code.function.name"] == "forward" and attrs["code.file.path"] == FRAME.file
+    assert attrs["code.line.number"] == 33
+    assert attrs["recompprof.compile_id"] == "0/0" and attrs["recompprof.rank"] == 3
+    assert attrs["recompprof.step"] == 7 and attrs["recompprof.is_recompile"] is False
+    assert root["status"] == "UNSET" and root["kind"] == 1  # SPAN_KIND_INTERNAL
+    assert root["start_ns"] == round(event.start_time * 1e9)
+    assert root["end_ns"] - root["start_ns"] == pytest.approx(0.6e9, abs=2)
+    children = sorted(tree(spans)[root["span_id"]], key=lambda s: s["start_ns"])
+    assert [c["name"] for c in children] == [
+        "torch_compile.phase dynamo_trace", "torch_compile.phase aot_autograd", "torch_compile.phase other"]
+    assert {c["trace_id"] for c in children} == {root["trace_id"]}
+    assert children[0]["start_ns"] == root["start_ns"] and children[-1]["end_ns"] == root["end_ns"]
+    assert all(a["end_ns"] == b["start_ns"] for a, b in zip(children, children[1:]))
+    assert root["scope"] == "recompprof"
+
+
+def test_resource_names_service_and_rank(receiver: OtlpReceiver) -> None:
+    """The resource carries service.name recompprof and the rank identity, host and process."""
+    _export([compile_event()])
+    resource = receiver.wait_for(lambda s: len(s) == 4)[0]["resource"]
+    assert resource["service.name"] == "recompprof"
+    assert resource["recompprof.rank"] == 3 and resource["recompprof.local_rank"] == 1
+    assert resource["recompprof.world_size"] == 8 and resource["recompprof.run_id"] == "run-42"
+    assert resource["host.name"] and resource["process.pid"] > 0
+    assert resource["recompprof.torch.version"] == "2.13.0+cpu"
+
+
+def test_otel_service_name_and_resource_attributes_win(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_SERVICE_NAME overrides the default name and OTEL_RESOURCE_ATTRIBUTES is merged over ours."""
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=pod-7,host.name=node-a,service.name=ignored")
+    _export([compile_event()])
+    resource = receiver.wait_for(lambda s: len(s) == 4)[0]["resource"]
+    assert resource["service.name"] == "trainer"
+    assert resource["k8s.pod.name"] == "pod-7" and resource["host.name"] == "node-a"
+    assert resource["recompprof.rank"] == 3
+
+
+def test_recompile_links_to_previous_compile_and_carries_reasons(receiver: OtlpReceiver) -> None:
+    """A recompile is its own trace, linked to the previous compile of the same frame, with its guard failures."""
+    _export([compile_event("0/0"), compile_event("0/1", is_recompile=True)])
+    roots = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 2)
+    first, second = sorted((s for s in roots if s["name"] == "torch_compile.frame"),
+                           key=lambda s: s["attributes"]["recompprof.compile_id"])
+    assert first["trace_id"] != second["trace_id"] and first["links"] == []
+    (link,) = second["links"]
+    assert (link["trace_id"], link["span_id"]) == (first["trace_id"], first["span_id"])
+    assert link["attributes"] == {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": "0/0"}
+    attrs = second["attributes"]
+    assert attrs["recompprof.is_recompile"] is True
+    assert attrs["recompprof.guard_failure.reason"] == "size"
+    assert attrs["recompprof.guard_failure.subject"] == "L['x']"
+    assert attrs["recompprof.guard_failure.categories"] == ["python_constant", "size"]
+    assert attrs["recompprof.guard_failure.reason_categories"] == ["size", "python_constant"]
+    assert attrs["recompprof.guard_failure.reasons"][0].startswith("tensor 'x' size mismatch")
+    assert attrs["recompprof.guard_failure.explains_change"] == [True, False]
+    assert attrs["recompprof.guard_failure.count"] == 2
+
+
+def test_links_follow_each_frame_separately() -> None:
+    """Recompiles of two frames each link to their own frame's previous compile; backward compiles are separate."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    builder = SpanBuilder(provider.get_tracer("t"))
+    other = Frame(name="loss_fn", file="/src/loss.py", line=5)
+    a0 = builder.compile_span(compile_event("0/0"))
+    b0 = builder.compile_span(compile_event("1/0", frame=other))
+    a1 = builder.compile_span(compile_event("0/1", is_recompile=True))
+    bwd = builder.compile_span(compile_event("0/1", is_recompile=True, backward=True))
+    b1 = builder.compile_span(compile_event("1/1", is_recompile=True, frame=other))
+    assert a0 and b0 and a1 and bwd and b1
+    assert [link.context for link in a1.links] == [a0.get_span_context()]
+    assert [link.context for link in b1.links] == [b0.get_span_context()]
+    assert list(bwd.links) == []
+
+
+def test_link_memory_is_bounded() -> None:
+    """The frame -> last compile map keeps at most max_frames entries, forgetting the least recent."""
+    provider = TracerProvider()
+    builder = SpanBuilder(provider.get_tracer("t"), max_frames=2)
+    frames = [Frame(name=f"f{i}", file="/x.py", line=i) for i in range(3)]
+    for i, frame in enumerate(frames):
+        builder.compile_span(compile_event(f"{i}/0", frame=frame))
+    again = builder.compile_span(compile_event("0/1", is_recompile=True, frame=frames[0]))
+    assert again is not None and list(again.links) == []
+    assert len(builder._last) == 2
+
+
+def test_failed_compile_sets_error_status_and_type(receiver: OtlpReceiver) -> None:
+    """A failed compile's root span has status ERROR, the failure as description and error.type from fail_type."""
+    _export([compile_event(outcome="failed", fail_type="BackendCompilerFailed", fail_reason="backend raised X")])
+    root = next(s for s in receiver.wait_for(lambda s: len(s) == 4) if s["name"] == "torch_compile.frame")
+    assert root["status"] == "ERROR" and root["status_message"] == "backend raised X"
+    assert root["attributes"]["error.type"] == "BackendCompilerFailed"
+    assert root["attributes"]["recompprof.outcome"] == "failed"
+
+
+def test_limit_hit_gives_one_error_span(receiver: OtlpReceiver) -> None:
+    """A limit hit reported as a compile outcome and as its own event gives exactly one ERROR span."""
+    reason = Reason(text="L['factor'] == 1.0", category="python_constant", subject="L['factor']", explains_change=True)
+    hit = compile_event("0/8", is_recompile=True, outcome="limit_hit", fail_type=None,
+                        fail_reason="cache_size_limit reached", duration=0.0, phases={})
+    event = RecompileLimitHit(time=hit.time, rank=3, step=7, frame=FRAME, compile_id="0/8",
+                              limit="recompile_limit", value=8, last_reason=reason)
+    lone = RecompileLimitHit(time=hit.time, rank=3, step=9, frame=FRAME, compile_id="0/9",
+                             limit="recompile_limit", value=8, last_reason=reason)
+    _export([compile_event("0/7"), hit, event, lone])
+    spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3)
+    errors = [s for s in spans if s["status"] == "ERROR"]
+    assert sorted(s["attributes"]["recompprof.compile_id"] for s in errors) == ["0/8", "0/9"]
+    for span in errors:
+        assert span["attributes"]["error.type"] == "recompile_limit_hit"
+        assert span["attributes"]["recompprof.outcome"] == "limit_hit"
+        assert len(span["links"]) == 1
+    assert next(s for s in errors if s["attributes"]["recompprof.compile_id"] == "0/9")["attributes"][
+        "recompprof.guard_failure.reason"] == "python_constant"
+
+
+def test_every_compile_span_offers_an_exemplar(receiver: OtlpReceiver) -> None:
+    """Each compile span's trace id is handed to the session as an exemplar of its duration."""
+    _, session = _export([compile_event("0/0"), compile_event("0/1", is_recompile=True)])
+    roots = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 2)
+    trace_ids = {s["trace_id"] for s in roots}
+    assert [seconds for seconds, _ in session.exemplars] == [0.6, 0.6]
+    assert {trace_id for _, trace_id in session.exemplars} == trace_ids
+
+
+def test_borrowed_tracer_provider_is_used_and_global_left_alone() -> None:
+    """A tracer provider passed to attach receives the spans; the global provider is never set."""
+    before = trace.get_tracer_provider()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    exporter, _ = _export([compile_event()], StandInSession(tracer_provider=provider))
+    assert exporter.processor is None
+    names = sorted(s.name for s in memory.get_finished_spans())
+    assert names[-1] == "torch_compile.phase other" and "torch_compile.frame" in names
+    assert trace.get_tracer_provider() is before
+    provider.shutdown()

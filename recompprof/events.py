@@ -101,6 +101,8 @@ class SessionStart(_Event):
     warmup_steps: int = 0
     signals: dict[str, bool] = {}
     profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
+    launcher: str = "single"
+    restart_count: int = 0
 
 
 class Compile(_Event):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import re
 import socket
 import time
 import uuid
@@ -20,6 +22,7 @@ class Identity:
     host: str
     pid: int
     launcher: str  # "torchrun" | "slurm" | "single"
+    restart_count: int = 0  # torchelastic restarts of this job so far
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -36,19 +39,44 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
     ``RECOMPPROF_RUN_ID`` overrides it, and a single process gets a fresh time-ordered one.
     """
     env = os.environ if env is None else env
+    slurm_run = _slurm_run_id(env)
     if "RANK" in env and "WORLD_SIZE" in env:
         launcher = "torchrun"
         rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
         local_rank = _int(env, "LOCAL_RANK", rank)
         local_world = _int(env, "LOCAL_WORLD_SIZE", world)
-        run_id = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or ""
+        run_id = env.get("TORCHELASTIC_RUN_ID") or slurm_run or _rendezvous_run_id(env, world)
     elif "SLURM_PROCID" in env:
         launcher = "slurm"
         rank, world = _int(env, "SLURM_PROCID", 0), _int(env, "SLURM_NTASKS", 1)
         local_rank = _int(env, "SLURM_LOCALID", 0)
-        local_world = _int(env, "SLURM_NTASKS_PER_NODE", world) if env.get("SLURM_NTASKS_PER_NODE", "").isdigit() else world
-        run_id = "slurm-" + env["SLURM_JOB_ID"] if env.get("SLURM_JOB_ID") else ""
+        local_world = _leading_int(env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")) or world
+        run_id = slurm_run
     else:
         launcher, rank, local_rank, world, local_world, run_id = "single", 0, 0, 1, 1, ""
     run_id = env.get("RECOMPPROF_RUN_ID") or run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher)
+    return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher,
+                    _int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def _slurm_run_id(env: Mapping[str, str]) -> str:
+    """``slurm-<job>`` or ``slurm-<job>.<step>``: two srun steps of one allocation are two runs."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return ""
+    step = env.get("SLURM_STEP_ID")
+    return f"slurm-{job}.{step}" if step else f"slurm-{job}"
+
+
+def _rendezvous_run_id(env: Mapping[str, str], world: int) -> str:
+    """Without a launcher's job id, ranks of one job still agree on the rendezvous address."""
+    if world > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        digest = hashlib.sha1(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[:10]
+        return f"rdzv-{digest}"
+    return ""
+
+
+def _leading_int(value: str | None) -> int:
+    """Slurm writes task counts like ``4`` or ``2(x3)``; the leading number is per node."""
+    match = re.match(r"\s*(\d+)", value or "")
+    return int(match.group(1)) if match else 0

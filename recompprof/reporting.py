@@ -258,7 +258,8 @@ def render_text(report: Report, width: int = 160) -> str:
         f"steps {report.last_step} | compiles {report.compiles} | recompiles {report.recompiles} | "
         f"limit hits {report.limit_hits} | graph breaks {report.graph_breaks} | failures {report.failures} | "
         f"compile time {report.compile_seconds:.2f} s"
-        + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds else "")
+        + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
+           else " summed over ranks" if len(report.ranks) > 1 else "")
     )
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
@@ -330,7 +331,8 @@ def render_text(report: Report, width: int = 160) -> str:
                       f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
         for f in busy:
             cut = " - the limit cut in" if f.limit_hits else ""
-            console.print(f"  {f.label}: {f.compiles} variants{cut}")
+            needed = max(f.compiles_by_rank.values(), default=f.compiles)  # per process, not summed over ranks
+            console.print(f"  {f.label}: {needed} variants{cut}")
     if report.internal_errors:
         console.print("\nrecompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
     return out.getvalue()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -54,6 +55,7 @@ class PrometheusExporter:
         self.periodic: Periodic | None = None
         self._atexit_installed = False
         self._stopped = False
+        self._pid = os.getpid()
 
     # -- Exporter protocol --------------------------------------------------------------------
     def start(self, session: Session) -> None:
@@ -87,7 +89,9 @@ class PrometheusExporter:
             self.periodic.poke()
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        if self._stopped:
+        if self._stopped or os.getpid() != self._pid:
+            # In a forked child (atexit, inherited SIGTERM handler) the server thread and the periodic
+            # writer exist only in the parent: joining them would hang, pushing would duplicate the rank.
             return
         self._stopped = True
         self._uninstall_handlers()

@@ -13,9 +13,11 @@ import errno
 import gzip
 import hmac
 import logging
+import os
 import socket
 import ssl
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -140,11 +142,21 @@ class MetricsServer:
         self.scheme = "https" if tls is not None else "http"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="recompprof-prometheus", daemon=True)
         self._thread.start()
+        # A forked child (DataLoader worker) inherits the listening socket but not the thread serving it:
+        # close its copy, or scrapes queue on it unanswered and the port stays bound after the parent closes.
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _close_in_child(ref))
 
     def close(self, timeout: float = 5.0) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout)
+
+
+def _close_in_child(ref: weakref.ReferenceType[MetricsServer]) -> None:
+    server = ref()
+    if server is not None:
+        server._httpd.socket.close()
 
 
 def serve(registry: CollectorRegistry, addr: str, base_port: int, offset: int, *, search: bool, stride: int = 1,

@@ -15,6 +15,7 @@ import importlib.util
 import math
 import socket
 import sys
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
             console.print(f"recompprof demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)")
             return 2
     run_dir = Path(args.run_dir or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
+    os.environ.setdefault("RECOMPPROF_RUN_ID", run_dir.name)  # the report names the run as its directory
 
     import torch
 

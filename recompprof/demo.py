@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import os
 import socket
 import sys
-import os
 import time
 from pathlib import Path
 from typing import Any

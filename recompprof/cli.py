@@ -241,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `recompprof report RUN | head`
         sys.stderr.close()
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - input nobody foresaw still gets one line, not a traceback
+        detail = " ".join(str(exc).split())[:300]
+        _err(f"error: unexpected {type(exc).__name__} ({detail}); this is a recompprof bug, please report it "
+             "with the input that caused it")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

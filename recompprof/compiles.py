@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
-from recompprof.events import LIMITS, MAX_TEXT, Compile, Frame, Reason, RecompileLimitHit
-from recompprof.reasons import parse_guard_failure
+from recompprof.events import LIMITS, Compile, Frame, Reason, RecompileLimitHit
+from recompprof.reasons import clean_text, parse_guard_failure
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
@@ -95,8 +95,8 @@ def compile_events(
         is_recompile=forward and (bool(getattr(m, "cache_size", None)) or bool(reasons)),
         cache_entries=getattr(m, "cache_size", None),
         outcome="limit_hit" if hit else ("failed" if getattr(m, "fail_type", None) else "ok"),
-        fail_type=getattr(m, "fail_type", None),
-        fail_reason=None if redact or not fail_reason else str(fail_reason)[:MAX_TEXT],
+        fail_type=clean_text(m.fail_type, 200) if getattr(m, "fail_type", None) else None,
+        fail_reason=None if redact or not fail_reason else clean_text(fail_reason),
         reasons=reasons,
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration, phases=phases,

@@ -28,7 +28,6 @@ from recompprof._torch.phases import exclusive_phases
 from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
 from recompprof.eventlog import log_path, write_events
 from recompprof.events import (
-    MAX_TEXT,
     Compile,
     Event,
     Frame,
@@ -37,13 +36,16 @@ from recompprof.events import (
     SessionEnd,
     SessionStart,
 )
-from recompprof.reasons import user_location
+from recompprof.reasons import clean_text, graph_break_text, user_location
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
 _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
 _BREAK_WRAPPER = re.compile(r"Graph break in user code at ([^\n]*)\nGraph Break Reason: (.*)", re.S)
+# Bounds on what one record may hold in memory; longer lines or payloads are skipped and counted.
+MAX_LINE = 16 * 1024 * 1024
+MAX_PAYLOAD = 64 * 1024 * 1024
 
 
 class IngestError(Exception):
@@ -59,11 +61,13 @@ class IngestStats:
     compiles: int = 0
     stray_lines: int = 0
     bad_payloads: int = 0
+    bad_records: int = 0
 
     def describe(self) -> str:
         parts = [f"{n} {what}" for n, what in (
             (self.stray_lines, "line(s) that are not TORCH_TRACE records"),
-            (self.bad_payloads, "record(s) with a torn or altered payload"),
+            (self.bad_payloads, "record(s) with a torn, altered or oversized payload"),
+            (self.bad_records, "record(s) with fields of unexpected types"),
         ) if n]
         return "skipped " + ", ".join(parts) if parts else ""
 
@@ -108,33 +112,51 @@ def read_records(path: Path, stats: IngestStats) -> Iterator[_Record]:
     stats.files += 1
     current: tuple[re.Match[str], dict[str, Any]] | None = None
     payload: list[str] = []
+    size = 0  # characters of the current payload; past MAX_PAYLOAD the record is dropped
+
+    def finish() -> _Record | None:
+        if current is None:
+            return None
+        if size > MAX_PAYLOAD:
+            stats.bad_payloads += 1
+            return None
+        return _finish(current, payload, year, stats)
+
     with handle:
-        for line in handle:
+        while line := handle.readline(MAX_LINE):
+            if len(line) == MAX_LINE and not line.endswith("\n"):
+                # Too long for any record we read: skip it without holding it, and the record it belongs to.
+                while (rest := handle.readline(MAX_LINE)) and not rest.endswith("\n"):
+                    pass
+                if current is not None and line.startswith("\t"):
+                    size = MAX_PAYLOAD + 1
+                    continue
+                line = "\x00"  # a stray line
             line = line.rstrip("\n")
             if line.startswith("\t") and current is not None:
-                payload.append(line[1:])
+                size += len(line)
+                if size <= MAX_PAYLOAD:
+                    payload.append(line[1:])
                 continue
-            if current is not None:
-                record = _finish(current, payload, year, stats)
-                if record is not None:
-                    yield record
-                current, payload = None, []
+            record = finish()
+            if record is not None:
+                yield record
+            current, payload, size = None, [], 0
             match = _GLOG.match(line)
             meta = _json_object(match.group(8)) if match else None
             if match is None or meta is None or not meta:
                 stats.stray_lines += 1
                 continue
             current = (match, meta)
-        if current is not None:
-            record = _finish(current, payload, year, stats)
-            if record is not None:
-                yield record
+        record = finish()
+        if record is not None:
+            yield record
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
         return None
     return value if isinstance(value, dict) else None
 
@@ -213,10 +235,9 @@ class _Converter:
             self.reasons[key] = _reason_texts(record.payload)
         elif name == "dynamo_graph_break_reason" and key is not None and record.payload is not None:
             where, text = _graph_break_text(record.payload)
-            first = text.strip().splitlines()[0] if text.strip() else "graph break"
             self.breaks.setdefault(key, []).append(GraphBreak(
                 time=record.time, rank=self.rank, frame=self.frames.get(key[0]), compile_id=f"{key[0]}/{key[1]}",
-                reason=(first if self.redact else text)[:MAX_TEXT], user_location=where or user_location(text)))
+                reason=graph_break_text(text, self.redact), user_location=clean_text(where or user_location(text) or "") or None))
 
     def _on_compilation_metrics(self, record: _Record) -> None:
         self._compile(record, record.meta["compilation_metrics"], backward=False)
@@ -334,7 +355,10 @@ def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> Tr
     for file in files:
         converter = _Converter(file, run_id, redact)
         for record in read_records(file, stats):
-            converter.feed(record)
+            try:
+                converter.feed(record)
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+                stats.bad_records += 1  # valid JSON, but not the shapes torch writes (e.g. a hand-edited trace)
         events = converter.finish(host)
         stats.compiles += sum(isinstance(e, Compile) for e in events)
         per_file.append(events)

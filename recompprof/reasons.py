@@ -12,7 +12,7 @@ import re
 
 from recompprof.events import MAX_SUBJECT, MAX_TEXT, Reason
 
-__all__ = ["FIX_HINTS", "parse_guard_failure", "parse_recompiles_log", "user_location"]
+__all__ = ["FIX_HINTS", "clean_text", "graph_break_text", "parse_guard_failure", "parse_recompiles_log", "user_location"]
 
 FIX_HINTS: dict[str, str] = {
     "size": "Mark the varying dimension dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True; or pad/bucket sizes.",
@@ -76,6 +76,23 @@ _GUARD_HEADER = re.compile(r"guard \d+ failures:")
 def _clean(text: str, limit: int) -> str:
     # Lone surrogates would break JSON serialisation downstream; NULs break some sinks.
     return text[:limit].encode("utf-8", "replace").decode("utf-8").replace("\x00", "")
+
+
+def clean_text(text: object, limit: int = MAX_TEXT) -> str:
+    """``text`` as a bounded string that every sink accepts (no lone surrogates, no NULs)."""
+    return _clean(text if isinstance(text, str) else str(text), limit)
+
+
+_QUOTED = re.compile(r"'[^'\n]{0,4096}'|\"[^\"\n]{0,4096}\"|ConstantVariable\([^)\n]{0,4096}\)")
+
+
+def graph_break_text(text: object, redact: bool = False) -> str:
+    """A graph-break reason for the event log; redacted, only its first line with quoted literals removed."""
+    text = clean_text(text)
+    if not redact:
+        return text
+    first = text.strip().splitlines()[0] if text.strip() else "graph break"
+    return _QUOTED.sub("<redacted>", first)[:MAX_SUBJECT]
 
 
 def _local(subject: str) -> str:

@@ -32,7 +32,6 @@ from recompprof.aggregates import Aggregates, Snapshot
 from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
 from recompprof.eventlog import EventLogWriter, log_path
 from recompprof.events import (
-    MAX_TEXT,
     Compile,
     Event,
     Frame,
@@ -43,6 +42,7 @@ from recompprof.events import (
     SessionStart,
 )
 from recompprof.identity import Identity, detect
+from recompprof.reasons import clean_text, graph_break_text
 
 if TYPE_CHECKING:
     from recompprof.reporting import Report
@@ -176,10 +176,17 @@ class Session:
                     raise
                 continue
             live = getattr(adapter, "live", True)
+            if name == "profile_backend" and not adapter.forced_backend:
+                live, adapter.why_off = False, "torch._dynamo.set_stance(force_backend=...) missing; compiles keep the job's backend"
             self.signals[name] = bool(live)
             if not live:
                 self.signals_off[name] = getattr(adapter, "why_off", "") or "unavailable"
             self._undo.append((name, adapter.uninstall))
+        info = torch_versions.torch_info()
+        self.signals["phase_times"] = info.has("phase_times")
+        if not self.signals["phase_times"]:
+            self.signals_off["phase_times"] = (f"torch {info.version} records no per-phase times (needs >= 2.6); "
+                                               "each compile's whole duration is reported as dynamo_trace")
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -208,6 +215,11 @@ class Session:
         with _attach_lock:
             if self._closed:
                 return
+            if os.getpid() != self.identity.pid:
+                # A forked child (its atexit hooks, an inherited SIGTERM handler): the server, threads and
+                # files belong to the parent; shutting them down here would block on a thread that never forked.
+                self._closed = True
+                return
             for name, undo in reversed(self._undo):
                 with _internal.guard(f"detach.{name}"):
                     undo()
@@ -219,7 +231,8 @@ class Session:
                 with _internal.guard(f"exporter.{exporter.name}"):
                     exporter.shutdown(5.0)
             if self._writer is not None:
-                self._writer.close()
+                with _internal.guard("eventlog", "the event log could not be flushed at detach; check free space"):
+                    self._writer.close()
             if _current is self:
                 _current = None
 
@@ -300,7 +313,12 @@ class Session:
             with _internal.guard("aggregates"):
                 self._aggregate(event)
             if self._writer is not None:
-                with _internal.guard("eventlog", "the event log could not be written; check the run directory"):
+                with _internal.guard("eventlog", f"the event log {self._writer.path} could not be written; check that "
+                                     "its directory exists, is writable and has free space"):
+                    if self._writer.reopen_if_deleted():
+                        _internal.record("eventlog.deleted", FileNotFoundError(f"{self._writer.path} was deleted"),
+                                         "the event log was deleted while the job ran; recompprof started a new one at "
+                                         "the same path (events before that are lost): do not clean up a live run directory")
                     self._writer.write(event)
             for exporter in self._exporters:
                 with _internal.guard(f"exporter.{exporter.name}"):
@@ -348,9 +366,13 @@ class Session:
                 code_key, frame = self._code_of_frame_id[frame_id]  # limit-hit records name no function
             else:
                 code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-                frame = Frame.model_validate(dict(zip(("name", "file", "line"), resolve_wrapped(*code_key))))
+                name, file, line = resolve_wrapped(*code_key)
+                # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
+                frame = Frame(name=clean_text(name, 1000), file=clean_text(file, 1000), line=line)
                 self._code_of_frame_id[frame_id] = (code_key, frame)
-            _, texts = self._guards.take(*code_key)
+            # A changed torch internal loses this compile's reasons, never the compile itself.
+            with _internal.guard("torch.guard_failures", "guard-failure reasons are missing from compile events"):
+                texts = self._guards.take(*code_key)[1]
             texts += self._take_pending(Frame(name=code_key[0], file=code_key[1], line=code_key[2]))
             if self._profile is not None:
                 texts = [t for t in texts if not self._profile.is_own_reason(t)]
@@ -361,7 +383,10 @@ class Session:
                     remembered.popitem(last=False)
         else:
             frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        breaks = self._breaks.take() if forward else []
+        breaks: list[tuple[str, int]] = []
+        if forward:
+            with _internal.guard("torch.graph_breaks", "graph breaks are not recorded"):
+                breaks = self._breaks.take()
         redact = self.settings.redact
         event, hit = compile_events(
             m, time=now, rank=self.identity.rank, step=step, frame=frame, reasons=self._explainer.explain(frame, texts),
@@ -370,9 +395,8 @@ class Session:
         )
         self._emit(event)
         for text, count in breaks:
-            first_line = text.strip().splitlines()[0] if text.strip() else "graph break"
             self._emit(GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
-                                  reason=(first_line if redact else text)[:MAX_TEXT], count=count))
+                                  reason=graph_break_text(text, redact), count=count))
         if hit is not None:
             self._emit(hit)
 
@@ -387,6 +411,7 @@ class Session:
             world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
             mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
             signals=dict(self.signals), profile_mechanism=getattr(self._profile, "mechanism", None),
+            launcher=ident.launcher, restart_count=ident.restart_count,
         )
 
     def _session_end(self) -> SessionEnd:

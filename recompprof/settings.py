@@ -110,5 +110,7 @@ def _allowed(name: str) -> str:
         if marker in text:
             inner = text.split("Literal[", 1)[1].split("]", 1)[0]
             return inner.replace("'", "")
-    bounds = [str(m) for m in field.metadata]
-    return f"{field.annotation.__name__ if hasattr(field.annotation, '__name__') else text} {' '.join(bounds)}".strip()
+    symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    bounds = [f"{sym} {getattr(m, key)}" for m in field.metadata for key, sym in symbols.items() if hasattr(m, key)]
+    name = field.annotation.__name__ if hasattr(field.annotation, "__name__") else text
+    return f"{name} {', '.join(bounds)}".strip()

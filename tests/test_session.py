@@ -178,7 +178,8 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
         pass
     start = next(iter(read_file(session.event_log_path)))
     assert isinstance(start, SessionStart)
-    assert start.signals == {"guard_failures": True, "graph_breaks": True, "optimizer_steps": True, "compile_metrics": True}
+    assert start.signals == {"guard_failures": True, "graph_breaks": True, "optimizer_steps": True, "compile_metrics": True,
+                             "phase_times": True}
     assert start.versions["torch"] == torch.__version__
 
 

@@ -36,6 +36,7 @@ class TextfileOutput:
     """Writes ``<dir>/recompprof_<job>_<rank>.prom`` atomically (write to a temp name, then rename)."""
 
     component = "prometheus.textfile"
+    hint = "cannot write the textfile; check that prometheus_textfile_dir exists, is writable and has free space"
 
     def __init__(self, registry: CollectorRegistry, directory: Path, job: str, rank: int) -> None:
         self.registry = registry
@@ -54,6 +55,7 @@ class PushgatewayOutput:
     """PUTs the families to the Pushgateway group ``{job, rank}``; deletes the group on a clean exit."""
 
     component = "prometheus.pushgateway"
+    hint = "cannot push; check prometheus_pushgateway_url and that the Pushgateway is reachable from this host"
 
     def __init__(self, registry: CollectorRegistry, url: str, job: str, rank: int) -> None:
         self.registry = registry
@@ -109,7 +111,7 @@ class Periodic:
         self._dirty.set()
 
     def flush(self) -> None:
-        with self._lock, _internal.guard(self.output.component):
+        with self._lock, _internal.guard(self.output.component, getattr(self.output, "hint", "")):
             if not self._finished:  # after close() (a pushgateway group is deleted) nothing is written again
                 self.output.flush()
 

@@ -35,6 +35,11 @@ class CompileMetricsTap(logging.Filter):
         if not getattr(dynamo_config, "log_compilation_metrics", True):
             self.why_off = "torch._dynamo.config.log_compilation_metrics is False"
             return
+        import torch._utils_internal as utils_internal
+
+        if not callable(getattr(utils_internal, "log_compilation_event", None)):  # records go elsewhere, if anywhere
+            self.why_off = "torch._utils_internal.log_compilation_event missing (this torch logs compiles elsewhere)"
+            return
         self._prior_level = self._logger.level
         if self._logger.getEffectiveLevel() > logging.INFO:
             self._logger.setLevel(logging.INFO)

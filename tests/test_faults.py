@@ -1,0 +1,288 @@
+"""Faults around a real training job: full or vanishing sinks, the process being stopped, torch internals changed.
+
+Each fault must leave training's results exactly as without it, be logged once with what to do, be
+counted in ``recompprof_internal_errors_total``, and never raise into the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from otlp_receiver import OtlpReceiver
+from recorded_runs import ROOT, clean_env
+
+import recompprof
+from recompprof import _internal
+from recompprof.eventlog import read_file
+from recompprof.events import Compile, SessionEnd
+
+# A small job with a size recompile every step for the first three steps; prints its final weights.
+TRAIN = """
+import contextlib, json, logging, sys, torch, recompprof
+from prometheus_client import generate_latest
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("recompprof").addHandler(handler)
+
+def train(**settings):
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(lambda x: model(x).pow(2).mean(), backend="eager")
+    with (recompprof.attach(**settings) if settings else contextlib.nullcontext()) as session:
+        for i in range(8):
+            step(torch.randn(4 + i % 3, 8)).backward()
+            opt.step()
+            opt.zero_grad()
+    return model.weight.detach().clone(), session
+
+baseline, _ = train()
+weights, session = train(run_dir=sys.argv[1], exporters=["prometheus"], prometheus_mode="textfile",
+                         prometheus_textfile_dir=sys.argv[2], prometheus_push_interval=0.1)
+print(json.dumps({"same_weights": torch.equal(baseline, weights), "errors": session.snapshot().internal_errors,
+                  "exposition": generate_latest(session.exporters[0].registry).decode(), "messages": messages}))
+"""
+
+
+@contextlib.contextmanager
+def full_filesystem(where: Path) -> Iterator[tuple[Path, object]]:
+    """A directory with no free space: a filled 64 KiB tmpfs where mounting works (root), else RLIMIT_FSIZE=0."""
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                             capture_output=True, check=False).returncode == 0
+    if not mounted:
+        def no_file_growth() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes fail with EFBIG instead of killing the process
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+        yield where, no_file_growth
+        return
+    try:
+        for sub in ("run", "textfile"):
+            (where / sub).mkdir()
+        with contextlib.suppress(OSError), open(where / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        yield where, None
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_full_run_and_textfile_directories_never_stop_training(tmp_path: Path) -> None:
+    """With no space left for the event log and the textfile, training ends with the same weights; each sink is logged once and counted."""
+    with full_filesystem(tmp_path / "full") as (full, preexec):
+        proc = subprocess.run([sys.executable, "-c", TRAIN, str(full / "run"), str(full / "textfile")],
+                              capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120, check=False,
+                              preexec_fn=preexec)  # type: ignore[arg-type]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["same_weights"]
+    for component in ("eventlog", "prometheus.textfile"):
+        assert result["errors"].get(component, 0) >= 1, result["errors"]
+        assert f'recompprof_internal_errors_total{{component="{component}",rank="0"}}' in result["exposition"]
+        logged = [m for m in result["messages"] if f"internal error in {component} " in m]
+        assert len(logged) == 1 and "free space" in logged[0], result["messages"]
+    assert "Traceback" not in proc.stderr.split("internal error in")[0]  # nothing escaped before the first warning
+
+
+def test_event_log_deleted_while_running_is_reopened(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Deleting the live event log is noticed on the next event, logged once with advice, counted, and a new log is started."""
+    caplog.set_level(logging.WARNING, logger="recompprof")
+    fns = [torch.compile(f, backend="eager") for f in (lambda x: x * 2, lambda x: x + 1, lambda x: x - 1)]
+    with recompprof.attach(run_dir=tmp_path) as session:
+        fns[0](torch.ones(2))
+        assert session.event_log_path is not None
+        session.event_log_path.unlink()
+        fns[1](torch.ones(2))
+        session.event_log_path.unlink()
+        fns[2](torch.ones(2))
+    events = list(read_file(session.event_log_path))
+    assert [e.kind for e in events] == ["compile", "session_end"]
+    assert events[-1].internal_errors["eventlog.deleted"] == 2  # type: ignore[union-attr]
+    assert session.snapshot().internal_errors == {"eventlog.deleted": 2}
+    warnings = [r.getMessage() for r in caplog.records if "eventlog.deleted" in r.getMessage()]
+    assert len(warnings) == 1 and "do not clean up a live run directory" in warnings[0]
+
+
+# A job that trains, says so, and waits to be stopped; the final step count only reaches the sinks at exit.
+STOPPABLE = """
+import os, sys, time, torch, recompprof
+style = sys.argv[1]
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = torch.compile(lambda x: model(x).pow(2).mean(), backend="eager")
+
+def train():
+    for i in range(20):
+        step(torch.randn(4 + min(i, 2), 8)).backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(0.05 if i >= 3 else 0)
+    print("TRAINING DONE", flush=True)
+    time.sleep(300)
+
+if style == "context":
+    with recompprof.attach():
+        train()
+else:
+    recompprof.attach()
+    train()
+"""
+
+
+@pytest.mark.parametrize(("signum", "style"), [(signal.SIGTERM, "plain"), (signal.SIGINT, "context"),
+                                               (signal.SIGINT, "plain")])
+def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, signum: int, style: str) -> None:
+    """SIGTERM or Ctrl-C writes session_end, the final textfile and every span within 10 s, with or without a context manager."""
+    textdir, run_dir = tmp_path / "textfile", tmp_path / "run"
+    with OtlpReceiver() as receiver:
+        env = clean_env(RECOMPPROF_ATTACH="0", RECOMPPROF_RUN_DIR=str(run_dir), RECOMPPROF_EXPORTERS="prometheus,otel",
+                        RECOMPPROF_PROMETHEUS_MODE="textfile", RECOMPPROF_PROMETHEUS_TEXTFILE_DIR=str(textdir),
+                        RECOMPPROF_PROMETHEUS_PUSH_INTERVAL="3600", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+                        OTEL_BSP_SCHEDULE_DELAY="600000", PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, style], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            assert "TRAINING DONE" in proc.stdout.readline()
+            time.sleep(0.3)
+            assert not receiver.spans  # the span queue only drains at exit
+            started = time.monotonic()
+            proc.send_signal(signum)
+            proc.wait(30)
+            elapsed = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stderr = proc.stderr.read() if proc.stderr else ""
+        assert elapsed < 10, f"took {elapsed:.1f}s to exit"
+        assert proc.returncode in (-signum, 128 + signum, 1), stderr
+        events = list(read_file(next(run_dir.glob("*.jsonl"))))
+        compiles = [e for e in events if isinstance(e, Compile) and not e.backward]
+        assert isinstance(events[-1], SessionEnd) and events[-1].totals["steps"] == 20
+        roots = [s for s in receiver.spans if s["name"] == "torch_compile.frame"]
+        assert len(roots) == len([e for e in events if isinstance(e, Compile)]) and len(compiles) >= 2
+    text = next(textdir.glob("*.prom")).read_text()
+    assert 'torch_compile_training_step{rank="0"} 20.0' in text  # written only by the final flush
+    assert "recompprof" not in stderr.split("KeyboardInterrupt")[0].replace("recompprof.attach", "")
+
+
+# -- torch internals missing or changed ---------------------------------------------------------------
+
+
+def _train_steps(fn: object, steps: int = 3) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(lambda x: model(x).sum(), backend="eager")
+    for i in range(steps):
+        compiled(torch.ones(2 + i, 4)).backward()
+        opt.step()
+        opt.zero_grad()
+    return model.weight.detach().clone()
+
+
+@pytest.mark.parametrize(("module", "attr", "signal_name"), [
+    ("torch._dynamo.utils", "counters", "graph_breaks"),
+    ("torch.optim.optimizer", "register_optimizer_step_post_hook", "optimizer_steps"),
+    ("torch._utils_internal", "log_compilation_event", "compile_metrics"),
+])
+def test_missing_torch_internal_turns_its_signal_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path, module: str, attr: str,
+    signal_name: str,
+) -> None:
+    """Without one of the torch internals recompprof reads, attach succeeds, names the signal off and why, and training is unchanged."""
+    expected = _train_steps(None)
+    torch._dynamo.reset()
+    monkeypatch.delattr(sys.modules[module] if module in sys.modules else __import__(module, fromlist=["x"]), attr)
+    caplog.set_level(logging.INFO, logger="recompprof")
+    with recompprof.attach(run_dir=tmp_path) as session:
+        weights = _train_steps(None)
+    assert torch.equal(weights, expected)
+    assert session.signals[signal_name] is False
+    assert attr in session.signals_off[signal_name]
+    attached = [r.getMessage() for r in caplog.records if "recompprof attached" in r.getMessage()]
+    assert len(attached) == 1 and f"off: {signal_name} (" in attached[0] or f"; {signal_name} (" in attached[0]
+
+
+def test_altered_guard_failures_and_counters_keep_the_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """guard_failures and counters of an unexpected shape cost reasons and graph breaks only: every compile is still recorded."""
+    from torch._dynamo import utils
+
+    _internal.raise_internal_errors(False)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        monkeypatch.setattr(utils, "guard_failures", ["not", "a", "dict"])  # after attach: the reader is live
+        monkeypatch.setitem(utils.counters, "graph_break", {"reason": "not-a-count"})
+        weights = _train_steps(None)
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]  # type: ignore[arg-type]
+    assert [c.is_recompile for c in compiles] == [False, True] and torch.isfinite(weights).all()
+    assert {"torch.guard_failures", "torch.graph_breaks"} <= set(_internal.counts())
+
+
+def test_optimizer_hook_that_raises_is_contained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A register_optimizer_step_post_hook that raises turns step counting off; session.step() still counts."""
+    from torch.optim import optimizer
+
+    def broken(hook: object) -> object:
+        raise TypeError("signature changed")
+
+    _internal.raise_internal_errors(False)
+    monkeypatch.setattr(optimizer, "register_optimizer_step_post_hook", broken)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        _train_steps(None)
+        assert session.step() == 1
+    assert session.signals["optimizer_steps"] is False and "signature changed" in session.signals_off["optimizer_steps"]
+    assert _internal.counts()["torch.optimizer_steps"] == 1
+
+
+@pytest.mark.parametrize(("module", "attr", "mechanism"), [
+    ("torch._C._dynamo.eval_frame", "_debug_get_cache_entry_list", "unlimited"),
+    ("torch._dynamo", "set_stance", "evict"),
+])
+def test_profile_mode_without_its_torch_hooks_still_attaches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str, attr: str, mechanism: str,
+) -> None:
+    """Profile mode missing the callback factory falls back to lifting the limit, and missing set_stance keeps the job's backend; both say so."""
+    monkeypatch.delattr(sys.modules[module], attr)
+    limit = torch._dynamo.config.recompile_limit
+    with recompprof.attach(run_dir=tmp_path, mode="profile") as session:
+        weights = _train_steps(None)
+    assert torch.isfinite(weights).all()
+    assert torch._dynamo.config.recompile_limit == limit
+    start = next(iter(read_file(session.event_log_path)))  # type: ignore[arg-type]
+    assert start.profile_mechanism == mechanism  # type: ignore[union-attr]
+    assert session.signals["profile_backend"] is (attr != "set_stance")
+    assert attr in session.signals_off.get("profile_backend", attr)
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]  # type: ignore[arg-type]
+    assert len(compiles) == 2
+
+
+def test_internal_errors_are_visible_in_snapshot_and_metrics(tmp_path: Path) -> None:
+    """Internal errors counted while training show in session.snapshot() and in the scraped recompprof_internal_errors_total."""
+    from prometheus_client import generate_latest
+
+    _internal.raise_internal_errors(False)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with recompprof.attach(run_dir=blocker / "run", exporters=["prometheus"], prometheus_port=0) as session:
+        _train_steps(None)
+        text = generate_latest(session.exporters[0].registry).decode()  # type: ignore[attr-defined]
+    assert session.snapshot().internal_errors["eventlog"] == 1
+    assert 'recompprof_internal_errors_total{component="eventlog",rank="0"} 1.0' in text
+    assert os.environ.get("RECOMPPROF_RUN_DIR")  # the suite's own run dir setting was not disturbed

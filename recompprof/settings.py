@@ -6,7 +6,9 @@ case. A bad value fails at attach with a :class:`ConfigError` naming the setting
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -16,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 ENV_PREFIX = "RECOMPPROF_"
 EXPORTER_NAMES = ("prometheus", "otel")
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH"}
 
 
@@ -57,6 +60,24 @@ class Settings(BaseSettings):
     def _split_exporters(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip().lower() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("recompile_limit", "warmup_steps", "max_frames", "recent_events", "prometheus_port",
+                     "prometheus_push_interval", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would take True as 1
+            raise ValueError("a number is needed, not a boolean")
+        return value
+
+    @field_validator("prometheus_addr")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not _HOSTNAME.fullmatch(value):
+                raise ValueError("an IP address or host name is needed (127.0.0.1 serves only this host)") from None
         return value
 
     @field_validator("recompile_limit", mode="before")

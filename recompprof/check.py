@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from recompprof.events import CATEGORIES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit
+from recompprof.events import (
+    CATEGORIES,
+    Compile,
+    Event,
+    GraphBreak,
+    GuardFailure,
+    RecompileLimitHit,
+)
 from recompprof.reporting import FrameReport, Report, build_report
 
 
@@ -53,25 +60,37 @@ class Violation:
 
 
 def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
-    """The violations of ``rules`` in ``events`` (empty when the run passes)."""
-    by_rank: dict[int, list[Event]] = defaultdict(list)
-    for event in events:
-        by_rank[event.rank].append(event)
+    """The violations of ``rules`` in ``events`` (empty when the run passes).
+
+    ``events`` that can stream one rank at a time (``of_rank``, as :class:`recompprof.runs.EventStream`
+    does) are folded rank by rank without holding any; anything else is grouped by rank in memory.
+    """
+    per_rank: dict[int, Iterable[Event]]
+    if hasattr(events, "of_rank") and hasattr(events, "ranks"):
+        per_rank = {rank: events.of_rank(rank) for rank in events.ranks()}
+    else:
+        grouped: dict[int, list[Event]] = defaultdict(list)
+        for event in events:
+            grouped[event.rank].append(event)
+        per_rank = dict(grouped)
     violations: list[Violation] = []
-    for rank in sorted(by_rank):
-        selected = _after(by_rank[rank], rules.after_step)
-        violations.extend(_check_rank(rank, build_report(selected), rules))
+    for rank in sorted(per_rank):
+        violations.extend(_check_rank(rank, build_report(_after(per_rank[rank], rules.after_step)), rules))
     return violations
 
 
-def _after(events: list[Event], step: int | None) -> list[Event]:
-    if not step:
-        return events
-    counted = (Compile, GuardFailure, RecompileLimitHit, GraphBreak)
-    if any(isinstance(e, counted) and e.step is None for e in events):
-        raise CheckInputError("--after-step needs training steps, and this run has events without one "
-                              "(ingested from TORCH_TRACE, or recorded without step tracking)")
-    return [e for e in events if not isinstance(e, counted) or (e.step is not None and e.step >= step)]
+_COUNTED = (Compile, GuardFailure, RecompileLimitHit, GraphBreak)
+
+
+def _after(events: Iterable[Event], step: int | None) -> Iterator[Event]:
+    for event in events:
+        if isinstance(event, _COUNTED):
+            if event.step is None and step:
+                raise CheckInputError("--after-step needs training steps, and this run has events without one "
+                                      "(ingested from TORCH_TRACE, or recorded without step tracking)")
+            if step and event.step < step:  # type: ignore[operator]
+                continue
+        yield event
 
 
 def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:

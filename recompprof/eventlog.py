@@ -16,7 +16,14 @@ from typing import IO, Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from recompprof.events import EVENT_ADAPTER, SUPPORTED_SCHEMA_VERSIONS, Event, Frame, Reason, to_json
+from recompprof.events import (
+    EVENT_ADAPTER,
+    SUPPORTED_SCHEMA_VERSIONS,
+    Event,
+    Frame,
+    Reason,
+    to_json,
+)
 
 SUFFIX = ".jsonl"
 # No real event comes near this; a longer line is skipped as corrupt without ever being held whole in memory.
@@ -162,7 +169,7 @@ class _Interner:
             found = self._remember(self._reasons, key, Reason, raw)
         return raw if found is None else found
 
-    def _remember(self, cache: dict[Any, Any], key: object, model: type[Frame] | type[Reason], raw: dict[str, Any]) -> Any:
+    def _remember(self, cache: dict[Any, Any], key: object, model: type[Frame | Reason], raw: dict[str, Any]) -> Any:
         try:
             value = model.model_validate(raw)
         except ValidationError:

@@ -134,6 +134,7 @@ class Aggregates:
                     totals.steady_state_recompiles += 1
         for reason in event.reasons:
             totals.guard_failures[reason.category] += 1
+        totals.guard_failures.update(event.reasons_omitted)
         if event.cache_entries is not None and not event.backward:
             totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" else 0)
         if event.outcome == "failed":
@@ -150,6 +151,7 @@ class Aggregates:
         totals = self._totals(event.frame)
         for reason in event.reasons:
             totals.guard_failures[reason.category] += 1
+        totals.guard_failures.update(event.reasons_omitted)
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
         self._totals(event.frame).limit_hits[event.limit] += 1

@@ -66,8 +66,9 @@ def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
     does) are folded rank by rank without holding any; anything else is grouped by rank in memory.
     """
     per_rank: dict[int, Iterable[Event]]
-    if hasattr(events, "of_rank") and hasattr(events, "ranks"):
-        per_rank = {rank: events.of_rank(rank) for rank in events.ranks()}
+    ranks = events.ranks() if hasattr(events, "of_rank") and hasattr(events, "ranks") else None
+    if ranks is not None:
+        per_rank = {rank: events.of_rank(rank) for rank in ranks}  # type: ignore[attr-defined]
     else:
         grouped: dict[int, list[Event]] = defaultdict(list)
         for event in events:

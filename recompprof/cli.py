@@ -104,39 +104,51 @@ def _err(message: str) -> None:
     print(f"recompprof: {message}", file=sys.stderr)
 
 
-def _load(path: Path, *, strict: bool) -> Run | None:
-    """The run at ``path``, warnings printed; ``None`` (after a one-line error) when it cannot be used."""
+def _open(path: Path) -> Run | None:
+    """The run at ``path`` (read lazily); ``None`` after a one-line error when it cannot be opened."""
     from recompprof.runs import RunError, load
 
     try:
-        run = load(path)
+        return load(path)
     except RunError as exc:
         _err(f"error: {exc}")
         return None
+
+
+def _finish(run: Run, *, strict: bool) -> bool:
+    """After the pass that computed the figures: print what was skipped; False if they must not be shown."""
+    from recompprof.runs import RunError
+
+    try:
+        run.finish()
+    except RunError as exc:
+        _err(f"error: {exc}")
+        return False
     for line in run.warnings:
         _err(f"warning: {line}")
     for line in run.problems:
         _err(("error: " if strict else "warning: ") + line)
     if strict and run.problems:
         _err("error: the figures would be incomplete; pass --allow-skipped to accept them anyway")
-        return None
-    return run
+        return False
+    return True
 
 
 def _report(args: argparse.Namespace) -> int:
     from recompprof.html_report import render_html
     from recompprof.reporting import build_report, render_text
 
-    run = _load(args.run_dir, strict=args.strict)
+    run = _open(args.run_dir)
     if run is None:
         return EXIT_USAGE
-    events = run.events
-    if args.rank:
-        events = [e for e in events if e.rank in set(args.rank)]
-        if not events:
-            _err(f"error: no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
-            return EXIT_USAGE
+    wanted = set(args.rank or ())
+    events = (e for e in run.events if e.rank in wanted) if wanted else run.events
     report = build_report(events)
+    if not _finish(run, strict=args.strict):
+        return EXIT_USAGE
+    if wanted and not report.events:
+        _err(f"error: no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
+        return EXIT_USAGE
     if run.source == "torch_trace":
         report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
     print(render_text(report, width=args.width), end="")
@@ -173,13 +185,15 @@ def _check(args: argparse.Namespace) -> int:
     if negative:
         _err(f"error: --{negative[0].replace('_', '-')} must not be negative")
         return EXIT_USAGE
-    run = _load(args.run_dir, strict=not args.allow_skipped)
+    run = _open(args.run_dir)
     if run is None:
         return EXIT_USAGE
     try:
         violations = check(run.events, rules)
     except CheckInputError as exc:
         _err(f"error: {exc}")
+        return EXIT_USAGE
+    if not _finish(run, strict=not args.allow_skipped):
         return EXIT_USAGE
     for violation in violations:
         print(f"FAIL {violation.rule}: {violation}")
@@ -193,15 +207,16 @@ def _check(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     from recompprof.diff import compare, render
 
-    before = _load(args.run_a, strict=not args.allow_skipped)
-    after = _load(args.run_b, strict=not args.allow_skipped)
-    if before is None or after is None:
-        return EXIT_USAGE
     pct = args.max_time_increase
     if pct is not None and pct < 0:
         _err("error: --max-time-increase must not be negative")
         return EXIT_USAGE
+    before, after = _open(args.run_a), _open(args.run_b)
+    if before is None or after is None:
+        return EXIT_USAGE
     diff = compare(before.events, after.events, max_time_increase=None if pct is None else pct / 100)
+    if not (_finish(before, strict=not args.allow_skipped) and _finish(after, strict=not args.allow_skipped)):
+        return EXIT_USAGE
     print(render(diff, width=args.width), end="")
     return EXIT_VIOLATIONS if diff.regressions else EXIT_OK
 

@@ -19,7 +19,9 @@ _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
 _LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
 NO_REASON = "Unable to find recompilation reasons"
-MAX_SEEN_REASONS = 256  # per frame
+MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
+MAX_FRAMES_REMEMBERED = 256
+MAX_REASONS_PER_EVENT = 64
 
 
 def limit_hit(fail_reason: Any) -> tuple[str, int | None] | None:
@@ -44,30 +46,45 @@ def cache_outcome(m: Any) -> str | None:
 
 
 class ReasonExplainer:
-    """Parses reason texts and marks the one that explains each recompile.
+    """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
     Torch lists one reason per failing cache entry, most recently *used* first, so its first reason
     can describe an older variant. The reason that explains the change is the first one this frame
-    has not failed with before (bounded memory per frame); if all are old, the first one.
+    has not failed with before; if all are old, the first one. An event keeps the explaining reason
+    and the first others up to ``MAX_REASONS_PER_EVENT``; the rest are counted by category. Memory
+    is bounded per frame (hashes of recent reasons) and in frames (least recently compiled dropped).
     """
 
     def __init__(self, redact: bool = False) -> None:
         self.redact = redact
-        self._seen: dict[str, collections.OrderedDict[tuple[str, str, str], None]] = {}
+        self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = collections.OrderedDict()
 
-    def explain(self, frame: Frame, texts: list[str]) -> list[Reason]:
+    def explain(self, frame: Frame, texts: list[str]) -> tuple[list[Reason], dict[str, int]]:
+        """``(kept reasons, omitted counts by category)`` for one compile of ``frame``."""
         parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
         if not parsed:
-            return []
-        seen = self._seen.setdefault(frame.label, collections.OrderedDict())
-        keys = [(r.category, r.subject, r.text) for r in parsed]
+            return [], {}
+        seen = self._seen.pop(frame.label, None) or collections.OrderedDict()
+        self._seen[frame.label] = seen
+        if len(self._seen) > MAX_FRAMES_REMEMBERED:
+            self._seen.popitem(last=False)
+        keys = [hash((r.category, r.subject, r.text)) for r in parsed]
         explaining = next((i for i, key in enumerate(keys) if key not in seen), 0)
         for key in keys:
             seen[key] = None
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
             seen.popitem(last=False)
-        return [r.model_copy(update={"explains_change": i == explaining}) for i, r in enumerate(parsed)]
+        kept = [parsed[explaining].model_copy(update={"explains_change": True})]
+        omitted: collections.Counter[str] = collections.Counter()
+        for i, reason in enumerate(parsed):
+            if i == explaining:
+                continue
+            if len(kept) < MAX_REASONS_PER_EVENT:
+                kept.append(reason)
+            else:
+                omitted[reason.category] += 1
+        return kept, dict(omitted)
 
 
 def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
@@ -79,10 +96,14 @@ def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
 
 
 def compile_events(
-    m: Any, *, time: float, rank: int, step: int | None, frame: Frame, reasons: list[Reason], graph_breaks: int,
-    redact: bool, steady_state: bool, limit_value: int | None = None,
+    m: Any, *, time: float, rank: int, step: int | None, frame: Frame, explained: tuple[list[Reason], dict[str, int]],
+    graph_breaks: int, redact: bool, steady_state: bool, limit_value: int | None = None,
 ) -> tuple[Compile, RecompileLimitHit | None]:
-    """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
+    """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``.
+
+    ``explained`` is what :meth:`ReasonExplainer.explain` returned for it.
+    """
+    reasons, omitted = explained
     forward = getattr(m, "is_forward", True) is not False
     hit = limit_hit(getattr(m, "fail_reason", None))
     duration, phases = exclusive_phases(m)
@@ -98,6 +119,7 @@ def compile_events(
         fail_type=clean_text(m.fail_type, 200) if getattr(m, "fail_type", None) else None,
         fail_reason=None if redact or not fail_reason else clean_text(fail_reason),
         reasons=reasons,
+        reasons_omitted=omitted,
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration, phases=phases,
         guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),

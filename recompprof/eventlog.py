@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +44,7 @@ class EventLogWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
         self.bytes_written = 0
+        self._checked = 0.0
 
     def write(self, event: Event) -> None:
         if self._file is None:
@@ -52,9 +54,17 @@ class EventLogWriter:
         self._file.flush()
         self.bytes_written += len(line)
 
-    def reopen_if_deleted(self) -> bool:
-        """Start a new file at ``path`` if the open one was deleted (e.g. a cleanup job); True if so."""
-        if self._file is None or os.fstat(self._file.fileno()).st_nlink > 0:
+    def reopen_if_deleted(self, max_age: float = 0.0) -> bool:
+        """Start a new file at ``path`` if the open one was deleted (e.g. a cleanup job); True if so.
+
+        Checks at most once per ``max_age`` seconds: the check is a syscall, and on the compile path
+        a burst of events should not pay for it each time.
+        """
+        now = time.monotonic()
+        if self._file is None or now - self._checked < max_age:
+            return False
+        self._checked = now
+        if os.fstat(self._file.fileno()).st_nlink > 0:
             return False
         self._file.close()
         self._file = None

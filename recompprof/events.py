@@ -117,6 +117,9 @@ class Compile(_Event):
     fail_type: str | None = None
     fail_reason: str | None = Field(default=None, max_length=MAX_TEXT)
     reasons: list[Reason] = []
+    # Reasons past the per-event cap (one per failing cache entry: a frame with N variants fails N
+    # times per recompile), counted by category so totals stay exact while the event stays small.
+    reasons_omitted: dict[Category, int] = {}
     start_time: float | None = None
     duration: float = 0.0
     phases: dict[Phase, float] = {}
@@ -135,6 +138,7 @@ class GuardFailure(_Event):
     frame: Frame
     compile_id: str | None = None
     reasons: list[Reason]
+    reasons_omitted: dict[Category, int] = {}
 
 
 class GraphBreak(_Event):

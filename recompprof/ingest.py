@@ -261,7 +261,7 @@ class _Converter:
         stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + duration if isinstance(start, (int, float)) else record.time)
         breaks = [] if backward or key is None else self.breaks.pop(key, [])
         event, hit = compile_events(
-            m, time=stamp, rank=self.rank, step=None, frame=frame, reasons=self.explainer.explain(frame, texts),
+            m, time=stamp, rank=self.rank, step=None, frame=frame, explained=self.explainer.explain(frame, texts),
             graph_breaks=len(breaks), redact=self.redact, steady_state=False, limit_value=self.recompile_limit,
         )
         self.events.append(event)

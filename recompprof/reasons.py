@@ -8,6 +8,7 @@ and never raises: torch's wording is not an API, so unknown text becomes the ``o
 
 from __future__ import annotations
 
+import functools
 import re
 
 from recompprof.events import MAX_SUBJECT, MAX_TEXT, Reason
@@ -203,10 +204,26 @@ def _split(body: str) -> list[str]:
 
 def parse_guard_failure(text: str, *, redact: bool = False) -> list[Reason]:
     """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard."""
+    if isinstance(text, str) and len(text) <= _MAX_CACHED:
+        return list(_parse_cached(text, redact))
+    return list(_parse_safely(text, redact))
+
+
+# Torch repeats each old cache entry's reason text on every later recompile of the frame, so most
+# parses are repeats; Reasons are frozen, so sharing them is safe.
+_MAX_CACHED = 4096
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str, redact: bool) -> tuple[Reason, ...]:
+    return _parse_safely(text, redact)
+
+
+def _parse_safely(text: str, redact: bool) -> tuple[Reason, ...]:
     try:
-        return _parse(text, redact)
+        return tuple(_parse(text, redact))
     except Exception:  # noqa: BLE001 - the contract is to never raise into the caller
-        return [Reason(text="<unparseable guard failure>", category="other")]
+        return (Reason(text="<unparseable guard failure>", category="other"),)
 
 
 def _parse(text: str, redact: bool) -> list[Reason]:

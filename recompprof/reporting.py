@@ -97,6 +97,7 @@ class Report:
     wall_seconds: float = 0.0
     internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
     notes: list[str] = dataclasses.field(default_factory=list)
+    labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def compiles(self) -> int:
@@ -154,6 +155,7 @@ def build_report(events: Iterable[Event]) -> Report:
                 frame.guard_failures_without_compile += len(event.reasons)
                 for reason in event.reasons:
                     _group(frame, reason.category, reason.subject, reason.text).failures += 1
+                _add_omitted(frame, event.reasons_omitted)
         elif isinstance(event, RecompileLimitHit):
             frame = _frame(report, event.frame)
             if frame is not None:
@@ -170,8 +172,17 @@ def build_report(events: Iterable[Event]) -> Report:
     return report
 
 
+def _add_omitted(frame: FrameReport, omitted: dict[str, int]) -> None:
+    """Guard failures an event counted but did not list (past its per-event cap)."""
+    for category, count in omitted.items():
+        _group(frame, category, "(more cache entries)", "").failures += count
+
+
 def _frame(report: Report, frame: object) -> FrameReport | None:
-    label = frame.label  # type: ignore[attr-defined]
+    key = (frame.name, frame.file, frame.line)  # type: ignore[attr-defined]
+    label = report.labels.get(key)
+    if label is None:
+        label = report.labels[key] = frame.label  # type: ignore[attr-defined]
     found = report.frames.get(label)
     if found is None:
         if len(report.frames) >= MAX_FRAMES:
@@ -212,8 +223,14 @@ def _add_compile(report: Report, event: Compile) -> None:
                 steps.append(step)
             for reason in event.reasons:
                 if reason.explains_change:
-                    frame.categories_by_rank.setdefault(event.rank, Counter())[reason.category] += 1
-                    frame.category_first_step_by_rank.setdefault(event.rank, {}).setdefault(reason.category, step)
+                    by_rank = frame.categories_by_rank.get(event.rank)
+                    if by_rank is None:
+                        by_rank = frame.categories_by_rank[event.rank] = Counter()
+                    by_rank[reason.category] += 1
+                    first_steps = frame.category_first_step_by_rank.get(event.rank)
+                    if first_steps is None:
+                        first_steps = frame.category_first_step_by_rank[event.rank] = {}
+                    first_steps.setdefault(reason.category, step)
             frame.steady_state_recompiles += int(event.steady_state)
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
@@ -224,6 +241,7 @@ def _add_compile(report: Report, event: Compile) -> None:
         if reason.explains_change:
             group.changes += 1
             report.categories[reason.category] += 1
+    _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
         frame.failures[event.fail_type or "unknown"] += 1
         if len(report.failure_messages) < MAX_LISTED:

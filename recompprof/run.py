@@ -123,9 +123,15 @@ def _summarise(run_dir: Path) -> None:
     except RunError as exc:
         print(f"recompprof run: no report: {exc}", file=sys.stderr)
         return
+    report = build_report(run.events)
+    try:
+        run.finish()
+    except RunError as exc:
+        print(f"recompprof run: no report: {exc}", file=sys.stderr)
+        return
     for line in run.problems + run.warnings:
         print(f"recompprof: warning: {line}", file=sys.stderr)
-    print(render_text(build_report(run.events)), file=sys.stderr)
+    print(render_text(report), file=sys.stderr)
     print(f"event logs: {run_dir}\n"
           f"  recompprof report {run_dir} --html report.html\n"
           f"  recompprof check {run_dir} --max-recompiles 0 --after-step N", file=sys.stderr)

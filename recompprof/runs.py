@@ -9,6 +9,7 @@ non-zero exit. A path with no readable event at all is a :class:`RunError`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -17,39 +18,72 @@ from recompprof.events import Event, SessionStart
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
 
 
+_RANK_FILE = re.compile(r"rank(\d+)-\d+\.jsonl")
+
+
 class RunError(Exception):
     """The path cannot be read as a run; the message is one line naming the path and why."""
 
 
 class EventStream:
-    """The events of a run's event logs, read afresh from disk on each iteration.
+    """The events of a run's event logs, read from disk as they are iterated, never held.
 
-    A million events held as models would take gigabytes; the commands fold them in one streaming pass
-    instead. ``ranks_of`` (each file's ranks, from the first read) lets a per-rank fold read only the
-    files that hold that rank.
+    A million events held as models would take gigabytes; the commands fold them in one streaming pass.
+    What each file's first complete read skipped is recorded on the way (``finish`` reads only files
+    no pass has read whole), so counting problems costs no second pass. A file's rank comes from its
+    name (``rank00003-<pid>.jsonl``), so one rank can be folded reading only its files.
     """
 
-    def __init__(self, files: list[Path], ranks_of: dict[Path, frozenset[int]]) -> None:
+    def __init__(self, files: list[Path]) -> None:
         self.files = files
-        self.ranks_of = ranks_of
+        self.stats = ReadStats()
+        self.found = 0
+        self.foreign: list[str] = []
+        self._read_whole: set[Path] = set()
+
+    def _read(self, file: Path) -> Iterator[Event]:
+        stats = ReadStats()
+        yield from read_file(file, stats)
+        if file not in self._read_whole:  # reached only when the file was read to its end
+            self._read_whole.add(file)
+            for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):
+                setattr(self.stats, field, getattr(self.stats, field) + getattr(stats, field))
+            in_file = stats.lines - stats.skipped
+            self.found += in_file
+            if stats.lines and not in_file:
+                self.foreign.append(file.name)
 
     def __iter__(self) -> Iterator[Event]:
         for file in self.files:
-            yield from read_file(file)
+            yield from self._read(file)
 
-    def ranks(self) -> list[int]:
-        return sorted({rank for ranks in self.ranks_of.values() for rank in ranks})
+    def finish(self) -> None:
+        """Read whatever no pass has read to its end, so the skipped-line counts are complete."""
+        for file in self.files:
+            if file not in self._read_whole:
+                for _ in self._read(file):
+                    pass
+
+    def ranks(self) -> list[int] | None:
+        """The ranks named by the files, or None if a file's name does not say."""
+        ranks = [_rank_of(file) for file in self.files]
+        return None if any(r is None for r in ranks) else sorted(set(ranks))  # type: ignore[type-var]
 
     def of_rank(self, rank: int) -> Iterator[Event]:
-        """The events of one rank, reading only the files that hold it."""
+        """The events of one rank, reading only the files named for it."""
         for file in self.files:
-            if rank in self.ranks_of.get(file, ()):
-                yield from (e for e in read_file(file) if e.rank == rank)
+            if _rank_of(file) == rank:
+                yield from (e for e in self._read(file) if e.rank == rank)
+
+
+def _rank_of(file: Path) -> int | None:
+    match = _RANK_FILE.fullmatch(file.name)
+    return int(match.group(1)) if match else None
 
 
 @dataclasses.dataclass
 class Run:
-    """The events of one run and what reading it skipped."""
+    """The events of one run and what reading it skipped (complete once :meth:`finish` has run)."""
 
     path: Path
     events: Iterable[Event]  # a list (TORCH_TRACE) or an EventStream (event logs): iterate, don't index
@@ -62,13 +96,42 @@ class Run:
         """Whether events carry training steps (TORCH_TRACE traces do not)."""
         return any(e.step is not None for e in self.events if not isinstance(e, SessionStart))
 
+    def finish(self) -> None:
+        """Describe what reading skipped; raise :class:`RunError` if the run held no event at all.
+
+        Call it after the pass that computes the figures: it reads nothing that pass already read.
+        """
+        stream = self.events
+        if not isinstance(stream, EventStream):
+            return
+        stream.finish()
+        total, path = stream.stats, self.path
+        self.warnings.clear()
+        self.problems.clear()
+        if stream.foreign:
+            self.problems.append(f"{len(stream.foreign)} file(s) hold no recompprof events (foreign or from a newer "
+                                 "version): " + ", ".join(stream.foreign[:5]) + (" ..." if len(stream.foreign) > 5 else ""))
+        if total.corrupt or total.unknown_schema:
+            skipped = dataclasses.replace(total, torn_tail=0, unknown_kind=0)
+            self.problems.append(f"{path}: {skipped.describe()} of {total.lines}")
+        if total.torn_tail:
+            self.warnings.append(f"{path}: skipped {total.torn_tail} torn last line(s) (a process still writing, or one that crashed)")
+        if total.unknown_kind:
+            self.warnings.append(f"{path}: skipped {total.unknown_kind} line(s) of an event kind this version does not know")
+        if not stream.found:
+            detail = "; ".join(self.problems + self.warnings) or f"{path}: the event logs are empty"
+            raise RunError(f"{path}: no readable recompprof events ({detail})")
+
 
 def load(path: Path) -> Run:
-    """Read ``path`` (event-log run directory, single ``*.jsonl``, or TORCH_TRACE logs)."""
+    """Open ``path`` (event-log run directory, single ``*.jsonl``, or TORCH_TRACE logs).
+
+    Event logs are read lazily: iterate ``run.events`` to compute, then call ``run.finish()``.
+    """
     try:
         if is_trace_dir(path) and not _has_event_logs(path):
             return _load_trace(path)
-        return _load_event_logs(path)
+        return Run(path, EventStream(run_files(path)), "event_log")
     except (EventLogError, IngestError) as exc:
         raise RunError(str(exc)) from None
     except OSError as exc:  # e.g. a directory that vanishes or turns unreadable while we walk it
@@ -77,39 +140,6 @@ def load(path: Path) -> Run:
 
 def _has_event_logs(path: Path) -> bool:
     return path.is_dir() and any(path.rglob("*.jsonl"))
-
-
-def _load_event_logs(path: Path) -> Run:
-    total = ReadStats()
-    files = run_files(path)
-    ranks_of: dict[Path, frozenset[int]] = {}
-    foreign: list[str] = []
-    found = 0
-    for file in files:  # a first pass for what the lines hold and what was skipped, keeping no event
-        stats = ReadStats()
-        ranks = {event.rank for event in read_file(file, stats)}
-        ranks_of[file] = frozenset(ranks)
-        in_file = stats.lines - stats.skipped
-        if not in_file and stats.lines:
-            foreign.append(file.name)
-        found += in_file
-        for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):
-            setattr(total, field, getattr(total, field) + getattr(stats, field))
-    run = Run(path, EventStream(files, ranks_of), "event_log")
-    if foreign:
-        run.problems.append(f"{len(foreign)} file(s) hold no recompprof events (foreign or from a newer version): "
-                            + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""))
-    if total.corrupt or total.unknown_schema:
-        skipped = dataclasses.replace(total, torn_tail=0, unknown_kind=0)
-        run.problems.append(f"{path}: {skipped.describe()} of {total.lines}")
-    if total.torn_tail:
-        run.warnings.append(f"{path}: skipped {total.torn_tail} torn last line(s) (a process still writing, or one that crashed)")
-    if total.unknown_kind:
-        run.warnings.append(f"{path}: skipped {total.unknown_kind} line(s) of an event kind this version does not know")
-    if not found:
-        detail = "; ".join(run.problems + run.warnings) or f"{path}: the event logs are empty"
-        raise RunError(f"{path}: no readable recompprof events ({detail})")
-    return run
 
 
 def _load_trace(path: Path) -> Run:

@@ -389,7 +389,7 @@ class Session:
                 breaks = self._breaks.take()
         redact = self.settings.redact
         event, hit = compile_events(
-            m, time=now, rank=self.identity.rank, step=step, frame=frame, reasons=self._explainer.explain(frame, texts),
+            m, time=now, rank=self.identity.rank, step=step, frame=frame, explained=self._explainer.explain(frame, texts),
             graph_breaks=sum(n for _, n in breaks), redact=redact, steady_state=step >= self.settings.warmup_steps,
             limit_value=_limit_value("recompile_limit"),
         )

@@ -162,9 +162,11 @@ def recompiles_by_frame(samples: dict[str, list[Any]], rank: str) -> dict[str, f
             if s.name.endswith("_total") and s.labels["rank"] == rank}
 
 
-def model_frame(values: dict[str, float]) -> float:
-    (value,) = [v for frame, v in values.items() if frame.startswith(MODEL_FRAME)]
-    return value
+def model_frame(values: dict[str, float]) -> float | None:
+    """The model frame's value, or None while its series has not been written yet."""
+    found = [v for frame, v in values.items() if frame.startswith(MODEL_FRAME)]
+    assert len(found) <= 1, values
+    return found[0] if found else None
 
 
 def refused(port: int) -> bool:
@@ -316,7 +318,8 @@ def test_multiprocess_mode_serves_every_local_rank_from_one_endpoint(tmp_path: P
         while True:
             samples = scrape(summaries[0]["metrics_url"])
             per_rank = {r: recompiles_by_frame(samples, r) for r in ("0", "1")}
-            if all(per_rank.values()) and model_frame(per_rank["1"]) == 1 or time.monotonic() > deadline:
+            ready = model_frame(per_rank["0"]) is not None and model_frame(per_rank["1"]) == 1
+            if ready or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert model_frame(per_rank["0"]) == 0 and model_frame(per_rank["1"]) == 1

@@ -71,3 +71,27 @@ def test_empty_report_says_no_compiles() -> None:
     with recompprof.attach():
         pass
     assert "No compiles recorded." in str(recompprof.report())
+
+
+def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
+    """A frame with 80 variants keeps at most 64 reasons per event, yet counts every guard failure exactly."""
+    from recompprof.compiles import MAX_REASONS_PER_EVENT
+
+    def h(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x * len(tag)
+
+    compiled = torch.compile(h, backend="eager")
+    with torch._dynamo.config.patch(recompile_limit=100), recompprof.attach(run_dir=tmp_path) as session:
+        for i in range(80):
+            compiled(torch.ones(2), f"t{i}")
+    events = [e for e in session.recent_events() if e.kind == "compile"]
+    assert max(len(e.reasons) for e in events) == MAX_REASONS_PER_EVENT
+    assert all(e.reasons[0].explains_change for e in events if e.reasons)
+    expected = sum(range(80))  # recompile k fails against each of the k entries before it
+    assert sum(len(e.reasons) + sum(e.reasons_omitted.values()) for e in events) == expected
+    snap = session.snapshot()
+    assert snap.frames[events[0].frame.label].guard_failures["python_constant"] == expected
+    report = session.report()
+    frame = report.frames[events[0].frame.label]
+    assert sum(g.failures for g in frame.reasons.values()) == expected
+    assert frame.recompiles == 79

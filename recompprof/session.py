@@ -161,6 +161,10 @@ class Session:
             ("optimizer_steps", self._steps),
             ("compile_metrics", self._metrics),
         ]
+        if self.settings.step_source == "manual":
+            adapters.remove(("optimizer_steps", self._steps))
+            self._steps.manual = True
+            self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = False, "step_source=manual"
         if self.settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode
 

@@ -40,7 +40,8 @@ class Settings(BaseSettings):
     max_frames: int = Field(default=50, ge=1, le=10_000)
     recent_events: int = Field(default=1000, ge=0, le=1_000_000)
     redact: bool = False
-    step_source: Literal["auto", "optimizer", "manual"] = "auto"
+    # auto: a global optimizer step hook counts steps until session.step() is called; manual: only session.step()
+    step_source: Literal["auto", "manual"] = "auto"
 
     prometheus_port: int = Field(default=9464, ge=0, le=65535)
     prometheus_addr: str = "127.0.0.1"

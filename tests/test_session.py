@@ -189,3 +189,17 @@ def test_metrics_do_not_leak_to_the_users_log_handlers(caplog: pytest.LogCapture
         with recompprof.attach():
             torch.compile(lambda x: x * 2, backend="eager")(torch.ones(3))
     assert not [r for r in caplog.records if r.name == "torch._utils_internal"]
+
+
+def test_manual_step_source_installs_no_optimizer_hook() -> None:
+    """With step_source=manual, optimizer steps are not counted and no global optimizer hook is installed."""
+    import torch.optim.optimizer as optimizer_module
+
+    hooks_before = dict(optimizer_module._global_optimizer_post_hooks)
+    with recompprof.attach(step_source="manual") as session:
+        assert dict(optimizer_module._global_optimizer_post_hooks) == hooks_before
+        model = torch.nn.Linear(2, 1)
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        assert session.current_step == 0
+        assert session.step() == 1
+        assert session.signals["optimizer_steps"] is False

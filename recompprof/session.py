@@ -119,7 +119,6 @@ class Session:
         self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
         self._explainer = ReasonExplainer(settings.redact)
         self._pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
-        self._prior_sigterm: Any = None
         self._closed = False
         self._started = time.time()
 
@@ -346,6 +345,8 @@ class Session:
             pending = self._pending_reasons.setdefault(code, [])
             if len(pending) < 64:
                 pending.append((compile_id, texts))
+            if len(self._pending_reasons) > _MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
+                del self._pending_reasons[next(iter(self._pending_reasons))]
 
     def _take_pending(self, frame: Frame) -> list[str]:
         for code in list(self._pending_reasons):

@@ -19,6 +19,7 @@ from pydantic_core import from_json
 
 from recompprof.events import (
     EVENT_ADAPTER,
+    KINDS,
     SUPPORTED_SCHEMA_VERSIONS,
     Event,
     Frame,
@@ -43,7 +44,6 @@ class EventLogWriter:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
-        self.bytes_written = 0
         self._checked = 0.0
 
     def write(self, event: Event) -> None:
@@ -52,7 +52,6 @@ class EventLogWriter:
         line = to_json(event) + "\n"
         self._file.write(line)
         self._file.flush()
-        self.bytes_written += len(line)
 
     def reopen_if_deleted(self, max_age: float = 0.0) -> bool:
         """Start a new file at ``path`` if the open one was deleted (e.g. a cleanup job); True if so.
@@ -88,7 +87,6 @@ class ReadStats:
     corrupt: int = 0
     unknown_schema: int = 0
     unknown_kind: int = 0
-    foreign_files: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def skipped(self) -> int:
@@ -216,24 +214,30 @@ def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, last: bool) -> 
     try:
         yield EVENT_ADAPTER.validate_python(interner.event(data))
     except ValidationError:
-        if data.get("kind") not in {"session_start", "compile", "guard_failure", "graph_break", "recompile_limit_hit", "session_end"}:
+        if data.get("kind") not in KINDS:
             stats.unknown_kind += 1
         else:
             stats.corrupt += 1
 
 
-def run_files(path: Path) -> list[Path]:
-    """The event logs of a run directory (or the file itself); raises EventLogError if there are none."""
+def find_files(path: Path, pattern: str, what: str, error: type[Exception], *, recursive: bool = True) -> list[Path]:
+    """The files matching ``pattern`` under ``path`` (or ``path`` itself); raises ``error`` if there are none."""
     if not path.exists():
-        raise EventLogError(f"{path}: no such file or directory")
+        raise error(f"{path}: no such file or directory")
     if path.is_file():
         return [path]
     if not os.access(path, os.R_OK | os.X_OK):
-        raise EventLogError(f"{path}: directory is not readable")
-    files = sorted(p for p in path.rglob(f"*{SUFFIX}") if p.is_file())
+        raise error(f"{path}: directory is not readable")
+    found = path.rglob(pattern) if recursive else path.glob(pattern)
+    files = sorted(p for p in found if p.is_file())
     if not files:
-        raise EventLogError(f"{path}: no recompprof event logs (*{SUFFIX}) found")
+        raise error(f"{path}: no {what} ({pattern}) found")
     return files
+
+
+def run_files(path: Path) -> list[Path]:
+    """The event logs of a run directory (or the file itself); raises EventLogError if there are none."""
+    return find_files(path, f"*{SUFFIX}", "recompprof event logs", EventLogError)
 
 
 def read_run(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
 from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
-from recompprof.eventlog import log_path, write_events
+from recompprof.eventlog import find_files, log_path, write_events
 from recompprof.events import (
     Compile,
     Event,
@@ -90,16 +89,7 @@ def is_trace_dir(path: Path) -> bool:
 
 def trace_files(path: Path) -> list[Path]:
     """The trace logs under ``path`` (or ``path`` itself); raises IngestError if there are none."""
-    if not path.exists():
-        raise IngestError(f"{path}: no such file or directory")
-    if path.is_file():
-        return [path]
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise IngestError(f"{path}: directory is not readable")
-    files = sorted(p for p in path.glob(f"{TRACE_PREFIX}*.log") if p.is_file())
-    if not files:
-        raise IngestError(f"{path}: no TORCH_TRACE logs ({TRACE_PREFIX}*.log) found")
-    return files
+    return find_files(path, f"{TRACE_PREFIX}*.log", "TORCH_TRACE logs", IngestError, recursive=False)
 
 
 def read_records(path: Path, stats: IngestStats) -> Iterator[_Record]:

@@ -57,7 +57,6 @@ class FrameReport:
     recompile_steps_total: int = 0
     reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
-    guard_failures_without_compile: int = 0
     graph_breaks: int = 0
     failures: Counter[str] = dataclasses.field(default_factory=Counter)
     compile_seconds: float = 0.0
@@ -152,7 +151,6 @@ def build_report(events: Iterable[Event]) -> Report:
         elif isinstance(event, GuardFailure):
             frame = _frame(report, event.frame)
             if frame is not None:
-                frame.guard_failures_without_compile += len(event.reasons)
                 for reason in event.reasons:
                     _group(frame, reason.category, reason.subject, reason.text).failures += 1
                 _add_omitted(frame, event.reasons_omitted)
@@ -282,7 +280,10 @@ def render_text(report: Report, width: int = 160) -> str:
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
                       "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
-    for note in report.notes:
+    notes = list(report.notes)
+    if report.frames_dropped:
+        notes.append(f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown")
+    for note in notes:
         console.print(f"note: {note}")
 
     frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
@@ -296,7 +297,8 @@ def render_text(report: Report, width: int = 160) -> str:
                          no_wrap=col == "Frame", overflow="fold")
     for f in frames:
         table.add_row(
-            f.label, str(f.compiles), str(f.recompiles), str(f.steady_state_recompiles), _steps(f) or "-",
+            f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
+            str(f.recompiles), str(f.steady_state_recompiles), _steps(f) or "-",
             ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
             str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
         )

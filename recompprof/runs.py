@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from recompprof.eventlog import EventLogError, ReadStats, read_file, run_files
-from recompprof.events import Event, SessionStart
+from recompprof.events import Event
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
 
 
@@ -90,11 +90,6 @@ class Run:
     source: str  # "event_log" | "torch_trace"
     warnings: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def has_steps(self) -> bool:
-        """Whether events carry training steps (TORCH_TRACE traces do not)."""
-        return any(e.step is not None for e in self.events if not isinstance(e, SessionStart))
 
     def finish(self) -> None:
         """Describe what reading skipped; raise :class:`RunError` if the run held no event at all.

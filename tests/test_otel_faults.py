@@ -180,3 +180,25 @@ def test_grpc_without_its_package_fails_attach_clearly(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
     with pytest.raises(ExporterUnavailable, match=r"OTEL_EXPORTER_OTLP_PROTOCOL=grpc.*otel-grpc"):
         OtelExporter(StandInSession().settings)
+
+
+def test_bsp_export_timeout_bounds_each_request_unless_an_otlp_timeout_is_set() -> None:
+    """OTEL_BSP_EXPORT_TIMEOUT becomes the OTLP request timeout, and an OTLP exporter timeout takes precedence."""
+    assert read({"OTEL_BSP_EXPORT_TIMEOUT": "1500"}).request_timeout_s == 1.5
+    assert read({"OTEL_BSP_EXPORT_TIMEOUT": "1500", "OTEL_EXPORTER_OTLP_TIMEOUT": "20"}).request_timeout_s is None
+    assert read({}).request_timeout_s is None
+
+
+def test_bsp_export_timeout_ends_a_hanging_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a collector that never answers, each export gives up after OTEL_BSP_EXPORT_TIMEOUT and is counted."""
+    with hanging_endpoint() as url:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+        monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "300")
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+        exporter, _ = _started()
+        _emit_many(exporter, 1)
+        deadline = time.monotonic() + 5  # the OTLP exporter's own default (10 s) would not fail in time
+        while not exporter.dropped().get("export_failed") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        exporter.shutdown(1.0)
+    assert exporter.dropped().get("export_failed", 0) > 0, exporter.dropped()

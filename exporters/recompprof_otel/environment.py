@@ -41,7 +41,9 @@ class OtelEnvironment:
     traces_protocol: str
     metrics_protocol: str
     schedule_delay_s: float
-    export_timeout_s: float
+    # OTEL_BSP_EXPORT_TIMEOUT bounds each export request, unless an OTLP exporter timeout is set (it is
+    # more specific); None leaves the OTLP exporter's own default.
+    request_timeout_s: float | None
     max_queue_size: int
     max_export_batch_size: int
     problems: tuple[str, ...]
@@ -124,7 +126,9 @@ def read(env: Mapping[str, str] | None = None) -> OtelEnvironment:
         traces_protocol=traces,
         metrics_protocol=metrics,
         schedule_delay_s=delay / 1000.0,
-        export_timeout_s=timeout / 1000.0,
+        request_timeout_s=timeout / 1000.0 if "OTEL_BSP_EXPORT_TIMEOUT" in env and not any(
+            env.get(name, "").strip() for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+        ) else None,
         max_queue_size=queue,
         max_export_batch_size=batch,
         problems=tuple(problems),

@@ -89,7 +89,7 @@ class OtelExporter:
         provider = getattr(session, "tracer_provider", None)
         if provider is None:
             self.processor = BoundedBatchProcessor(
-                transport.span_exporter(self.env.traces_protocol),
+                transport.span_exporter(self.env.traces_protocol, self.env.request_timeout_s),
                 max_queue_size=self.env.max_queue_size,
                 max_export_batch_size=self.env.max_export_batch_size,
                 schedule_delay_s=self.env.schedule_delay_s,

@@ -187,11 +187,6 @@ class BoundedBatchProcessor(SpanProcessor):
         stuck = self._in_flight > 0 and now - self._export_began > SLOW_EXPORT_S
         return self._last_failed or stuck
 
-    @property
-    def collector_down(self) -> bool:
-        """The last export failed, or the current one has waited far longer than a healthy collector takes."""
-        with self._cond:
-            return self._looks_down(time.monotonic())
 
     def dropped(self) -> dict[str, int]:
         """Spans that never reached the collector, by reason."""

@@ -35,17 +35,18 @@ def check_protocol(protocol: str) -> None:
             raise _grpc_missing(exc) from exc
 
 
-def span_exporter(protocol: str) -> SpanExporter:
-    """An OTLP span exporter for ``protocol`` configured from the environment."""
+def span_exporter(protocol: str, timeout_s: float | None = None) -> SpanExporter:
+    """An OTLP span exporter for ``protocol`` configured from the environment (``timeout_s`` overrides its timeout)."""
+    kwargs = {"timeout": timeout_s} if timeout_s is not None else {}
     if protocol == GRPC:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
         except ImportError as exc:
             raise _grpc_missing(exc) from exc
-        return GrpcExporter()
+        return GrpcExporter(**kwargs)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()
+    return OTLPSpanExporter(**kwargs)
 
 
 def metric_exporter(protocol: str) -> MetricExporter:

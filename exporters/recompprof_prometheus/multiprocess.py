@@ -10,7 +10,6 @@ pid's counters to be summed with the new ones.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -114,8 +113,3 @@ class MmapMirror:
         for f in self._files.values():
             f.close()
         self._files.clear()
-
-
-def stale_files(path: Path) -> list[str]:
-    """Our files in ``path`` (for tests and diagnostics)."""
-    return sorted(os.path.basename(p) for p in glob.glob(str(path / "*_recompprof-r*.db")))

@@ -129,6 +129,8 @@ class Compile(_Event):
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
     steady_state: bool = False
+    # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
+    call_site: list[str] = []
 
 
 class GuardFailure(_Event):

@@ -161,6 +161,9 @@ def build_report(events: Iterable[Event]) -> Report:
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif isinstance(event, GraphBreak):
+            frame = _frame(report, event.frame) if event.frame is not None else None
+            if frame is not None:
+                frame.graph_breaks += event.count
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
@@ -245,7 +248,6 @@ def _add_compile(report: Report, event: Compile) -> None:
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    frame.graph_breaks += event.graph_breaks
     if event.outcome != "limit_hit":
         frame.compile_seconds += event.duration
         for phase, seconds in event.phases.items():

@@ -219,6 +219,9 @@ class ProfileMode:
         self._evictions = 0
         self._reported = 0
         self._compile_seconds = 0.0
+        self._stance: Any = None
+        self._limits_before: dict[str, Any] = {}  # config values before install, for release_limit
+        self.torch_errors = 0  # exceptions raised inside torch's own reason helper
 
     # ------------------------------------------------------------------ install / uninstall
 
@@ -283,8 +286,12 @@ class ProfileMode:
     def _set_config(self, config: Any, name: str, value: Any) -> None:
         old = getattr(config, name)
         setattr(config, name, value)
+        self._limits_before[name] = old
 
         def restore() -> None:
+            if name not in self._limits_before:  # release_limit already gave the job its own value back
+                return
+            del self._limits_before[name]
             if getattr(config, name) == value:
                 setattr(config, name, old)
             else:
@@ -297,7 +304,7 @@ class ProfileMode:
         import torch._dynamo
 
         handle = torch._dynamo.set_stance("default", force_backend=self.observer)
-        ours = eval_frame._stance
+        ours = self._stance = eval_frame._stance
         self.forced_backend = True
         # Frames compiled by the observer are reset after the stance is back (see _retire_frames).
         self._undo.append(self._retire_frames)
@@ -351,8 +358,7 @@ class ProfileMode:
         from torch._dynamo.guards import get_guard_fail_reason_helper
 
         f_locals = frame.f_locals
-        reasons = [get_guard_fail_reason_helper(entry.guard_manager, f_locals, entry.compile_id, self.observer)
-                   for entry in live_ours]
+        reasons = [self._reason(get_guard_fail_reason_helper, entry, f_locals) for entry in live_ours]
         compile_id = self._next_compile_id(frame_state)
         # Dynamo keeps entries in most-recently-hit order: the least recently used go.
         victims = same_instance[limit - 1:]
@@ -368,6 +374,36 @@ class ProfileMode:
         if callback is not None and reasons:
             with guard("profile.on_guard_failure"):
                 callback(code, compile_id, reasons)
+
+    def _reason(self, helper: Any, entry: Any, f_locals: Any) -> str:
+        """torch's reason text for one failing entry; an exception inside torch's helper is torch's, not ours."""
+        try:
+            return str(helper(entry.guard_manager, f_locals, entry.compile_id, self.observer))
+        except Exception as exc:  # noqa: BLE001 - torch's own code failed: report it as such, keep going
+            with self._lock:
+                self.torch_errors += 1
+                first = self.torch_errors == 1
+            if first:
+                log.warning("recompprof: torch's own get_guard_fail_reason_helper raised %s: %s (a torch error, "
+                            "not a recompprof one; the guard failure is recorded without its reason)",
+                            type(exc).__name__, exc)
+            return f"{entry.compile_id}: <torch's get_guard_fail_reason_helper raised {type(exc).__name__}>"
+
+    def stance_intact(self) -> bool:
+        """False once user code replaced the stance that forces the observer backend."""
+        if not self.forced_backend:
+            return True
+        import torch._dynamo.eval_frame as eval_frame
+
+        return getattr(eval_frame, "_stance", None) is self._stance
+
+    def release_limit(self) -> None:
+        """Give the job its own recompile limits back (the observer backend no longer compiles its frames)."""
+        for name, old in self._limits_before.items():
+            import torch._dynamo.config as config
+
+            setattr(config, name, old)
+        self._limits_before.clear()
 
     def _after_compile(self, frame: Any, result: Any, seconds: float) -> None:
         if getattr(result, "guarded_code", None) is None:

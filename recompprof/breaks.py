@@ -56,10 +56,14 @@ def _parse(text: str) -> BreakText:
     if header := _HEADER.match(head):
         body = head[header.end():]
         paragraphs = body.split("\n\n", 1)
+        skipped = False
         if len(paragraphs) == 2 and paragraphs[0].rstrip().endswith(":") and "\n" not in paragraphs[0].strip():
-            body = paragraphs[1]  # "Encountered graph break when attempting to trace ...:" adds nothing
+            # "Encountered graph break when attempting to trace ...:" adds nothing; "Failed to handle graph
+            # break gracefully. Skipping the function ...:" says the whole frame ran eagerly.
+            skipped = "Skipping the function" in paragraphs[0]
+            body = paragraphs[1]
         body = re.split(r"\n(?:Stack variable source attribution:|User code traceback:)", body, maxsplit=1)[0]
-        return _message(body, clean_text(header.group(1), 1000))
+        return dataclasses.replace(_message(body, clean_text(header.group(1), 1000)), skipped_frame=skipped)
     if head.startswith(_SKIP):
         frames = _FILE_LINE.findall(head)
         where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else None

@@ -18,7 +18,20 @@ from rich.console import Console
 from rich.table import Table
 
 from recompprof import divergence
-from recompprof.events import PHASES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit, SessionEnd, SessionStart
+from recompprof.events import (
+    PHASES,
+    Compile,
+    Event,
+    GraphBreak,
+    GuardFailure,
+    RecompileLimitHit,
+    SessionEnd,
+    SessionStart,
+    SignalChange,
+)
+
+# The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
+CAPTURE_SIGNALS = ("compile_metrics", "guard_failures", "graph_breaks", "profile_backend")
 
 MAX_FRAMES = 10_000
 MAX_GROUPS_PER_FRAME = 100
@@ -95,6 +108,8 @@ class Report:
     last_step: int = 0
     wall_seconds: float = 0.0
     internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    # Capture signals that were off from the start or went dark mid-run, with why: the counts above miss them.
+    signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
 
@@ -146,6 +161,12 @@ def build_report(events: Iterable[Event]) -> Report:
             report.warmup_steps = event.warmup_steps
             if event.run_id not in report.runs and len(report.runs) < MAX_LISTED:
                 report.runs.append(event.run_id)
+            for name in CAPTURE_SIGNALS:
+                if event.signals.get(name) is False:
+                    report.signals_dark.setdefault(name, "off from the start")
+        elif isinstance(event, SignalChange):
+            if not event.live:
+                report.signals_dark.setdefault(event.signal, event.reason or "went dark")
         elif isinstance(event, Compile):
             _add_compile(report, event)
         elif isinstance(event, GuardFailure):
@@ -168,6 +189,8 @@ def build_report(events: Iterable[Event]) -> Report:
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
         elif isinstance(event, SessionEnd):
+            for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
+                report.signals_dark[name] = event.signals_off[name]
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
             report.internal_errors.update(event.internal_errors)
     return report
@@ -279,6 +302,8 @@ def render_text(report: Report, width: int = 160) -> str:
         + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
            else " summed over ranks" if len(report.ranks) > 1 else "")
     )
+    for name, why in report.signals_dark.items():
+        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
                       "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")

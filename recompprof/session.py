@@ -172,6 +172,7 @@ class Session:
             from recompprof._torch.profile import ProfileMode
 
             self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
+            self._profile.on_stance_change = self._on_stance_change
             adapters.insert(0, ("profile_backend", self._profile))
         for name, adapter in adapters:
             try:
@@ -367,15 +368,19 @@ class Session:
                 return [t for _, texts in self._pending_reasons.pop(code) for t in texts]
         return []
 
-    def _check_profile_stance(self) -> None:
-        """Profile mode lost its forced backend (user code reset the stance): release the limit, say so once."""
-        profile = self._profile
-        if not self.signals.get("profile_backend") or profile.stance_intact():
+    def _on_stance_change(self, ours: bool) -> None:
+        """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
+        if not ours:
+            log.warning("recompprof: the job changed the torch.compile stance during profile mode; its own backend "
+                        "compiles now and recompprof gave it back its own recompile limits")
+            self._signal_lost("profile_backend", "the job changed the torch.compile stance (set_stance): compiles use "
+                              "the job's backend, with the job's own recompile limits")
             return
-        profile.release_limit()
-        self._signal_lost("profile_backend", "the torch.compile stance was changed by the job (set_stance) after attach: "
-                          "compiles use the job's backend again, so recompprof released its recompile_limit "
-                          "(back to the job's own value) instead of failing fullgraph code")
+        with self._lock:
+            self.signals["profile_backend"] = True
+            self.signals_off.pop("profile_backend", None)
+            self._emit(SignalChange(time=time.time(), rank=self.identity.rank, step=self._steps.step,
+                                    signal="profile_backend", live=True, reason="the stance is recompprof's again"))
 
     def _on_compile_metrics(self, metrics: Any) -> None:
         with self._lock:
@@ -456,7 +461,6 @@ class Session:
             texts += self._take_pending(code_key)
             if self._profile is not None:
                 texts = [t for t in texts if not self._profile.is_own_reason(t)]
-                self._check_profile_stance()
             texts = reason_texts(m, texts)
             self._frame_of_compile[compile_id] = frame
             for remembered in (self._frame_of_compile, self._code_of_frame_id):

@@ -220,7 +220,9 @@ class ProfileMode:
         self._reported = 0
         self._compile_seconds = 0.0
         self._stance: Any = None
-        self._limits_before: dict[str, Any] = {}  # config values before install, for release_limit
+        self._stance_ours = True
+        self._limits: dict[str, tuple[Any, Any]] = {}  # config name -> (the job's value, ours)
+        self.on_stance_change: Callable[[bool], None] | None = None
         self.torch_errors = 0  # exceptions raised inside torch's own reason helper
 
     # ------------------------------------------------------------------ install / uninstall
@@ -286,12 +288,11 @@ class ProfileMode:
     def _set_config(self, config: Any, name: str, value: Any) -> None:
         old = getattr(config, name)
         setattr(config, name, value)
-        self._limits_before[name] = old
+        self._limits[name] = (old, value)
 
         def restore() -> None:
-            if name not in self._limits_before:  # release_limit already gave the job its own value back
+            if not self._stance_ours and getattr(config, name) == old:  # the job's value is back already
                 return
-            del self._limits_before[name]
             if getattr(config, name) == value:
                 setattr(config, name, old)
             else:
@@ -306,6 +307,7 @@ class ProfileMode:
         handle = torch._dynamo.set_stance("default", force_backend=self.observer)
         ours = self._stance = eval_frame._stance
         self.forced_backend = True
+        self._watch_stance(eval_frame)
         # Frames compiled by the observer are reset after the stance is back (see _retire_frames).
         self._undo.append(self._retire_frames)
 
@@ -389,21 +391,46 @@ class ProfileMode:
                             type(exc).__name__, exc)
             return f"{entry.compile_id}: <torch's get_guard_fail_reason_helper raised {type(exc).__name__}>"
 
-    def stance_intact(self) -> bool:
-        """False once user code replaced the stance that forces the observer backend."""
-        if not self.forced_backend:
-            return True
-        import torch._dynamo.eval_frame as eval_frame
+    def _watch_stance(self, eval_frame: Any) -> None:
+        """Follow stance changes the job makes (``torch.compiler.set_stance``) while the mode is on.
 
-        return getattr(eval_frame, "_stance", None) is self._stance
+        Without the forced observer the job's backend compiles its frames, and recompprof's low limit
+        would make fullgraph code raise: while the stance is not ours the job gets its own limits back
+        (and ``on_stance_change(False)`` is called); when it is ours again, the limit is re-applied.
+        """
+        import torch._dynamo.decorators as decorators
 
-    def release_limit(self) -> None:
-        """Give the job its own recompile limits back (the observer backend no longer compiles its frames)."""
-        for name, old in self._limits_before.items():
-            import torch._dynamo.config as config
+        original = getattr(decorators, "_set_stance", None)
+        if not callable(original):
+            return
+        mode = self
 
-            setattr(config, name, old)
-        self._limits_before.clear()
+        def watched(stance: Any) -> Any:
+            prev = original(stance)
+            if mode.active:
+                with guard("profile.stance"):
+                    mode._stance_changed(eval_frame._stance is mode._stance)
+            return prev
+
+        decorators._set_stance = watched
+
+        def restore() -> None:
+            if decorators._set_stance is watched:
+                decorators._set_stance = original
+
+        self._undo.append(restore)
+
+    def _stance_changed(self, ours: bool) -> None:
+        import torch._dynamo.config as config
+
+        if ours == self._stance_ours:
+            return
+        self._stance_ours = ours
+        for name, (job_value, our_value) in self._limits.items():
+            if getattr(config, name) == (job_value if ours else our_value):
+                setattr(config, name, our_value if ours else job_value)
+        if self.on_stance_change is not None:
+            self.on_stance_change(ours)
 
     def _after_compile(self, frame: Any, result: Any, seconds: float) -> None:
         if getattr(result, "guarded_code", None) is None:

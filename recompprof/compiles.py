@@ -124,7 +124,7 @@ def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
 def compile_events(
     m: Any, *, time: float, rank: int, step: int | None, frame: Frame, explained: tuple[list[Reason], dict[str, int]],
     graph_breaks: int, redact: bool, steady_state: bool, limits: dict[str, int | None] | None = None,
-    call_site: list[str] | None = None,
+    call_site: list[str] | None = None, guard_set: str | None = None,
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``.
 
@@ -151,7 +151,7 @@ def compile_events(
         duration=duration, phases=phases,
         guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
         graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
-        call_site=call_site or [],
+        call_site=call_site or [], guard_set=guard_set,
     )
     if hit is None:
         return event, None

@@ -131,6 +131,9 @@ class Compile(_Event):
     steady_state: bool = False
     # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
     call_site: list[str] = []
+    # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
+    # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
+    guard_set: str | None = None
 
 
 class GuardFailure(_Event):

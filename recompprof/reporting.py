@@ -37,6 +37,7 @@ MAX_FRAMES = 10_000
 MAX_GROUPS_PER_FRAME = 100
 MAX_STEPS_LISTED = 50
 MAX_LISTED = 50
+MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
 
 
 def _hints() -> dict[str, str]:
@@ -75,6 +76,7 @@ class FrameReport:
     compile_seconds: float = 0.0
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
     recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
     # Per-rank detail for recompprof.divergence (steps bounded by MAX_STEPS_LISTED per rank).
@@ -83,6 +85,13 @@ class FrameReport:
     category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def variants_needed(self) -> int:
+        """Compiled variants one process needed: distinct guard sets where known, else forward compiles."""
+        if self.guard_sets_by_rank:
+            return max(len(sets) for sets in self.guard_sets_by_rank.values())
+        return max(self.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
         return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
@@ -238,6 +247,10 @@ def _add_compile(report: Report, event: Compile) -> None:
     elif event.outcome != "limit_hit":
         frame.compiles += 1
         frame.compiles_by_rank[event.rank] += 1
+        if event.guard_set is not None:
+            seen = frame.guard_sets_by_rank.setdefault(event.rank, set())
+            if len(seen) < MAX_GUARD_SETS:
+                seen.add(event.guard_set)
         if event.is_recompile:
             frame.recompiles += 1
             frame.recompiles_by_rank[event.rank] += 1
@@ -378,7 +391,7 @@ def render_text(report: Report, width: int = 160) -> str:
                       f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
         for f in busy:
             cut = " - the limit cut in" if f.limit_hits else ""
-            needed = max(f.compiles_by_rank.values(), default=f.compiles)  # per process, not summed over ranks
+            needed = f.variants_needed
             console.print(f"  {f.label}: {needed} variants{cut}")
     if report.internal_errors:
         console.print("\nrecompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))

@@ -26,7 +26,7 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch import frames as torch_frames
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
-from recompprof._torch.guard_failures import GuardFailureReader
+from recompprof._torch.guard_failures import GuardFailureReader, guard_set
 from recompprof._torch.steps import StepCounter
 from recompprof.aggregates import Aggregates, Snapshot
 from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
@@ -444,6 +444,7 @@ class Session:
         forward = m.is_forward is not False
         texts: list[str] = []
         call_site: list[str] = []
+        fingerprint: str | None = None
         breaks: list[GraphBreak] = []
         if forward:
             ctx = torch_frames.compiling()
@@ -455,6 +456,9 @@ class Session:
                 frame = self._frame(code_key, ctx)
                 self._code_of_frame_id[frame_id] = (code_key, frame)
             call_site = torch_frames.call_site(ctx, self.settings.redact)
+            if ctx is not None:
+                with _internal.guard("torch.guard_set"):
+                    fingerprint = guard_set(ctx.guarded_code)
             # A changed torch internal loses this compile's reasons, never the compile itself.
             with _internal.guard("torch.guard_failures", "guard-failure reasons are missing from compile events"):
                 texts = self._guards.take(*code_key)[1]
@@ -478,7 +482,7 @@ class Session:
         event, hit = compile_events(
             m, time=now, rank=self.identity.rank, step=step, frame=frame, explained=self._explainer.explain(frame, texts),
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
-            steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site,
+            steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site, guard_set=fingerprint,
         )
         self._emit(event)
         for graph_break in breaks:

@@ -298,3 +298,24 @@ def test_exception_in_torchs_reason_helper_is_torchs(tmp_path: Path, monkeypatch
     assert len(warnings) == 1 and "torch error, not a recompprof one" in warnings[0]
     recompiles = [c for c in _forward_compiles(_events(session)) if c.is_recompile]
     assert recompiles and all("KeyError" in r.text for c in recompiles for r in c.reasons)
+
+
+def test_profile_mode_reports_the_variants_the_job_needs(tmp_path: Path) -> None:
+    """Profile mode retraces evicted variants (A, B, C, A, B, C ...); the report counts the distinct guard sets the job needs, not the retraces."""
+    def f(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x * len(tag)
+
+    fn = torch.compile(f, backend="eager")
+    with recompprof.attach(run_dir=tmp_path / "profile", mode="profile") as profiled:
+        for tag in ["a", "bb", "ccc"] * 3:
+            fn(torch.ones(2), tag)
+    torch._dynamo.reset()
+    with recompprof.attach(run_dir=tmp_path / "monitor") as monitored:
+        for tag in ["a", "bb", "ccc"] * 3:
+            fn(torch.ones(2), tag)
+    (profile_frame,) = build_report(_events(profiled)).frames.values()
+    (monitor_frame,) = build_report(_events(monitored)).frames.values()
+    assert profile_frame.compiles == 9 and profile_frame.variants_needed == 3
+    assert monitor_frame.compiles == monitor_frame.variants_needed == 3
+    assert "f (tests/test_capture.py" in render_text(build_report(_events(profiled)))
+    assert "3 variants" in render_text(build_report(_events(profiled)))

@@ -42,6 +42,7 @@ class Compiling:
     closure: tuple[Any, ...] | None
     compile_id: str | None
     caller: types.FrameType | None  # the frame that called into the compiled code (and torch's wrappers)
+    guarded_code: Any = None  # what the compile produced, once it has (None while tracing or on failure)
 
 
 def is_torch_wrapper(filename: str) -> bool:
@@ -68,6 +69,7 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
                 closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
                 compile_id=str(compile_id) if compile_id is not None else None,
                 caller=frame.f_back,
+                guarded_code=f.get("guarded_code"),
             )
         frame = frame.f_back
     return None

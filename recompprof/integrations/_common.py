@@ -26,12 +26,14 @@ class SteadyStateRecompileError(RuntimeError):
     """Raised by a callback with ``fail_on_steady_state_recompiles=True`` after a recompile past the warm-up."""
 
 
-def identity(rank: int, local_rank: int, world_size: int, local_world_size: int, launcher: str,
+def identity(rank: int, local_rank: int, world_size: int, local_world_size: int | None, launcher: str,
              run_id: str | None = None) -> Identity:
     """The detected identity with the framework's ranks (it may have launched the processes itself)."""
     base = detect()
     if base.launcher == "single" and world_size > 1:
         base = dataclasses.replace(base, launcher=launcher)
+    if local_world_size is None:
+        local_world_size = base.local_world_size if base.launcher != launcher else world_size
     return dataclasses.replace(base, rank=rank, local_rank=local_rank, world_size=world_size,
                                local_world_size=max(1, local_world_size), run_id=run_id or base.run_id)
 
@@ -114,9 +116,11 @@ class Tracker:
         }
 
     def check(self) -> None:
-        """Raise the recorded steady-state recompile (called from a trainer hook, never from torch's compile path)."""
+        """Detach and raise the recorded steady-state recompile (from a trainer hook, never from torch's compile path)."""
         if self.failure is not None:
-            raise SteadyStateRecompileError(self.failure)
+            failure = self.failure
+            self.stop()
+            raise SteadyStateRecompileError(failure)
 
     def stop(self) -> None:
         """Log the summary to the framework's logger and detach (only a session this callback attached)."""

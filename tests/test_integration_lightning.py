@@ -184,6 +184,14 @@ def test_user_attached_session_is_used_not_attached_twice(tmp_path: Path) -> Non
     assert len(list((tmp_path / "run").glob("rank*.jsonl"))) == 1
 
 
+def test_importing_recompprof_imports_no_framework() -> None:
+    """``import recompprof`` (and its integrations package) loads neither Lightning nor transformers."""
+    code = ("import sys, recompprof, recompprof.integrations; "
+            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_bad_setting_fails_when_the_callback_is_built() -> None:
     """A misspelt setting is a ConfigError naming it, before any training starts."""
     with pytest.raises(recompprof.ConfigError, match="warmup_step"):

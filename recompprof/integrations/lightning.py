@@ -25,6 +25,7 @@ from recompprof.session import Session
 __all__ = ["RecompprofCallback", "SteadyStateRecompileError"]
 
 log = logging.getLogger("lightning.pytorch")
+_DECIDE_EVERY = 50  # optimizer steps between the ranks' fail-on decisions when log_every_n_steps is 0
 
 
 class RecompprofCallback(Callback):
@@ -89,17 +90,18 @@ class RecompprofCallback(Callback):
         tracker = self._tracker
         # An optimizer step happened in this batch (not an accumulating one): Lightning logs now when
         # global_step is a multiple of log_every_n_steps, so the scalars are logged exactly then.
-        every = trainer.log_every_n_steps
-        if tracker.set_step(trainer.global_step) and every and trainer.global_step % every == 0:
+        every, step = trainer.log_every_n_steps, trainer.global_step
+        moved = tracker.set_step(step)
+        if moved and every and step % every == 0:
             pl_module.log_dict(tracker.scalars(), on_step=True, on_epoch=False, batch_size=1)
+        if self._world_size == 1:
+            tracker.check()
+        elif moved and tracker.fail_on_steady_state_recompiles and step % (every or _DECIDE_EVERY) == 0:
             # Ranks decide together (all are at this step), so none is left waiting in a collective.
-            if tracker.fail_on_steady_state_recompiles and self._world_size > 1 \
-                    and trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False):
+            if trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False):
                 tracker.check()
                 raise SteadyStateRecompileError("recompprof: another rank recorded a steady-state recompile "
                                                 "(fail_on_steady_state_recompiles=True); see that rank's log")
-        if self._world_size == 1:
-            tracker.check()
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -184,6 +184,39 @@ def test_user_attached_session_is_used_not_attached_twice(tmp_path: Path) -> Non
     assert len(list((tmp_path / "run").glob("rank*.jsonl"))) == 1
 
 
+class WarmingUp(Tiny):
+    """Tiny with a per-step LR warm-up of 5 steps (LinearLR rising from a tenth of the rate)."""
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.01)
+        warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warm, "interval": "step"}}
+
+
+def test_default_warmup_from_the_lr_scheduler(tmp_path: Path) -> None:
+    """Without validation, the default warm-up is the per-step LR scheduler's (LinearLR, 5 steps), so the
+    size recompile at step 1 is not steady state."""
+    trainer(tmp_path, [RecompprofCallback()], limit_val_batches=0).fit(WarmingUp(backend="eager"), *loaders())
+    events = list(read_file(next((tmp_path / "run").glob("rank*.jsonl"))))
+    assert next(e for e in events if isinstance(e, SessionStart)).warmup_steps == 5
+    assert [(e.step, e.steady_state) for e in forward_compiles(events)] == [(0, False), (1, False)]
+
+
+def test_scheduler_warmup_reads_real_schedulers() -> None:
+    """The warm-up length of torch's own schedulers: a rising LinearLR, the first of a SequentialLR
+    (bounded by its milestone); none for a decaying LinearLR or a cosine schedule."""
+    from recompprof.integrations._common import scheduler_warmup
+
+    opt = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
+    lr = torch.optim.lr_scheduler
+    assert scheduler_warmup(lr.LinearLR(opt, start_factor=0.01, total_iters=7)) == 7
+    assert scheduler_warmup(lr.LinearLR(opt, start_factor=1.0, end_factor=0.1, total_iters=7)) is None
+    assert scheduler_warmup(lr.CosineAnnealingLR(opt, T_max=10)) is None
+    seq = lr.SequentialLR(opt, [lr.LinearLR(opt, start_factor=0.1, total_iters=20), lr.CosineAnnealingLR(opt, 90)],
+                          milestones=[10])
+    assert scheduler_warmup(seq) == 10
+
+
 def test_importing_recompprof_imports_no_framework() -> None:
     """``import recompprof`` (and its integrations package) loads neither Lightning nor transformers."""
     code = ("import sys, recompprof, recompprof.integrations; "

@@ -82,6 +82,10 @@ class StepProbe(TrainerCallback):
     def __init__(self, callback: RecompprofCallback) -> None:
         self.callback = callback
         self.seen: list[tuple[Event, int]] = []
+        self.logged: list[set[str]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        self.logged.append(set(logs or {}))
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         assert self.callback.session is not None  # the recompprof callback runs first and has attached
@@ -116,11 +120,11 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path:
     """Events carry state.global_step (accumulation 2): the padding-length recompile at step 1; the
     default warm-up runs through the first evaluation (eval_steps 2 -> 3 steps), so it is not steady
     state; every log_history entry (each logging step, each evaluation, the final summary) has the
-    scalars; the report goes to the transformers.trainer logger; the session is detached after train."""
+    scalars, also as a callback listed before this one receives them; the report goes to the transformers.trainer logger; the session is detached after train."""
     callback = RecompprofCallback()
     probe = StepProbe(callback)
-    trainer = build(tmp_path, [callback, probe])
-    assert trainer.callback_handler.callbacks[0] is callback  # first, so reporting callbacks see its scalars
+    trainer = build(tmp_path, [probe, callback])  # the probe stands for a reporting callback listed before
+    assert trainer.callback_handler.callbacks[0] is callback  # moved first, so the others see its scalars
     trainer.train()
 
     assert recompprof.current() is None and callback.session is None
@@ -138,6 +142,7 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path:
     history = trainer.state.log_history
     assert [h["step"] for h in history] == [1, 2, 2, 3, 4, 4, 4]  # 4 training logs, 2 evaluations, the summary
     assert all(set(SCALARS) <= set(h) for h in history)
+    assert len(probe.logged) == len(history) and all(set(SCALARS) <= keys for keys in probe.logged)
     assert [h["recompprof/recompiles"] for h in history] == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert "train_runtime" in history[-1]
     assert history[-1]["recompprof/compile_seconds"] == pytest.approx(end.totals["compile_seconds"], rel=1e-6)

@@ -11,9 +11,10 @@ import dataclasses
 import logging
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
-from recompprof import session as session_module, settings as settings_module
+from recompprof import _internal, session as session_module, settings as settings_module
 from recompprof.events import Compile, Event
 from recompprof.identity import Identity, detect
 from recompprof.session import Session
@@ -76,8 +77,11 @@ class Tracker:
     def active(self) -> bool:
         return self.session is not None
 
-    def start(self, ident: Identity | None, warmup: int | None) -> Session:
-        """Attach (or adopt the session the user attached) and take the step from the trainer from now on."""
+    def start(self, ident: Identity | None, warmup: Callable[[], int | None]) -> Session:
+        """Attach (or adopt the session the user attached) and take the step from the trainer from now on.
+
+        ``warmup`` reads the default warm-up from the trainer; it is called only when no ``warmup_steps``
+        was given (argument or environment)."""
         if self.session is not None:  # a run that ended without an end hook (an exception the framework kept)
             self.stop()
         live = session_module.current()
@@ -86,8 +90,10 @@ class Tracker:
             self.log.info("recompprof: already attached; the callback uses that session and leaves it attached")
         else:
             settings = {"step_source": "manual", **self.settings}
-            if "warmup_steps" not in settings and _WARMUP_ENV not in os.environ and warmup is not None:
-                settings["warmup_steps"] = warmup
+            if "warmup_steps" not in settings and _WARMUP_ENV not in os.environ:
+                with _internal.guard("integrations.warmup", "no default warm-up from the trainer; set warmup_steps"):
+                    if (steps := warmup()) is not None:
+                        settings["warmup_steps"] = steps
             self.session, self.owned = session_module.attach(identity=ident, **settings), True
         self.failure, self._step = None, -1
         if self.fail_on_steady_state_recompiles:
@@ -130,11 +136,12 @@ class Tracker:
         session.remove_listener(self._on_event)
         if self.owned:
             session.detach()
-        report = session.report()
-        where = f"; event log {session.event_log_path}" if session.event_log_path else ""
-        self.log.info("recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",
-                      session.identity.rank, report.compiles, report.recompiles, report.compile_seconds,
-                      report.limit_hits, where, report)
+        with _internal.guard("integrations.report", "the report was not logged; run `recompprof report` on the run directory"):
+            report = session.report()
+            where = f"; event log {session.event_log_path}" if session.event_log_path else ""
+            self.log.info("recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",
+                          session.identity.rank, report.compiles, report.recompiles, report.compile_seconds,
+                          report.limit_hits, where, report)
 
     def _on_event(self, event: Event) -> None:
         # On torch's compile path: never raise here; the trainer hook raises at the next step.

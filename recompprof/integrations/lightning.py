@@ -50,16 +50,12 @@ class RecompprofCallback(Callback):
 
     # -- start and end --------------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        warmup = None
-        if "warmup_steps" not in self._tracker.settings:
-            with _internal.guard("integrations.lightning", "no default warm-up from the trainer; set warmup_steps"):
-                warmup = _default_warmup(trainer)
         self._world_size = trainer.world_size
         # Every rank writes under rank 0's run id, whoever launched the processes (a collective: all ranks are here).
         run_id = trainer.strategy.broadcast(detect().run_id, src=0) if trainer.world_size > 1 else None
         ident = identity(trainer.global_rank, trainer.local_rank, trainer.world_size, trainer.num_devices,
                          "lightning", run_id)
-        self._tracker.start(ident, warmup)
+        self._tracker.start(ident, lambda: _default_warmup(trainer))
         self._tracker.set_step(trainer.global_step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

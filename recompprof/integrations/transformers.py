@@ -13,7 +13,6 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from recompprof import _internal
 from recompprof.integrations._common import SteadyStateRecompileError, Tracker, identity
 from recompprof.session import Session
 
@@ -49,12 +48,8 @@ class RecompprofCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self._bind_trainer()  # a callback added with add_callback after the Trainer was built
-        warmup = None
-        if "warmup_steps" not in self._tracker.settings:
-            with _internal.guard("integrations.transformers", "no default warm-up from the trainer; set warmup_steps"):
-                warmup = _default_warmup(args, state)
         ident = identity(args.process_index, args.local_process_index, args.world_size, None, "accelerate")
-        self._tracker.start(ident, warmup)
+        self._tracker.start(ident, lambda: _default_warmup(args, state))
         self._tracker.set_step(state.global_step)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -78,7 +73,7 @@ class RecompprofCallback(TrainerCallback):
         scalars = self._tracker.scalars()
         # Trainer.log stored a copy of these logs in log_history just before calling us: add ours there too.
         entry = state.log_history[-1] if state.log_history else None
-        if entry is not None and entry.get("step") == state.global_step and all(entry.get(k) == v for k, v in logs.items()):
+        if entry is not None and entry.get("step") == state.global_step and all(entry.get(k) is v for k, v in logs.items()):
             entry.update(scalars)
         logs.update(scalars)  # for the callbacks after this one (this one moves itself first, see _bind_trainer)
 

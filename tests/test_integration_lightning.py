@@ -205,7 +205,7 @@ def test_default_warmup_from_the_lr_scheduler(tmp_path: Path) -> None:
 def test_scheduler_warmup_reads_real_schedulers() -> None:
     """The warm-up length of torch's own schedulers: a rising LinearLR, the first of a SequentialLR
     (bounded by its milestone); none for a decaying LinearLR or a cosine schedule."""
-    from recompprof.integrations._common import scheduler_warmup
+    from recompprof._torch.lr_schedulers import scheduler_warmup
 
     opt = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
     lr = torch.optim.lr_scheduler

@@ -39,22 +39,6 @@ def identity(rank: int, local_rank: int, world_size: int, local_world_size: int 
                                local_world_size=max(1, local_world_size), run_id=run_id or base.run_id)
 
 
-def scheduler_warmup(scheduler: Any) -> int | None:
-    """The warm-up length of a learning-rate scheduler, when it says (a ``warmup_steps`` attribute, a
-    warming ``LinearLR``, or the first scheduler of a ``SequentialLR``); else None."""
-    steps = getattr(scheduler, "warmup_steps", None)
-    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
-        return steps
-    kind = type(scheduler).__name__
-    if kind == "LinearLR" and getattr(scheduler, "start_factor", 1.0) < getattr(scheduler, "end_factor", 1.0):
-        return int(scheduler.total_iters)
-    if kind == "SequentialLR" and getattr(scheduler, "_schedulers", None):
-        first = scheduler_warmup(scheduler._schedulers[0])
-        milestones = list(getattr(scheduler, "_milestones", []) or [])
-        return min(first, milestones[0]) if first is not None and milestones else first
-    return None
-
-
 def steps_for_batches(batches: float, accumulate: int) -> int:
     """Optimizer steps after ``batches`` micro-batches with gradient accumulation (a partial one steps at epoch end)."""
     return math.ceil(batches / max(1, accumulate))

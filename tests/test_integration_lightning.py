@@ -136,7 +136,7 @@ def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(tmp_path
     assert float(rows[-1]["recompprof/compile_seconds"]) == pytest.approx(end.totals["compile_seconds"], rel=1e-4)
     assert {float(r["recompprof/steady_state_recompiles"]) for r in rows} == {0.0}
 
-    summary = [r.getMessage() for r in caplog.records if r.name == "lightning.pytorch" and "recompprof (rank 0)" in r.getMessage()]
+    summary = [m for r in caplog.records if r.name == "lightning.pytorch" and "recompprof (rank 0)" in (m := r.getMessage())]
     assert len(summary) == 1 and "2 recompiles" in summary[0] and "recompprof report" in summary[0]
 
 

@@ -120,7 +120,8 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path:
     """Events carry state.global_step (accumulation 2): the padding-length recompile at step 1; the
     default warm-up runs through the first evaluation (eval_steps 2 -> 3 steps), so it is not steady
     state; every log_history entry (each logging step, each evaluation, the final summary) has the
-    scalars, also as a callback listed before this one receives them; the report goes to the transformers.trainer logger; the session is detached after train."""
+    scalars, and a callback listed before this one receives them too; the report goes to the
+    transformers.trainer logger; the session is detached after train."""
     callback = RecompprofCallback()
     probe = StepProbe(callback)
     trainer = build(tmp_path, [probe, callback])  # the probe stands for a reporting callback listed before

@@ -63,13 +63,14 @@ def current() -> Session | None:
     return _current
 
 
-def attach(*, tracer_provider: Any = None, **settings: Any) -> Session:
+def attach(*, tracer_provider: Any = None, identity: Identity | None = None, **settings: Any) -> Session:
     """Attach recompprof to this process and return the session (also a context manager).
 
     Settings are keyword arguments named as in :class:`recompprof.settings.Settings` (``mode``,
     ``run_dir``, ``exporters``, ``recompile_limit``, ``warmup_steps``, ``redact``, ...); each falls back
     to its ``RECOMPPROF_*`` variable, then its default. A second attach warns and returns the live
-    session. ``tracer_provider`` is handed to the OpenTelemetry exporter instead of building one.
+    session. ``tracer_provider`` is handed to the OpenTelemetry exporter instead of building one;
+    ``identity`` replaces the detected rank identity (a framework that launched the ranks itself knows it).
     """
     global _current, _last
     with _attach_lock:
@@ -77,7 +78,7 @@ def attach(*, tracer_provider: Any = None, **settings: Any) -> Session:
             warnings.warn("recompprof is already attached; returning the live session", RuntimeWarning, stacklevel=2)
             return _current
         resolved = settings_module.load(**settings)
-        session = Session(resolved, tracer_provider=tracer_provider)
+        session = Session(resolved, tracer_provider=tracer_provider, identity=identity)
         session._start()
         _current = _last = session
         return session
@@ -273,9 +274,10 @@ class Session:
     def current_step(self) -> int:
         return self._steps.step
 
-    def step(self) -> int:
-        """Count one training step by hand (for loops without an optimizer); returns the new step."""
-        return self._steps.advance()
+    def step(self, to: int | None = None) -> int:
+        """Count one training step by hand (for loops without an optimizer), or set it ``to`` a trainer's
+        global step; returns the new step."""
+        return self._steps.advance(to)
 
     def snapshot(self) -> Snapshot:
         """A consistent copy of the running totals (what exporters read at scrape time)."""

@@ -43,8 +43,8 @@ class StepCounter:
             return
         self.step += 1
 
-    def advance(self) -> int:
-        """A manual step (``session.step()``); from then on optimizer steps are ignored."""
+    def advance(self, to: int | None = None) -> int:
+        """A manual step (``session.step()``), or an absolute one (``to``); from then on optimizer steps are ignored."""
         self.manual = True
-        self.step += 1
+        self.step = self.step + 1 if to is None else int(to)
         return self.step

@@ -1,0 +1,273 @@
+"""Record one run three ways and compare: recompprof live, ``TORCH_LOGS`` and ``recompprof ingest`` of ``TORCH_TRACE``.
+
+``record(script, args, where)`` runs a workload in a subprocess with recompprof attached (its event
+log in ``where/run``), ``TORCH_LOGS=recompiles,graph_breaks`` (read back from stderr) and
+``TORCH_TRACE=where/trace``. ``summarise_*`` turn each source into one comparable ``Summary``, keyed
+by Dynamo compile id (``"0/3"``), the one key all three share: torch's logs name a frame only by its
+code object, so frames are compared by compile id and their names are checked separately.
+
+- live: the event log, read with ``recompprof.eventlog.read_run``
+- logs: torch's own messages, split into records; reasons with ``recompprof.reasons.parse_recompiles_log``
+- trace: ``recompprof.ingest.read_trace`` (what ``recompprof ingest`` writes)
+
+``diff(a, b, c)`` says, per aspect and compile id, where the sources disagree (empty when they agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from recorded_runs import clean_env
+
+from recompprof.eventlog import read_run
+from recompprof.events import Compile, Event, GraphBreak, RecompileLimitHit
+from recompprof.ingest import read_trace
+from recompprof.reasons import parse_guard_failure, parse_recompiles_log
+
+SOURCES = ("live", "logs", "trace")
+ASPECTS = ("recompiles", "reasons", "categories", "limit_hits", "graph_breaks", "graph_break_locations")
+
+# "V1123 00:04:40.537000 9517 torch/_dynamo/guards.py:5396] [0/1] [__recompiles] message"
+_LOG_LINE = re.compile(r"^([VIWEDC]\d{4} [\d:.]+ +\d+ \S+\]) (?:\[(!?\d+/\d+)(?:_\d+)?\] )?(?:\[(__\w+)\] )?(.*)$")
+_RECOMPILING = re.compile(r"^Recompiling function (\S+) in (.*):(\d+)$")
+_LIMIT = re.compile(r"^torch\._dynamo hit config\.(\w+) \((\d+)\)")
+_BREAK = re.compile(r"^Graph break (?:\([^)]*\) )?in user code at (.*)$")
+_BREAK_REASON = "Graph Break Reason: "
+_LIMIT_NAMES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    where: Path
+    run_dir: Path
+    trace_dir: Path
+    stderr: str
+    stdout: str
+    returncode: int
+
+
+@dataclasses.dataclass
+class Summary:
+    """What one source says about a run, by compile id (forward compiles only)."""
+
+    recompiles: list[str] = dataclasses.field(default_factory=list)  # compile ids, in order
+    reasons: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # id -> sorted (entry, text)
+    categories: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # id -> sorted (text, category)
+    limit_hits: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> limit name
+    graph_breaks: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # id -> sorted reason headlines
+    graph_break_locations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # id -> sorted file:line
+    frames: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> frame name as this source names it
+    compile_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> fail type (recompprof sources)
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "recompiles": len(self.recompiles),
+            "reasons": sum(len(v) for v in self.reasons.values()),
+            "limit_hits": len(self.limit_hits),
+            "graph_breaks": sum(len(v) for v in self.graph_breaks.values()),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One workload run: ``python script *args`` in ``where`` with extra environment ``env``."""
+
+    script: Path
+    args: tuple[str, ...]
+    where: Path
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def record(script: Path, args: Iterable[str], where: Path, *, timeout: float = 600, **env: str) -> Recorded:
+    """Run ``python script *args`` once with all three recorders on."""
+    return record_all([Job(script, tuple(args), where, env)], timeout=timeout)[0]
+
+
+def record_all(jobs: list[Job], *, timeout: float = 600) -> list[Recorded]:
+    """Run the jobs side by side (each its own process, all three recorders on) and wait for all of them."""
+    started = []
+    for job in jobs:
+        job.where.mkdir(parents=True, exist_ok=True)
+        env = clean_env(RECOMPPROF_RUN_DIR=str(job.where / "run"), TORCH_TRACE=str(job.where / "trace"),
+                        TORCH_LOGS="recompiles,graph_breaks", **job.env)
+        out, err = open(job.where / "stdout.txt", "w+"), open(job.where / "stderr.txt", "w+")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, str(job.script), *job.args], env=env, cwd=job.where,
+                                stdout=out, stderr=err, text=True)
+        started.append((job, proc, out, err))
+    done: list[Recorded] = []
+    deadline = time.monotonic() + timeout
+    for job, proc, out, err in started:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        with out, err:
+            out.seek(0)
+            err.seek(0)
+            done.append(Recorded(job.where, job.where / "run", job.where / "trace", err.read(), out.read(), proc.returncode))
+    return done
+
+
+# -- the three readers --------------------------------------------------------------------------
+
+
+def headline(reason: str) -> str:
+    """The first line of a graph-break reason that names the break (torch's wrapper lines removed)."""
+    text = reason.strip()
+    if text.startswith(_BREAK_REASON):
+        text = text[len(_BREAK_REASON):]
+    lines = [line.strip() for line in text.splitlines()]
+    # "Encountered graph break when attempting to trace X:" / "... cannot resume from ... encountered:" wrap the reason.
+    while lines and (not lines[0] or (lines[0].startswith("Encountered graph break") and lines[0].endswith(":"))):
+        lines.pop(0)
+    return lines[0] if lines else text
+
+
+def _short(location: str | None) -> str:
+    return location.strip() if location else "<none>"
+
+
+def _reason_rows(texts: Iterable[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    parsed = [r for text in texts for r in parse_guard_failure(text)]
+    return sorted((r.entry or "", r.text) for r in parsed), sorted((r.text, r.category) for r in parsed)
+
+
+def summarise_events(events: Iterable[Event]) -> Summary:
+    """The summary of recompprof events (an event log, or what ingest read from a trace)."""
+    out = Summary()
+    for event in events:
+        if isinstance(event, Compile) and not event.backward:
+            cid = event.compile_id
+            out.frames[cid] = event.frame.name
+            if event.is_recompile:
+                out.recompiles.append(cid)
+                rows = [(r.entry or "", r.text) for r in event.reasons]
+                out.reasons[cid] = sorted(rows)
+                out.categories[cid] = sorted((r.text, r.category) for r in event.reasons)
+            if event.outcome == "failed":
+                out.compile_failures[cid] = event.fail_type or "?"
+        elif isinstance(event, RecompileLimitHit):
+            out.limit_hits[event.compile_id or "?"] = event.limit
+        elif isinstance(event, GraphBreak):
+            cid = event.compile_id or "?"
+            out.graph_breaks.setdefault(cid, []).extend([headline(event.reason)] * event.count)
+            out.graph_break_locations.setdefault(cid, []).extend([_short(event.user_location)] * event.count)
+    for table in (out.graph_breaks, out.graph_break_locations):
+        for cid in table:
+            table[cid].sort()
+    return out
+
+
+def summarise_live(recorded: Recorded) -> Summary:
+    return summarise_events(read_run(recorded.run_dir))
+
+
+def summarise_trace(recorded: Recorded) -> Summary:
+    return summarise_events(e for per_file in read_trace(recorded.trace_dir).events for e in per_file)
+
+
+def log_records(stderr: str) -> list[tuple[str | None, str | None, str]]:
+    """torch's log records on stderr as ``(compile id, artifact, message)``; a record's lines share one prefix."""
+    records: list[tuple[str | None, str | None, str]] = []
+    current: tuple[str, str | None, str | None] | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            records.append((current[1], current[2], "\n".join(lines)))
+
+    for raw in stderr.splitlines():
+        match = _LOG_LINE.match(raw)
+        if match is None:
+            flush()
+            current, lines = None, []
+            continue
+        prefix, cid, artifact, message = match.groups()
+        starts = bool(_RECOMPILING.match(message) or _LIMIT.match(message) or _BREAK.match(message))
+        key = (prefix, cid, artifact)
+        if current != key or starts:
+            flush()
+            current, lines = key, []
+        lines.append(message)
+    flush()
+    return records
+
+
+def summarise_logs(recorded: Recorded) -> Summary:
+    """The summary of ``TORCH_LOGS=recompiles,graph_breaks`` output (and torch's limit warnings) on stderr."""
+    out = Summary()
+    for cid, artifact, message in log_records(recorded.stderr):
+        first = message.split("\n", 1)[0]
+        if cid is None:
+            continue
+        cid = cid.lstrip("!")
+        if artifact == "__recompiles" and (m := _RECOMPILING.match(first)):
+            out.recompiles.append(cid)
+            out.frames[cid] = m.group(1)
+            out.reasons[cid], out.categories[cid] = _reason_rows(parse_recompiles_log(message))
+        elif (m := _LIMIT.match(first)) is not None:
+            out.limit_hits[cid] = _LIMIT_NAMES.get(m.group(1), m.group(1))
+        elif artifact == "__graph_breaks" and (m := _BREAK.match(first)):
+            body = message.split("\n", 1)[1] if "\n" in message else ""
+            body = body.split("\nUser code traceback:", 1)[0]
+            out.graph_breaks.setdefault(cid, []).append(headline(body))
+            out.graph_break_locations.setdefault(cid, []).append(_short(m.group(1)))
+    for table in (out.graph_breaks, out.graph_break_locations):
+        for key in table:
+            table[key].sort()
+    return out
+
+
+def summarise(recorded: Recorded) -> dict[str, Summary]:
+    return {"live": summarise_live(recorded), "logs": summarise_logs(recorded), "trace": summarise_trace(recorded)}
+
+
+# -- comparing ----------------------------------------------------------------------------------
+
+
+def diff(summaries: dict[str, Summary], aspects: Iterable[str] = ASPECTS) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{aspect: {compile id: {source: value}}}`` for every compile id where the sources disagree."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for aspect in aspects:
+        values = {name: getattr(s, aspect) for name, s in summaries.items()}
+        if aspect == "recompiles":
+            if len({tuple(v) for v in values.values()}) > 1:
+                out[aspect] = {"(all)": values}
+            continue
+        keys = sorted({k for v in values.values() for k in v}, key=_id_order)
+        found = {k: {name: v.get(k) for name, v in values.items()} for k in keys}
+        found = {k: per for k, per in found.items() if len({repr(x) for x in per.values()}) > 1}
+        if found:
+            out[aspect] = found
+    return out
+
+
+def _id_order(cid: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", cid)) or (1 << 30,)
+
+
+def describe(summaries: dict[str, Summary], found: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """A readable account of a diff: totals per source, then each disagreement."""
+    lines = ["totals: " + "; ".join(f"{name} {s.totals()}" for name, s in summaries.items())]
+    for aspect, per_id in found.items():
+        for cid, per_source in per_id.items():
+            lines.append(f"{aspect} {cid}:")
+            lines.extend(f"    {name}: {value!r}"[:600] for name, value in per_source.items())
+    return "\n".join(lines)
+
+
+def by_frame(summary: Summary) -> dict[str, list[str]]:
+    """Compile ids per frame name (how a report would group them)."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for cid, name in summary.frames.items():
+        out[name].append(cid)
+    return dict(out)

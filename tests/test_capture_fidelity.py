@@ -309,3 +309,67 @@ def test_profile_variants_needed_are_distinct_variants(tmp_path: Any) -> None:
     text = render_text(build_report(session.recent_events()))
     line = next(line for line in text.splitlines() if "_shapes_fn" in line and "variants" in line)
     assert line.strip().endswith(": 4 variants"), line
+
+
+# -- (4) continued: other reasons filed under a misleading category (found in torch's own recompile tests) --------
+
+
+class _Callable:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+def test_replaced_dunder_call_is_object_identity(tmp_path: Any) -> None:
+    """Bug (4): replacing a class's ``__call__`` fails ``___check_obj_id(type(foo).__call__.__code__, ...), type=<class
+    'code'>``: an ``object_identity`` reason on that source; the ``<class ...>`` text made it ``symbolic_shape``."""
+
+    def calls_it(x: torch.Tensor, foo: Any) -> torch.Tensor:
+        return foo(x)
+
+    original = _Callable.__call__
+    try:
+        with recompprof.attach(run_dir=str(tmp_path / "run")) as session:
+            compiled = torch.compile(calls_it, backend="eager")
+            compiled(torch.ones(2), _Callable())
+            _Callable.__call__ = lambda self, x: x + 2  # type: ignore[method-assign]
+            compiled(torch.ones(2), _Callable())
+    finally:
+        _Callable.__call__ = original  # type: ignore[method-assign]
+    (recompile,) = [e for e in _compiles(session) if e.is_recompile]
+    explaining = next(r for r in recompile.reasons if r.explains_change)
+    assert "___check_obj_id" in explaining.text and "__call__" in explaining.text
+    assert explaining.category == "object_identity", explaining
+
+
+def test_closed_over_int_is_python_constant(tmp_path: Any) -> None:
+    """Bug (4): a function closing over an int that changes fails ``g.__closure__[0].cell_contents == 0``: a Python
+    constant (the fix is to pass it as a tensor), not a ``module_attribute`` (whose hint says to stop toggling
+    module attributes)."""
+
+    def adder(k: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def add(y: torch.Tensor) -> torch.Tensor:
+            return y + k
+
+        return add
+
+    def applies(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        return fn(x)
+
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False), \
+            recompprof.attach(run_dir=str(tmp_path / "run")) as session:
+        compiled = torch.compile(applies, backend="eager")
+        compiled(torch.ones(2), adder(0))
+        compiled(torch.ones(2), adder(1))
+    (recompile,) = [e for e in _compiles(session) if e.is_recompile]
+    explaining = next(r for r in recompile.reasons if r.explains_change)
+    assert "cell_contents" in explaining.text
+    assert explaining.category == "python_constant", explaining
+
+
+def test_resumed_loop_bound_is_python_constant() -> None:
+    """Bug (4), the parser: torch's reason for a changed ``range`` bound held on a resume function's stack (from
+    torch's test_loop_torture) is a ``python_constant``, not a ``module_attribute``."""
+    text = ("0/0: ___stack0.stop == 575  # for _ in range(iters):  # test_recompile_ux.py:77 in "
+            "torch_dynamo_resume_in_loop_torture_at_77")
+    (reason,) = parse_guard_failure(text)
+    assert reason.category == "python_constant", reason

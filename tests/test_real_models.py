@@ -5,7 +5,8 @@ random weights) runs once with recompprof attached, ``TORCH_LOGS=recompiles,grap
 ``TORCH_TRACE``. recompprof's live event log, torch's own log messages and ``recompprof ingest`` of
 the trace must agree exactly, per compile id, on recompiles, reasons, categories, limit hits and
 graph breaks; and recompprof must name frames as the user knows them (``LlamaForCausalLM.forward``,
-not transformers' ``wrapper`` decorator). The four workloads run side by side in one fixture.
+not transformers' ``wrapper`` decorator). The four workloads run side by side in one fixture
+(about 120 s of CPU in all; on a shared 2-core machine at load 9 the fixture took 414 s).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def test_teacher_and_student_are_two_frames(recorded: dict[str, Recorded], sourc
         assert sorted(f.split(" (")[0] for f in report.frames) == ["LlamaForCausalLM.forward", "MistralForCausalLM.forward"]
 
 
+@pytest.mark.inductor
 def test_inductor_phases_agree(recorded: dict[str, Recorded]) -> None:
     """Under Inductor, the live capture and ingest give each compile the same duration and exclusive phases,
     and Inductor's own phases are non-zero."""

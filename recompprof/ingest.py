@@ -39,6 +39,8 @@ from recompprof.events import (
 )
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
+# The guard tree torch dumps for each compile names the type of a method's ``self``: "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
+_FIRST_ARG_TYPE = re.compile(r"FrameLocalsGuardAccessor\(key='self', framelocals_idx=0\), type=<class '([\w.]{1,300})'>")
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
 _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
@@ -184,6 +186,7 @@ class _Converter:
         self.reasons: dict[tuple[int, int], list[str]] = {}
         self.breaks: dict[tuple[int, int], list[GraphBreak]] = {}
         self.compiled: set[tuple[int, int]] = set()  # compiles whose record was read
+        self.instance_class: dict[tuple[int, int], str] = {}  # compile -> class of the frame's first argument
         self.accumulated_limit: int | None = None
         self.events: list[Event] = []
         self.first_time: float | None = None
@@ -268,10 +271,20 @@ class _Converter:
         if hit is not None:
             self.events.append(hit)
 
+    def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:
+        key = self._key(record)
+        match = _FIRST_ARG_TYPE.search(record.payload or "") if key is not None else None
+        if key is not None and match is not None:
+            self.instance_class[key] = match.group(1).rsplit(".", 1)[-1]
+
     def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
         if fields.get("co_name"):
             file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
-            frame = Frame(name=qualified_name(file, line, str(fields["co_name"])), file=file, line=line)
+            name = qualified_name(file, line, str(fields["co_name"]))
+            cls = self.instance_class.pop(key, None) if key is not None else None
+            if cls is not None:  # a method: named by the instance's class, as live capture names it
+                name = f"{cls}.{name.rsplit('.', 1)[-1]}"
+            frame = Frame(name=name, file=file, line=line)
             if key is not None:
                 self.frames[key[0]] = frame
             return frame

@@ -451,8 +451,11 @@ class Session:
         if forward:
             ctx = torch_frames.compiling()
             frame_id = compile_id.split("/")[0]
-            if m.co_name is None and frame_id in self._code_of_frame_id:
-                code_key, frame = self._code_of_frame_id[frame_id]  # limit-hit records name no function
+            if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
+                code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
+                frame = self._frame(code_key, ctx)
+            elif m.co_name is None and frame_id in self._code_of_frame_id:
+                code_key, frame = self._code_of_frame_id[frame_id]
             else:
                 code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
                 frame = self._frame(code_key, ctx)

@@ -29,7 +29,8 @@ def forward_cause(event: Compile) -> Cause | None:
     """The cause of a forward compile ``event`` (None for a first compile, a backward or a limit hit)."""
     if event.backward or event.outcome == "limit_hit" or not event.is_recompile:
         return None
-    reason = next((r for r in event.reasons if r.explains_change), None)
+    # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
+    reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
     if reason is None:
         return Cause(event.frame, "other", NO_REASON)
     return Cause(event.frame, reason.category, reason.subject)

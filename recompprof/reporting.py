@@ -324,7 +324,7 @@ def _add_cause(report: Report, event: Compile) -> None:
     if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
         cause.steps.append(event.step)
     if not cause.example:
-        reason = next((r for r in event.reasons if r.explains_change), None)
+        reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
         cause.example = reason.text[:300] if reason is not None else ""
     if not cause.call_site and event.call_site:
         cause.call_site = list(event.call_site[-5:])

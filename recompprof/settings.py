@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     prometheus_pushgateway_url: str | None = None
     prometheus_push_interval: float = Field(default=15.0, gt=0, le=86_400)
     prometheus_job: str = "recompprof"
+    # Seconds the pull endpoint keeps serving after detach for a scrape of the final values (and a
+    # Pushgateway group is kept before it is deleted); None: one scrape (push) interval, 0: off.
+    prometheus_linger_seconds: float | None = Field(default=None, ge=0, le=600)
     prometheus_certfile: Path | None = None
     prometheus_keyfile: Path | None = None
     prometheus_basic_auth: str | None = None  # "user:password"
@@ -64,7 +67,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("recompile_limit", "warmup_steps", "max_frames", "recent_events", "prometheus_port",
-                     "prometheus_push_interval", mode="before")
+                     "prometheus_push_interval", "prometheus_linger_seconds", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True as 1
@@ -79,6 +82,13 @@ class Settings(BaseSettings):
         except ValueError:
             if not _HOSTNAME.fullmatch(value):
                 raise ValueError("an IP address or host name is needed (127.0.0.1 serves only this host)") from None
+        return value
+
+    @field_validator("prometheus_linger_seconds", mode="before")
+    @classmethod
+    def _auto_linger(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in {"auto", ""}:
+            return None
         return value
 
     @field_validator("recompile_limit", mode="before")

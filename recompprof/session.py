@@ -114,6 +114,7 @@ class Session:
         self._breaks = GraphBreakReader()
         self._metrics = CompileMetricsTap(self._on_compile_metrics)
         self._profile: Any = None
+        self._dynamo_profiler: Any = None
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
         # Dynamo frame id ("3" of "3/1") -> (code name, file, line, frame): limit-hit records carry no code names.
         self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
@@ -169,6 +170,11 @@ class Session:
 
             self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
             adapters.insert(0, ("profile_backend", self._profile))
+            if self.settings.dynamo_profiler:
+                from recompprof._torch.dynamo_profiler import DynamoProfilerTap
+
+                self._dynamo_profiler = DynamoProfilerTap()
+                adapters.append(("dynamo_profiler", self._dynamo_profiler))
         for name, adapter in adapters:
             try:
                 adapter.install()
@@ -398,6 +404,8 @@ class Session:
             graph_breaks=sum(n for _, n in breaks), redact=redact, steady_state=step >= self.settings.warmup_steps,
             limit_value=_limit_value("recompile_limit"),
         )
+        if forward and self._dynamo_profiler is not None and self._dynamo_profiler.live:
+            event = event.model_copy(update={"trace_seconds_by_function": self._dynamo_profiler.take()})
         self._emit(event)
         for text, count in breaks:
             self._emit(GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     max_frames: int = Field(default=50, ge=1, le=10_000)
     recent_events: int = Field(default=1000, ge=0, le=1_000_000)
     redact: bool = False
+    # Profile mode: record Dynamo tracing time per user function (torch's TORCH_COMPILE_DYNAMO_PROFILER).
+    dynamo_profiler: bool = False
     # auto: a global optimizer step hook counts steps until session.step() is called; manual: only session.step()
     step_source: Literal["auto", "manual"] = "auto"
 
@@ -108,9 +110,13 @@ def load(**overrides: Any) -> Settings:
             f"known settings: {', '.join(Settings.model_fields)}"
         )
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"})
+        resolved = Settings(**{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, overrides)) from None
+    if resolved.dynamo_profiler and resolved.mode != "profile":
+        raise ConfigError("recompprof setting 'dynamo_profiler' (RECOMPPROF_DYNAMO_PROFILER) needs mode='profile': "
+                          "the Dynamo profiler adds a timer to every traced call, so monitor mode never turns it on")
+    return resolved
 
 
 def unknown_environment() -> list[str]:

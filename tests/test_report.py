@@ -9,6 +9,7 @@ import torch
 
 import recompprof
 from recompprof.events import Compile, Frame, Reason
+from recompprof.html_report import render_html
 from recompprof.reporting import build_report, render_text
 
 SCALE = 1.0
@@ -160,3 +161,6 @@ def test_fix_first_example_shows_reason_and_call_site() -> None:
     assert report.recompile_seconds == pytest.approx(0.5)
     text = render_text(report, width=250)
     assert "at /src/train.py:55 in train_step" in text and "33.3 %" in text
+    page = render_html(report)
+    row = page.split('id="fix-first-table"')[1].split("</table>")[0]
+    assert "/src/train.py:80 in main\n/src/train.py:55 in train_step" in row and "size mismatch at index 0" in row

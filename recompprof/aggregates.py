@@ -161,7 +161,6 @@ class Aggregates:
         if event.outcome == "failed":
             fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
             self.compile_failures[fail] += 1
-        self.graph_breaks += event.graph_breaks
         if event.outcome != "limit_hit":
             self._observe_duration(event.duration)
             for phase, seconds in event.phases.items():
@@ -187,7 +186,8 @@ class Aggregates:
         self._totals(event.frame).limit_hits[event.limit] += 1
 
     def add_graph_break(self, event: GraphBreak) -> None:
-        # Graph breaks are counted from the compile that saw them; this keeps the frame label known.
+        # Counted from the break itself: a break torch cannot resume from arrives after its compile's record.
+        self.graph_breaks += event.count
         if event.frame is not None:
             self._totals(event.frame)
 

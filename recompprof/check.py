@@ -100,6 +100,8 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
     where = f"rank {rank}"
     after = f" after step {rules.after_step}" if rules.after_step else ""
     frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
+    for name, why in report.signals_dark.items():  # the CLI exits 2 on these unless told to accept them
+        out.append(Violation("signal_dark", rank, None, f"{where}: signal {name} was dark ({why})"))
     if rules.max_recompiles is not None:
         for f in frames:
             if f.recompiles > rules.max_recompiles:

@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-graph-breaks", type=int, metavar="N", help="most graph breaks")
     p.add_argument("--max-failures", type=int, metavar="N", help="most compile failures")
     p.add_argument("--allow-skipped", action="store_true", help="accept a run some of whose lines could not be read")
+    p.add_argument("--accept-dark-signals", action="store_true",
+                   help="accept a run in which a capture signal was off or went dark (its counts are incomplete)")
 
     p = sub.add_parser("diff", help="what got better or worse between two runs (exit 1 on regressions)",
                        formatter_class=_Formatter, epilog=_EXIT_CODES)
@@ -197,6 +199,13 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not _finish(run, strict=not args.allow_skipped):
         return EXIT_USAGE
+    dark = [v for v in violations if v.rule == "signal_dark"]
+    if dark and not args.accept_dark_signals:
+        for violation in dark:
+            _err(f"error: {violation}")
+        _err("error: this run's counts are incomplete; pass --accept-dark-signals to check it anyway")
+        return EXIT_USAGE
+    violations = [v for v in violations if v.rule != "signal_dark"]
     for violation in violations:
         print(f"FAIL {violation.rule}: {violation}")
     if violations:

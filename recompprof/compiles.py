@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
-from recompprof.events import LIMITS, Compile, Frame, Reason, RecompileLimitHit
+from recompprof.breaks import parse_graph_break
+from recompprof.events import LIMITS, Compile, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof.reasons import clean_text, parse_guard_failure
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
@@ -24,15 +25,40 @@ MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
 
 
-def limit_hit(fail_reason: Any) -> tuple[str, int | None] | None:
-    """``(limit name, its value)`` if ``fail_reason`` is torch's recompile-limit fallback, else None."""
+# torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
+# config.fail_on_recompile_limit_hit (FailOnCacheLimitHit before the limits were renamed).
+_RAISING_LIMIT_HITS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+
+
+def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str, int | None] | None:
+    """``(limit name, its value)`` if record ``m`` is a recompile-limit hit, else None.
+
+    A hit either falls back to eager (``fail_reason`` is torch's "recompile limit exceeded … Limit type:
+    …" text) or raises ``FailOnRecompileLimitHit``, whose message names no limit: then it is the
+    accumulated limit when the frame's compile count reached it, else the per-frame limit (torch's own
+    order of checks). ``limits`` are the configured values, for hits whose text names none.
+    """
+    fail_reason, fail_type = getattr(m, "fail_reason", None), getattr(m, "fail_type", None)
+    limits = limits or {}
+    if fail_type in _RAISING_LIMIT_HITS:
+        accumulated = limits.get("accumulated_recompile_limit")
+        frame_compile = _frame_compile_count(getattr(m, "compile_id", None))
+        name = ("accumulated_recompile_limit" if accumulated is not None and frame_compile is not None
+                and frame_compile >= accumulated else "recompile_limit")
+        return name, limits.get(name)
     if not fail_reason or "recompile limit exceeded" not in str(fail_reason).lower():
         return None
     text = str(fail_reason)
     match = _LIMIT.search(text)
     name = _LIMIT_ALIASES.get(match.group(1), match.group(1)) if match else "recompile_limit"
+    name = name if name in LIMITS else "recompile_limit"
     value = _LIMIT_VALUE.search(text)
-    return (name if name in LIMITS else "recompile_limit"), (int(value.group(1)) if value else None)
+    return name, (int(value.group(1)) if value else limits.get(name))
+
+
+def _frame_compile_count(compile_id: Any) -> int | None:
+    match = re.match(r"!?\d+/(\d+)", str(compile_id or ""))
+    return int(match.group(1)) if match else None
 
 
 def cache_outcome(m: Any) -> str | None:
@@ -131,7 +157,8 @@ def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
 
 def compile_events(
     m: Any, *, time: float, rank: int, step: int | None, frame: Frame, explained: tuple[list[Reason], dict[str, int]],
-    graph_breaks: int, redact: bool, steady_state: bool, limit_value: int | None = None,
+    graph_breaks: int, redact: bool, steady_state: bool, limits: dict[str, int | None] | None = None,
+    call_site: list[str] | None = None, guard_set: str | None = None,
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``.
 
@@ -139,7 +166,7 @@ def compile_events(
     """
     reasons, omitted = explained
     forward = getattr(m, "is_forward", True) is not False
-    hit = limit_hit(getattr(m, "fail_reason", None))
+    hit = limit_hit(m, limits)
     duration, phases = exclusive_phases(m)
     fail_reason = getattr(m, "fail_reason", None)
     start = getattr(m, "start_time_us", None)
@@ -159,12 +186,25 @@ def compile_events(
         guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
         graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
         cache_lookups=cache_lookups(m), cache_seconds_saved=cache_seconds_saved(m),
+        call_site=call_site or [], guard_set=guard_set,
     )
     if hit is None:
         return event, None
     limit, value = hit
     return event, RecompileLimitHit(
         time=time, rank=rank, step=step, frame=frame, compile_id=event.compile_id, limit=limit,
-        value=value if value is not None else limit_value,
+        value=value,
         last_reason=next((r for r in reasons if r.explains_change), None),
+    )
+
+
+def graph_break_event(
+    payload: str, *, time: float, rank: int, step: int | None, frame: Frame | None, compile_id: str | None, redact: bool,
+) -> GraphBreak:
+    """The ``GraphBreak`` event for one ``dynamo_graph_break_reason`` payload (live or from a trace)."""
+    text = parse_graph_break(payload, redact)
+    return GraphBreak(
+        time=time, rank=rank, step=step, frame=frame, compile_id=compile_id, reason=text.reason,
+        user_location=text.user_location, explanation=text.explanation, hints=list(text.hints),
+        skipped_frame=text.skipped_frame,
     )

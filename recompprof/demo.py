@@ -85,13 +85,22 @@ def main(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     exporters, why_not = _exporters()
     port = None
+    # Precedence as everywhere: the flag, then the RECOMPPROF_* variable, then the demo's default.
+    if args.port is None:
+        try:
+            args.port = int(os.environ.get("RECOMPPROF_PROMETHEUS_PORT") or 9464)
+        except ValueError:
+            console.print("recompprof demo: RECOMPPROF_PROMETHEUS_PORT must be a port number, got "
+                          f"{os.environ['RECOMPPROF_PROMETHEUS_PORT']!r}")
+            return 2
     if exporters:
         try:
             port = _free_port(args.port)
         except OSError as exc:
             console.print(f"recompprof demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)")
             return 2
-    run_dir = Path(args.run_dir or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
+    run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR")
+                   or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
     os.environ.setdefault("RECOMPPROF_RUN_ID", run_dir.name)  # the report names the run as its directory
 
     import torch
@@ -163,8 +172,10 @@ def main(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
-    parser.add_argument("--port", type=int, default=9464, help="Prometheus metrics port on 127.0.0.1 (0: any free port)")
-    parser.add_argument("--run-dir", type=Path, default=None, help="where the event log goes (default recompprof-runs/demo-<time>)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="Prometheus metrics port on 127.0.0.1 (0: any free port; default: "
+                             "RECOMPPROF_PROMETHEUS_PORT, else 9464)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="where the event log goes (default: RECOMPPROF_RUN_DIR, else recompprof-runs/demo-<time>)")
     parser.add_argument("--profile", action="store_true", help="run in profile mode (observation-only backend)")
     parser.add_argument("--backend", default="eager", help="torch.compile backend (default eager; inductor is slow on CPU)")
     parser.add_argument("--hold", type=float, default=0.0, help="keep serving metrics this many seconds after training")

@@ -141,6 +141,9 @@ class Compile(_Event):
     cache_seconds_saved: float | None = None  # compile time a cache hit saved, as torch reports it
     # Profile mode with dynamo_profiler: Dynamo tracing seconds (exclusive) per user function label.
     trace_seconds_by_function: dict[str, float] = {}
+    # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
+    # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
+    guard_set: str | None = None
 
 
 class GuardFailure(_Event):
@@ -157,8 +160,11 @@ class GraphBreak(_Event):
     kind: Literal["graph_break"] = "graph_break"
     frame: Frame | None = None
     compile_id: str | None = None
-    reason: str = Field(max_length=MAX_TEXT)
-    user_location: str | None = None
+    reason: str = Field(max_length=MAX_TEXT)  # torch's graph-break type, e.g. "Failed to trace builtin operator"
+    user_location: str | None = None  # file:line of the user code that broke the graph
+    explanation: str | None = Field(default=None, max_length=MAX_TEXT)
+    hints: list[str] = []
+    skipped_frame: bool = False  # torch could not resume after the break: the whole frame ran eagerly
     count: int = 1
 
 
@@ -171,19 +177,31 @@ class RecompileLimitHit(_Event):
     last_reason: Reason | None = None
 
 
+class SignalChange(_Event):
+    """A signal went dark (or came back) while the session ran: capture of that signal is incomplete."""
+
+    kind: Literal["signal"] = "signal"
+    signal: str
+    live: bool
+    reason: str = Field(default="", max_length=MAX_TEXT)
+
+
 class SessionEnd(_Event):
     kind: Literal["session_end"] = "session_end"
     totals: dict[str, float]
     events_dropped: dict[str, int] = {}
     internal_errors: dict[str, int] = {}
+    signals_off: dict[str, str] = {}  # signals that were off or went dark, with why
 
 
 Event = Annotated[
-    Union[SessionStart, Compile, GuardFailure, GraphBreak, RecompileLimitHit, SessionEnd],
+    Union[SessionStart, Compile, GuardFailure, GraphBreak, RecompileLimitHit, SignalChange, SessionEnd],
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-KINDS: tuple[str, ...] = ("session_start", "compile", "guard_failure", "graph_break", "recompile_limit_hit", "session_end")
+KINDS: tuple[str, ...] = (
+    "session_start", "compile", "guard_failure", "graph_break", "recompile_limit_hit", "signal", "session_end",
+)
 
 
 def to_json(event: _Event) -> str:

@@ -285,7 +285,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
     limits = "".join(
-        f"<li><b>{_e(f.label)}</b>: needed {f.compiles} compiled variant(s)"
+        f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
         + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
         + "</li>" for f in busy)
     breaks = _simple_table("graph-breaks-table", ("Reason", "Count"), report.graph_break_reasons.most_common(30)) \

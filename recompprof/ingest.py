@@ -13,7 +13,9 @@ torch leaves out of the metrics of a limit hit. Traces carry no training steps, 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -24,7 +26,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
-from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
+from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
 from recompprof.eventlog import find_files, log_path, write_events
 from recompprof.events import (
     Compile,
@@ -35,13 +37,11 @@ from recompprof.events import (
     SessionEnd,
     SessionStart,
 )
-from recompprof.reasons import clean_text, graph_break_text, user_location
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
 _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
-_BREAK_WRAPPER = re.compile(r"Graph break in user code at ([^\n]*)\nGraph Break Reason: (.*)", re.S)
 # Bounds on what one record may hold in memory; longer lines or payloads are skipped and counted.
 MAX_LINE = 16 * 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024
@@ -183,6 +183,8 @@ class _Converter:
         self.frames: dict[int, Frame] = {}  # frame id -> the function it compiles
         self.reasons: dict[tuple[int, int], list[str]] = {}
         self.breaks: dict[tuple[int, int], list[GraphBreak]] = {}
+        self.compiled: set[tuple[int, int]] = set()  # compiles whose record was read
+        self.accumulated_limit: int | None = None
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
@@ -223,11 +225,14 @@ class _Converter:
             self.torch_version = str(version.get("pytorch_version", ""))
         elif name == "recompile_reasons" and key is not None and record.payload is not None:
             self.reasons[key] = _reason_texts(record.payload)
-        elif name == "dynamo_graph_break_reason" and key is not None and record.payload is not None:
-            where, text = _graph_break_text(record.payload)
-            self.breaks.setdefault(key, []).append(GraphBreak(
-                time=record.time, rank=self.rank, frame=self.frames.get(key[0]), compile_id=f"{key[0]}/{key[1]}",
-                reason=graph_break_text(text, self.redact), user_location=clean_text(where or user_location(text) or "") or None))
+        elif name == "dynamo_graph_break_reason" and record.payload is not None:
+            event = graph_break_event(record.payload, time=record.time, rank=self.rank, step=None,
+                                      frame=self.frames.get(key[0]) if key else None,
+                                      compile_id=f"{key[0]}/{key[1]}" if key else None, redact=self.redact)
+            if key is not None and key not in self.compiled:
+                self.breaks.setdefault(key, []).append(event)  # emitted after its compile, as live capture does
+            else:  # a break torch could not resume from comes after its compile's record
+                self.events.append(event)
 
     def _on_compilation_metrics(self, record: _Record) -> None:
         self._compile(record, record.meta["compilation_metrics"], backward=False)
@@ -245,14 +250,18 @@ class _Converter:
         frame = self._frame(fields, key)
         if self.recompile_limit is None:
             self.recompile_limit = _config_limit(fields.get("dynamo_config"))
+            self.accumulated_limit = _config_limit(fields.get("dynamo_config"), accumulated=True)
         texts = reason_texts(m, [] if backward or key is None else self.reasons.pop(key, [])) if not backward else []
         start, end = fields.get("start_time_us"), fields.get("end_time_us")
         duration = exclusive_phases(m)[0]
         stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + duration if isinstance(start, (int, float)) else record.time)
         breaks = [] if backward or key is None else self.breaks.pop(key, [])
+        if key is not None and not backward:
+            self.compiled.add(key)
         event, hit = compile_events(
             m, time=stamp, rank=self.rank, step=None, frame=frame, explained=self.explainer.explain(frame, texts),
-            graph_breaks=len(breaks), redact=self.redact, steady_state=False, limit_value=self.recompile_limit,
+            graph_breaks=len(breaks), redact=self.redact, steady_state=False,
+            limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
         )
         self.events.append(event)
         self.events.extend(b.model_copy(update={"frame": b.frame or frame}) for b in breaks)
@@ -261,8 +270,8 @@ class _Converter:
 
     def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
         if fields.get("co_name"):
-            frame = Frame(name=str(fields["co_name"]), file=str(fields.get("co_filename") or "<unknown>"),
-                          line=int(fields.get("co_firstlineno") or 0))
+            file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
+            frame = Frame(name=qualified_name(file, line, str(fields["co_name"])), file=file, line=line)
             if key is not None:
                 self.frames[key[0]] = frame
             return frame
@@ -271,6 +280,8 @@ class _Converter:
         return known or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
 
     def finish(self, host: str) -> list[Event]:
+        for key in list(self.breaks):  # breaks of compiles whose record never came (a crash mid-compile)
+            self.events.extend(self.breaks.pop(key))
         compiles = [e for e in self.events if isinstance(e, Compile)]
         forward = [e for e in compiles if not e.backward and e.outcome != "limit_hit"]
         start = SessionStart(
@@ -281,7 +292,7 @@ class _Converter:
         totals = {
             "compiles": len(forward),
             "recompiles": sum(e.is_recompile for e in forward),
-            "graph_breaks": sum(e.graph_breaks for e in compiles),
+            "graph_breaks": sum(e.count for e in self.events if isinstance(e, GraphBreak)),
             "compile_seconds": sum(e.duration for e in compiles if e.outcome != "limit_hit"),
             "compile_failures": sum(e.outcome == "failed" for e in compiles),
             "recompile_limit_hits": sum(isinstance(e, RecompileLimitHit) for e in self.events),
@@ -302,18 +313,41 @@ def _reason_texts(payload: str) -> list[str]:
     return [payload]
 
 
-def _graph_break_text(payload: str) -> tuple[str | None, str]:
-    """``(user location, reason)``: the reason as ``counters["graph_break"]`` keys it, without the wrapper
-    "Graph break in user code at <loc> / Graph Break Reason: Encountered graph break when ...:" lines."""
-    match = _BREAK_WRAPPER.match(payload)
-    if match is None:
-        return None, payload
-    body = match.group(2)
-    inner = body.split("\n\n", 1)
-    if len(inner) == 2 and inner[0].rstrip().endswith(":") and "\n" not in inner[0].strip():
-        body = inner[1]
-    body = body.split("\nUser code traceback:", 1)[0]
-    return match.group(1), body.strip("\n") or payload
+def qualified_name(file: str, line: int, name: str) -> str:
+    """``Class.method`` for the function defined at ``file:line``, as live capture names it.
+
+    A trace names only the code object, so its class comes from the source file where it can be read
+    (on the machine that ran the job). What the trace cannot tell, it leaves as the code's name: the
+    class of the instance a shared, decorated method ran on (live capture names that class).
+    """
+    names = _definitions(file)
+    found = names.get((line, name))
+    return found.rsplit("<locals>.", 1)[-1] if found else name
+
+
+@functools.lru_cache(maxsize=256)
+def _definitions(file: str) -> dict[tuple[int, str], str]:
+    """(first line, name) -> qualified name of every function in ``file``; empty if it cannot be read."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[tuple[int, str], str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = f"{prefix}{child.name}"
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                out[(first, child.name)] = out[(child.lineno, child.name)] = qualname
+                visit(child, f"{qualname}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
 
 
 def _split_compile_id(value: Any) -> tuple[int, int] | None:
@@ -321,9 +355,10 @@ def _split_compile_id(value: Any) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def _config_limit(dynamo_config: Any) -> int | None:
+def _config_limit(dynamo_config: Any, accumulated: bool = False) -> int | None:
     config = _json_object(dynamo_config) if isinstance(dynamo_config, str) else None
-    value = (config or {}).get("recompile_limit", (config or {}).get("cache_size_limit"))
+    names = ("accumulated_recompile_limit", "accumulated_cache_size_limit") if accumulated else ("recompile_limit", "cache_size_limit")
+    value = (config or {}).get(names[0], (config or {}).get(names[1]))
     return value if isinstance(value, int) else None
 
 

@@ -19,7 +19,22 @@ from rich.table import Table
 
 from recompprof import divergence
 from recompprof.causes import CauseTracker
-from recompprof.events import CACHE_RESULTS, CACHES, PHASES, Compile, Event, GraphBreak, GuardFailure, RecompileLimitHit, SessionEnd, SessionStart
+from recompprof.events import (
+    CACHE_RESULTS,
+    CACHES,
+    PHASES,
+    Compile,
+    Event,
+    GraphBreak,
+    GuardFailure,
+    RecompileLimitHit,
+    SessionEnd,
+    SessionStart,
+    SignalChange,
+)
+
+# The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
+CAPTURE_SIGNALS = ("compile_metrics", "guard_failures", "graph_breaks", "profile_backend")
 
 MAX_FRAMES = 10_000
 MAX_GROUPS_PER_FRAME = 100
@@ -28,6 +43,7 @@ MAX_LISTED = 50
 MAX_CAUSES = 10_000  # past this, new causes of a frame fold into "(other subjects)"
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 MAX_FUNCTIONS = 1_000  # user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
+MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
 
 
 def _hints() -> dict[str, str]:
@@ -85,6 +101,7 @@ class FrameReport:
     compile_seconds: float = 0.0
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
     recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
     # Per-rank detail for recompprof.divergence (steps bounded by MAX_STEPS_LISTED per rank).
@@ -93,6 +110,13 @@ class FrameReport:
     category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def variants_needed(self) -> int:
+        """Compiled variants one process needed: distinct guard sets where known, else forward compiles."""
+        if self.guard_sets_by_rank:
+            return max(len(sets) for sets in self.guard_sets_by_rank.values())
+        return max(self.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
         return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
@@ -118,6 +142,8 @@ class Report:
     last_step: int = 0
     wall_seconds: float = 0.0
     internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    # Capture signals that were off from the start or went dark mid-run, with why: the counts above miss them.
+    signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
     causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
@@ -188,6 +214,12 @@ def build_report(events: Iterable[Event]) -> Report:
             report.warmup_steps = event.warmup_steps
             if event.run_id not in report.runs and len(report.runs) < MAX_LISTED:
                 report.runs.append(event.run_id)
+            for name in CAPTURE_SIGNALS:
+                if event.signals.get(name) is False:
+                    report.signals_dark.setdefault(name, "off from the start")
+        elif isinstance(event, SignalChange):
+            if not event.live:
+                report.signals_dark.setdefault(event.signal, event.reason or "went dark")
         elif isinstance(event, Compile):
             _add_compile(report, event)
         elif isinstance(event, GuardFailure):
@@ -203,10 +235,15 @@ def build_report(events: Iterable[Event]) -> Report:
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif isinstance(event, GraphBreak):
+            frame = _frame(report, event.frame) if event.frame is not None else None
+            if frame is not None:
+                frame.graph_breaks += event.count
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
         elif isinstance(event, SessionEnd):
+            for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
+                report.signals_dark[name] = event.signals_off[name]
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
             report.internal_errors.update(event.internal_errors)
     return report
@@ -254,6 +291,10 @@ def _add_compile(report: Report, event: Compile) -> None:
     elif event.outcome != "limit_hit":
         frame.compiles += 1
         frame.compiles_by_rank[event.rank] += 1
+        if event.guard_set is not None:
+            seen = frame.guard_sets_by_rank.setdefault(event.rank, set())
+            if len(seen) < MAX_GUARD_SETS:
+                seen.add(event.guard_set)
         if event.is_recompile:
             frame.recompiles += 1
             frame.recompiles_by_rank[event.rank] += 1
@@ -287,7 +328,6 @@ def _add_compile(report: Report, event: Compile) -> None:
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    frame.graph_breaks += event.graph_breaks
     if event.outcome != "limit_hit":
         frame.compile_seconds += event.duration
         for phase, seconds in event.phases.items():
@@ -404,6 +444,8 @@ def render_text(report: Report, width: int = 160) -> str:
         + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
            else " summed over ranks" if len(report.ranks) > 1 else "")
     )
+    for name, why in report.signals_dark.items():
+        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
                       "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
@@ -489,7 +531,7 @@ def render_text(report: Report, width: int = 160) -> str:
                       f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
         for f in busy:
             cut = " - the limit cut in" if f.limit_hits else ""
-            needed = max(f.compiles_by_rank.values(), default=f.compiles)  # per process, not summed over ranks
+            needed = f.variants_needed
             console.print(f"  {f.label}: {needed} variants{cut}")
     if report.internal_errors:
         console.print("\nrecompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))

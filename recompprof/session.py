@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from recompprof import _internal, exporting, settings as settings_module
 from recompprof._torch import versions as torch_versions
+from recompprof._torch import frames as torch_frames
 from recompprof._torch.compile_metrics import CompileMetricsTap
-from recompprof._torch.frames import resolve_wrapped
-from recompprof._torch.graph_breaks import GraphBreakReader
-from recompprof._torch.guard_failures import GuardFailureReader
+from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
+from recompprof._torch.guard_failures import GuardFailureReader, guard_set
 from recompprof._torch.steps import StepCounter
 from recompprof.aggregates import Aggregates, Snapshot
-from recompprof.compiles import ReasonExplainer, compile_events, reason_texts
+from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
 from recompprof.eventlog import EventLogWriter, log_path
 from recompprof.events import (
     Compile,
@@ -40,6 +40,7 @@ from recompprof.events import (
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
+    SignalChange,
 )
 from recompprof.identity import Identity, detect
 from recompprof.reasons import clean_text, graph_break_text
@@ -111,8 +112,11 @@ class Session:
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._steps = StepCounter()
         self._guards = GuardFailureReader()
-        self._breaks = GraphBreakReader()
-        self._metrics = CompileMetricsTap(self._on_compile_metrics)
+        self._breaks = GraphBreakTap(self._on_graph_break)
+        self._break_counter: GraphBreakCounter | None = None  # fallback where torch traces no breaks
+        self._pending_breaks: collections.OrderedDict[str, list[GraphBreak]] = collections.OrderedDict()
+        self._metrics = CompileMetricsTap(self._on_compile_metrics, on_late=self._on_metrics_late,
+                                          on_lost=self._on_metrics_lost)
         self._profile: Any = None
         self._dynamo_profiler: Any = None
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
@@ -169,6 +173,7 @@ class Session:
             from recompprof._torch.profile import ProfileMode
 
             self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
+            self._profile.on_stance_change = self._on_stance_change
             adapters.insert(0, ("profile_backend", self._profile))
             if self.settings.dynamo_profiler:
                 from recompprof._torch.dynamo_profiler import DynamoProfilerTap
@@ -191,6 +196,14 @@ class Session:
             if not live:
                 self.signals_off[name] = getattr(adapter, "why_off", "") or "unavailable"
             self._undo.append((name, adapter.uninstall))
+        if not self._breaks.live and self.signals.get("graph_breaks") is False:
+            counter = GraphBreakCounter()
+            counter.install()
+            if counter.live:
+                self._break_counter = counter
+                self.signals["graph_breaks"] = True
+                log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
+                         "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
         info = torch_versions.torch_info()
         self.signals["phase_times"] = info.has("phase_times")
         if not self.signals["phase_times"]:
@@ -234,6 +247,7 @@ class Session:
                     undo()
             self._undo.clear()
             with self._lock:
+                self._flush_breaks()
                 self._emit(self._session_end())
                 self._closed = True
             for exporter in reversed(self._exporters):
@@ -354,11 +368,25 @@ class Session:
             if len(self._pending_reasons) > _MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
                 del self._pending_reasons[next(iter(self._pending_reasons))]
 
-    def _take_pending(self, frame: Frame) -> list[str]:
+    def _take_pending(self, code_key: tuple[str, str, int]) -> list[str]:
         for code in list(self._pending_reasons):
-            if (code.co_name, code.co_filename, code.co_firstlineno) == (frame.name, frame.file, frame.line):
+            if (code.co_name, code.co_filename, code.co_firstlineno) == code_key:
                 return [t for _, texts in self._pending_reasons.pop(code) for t in texts]
         return []
+
+    def _on_stance_change(self, ours: bool) -> None:
+        """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
+        if not ours:
+            log.warning("recompprof: the job changed the torch.compile stance during profile mode; its own backend "
+                        "compiles now and recompprof gave it back its own recompile limits")
+            self._signal_lost("profile_backend", "the job changed the torch.compile stance (set_stance): compiles use "
+                              "the job's backend, with the job's own recompile limits")
+            return
+        with self._lock:
+            self.signals["profile_backend"] = True
+            self.signals_off.pop("profile_backend", None)
+            self._emit(SignalChange(time=time.time(), rank=self.identity.rank, step=self._steps.step,
+                                    signal="profile_backend", live=True, reason="the stance is recompprof's again"))
 
     def _on_compile_metrics(self, metrics: Any) -> None:
         with self._lock:
@@ -366,25 +394,81 @@ class Session:
                 return
             self._record_compile(metrics)
 
+    def _on_metrics_late(self, count: int, why: str) -> None:
+        _internal.record("torch.compile_metrics.late", RuntimeError(why),
+                         f"{count} compile record(s) were recovered late from torch's record buffer")
+
+    def _on_metrics_lost(self, why: str) -> None:
+        self._signal_lost("compile_metrics", why)
+
+    def _signal_lost(self, name: str, why: str) -> None:
+        """A signal went dark mid-run: say so in the log, the events and the internal-error counter."""
+        with self._lock:
+            if not self.signals.get(name, False):
+                return
+            self.signals[name], self.signals_off[name] = False, why
+            _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
+            self._emit(SignalChange(time=time.time(), rank=self.identity.rank, step=self._steps.step, signal=name,
+                                    live=False, reason=clean_text(why)))
+
+    def _on_graph_break(self, payload: str, compile_id: str | None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            frame = self._frame_of_compile.get(compile_id) if compile_id else None
+            if frame is None:
+                ctx = torch_frames.compiling()
+                if ctx is not None:
+                    code = ctx.code
+                    frame = self._frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
+            event = graph_break_event(payload, time=time.time(), rank=self.identity.rank, step=self._steps.step,
+                                      frame=frame, compile_id=compile_id, redact=self.settings.redact)
+            if compile_id is not None and compile_id not in self._frame_of_compile:
+                # Its compile's record comes later: emit the break after it, as ingest does from a trace.
+                pending = self._pending_breaks.setdefault(compile_id, [])
+                pending.append(event)
+                if len(self._pending_breaks) > _MAX_REMEMBERED_COMPILES:
+                    for orphan in self._pending_breaks.pop(next(iter(self._pending_breaks))):
+                        self._emit(orphan)
+            else:  # a break torch cannot resume from is reported after its compile's record
+                self._emit(event)
+
+    def _flush_breaks(self) -> None:
+        while self._pending_breaks:
+            for event in self._pending_breaks.popitem(last=False)[1]:
+                self._emit(event)
+
+    @staticmethod
+    def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
+        name, file, line = torch_frames.resolve(*code_key, ctx)
+        # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
+        return Frame(name=clean_text(name, 1000), file=clean_text(file, 1000), line=line)
+
     def _record_compile(self, m: Any) -> None:
         now, step = time.time(), self._steps.step
         compile_id = str(m.compile_id) if m.compile_id is not None else "?"
         forward = m.is_forward is not False
         texts: list[str] = []
+        call_site: list[str] = []
+        fingerprint: str | None = None
+        breaks: list[GraphBreak] = []
         if forward:
+            ctx = torch_frames.compiling()
             frame_id = compile_id.split("/")[0]
             if m.co_name is None and frame_id in self._code_of_frame_id:
                 code_key, frame = self._code_of_frame_id[frame_id]  # limit-hit records name no function
             else:
                 code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-                name, file, line = resolve_wrapped(*code_key)
-                # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
-                frame = Frame(name=clean_text(name, 1000), file=clean_text(file, 1000), line=line)
+                frame = self._frame(code_key, ctx)
                 self._code_of_frame_id[frame_id] = (code_key, frame)
+            call_site = torch_frames.call_site(ctx, self.settings.redact)
+            if ctx is not None:
+                with _internal.guard("torch.guard_set"):
+                    fingerprint = guard_set(ctx.guarded_code)
             # A changed torch internal loses this compile's reasons, never the compile itself.
             with _internal.guard("torch.guard_failures", "guard-failure reasons are missing from compile events"):
                 texts = self._guards.take(*code_key)[1]
-            texts += self._take_pending(Frame(name=code_key[0], file=code_key[1], line=code_key[2]))
+            texts += self._take_pending(code_key)
             if self._profile is not None:
                 texts = [t for t in texts if not self._profile.is_own_reason(t)]
             texts = reason_texts(m, texts)
@@ -392,24 +476,25 @@ class Session:
             for remembered in (self._frame_of_compile, self._code_of_frame_id):
                 if len(remembered) > _MAX_REMEMBERED_COMPILES:
                     remembered.popitem(last=False)
+            breaks = [b if b.frame else b.model_copy(update={"frame": frame}) for b in self._pending_breaks.pop(compile_id, [])]
+            if self._break_counter is not None:
+                with _internal.guard("torch.graph_breaks", "graph breaks are not recorded"):
+                    breaks += [GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
+                                          reason=graph_break_text(text, self.settings.redact), count=count)
+                               for text, count in self._break_counter.take()]
         else:
             frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        breaks: list[tuple[str, int]] = []
-        if forward:
-            with _internal.guard("torch.graph_breaks", "graph breaks are not recorded"):
-                breaks = self._breaks.take()
-        redact = self.settings.redact
+        limits = {name: _limit_value(name) for name in ("recompile_limit", "accumulated_recompile_limit")}
         event, hit = compile_events(
             m, time=now, rank=self.identity.rank, step=step, frame=frame, explained=self._explainer.explain(frame, texts),
-            graph_breaks=sum(n for _, n in breaks), redact=redact, steady_state=step >= self.settings.warmup_steps,
-            limit_value=_limit_value("recompile_limit"),
+            graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
+            steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site, guard_set=fingerprint,
         )
         if forward and self._dynamo_profiler is not None and self._dynamo_profiler.live:
             event = event.model_copy(update={"trace_seconds_by_function": self._dynamo_profiler.take()})
         self._emit(event)
-        for text, count in breaks:
-            self._emit(GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
-                                  reason=graph_break_text(text, redact), count=count))
+        for graph_break in breaks:
+            self._emit(graph_break)
         if hit is not None:
             self._emit(hit)
 
@@ -443,7 +528,8 @@ class Session:
             stats = self._profile.stats
             totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
-                          events_dropped=snap.events_dropped, internal_errors=snap.internal_errors)
+                          events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
+                          signals_off=dict(self.signals_off))
 
 
 def _limit_value(name: str) -> int | None:

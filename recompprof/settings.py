@@ -19,7 +19,8 @@ ENV_PREFIX = "RECOMPPROF_"
 EXPORTER_NAMES = ("prometheus", "otel")
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
-_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH"}
+# Variables the tool reads that are not attach() settings (the run id is part of the process identity).
+_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID"}
 
 
 class ConfigError(ValueError):

@@ -10,7 +10,7 @@ stamp="$VENV/.recompprof-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+    "$VENV/bin/python" -m pip install -q "torch==2.13.0" numpy  # torch warns "Failed to initialize NumPy" without it
     "$VENV/bin/python" -m pip install -q -e ".[prometheus,otel,otel-grpc,dev]"
     # rotel (a real OTLP collector, alpha) is optional: its tests skip with the reason if it cannot install.
     "$VENV/bin/python" -m pip install -q rotel || echo "setup: rotel did not install; the rotel tests will skip" >&2

@@ -48,7 +48,7 @@ def test_compile_failure_recorded_with_error_type(tmp_path: Path) -> None:
 
 
 def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
-    """A graph break inside a compiled function is recorded on its frame with torch's reason."""
+    """A graph break inside a compiled function is recorded on its frame with torch's type, explanation, hints and the user's line."""
 
     def breaks(x: torch.Tensor) -> torch.Tensor:
         x = x + 1
@@ -59,5 +59,9 @@ def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
         torch.compile(breaks, backend="eager")(torch.ones(2))
     graph_breaks = [e for e in session.recent_events() if isinstance(e, GraphBreak)]
     assert len(graph_breaks) == 1 and graph_breaks[0].frame is not None
-    assert graph_breaks[0].frame.name == "breaks" and "print" in graph_breaks[0].reason
+    gb = graph_breaks[0]
+    assert gb.frame.name == "breaks" and gb.reason == "Failed to trace builtin operator"
+    assert gb.explanation is not None and "print" in gb.explanation and gb.hints
+    line = breaks.__code__.co_firstlineno + 2  # the print
+    assert gb.user_location == f"{__file__}:{line}"
     assert session.snapshot().graph_breaks == 1

@@ -38,7 +38,7 @@ def test_check_passes_and_fails_with_one_line_per_violation(full: RecordedRun) -
     assert bad.returncode == 1
     fails = [line for line in bad.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == 1
-    assert "forward (workloads/train_recompiles.py:34): 4 recompile(s) > max 0" in fails[0]
+    assert "Net.forward (workloads/train_recompiles.py:34): 4 recompile(s) > max 0" in fails[0]
     assert "size" in fails[0] and "python_constant" in fails[0]
 
 

@@ -27,7 +27,7 @@ def test_report_prints_frames_reasons_and_hints(recorded: RecordedRun) -> None:
     done = cli("report", str(recorded.run_dir), "--width", "400")
     assert done.returncode == 0, done.stderr
     assert "compiles 5 | recompiles 4" in done.stdout
-    for text in ("forward (workloads/train_recompiles.py", "size", "python_constant", "mark_dynamic", "dynamo_trace"):
+    for text in ("Net.forward (workloads/train_recompiles.py", "size", "python_constant", "mark_dynamic", "dynamo_trace"):
         assert text in done.stdout
     assert done.stderr == ""
 

@@ -238,4 +238,4 @@ def test_divergence_panel_names_the_rank_that_recompiles(scraped_runs: Any) -> N
     target = next(t for p, t in _targets(board) if p["title"] == "Ranks that diverge")
     result = scraped_runs.query(_substitute(target["expr"], {v: ".*" for v in VARIABLES}))
     assert {r["metric"]["rank"] for r in result} == {"0"}
-    assert all(r["metric"]["frame"].startswith("forward (") for r in result)
+    assert all(r["metric"]["frame"].startswith("Net.forward (") for r in result)

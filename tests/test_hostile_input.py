@@ -101,7 +101,7 @@ def test_hostile_reason_texts_are_contained_everywhere(monkeypatch: pytest.Monke
     assert any("evil" in str(s["attributes"].get("recompprof.guard_failure.detail", "")) for s in spans)
 
     report = session.report()
-    assert "forward (tests/test_hostile_input.py" in render_text(report)
+    assert "Tagged.forward (tests/test_hostile_input.py" in render_text(report)
     html = render_html(report, title=EVIL[:200])
     assert 'a"} evil' not in html  # quotes are escaped in the page
 

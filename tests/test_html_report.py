@@ -56,7 +56,7 @@ def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_p
     kpi = dict(re.findall(r'id="kpi-([\w-]+)"><div class="v">([^<]+)<', dom))
     assert kpi["recompiles"] == "2" and kpi["limit-hits"] != "0" and kpi["steps"] == "12"
     table = dom.split('id="frames"')[1]
-    assert "forward (workloads/train_recompiles.py:34)" in table
+    assert "Net.forward (workloads/train_recompiles.py:34)" in table
     assert "mark_dynamic" in table and "python_constant" in table
     assert "the recompile limit cut in" in dom
 

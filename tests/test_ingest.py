@@ -91,7 +91,7 @@ def test_limit_hit_is_attributed_to_its_frame(limited: RecordedRun) -> None:
     events = read_trace(limited.trace_dir).events[0]
     hits = [e for e in events if isinstance(e, RecompileLimitHit)]
     assert hits, "the workload with --recompile-limit 2 must hit the limit"
-    assert {h.frame.name for h in hits} == {"forward"}
+    assert {h.frame.name for h in hits} == {"Net.forward"}
     assert {(h.limit, h.value) for h in hits} == {("recompile_limit", 2)}
     refused = [e for e in events if isinstance(e, Compile) and e.outcome == "limit_hit"]
     assert len(refused) == len(hits) and all(e.reasons for e in refused)

@@ -39,7 +39,7 @@ from dashboards import rules
 
 JOB_TIMEOUT = 240.0  # seconds for a whole two-rank job, start to exit, on a busy 2-core machine
 DIVERGE_STEP = 3
-MODEL_FRAME = "forward (workloads/ddp_diverge.py:"
+MODEL_FRAME = "Net.forward (workloads/ddp_diverge.py:"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 # Launcher variables that must not leak from the test's own environment into a job.
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -271,7 +271,7 @@ def test_report_names_the_diverging_frame_rank_and_step(ddp_run: DdpRun) -> None
     model = [d for d in found if d.frame.label.startswith(MODEL_FRAME)]
     assert len(model) == 1
     assert (model[0].ranks, model[0].baseline_ranks, model[0].first_steps) == ([1], [0], {1: DIVERGE_STEP})
-    assert {d.frame.name for d in found} <= {"forward", "DistributedDataParallel.forward"}
+    assert {d.frame.name for d in found} <= {"Net.forward", "DistributedDataParallel.forward"}
     text = ddp_run.report_text
     matrix = text[text.index("Compiles per frame and rank"):]
     assert "rank 0" in matrix.splitlines()[2] and "rank 1" in matrix.splitlines()[2]

@@ -82,7 +82,7 @@ def test_training_run_exports_the_span_tree(receiver: OtlpReceiver) -> None:
     for event in compiles:
         root = by_id[(event.compile_id, event.backward)]
         attrs = root["attributes"]
-        assert attrs["code.function.name"] == event.frame.name == "forward"
+        assert attrs["code.function.name"] == event.frame.name == "_Net.forward"
         assert attrs["code.file.path"] == __file__ and attrs["code.line.number"] == event.frame.line
         assert attrs["recompprof.rank"] == 0 and attrs["recompprof.step"] == event.step
         assert attrs["recompprof.is_recompile"] is event.is_recompile
@@ -96,7 +96,7 @@ def test_training_run_exports_the_span_tree(receiver: OtlpReceiver) -> None:
         if event.is_recompile and not event.backward:
             assert len(root["links"]) == 1 and root["links"][0]["attributes"]["recompprof.link.reason"] == "recompile_of"
             linked = next(r for r in roots if r["span_id"] == root["links"][0]["span_id"])
-            assert linked["attributes"]["code.function.name"] == "forward"
+            assert linked["attributes"]["code.function.name"] == "_Net.forward"
             assert attrs["recompprof.guard_failure.categories"]
     recompile = next(r for r in roots if r["attributes"]["recompprof.is_recompile"])
     assert set(recompile["attributes"]["recompprof.guard_failure.categories"]) <= set(recompprof.CATEGORIES)

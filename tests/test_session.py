@@ -34,6 +34,8 @@ def torch_state() -> dict[str, Any]:
         "start_callbacks": list(callback_handler.start_callbacks),
         "end_callbacks": list(callback_handler.end_callbacks),
         "recompile_user_context_hooks": list(torch._dynamo.utils.get_hook_for_recompile_user_context() or []),
+        "compile_metrics_hook": torch._dynamo.utils.add_compilation_metrics_to_chromium,
+        "trace_structured": torch._logging.trace_structured,
     }
 
 

@@ -1,69 +1,182 @@
-"""Live ``CompilationMetrics``: one record per compile, read from torch's own logger.
+"""Live ``CompilationMetrics``: one record per compile, taken where torch hands it on.
 
-torch passes each record to ``log_compilation_event``, which calls ``log.info("%s", metrics)`` on
-logger ``torch._utils_internal``. That logger normally sits at WARNING, so the record is dropped
-before any handler sees it. We lower that one logger to INFO and add a *filter*: the filter hands
-the record to recompprof and lets it (and any other INFO record of that logger) continue only if
-the logger's own level would have let it through, so nothing new appears on the user's handlers.
+torch builds one record per compile in ``torch._dynamo.utils.record_compilation_metrics``, appends it
+to the bounded buffer ``utils._compilation_metrics`` and passes it to
+``utils.add_compilation_metrics_to_chromium`` *unconditionally*; only after that does it consult
+``config.log_compilation_metrics`` (which Dynamo's own ``TestCase`` and some frameworks turn off)
+before logging it. We wrap that unconditional call (looked up as a module global at call time), so:
+
+- capture does not depend on ``log_compilation_metrics`` (set before or after attach);
+- logging is left alone: no logger level, filter or handler of the user's is touched.
+
+Where that function is missing (older torch) we wrap ``utils.log_compilation_event`` instead and keep
+``log_compilation_metrics`` on for the session (restored at detach if nobody changed it).
+
+Either hook could be bypassed (another tool rebinding the same global, a reload). :meth:`reconcile`
+compares torch's own record buffer with what reached us; it runs at every compile start (torch's
+compile callbacks) and at detach. Records that reached the buffer but not us are fed late, and the
+loss is reported: late records through ``on_late``; records that fell off the bounded buffer unseen
+through ``on_lost`` (the signal is then dark for that stretch).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
 
-LOGGER = "torch._utils_internal"
+log = logging.getLogger("recompprof")
+
+_MAX_REMEMBERED = 512  # ids of records seen, to recognise them in torch's buffer (its maxlen is 64)
 
 
-class CompileMetricsTap(logging.Filter):
-    """Calls ``on_metrics(record)`` for every ``CompilationMetrics`` torch logs."""
+class CompileMetricsTap:
+    """Calls ``on_metrics(record)`` for every ``CompilationMetrics`` torch records."""
 
-    def __init__(self, on_metrics: Callable[[Any], None]) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        on_metrics: Callable[[Any], None],
+        on_late: Callable[[int, str], None] | None = None,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
         self._on_metrics = on_metrics
-        self._logger = logging.getLogger(LOGGER)
-        self._prior_level: int | None = None
+        self._on_late = on_late
+        self._on_lost = on_lost
+        self._undo: list[Callable[[], None]] = []
+        self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()  # id -> record (kept alive)
+        self._start_callback: Callable[..., None] | None = None
+        self.hook = ""  # which torch function is wrapped
         self.live = False
         self.why_off = ""
 
+    # -- install / uninstall ---------------------------------------------------------------------
     def install(self) -> None:
-        import torch._dynamo.config as dynamo_config
+        import torch._dynamo.utils as utils
 
-        if not getattr(dynamo_config, "log_compilation_metrics", True):
-            self.why_off = "torch._dynamo.config.log_compilation_metrics is False"
+        if callable(getattr(utils, "add_compilation_metrics_to_chromium", None)):
+            self._wrap(utils, "add_compilation_metrics_to_chromium")
+        elif callable(getattr(utils, "log_compilation_event", None)):
+            self._wrap(utils, "log_compilation_event")
+            self._keep_logging_on()
+        else:
+            self.why_off = ("torch._dynamo.utils has neither add_compilation_metrics_to_chromium nor "
+                            "log_compilation_event (this torch hands compile records elsewhere)")
             return
-        import torch._utils_internal as utils_internal
-
-        if not callable(getattr(utils_internal, "log_compilation_event", None)):  # records go elsewhere, if anywhere
-            self.why_off = "torch._utils_internal.log_compilation_event missing (this torch logs compiles elsewhere)"
-            return
-        self._prior_level = self._logger.level
-        if self._logger.getEffectiveLevel() > logging.INFO:
-            self._logger.setLevel(logging.INFO)
-        self._logger.addFilter(self)
+        self._skip_buffered(utils)
+        self._register_start_callback()
         self.live = True
 
     def uninstall(self) -> None:
         if not self.live:
             return
-        self._logger.removeFilter(self)
-        if self._prior_level is not None and self._logger.level == logging.INFO:
-            self._logger.setLevel(self._prior_level)
+        self.reconcile()
+        while self._undo:
+            self._undo.pop()()
         self.live = False
 
-    def _level_without_us(self) -> int:
-        if self._prior_level:
-            return self._prior_level
-        parent = self._logger.parent
-        return parent.getEffectiveLevel() if parent is not None else logging.WARNING
+    def _wrap(self, module: Any, name: str) -> None:
+        original = getattr(module, name)
+        tap = self
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        metrics = args[0] if isinstance(args, tuple) and len(args) == 1 else None
-        if metrics is not None and type(metrics).__name__ == "CompilationMetrics":
+        def hooked(metrics: Any, *args: Any, **kwargs: Any) -> Any:
             with _internal.guard("torch.compile_metrics"):
-                self._on_metrics(metrics)
-        return record.levelno >= self._level_without_us()
+                tap._take(metrics)
+            return original(metrics, *args, **kwargs)
+
+        hooked.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(module, name, hooked)
+        self.hook = f"torch._dynamo.utils.{name}"
+
+        def restore() -> None:
+            if getattr(module, name) is hooked:
+                setattr(module, name, original)
+
+        self._undo.append(restore)
+
+    def _keep_logging_on(self) -> None:
+        import torch._dynamo.config as config
+
+        if getattr(config, "log_compilation_metrics", True):
+            return
+        config.log_compilation_metrics = True
+        log.info("recompprof: torch._dynamo.config.log_compilation_metrics was False; turned on for this session "
+                 "(this torch passes compile records on only through that log)")
+
+        def restore() -> None:
+            if config.log_compilation_metrics is True:
+                config.log_compilation_metrics = False
+
+        self._undo.append(restore)
+
+    def _register_start_callback(self) -> None:
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:  # no compile callbacks: reconcile runs at detach only
+            return
+
+        def on_compile_start(*_: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
+            with _internal.guard("torch.compile_metrics.reconcile"):
+                self.reconcile()
+
+        callback_handler.register_start_callback(on_compile_start)
+        self._start_callback = on_compile_start
+
+        def remove() -> None:
+            if on_compile_start in callback_handler.start_callbacks:
+                callback_handler.remove_start_callback(on_compile_start)
+
+        self._undo.append(remove)
+
+    def _skip_buffered(self, utils: Any) -> None:
+        for record in list(getattr(utils, "_compilation_metrics", ())):
+            self._remember(record)
+
+    # -- records ---------------------------------------------------------------------------------
+    def _remember(self, record: Any) -> None:
+        self._seen[id(record)] = record
+        while len(self._seen) > _MAX_REMEMBERED:
+            self._seen.popitem(last=False)
+
+    def _take(self, metrics: Any) -> None:
+        if type(metrics).__name__ != "CompilationMetrics" or id(metrics) in self._seen:
+            return
+        self._remember(metrics)
+        self._ensure_start_callback()
+        self._on_metrics(metrics)
+
+    def _ensure_start_callback(self) -> None:
+        # torch._dynamo.reset() clears every compile callback, ours included: put it back.
+        if self._start_callback is None:
+            return
+        from torch._dynamo.callback import callback_handler
+
+        if self._start_callback not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self._start_callback)
+
+    def reconcile(self) -> int:
+        """Feed records torch buffered that never reached the hook; returns how many."""
+        if not self.live:
+            return 0
+        import torch._dynamo.utils as utils
+
+        buffer = getattr(utils, "_compilation_metrics", None)
+        if not buffer or id(buffer[-1]) in self._seen:
+            return 0
+        records = list(buffer)
+        unseen = [r for r in records if id(r) not in self._seen]
+        if not unseen:
+            return 0
+        # The buffer is bounded: if none of it is known, older unseen records may have fallen off.
+        lost = len(records) == buffer.maxlen and id(records[0]) not in self._seen
+        for record in unseen:
+            self._take(record)
+        why = f"compile records stopped reaching {self.hook} (another tool may have replaced it)"
+        if self._on_late is not None:
+            self._on_late(len(unseen), why)
+        if lost and self._on_lost is not None:
+            self._on_lost(f"{why}; torch's buffer of the last {buffer.maxlen} records overflowed, "
+                          "so earlier compiles were lost")
+        return len(unseen)

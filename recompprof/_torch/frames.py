@@ -1,57 +1,203 @@
-"""Name the user's function for a compile, seeing through torch's own wrapper frames.
+"""Name the user's function for a compile as the user knows it, and find the call site that triggered it.
 
-``torch.compile(module)`` compiles ``torch._dynamo.external_utils.inner``, a wrapper whose closure
-holds the module; every compiled module shares that one code object. While the compile is running
-(our metrics callback is called inside it) the wrapper's closure is reachable from the ``_compile``
-frame on the stack, and we name the module's ``forward`` instead.
+Dynamo compiles *code objects*, and a code object's own name is often not the user's: every
+``torch.compile(module)`` goes through ``torch._dynamo.external_utils.inner``; a decorated method
+(Hugging Face's ``can_return_tuple``, ``functools.wraps`` wrappers) compiles the decorator's
+``wrapper``, shared by every class it decorates. While a compile runs (our callbacks are called inside
+it), torch's ``_compile`` frame is on the stack and holds the code, its frame's locals and globals,
+and its closure. From those we name:
+
+- a torch wrapper around a module: ``<ModuleClass>.forward``;
+- a method (first argument an instance whose class has this code): ``<InstanceClass>.<attribute>``,
+  so two classes sharing one decorated code object are two frames;
+- a decorated function: the wrapped function's qualified name;
+- anything else: the code's qualified name.
+
+File and line are those of the function the user wrote (the decorator's target, not the decorator).
 """
 
 from __future__ import annotations
 
+import collections
+import os
 import sys
+import sysconfig
+import types
+from dataclasses import dataclass
 from typing import Any
 
 _WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
-_MAX_DEPTH = 60
+_MAX_DEPTH = 80
+_MAX_CALL_SITE = 5
+_MAX_CACHED = 1024
+
+
+@dataclass(frozen=True)
+class Compiling:
+    """What torch's ``_compile`` frame holds about the code being compiled."""
+
+    code: types.CodeType
+    f_locals: dict[str, Any]
+    f_globals: dict[str, Any]
+    closure: tuple[Any, ...] | None
+    compile_id: str | None
+    caller: types.FrameType | None  # the frame that called into the compiled code (and torch's wrappers)
+    guarded_code: Any = None  # what the compile produced, once it has (None while tracing or on failure)
 
 
 def is_torch_wrapper(filename: str) -> bool:
     return filename.endswith(_WRAPPER_FILES)
 
 
-def resolve_wrapped(name: str, filename: str, line: int) -> tuple[str, str, int]:
-    """The user function behind a torch wrapper frame, or the frame itself if it cannot be found."""
-    if not is_torch_wrapper(filename):
-        return name, filename, line
-    target = _wrapped_callable(name, filename, line)
-    if target is None:
-        return name, filename, line
-    if hasattr(target, "forward") and not hasattr(target, "__code__"):  # an nn.Module
-        forward = getattr(type(target), "forward", None)
-        code = getattr(forward, "__code__", None)
-        if code is not None:
-            return f"{type(target).__name__}.forward", code.co_filename, code.co_firstlineno
-    code = getattr(target, "__code__", None)
-    if code is not None:
-        return getattr(target, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno
-    return name, filename, line
-
-
-def _wrapped_callable(name: str, filename: str, line: int) -> Any:
-    frame = sys._getframe(1)
+def compiling(start: types.FrameType | None = None) -> Compiling | None:
+    """The compile in progress on this thread's stack, or None outside one."""
+    frame = start or sys._getframe(1)
     for _ in range(_MAX_DEPTH):
         if frame is None:
             return None
-        if frame.f_code.co_name == "_compile" and "convert_frame" in frame.f_code.co_filename:
-            code, closure = frame.f_locals.get("code"), frame.f_locals.get("closure")
-            if code is None or closure is None or (code.co_name, code.co_firstlineno) != (name, line):
+        code = frame.f_code
+        if code.co_name == "_compile" and "convert_frame" in code.co_filename:
+            f = frame.f_locals
+            target = f.get("code")
+            if not isinstance(target, types.CodeType):
                 return None
-            names = code.co_freevars
-            if "fn" in names and len(closure) == len(names):
-                try:
-                    return closure[names.index("fn")].cell_contents
-                except ValueError:  # empty cell
-                    return None
-            return None
+            compile_id = f.get("compile_id")
+            return Compiling(
+                code=target,
+                f_locals=f.get("locals") if isinstance(f.get("locals"), dict) else {},
+                f_globals=f.get("globals") if isinstance(f.get("globals"), dict) else {},
+                closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
+                compile_id=str(compile_id) if compile_id is not None else None,
+                caller=frame.f_back,
+                guarded_code=f.get("guarded_code"),
+            )
         frame = frame.f_back
     return None
+
+
+def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> tuple[str, str, int]:
+    """``(name, file, line)`` of the user's function behind the compiled code ``name``/``filename``/``line``."""
+    if ctx is None or (ctx.code.co_name, ctx.code.co_firstlineno) != (name, line) or ctx.code.co_filename != filename:
+        return name, filename, line
+    code = ctx.code
+    if is_torch_wrapper(filename):
+        return _torch_wrapper_target(ctx) or (name, filename, line)
+    owner = _method_owner(code, ctx.f_locals)
+    if owner is not None:
+        cls, attr, function = owner
+        target = _unwrap(function)
+        return f"{cls.__name__}.{attr}", target.__code__.co_filename, target.__code__.co_firstlineno
+    function = _global_function(code, ctx.f_globals)
+    if function is not None:
+        target = _unwrap(function)
+        return _short(target.__qualname__), target.__code__.co_filename, target.__code__.co_firstlineno
+    return _short(getattr(code, "co_qualname", name)), filename, line
+
+
+def _short(qualname: str) -> str:
+    """A qualified name without its enclosing functions: ``Model.forward``, not ``main.<locals>.Model.forward``."""
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
+def _torch_wrapper_target(ctx: Compiling) -> tuple[str, str, int] | None:
+    names = ctx.code.co_freevars
+    if ctx.closure is None or "fn" not in names or len(ctx.closure) != len(names):
+        return None
+    try:
+        target = ctx.closure[names.index("fn")].cell_contents
+    except ValueError:  # empty cell
+        return None
+    if hasattr(target, "forward") and not hasattr(target, "__code__"):  # an nn.Module
+        forward = _unwrap(getattr(type(target), "forward", None))
+        code = getattr(forward, "__code__", None)
+        if code is not None:
+            return f"{type(target).__name__}.forward", code.co_filename, code.co_firstlineno
+    target = _unwrap(target)
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        return _short(getattr(target, "__qualname__", code.co_name)), code.co_filename, code.co_firstlineno
+    return None
+
+
+_owners: collections.OrderedDict[tuple[type, types.CodeType], tuple[str, Any] | None] = collections.OrderedDict()
+
+
+def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type, str, Any] | None:
+    """``(class, attribute, function)`` when the code runs as a method of its first argument's class."""
+    if code.co_argcount < 1 or not code.co_varnames:
+        return None
+    instance = f_locals.get(code.co_varnames[0])
+    if instance is None or isinstance(instance, (type, types.ModuleType, types.FunctionType)):
+        return None
+    cls = type(instance)
+    key = (cls, code)
+    if key not in _owners:
+        _owners[key] = _find_in_class(cls, code)
+        while len(_owners) > _MAX_CACHED:
+            _owners.popitem(last=False)
+    found = _owners[key]
+    return (cls, found[0], found[1]) if found else None
+
+
+def _find_in_class(cls: type, code: types.CodeType) -> tuple[str, Any] | None:
+    for klass in getattr(cls, "__mro__", ()):
+        for attr, value in vars(klass).items():
+            function = getattr(value, "__func__", value)  # classmethod / staticmethod
+            if getattr(function, "__code__", None) is code:
+                return attr, function
+    return None
+
+
+def _global_function(code: types.CodeType, f_globals: dict[str, Any]) -> Any:
+    """The module-level function whose code this is (a decorated function's wrapper, say)."""
+    if "<locals>" not in getattr(code, "co_qualname", "<locals>"):
+        return None  # not a closure: the code's own qualified name is the user's
+    for value in list(f_globals.values()):
+        if getattr(value, "__code__", None) is code:
+            return value
+    return None
+
+
+def _unwrap(function: Any) -> Any:
+    """The innermost ``__wrapped__`` target (functools.wraps), stopping at anything without code."""
+    for _ in range(16):
+        inner = getattr(function, "__wrapped__", None)
+        if inner is None or not hasattr(inner, "__code__"):
+            return function
+        function = inner
+    return function
+
+
+def _skipped_dirs() -> tuple[str, ...]:
+    import torch
+
+    import recompprof
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(recompprof.__file__)]
+    stdlib = sysconfig.get_paths().get("stdlib")
+    if stdlib:
+        dirs.append(stdlib)
+    return tuple(os.path.normcase(d) + os.sep for d in dirs)
+
+
+_SKIPPED: tuple[str, ...] | None = None
+
+
+def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
+    """The user frames that called into the compiled code, innermost last, as ``file:line in function``."""
+    global _SKIPPED
+    if ctx is None:
+        return []
+    if _SKIPPED is None:
+        _SKIPPED = _skipped_dirs()
+    lines: list[str] = []
+    frame = ctx.caller
+    for _ in range(_MAX_DEPTH):
+        if frame is None or len(lines) >= _MAX_CALL_SITE:
+            break
+        filename = frame.f_code.co_filename
+        if not os.path.normcase(filename).startswith(_SKIPPED) and not filename.startswith("<frozen"):
+            shown = "/".join(filename.replace("\\", "/").split("/")[-2:]) if redact else filename
+            lines.append(f"{shown[:300]}:{frame.f_lineno} in {frame.f_code.co_name[:100]}")
+        frame = frame.f_back
+    return lines[::-1]

@@ -1,12 +1,118 @@
-"""Graph breaks, read as the growth of torch's ``counters["graph_break"]`` (reason -> count)."""
+"""Graph breaks, taken where torch writes them to its structured trace.
+
+Every graph break torch reports (a break it resumes after, a break it cannot resume from that makes
+the whole frame run eagerly, a break raised while converting the frame) goes through
+``torch._logging.trace_structured("artifact", {"name": "dynamo_graph_break_reason"}, payload)``:
+the record tlparse and ``TORCH_LOGS=graph_breaks`` count. torch calls that function as a module
+attribute whether or not ``TORCH_TRACE`` is set, so we wrap it and hand on the payload; anything
+else passes straight through. (``counters["graph_break"]`` misses the breaks torch cannot resume
+from.) With ``TORCH_TRACE`` on, torch stamps each trace line with its caller's file and line, which
+would now be our wrapper: a filter on the trace logger puts the real caller back, so the trace is
+byte-for-byte what it would be without recompprof.
+
+Where torch has no such artifact, :class:`GraphBreakCounter` reads the growth of
+``counters["graph_break"]`` instead, and says that some breaks may be missed.
+"""
 
 from __future__ import annotations
 
-MAX_TRACKED = 1000  # distinct reason texts remembered; beyond that breaks are counted without text
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from recompprof import _internal
+
+ARTIFACT = "dynamo_graph_break_reason"
+MAX_TRACKED = 1000  # counter fallback: distinct reason texts remembered
 
 
-class GraphBreakReader:
-    """Returns the graph breaks (reason, count) recorded since the last read."""
+class GraphBreakTap:
+    """Calls ``on_break(payload, compile_id)`` for every graph break torch traces."""
+
+    def __init__(self, on_break: Callable[[str, str | None], None]) -> None:
+        self._on_break = on_break
+        self._undo: Callable[[], None] | None = None
+        self.live = False
+        self.why_off = ""
+
+    def install(self) -> None:
+        import torch._logging as torch_logging
+
+        original = getattr(torch_logging, "trace_structured", None)
+        if not callable(original):
+            self.why_off = "torch._logging.trace_structured missing"
+            return
+        on_break = self._on_break
+        trace_log = logging.getLogger("torch.__trace")
+        caller_fix = _TraceCallerFix()
+        trace_log.addFilter(caller_fix)
+
+        def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
+            if trace_log.handlers:
+                caller_fix.local.frame = sys._getframe(1)
+            if name == "artifact":
+                with _internal.guard("torch.graph_breaks"):
+                    metadata_fn = kwargs.get("metadata_fn", args[0] if args else None)
+                    metadata = metadata_fn() if callable(metadata_fn) else None
+                    if isinstance(metadata, dict) and metadata.get("name") == ARTIFACT:
+                        payload_fn = kwargs.get("payload_fn")
+                        payload = payload_fn() if callable(payload_fn) else None
+                        on_break(str(payload or ""), _compile_id(kwargs.get("compile_id")))
+            return original(name, *args, **kwargs)
+
+        hooked.__wrapped__ = original  # type: ignore[attr-defined]
+        torch_logging.trace_structured = hooked
+
+        def restore() -> None:
+            if torch_logging.trace_structured is hooked:
+                torch_logging.trace_structured = original
+            trace_log.removeFilter(caller_fix)
+
+        self._undo = restore
+        self.live = True
+
+    def uninstall(self) -> None:
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+        self.live = False
+
+
+class _TraceCallerFix(logging.Filter):
+    """Stamps a trace record with the frame that called ``trace_structured``, not our wrapper."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        frame = getattr(self.local, "frame", None)
+        if frame is not None:
+            self.local.frame = None
+            code = frame.f_code
+            record.pathname, record.lineno, record.funcName = code.co_filename, frame.f_lineno, code.co_name
+            record.filename = os.path.basename(code.co_filename)
+            record.module = os.path.splitext(record.filename)[0]
+        return True
+
+
+def _compile_id(explicit: Any) -> str | None:
+    if explicit is not None:
+        return str(explicit)
+    try:
+        from torch._guards import CompileContext
+
+        current = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - an id is a nicety; the break is still recorded
+        return None
+    return str(current) if current is not None else None
+
+
+class GraphBreakCounter:
+    """Fallback: the graph breaks (reason, count) added to ``counters["graph_break"]`` since the last read."""
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}

@@ -7,8 +7,27 @@ read each list and take the new tail: we never copy torch's O(N^2) lists.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import weakref
 from types import CodeType
+from typing import Any
+
+
+_NUMBERED_GLOBAL = re.compile(r"___\d+\b")
+
+
+def guard_set(guarded_code: Any) -> str | None:
+    """A short fingerprint of the guards a compile installed (its ``GuardedCode``), or None if unknown."""
+    guarded_code = getattr(guarded_code, "guarded_code", guarded_code)  # ConvertFrameReturn wraps it from 2.6
+    parts = getattr(getattr(guarded_code, "guard_manager", None), "code_parts", None)
+    if not parts:
+        return None
+    digest = hashlib.blake2b(digest_size=8)
+    # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
+    for part in sorted(_NUMBERED_GLOBAL.sub("___", str(p)) for p in parts):
+        digest.update(part.encode("utf-8", "replace") + b"\0")
+    return digest.hexdigest()
 
 
 class GuardFailureReader:

@@ -219,6 +219,11 @@ class ProfileMode:
         self._evictions = 0
         self._reported = 0
         self._compile_seconds = 0.0
+        self._stance: Any = None
+        self._stance_ours = True
+        self._limits: dict[str, tuple[Any, Any]] = {}  # config name -> (the job's value, ours)
+        self.on_stance_change: Callable[[bool], None] | None = None
+        self.torch_errors = 0  # exceptions raised inside torch's own reason helper
 
     # ------------------------------------------------------------------ install / uninstall
 
@@ -283,8 +288,11 @@ class ProfileMode:
     def _set_config(self, config: Any, name: str, value: Any) -> None:
         old = getattr(config, name)
         setattr(config, name, value)
+        self._limits[name] = (old, value)
 
         def restore() -> None:
+            if not self._stance_ours and getattr(config, name) == old:  # the job's value is back already
+                return
             if getattr(config, name) == value:
                 setattr(config, name, old)
             else:
@@ -297,8 +305,9 @@ class ProfileMode:
         import torch._dynamo
 
         handle = torch._dynamo.set_stance("default", force_backend=self.observer)
-        ours = eval_frame._stance
+        ours = self._stance = eval_frame._stance
         self.forced_backend = True
+        self._watch_stance(eval_frame)
         # Frames compiled by the observer are reset after the stance is back (see _retire_frames).
         self._undo.append(self._retire_frames)
 
@@ -351,8 +360,7 @@ class ProfileMode:
         from torch._dynamo.guards import get_guard_fail_reason_helper
 
         f_locals = frame.f_locals
-        reasons = [get_guard_fail_reason_helper(entry.guard_manager, f_locals, entry.compile_id, self.observer)
-                   for entry in live_ours]
+        reasons = [self._reason(get_guard_fail_reason_helper, entry, f_locals) for entry in live_ours]
         compile_id = self._next_compile_id(frame_state)
         # Dynamo keeps entries in most-recently-hit order: the least recently used go.
         victims = same_instance[limit - 1:]
@@ -368,6 +376,61 @@ class ProfileMode:
         if callback is not None and reasons:
             with guard("profile.on_guard_failure"):
                 callback(code, compile_id, reasons)
+
+    def _reason(self, helper: Any, entry: Any, f_locals: Any) -> str:
+        """torch's reason text for one failing entry; an exception inside torch's helper is torch's, not ours."""
+        try:
+            return str(helper(entry.guard_manager, f_locals, entry.compile_id, self.observer))
+        except Exception as exc:  # noqa: BLE001 - torch's own code failed: report it as such, keep going
+            with self._lock:
+                self.torch_errors += 1
+                first = self.torch_errors == 1
+            if first:
+                log.warning("recompprof: torch's own get_guard_fail_reason_helper raised %s: %s (a torch error, "
+                            "not a recompprof one; the guard failure is recorded without its reason)",
+                            type(exc).__name__, exc)
+            return f"{entry.compile_id}: <torch's get_guard_fail_reason_helper raised {type(exc).__name__}>"
+
+    def _watch_stance(self, eval_frame: Any) -> None:
+        """Follow stance changes the job makes (``torch.compiler.set_stance``) while the mode is on.
+
+        Without the forced observer the job's backend compiles its frames, and recompprof's low limit
+        would make fullgraph code raise: while the stance is not ours the job gets its own limits back
+        (and ``on_stance_change(False)`` is called); when it is ours again, the limit is re-applied.
+        """
+        import torch._dynamo.decorators as decorators
+
+        original = getattr(decorators, "_set_stance", None)
+        if not callable(original):
+            return
+        mode = self
+
+        def watched(stance: Any) -> Any:
+            prev = original(stance)
+            if mode.active:
+                with guard("profile.stance"):
+                    mode._stance_changed(eval_frame._stance is mode._stance)
+            return prev
+
+        decorators._set_stance = watched
+
+        def restore() -> None:
+            if decorators._set_stance is watched:
+                decorators._set_stance = original
+
+        self._undo.append(restore)
+
+    def _stance_changed(self, ours: bool) -> None:
+        import torch._dynamo.config as config
+
+        if ours == self._stance_ours:
+            return
+        self._stance_ours = ours
+        for name, (job_value, our_value) in self._limits.items():
+            if getattr(config, name) == (job_value if ours else our_value):
+                setattr(config, name, our_value if ours else job_value)
+        if self.on_stance_change is not None:
+            self.on_stance_change(ours)
 
     def _after_compile(self, frame: Any, result: Any, seconds: float) -> None:
         if getattr(result, "guarded_code", None) is None:

@@ -1,0 +1,62 @@
+"""Resolve a guard's subject (``L['self'].training``, ``G['cfg']['mode']``) to the live object's type name.
+
+A ``___check_obj_id`` guard says only that an object's identity changed; what the object *is* decides
+what the user should change (a flag is a constant, a function is an identity, a module's attribute is
+an attribute). During the compile that the failure caused, torch's ``_compile`` frame holds the new
+call's locals and globals, so the subject can be looked up there. Only plain access chains are
+followed (names, ``.attr``, ``['key']``, ``[0]``); nothing is called and no property runs, so the lookup
+has no side effects on the user's objects.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ROOT = re.compile(r"""^([LG])\[\s*(['"])([^'"\]\n]{1,200})\2\s*\]""")
+_STEP = re.compile(r"""^(?:\.([A-Za-z_]\w{0,100})|\[\s*(['"])([^'"\]\n]{0,200})\2\s*\]|\[\s*(-?\d{1,9})\s*\])""")
+_MISSING = object()
+
+
+def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> str | None:
+    """The type name of the object ``subject`` names in these locals/globals, or None if it cannot be found safely."""
+    match = _ROOT.match(subject)
+    if match is None:
+        return None
+    scope = f_locals if match.group(1) == "L" else f_globals
+    value = scope.get(match.group(3), _MISSING)
+    rest = subject[match.end():]
+    while rest and value is not _MISSING:
+        step = _STEP.match(rest)
+        if step is None:
+            return None
+        value = _step(value, step)
+        rest = rest[step.end():]
+    return None if value is _MISSING else type(value).__name__
+
+
+def _step(value: Any, step: re.Match[str]) -> Any:
+    attr, key, index = step.group(1), step.group(3), step.group(4)
+    if attr is not None:
+        return _attribute(value, attr)
+    container_key: Any = key if key is not None else int(index)
+    if isinstance(value, (dict, list, tuple)):
+        try:
+            return value[container_key]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return _MISSING
+
+
+def _attribute(value: Any, name: str) -> Any:
+    """``value.name`` from instance and class dictionaries only: no descriptors, properties or __getattr__ run."""
+    if name == "__dict__":
+        return getattr(value, "__dict__", _MISSING)
+    instance_dict = getattr(value, "__dict__", None)
+    if isinstance(instance_dict, dict) and name in instance_dict:
+        return instance_dict[name]
+    for klass in type(value).__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            return found if callable(found) or not hasattr(found, "__get__") else _MISSING
+    return _MISSING

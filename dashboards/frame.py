@@ -7,6 +7,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from dashboards.config import Config
 from dashboards.panels import (
+    bar_panel,
     heatmap_panel,
     link,
     over_range,
@@ -31,6 +32,7 @@ def build(cfg: Config) -> dashboard.Dashboard:
     guards = s("torch_compile_guard_failures_total", FRAME)
     limit_hits = s("torch_compile_recompile_limit_hits_total", FRAME)
     entries = s("torch_compile_cache_entries", FRAME)
+    lost = s("torch_compile_recompile_seconds_total", FRAME)
     limit = s("torch_compile_recompile_limit", 'limit="recompile_limit"')
     phases = s("torch_compile_phase_seconds_total")
     buckets = s("torch_compile_duration_seconds_bucket")
@@ -65,6 +67,11 @@ def build(cfg: Config) -> dashboard.Dashboard:
             "Recompile reasons per minute",
             "Guard failures of this frame by reason category: what changed between calls.", "cpm",
             [query(f"sum by (reason) (rate({guards}[{RATE}])) * 60", "{{reason}}")], stack=True))
+        .with_panel(bar_panel(
+            "Compile time lost per cause",
+            "Compile seconds this frame's recompiles (and their backward compiles) cost in the time range, by "
+            "the reason category of the change that forced them.", "s",
+            [query(f"sort_desc(sum by (reason) ({over_range(lost)}))", "{{reason}}", instant=True)]))
         .with_panel(timeseries_panel(
             "Cache entries and recompile limit",
             "Compiled variants the frame holds per rank, against torch's recompile limit: at the limit "

@@ -35,6 +35,11 @@ def build(cfg: Config) -> dashboard.Dashboard:
     failures = s("torch_compile_compile_failures_total")
     phases = s("torch_compile_phase_seconds_total")
     buckets = s("torch_compile_duration_seconds_bucket")
+    lost = s("torch_compile_recompile_seconds_total", FRAME)
+    lookups = s("torch_compile_cache_lookups_total")
+    saved = s("torch_compile_cache_saved_seconds_total")
+    hits = s("torch_compile_cache_lookups_total", 'result="hit"')
+    decided = s("torch_compile_cache_lookups_total", 'result=~"hit|miss"')  # a bypass could not have hit
     who = "namespace, job, rank"
     frame_link = (dashboard.DashboardLink("Frame drill-down")
                   .url(f"/d/{cfg.frame_uid}?${{__url_time_range}}&${{datasource:queryparam}}"
@@ -108,6 +113,25 @@ def build(cfg: Config) -> dashboard.Dashboard:
             [query(f"sum by ({who}, frame, limit) (increase({limit_hits}[{RATE}]))",
                    "{{job}} rank {{rank}} {{frame}} {{limit}}")], bars=True))
         .with_row(dashboard.Row("Compile time"))
+        .with_panel(bar_panel(
+            "Compile time lost per cause",
+            f"The {cfg.top_n} causes (frame and reason category of the change that forced each recompile) that "
+            "cost the most compile seconds in the time range, backward compiles included: fix the top ones first.",
+            "s",
+            [query(f"topk({cfg.top_n}, sum by (namespace, job, frame, reason) ({over_range(lost)}))",
+                   "{{job}} {{frame}} · {{reason}}", instant=True)], links=[frame_link]))
+        .with_panel(bar_panel(
+            "Compile-cache hit rate",
+            "Share of FX graph and AOTAutograd cache lookups that hit, in the time range (bypasses excluded: "
+            "they could not hit). A warm restart should be near 100 %.", "percentunit",
+            [query(f"sum by (cache) ({over_range(hits)}) / sum by (cache) ({over_range(decided)})",
+                   "{{cache}}", instant=True)]))
+        .with_panel(timeseries_panel(
+            "Compile-cache lookups",
+            "Compile-cache lookups per interval by cache and result, and the compile seconds hits saved "
+            "(as torch reports them).", "short",
+            [query(f"sum by (cache, result) (increase({lookups}[{RATE}]))", "{{cache}} {{result}}"),
+             query(f"sum(increase({saved}[{RATE}]))", "seconds saved", ref="B")], bars=True))
         .with_panel(timeseries_panel(
             "Share of wall-clock time compiling",
             "Seconds spent compiling per second of wall-clock time, per rank (1 = compiling all the time).",

@@ -80,6 +80,24 @@ def _alert(cfg: Config, name: str, expr: str, severity: str, summary: str, descr
     return rule
 
 
+def _top_cause(cfg: Config) -> str:
+    """An annotation fragment naming the cause that cost the alerting rank the most compile seconds.
+
+    Prometheus runs the query when it renders the annotation (template ``query``); the alert's own job
+    labels and rank select the series. Without recompile seconds (only first compiles) it renders nothing.
+    """
+    # Indexed verbs: the selector appears three times in increase_with_new, the arguments once.
+    matchers = ", ".join(f"{label}=%[{i}]q" for i, label in enumerate((*cfg.job_labels, "rank"), start=1))
+    if cfg.selector:
+        matchers = f"{cfg.selector}, {matchers}"
+    lost = f"torch_compile_recompile_seconds_total{{{matchers}}}"
+    promql = f"topk(1, sum by (frame, reason) ({increase_with_new(lost, cfg.compile_time_window)}))"
+    args = " ".join(f"$labels.{label}" for label in (*cfg.job_labels, "rank"))
+    return (f"{{{{ with printf `{promql}` {args} | query }}}}{{{{ with first . }}}} Top cause: {{{{ .Labels.reason }}}} "
+            f"in {{{{ .Labels.frame }}}}, {{{{ .Value | humanizeDuration }}}} lost to recompiles; see the "
+            f"report's \"fix these first\" list.{{{{ end }}}}{{{{ end }}}}")
+
+
 def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     names = recorded(cfg)
     job = by(*cfg.job_labels)
@@ -116,7 +134,7 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
                f"{names['compile_share']} > {cfg.compile_time_share}", "warning",
                "A training job spends a large share of its time compiling.",
                f"{where_start} spent {{{{ $value | humanizePercentage }}}} of the last {cfg.compile_time_window} "
-               f"compiling (threshold {cfg.compile_time_share:.0%}).",
+               f"compiling (threshold {cfg.compile_time_share:.0%})." + _top_cause(cfg),
                cfg.compile_time_for),
         _alert(cfg, "TorchCompileRankDivergence",
                f"count by ({job}, frame) ({names['frame_recompiles']} > 0)\n"

@@ -11,7 +11,19 @@ import dataclasses
 import time
 from collections import Counter
 
-from recompprof.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, GuardFailure, RecompileLimitHit
+from recompprof.causes import CauseTracker
+from recompprof.events import (
+    CACHE_RESULTS,
+    CACHES,
+    CATEGORIES,
+    LIMITS,
+    PHASES,
+    Compile,
+    Frame,
+    GraphBreak,
+    GuardFailure,
+    RecompileLimitHit,
+)
 
 DURATION_BUCKETS: tuple[float, ...] = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
@@ -45,9 +57,13 @@ class FrameTotals:
     guard_failures: Counter[str] = dataclasses.field(default_factory=Counter)
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
     cache_entries: int = 0
+    compile_seconds: float = 0.0  # every compile of the frame, backward included
+    # Seconds of recompiles (and their backward) by the category of the reason that explains them.
+    recompile_seconds: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def copy(self) -> FrameTotals:
-        return dataclasses.replace(self, guard_failures=Counter(self.guard_failures), limit_hits=Counter(self.limit_hits))
+        return dataclasses.replace(self, guard_failures=Counter(self.guard_failures), limit_hits=Counter(self.limit_hits),
+                                   recompile_seconds=Counter(self.recompile_seconds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +92,8 @@ class Snapshot:
     internal_errors: dict[str, int]
     compiles_total: int
     recompiles_total: int
+    cache_lookups: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (cache, result)
+    cache_seconds_saved: float = 0.0
 
 
 class Aggregates:
@@ -99,6 +117,9 @@ class Aggregates:
         self.internal_errors: Counter[str] = Counter()
         self.compiles_total = 0
         self.recompiles_total = 0
+        self.causes = CauseTracker()
+        self.cache_lookups: Counter[tuple[str, str]] = Counter({(c, r): 0 for c in CACHES for r in CACHE_RESULTS})
+        self.cache_seconds_saved = 0.0
 
     # -- labels ---------------------------------------------------------------------------
     def frame_label(self, frame: Frame) -> str:
@@ -144,6 +165,15 @@ class Aggregates:
             self._observe_duration(event.duration)
             for phase, seconds in event.phases.items():
                 self.phase_seconds[phase] += seconds
+            totals.compile_seconds += event.duration
+        cause = self.causes.cause_of(event)
+        if cause is not None:
+            # The cause's frame is the forward's; a backward of an unknown frame still lands on it.
+            self._totals(cause.frame).recompile_seconds[cause.category] += event.duration
+        for cache, results in event.cache_lookups.items():
+            for result, count in results.items():
+                self.cache_lookups[(cache, result)] += count
+        self.cache_seconds_saved += event.cache_seconds_saved or 0.0
         self.last_compile_time = event.time
 
     def add_guard_failure(self, event: GuardFailure) -> None:
@@ -196,6 +226,8 @@ class Aggregates:
             internal_errors=dict(self.internal_errors),
             compiles_total=self.compiles_total,
             recompiles_total=self.recompiles_total,
+            cache_lookups=dict(self.cache_lookups),
+            cache_seconds_saved=self.cache_seconds_saved,
         )
 
 

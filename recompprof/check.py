@@ -33,6 +33,7 @@ class Rules:
     max_total_recompiles: int | None = None  # per rank, all frames
     after_step: int | None = None
     max_compile_seconds: float | None = None  # per rank
+    max_recompile_seconds: float | None = None  # per rank: compile seconds lost to recompiles (all causes)
     forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
     max_limit_hits: int | None = None  # per rank
     max_graph_breaks: int | None = None  # per rank
@@ -125,6 +126,12 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
         out.append(Violation("max_compile_seconds", rank, None,
                              f"{where}: {report.compile_seconds:.2f} s compiling{after} > max {rules.max_compile_seconds:g} s "
                              f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
+    if rules.max_recompile_seconds is not None and report.recompile_seconds > rules.max_recompile_seconds:
+        top = report.ranked_causes()[:3]
+        causes = "; ".join(f"{c.frame} {c.category} {c.subject or '-'}: {c.seconds:.2f} s x{c.recompiles}" for c in top)
+        out.append(Violation("max_recompile_seconds", rank, top[0].frame,
+                             f"{where}: {report.recompile_seconds:.2f} s lost to recompiles{after} > max "
+                             f"{rules.max_recompile_seconds:g} s (fix first: {causes})"))
     for rule, value, limit, what in (
         ("max_limit_hits", report.limit_hits, rules.max_limit_hits, "recompile-limit hit(s)"),
         ("max_graph_breaks", report.graph_breaks, rules.max_graph_breaks, "graph break(s)"),

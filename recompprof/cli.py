@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-recompiles", type=int, metavar="N", help="most recompiles over all frames")
     p.add_argument("--after-step", type=int, metavar="S", help="only count events at training step >= S")
     p.add_argument("--max-compile-seconds", type=float, metavar="T", help="most seconds spent compiling")
+    p.add_argument("--max-recompile-seconds", type=float, metavar="T",
+                   help="most compile seconds lost to recompiles (their backward compiles included)")
     p.add_argument("--forbid", action="append", default=[], metavar="CATEGORY",
                    help="fail when a recompile is caused by this reason category (repeatable)")
     p.add_argument("--max-limit-hits", type=int, metavar="N", help="most recompile-limit hits")
@@ -172,17 +174,17 @@ def _check(args: argparse.Namespace) -> int:
     try:
         rules = Rules(max_recompiles=args.max_recompiles, max_total_recompiles=args.max_total_recompiles,
                       after_step=args.after_step, max_compile_seconds=args.max_compile_seconds,
-                      forbid=tuple(args.forbid), max_limit_hits=args.max_limit_hits,
+                      max_recompile_seconds=args.max_recompile_seconds, forbid=tuple(args.forbid), max_limit_hits=args.max_limit_hits,
                       max_graph_breaks=args.max_graph_breaks, max_failures=args.max_failures)
     except CheckInputError as exc:
         _err(f"error: --forbid: {exc}")
         return EXIT_USAGE
     if rules.empty:
         _err("error: no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
-             "--max-compile-seconds, --forbid, --max-limit-hits, --max-graph-breaks, --max-failures")
+             "--max-compile-seconds, --max-recompile-seconds, --forbid, --max-limit-hits, --max-graph-breaks, --max-failures")
         return EXIT_USAGE
     negative = [name for name in ("max_recompiles", "max_total_recompiles", "after_step", "max_compile_seconds",
-                                  "max_limit_hits", "max_graph_breaks", "max_failures")
+                                  "max_recompile_seconds", "max_limit_hits", "max_graph_breaks", "max_failures")
                 if (getattr(args, name) or 0) < 0]
     if negative:
         _err(f"error: --{negative[0].replace('_', '-')} must not be negative")

@@ -71,6 +71,40 @@ def cache_outcome(m: Any) -> str | None:
     return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
 
 
+def cache_lookups(m: Any) -> dict[str, dict[str, int]]:
+    """Compile-cache lookups of record ``m``: ``{cache: {result: count}}`` (empty: no cache consulted).
+
+    Hits and misses are torch's own counts (local and remote). torch counts no bypass: a cache it
+    consulted (``feature_usage``: ``fx_cache`` / ``aot_autograd_remote_cache`` set) that neither hit
+    nor missed was bypassed (an uncacheable graph), and ``fx_cache: False`` means it was turned off.
+    """
+    def count(name: str) -> int:
+        value = getattr(m, name, None)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    usage = getattr(m, "feature_usage", None)
+    usage = usage if isinstance(usage, dict) else {}
+    out: dict[str, dict[str, int]] = {}
+    for cache, prefixes, feature in (
+        ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
+        ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
+    ):
+        results = {r: sum(count(f"{p}_cache_{r}_count") for p in prefixes) for r in ("hit", "miss")}
+        results = {r: n for r, n in results.items() if n}
+        if not results and feature in usage:
+            results = {"bypass": 1}
+        if results:
+            out[cache] = results
+    return out
+
+
+def cache_seconds_saved(m: Any) -> float | None:
+    """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
+    which despite its name sums local and remote hits)."""
+    value = getattr(m, "remote_cache_time_saved_s", None)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 class ReasonExplainer:
     """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
@@ -151,6 +185,7 @@ def compile_events(
         duration=duration, phases=phases,
         guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
         graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
+        cache_lookups=cache_lookups(m), cache_seconds_saved=cache_seconds_saved(m),
         call_site=call_site or [], guard_set=guard_set,
     )
     if hit is None:

@@ -3,7 +3,8 @@
 Frames are matched by label (``function (dir/file:line)``), so runs from different checkouts compare;
 figures are summed over ranks. A *regression* is any count that grew: recompiles of a frame,
 recompiles explained by a category, recompile-limit hits, compile failures, graph breaks. Compile
-time is noisy, so it only counts as a regression past ``max_time_increase`` (a fraction) when given.
+time is noisy, so it (a frame's compile seconds, and the seconds lost to each cause) only counts as a
+regression past ``max_time_increase`` (a fraction) when given.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from recompprof.events import Event
-from recompprof.reporting import FrameReport, Report, build_report
+from recompprof.reporting import CauseReport, FrameReport, Report, build_report
 
 # Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).
 TIME_FLOOR_SECONDS = 0.5
+SECONDS_LOST = "seconds lost to"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +52,24 @@ class Diff:
         return [c for c in self.changes if not c.regression and c.delta < 0]
 
 
-def _figures(frame: FrameReport | None) -> dict[str, float]:
-    if frame is None:
+def _figures(frame: FrameReport | None, causes: list[CauseReport]) -> dict[str, float]:
+    if frame is None and not causes:
         return {}
+    figures = _frame_figures(frame) if frame is not None else {}
+    for cause in causes:  # seconds lost per cause, compared like compile seconds (timer noise)
+        key = f"{SECONDS_LOST} {cause.category} {cause.subject or '-'}"
+        figures[key] = round(figures.get(key, 0.0) + cause.seconds, 3)
+    return figures
+
+
+def _causes_by_frame(report: Report) -> dict[str, list[CauseReport]]:
+    out: dict[str, list[CauseReport]] = {}
+    for cause in report.causes.values():
+        out.setdefault(cause.frame, []).append(cause)
+    return out
+
+
+def _frame_figures(frame: FrameReport) -> dict[str, float]:
     figures: dict[str, float] = {
         "compiles": frame.compiles,
         "recompiles": frame.recompiles,
@@ -70,14 +87,15 @@ def _figures(frame: FrameReport | None) -> dict[str, float]:
 def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increase: float | None = None) -> Diff:
     """What changed from run ``before`` to run ``after``."""
     a, b = build_report(before), build_report(after)
+    ca, cb = _causes_by_frame(a), _causes_by_frame(b)
     changes: list[Change] = []
-    for label in sorted(set(a.frames) | set(b.frames)):
-        fa, fb = _figures(a.frames.get(label)), _figures(b.frames.get(label))
+    for label in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
+        fa, fb = _figures(a.frames.get(label), ca.get(label, [])), _figures(b.frames.get(label), cb.get(label, []))
         for what in dict.fromkeys([*fa, *fb]):
             x, y = fa.get(what, 0), fb.get(what, 0)
             if x == y:
                 continue
-            if what == "compile seconds":
+            if what == "compile seconds" or what.startswith(SECONDS_LOST):
                 worse = (max_time_increase is not None and y - x > TIME_FLOOR_SECONDS
                          and y > x * (1 + max_time_increase))
             else:
@@ -94,7 +112,8 @@ def render(diff: Diff, width: int = 120) -> str:
     a, b = diff.before, diff.after
     console.print(f"recompprof diff: recompiles {a.recompiles} -> {b.recompiles}, limit hits {a.limit_hits} -> {b.limit_hits}, "
                   f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "
-                  f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s")
+                  f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s, "
+                  f"lost to recompiles {a.recompile_seconds:.2f} s -> {b.recompile_seconds:.2f} s")
     if diff.changes:
         table = Table(title_justify="left")
         for col in ("Frame", "Figure", "Before", "After", "Change", "Verdict"):

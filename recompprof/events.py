@@ -45,6 +45,11 @@ Phase = Literal["dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen",
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
 Outcome = Literal["ok", "failed", "limit_hit"]
+# Compile caches torch reports per compile in CompilationMetrics, and what a lookup did.
+CacheName = Literal["fx_graph", "aot_autograd"]
+CACHES: tuple[str, ...] = CacheName.__args__  # type: ignore[attr-defined]
+CacheResult = Literal["hit", "miss", "bypass"]
+CACHE_RESULTS: tuple[str, ...] = CacheResult.__args__  # type: ignore[attr-defined]
 LimitName = Literal["recompile_limit", "accumulated_recompile_limit"]
 LIMITS: tuple[str, ...] = LimitName.__args__  # type: ignore[attr-defined]
 
@@ -131,6 +136,11 @@ class Compile(_Event):
     steady_state: bool = False
     # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
     call_site: list[str] = []
+    # Compile-cache lookups of this compile, by cache and result, as torch counted them.
+    cache_lookups: dict[CacheName, dict[CacheResult, int]] = {}
+    cache_seconds_saved: float | None = None  # compile time a cache hit saved, as torch reports it
+    # Profile mode with dynamo_profiler: Dynamo tracing seconds (exclusive) per user function label.
+    trace_seconds_by_function: dict[str, float] = {}
     # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
     # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
     guard_set: str | None = None

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from recompprof import __version__
-from recompprof.events import CATEGORIES, PHASES
-from recompprof.reporting import FrameReport, Report
+from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, PHASES
+from recompprof.reporting import FIX_FIRST, FrameReport, Report, cause_steps, share
 
 MAX_FRAMES_CHARTED = 12
 MAX_FRAMES_TABLED = 200
@@ -194,6 +194,60 @@ def _frames_table(frames: list[FrameReport], hints: dict[str, str]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table></div>{foot}')
 
 
+def _fix_first(report: Report, hints: dict[str, str]) -> str:
+    ranked = report.ranked_causes()
+    if not ranked:
+        return "<p class='empty' id='fix-first-empty'>No recompiles, so no compile time was lost to them.</p>"
+    total = report.compile_seconds
+    peak = ranked[0].seconds or 1.0
+    rows = []
+    for number, cause in enumerate(ranked[:FIX_FIRST], start=1):
+        color = CATEGORY_COLORS.get(cause.category, "#888")
+        example = (f"<pre class='reason'>{_e(cause.example)}</pre>" if cause.example else "")
+        if cause.call_site:
+            example += "<div class='k'>call site (innermost last)</div><pre class='call-site'>" + \
+                _e("\n".join(cause.call_site)) + "</pre>"
+        rows.append(
+            f'<tr data-cause="{_e(cause.category)}"><td class="n">{number}</td>'
+            f'<td><div class="frame">{_e(cause.frame)}</div><span class="chip" style="background:{color}">'
+            f'{_e(cause.category)}</span> <code>{_e(cause.subject or "-")}</code></td>'
+            f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
+            f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
+            f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'
+            f'<td class="hint">{_e(hints.get(cause.category, ""))}</td>'
+            f'<td>{"<details><summary>example</summary>" + example + "</details>" if example else "-"}</td></tr>')
+    head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
+    more = len(ranked) - FIX_FIRST
+    foot = (f'<p class="note">{more} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s.</p>'
+            if more > 0 else "")
+    return (f'<p id="lost-summary">Recompiles cost <b>{report.recompile_seconds:.2f} s</b> of {total:.2f} s compile '
+            f'time ({_e(share(report.recompile_seconds, total))}), {len(ranked)} cause(s).</p>'
+            f'<div class="scroll"><table id="fix-first-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
+def _caches(report: Report) -> str:
+    if not any(report.cache_lookups.values()):
+        return ("<p class='empty' id='caches-empty'>No compile-cache lookups recorded (backends other than Inductor "
+                "use neither the FX graph nor the AOTAutograd cache).</p>")
+    rows = []
+    for cache in CACHES:
+        rate = report.cache_hit_rate(cache)
+        rows.append((cache, *(report.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
+                     "-" if rate is None else f"{100 * rate:.0f} %"))
+    return (f'<p id="cache-saved">Seconds saved by cache hits (as torch reports them): '
+            f'<b>{report.cache_seconds_saved:.2f} s</b></p>'
+            + _simple_table("caches-table", ("Cache", *CACHE_RESULTS, "Hit rate"), rows))
+
+
+def _trace_functions(report: Report) -> str:
+    if not report.trace_seconds_by_function:
+        return ""
+    table = _simple_table("trace-functions-table", ("User function", "Dynamo trace seconds (exclusive)"),
+                          ((f, f"{s:.3f}") for f, s in report.trace_seconds_by_function.most_common(15)))
+    return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
+
+
 def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return (f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
@@ -216,6 +270,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         ("graph-breaks", "Graph breaks", report.graph_breaks),
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
+        ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
         ("steps", "Training steps", report.last_step),
     ]
     cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
@@ -247,6 +302,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         table=_frames_table(frames, FIX_HINTS) if frames else "<p class='empty'>No compiles recorded.</p>",
         limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
         limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
+        fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),
     )
 
 
@@ -269,6 +325,7 @@ ul.reasons{margin:0;padding-left:0;list-style:none}ul.reasons li{margin-bottom:6
 .chip{color:#fff;border-radius:10px;padding:1px 8px;font-size:12px}.hint{color:#5a6273;font-size:12px}
 pre{white-space:pre-wrap;font-size:11px;background:#f5f6f8;padding:6px;max-height:200px;overflow:auto}
 .notes{background:#fff8e1;border-left:4px solid #f2b600;padding:8px 8px 8px 28px;margin:0 0 18px}
+.meter{height:4px;background:#e15759;margin-bottom:2px}#fix-first-table td.lost{min-width:90px}
 .empty{color:#5a6273}#filter{margin-bottom:8px;padding:5px 8px;width:280px}.frame{font-family:ui-monospace,monospace;overflow-wrap:anywhere;min-width:200px}
 """
 
@@ -302,9 +359,12 @@ _PAGE = """<!DOCTYPE html>
 <body><header><h1>{title}</h1><div class="meta">{meta}</div></header><main>
 <div class="kpis">{cards}</div>
 {notes}
+<section id="fix-first"><h2>Fix these first: compile time lost per cause</h2>{fix_first}</section>
 <section id="steps"><h2>Recompiles over training steps, per frame</h2>{steps}</section>
 <section id="categories"><h2>Guard failures by category</h2>{categories}</section>
 <section id="phases"><h2>Compile time by phase (exclusive)</h2>{phases}</section>
+<section id="caches"><h2>Compile caches</h2>{caches}</section>
+{trace_functions}
 <section id="frames-section"><h2>Frames: why they recompiled and how to fix it</h2>{table}</section>
 <section id="limits"><h2>Compiled variants per frame (recompile_limit {limit})</h2>{limits}</section>
 <section id="graph-breaks"><h2>Graph breaks</h2>{breaks}</section>

@@ -18,7 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from recompprof import divergence
+from recompprof.causes import CauseTracker
 from recompprof.events import (
+    CACHE_RESULTS,
+    CACHES,
     PHASES,
     Compile,
     Event,
@@ -37,6 +40,9 @@ MAX_FRAMES = 10_000
 MAX_GROUPS_PER_FRAME = 100
 MAX_STEPS_LISTED = 50
 MAX_LISTED = 50
+MAX_CAUSES = 10_000  # past this, new causes of a frame fold into "(other subjects)"
+FIX_FIRST = 10  # causes shown in the "fix these first" list
+MAX_FUNCTIONS = 1_000  # user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
 MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
 
 
@@ -55,6 +61,25 @@ class ReasonGroup:
     changes: int = 0  # recompiles this reason explains
     failures: int = 0  # guard failures, one per failing cache entry
     example: str = ""
+
+
+@dataclasses.dataclass
+class CauseReport:
+    """Recompiles one cause (frame x category x subject) explains, and the compile seconds they cost."""
+
+    frame: str
+    category: str
+    subject: str
+    recompiles: int = 0
+    seconds: float = 0.0  # recompiles and their backward compiles, all phases
+    steps: list[int] = dataclasses.field(default_factory=list)
+    steps_total: int = 0
+    example: str = ""  # a reason text
+    call_site: list[str] = dataclasses.field(default_factory=list)  # innermost last
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.frame, self.category, self.subject)
 
 
 @dataclasses.dataclass
@@ -121,6 +146,11 @@ class Report:
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
+    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
+    cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
+    cache_seconds_saved: float = 0.0
+    trace_seconds_by_function: Counter[str] = dataclasses.field(default_factory=Counter)
+    tracker: CauseTracker = dataclasses.field(default_factory=CauseTracker, repr=False)
 
     @property
     def compiles(self) -> int:
@@ -133,6 +163,20 @@ class Report:
     @property
     def compile_seconds(self) -> float:
         return sum(f.compile_seconds for f in self.frames.values())
+
+    @property
+    def recompile_seconds(self) -> float:
+        """Compile seconds lost to recompiles (their backward compiles included)."""
+        return sum(c.seconds for c in self.causes.values())
+
+    def ranked_causes(self) -> list[CauseReport]:
+        """Causes by compile seconds lost, then recompiles: the order to fix them in."""
+        return sorted(self.causes.values(), key=lambda c: (-c.seconds, -c.recompiles, c.key))
+
+    def cache_hit_rate(self, cache: str) -> float | None:
+        """Hits over lookups that hit or missed (bypasses never could hit); None without lookups."""
+        hits, misses = self.cache_lookups[(cache, "hit")], self.cache_lookups[(cache, "miss")]
+        return hits / (hits + misses) if hits + misses else None
 
     @property
     def limit_hits(self) -> int:
@@ -289,9 +333,94 @@ def _add_compile(report: Report, event: Compile) -> None:
         for phase, seconds in event.phases.items():
             frame.phases[phase] = frame.phases.get(phase, 0.0) + seconds
             report.phases[phase] = report.phases.get(phase, 0.0) + seconds
+    _add_cause(report, event)
+    for cache, results in event.cache_lookups.items():
+        for result, count in results.items():
+            report.cache_lookups[(cache, result)] += count
+    report.cache_seconds_saved += event.cache_seconds_saved or 0.0
+    for function, seconds in event.trace_seconds_by_function.items():
+        if function in report.trace_seconds_by_function or len(report.trace_seconds_by_function) < MAX_FUNCTIONS:
+            report.trace_seconds_by_function[function] += seconds
+
+
+def _add_cause(report: Report, event: Compile) -> None:
+    found = report.tracker.cause_of(event)
+    if found is None:
+        return
+    label = report.labels.get((found.frame.name, found.frame.file, found.frame.line), found.frame.label)
+    key = (label, found.category, found.subject)
+    cause = report.causes.get(key)
+    if cause is None:
+        if len(report.causes) >= MAX_CAUSES:
+            key = (label, found.category, "(other subjects)")
+            cause = report.causes.setdefault(key, CauseReport(*key))
+        else:
+            cause = report.causes[key] = CauseReport(*key)
+    cause.seconds += event.duration
+    if event.backward:
+        return
+    cause.recompiles += 1
+    cause.steps_total += 1
+    if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
+        cause.steps.append(event.step)
+    if not cause.example:
+        reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
+        cause.example = reason.text[:300] if reason is not None else ""
+    if not cause.call_site and event.call_site:
+        cause.call_site = list(event.call_site[-5:])
 
 
 # -- rendering ---------------------------------------------------------------------------------------
+
+def cause_steps(cause: CauseReport, shown: int = 8) -> str:
+    listed = ", ".join(str(s) for s in cause.steps[:shown])
+    more = cause.steps_total - min(shown, len(cause.steps))
+    return (listed + (f" (+{more})" if more > 0 else "")) if cause.steps else "-"
+
+
+def share(seconds: float, total: float) -> str:
+    return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
+
+
+def _print_fix_first(console: Console, report: Report, hints: dict[str, str]) -> None:
+    ranked = report.ranked_causes()
+    total = report.compile_seconds
+    if not ranked:
+        console.print("\nFix these first: nothing - no recompiles, so no compile time was lost to them.")
+        return
+    console.print(f"\nRecompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
+                  f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s).")
+    table = Table(title="Fix these first: compile time lost per cause", title_justify="left")
+    for col in ("#", "Cause (frame · category · subject)", "Recompiles", "Seconds lost", "Share", "Steps",
+                "Fix hint", "Example (reason; call site)"):
+        table.add_column(col, justify="right" if col in ("#", "Recompiles", "Seconds lost", "Share") else "left",
+                         overflow="fold")
+    for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
+        example = cause.example or "-"
+        if cause.call_site:
+            example += "\nat " + cause.call_site[-1]
+        table.add_row(str(rank), f"{cause.frame} · {cause.category} · {cause.subject or '-'}", str(cause.recompiles),
+                      f"{cause.seconds:.3f}", share(cause.seconds, total), cause_steps(cause),
+                      hints.get(cause.category, ""), example)
+    console.print(table)
+    if len(ranked) > FIX_FIRST:
+        rest = sum(c.seconds for c in ranked[FIX_FIRST:])
+        console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
+
+
+def _print_caches(console: Console, report: Report) -> None:
+    if not any(report.cache_lookups.values()):
+        return
+    table = Table(title=f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+                  title_justify="left")
+    for col in ("Cache", *CACHE_RESULTS, "Hit rate"):
+        table.add_column(col, justify="left" if col == "Cache" else "right")
+    for cache in CACHES:
+        counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
+        rate = report.cache_hit_rate(cache)
+        table.add_row(cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %")
+    console.print(table)
+
 
 def _steps(frame: FrameReport) -> str:
     shown = ", ".join(str(s) for s in frame.recompile_steps[:12])
@@ -330,6 +459,7 @@ def render_text(report: Report, width: int = 160) -> str:
     if not frames:
         console.print("\nNo compiles recorded.")
         return out.getvalue()
+    _print_fix_first(console, report, hints)
 
     table = Table(title="Frames", title_justify="left", expand=False)
     for col in ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks", "Failures", "Compile s"):
@@ -367,6 +497,16 @@ def render_text(report: Report, width: int = 160) -> str:
         seconds = report.phases.get(phase, 0.0)
         phases.add_row(phase, f"{seconds:.3f}", f"{100 * seconds / total:.1f} %")
     console.print(phases)
+
+    _print_caches(console, report)
+    if report.trace_seconds_by_function:
+        traced = Table(title="Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+                       title_justify="left")
+        traced.add_column("Function")
+        traced.add_column("Seconds", justify="right")
+        for function, seconds in report.trace_seconds_by_function.most_common(15):
+            traced.add_row(function, f"{seconds:.3f}")
+        console.print(traced)
 
     if report.graph_break_reasons:
         breaks = Table(title="Graph breaks", title_justify="left")

@@ -119,6 +119,7 @@ class Session:
         self._metrics = CompileMetricsTap(self._on_compile_metrics, on_late=self._on_metrics_late,
                                           on_lost=self._on_metrics_lost)
         self._profile: Any = None
+        self._dynamo_profiler: Any = None
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
         # Dynamo frame id ("3" of "3/1") -> (code name, file, line, frame): limit-hit records carry no code names.
         self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
@@ -175,6 +176,11 @@ class Session:
             self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
             self._profile.on_stance_change = self._on_stance_change
             adapters.insert(0, ("profile_backend", self._profile))
+            if self.settings.dynamo_profiler:
+                from recompprof._torch.dynamo_profiler import DynamoProfilerTap
+
+                self._dynamo_profiler = DynamoProfilerTap()
+                adapters.append(("dynamo_profiler", self._dynamo_profiler))
         for name, adapter in adapters:
             try:
                 adapter.install()
@@ -489,6 +495,8 @@ class Session:
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
             steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site, guard_set=fingerprint,
         )
+        if forward and self._dynamo_profiler is not None and self._dynamo_profiler.live:
+            event = event.model_copy(update={"trace_seconds_by_function": self._dynamo_profiler.take()})
         self._emit(event)
         for graph_break in breaks:
             self._emit(graph_break)

@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     max_frames: int = Field(default=50, ge=1, le=10_000)
     recent_events: int = Field(default=1000, ge=0, le=1_000_000)
     redact: bool = False
+    # Profile mode: record Dynamo tracing time per user function (torch's TORCH_COMPILE_DYNAMO_PROFILER).
+    dynamo_profiler: bool = False
     # auto: a global optimizer step hook counts steps until session.step() is called; manual: only session.step()
     step_source: Literal["auto", "manual"] = "auto"
 
@@ -52,6 +54,9 @@ class Settings(BaseSettings):
     prometheus_pushgateway_url: str | None = None
     prometheus_push_interval: float = Field(default=15.0, gt=0, le=86_400)
     prometheus_job: str = "recompprof"
+    # Seconds the pull endpoint keeps serving after detach for a scrape of the final values (and a
+    # Pushgateway group is kept before it is deleted); None: one scrape (push) interval, 0: off.
+    prometheus_linger_seconds: float | None = Field(default=None, ge=0, le=600)
     prometheus_certfile: Path | None = None
     prometheus_keyfile: Path | None = None
     prometheus_basic_auth: str | None = None  # "user:password"
@@ -65,7 +70,7 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("recompile_limit", "warmup_steps", "max_frames", "recent_events", "prometheus_port",
-                     "prometheus_push_interval", mode="before")
+                     "prometheus_push_interval", "prometheus_linger_seconds", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True as 1
@@ -80,6 +85,13 @@ class Settings(BaseSettings):
         except ValueError:
             if not _HOSTNAME.fullmatch(value):
                 raise ValueError("an IP address or host name is needed (127.0.0.1 serves only this host)") from None
+        return value
+
+    @field_validator("prometheus_linger_seconds", mode="before")
+    @classmethod
+    def _auto_linger(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in {"auto", ""}:
+            return None
         return value
 
     @field_validator("recompile_limit", mode="before")
@@ -99,9 +111,13 @@ def load(**overrides: Any) -> Settings:
             f"known settings: {', '.join(Settings.model_fields)}"
         )
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"})
+        resolved = Settings(**{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, overrides)) from None
+    if resolved.dynamo_profiler and resolved.mode != "profile":
+        raise ConfigError("recompprof setting 'dynamo_profiler' (RECOMPPROF_DYNAMO_PROFILER) needs mode='profile': "
+                          "the Dynamo profiler adds a timer to every traced call, so monitor mode never turns it on")
+    return resolved
 
 
 def unknown_environment() -> list[str]:

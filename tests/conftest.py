@@ -29,6 +29,8 @@ def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Non
         if key.startswith("RECOMPPROF_") and key != "RECOMPPROF_VENV":
             monkeypatch.delenv(key)
     monkeypatch.setenv("RECOMPPROF_RUN_DIR", str(tmp_path / "run"))
+    # No linger for a final scrape at detach unless a test asks for it (each would wait a scrape interval).
+    monkeypatch.setenv("RECOMPPROF_PROMETHEUS_LINGER_SECONDS", "0")
     yield
     from recompprof import session as session_module
 

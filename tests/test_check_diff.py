@@ -12,6 +12,8 @@ import torch
 from recorded_runs import ROOT, RecordedRun, clean_env, cli, record
 
 from recompprof.check import CheckInputError, Rules, check
+from recompprof.diff import compare, render
+from recompprof.reporting import build_report
 from recompprof.eventlog import read_run
 from recompprof.events import Compile
 from recompprof.testing import RecompiledError, assert_no_recompiles, capture_events
@@ -63,6 +65,20 @@ def test_forbid_time_and_other_rules(full: RecordedRun) -> None:
     assert clean.returncode == 0
 
 
+def test_max_recompile_seconds_names_the_causes_to_fix_first(full: RecordedRun) -> None:
+    """--max-recompile-seconds fails when recompiles cost more than the budget, naming the costliest cause first;
+    a budget above the run's lost seconds passes."""
+    report = build_report(read_run(full.run_dir))
+    top = report.ranked_causes()[0]
+    bad = cli("check", str(full.run_dir), "--max-recompile-seconds", "0")
+    assert bad.returncode == 1
+    (line,) = [ln for ln in bad.stdout.splitlines() if ln.startswith("FAIL")]
+    assert f"{report.recompile_seconds:.2f} s lost to recompiles > max 0 s" in line
+    assert f"(fix first: {top.frame} {top.category} {top.subject}: {top.seconds:.2f} s" in line
+    assert cli("check", str(full.run_dir), "--max-recompile-seconds", f"{report.recompile_seconds + 1:.2f}").returncode == 0
+    assert cli("check", str(full.run_dir), "--max-recompile-seconds", "-1").returncode == 2
+
+
 def test_check_rules_per_rank(full: RecordedRun) -> None:
     """Rules apply per rank: a second rank's recompiles are reported under its own rank."""
     events = list(read_run(full.run_dir))
@@ -99,6 +115,22 @@ def test_diff_time_threshold(full: RecordedRun, tmp_path: Path) -> None:
     assert cli("diff", str(full.run_dir), str(slower)).returncode == 0
     flagged = cli("diff", str(full.run_dir), str(slower), "--max-time-increase", "50")
     assert flagged.returncode == 1 and "compile seconds" in flagged.stdout
+
+
+def test_diff_compares_seconds_lost_per_cause(full: RecordedRun, sizes_only: RecordedRun) -> None:
+    """diff lists the seconds lost to each cause in both runs; a cause gone from the fixed run reads 'better'."""
+    before, after = build_report(read_run(full.run_dir)), build_report(read_run(sizes_only.run_dir))
+    result = compare(read_run(full.run_dir), read_run(sizes_only.run_dir))
+    lost = {(c.frame, c.what): c for c in result.changes if c.what.startswith("seconds lost to")}
+    for cause in before.causes.values():
+        if cause.key not in after.causes:
+            change = lost[(cause.frame, f"seconds lost to {cause.category} {cause.subject or '-'}")]
+            assert change.before == pytest.approx(cause.seconds, abs=1e-3) and change.after == 0
+            assert not change.regression
+    assert any(c.category == "global" for c in before.causes.values())
+    text = render(result)
+    assert f"lost to recompiles {before.recompile_seconds:.2f} s -> {after.recompile_seconds:.2f} s" in text
+    assert "seconds lost to global" in text
 
 
 def test_assert_no_recompiles_passes_and_explains() -> None:

@@ -61,6 +61,26 @@ def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_p
     assert "the recompile limit cut in" in dom
 
 
+def test_page_opens_with_the_causes_to_fix_first(page: tuple[RecordedRun, Path], tmp_path: Path) -> None:
+    """The first section ranks causes by seconds lost with share, fix hint and example; the KPI shows the seconds
+    lost; the cache section says this eager run used no compile cache."""
+    from recompprof.eventlog import read_run
+    from recompprof.reporting import build_report
+
+    report = build_report(read_run(page[0].run_dir))
+    dom = _chromium(tmp_path, "--dump-dom", page[1].as_uri()).stdout
+    assert dom.index('id="fix-first"') < dom.index('id="steps"')
+    table = dom.split('id="fix-first-table"')[1].split("</table>")[0]
+    rows = re.findall(r'<tr data-cause="(\w+)">', table)
+    assert rows == [c.category for c in report.ranked_causes()] and {"size", "python_constant"} <= set(rows)
+    seconds = [float(x) for x in re.findall(r'class="n lost" data-sort="([\d.]+)"', table)]
+    assert seconds == sorted(seconds, reverse=True) and sum(seconds) == pytest.approx(report.recompile_seconds, abs=1e-3)
+    assert "mark_dynamic" in table and "size mismatch" in table
+    kpi = dict(re.findall(r'id="kpi-([\w-]+)"><div class="v">([^<]+)<', dom))
+    assert float(kpi["lost-seconds"]) == pytest.approx(round(report.recompile_seconds, 2))
+    assert 'id="caches-empty"' in dom
+
+
 def _png_size_and_ink(path: Path) -> tuple[int, int, float]:
     """Width, height and the share of non-zero bytes in the (filtered) scanlines: ~0 for a blank page."""
     data = path.read_bytes()

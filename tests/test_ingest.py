@@ -48,6 +48,17 @@ def test_trace_and_attach_agree(recorded: RecordedRun) -> None:
     assert abs(live_report.compile_seconds - trace_report.compile_seconds) < 0.05 * live_report.compile_seconds + 0.01
 
 
+def test_ingested_trace_ranks_the_same_causes(recorded: RecordedRun) -> None:
+    """The "fix these first" causes of an ingested TORCH_TRACE equal those of the live event log of the same
+    process: same frames, categories, subjects and recompiles, and the same seconds within timer noise."""
+    live = build_report(read_run(recorded.run_dir))
+    traced = build_report(e for per_file in read_trace(recorded.trace_dir).events for e in per_file)
+    assert {k: c.recompiles for k, c in live.causes.items()} == {k: c.recompiles for k, c in traced.causes.items()}
+    assert len(live.causes) >= 3
+    for key, cause in live.causes.items():
+        assert abs(cause.seconds - traced.causes[key].seconds) < 0.05 * cause.seconds + 0.01, key
+
+
 def _tlparse_compiles(trace_file: Path, out: Path) -> tuple[set[str], int]:
     exe = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
     subprocess.run([exe, "--no-browser", "--overwrite", "-o", str(out), str(trace_file)], check=True,

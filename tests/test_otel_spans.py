@@ -122,6 +122,29 @@ def test_recompile_links_to_previous_compile_and_carries_reasons(receiver: OtlpR
     assert attrs["recompprof.guard_failure.count"] == 2
 
 
+def test_spans_carry_the_attributed_cause_caches_and_call_site(receiver: OtlpReceiver) -> None:
+    """A recompile span and its backward's span carry the cause (frame, category, subject, seconds) the report
+    charges them to; a first compile carries none; cache lookups and the call site are attributes too."""
+    call_site = ["train.py:40 in main", "train.py:12 in step"]
+    _export([compile_event("0/0"),
+             compile_event("0/1", is_recompile=True, call_site=call_site,
+                           cache_lookups={"fx_graph": {"hit": 2}}, cache_seconds_saved=0.4),
+             compile_event("0/1", backward=True, frame=Frame(name="<backward>", file="<unknown>", line=0),
+                           duration=0.2, phases={"aot_autograd": 0.2})])
+    spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3)
+    roots = {(s["attributes"]["recompprof.compile_id"], s["attributes"]["recompprof.backward"]): s["attributes"]
+             for s in spans if s["name"] == "torch_compile.frame"}
+    assert not any(k.startswith("recompprof.cause.") for k in roots[("0/0", False)])
+    recompile, backward = roots[("0/1", False)], roots[("0/1", True)]
+    for attrs, seconds in ((recompile, 0.6), (backward, 0.2)):
+        assert attrs["recompprof.cause.frame"] == FRAME.label
+        assert attrs["recompprof.cause.category"] == "size" and attrs["recompprof.cause.subject"] == "L['x']"
+        assert attrs["recompprof.cause.seconds"] == pytest.approx(seconds)
+    assert recompile["recompprof.cache.fx_graph.hit"] == 2
+    assert recompile["recompprof.cache.seconds_saved"] == pytest.approx(0.4)
+    assert recompile["recompprof.call_site"] == call_site
+
+
 def test_links_follow_each_frame_separately() -> None:
     """Recompiles of two frames each link to their own frame's previous compile; backward compiles are separate."""
     exporter = InMemorySpanExporter()

@@ -16,7 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 from recompprof import _internal
 from recompprof import settings as settings_module
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, GuardFailure, Reason, RecompileLimitHit
+from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, GuardFailure, Reason, RecompileLimitHit
 from recompprof.identity import Identity
 from recompprof.session import Session
 from recompprof_prometheus import SnapshotCollector
@@ -34,6 +34,10 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "torch_compile_duration_seconds": ("histogram", {"rank"}),
     "torch_compile_phase_seconds": ("counter", {"rank", "phase"}),
     "torch_compile_cache_entries": ("gauge", {"rank", "frame"}),
+    "torch_compile_frame_compile_seconds": ("counter", {"rank", "frame"}),
+    "torch_compile_recompile_seconds": ("counter", {"rank", "frame", "reason"}),
+    "torch_compile_cache_lookups": ("counter", {"rank", "cache", "result"}),
+    "torch_compile_cache_saved_seconds": ("counter", {"rank"}),
     "torch_compile_recompile_limit": ("gauge", {"rank", "limit"}),
     "torch_compile_last_compile_timestamp_seconds": ("gauge", {"rank"}),
     "torch_compile_training_step": ("gauge", {"rank"}),
@@ -58,7 +62,8 @@ def frame(i: int = 0) -> Frame:
 
 def compile_event(f: Frame, *, recompile: bool, duration: float = 0.3, categories: tuple[str, ...] = (),
                   **kw: Any) -> Compile:
-    return Compile(time=time.time(), frame=f, compile_id="0/0", is_recompile=recompile, duration=duration,
+    kw.setdefault("compile_id", "0/0")
+    return Compile(time=time.time(), frame=f, is_recompile=recompile, duration=duration,
                    phases={"dynamo_trace": duration * 0.75, "other": duration * 0.25},
                    reasons=[Reason(text=f"{c} changed", category=c) for c in categories], **kw)  # type: ignore[arg-type]
 
@@ -70,6 +75,8 @@ def feed(session: Session) -> None:
     agg.add_compile(compile_event(f, recompile=True, duration=2.0, categories=("size",), cache_entries=1))
     agg.add_compile(compile_event(f, recompile=True, duration=0.04, categories=("python_constant", "size"),
                                   cache_entries=2, graph_breaks=1))
+    # Graph breaks are counted from GraphBreak events (a break torch cannot resume from comes after its compile).
+    agg.add_graph_break(GraphBreak(time=time.time(), frame=f, compile_id="0/0", reason="print()"))
     agg.add_guard_failure(GuardFailure(time=time.time(), frame=f, reasons=[Reason(text="g", category="global")]))
     agg.add_limit_hit(RecompileLimitHit(time=time.time(), frame=f, limit="recompile_limit", value=8))
     agg.add_compile(compile_event(frame(1), recompile=False, outcome="failed", fail_type="Unsupported"))
@@ -150,6 +157,49 @@ def test_known_label_values_exist_at_zero() -> None:
         assert value(text, "torch_compile_guard_failures_total", frame=frame().label, reason=category) == 0
     for limit in LIMITS:
         assert value(text, "torch_compile_recompile_limit_hits_total", frame=frame().label, limit=limit) == 0
+
+
+def test_recompile_seconds_follow_the_cause_and_the_backward() -> None:
+    """Recompile seconds go to the frame and category of the explaining reason; a backward with the forward's
+    compile id adds to the same cause; first compiles and limit hits add nothing; per-frame seconds count all."""
+    session = make_session()
+    agg, f, label = session.aggregates, frame(), frame().label
+    agg.add_compile(compile_event(f, recompile=False, duration=1.0, compile_id="0/0"))
+    size = Reason(text="size changed", category="size", subject="L['x']", explains_change=True)
+    agg.add_compile(compile_event(f, recompile=True, duration=2.0, compile_id="0/1").model_copy(
+        update={"reasons": [Reason(text="old", category="dtype"), size]}))
+    agg.add_compile(compile_event(Frame(name="<backward>", file="<unknown>", line=0), recompile=False, duration=0.5,
+                                  compile_id="0/1", backward=True))
+    agg.add_compile(compile_event(f, recompile=True, duration=7.0, compile_id="0/2", outcome="limit_hit",
+                                  categories=("global",)))
+    text = scrape(session)
+    assert value(text, "torch_compile_recompile_seconds_total", frame=label, reason="size") == pytest.approx(2.5)
+    assert ("torch_compile_recompile_seconds_total", frozenset({"rank": "0", "frame": label, "reason": "dtype"}.items())) \
+        not in samples(text)
+    assert ("torch_compile_recompile_seconds_total", frozenset({"rank": "0", "frame": label, "reason": "global"}.items())) \
+        not in samples(text)
+    assert value(text, "torch_compile_frame_compile_seconds_total", frame=label) == pytest.approx(3.0)
+    reasons = {s.labels["reason"] for fam in text_string_to_metric_families(text)
+               if fam.name == "torch_compile_recompile_seconds" for s in fam.samples}
+    assert reasons <= set(CATEGORIES)
+
+
+def test_cache_lookups_are_counted_by_cache_and_result() -> None:
+    """Every cache x result series exists at 0; lookups and seconds saved add up over compiles."""
+    session = make_session()
+    text = scrape(session)
+    for cache in CACHES:
+        for result in CACHE_RESULTS:
+            assert value(text, "torch_compile_cache_lookups_total", cache=cache, result=result) == 0
+    agg = session.aggregates
+    agg.add_compile(compile_event(frame(), recompile=False, cache_lookups={"fx_graph": {"miss": 2}, "aot_autograd": {"miss": 1}}))
+    agg.add_compile(compile_event(frame(), recompile=True, cache_lookups={"fx_graph": {"hit": 2}, "aot_autograd": {"bypass": 1}},
+                                  cache_seconds_saved=1.25))
+    text = scrape(session)
+    assert value(text, "torch_compile_cache_lookups_total", cache="fx_graph", result="hit") == 2
+    assert value(text, "torch_compile_cache_lookups_total", cache="fx_graph", result="miss") == 2
+    assert value(text, "torch_compile_cache_lookups_total", cache="aot_autograd", result="bypass") == 1
+    assert value(text, "torch_compile_cache_saved_seconds_total") == pytest.approx(1.25)
 
 
 def test_duration_buckets_span_50ms_to_an_hour_without_created_series() -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import recompprof
+from recompprof.events import Compile, Frame, Reason
+from recompprof.html_report import render_html
 from recompprof.reporting import build_report, render_text
 
 SCALE = 1.0
@@ -95,3 +98,69 @@ def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     frame = report.frames[events[0].frame.label]
     assert sum(g.failures for g in frame.reasons.values()) == expected
     assert frame.recompiles == 79
+
+
+def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Path) -> None:
+    """Each recompile's seconds, plus those of its backward (same compile id), go to the cause that explains it;
+    the report ranks causes by seconds, opens with that list, and agrees with the live aggregates."""
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x: torch.Tensor, scale: float) -> torch.Tensor:
+        return (model(x) * scale).sum()
+
+    compiled = torch.compile(step, backend="aot_eager", dynamic=False)  # static: each backward compiles lazily
+    with recompprof.attach(run_dir=tmp_path, recompile_limit=8) as session:
+        for batch, scale in ((2, 1.0), (3, 1.0), (3, 2.0), (5, 3.0)):
+            compiled(torch.randn(batch, 4), scale).backward()
+            opt.step()
+    events = [e for e in session.recent_events() if e.kind == "compile"]
+    expected: dict[tuple[str, str], float] = {}
+    cause_of_id: dict[str, tuple[str, str]] = {}
+    for e in events:
+        if not e.backward and e.is_recompile:
+            reason = next(r for r in e.reasons if r.explains_change)
+            cause_of_id[e.compile_id] = (reason.category, reason.subject)
+    for e in events:
+        if e.compile_id in cause_of_id:
+            key = cause_of_id[e.compile_id]
+            expected[key] = expected.get(key, 0.0) + e.duration
+    assert any(e.backward and e.compile_id in cause_of_id for e in events)  # a recompile's backward was charged
+    report = session.report()
+    got = {(c.category, c.subject): c.seconds for c in report.causes.values()}
+    assert got == pytest.approx(expected) and len(got) >= 2
+    ranked = report.ranked_causes()
+    assert [c.seconds for c in ranked] == sorted((c.seconds for c in ranked), reverse=True)
+    assert sum(c.recompiles for c in ranked) == report.recompiles
+    snap = session.snapshot()
+    by_category: dict[str, float] = {}
+    for (category, _), seconds in expected.items():
+        by_category[category] = by_category.get(category, 0.0) + seconds
+    live = {k: v for t in snap.frames.values() for k, v in t.recompile_seconds.items()}
+    assert live == pytest.approx(by_category)
+    text = render_text(report)
+    assert text.index("Fix these first: compile time lost per cause") < text.index("Frames")
+    assert f"Recompiles cost {report.recompile_seconds:.2f} s of {report.compile_seconds:.2f} s" in text
+    assert "mark_dynamic" in text.split("Frames")[0]  # the size cause's fix hint is in the list
+
+
+def test_fix_first_example_shows_reason_and_call_site() -> None:
+    """A cause's example is the explaining reason's text and the recompile's user call site (innermost last)."""
+    frame = Frame(name="step", file="/src/train.py", line=10)
+    reason = Reason(text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size",
+                    subject="L['x']", explains_change=True)
+    events = [
+        Compile(time=1.0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
+        Compile(time=2.0, step=4, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5, reasons=[reason],
+                call_site=["/src/train.py:80 in main", "/src/train.py:55 in train_step"]),
+    ]
+    report = build_report(events)
+    (cause,) = report.ranked_causes()
+    assert (cause.category, cause.subject, cause.recompiles, cause.steps) == ("size", "L['x']", 1, [4])
+    assert cause.example == reason.text and cause.call_site[-1] == "/src/train.py:55 in train_step"
+    assert report.recompile_seconds == pytest.approx(0.5)
+    text = render_text(report, width=250)
+    assert "at /src/train.py:55 in train_step" in text and "33.3 %" in text
+    page = render_html(report)
+    row = page.split('id="fix-first-table"')[1].split("</table>")[0]
+    assert "/src/train.py:80 in main\n/src/train.py:55 in train_step" in row and "size mismatch at index 0" in row

@@ -30,7 +30,8 @@ CONTRACT = {
     "torch_compile_phase_seconds_total", "torch_compile_cache_entries", "torch_compile_recompile_limit",
     "torch_compile_last_compile_timestamp_seconds", "torch_compile_training_step",
     "recompprof_build_info", "recompprof_process_info", "recompprof_events_dropped_total",
-    "recompprof_internal_errors_total",
+    "recompprof_internal_errors_total", "torch_compile_frame_compile_seconds_total",
+    "torch_compile_recompile_seconds_total", "torch_compile_cache_lookups_total", "torch_compile_cache_saved_seconds_total",
 }
 
 

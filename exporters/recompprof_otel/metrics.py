@@ -41,6 +41,10 @@ INSTRUMENTS: tuple[tuple[str, str, str], ...] = (
     ("torch_compile.graph_breaks", "{break}", "torch_compile_graph_breaks_total"),
     ("torch_compile.phase", "s", "torch_compile_phase_seconds_total"),
     ("torch_compile.duration", "s", "torch_compile_duration_seconds"),
+    ("torch_compile.frame_compile", "s", "torch_compile_frame_compile_seconds_total"),
+    ("torch_compile.recompile", "s", "torch_compile_recompile_seconds_total"),
+    ("torch_compile.cache_lookups", "{lookup}", "torch_compile_cache_lookups_total"),
+    ("torch_compile.cache_saved", "s", "torch_compile_cache_saved_seconds_total"),
     ("torch_compile.cache_entries", "{entry}", "torch_compile_cache_entries"),
     ("torch_compile.recompile_limit", "{recompile}", "torch_compile_recompile_limit"),
     ("torch_compile.last_compile_timestamp", "s", "torch_compile_last_compile_timestamp_seconds"),
@@ -104,6 +108,10 @@ class OtelMetrics:
             "torch_compile.compile_failures": self._compile_failures,
             "torch_compile.graph_breaks": lambda s: iter([Observation(s.graph_breaks, self._rank)]),
             "torch_compile.phase": self._phases,
+            "torch_compile.frame_compile": self._per_frame("compile_seconds"),
+            "torch_compile.recompile": self._recompile_seconds,
+            "torch_compile.cache_lookups": self._cache_lookups,
+            "torch_compile.cache_saved": lambda s: iter([Observation(s.cache_seconds_saved, self._rank)]),
             "recompprof.events_dropped": self._dropped,
             "recompprof.internal_errors": self._internal_errors,
         }
@@ -155,6 +163,15 @@ class OtelMetrics:
         for label, totals in snap.frames.items():
             for reason, count in totals.guard_failures.items():
                 yield Observation(count, {**self._rank, "frame": label, "reason": reason})
+
+    def _recompile_seconds(self, snap: Snapshot) -> Obs:
+        for label, totals in snap.frames.items():
+            for reason, seconds in totals.recompile_seconds.items():
+                yield Observation(seconds, {**self._rank, "frame": label, "reason": reason})
+
+    def _cache_lookups(self, snap: Snapshot) -> Obs:
+        for (cache, result), count in snap.cache_lookups.items():
+            yield Observation(count, {**self._rank, "cache": cache, "result": result})
 
     def _limit_hits(self, snap: Snapshot) -> Obs:
         for label, totals in snap.frames.items():

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
+from recompprof.causes import CauseTracker
 from recompprof.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ MAX_REASONS = 32
 MAX_STATUS_TEXT = 1024
 MAX_TRACKED_FRAMES = 1024
 LIMIT_HIT_ERROR = "recompile_limit_hit"
+MAX_CALL_SITE = 8
 
 FrameKey = tuple[str, str, int, bool]
 
@@ -90,6 +92,7 @@ class SpanBuilder:
         # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
         # compile outcome and as its own event, in either order, and each hit must give one span.
         self._limit_hits: collections.OrderedDict[tuple[FrameKey, str], None] = collections.OrderedDict()
+        self._causes = CauseTracker()
 
     @staticmethod
     def _key(frame: Frame, backward: bool) -> FrameKey:
@@ -151,6 +154,17 @@ class SpanBuilder:
             "recompprof.cache": event.cache,
         }
         attrs.update({k: v for k, v in optional.items() if v is not None})
+        cause = self._causes.cause_of(event)
+        if cause is not None:  # the cause the report and metrics charge this compile's seconds to
+            attrs.update({"recompprof.cause.frame": cause.frame.label, "recompprof.cause.category": cause.category,
+                          "recompprof.cause.subject": cause.subject, "recompprof.cause.seconds": event.duration})
+        for cache, results in event.cache_lookups.items():
+            for result, count in results.items():
+                attrs[f"recompprof.cache.{cache}.{result}"] = count
+        if event.cache_seconds_saved is not None:
+            attrs["recompprof.cache.seconds_saved"] = event.cache_seconds_saved
+        if event.call_site:
+            attrs["recompprof.call_site"] = list(event.call_site[-MAX_CALL_SITE:])
         links = self._link(key) if event.is_recompile or event.outcome == "limit_hit" else []
         # An empty context: a compile is its own trace even if the training loop has a span open.
         root = self._tracer.start_span(

@@ -17,7 +17,7 @@ from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof.events import CATEGORIES, LIMITS, PHASES
+from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
 
 if TYPE_CHECKING:
     from recompprof.aggregates import Snapshot
@@ -70,7 +70,7 @@ class SnapshotCollector(Collector):
         else:
             per_frame = self._frame_families(snap)
             self._frame_memo = (snap.frames, per_frame)
-        compiles, recompiles, steady, guards, limit_hits, cache_entries = per_frame
+        compiles, recompiles, steady, guards, limit_hits, cache_entries, frame_seconds, lost = per_frame
 
         failures = CounterMetricFamily(
             "torch_compile_compile_failures", "Compiles that raised, by exception class (closed list, else other).",
@@ -99,8 +99,19 @@ class SnapshotCollector(Collector):
         step = GaugeMetricFamily("torch_compile_training_step", "The training step the process is at.", labels=("rank",))
         step.add_metric((rank,), snap.step)
 
+        lookups = CounterMetricFamily(
+            "torch_compile_cache_lookups", "Compile-cache lookups (FX graph, AOTAutograd) by result, as torch counts them.",
+            labels=("rank", "cache", "result"))
+        for cache in CACHES:
+            for result in CACHE_RESULTS:
+                lookups.add_metric((rank, cache, result), snap.cache_lookups.get((cache, result), 0))
+        saved = CounterMetricFamily(
+            "torch_compile_cache_saved_seconds", "Compile time that compile-cache hits saved, as torch reports it.",
+            labels=("rank",), unit="seconds")
+        saved.add_metric((rank,), snap.cache_seconds_saved)
+
         fams: list[Metric] = [compiles, recompiles, steady, guards, limit_hits, failures, graph_breaks,
-                              self._duration(snap), phases, cache_entries, limits]
+                              self._duration(snap), phases, cache_entries, limits, frame_seconds, lost, lookups, saved]
         if snap.last_compile_time is not None:
             # No series before the first compile: a 0 timestamp would make time() - x alerts fire.
             last = GaugeMetricFamily("torch_compile_last_compile_timestamp_seconds",
@@ -130,6 +141,13 @@ class SnapshotCollector(Collector):
             labels=("rank", "frame", "limit"))
         cache_entries = GaugeMetricFamily(
             "torch_compile_cache_entries", "Compiled entries the frame holds now.", labels=("rank", "frame"))
+        frame_seconds = CounterMetricFamily(
+            "torch_compile_frame_compile_seconds", "Compile time of a frame (all compiles and phases, backward included).",
+            labels=("rank", "frame"), unit="seconds")
+        lost = CounterMetricFamily(
+            "torch_compile_recompile_seconds",
+            "Compile time lost to recompiles (and their backward compiles), by frame and the reason category "
+            "that explains each recompile.", labels=("rank", "frame", "reason"), unit="seconds")
         for label, totals in frames:
             compiles.add_metric((rank, label), totals.compiles)
             recompiles.add_metric((rank, label), totals.recompiles)
@@ -141,8 +159,12 @@ class SnapshotCollector(Collector):
             for limit in LIMITS:
                 limit_hits.add_metric((rank, label, limit), totals.limit_hits.get(limit, 0))
             cache_entries.add_metric((rank, label), totals.cache_entries)
+            frame_seconds.add_metric((rank, label), totals.compile_seconds)
+            # Only categories that cost time: a series per category per frame would double the series at the cap.
+            for category, seconds in sorted(totals.recompile_seconds.items()):
+                lost.add_metric((rank, label, category), seconds)
 
-        return [compiles, recompiles, steady, guards, limit_hits, cache_entries]
+        return [compiles, recompiles, steady, guards, limit_hits, cache_entries, frame_seconds, lost]
 
     def _duration(self, snap: Snapshot) -> HistogramMetricFamily:
         buckets: list[tuple[str, float] | tuple[str, float, PromExemplar]] = []

@@ -56,11 +56,13 @@ class PrometheusExporter:
         self._atexit_installed = False
         self._stopped = False
         self._pid = os.getpid()
+        self._rank = 0
 
     # -- Exporter protocol --------------------------------------------------------------------
     def start(self, session: Session) -> None:
         s = self.settings
         identity = session.identity
+        self._rank = identity.rank
         self.collector = SnapshotCollector(session.snapshot, identity, session.versions)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -78,8 +80,10 @@ class PrometheusExporter:
         elif s.prometheus_mode == "pushgateway":
             with _internal.guard("prometheus.pushgateway"):
                 assert s.prometheus_pushgateway_url
+                linger = s.prometheus_linger_seconds
                 self._start_periodic(PushgatewayOutput(self.registry, s.prometheus_pushgateway_url, s.prometheus_job,
-                                                       identity.rank))
+                                                       identity.rank,
+                                                       linger=s.prometheus_push_interval if linger is None else linger))
         if self.periodic is not None or self.server is not None:
             atexit.register(self._at_exit)
             self._atexit_installed = True
@@ -95,10 +99,19 @@ class PrometheusExporter:
             return
         self._stopped = True
         self._uninstall_handlers()
+        s = self.settings
         if self.periodic is not None:
             self.periodic.close(clean=True, timeout=timeout)
+        if self.server is not None and s.prometheus_textfile_dir is not None and s.prometheus_mode == "pull":
+            # Pull mode with a textfile directory too: the final values also land where node_exporter reads.
+            with _internal.guard("prometheus.textfile", TextfileOutput.hint):
+                assert self.registry is not None
+                TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job, self._rank).flush()
         if self.server is not None:
             with _internal.guard("prometheus.server"):
+                waited = self.server.linger(s.prometheus_linger_seconds)
+                if waited:
+                    log.debug("recompprof: served the final values for %.1f s after detach", waited)
                 self.server.close(timeout)
 
     # -- modes ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,6 +37,10 @@ from recompprof_prometheus.render import Renderer, Unsupported
 log = logging.getLogger("recompprof")
 # Port search tries this many candidates (stepping by the local world size) before giving up.
 SEARCH_TRIES = 32
+# Linger at shutdown with prometheus_linger_seconds unset: one observed scrape interval (x1.5 + 1 s), at
+# most AUTO_LINGER_MAX; the interval is taken as AUTO_LINGER_UNKNOWN when only one scrape was seen.
+AUTO_LINGER_MAX = 60.0
+AUTO_LINGER_UNKNOWN = 15.0
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -95,12 +100,55 @@ class _Fixed(Collector):
         return self._families
 
 
-def metrics_app(registry: CollectorRegistry) -> WSGIApp:
+class ScrapeLog:
+    """Scrapes of ``/metrics`` that finished (body fully written), for the linger at shutdown."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.interval: float | None = None  # between the starts of the last two scrapes
+        self._last_start: float | None = None
+        self._newest_start = float("-inf")  # start of the most recently begun scrape that finished
+        self._cond = threading.Condition()
+
+    def done(self, started: float) -> None:
+        with self._cond:
+            if self._last_start is not None and started > self._last_start:
+                self.interval = started - self._last_start
+            self._last_start = started
+            self._newest_start = max(self._newest_start, started)
+            self.count += 1
+            self._cond.notify_all()
+
+    def wait_for_scrape_after(self, moment: float, timeout: float) -> bool:
+        """Wait until a scrape that began at or after ``moment`` (monotonic) finished, at most ``timeout`` s."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._newest_start >= moment, max(timeout, 0.0))
+
+
+class _Body(list):  # type: ignore[type-arg]
+    """A response body whose ``close`` (called by the server once it is written) records the scrape."""
+
+    def __init__(self, chunks: list[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(chunks)
+        self._on_close = on_close
+
+    def close(self) -> None:
+        self._on_close()
+
+
+def metrics_app(registry: CollectorRegistry, scrapes: ScrapeLog | None = None) -> WSGIApp:
     """Serve ``registry`` like ``make_wsgi_app`` does (content negotiation, gzip), rendering with :class:`Renderer`."""
     renderer = Renderer()
     general = make_wsgi_app(registry)
+    log_scrapes = scrapes or ScrapeLog()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ["REQUEST_METHOD"] == "GET" and environ.get("PATH_INFO") != "/favicon.ico":
+            started = time.monotonic()
+            return _Body(list(_serve(environ, start_response)), lambda: log_scrapes.done(started))
+        return _serve(environ, start_response)
+
+    def _serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if (environ["REQUEST_METHOD"] != "GET" or environ.get("PATH_INFO") == "/favicon.ico"
                 or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))):
             return general(environ, start_response)
@@ -129,7 +177,8 @@ class MetricsServer:
 
     def __init__(self, registry: CollectorRegistry, addr: str, port: int, *,
                  tls: ssl.SSLContext | None = None, credentials: str | None = None) -> None:
-        app = metrics_app(registry)
+        self.scrapes = ScrapeLog()
+        app = metrics_app(registry, self.scrapes)
         if credentials:
             app = basic_auth(app, credentials)
         family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
@@ -146,6 +195,22 @@ class MetricsServer:
         # close its copy, or scrapes queue on it unanswered and the port stays bound after the parent closes.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _close_in_child(ref))
+
+    def linger(self, most: float | None) -> float:
+        """Keep serving until a scrape that began after this call has finished, at most ``most`` seconds
+        (``None``: one observed scrape interval x1.5 + 1 s, at most :data:`AUTO_LINGER_MAX`); returns seconds waited.
+
+        Without it the last scrape of a job misses its end. With ``None`` a server never scraped does not
+        wait (nothing is scraping it); an explicit ``most`` waits for a first scrape too (a short job).
+        """
+        if most == 0 or (most is None and self.scrapes.count == 0):
+            return 0.0
+        if most is None:
+            interval = self.scrapes.interval if self.scrapes.interval is not None else AUTO_LINGER_UNKNOWN
+            most = min(interval * 1.5 + 1.0, AUTO_LINGER_MAX)
+        start = time.monotonic()
+        self.scrapes.wait_for_scrape_after(start, most)
+        return time.monotonic() - start
 
     def close(self, timeout: float = 5.0) -> None:
         self._httpd.shutdown()

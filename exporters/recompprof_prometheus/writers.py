@@ -21,6 +21,7 @@ from recompprof import _internal
 
 # A push at exit must not hold up interpreter shutdown or a SIGTERM grace period for long.
 PUSH_TIMEOUT = 5.0
+LINGER_MAX = 60.0  # the longest a final Pushgateway group is kept before it is deleted
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -57,18 +58,21 @@ class PushgatewayOutput:
     component = "prometheus.pushgateway"
     hint = "cannot push; check prometheus_pushgateway_url and that the Pushgateway is reachable from this host"
 
-    def __init__(self, registry: CollectorRegistry, url: str, job: str, rank: int) -> None:
+    def __init__(self, registry: CollectorRegistry, url: str, job: str, rank: int, linger: float = 0.0) -> None:
         self.registry = registry
         self.url = url
         self.job = job
         self.grouping_key = {"rank": str(rank)}
+        self.linger = min(linger, LINGER_MAX)
 
     def flush(self) -> None:
         push_to_gateway(self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT)
 
     def close(self, clean: bool) -> None:
-        # The Pushgateway never forgets a group; a job that ended normally should not linger there.
+        # The Pushgateway never forgets a group; a job that ended normally should not linger there, but
+        # only once Prometheus had the time to scrape its final values (pushed just before this).
         if clean:
+            time.sleep(self.linger)
             delete_from_gateway(self.url, self.job, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT)
 
 

@@ -61,7 +61,6 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
         Compile,
         Frame,
         GraphBreak,
-        GuardFailure,
         RecompileLimitHit,
         SessionEnd,
         SessionStart,
@@ -92,11 +91,6 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
             if roll < 0.07:
                 lines.append(to_json(GraphBreak(time=now, rank=rank, step=step, frame=frame, compile_id=cid,
                                                 reason="Unsupported: call_function BuiltinVariable(print) [ConstantVariable(str)] {}")))
-                continue
-            if roll < 0.14:
-                reasons = [r.model_copy(update={"entry": f"{ids[frame.label]}/{k}"}) for k in range(max(1, min(n, 8)))
-                           for r in rng.choice(pool)[:1]]
-                lines.append(to_json(GuardFailure(time=now, rank=rank, step=step, frame=frame, compile_id=cid, reasons=reasons)))
                 continue
             if roll < 0.29:  # the lazily compiled backward of a recent compile
                 duration = rng.uniform(0.05, 2.0)

@@ -21,7 +21,6 @@ from recompprof.events import (
     Compile,
     Frame,
     GraphBreak,
-    GuardFailure,
     RecompileLimitHit,
 )
 
@@ -175,12 +174,6 @@ class Aggregates:
                 self.cache_lookups[(cache, result)] += count
         self.cache_seconds_saved += event.cache_seconds_saved or 0.0
         self.last_compile_time = event.time
-
-    def add_guard_failure(self, event: GuardFailure) -> None:
-        totals = self._totals(event.frame)
-        for reason in event.reasons:
-            totals.guard_failures[reason.category] += 1
-        totals.guard_failures.update(event.reasons_omitted)
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
         self._totals(event.frame).limit_hits[event.limit] += 1

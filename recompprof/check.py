@@ -15,7 +15,6 @@ from recompprof.events import (
     Compile,
     Event,
     GraphBreak,
-    GuardFailure,
     RecompileLimitHit,
 )
 from recompprof.reporting import FrameReport, Report, build_report
@@ -81,7 +80,7 @@ def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
     return violations
 
 
-_COUNTED = (Compile, GuardFailure, RecompileLimitHit, GraphBreak)
+_COUNTED = (Compile, RecompileLimitHit, GraphBreak)
 
 
 def _after(events: Iterable[Event], step: int | None) -> Iterator[Event]:

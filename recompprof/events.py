@@ -146,16 +146,6 @@ class Compile(_Event):
     guard_set: str | None = None
 
 
-class GuardFailure(_Event):
-    """Guard failures that led to no compile (profile mode, or a frame past its limit)."""
-
-    kind: Literal["guard_failure"] = "guard_failure"
-    frame: Frame
-    compile_id: str | None = None
-    reasons: list[Reason]
-    reasons_omitted: dict[Category, int] = {}
-
-
 class GraphBreak(_Event):
     kind: Literal["graph_break"] = "graph_break"
     frame: Frame | None = None
@@ -195,12 +185,12 @@ class SessionEnd(_Event):
 
 
 Event = Annotated[
-    Union[SessionStart, Compile, GuardFailure, GraphBreak, RecompileLimitHit, SignalChange, SessionEnd],
+    Union[SessionStart, Compile, GraphBreak, RecompileLimitHit, SignalChange, SessionEnd],
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KINDS: tuple[str, ...] = (
-    "session_start", "compile", "guard_failure", "graph_break", "recompile_limit_hit", "signal", "session_end",
+    "session_start", "compile", "graph_break", "recompile_limit_hit", "signal", "session_end",
 )
 
 

@@ -26,7 +26,6 @@ from recompprof.events import (
     Compile,
     Event,
     GraphBreak,
-    GuardFailure,
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
@@ -222,12 +221,6 @@ def build_report(events: Iterable[Event]) -> Report:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
         elif isinstance(event, Compile):
             _add_compile(report, event)
-        elif isinstance(event, GuardFailure):
-            frame = _frame(report, event.frame)
-            if frame is not None:
-                for reason in event.reasons:
-                    _group(frame, reason.category, reason.subject, reason.text).failures += 1
-                _add_omitted(frame, event.reasons_omitted)
         elif isinstance(event, RecompileLimitHit):
             frame = _frame(report, event.frame)
             if frame is not None:

@@ -36,7 +36,6 @@ from recompprof.events import (
     Event,
     Frame,
     GraphBreak,
-    GuardFailure,
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
@@ -355,8 +354,6 @@ class Session:
     def _aggregate(self, event: Event) -> None:
         if isinstance(event, Compile):
             self.aggregates.add_compile(event)
-        elif isinstance(event, GuardFailure):
-            self.aggregates.add_guard_failure(event)
         elif isinstance(event, RecompileLimitHit):
             self.aggregates.add_limit_hit(event)
         elif isinstance(event, GraphBreak):

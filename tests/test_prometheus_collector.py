@@ -16,7 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 from recompprof import _internal
 from recompprof import settings as settings_module
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, GuardFailure, Reason, RecompileLimitHit
+from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof.identity import Identity
 from recompprof.session import Session
 from recompprof_prometheus import SnapshotCollector
@@ -73,11 +73,10 @@ def feed(session: Session) -> None:
     agg, f = session.aggregates, frame()
     agg.add_compile(compile_event(f, recompile=False, cache_entries=0))
     agg.add_compile(compile_event(f, recompile=True, duration=2.0, categories=("size",), cache_entries=1))
-    agg.add_compile(compile_event(f, recompile=True, duration=0.04, categories=("python_constant", "size"),
+    agg.add_compile(compile_event(f, recompile=True, duration=0.04, categories=("python_constant", "size", "global"),
                                   cache_entries=2, graph_breaks=1))
     # Graph breaks are counted from GraphBreak events (a break torch cannot resume from comes after its compile).
     agg.add_graph_break(GraphBreak(time=time.time(), frame=f, compile_id="0/0", reason="print()"))
-    agg.add_guard_failure(GuardFailure(time=time.time(), frame=f, reasons=[Reason(text="g", category="global")]))
     agg.add_limit_hit(RecompileLimitHit(time=time.time(), frame=f, limit="recompile_limit", value=8))
     agg.add_compile(compile_event(frame(1), recompile=False, outcome="failed", fail_type="Unsupported"))
 

@@ -40,7 +40,7 @@ def expected_totals(event_log: Path) -> dict[str, Any]:
     end: dict[str, Any] = {}
     for line in event_log.read_text().splitlines():
         ev = json.loads(line)
-        if ev["kind"] in ("compile", "guard_failure"):
+        if ev["kind"] == "compile":
             guards.update(r["category"] for r in ev.get("reasons", []))
         if ev["kind"] == "compile":
             label = Frame(**ev["frame"]).label

@@ -126,5 +126,5 @@ def runtime_work(m: Any) -> tuple[str, float] | None:
                         ("autotune", "runtime_triton_autotune_time_us")):
         value = get(field)
         if isinstance(value, (int, float)) and value > 0:
-            return kind, float(value) * 1e-6
+            return kind, float(value) / 1e6
     return "other", 0.0

@@ -248,8 +248,8 @@ def test_gpu_reduce_overhead_input_mutation_records_mutated_inputs(tmp_path: Pat
 @pytest.mark.inductor
 @needs_cuda
 def test_gpu_reduce_overhead_new_shapes_rerecord_and_are_not_compiles(tmp_path: Path) -> None:
-    """One dynamic compile called with three sizes records three CUDA graphs: torch emits runtime records for them,
-    and the session counts one compile, not four."""
+    """A dynamic compile called with three sizes records (at least) three CUDA graphs: torch emits runtime records
+    for them, and the session counts exactly torch's compiles, none of the runtime records."""
     fn = torch.compile(_scale, mode="reduce-overhead", dynamic=True)
     before = len(torch._dynamo.utils._compilation_metrics)
     with recompprof.attach(run_dir=tmp_path) as session:
@@ -259,5 +259,6 @@ def test_gpu_reduce_overhead_new_shapes_rerecord_and_are_not_compiles(tmp_path: 
         torch.cuda.synchronize()
     records = list(torch._dynamo.utils._compilation_metrics)[before:]
     recordings = [r for r in records if (runtime_work(r) or ("",))[0] == "cudagraph_record"]
+    compiled = [r for r in records if not r.is_runtime and r.is_forward is not False]
     assert len(recordings) >= 3
-    assert len(_compiles(session)) == 1
+    assert len(_compiles(session)) == len(compiled) < len(compiled) + len(recordings)

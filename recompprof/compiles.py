@@ -13,6 +13,7 @@ from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
 from recompprof.breaks import parse_graph_break
+from recompprof.cudagraphs import cudagraph_skip
 from recompprof.events import LIMITS, Compile, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof.reasons import clean_text, parse_guard_failure
 
@@ -171,6 +172,7 @@ def compile_events(
     fail_reason = getattr(m, "fail_reason", None)
     start = getattr(m, "start_time_us", None)
     compile_id = getattr(m, "compile_id", None)
+    skip = cudagraph_skip(m)
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,
         compile_id=str(compile_id) if compile_id is not None else "?",
@@ -187,6 +189,8 @@ def compile_events(
         graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
         cache_lookups=cache_lookups(m), cache_seconds_saved=cache_seconds_saved(m),
         call_site=call_site or [], guard_set=guard_set,
+        cudagraph_skip=skip.category if skip else None,
+        cudagraph_skip_reason=skip.text if skip and not redact else None,
     )
     if hit is None:
         return event, None

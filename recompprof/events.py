@@ -144,6 +144,10 @@ class Compile(_Event):
     # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
     # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
     guard_set: str | None = None
+    # Why CUDA graphs were not used for this compile (reduce-overhead / cudagraphs backend): a category
+    # of recompprof.cudagraphs.CUDAGRAPH_SKIPS and torch's text (dropped under redact: it holds a stack).
+    cudagraph_skip: str | None = None
+    cudagraph_skip_reason: str | None = Field(default=None, max_length=MAX_TEXT)
 
 
 class GraphBreak(_Event):

@@ -30,6 +30,7 @@ from recompprof._torch.guard_failures import GuardFailureReader, guard_set
 from recompprof._torch.steps import StepCounter
 from recompprof.aggregates import Aggregates, Snapshot
 from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
+from recompprof.cudagraphs import runtime_work
 from recompprof.eventlog import EventLogWriter, log_path
 from recompprof.events import (
     Compile,
@@ -389,8 +390,8 @@ class Session:
 
     def _on_compile_metrics(self, metrics: Any) -> None:
         with self._lock:
-            if self._closed:
-                return
+            if self._closed or runtime_work(metrics) is not None:  # GPU runtime work (CUDA-graph recording,
+                return  # first-launch autotune) arrives as an is_runtime record: not a compile
             self._record_compile(metrics)
 
     def _on_metrics_late(self, count: int, why: str) -> None:

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 
 from recompprof.causes import CauseTracker
+from recompprof.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof.events import (
     CACHE_RESULTS,
     CACHES,
@@ -93,6 +94,7 @@ class Snapshot:
     recompiles_total: int
     cache_lookups: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (cache, result)
     cache_seconds_saved: float = 0.0
+    cudagraph_skips: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> compiles
 
 
 class Aggregates:
@@ -119,6 +121,7 @@ class Aggregates:
         self.causes = CauseTracker()
         self.cache_lookups: Counter[tuple[str, str]] = Counter({(c, r): 0 for c in CACHES for r in CACHE_RESULTS})
         self.cache_seconds_saved = 0.0
+        self.cudagraph_skips: Counter[str] = Counter(dict.fromkeys(CUDAGRAPH_SKIPS, 0))
 
     # -- labels ---------------------------------------------------------------------------
     def frame_label(self, frame: Frame) -> str:
@@ -173,6 +176,8 @@ class Aggregates:
             for result, count in results.items():
                 self.cache_lookups[(cache, result)] += count
         self.cache_seconds_saved += event.cache_seconds_saved or 0.0
+        if event.cudagraph_skip is not None:
+            self.cudagraph_skips[event.cudagraph_skip if event.cudagraph_skip in CUDAGRAPH_SKIPS else "other"] += 1
         self.last_compile_time = event.time
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
@@ -221,6 +226,7 @@ class Aggregates:
             recompiles_total=self.recompiles_total,
             cache_lookups=dict(self.cache_lookups),
             cache_seconds_saved=self.cache_seconds_saved,
+            cudagraph_skips=dict(self.cudagraph_skips),
         )
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from recompprof import divergence
 from recompprof.causes import CauseTracker
+from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
     CACHES,
@@ -135,6 +136,7 @@ class Report:
     frames_dropped: int = 0
     categories: Counter[str] = dataclasses.field(default_factory=Counter)
     graph_break_reasons: Counter[str] = dataclasses.field(default_factory=Counter)
+    cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (frame, reason)
     failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     events: int = 0
@@ -278,6 +280,10 @@ def _add_compile(report: Report, event: Compile) -> None:
     frame = _frame(report, event.frame)
     if frame is None:
         return
+    if event.cudagraph_skip is not None:
+        key = (frame.label, event.cudagraph_skip)
+        if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
+            report.cudagraph_skips[key] += 1
     step = event.step or 0
     if event.backward:
         frame.backward_compiles += 1
@@ -501,6 +507,13 @@ def render_text(report: Report, width: int = 160) -> str:
             traced.add_row(function, f"{seconds:.3f}")
         console.print(traced)
 
+    if report.cudagraph_skips:
+        skipped = Table(title="CUDA graphs skipped", title_justify="left")
+        for column in ("Frame", "Reason", "Compiles", "Fix"):
+            skipped.add_column(column, justify="right" if column == "Compiles" else "left")
+        for (label, reason), count in report.cudagraph_skips.most_common(20):
+            skipped.add_row(label, reason, str(count), SKIP_HINTS.get(reason, ""))
+        console.print(skipped)
     if report.graph_break_reasons:
         breaks = Table(title="Graph breaks", title_justify="left")
         breaks.add_column("Reason")

@@ -262,3 +262,24 @@ def test_gpu_reduce_overhead_new_shapes_rerecord_and_are_not_compiles(tmp_path: 
     compiled = [r for r in records if not r.is_runtime and r.is_forward is not False]
     assert len(recordings) >= 3
     assert len(_compiles(session)) == len(compiled) < len(compiled) + len(recordings)
+
+
+def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> None:
+    """A real CUDA-graphs skip on CPU is counted in torch_compile_cudagraph_skips_total{reason} (every reason of the closed list present) and listed in the report with its fix hint."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from recompprof.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS
+    from recompprof.reporting import build_report, render_text
+    from recompprof_prometheus.collector import SnapshotCollector
+
+    fn = torch.compile(_scale, backend="cudagraphs")
+    with recompprof.attach(run_dir=tmp_path) as session:
+        fn(torch.randn(8))
+        registry = CollectorRegistry()
+        registry.register(SnapshotCollector(session.snapshot, session.identity, session.versions))
+        text = generate_latest(registry).decode()
+    lines = [line for line in text.splitlines() if line.startswith("torch_compile_cudagraph_skips_total{")]
+    assert len(lines) == len(CUDAGRAPH_SKIPS)
+    assert any('reason="cpu_device"' in line and line.endswith(" 1.0") for line in lines), lines
+    report = render_text(build_report(_compiles(session)), width=400)
+    assert "CUDA graphs skipped" in report and "cpu_device" in report and SKIP_HINTS["cpu_device"][:40] in report

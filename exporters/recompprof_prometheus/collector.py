@@ -17,6 +17,7 @@ from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
+from recompprof.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 class SnapshotCollector(Collector):
-    """Yields the DESIGN.md metric families from ``snapshot()`` for the process ``identity``."""
+    """Yields the metric families of docs/prometheus.md from ``snapshot()`` for the process ``identity``."""
 
     def __init__(
         self,
@@ -109,9 +110,14 @@ class SnapshotCollector(Collector):
             "torch_compile_cache_saved_seconds", "Compile time that compile-cache hits saved, as torch reports it.",
             labels=("rank",), unit="seconds")
         saved.add_metric((rank,), snap.cache_seconds_saved)
+        skips = CounterMetricFamily(
+            "torch_compile_cudagraph_skips", "Compiles that run without CUDA graphs, by reason (closed list).",
+            labels=("rank", "reason"))
+        for reason in CUDAGRAPH_SKIPS:
+            skips.add_metric((rank, reason), snap.cudagraph_skips.get(reason, 0))
 
         fams: list[Metric] = [compiles, recompiles, steady, guards, limit_hits, failures, graph_breaks,
-                              self._duration(snap), phases, cache_entries, limits, frame_seconds, lost, lookups, saved]
+                              self._duration(snap), phases, cache_entries, limits, frame_seconds, lost, lookups, saved, skips]
         if snap.last_compile_time is not None:
             # No series before the first compile: a 0 timestamp would make time() - x alerts fire.
             last = GaugeMetricFamily("torch_compile_last_compile_timestamp_seconds",

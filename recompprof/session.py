@@ -188,8 +188,7 @@ class Session:
         info = torch_versions.torch_info()
         self.signals["phase_times"] = info.has("phase_times")
         if not self.signals["phase_times"]:
-            self.signals_off["phase_times"] = (f"torch {info.version} records no per-phase times (needs >= 2.6); "
-                                               "each compile's whole duration is reported as dynamo_trace")
+            self.signals_off["phase_times"] = info.why_off("phase_times")
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():

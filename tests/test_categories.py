@@ -11,6 +11,8 @@ import recompprof
 from recompprof.events import Compile, GraphBreak
 from scenarios import SCENARIOS, eager
 
+pytestmark = pytest.mark.torch_compat
+
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_recorded_with_count_frame_and_category(name: str, tmp_path: Path) -> None:

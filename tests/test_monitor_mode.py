@@ -12,6 +12,8 @@ import recompprof
 from recompprof.eventlog import read_file
 from recompprof.events import PHASES, Compile, RecompileLimitHit
 
+pytestmark = pytest.mark.torch_compat
+
 SCALE = 1.0
 
 

@@ -17,6 +17,8 @@ from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list  # noqa: E40
 from recompprof._torch import profile as profile_module  # noqa: E402
 from recompprof._torch.profile import MECHANISM_EVICT, MECHANISM_UNLIMITED, ProfileMode  # noqa: E402
 
+pytestmark = pytest.mark.torch_compat
+
 Failure = tuple[CodeType, "str | None", list[str]]
 
 

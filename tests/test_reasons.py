@@ -174,6 +174,7 @@ def test_redaction_keeps_subject_and_comparison() -> None:
     assert reason.text == "G['SCALE'] == <redacted>" and reason.category == "global" and reason.entry == "0/0"
 
 
+@pytest.mark.torch_compat
 def test_redaction_on_a_live_string_guard() -> None:
     """A real torch 2.13 guard on a string argument holding a secret is redacted to its subject."""
     import torch
@@ -193,6 +194,7 @@ def test_redaction_on_a_live_string_guard() -> None:
     assert SECRET not in reason.text and reason.subject == "L['token']" and reason.category == "python_constant"
 
 
+@pytest.mark.torch_compat
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_live_scenario_matches_declaration(name: str) -> None:
     """Each scenario run on the installed torch recompiles as often as declared, for its declared category and subject."""

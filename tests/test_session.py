@@ -37,6 +37,7 @@ def torch_state() -> dict[str, Any]:
     }
 
 
+@pytest.mark.torch_compat
 def test_detach_restores_torch_state_exactly() -> None:
     """Torch's config, loggers, global hooks and stance after detach equal those before attach, in both modes."""
     before = torch_state()
@@ -172,6 +173,7 @@ def test_only_the_first_optimizer_counts_steps() -> None:
         assert session.current_step == 3
 
 
+@pytest.mark.torch_compat
 def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
     """The session_start event lists each torch signal and whether it is live."""
     with recompprof.attach(run_dir=tmp_path) as session:

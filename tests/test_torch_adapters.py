@@ -17,6 +17,8 @@ from recompprof._torch.phases import exclusive_phases
 from recompprof.eventlog import read_file
 from recompprof.events import PHASES, Compile
 
+pytestmark = pytest.mark.torch_compat
+
 
 def test_missing_guard_failures_turns_that_signal_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without torch's guard_failures record, attach still succeeds, says the signal is off, and compiles are still recorded."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._torch.versions import torch_info
 
 LOGGER = "torch._utils_internal"
 
@@ -30,6 +31,10 @@ class CompileMetricsTap(logging.Filter):
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("compilation_metrics"):
+            self.why_off = info.why_off("compilation_metrics")
+            return
         import torch._dynamo.config as dynamo_config
 
         if not getattr(dynamo_config, "log_compilation_metrics", True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from recompprof._torch.versions import torch_info
+
 MAX_TRACKED = 1000  # distinct reason texts remembered; beyond that breaks are counted without text
 
 
@@ -15,6 +17,10 @@ class GraphBreakReader:
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("graph_breaks"):
+            self.why_off = info.why_off("graph_breaks")
+            return
         try:
             from torch._dynamo.utils import counters
         except ImportError as exc:

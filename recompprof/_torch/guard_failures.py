@@ -10,6 +10,8 @@ from __future__ import annotations
 import weakref
 from types import CodeType
 
+from recompprof._torch.versions import torch_info
+
 
 class GuardFailureReader:
     """Hands out the reasons appended since the last read, per code object."""
@@ -20,6 +22,10 @@ class GuardFailureReader:
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("guard_failures"):
+            self.why_off = info.why_off("guard_failures")
+            return
         try:
             from torch._dynamo.utils import guard_failures  # noqa: F401
         except ImportError as exc:

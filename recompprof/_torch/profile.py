@@ -68,6 +68,9 @@ class RecompprofObserver:
 
 def evict_mechanism_missing() -> str:
     """Why the evict mechanism cannot run on this torch ("" when it can)."""
+    info = torch_info()
+    if not info.has("profile_evict"):
+        return info.why_off("profile_evict")
     try:
         import torch._C._dynamo.eval_frame as c_eval_frame
         import torch._dynamo.cache_size as cache_size
@@ -95,6 +98,9 @@ def _force_backend_missing() -> str:
 
     import torch._dynamo
 
+    info = torch_info()
+    if not info.has("force_backend"):
+        return info.why_off("force_backend")
     set_stance = getattr(torch._dynamo, "set_stance", None)
     if set_stance is None or "force_backend" not in inspect.signature(set_stance).parameters:
         return "torch._dynamo.set_stance(force_backend=...) missing (torch < 2.6)"

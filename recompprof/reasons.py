@@ -209,6 +209,8 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
         category = _TENSOR_KINDS.get(m.group(2), "other")
         if category == "dispatch_keys" and _backend_changed(expr):
             category = "device"
+        elif category == "dispatch_keys" and (autocast := _autocast_changed(expr)):
+            return "autocast", autocast  # before 2.5 autocast shows only as a tensor's dispatch keys
         return category, _local(m.group(1))
     if _DIM_MARK.search(expr):
         m = re.search(rf"\(\s*({_SOURCE})\s*,\s*'_dynamo", expr)
@@ -245,6 +247,18 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
         subject = _local(m.group(1) or m.group(2) or m.group(3))
         return "module_attribute" if m.group(1) else _by_subject(subject), subject
     return "other", ""
+
+
+def _autocast_changed(expr: str) -> str:
+    """``autocast(<device>)_enabled`` (the subject newer torch names) when only Autocast keys differ, else ""."""
+    sets = re.findall(r"DispatchKeySet\(([^)]{0,1000})\)", expr)
+    if len(sets) != 2:
+        return ""
+    expected, actual = ({key.strip() for key in keys.split(",")} for keys in sets)
+    changed = expected ^ actual
+    if not changed or not all(key.startswith("Autocast") for key in changed):
+        return ""
+    return " ".join(sorted(f"autocast({key.removeprefix('Autocast').lower()})_enabled" for key in changed))
 
 
 def _backend_changed(expr: str) -> bool:

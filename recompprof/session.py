@@ -178,12 +178,12 @@ class Session:
                 if _internal._raise:
                     raise
                 continue
-            live = getattr(adapter, "live", True)
+            live, why = getattr(adapter, "live", True), getattr(adapter, "why_off", "")
             if name == "profile_backend" and not adapter.forced_backend:
-                live, adapter.why_off = False, "torch._dynamo.set_stance(force_backend=...) missing; compiles keep the job's backend"
+                live, why = False, adapter.why_not_forced  # adapter.why_off stays the mechanism's own reason
             self.signals[name] = bool(live)
             if not live:
-                self.signals_off[name] = getattr(adapter, "why_off", "") or "unavailable"
+                self.signals_off[name] = why or "unavailable"
             self._undo.append((name, adapter.uninstall))
         info = torch_versions.torch_info()
         self.signals["phase_times"] = info.has("phase_times")
@@ -362,7 +362,7 @@ class Session:
     def _record_compile(self, m: Any) -> None:
         now, step = time.time(), self._steps.step
         compile_id = str(m.compile_id) if m.compile_id is not None else "?"
-        forward = m.is_forward is not False
+        forward = getattr(m, "is_forward", None) is not False  # no is_forward before 2.6: forward records only
         texts: list[str] = []
         if forward:
             frame_id = compile_id.split("/")[0]

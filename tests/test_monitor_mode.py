@@ -9,12 +9,14 @@ import pytest
 import torch
 
 import recompprof
+from recompprof._torch.versions import torch_info
 from recompprof.eventlog import read_file
 from recompprof.events import PHASES, Compile, RecompileLimitHit
 
 pytestmark = pytest.mark.torch_compat
 
 SCALE = 1.0
+LIMIT = torch_info().limit_config_name  # cache_size_limit before 2.7
 
 
 def _train(backend: str, steps: int = 6) -> dict[str, Any]:
@@ -46,8 +48,8 @@ def _train(backend: str, steps: int = 6) -> dict[str, Any]:
         "losses": losses,
         "frames_ok": utils.counters["frames"]["ok"],
         "unique_graphs": utils.counters["stats"]["unique_graphs"],
-        "recompile_limit": torch._dynamo.config.recompile_limit,
-        "accumulated_recompile_limit": torch._dynamo.config.accumulated_recompile_limit,
+        "recompile_limit": getattr(torch._dynamo.config, LIMIT),
+        "accumulated_recompile_limit": getattr(torch._dynamo.config, torch_info().accumulated_limit_config_name),
         "weights": [p.detach().clone() for p in model.parameters()],
     }
 
@@ -106,7 +108,8 @@ def test_monitor_observes_inductor_and_its_phases(tmp_path: Path) -> None:
 
 def test_limit_hit_recorded_without_changing_the_fallback(tmp_path: Path) -> None:
     """A frame past torch's recompile_limit is recorded as a limit hit (limit, value, last reason) and still falls back to eager."""
-    torch._dynamo.config.recompile_limit = 2
+    old = getattr(torch._dynamo.config, LIMIT)
+    setattr(torch._dynamo.config, LIMIT, 2)
     try:
 
         def scaled(x: torch.Tensor, tag: str) -> torch.Tensor:
@@ -124,4 +127,4 @@ def test_limit_hit_recorded_without_changing_the_fallback(tmp_path: Path) -> Non
         snap = session.snapshot()
         assert sum(f.limit_hits["recompile_limit"] for f in snap.frames.values()) == len(hits)
     finally:
-        torch._dynamo.config.recompile_limit = 8
+        setattr(torch._dynamo.config, LIMIT, old)

@@ -20,8 +20,10 @@ def torch_state() -> dict[str, Any]:
     """Everything recompprof may touch in torch, as comparable values."""
     import torch._dynamo.config as dynamo_config
     import torch.optim.optimizer as optimizer_module
-    from torch._dynamo.callback import callback_handler
 
+    # Some of these internals are newer than the oldest supported torch: absent ones compare as None.
+    callback_handler = getattr(getattr(torch._dynamo, "callback", None), "callback_handler", None)
+    recompile_hooks = getattr(torch._dynamo.utils, "get_hook_for_recompile_user_context", lambda: None)
     metrics_logger = logging.getLogger("torch._utils_internal")
     return {
         "dynamo_config": dynamo_config.get_config_copy(),
@@ -30,10 +32,10 @@ def torch_state() -> dict[str, Any]:
         "metrics_logger_handlers": list(metrics_logger.handlers),
         "optimizer_step_post_hooks": dict(optimizer_module._global_optimizer_post_hooks),
         "optimizer_step_pre_hooks": dict(optimizer_module._global_optimizer_pre_hooks),
-        "stance": torch._dynamo.eval_frame._stance,
-        "start_callbacks": list(callback_handler.start_callbacks),
-        "end_callbacks": list(callback_handler.end_callbacks),
-        "recompile_user_context_hooks": list(torch._dynamo.utils.get_hook_for_recompile_user_context() or []),
+        "stance": getattr(torch._dynamo.eval_frame, "_stance", None),
+        "start_callbacks": list(getattr(callback_handler, "start_callbacks", [])),
+        "end_callbacks": list(getattr(callback_handler, "end_callbacks", [])),
+        "recompile_user_context_hooks": list(recompile_hooks() or []),
     }
 
 

@@ -117,10 +117,10 @@ def test_detach_while_another_thread_compiles(tmp_path: Path) -> None:
 
 
 def test_version_gates_follow_the_minimum_table() -> None:
-    """Feature flags come from one table of minimum versions (e.g. CallbackArgs from 2.8, recompile_limit name from 2.7)."""
-    old = versions.TorchInfo("2.6.0", (2, 6))
+    """Feature flags come from one table of minimum versions (e.g. force_backend from 2.6, recompile_limit name from 2.7)."""
+    old = versions.TorchInfo("2.5.1", (2, 5))
     new = versions.TorchInfo("2.13.0", (2, 13))
-    assert not old.has("callback_args") and new.has("callback_args")
+    assert not old.has("force_backend") and new.has("force_backend")
     assert old.limit_config_name == "cache_size_limit" and new.limit_config_name == "recompile_limit"
     assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
 

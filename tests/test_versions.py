@@ -17,6 +17,7 @@ import torch
 
 import recompprof
 from recompprof._torch import versions
+from recompprof.events import Compile
 from recompprof._torch.versions import GATES, Gate, torch_info
 from scenarios import SCENARIOS, run_scenario
 
@@ -60,7 +61,7 @@ def _has_evict_internals() -> bool:
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
     "phase_times": lambda: {"aot_autograd_cumulative_compile_time_us", "inductor_cumulative_compile_time_us"}
-    <= _metrics_fields(),
+    <= _metrics_fields() or {"entire_frame_compile_time_s", "backend_compile_time_s"} <= _metrics_fields(),
     "guard_failures": lambda: hasattr(torch._dynamo.utils, "guard_failures"),
     "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
@@ -128,6 +129,29 @@ def test_profile_mode_reads_its_gates(tmp_path: Path) -> None:
     with _gate_moved("force_backend", FUTURE), recompprof.attach(mode="profile", run_dir=tmp_path) as session:
         pass
     assert session.signals["profile_backend"] is False
+    assert GATES["force_backend"].off in session.signals_off["profile_backend"]
+
+
+def test_profile_mode_sees_every_change_on_this_torch(tmp_path: Path) -> None:
+    """Profile mode records each of 9 changes of a string argument as a python_constant recompile, by the
+    mechanism the table picks for this torch (evict, or the unlimited fallback), and restores the limit."""
+    config = torch._dynamo.config
+    before = getattr(config, INFO.limit_config_name)
+
+    def tagged(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x * len(tag)
+
+    compiled = torch.compile(tagged, backend="eager")
+    with recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        for i in range(10):
+            assert torch.equal(compiled(torch.ones(2), "a" * (i + 1)), torch.full((2,), float(i + 1)))
+    expected = "evict" if INFO.has("profile_evict") and INFO.has("force_backend") else "unlimited"
+    assert session._profile.mechanism == expected
+    recompiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.frame.name == "tagged" and e.is_recompile]
+    assert len(recompiles) == 9
+    explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
+    assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
+    assert getattr(config, INFO.limit_config_name) == before
 
 
 def test_limit_config_names_follow_the_table() -> None:

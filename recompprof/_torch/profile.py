@@ -215,6 +215,7 @@ class ProfileMode:
         self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
         self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
         self.forced_backend = False
+        self.why_not_forced = ""  # why the observer backend could not be forced, if it could not
         self.active = False
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
@@ -251,7 +252,7 @@ class ProfileMode:
             self._set_config(config, limit_name, sys.maxsize)
         self._set_config(config, accumulated_name, sys.maxsize)
 
-        why_no_force = _force_backend_missing()
+        why_no_force = self.why_not_forced = _force_backend_missing()
         if why_no_force:
             log.warning("recompprof: profile mode cannot force its observer backend: %s; compiles keep the "
                         "job's own backend", why_no_force)

@@ -35,8 +35,8 @@ GATES: dict[str, Gate] = {
         (2, 4), "CompilationMetrics passed to torch._utils_internal.log_compilation_event on every compile",
         "no compile events"),
     "phase_times": Gate(
-        (2, 6), "CompilationMetrics.{aot_autograd,inductor,inductor_code_gen}_cumulative_compile_time_us",
-        "each compile's whole duration is reported as dynamo_trace"),
+        (2, 4), "nested per-phase times in CompilationMetrics (*_compile_time_s; *_cumulative_compile_time_us "
+        "and triton_compile_time_us from 2.6, see phases.py)", "each compile's whole duration is reported as dynamo_trace"),
     "guard_failures": Gate(
         (2, 4), "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
         "recompiles carry only CompilationMetrics.recompile_reason"),
@@ -46,7 +46,7 @@ GATES: dict[str, Gate] = {
         "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit"),
     # --- profile mode
     "force_backend": Gate(
-        (2, 6), "torch._dynamo.set_stance(..., force_backend=) and eval_frame._create_wrapped_callback",
+        (2, 6), "torch._dynamo.set_stance(..., force_backend=)",
         "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')"),
     "profile_evict": Gate(
         (2, 7), "per-entry invalidation (_ExtraState.invalidate, DeletedGuardManagerWrapper) and "

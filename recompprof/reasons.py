@@ -91,6 +91,7 @@ _LOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]\n]{0,100}
 _ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
 _MAX_INPUT = 64 * 1024
 _GUARD_HEADER = re.compile(r"guard \d+ failures:")
+_NO_TEXT = "(torch gave no text for this guard failure)"
 
 
 def _clean(text: str, limit: int) -> str:
@@ -346,8 +347,10 @@ def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
         subject = _clean(subject, MAX_SUBJECT)
         shown = _redacted(category, subject, expr) if redact else re.sub(r"(?<!\s)\s{2,}#\s", "  # ", part)
         reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))  # type: ignore[arg-type]
-    if not reasons and text.strip():  # every failing entry yields at least one reason
-        shown = "other guard failed" if redact else text.strip()
+    if not reasons:  # every failing entry yields at least one reason
+        # An empty text is a guard torch could not describe (before 2.8 the backend guard: "0/0: ").
+        said = (body[m.end() :] if m else body).strip() and text.strip()
+        shown = "other guard failed" if redact else said or _NO_TEXT
         reasons.append(Reason(text=_clean(shown, MAX_TEXT), category="other", entry=entry))
     return reasons
 

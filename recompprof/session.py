@@ -186,9 +186,10 @@ class Session:
                 self.signals_off[name] = why or "unavailable"
             self._undo.append((name, adapter.uninstall))
         info = torch_versions.torch_info()
-        self.signals["phase_times"] = info.has("phase_times")
-        if not self.signals["phase_times"]:
-            self.signals_off["phase_times"] = info.why_off("phase_times")
+        for gated in ("phase_times", "recompile_limit_hits", "backward_compiles"):  # parts of CompilationMetrics
+            self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
+            if not self.signals[gated]:
+                self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -60,34 +60,47 @@ setup_venv() {  # $1 version, $2 venv; fills $OUT/<v>/install.log; returns non-z
     "$venv/bin/python" -m pip install -q -e "$ROOT" "pytest>=8" "hypothesis>=6.100" || return 1
 }
 
-run_version() {
-    local v="$1" venv="$VENVS/torch-$v" dir="$OUT/$v" t0 t1 t2 rc_install=0 rc_tests=0
+install_version() {  # $1 version: the venv, with install.log, install.rc and install.s in $OUT/<v>
+    local v="$1" dir="$OUT/$1" t0 rc=0
     mkdir -p "$dir"
     t0=$(date +%s)
-    setup_venv "$v" "$venv" >"$dir/install.log" 2>&1 || rc_install=$?
+    setup_venv "$v" "$VENVS/torch-$v" >"$dir/install.log" 2>&1 || rc=$?
+    echo "$rc" >"$dir/install.rc"
+    echo $(($(date +%s) - t0)) >"$dir/install.s"
+}
+
+test_version() {  # $1 version: probe, recorded reason strings, the torch-facing tests; then run.json
+    local v="$1" venv="$VENVS/torch-$1" dir="$OUT/$1" t1 rc_install rc_tests=0
+    rc_install="$(cat "$dir/install.rc" 2>/dev/null || echo 1)"
     t1=$(date +%s)
-    if [ $rc_install -ne 0 ]; then
+    if [ "$rc_install" -ne 0 ]; then
         log "torch $v: install FAILED (see $dir/install.log)"
         tail -5 "$dir/install.log" >&2
-    elif [ $INSTALL_ONLY -eq 0 ]; then
+    else
         log "torch $v: probing signals, recording reason strings, running pytest -m torch_compat"
         "$venv/bin/python" scripts/compat_probe.py >"$dir/probe.json" 2>"$dir/probe.log" || true
         "$venv/bin/python" tests/fixtures/reasons/record.py --out "$dir" >"$dir/record.log" 2>&1 || true
         # Only the files with torch-facing tests: the others import exporters' packages not installed here.
         "$venv/bin/python" -m pytest -m "torch_compat and not inductor" -q -p no:cacheprovider -o addopts="" -rfEs \
             --junitxml="$dir/junit.xml" $(grep -l "torch_compat" tests/test_*.py) >"$dir/pytest.log" 2>&1 || rc_tests=$?
-        tail -1 "$dir/pytest.log" >&2
+        log "torch $v: $(tail -1 "$dir/pytest.log")"
     fi
-    t2=$(date +%s)
     printf '{"version": "%s", "install_rc": %d, "tests_rc": %d, "install_s": %d, "tests_s": %d}\n' \
-        "$v" "$rc_install" "$rc_tests" $((t1 - t0)) $((t2 - t1)) >"$dir/run.json"
-    if [ $KEEP -eq 0 ]; then
-        rm -rf "$venv"
-    fi
+        "$v" "$rc_install" "$rc_tests" "$(cat "$dir/install.s" 2>/dev/null || echo 0)" $(($(date +%s) - t1)) >"$dir/run.json"
 }
 
-for v in "${versions[@]}"; do
-    run_version "$v"
+# Each next version installs (network-bound) while the current one is tested (CPU-bound): at most two
+# venvs exist at a time.
+install_version "${versions[0]}"
+for i in "${!versions[@]}"; do
+    v="${versions[$i]}" next="${versions[$((i + 1))]:-}" pid=""
+    if [ -n "$next" ]; then
+        install_version "$next" &
+        pid=$!
+    fi
+    [ $INSTALL_ONLY -eq 1 ] || test_version "$v"
+    [ $KEEP -eq 1 ] || rm -rf "$VENVS/torch-$v"
+    [ -z "$pid" ] || wait "$pid"
 done
 [ $INSTALL_ONLY -eq 1 ] && exit 0
 "$PY" scripts/compat_table.py "$OUT" "${versions[@]}" | tee "$OUT/table.md"

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     parse = _versions_module().parse
     header = ["torch", *SIGNALS, "profile", "tests passed/failed/skipped", "install s", "tests s"]
     rows, notes, bad = [], [], []
-    for version in versions:
+    for version in sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())):
         d = out / version
         run, probe = _load(d / "run.json"), _load(d / "probe.json")
         monitor, profile = probe.get("monitor", {}), probe.get("profile", {})

@@ -183,7 +183,7 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
     start = next(iter(read_file(session.event_log_path)))
     assert isinstance(start, SessionStart)
     assert start.signals == {"guard_failures": True, "graph_breaks": True, "optimizer_steps": True, "compile_metrics": True,
-                             "phase_times": True}
+                             "phase_times": True, "recompile_limit_hits": True, "backward_compiles": True}
     assert start.versions["torch"] == torch.__version__
 
 

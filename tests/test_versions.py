@@ -45,6 +45,49 @@ def _has_compilation_metrics() -> bool:
     return callable(getattr(utils_internal, "log_compilation_event", None)) and bool(_metrics_fields())
 
 
+def _metrics_records(job: Callable[[], None]) -> list[object]:
+    """The CompilationMetrics records torch logs while ``job`` runs (read straight from its logger)."""
+    import logging
+
+    records: list[object] = []
+
+    class Take(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if isinstance(record.args, tuple) and record.args and type(record.args[0]).__name__ == "CompilationMetrics":
+                records.append(record.args[0])
+            return False
+
+    logger, take = logging.getLogger("torch._utils_internal"), Take()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addFilter(take)
+    try:
+        torch._dynamo.reset()
+        job()
+    finally:
+        logger.removeFilter(take)
+        logger.setLevel(level)
+        torch._dynamo.reset()
+    return records
+
+
+def _limit_hit_job() -> None:
+    name = INFO.limit_config_name
+    old = getattr(torch._dynamo.config, name)
+    setattr(torch._dynamo.config, name, 1)
+    try:
+        compiled = torch.compile(lambda x, tag: x * len(tag), backend="eager")
+        for tag in ("a", "bb", "ccc"):
+            compiled(torch.ones(2), tag)
+    finally:
+        setattr(torch._dynamo.config, name, old)
+
+
+def _backward_job() -> None:
+    x = torch.ones(2, requires_grad=True)
+    torch.compile(lambda t: (t * 2).sum(), backend="aot_eager")(x).backward()
+
+
 def _has_force_backend() -> bool:
     set_stance = getattr(torch._dynamo, "set_stance", None)
     return set_stance is not None and "force_backend" in inspect.signature(set_stance).parameters
@@ -63,6 +106,9 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "phase_times": lambda: {"aot_autograd_cumulative_compile_time_us", "inductor_cumulative_compile_time_us"}
     <= _metrics_fields() or {"entire_frame_compile_time_s", "backend_compile_time_s"} <= _metrics_fields(),
     "guard_failures": lambda: hasattr(torch._dynamo.utils, "guard_failures"),
+    "recompile_limit_hits": lambda: any("limit" in str(getattr(r, "fail_reason", "") or "").lower()
+                                        for r in _metrics_records(_limit_hit_job)),
+    "backward_compiles": lambda: any(getattr(r, "is_forward", None) is False for r in _metrics_records(_backward_job)),
     "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
     "force_backend": _has_force_backend,
@@ -110,7 +156,8 @@ FUTURE = (99, 0)
 @pytest.mark.parametrize(
     ("gate", "signal"),
     [("compilation_metrics", "compile_metrics"), ("guard_failures", "guard_failures"),
-     ("graph_breaks", "graph_breaks"), ("phase_times", "phase_times")],
+     ("graph_breaks", "graph_breaks"), ("phase_times", "phase_times"),
+     ("recompile_limit_hits", "recompile_limit_hits"), ("backward_compiles", "backward_compiles")],
 )
 def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path) -> None:
     """With a gate moved past the installed torch, attach turns that signal off with the table's reason."""
@@ -166,9 +213,9 @@ def test_limit_config_names_follow_the_table() -> None:
 def test_why_off_names_version_internal_and_fallback() -> None:
     """A gate's off-reason names the installed version, the release that added the internal, and what recompprof does instead."""
     old = versions.TorchInfo("2.5.1", (2, 5))
-    assert not old.has("phase_times") and old.has("compile_id_in_reasons")
-    why = old.why_off("phase_times")
-    assert why.startswith("torch 2.5.1 < 2.6 has no ") and GATES["phase_times"].off in why
+    assert not old.has("force_backend") and old.has("compile_id_in_reasons")
+    why = old.why_off("force_backend")
+    assert why.startswith("torch 2.5.1 < 2.6 has no ") and GATES["force_backend"].off in why
     assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
     assert all(isinstance(g, Gate) and g.since >= versions.SUPPORTED for g in GATES.values())
 

@@ -103,5 +103,15 @@ for i in "${!versions[@]}"; do
     [ -z "$pid" ] || wait "$pid"
 done
 [ $INSTALL_ONLY -eq 1 ] && exit 0
-"$PY" scripts/compat_table.py "$OUT" "${versions[@]}" | tee "$OUT/table.md"
-exit "${PIPESTATUS[0]}"
+"$PY" scripts/compat_table.py "$OUT" "${versions[@]}" >"$OUT/table.md"
+rc=$?
+cat "$OUT/table.md"
+if [ $rc -ne 0 ]; then  # fail loudly: what failed, where the logs are
+    for v in "${versions[@]}"; do
+        if ! grep -q '"install_rc": 0, "tests_rc": 0' "$OUT/$v/run.json" 2>/dev/null; then
+            echo "---- torch $v: $OUT/$v/ (install.log, pytest.log)" >&2
+            grep -E "^(FAILED|ERROR)" "$OUT/$v/pytest.log" >&2 2>/dev/null || tail -20 "$OUT/$v/install.log" >&2
+        fi
+    done
+fi
+exit $rc

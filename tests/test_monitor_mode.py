@@ -75,9 +75,11 @@ def test_monitor_changes_nothing(backend: str, tmp_path: Path) -> None:
     compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
     forward = [c for c in compiles if not c.backward]
     assert len(forward) == with_["frames_ok"]
-    if backend == "aot_eager":  # AOT autograd compiles the backward lazily, as its own record
-        backward = [c for c in compiles if c.backward]
+    backward = [c for c in compiles if c.backward]
+    if backend == "aot_eager" and torch_info().has("backward_compiles"):  # AOT autograd compiles the backward lazily
         assert backward and all(b.frame == forward[0].frame for b in backward)
+    elif backend == "aot_eager":  # older torch logs no record for it, and the session says so
+        assert backward == [] and session.signals["backward_compiles"] is False
 
 
 @pytest.mark.inductor
@@ -121,6 +123,9 @@ def test_limit_hit_recorded_without_changing_the_fallback(tmp_path: Path) -> Non
         assert outputs == [2.0, 4.0, 6.0, 8.0]
         events = list(read_file(session.event_log_path))
         hits = [e for e in events if isinstance(e, RecompileLimitHit)]
+        if not torch_info().has("recompile_limit_hits"):  # older torch logs no record of the hit; the session says so
+            assert hits == [] and session.signals["recompile_limit_hits"] is False
+            return
         assert hits and hits[0].limit == "recompile_limit" and hits[0].value == 2
         assert hits[0].frame.name == "scaled"
         assert hits[0].last_reason is not None and hits[0].last_reason.category == "python_constant"

@@ -244,3 +244,90 @@ def test_live_scenario_matches_declaration(name: str) -> None:
     assert {r.category for r in reasons} == {category}
     if scenario.subject and category == scenario.category:  # "" where some torch versions do not name it
         assert {r.subject for r in reasons} == {scenario.subject}
+
+
+# Identity and type guards, classified by what the guarded object is (issue: type reasons were misfiled).
+@pytest.mark.parametrize(
+    ("text", "category", "subject"),
+    [
+        ("0/0: ___check_obj_id(type(foo).__call__.__code__, 140011), type=<class 'code'>", "object_identity",
+         "type(L['foo']).__call__.__code__"),
+        ("0/0: expected type of 'b' to be a tensor type, ' but found <class 'int'>", "type", "L['b']"),
+        ("0/0: ___check_obj_id(self.training, 9786592), type=<class 'bool'>", "module_attribute", "L['self'].training"),
+        ("0/0: ___check_obj_id(G['FLAG'], 9786592), type=<class 'bool'>", "global", "G['FLAG']"),
+        ("0/0: ___check_obj_id(n, 9786592), type=<class 'int'>", "python_constant", "L['n']"),
+        ("0/0: ___check_obj_id(mask, 9786592), type=<class 'NoneType'>", "python_constant", "L['mask']"),
+        ("0/0: ___check_obj_id(fn, 140011), type=<class 'function'>", "object_identity", "L['fn']"),
+        ("0/0: ___check_obj_id(self.act, 140011), type=<class 'torch.nn.modules.activation.GELU'>", "module_attribute",
+         "L['self'].act"),
+        ("0/0: ___check_obj_id(model, 140011), type=<class 'torch.nn.modules.linear.Linear'>", "object_identity", "L['model']"),
+        # torch 2.4-2.8: no annotation; the subject's shape decides
+        ("___check_obj_id(L['self'].training, 140662072962816)", "module_attribute", "L['self'].training"),
+        ("0/0: ___check_obj_id(L['fn'].__code__, 140659052221568)", "object_identity", "L['fn'].__code__"),
+        ("0/0: ___check_obj_id(G['helper'], 140659052221568)", "global", "G['helper']"),
+    ],
+)
+def test_identity_and_type_guards_classified_by_the_object(text: str, category: str, subject: str) -> None:
+    """An identity guard is classified by what the guarded object is (type annotation, else the subject's shape),
+    never as symbolic_shape because of the '<' in '<class ...>'; a tensor-type expectation is a type change."""
+    [reason] = parse_guard_failure(text)
+    assert (reason.category, reason.subject) == (category, subject)
+
+
+def test_identity_guard_on_a_singleton_id_resolves_in_process() -> None:
+    """On 2.6-style text (no annotation) the id of True/False/None/a small int names the value in this process:
+    a bool argument is a python_constant, a bool module flag a module_attribute, an unknown id an object_identity."""
+    assert [(r.category, r.subject) for r in parse_guard_failure(f"0/0: ___check_obj_id(L['flag'], {id(True)})")] == [
+        ("python_constant", "L['flag']")]
+    assert parse_guard_failure(f"0/0: ___check_obj_id(L['self'].use_bias, {id(False)})")[0].category == "module_attribute"
+    assert parse_guard_failure(f"0/0: ___check_obj_id(G['MODE'], {id(None)})")[0].category == "global"
+    assert parse_guard_failure("0/0: ___check_obj_id(L['flag'], 12345)")[0].category == "object_identity"
+
+
+def test_kinds_resolved_in_process_decide_identity_guards() -> None:
+    """kinds (subject -> type name of the live object) decides python_constant / global / module_attribute /
+    object_identity / type, the cache keeps answers for different kinds apart, and any mapping type is accepted."""
+    text = "0/0: ___check_obj_id(L['x'], 140011)"
+    assert parse_guard_failure(text)[0].category == "object_identity"
+    assert parse_guard_failure(text, kinds={"L['x']": "bool"})[0].category == "python_constant"
+    assert parse_guard_failure(text, kinds={"L['x']": "function"})[0].category == "object_identity"
+    assert parse_guard_failure(text, kinds={"L['other']": "bool"})[0].category == "object_identity"
+    assert parse_guard_failure("0/0: ___check_obj_id(G['x'], 1)", kinds={"G['x']": "float"})[0].category == "global"
+    assert parse_guard_failure("0/0: ___check_obj_id(L['self'].act, 1)", kinds={"L['self'].act": "GELU"})[0].category == (
+        "module_attribute")
+    assert parse_guard_failure("0/0: ___check_obj_id(L['self'].act, 1)", kinds={"L['self'].act": "function"})[0].category == (
+        "object_identity")
+    # the kind changed between calls: None at compile time, a tensor now
+    none_then = "0/0: ___check_obj_id(mask, 9786592), type=<class 'NoneType'>"
+    assert [(r.category, r.subject) for r in parse_guard_failure(none_then, kinds={"L['mask']": "Tensor"})] == [
+        ("type", "L['mask']")]
+    assert parse_guard_failure(none_then, kinds={"L['mask']": "NoneType"})[0].category == "python_constant"
+    assert parse_guard_failure(none_then)[0].category == "python_constant"
+
+
+def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the parser raises under tests and, in production, is counted as an internal error while the
+    parser still returns an 'other' reason, None, or [] (it never raises into torch)."""
+    from recompprof import _internal, reasons
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(reasons, "_classify", broken)
+    monkeypatch.setattr(reasons, "_log_item", broken)
+    monkeypatch.setattr(reasons, "_FILE_LINE", type("Broken", (), {"findall": staticmethod(broken)})())
+    text = "0/0: a never-seen reason text for this test\nUser stack trace:\n  File \"a.py\", line 3, in f"
+    with pytest.raises(RuntimeError, match="parser bug"):
+        parse_guard_failure(text)
+    with pytest.raises(RuntimeError, match="parser bug"):
+        user_location(text)
+    with pytest.raises(RuntimeError, match="parser bug"):
+        parse_recompiles_log("Recompiling function f\n    - 0/0: x == 1")
+    _internal.raise_internal_errors(False)
+    assert [(r.category, r.text) for r in parse_guard_failure(text + " (production)")] == [
+        ("other", "<unparseable guard failure>")]
+    assert user_location(text) is None
+    assert parse_recompiles_log("Recompiling function f\n    - 0/0: x == 1") == []
+    # each counted twice: once raised (test mode), once swallowed (production)
+    assert {k: v for k, v in _internal.counts().items() if k.startswith("reasons.")} == {
+        "reasons.parse": 2, "reasons.user_location": 2, "reasons.recompiles_log": 2}

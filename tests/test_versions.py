@@ -238,3 +238,10 @@ def test_pyproject_torch_range_matches_supported() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     floor = ".".join(map(str, versions.SUPPORTED))
     assert f'torch = ["torch>={floor}"]' in text
+
+
+def test_docs_list_every_gate_with_its_version() -> None:
+    """docs/compatibility.md lists each gate of the table with the release it starts at."""
+    text = (ROOT / "docs" / "compatibility.md").read_text()
+    for name, gate in GATES.items():
+        assert f"| `{name}` | {gate.since[0]}.{gate.since[1]} |" in text, name

@@ -8,6 +8,8 @@
 #   scripts/compat.sh 2.6.0 2.15.0        # some versions
 #   --keep            keep each venv (default: removed after its run; each is ~5 GB)
 #   --install-only    only create the venvs (implies --keep); a later run reuses them
+#   --no-prefetch     install each version only when its turn comes (one venv at a time; default: the
+#                     next version installs while the current one is tested, two venvs at a time)
 #   --out DIR         results: per-version JSON, junit XML, recorded reason strings, table.md
 #                     (default: compat-results/)
 #   COMPAT_VENVS=DIR  where the venvs go (default: .compat-venvs/)
@@ -22,14 +24,16 @@ VENVS="${COMPAT_VENVS:-$ROOT/.compat-venvs}"
 OUT="$ROOT/compat-results"
 KEEP=0
 INSTALL_ONLY=0
+PREFETCH=1
 versions=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --keep) KEEP=1 ;;
         --install-only) INSTALL_ONLY=1; KEEP=1 ;;
+        --no-prefetch) PREFETCH=0 ;;
         --out) OUT="$2"; shift ;;
         --out=*) OUT="${1#--out=}" ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         -*) echo "compat.sh: unknown option $1" >&2; exit 2 ;;
         *) versions+=("$1") ;;
     esac
@@ -46,17 +50,17 @@ installed_torch() {  # the torch version a venv holds, or nothing
     "$1/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null
 }
 
-setup_venv() {  # $1 version, $2 venv; fills $OUT/<v>/install.log; returns non-zero on failure
+setup_venv() {  # $1 version, $2 venv; returns non-zero on failure
     local v="$1" venv="$2"
     if [ -x "$venv/bin/python" ] && [ "$(installed_torch "$venv")" = "$v" ]; then
         log "torch $v: reusing $venv"
-        return 0
+    else
+        rm -rf "$venv"
+        "$PY" -m venv "$venv" || return 1
+        log "torch $v: installing from the registry into $venv"
+        "$venv/bin/python" -m pip install -q "torch==$v" || return 1
     fi
-    rm -rf "$venv"
-    "$PY" -m venv "$venv" || return 1
-    log "torch $v: installing from the registry into $venv"
-    "$venv/bin/python" -m pip install -q "torch==$v" || return 1
-    # recompprof and what the torch-facing tests import; torch is already satisfied.
+    # recompprof (from this checkout) and what the torch-facing tests import; torch is already satisfied.
     "$venv/bin/python" -m pip install -q -e "$ROOT" "pytest>=8" "hypothesis>=6.100" || return 1
 }
 
@@ -85,8 +89,9 @@ test_version() {  # $1 version: probe, recorded reason strings, the torch-facing
             --junitxml="$dir/junit.xml" $(grep -l "torch_compat" tests/test_*.py) >"$dir/pytest.log" 2>&1 || rc_tests=$?
         log "torch $v: $(tail -1 "$dir/pytest.log")"
     fi
-    printf '{"version": "%s", "install_rc": %d, "tests_rc": %d, "install_s": %d, "tests_s": %d}\n' \
-        "$v" "$rc_install" "$rc_tests" "$(cat "$dir/install.s" 2>/dev/null || echo 0)" $(($(date +%s) - t1)) >"$dir/run.json"
+    printf '{"version": "%s", "install_rc": %d, "tests_rc": %d, "install_s": %d, "tests_s": %d, "commit": "%s"}\n' \
+        "$v" "$rc_install" "$rc_tests" "$(cat "$dir/install.s" 2>/dev/null || echo 0)" $(($(date +%s) - t1)) \
+        "$(git -C "$ROOT" describe --always --dirty 2>/dev/null)" >"$dir/run.json"
 }
 
 # Each next version installs (network-bound) while the current one is tested (CPU-bound): at most two
@@ -94,7 +99,10 @@ test_version() {  # $1 version: probe, recorded reason strings, the torch-facing
 install_version "${versions[0]}"
 for i in "${!versions[@]}"; do
     v="${versions[$i]}" next="${versions[$((i + 1))]:-}" pid=""
-    if [ -n "$next" ]; then
+    if [ $i -gt 0 ] && [ $PREFETCH -eq 0 ]; then
+        install_version "$v"
+    fi
+    if [ -n "$next" ] && [ $PREFETCH -eq 1 ]; then
         install_version "$next" &
         pid=$!
     fi

@@ -50,10 +50,11 @@ def main(argv: list[str]) -> int:
     supported = _versions_module().SUPPORTED
     parse = _versions_module().parse
     header = ["torch", *SIGNALS, "profile", "tests passed/failed/skipped", "install s", "tests s"]
-    rows, notes, bad = [], [], []
+    rows, notes, bad, commits = [], [], [], set()
     for version in sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())):
         d = out / version
         run, probe = _load(d / "run.json"), _load(d / "probe.json")
+        commits.add(run.get("commit") or "?")
         monitor, profile = probe.get("monitor", {}), probe.get("profile", {})
         signals = monitor.get("signals", {})
         cells = [probe.get("torch", version)]
@@ -81,7 +82,8 @@ def main(argv: list[str]) -> int:
         if failed and parse(version) >= supported:
             bad.append(version)
     lines = [f"torch compatibility matrix, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-             f"Python {sys.version.split()[0]}; supported: torch >= {'.'.join(map(str, supported))}", "",
+             f"Python {sys.version.split()[0]}, recompprof {', '.join(sorted(commits))}; "
+             f"supported: torch >= {'.'.join(map(str, supported))}", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if notes:

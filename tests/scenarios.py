@@ -377,7 +377,7 @@ def _make_class() -> type:
 
 
 @_scenario("invalidated", "invalidated_fn", "L['cfg']", in_guard_failures=False, older=(
-    Older((2, 5), None, "torch < 2.5 drops an invalidated entry without a recompile or a reason", recompiles=0, logged=False),
+    Older((2, 6), None, "torch < 2.6 drops an invalidated entry without a recompile or a reason", recompiles=0, logged=False),
     Older((2, 7), None, "torch < 2.7 logs the invalidated entry but records no reason (no CompilationMetrics.recompile_reason)"),
 ))
 def scenario_invalidated(compile: Compile) -> None:

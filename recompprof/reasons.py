@@ -7,7 +7,7 @@ unknown text becomes the ``other`` category; a bug of ours is an internal error 
 counted and logged in production, raised under tests) and the text still yields an ``other`` reason.
 
 Identity guards (``___check_obj_id(subject, id)``) say nothing about *what* changed, so they are
-classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.9+),
+classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.11+),
 from the id when it is one of this interpreter's singletons (True, False, None, small ints: how 2.6
 guards module flags and bools), or from ``kinds`` (types resolved in the live process by the caller);
 then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__`` an object).
@@ -58,7 +58,9 @@ _FILE_LINE = re.compile(r'File "([^"\n]{1,1000})", line (\d{1,9})')
 _SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
 _TENSOR = re.compile(r"tensor '(.{1,300}?)' ([a-z_ ]{1,30}?) mismatch")
 # The subject may itself be a call (type(L['m']).__call__.__code__): everything up to the trailing ", <id>)".
-_CHECK = re.compile(r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)(?:,\s*type=<class '([^'\n]{1,300})'>)?")
+# torch 2.10 annotates with the object's repr ("type=<code object f at 0x...>"), later with its type.
+_CHECK = re.compile(r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)"
+                    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b))?")
 _TYPE_OF = re.compile(r"^type\(\s*(.{1,400}?)\s*\)(.*)$")
 _EXPECTED_TYPE = re.compile(r"expected type of '([^'\n]{1,300})' to be a[n]? ([\w. ]{1,100}?) type\W+but found (<class '[^'\n]{1,300}'>|\S{1,300})")
 _CLASS_ANNOTATION = re.compile(r"<class '[^'\n]{0,300}'>")
@@ -228,7 +230,7 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
         subject = _subject_of_check(m.group(2))
         if m.group(1) == "type":
             return "type", subject
-        return _identity_category(subject, m.group(4) or _singleton_kind(m.group(3)), kinds.get(subject)), subject
+        return _identity_category(subject, m.group(4) or m.group(5) or _singleton_kind(m.group(3)), kinds.get(subject)), subject
     if m := _LEN.search(expr):
         return "container_length", _local(m.group(1))
     if m := _KEYS.search(expr):

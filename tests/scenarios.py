@@ -35,6 +35,8 @@ class Older:
     why: str
     recompiles: int | None = None  # None: as declared
     logged: bool = True  # torch logs the recompile under TORCH_LOGS=recompiles
+    subject: str | None = None  # None: as declared
+    since: tuple[int, int] = (0, 0)  # applies from this version up to (not including) ``version``
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,11 @@ class Scenario:
     subject: str
     # invalidated entries never reach guard_failures (torch returns before appending); only the log has them
     in_guard_failures: bool = True
-    older: tuple[Older, ...] = ()  # oldest first: the first whose version is above the running torch applies
+    older: tuple[Older, ...] = ()  # oldest first: the first whose range holds the running torch applies
 
     def on(self, version: tuple[int, int]) -> Older | None:
         """The degraded outcome on torch ``version``, or None where the declaration above holds."""
-        return next((o for o in self.older if version < o.version), None)
+        return next((o for o in self.older if o.since <= version < o.version), None)
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -310,7 +312,9 @@ def scenario_grad_mode(compile: Compile) -> None:
         f(torch.ones(2))
 
 
-@_scenario("autocast", "autocast_fn", "autocast(cpu)_enabled")
+@_scenario("autocast", "autocast_fn", "autocast(cpu)_enabled", older=(
+    Older((2, 11), "autocast", "torch 2.7-2.10 write 'GLOBAL_STATE changed: autocast' without the device",
+          subject="autocast", since=(2, 7)),))
 def scenario_autocast(compile: Compile) -> None:
     def autocast_fn(x: torch.Tensor) -> torch.Tensor:
         return x * 2
@@ -358,7 +362,7 @@ def scenario_mark_dynamic(compile: Compile) -> None:
 
 
 @_scenario("backend_mismatch", "backend_fn", "", older=(
-    Older((2, 7), "other", "torch < 2.7 writes no text for a failed backend guard: the reason is empty"),))
+    Older((2, 10), "other", "torch < 2.10 writes no text for a failed backend guard: the reason is empty"),))
 def scenario_backend_mismatch(compile: Compile) -> None:
     """Ignores ``compile``: the point is a backend callable created anew for each torch.compile."""
 

@@ -85,6 +85,8 @@ def evict_mechanism_missing() -> str:
             c_eval_frame, "_debug_get_cache_entry_list", None),
         "torch._C._dynamo.eval_frame._ExtraState.invalidate": getattr(
             getattr(c_eval_frame, "_ExtraState", None), "invalidate", None),
+        "torch._C._dynamo.eval_frame._CacheEntry.backend": getattr(
+            getattr(c_eval_frame, "_CacheEntry", None), "backend", None),
         "torch._dynamo.guards.DeletedGuardManagerWrapper": getattr(guards, "DeletedGuardManagerWrapper", None),
         "torch._dynamo.guards.get_guard_fail_reason_helper": getattr(guards, "get_guard_fail_reason_helper", None),
         "torch._dynamo.cache_size._has_same_id_matched_objs": getattr(cache_size, "_has_same_id_matched_objs", None),

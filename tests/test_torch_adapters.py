@@ -142,6 +142,11 @@ def test_version_gates_follow_the_minimum_table() -> None:
             dict(dynamo_trace=0.0, aot_autograd=0.006667, inductor_lowering=0.044037, code_gen=0.228236,
                  kernel_compile=1.008037, other=0.0),
         ),
+        (  # torch 2.4/2.5 field names (seconds, no duration_us, no kernel compile field); constructed values
+            dict(compile_id="0/0", entire_frame_compile_time_s=2.5, backend_compile_time_s=2.0,
+                 inductor_compile_time_s=1.5, code_gen_time_s=1.0),
+            dict(dynamo_trace=0.5, aot_autograd=0.5, inductor_lowering=0.5, code_gen=1.0, kernel_compile=0.0, other=0.0),
+        ),
         (  # eager backend: no Inductor fields at all
             dict(is_forward=True, duration_us=29783, dynamo_cumulative_compile_time_us=29783,
                  aot_autograd_cumulative_compile_time_us=156),

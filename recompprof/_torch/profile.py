@@ -320,6 +320,11 @@ class ProfileMode:
 
         self._undo.append(restore)
 
+    def _observed(self, entry: Any) -> bool:
+        """Was this cache entry compiled by the observer? Before 2.10 entries do not name their backend:
+        then assume so (while the stance is forced, every compile goes to the observer)."""
+        return getattr(entry, "backend", self.observer) is self.observer
+
     def _is_ours(self, compiler_fn: Any) -> bool:
         for _ in range(8):
             if compiler_fn is self.observer:
@@ -383,7 +388,7 @@ class ProfileMode:
             return
         code = frame.f_code
         live = 1 + sum(1 for entry in _region_entries(code)  # + the entry Dynamo installs on return
-                       if not _is_dead(entry) and entry.backend is self.observer)
+                       if not _is_dead(entry) and self._observed(entry))
         stats = self._frame(code)
         with self._lock:
             self._traces += 1
@@ -431,7 +436,7 @@ class ProfileMode:
                         c_eval_frame.reset_code(code)
                         continue
                     for entry in _region_entries(code):
-                        if not _is_dead(entry) and entry.backend is self.observer:
+                        if not _is_dead(entry) and self._observed(entry):
                             _invalidate(entry, f"Cache line {_RETIRED_MARK}")
         for ref in self._uncounted:
             manager = ref()

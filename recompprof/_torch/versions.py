@@ -55,7 +55,7 @@ GATES: dict[str, Gate] = {
         (2, 6), "torch._dynamo.set_stance(..., force_backend=)",
         "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')"),
     "profile_evict": Gate(
-        (2, 9), "cache entries that name their backend (_CacheEntry.backend), per-entry invalidation "
+        (2, 10), "cache entries that name their backend (_CacheEntry.backend), per-entry invalidation "
         "(_ExtraState.invalidate) and eval_frame._create_wrapped_callback, which profile mode's evict mechanism needs",
         "profile mode lifts the recompile limit instead (mechanism 'unlimited')"),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
@@ -65,7 +65,7 @@ GATES: dict[str, Gate] = {
     "user_stack_in_reasons": Gate(
         (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"),
     "type_in_identity_reasons": Gate(
-        (2, 11), "___check_obj_id(...) reasons annotated with type=<class '...'>",
+        (2, 12), "___check_obj_id(...) reasons annotated with type=<class '...'>",
         "identity guards are classified by the id (True/False/None/small ints) and by the subject's shape"),
 }
 

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SIGNALS = ("compile_metrics", "phase_times", "guard_failures", "graph_breaks", "optimizer_steps")
+SIGNALS = ("compile_metrics", "phase_times", "guard_failures", "graph_breaks", "recompile_limit_hits", "backward_compiles",
+           "optimizer_steps")
 
 
 def _versions_module() -> Any:
     # Loaded by path: this runs outside any venv, without torch or recompprof's dependencies.
     spec = importlib.util.spec_from_file_location("_versions", ROOT / "recompprof" / "_torch" / "versions.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
@@ -47,14 +49,13 @@ def _junit(path: Path) -> tuple[int, int, int] | None:
 
 def main(argv: list[str]) -> int:
     out, versions = Path(argv[0]), argv[1:]
-    supported = _versions_module().SUPPORTED
-    parse = _versions_module().parse
-    header = ["torch", *SIGNALS, "profile", "tests passed/failed/skipped", "install s", "tests s"]
-    rows, notes, bad, commits = [], [], [], set()
+    versions_module = _versions_module()
+    supported, parse = versions_module.SUPPORTED, versions_module.parse
+    header = ["torch", *SIGNALS, "profile", "tests passed/failed/skipped", "install s", "tests s", "recompprof"]
+    rows, notes, bad = [], [], []
     for version in sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())):
         d = out / version
         run, probe = _load(d / "run.json"), _load(d / "probe.json")
-        commits.add(run.get("commit") or "?")
         monitor, profile = probe.get("monitor", {}), probe.get("profile", {})
         signals = monitor.get("signals", {})
         cells = [probe.get("torch", version)]
@@ -76,13 +77,13 @@ def main(argv: list[str]) -> int:
             cells.append("no test results")
         else:
             cells.append("%d / %d / %d" % counts)
-        cells += [str(run.get("install_s", "?")), str(run.get("tests_s", "?"))]
+        cells += [str(run.get("install_s", "?")), str(run.get("tests_s", "?")), run.get("commit") or "?"]
         rows.append(cells)
         failed = bool(run.get("install_rc")) or counts is None or counts[1] > 0 or run.get("tests_rc") not in (0, None)
         if failed and parse(version) >= supported:
             bad.append(version)
     lines = [f"torch compatibility matrix, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-             f"Python {sys.version.split()[0]}, recompprof {', '.join(sorted(commits))}; "
+             f"Python {sys.version.split()[0]}; "
              f"supported: torch >= {'.'.join(map(str, supported))}", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

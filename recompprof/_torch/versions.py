@@ -38,7 +38,7 @@ GATES: dict[str, Gate] = {
         (2, 4), "nested per-phase times in CompilationMetrics (*_compile_time_s; *_cumulative_compile_time_us "
         "and triton_compile_time_us from 2.6, see phases.py)", "each compile's whole duration is reported as dynamo_trace"),
     "recompile_limit_hits": Gate(
-        (2, 6), "a CompilationMetrics record (fail_reason '<limit> reached') for a frame stopped by the recompile limit",
+        (2, 6), "CompilationMetrics records (fail_reason '<limit> reached') for frames stopped by the recompile limit",
         "recompile-limit hits are not recorded (torch only logs a warning)"),
     "backward_compiles": Gate(
         (2, 6), "CompilationMetrics records for lazily compiled backward graphs (is_forward=False)",

@@ -17,8 +17,8 @@ import torch
 
 import recompprof
 from recompprof._torch import versions
-from recompprof.events import Compile
 from recompprof._torch.versions import GATES, Gate, torch_info
+from recompprof.events import Compile
 from scenarios import SCENARIOS, run_scenario
 
 pytestmark = pytest.mark.torch_compat

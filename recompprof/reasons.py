@@ -7,8 +7,8 @@ unknown text becomes the ``other`` category; a bug of ours is an internal error 
 counted and logged in production, raised under tests) and the text still yields an ``other`` reason.
 
 Identity guards (``___check_obj_id(subject, id)``) say nothing about *what* changed, so they are
-classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.12+;
-2.10-2.11 annotate with the object's repr, ``type=<code object ...>``),
+classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.13+;
+2.10-2.12 annotate with the object's repr, ``type=<code object ...>``),
 from the id when it is one of this interpreter's singletons (True, False, None, small ints: how 2.6
 guards module flags and bools), or from ``kinds`` (types resolved in the live process by the caller);
 then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__`` an object).

@@ -65,7 +65,7 @@ GATES: dict[str, Gate] = {
     "user_stack_in_reasons": Gate(
         (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"),
     "type_in_identity_reasons": Gate(
-        (2, 12), "___check_obj_id(...) reasons annotated with type=<class '...'>",
+        (2, 13), "___check_obj_id(...) reasons annotated with type=<class '...'>",
         "identity guards are classified by the id (True/False/None/small ints) and by the subject's shape"),
 }
 

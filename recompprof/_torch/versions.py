@@ -55,8 +55,8 @@ GATES: dict[str, Gate] = {
         (2, 6), "torch._dynamo.set_stance(..., force_backend=)",
         "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')"),
     "profile_evict": Gate(
-        (2, 10), "cache entries that name their backend (_CacheEntry.backend), per-entry invalidation "
-        "(_ExtraState.invalidate) and eval_frame._create_wrapped_callback, which profile mode's evict mechanism needs",
+        (2, 10), "cache entries that name their backend (_CacheEntry.backend; profile mode's evict mechanism also "
+        "needs _ExtraState.invalidate, DeletedGuardManagerWrapper and eval_frame._create_wrapped_callback)",
         "profile mode lifts the recompile limit instead (mechanism 'unlimited')"),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
     "compile_id_in_reasons": Gate(

@@ -19,6 +19,8 @@ from recompprof.reasons import clean_text, parse_guard_failure
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
+_REACHED = re.compile(r"^((?:accumulated_)?(?:cache_size|recompile)_limit) reached")
+_CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
 _LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
 NO_REASON = "Unable to find recompilation reasons"
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
@@ -35,11 +37,12 @@ def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str,
     """``(limit name, its value)`` if record ``m`` is a recompile-limit hit, else None.
 
     A hit either falls back to eager (``fail_reason`` is torch's "recompile limit exceeded … Limit type:
-    …" text) or raises ``FailOnRecompileLimitHit``, whose message names no limit: then it is the
-    accumulated limit when the frame's compile count reached it, else the per-frame limit (torch's own
-    order of checks). ``limits`` are the configured values, for hits whose text names none.
+    …" text, "<limit> reached" on 2.5-2.7) or raises ``FailOnRecompileLimitHit``, whose message names no
+    limit: then it is the accumulated limit when the frame's compile count reached it, else the
+    per-frame limit (torch's own order of checks). ``limits`` are the configured values, for hits whose
+    text names none.
     """
-    fail_reason, fail_type = getattr(m, "fail_reason", None), getattr(m, "fail_type", None)
+    fail_reason, fail_type = getattr(m, "fail_reason", None), _fail_type(getattr(m, "fail_type", None) or "")
     limits = limits or {}
     if fail_type in _RAISING_LIMIT_HITS:
         accumulated = limits.get("accumulated_recompile_limit")
@@ -47,9 +50,15 @@ def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str,
         name = ("accumulated_recompile_limit" if accumulated is not None and frame_compile is not None
                 and frame_compile >= accumulated else "recompile_limit")
         return name, limits.get(name)
-    if not fail_reason or "recompile limit exceeded" not in str(fail_reason).lower():
+    if not fail_reason:
         return None
     text = str(fail_reason)
+    if reached := _REACHED.search(text):  # torch 2.5-2.7: "cache_size_limit reached"; the value is not in it
+        name = _LIMIT_ALIASES.get(reached.group(1), reached.group(1))
+        name = name if name in LIMITS else "recompile_limit"
+        return name, limits.get(name)
+    if "recompile limit exceeded" not in text.lower():
+        return None
     match = _LIMIT.search(text)
     name = _LIMIT_ALIASES.get(match.group(1), match.group(1)) if match else "recompile_limit"
     name = name if name in LIMITS else "recompile_limit"
@@ -148,6 +157,13 @@ class ReasonExplainer:
         return kept, dict(omitted)
 
 
+def _fail_type(value: Any) -> str:
+    """The exception's class name; torch before 2.5 records ``str(type(exc))``, "<class 'torch._dynamo.exc.X'>"."""
+    text = clean_text(value, 200)
+    match = _CLASS_REPR.fullmatch(text.strip())
+    return match.group(1) if match else text
+
+
 def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
     """The reason texts of a compile: torch's per-entry list, else its single ``recompile_reason``."""
     if from_guard_failures:
@@ -179,7 +195,7 @@ def compile_events(
         is_recompile=forward and (bool(getattr(m, "cache_size", None)) or bool(reasons)),
         cache_entries=getattr(m, "cache_size", None),
         outcome="limit_hit" if hit else ("failed" if getattr(m, "fail_type", None) else "ok"),
-        fail_type=clean_text(m.fail_type, 200) if getattr(m, "fail_type", None) else None,
+        fail_type=_fail_type(m.fail_type) if getattr(m, "fail_type", None) else None,
         fail_reason=None if redact or not fail_reason else clean_text(fail_reason),
         reasons=reasons,
         reasons_omitted=omitted,

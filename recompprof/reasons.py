@@ -2,15 +2,25 @@
 
 Torch reports one string per failing cache entry. Its shape changed over releases: no compile-id
 prefix in 2.4 (several reasons joined by newlines), a ``"0/1: "`` prefix with ``"; "``-joined reasons
-from 2.5, and a ``"User stack trace:"`` block appended from 2.11. Everything here is pure string work
-and never raises: torch's wording is not an API, so unknown text becomes the ``other`` category.
+from 2.5, and a ``"User stack trace:"`` block appended from 2.11. Torch's wording is not an API, so
+unknown text becomes the ``other`` category; a bug of ours is an internal error (``recompprof._internal``:
+counted and logged in production, raised under tests) and the text still yields an ``other`` reason.
+
+Identity guards (``___check_obj_id(subject, id)``) say nothing about *what* changed, so they are
+classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.13+;
+2.10-2.12 annotate with the object's repr, ``type=<code object ...>``),
+from the id when it is one of this interpreter's singletons (True, False, None, small ints: how 2.6
+guards module flags and bools), or from ``kinds`` (types resolved in the live process by the caller);
+then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__`` an object).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 
+from recompprof import _internal
 from recompprof.events import MAX_SUBJECT, MAX_TEXT, Reason
 
 __all__ = ["FIX_HINTS", "clean_text", "graph_break_text", "parse_guard_failure", "parse_recompiles_log", "user_location"]
@@ -48,7 +58,13 @@ _FILE_LINE = re.compile(r'File "([^"\n]{1,1000})", line (\d{1,9})')
 # A guarded source: L['x'], G['x'], x, self; then attributes, subscripts and calls like .size()[0].
 _SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
 _TENSOR = re.compile(r"tensor '(.{1,300}?)' ([a-z_ ]{1,30}?) mismatch")
-_CHECK = re.compile(rf"___check_(obj|type)_id\(\s*({_SOURCE})\s*,\s*-?\d+\)(?:,\s*type=(<[^>\n]{{0,300}}>))?")
+# The subject may itself be a call (type(L['m']).__call__.__code__): everything up to the trailing ", <id>)".
+# torch 2.10 annotates with the object's repr ("type=<code object f at 0x...>"), later with its type.
+_CHECK = re.compile(r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)"
+                    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b))?")
+_TYPE_OF = re.compile(r"^type\(\s*(.{1,400}?)\s*\)(.*)$")
+_EXPECTED_TYPE = re.compile(r"expected type of '([^'\n]{1,300})' to be a[n]? ([\w. ]{1,100}?) type\W+but found (<class '[^'\n]{1,300}'>|\S{1,300})")
+_CLASS_ANNOTATION = re.compile(r"<class '[^'\n]{0,300}'>")
 _LEN = re.compile(rf"(?:len|___tuple_iterator_len)\(\s*({_SOURCE})\s*\)")
 _KEYS = re.compile(rf"(?:list\(dict\.keys\(\s*({_SOURCE})\s*\)\)|list\(\s*({_SOURCE})\.keys\(\)\s*\))")
 _CONTAINS = re.compile(rf"___dict_contains\([^,\n]{{0,200}},\s*({_SOURCE})\)")
@@ -59,7 +75,13 @@ _VALUE = re.compile(
 )
 _DEALLOC = re.compile(rf"because\s+({_SOURCE})\s+got deallocated")
 _DUPLICATE = re.compile(r"Duplicate tensors? found:?\s*(.*)")
-_SCALAR_TYPES = re.compile(r"<class '(?:bool|int|float|str|bytes|complex|NoneType|torch\.(?:dtype|device|layout|memory_format))'>|enum", re.I)
+# What an identity-guarded object is, by its type's name (the last dotted part of torch's annotation).
+_SCALAR_KINDS = frozenset({"bool", "int", "float", "str", "bytes", "complex", "NoneType", "dtype", "device",
+                           "layout", "memory_format", "qscheme", "SymInt", "SymFloat", "SymBool", "ellipsis"})
+_CODE_KINDS = frozenset({"function", "code", "method", "builtin_function_or_method", "method-wrapper",
+                         "wrapper_descriptor", "method_descriptor", "classmethod", "staticmethod", "partial",
+                         "module", "type", "cell", "frame", "OpOverload", "OpOverloadPacket"})
+_DUNDER_TAIL = re.compile(r"\.__\w+__$")
 _GUARD_START = re.compile(rf"(?:tensor '|Tensor device|___|GLOBAL_STATE|len\(|list\(|not |hasattr\(|Duplicate|Cache line|BACKEND_MATCH|\d|\(|[A-Z][a-z]*\(|{_SOURCE}\s*(?:==|!=|is\b|<|>))")
 _COMMENT = re.compile(r"(?<!\s)\s+#\s")  # the lookbehind keeps long blank runs linear
 _NOT_LOCAL = {"G", "L", "torch", "utils_device", "dict", "list", "len", "type", "not", "Eq", "Ne", "True", "False", "None"}
@@ -72,6 +94,7 @@ _LOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]\n]{0,100}
 _ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
 _MAX_INPUT = 64 * 1024
 _GUARD_HEADER = re.compile(r"guard \d+ failures:")
+_NO_TEXT = "(torch gave no text for this guard failure)"
 
 
 def _clean(text: str, limit: int) -> str:
@@ -119,7 +142,62 @@ def _by_subject(subject: str) -> str:
     return "python_constant"
 
 
-def _classify(expr: str) -> tuple[str, str]:
+def _subject_of_check(raw: str) -> str:
+    """The guarded subject in normalised form; ``type(x).attr`` stays a call on the normalised ``x``."""
+    m = _TYPE_OF.match(raw)
+    if m:
+        return f"type({_local(m.group(1))}){m.group(2)}"
+    return _local(raw)
+
+
+@functools.lru_cache(maxsize=1)
+def _singletons() -> dict[int, str]:
+    # Objects at fixed addresses for the interpreter's lifetime: the id names the value exactly here.
+    return {id(obj): type(obj).__name__ for obj in (True, False, None, Ellipsis, *range(-5, 257))}
+
+
+def _singleton_kind(object_id: str) -> str | None:
+    try:
+        return _singletons().get(int(object_id))
+    except ValueError:
+        return None
+
+
+def _kind_group(kind: str) -> str:
+    name = kind.rsplit(".", 1)[-1]
+    if name in _SCALAR_KINDS or name.endswith("Enum"):
+        return "scalar"
+    return "code" if name in _CODE_KINDS else "object"
+
+
+def _identity_category(subject: str, expected: str | None, current: str | None) -> str:
+    """Category of a failed ``___check_obj_id`` guard from what the guarded object is.
+
+    ``expected`` is the kind torch guarded (its annotation, or a singleton's id), ``current`` the kind
+    the live object has now (``kinds``); a kind that changed between calls is a ``type`` change.
+    """
+    if expected and current and expected.rsplit(".", 1)[-1] != current.rsplit(".", 1)[-1]:
+        if not (_kind_group(expected) == _kind_group(current) == "scalar"):
+            return "type"
+    kind = current or expected
+    root = _ROOT.match(subject)
+    attribute = bool(re.search(r"\.\w", subject[root.end() if root else 0 :])) and not _DUNDER_TAIL.search(subject)
+    if kind is not None:
+        group = _kind_group(kind)
+        if group == "scalar":
+            return _by_subject(subject)
+        if group == "code":
+            return "object_identity"
+        return "module_attribute" if attribute else "object_identity"
+    # Nothing says what the object is: go by the subject's shape.
+    if attribute:
+        return "module_attribute"
+    if subject.startswith("G[") and not _DUNDER_TAIL.search(subject):
+        return "global"
+    return "object_identity"
+
+
+def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
     """(category, subject) for one reason with its compile id and stack block removed."""
     if "Cache line invalidated" in expr or "got deallocated" in expr:
         m = _DEALLOC.search(expr)
@@ -135,6 +213,8 @@ def _classify(expr: str) -> tuple[str, str]:
         category = _TENSOR_KINDS.get(m.group(2), "other")
         if category == "dispatch_keys" and _backend_changed(expr):
             category = "device"
+        elif category == "dispatch_keys" and (autocast := _autocast_changed(expr)):
+            return "autocast", autocast  # before 2.5 autocast shows only as a tensor's dispatch keys
         return category, _local(m.group(1))
     if _DIM_MARK.search(expr):
         m = re.search(rf"\(\s*({_SOURCE})\s*,\s*'_dynamo", expr)
@@ -145,13 +225,13 @@ def _classify(expr: str) -> tuple[str, str]:
         return category, " ".join(changed)
     if re.match(r"(?:___check_torch_function_mode_stack|utils_device\.|torch\.)", expr):
         return "global_state", expr.split(" ", 1)[0].split("(", 1)[0]
+    if m := _EXPECTED_TYPE.search(expr):  # an argument that was a tensor (or a list...) and now is not
+        return "type", _local(m.group(1))
     if m := _CHECK.search(expr):
-        subject = _local(m.group(2))
+        subject = _subject_of_check(m.group(2))
         if m.group(1) == "type":
             return "type", subject
-        if m.group(3) and _SCALAR_TYPES.search(m.group(3)):
-            return "python_constant", subject
-        return "object_identity", subject
+        return _identity_category(subject, m.group(4) or m.group(5) or _singleton_kind(m.group(3)), kinds.get(subject)), subject
     if m := _LEN.search(expr):
         return "container_length", _local(m.group(1))
     if m := _KEYS.search(expr):
@@ -165,12 +245,24 @@ def _classify(expr: str) -> tuple[str, str]:
         return "aliasing", _local(expr.split(" is ", 1)[0].strip())
     if re.match(rf"^not\s+{_SOURCE}$", expr):
         return "container_length", _local(expr[3:].strip())
-    if _SYMBOLIC.search(expr) and not re.match(rf"^{_SOURCE}\s*(?:==|!=|is)", expr):
+    if _SYMBOLIC.search(_CLASS_ANNOTATION.sub("", expr)) and not re.match(rf"^{_SOURCE}\s*(?:==|!=|is)", expr):
         return "symbolic_shape", ""
     if m := _VALUE.match(expr):
         subject = _local(m.group(1) or m.group(2) or m.group(3))
         return "module_attribute" if m.group(1) else _by_subject(subject), subject
     return "other", ""
+
+
+def _autocast_changed(expr: str) -> str:
+    """``autocast(<device>)_enabled`` (the subject newer torch names) when only Autocast keys differ, else ""."""
+    sets = re.findall(r"DispatchKeySet\(([^)]{0,1000})\)", expr)
+    if len(sets) != 2:
+        return ""
+    expected, actual = ({key.strip() for key in keys.split(",")} for keys in sets)
+    changed = expected ^ actual
+    if not changed or not all(key.startswith("Autocast") for key in changed):
+        return ""
+    return " ".join(sorted(f"autocast({key.removeprefix('Autocast').lower()})_enabled" for key in changed))
 
 
 def _backend_changed(expr: str) -> bool:
@@ -202,11 +294,21 @@ def _split(body: str) -> list[str]:
     return parts[:64]
 
 
-def parse_guard_failure(text: str, *, redact: bool = False) -> list[Reason]:
-    """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard."""
+Kinds = Mapping[str, str]
+
+
+def parse_guard_failure(text: str, *, redact: bool = False, kinds: Kinds | None = None) -> list[Reason]:
+    """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard.
+
+    ``kinds`` maps a subject in recompprof's form (``L['self'].training``, ``G['flag']``) to the type
+    name of the guarded object as resolved in the live process (``"bool"``, ``"function"``,
+    ``"Linear"``); for identity guards it decides between python_constant / global / module_attribute /
+    object_identity / type, where the text alone cannot.
+    """
+    frozen = frozenset(kinds.items()) if kinds else frozenset()
     if isinstance(text, str) and len(text) <= _MAX_CACHED:
-        return list(_parse_cached(text, redact))
-    return list(_parse_safely(text, redact))
+        return list(_parse_cached(text, redact, frozen))
+    return list(_parse_safely(text, redact, frozen))
 
 
 # Torch repeats each old cache entry's reason text on every later recompile of the frame, so most
@@ -215,18 +317,26 @@ _MAX_CACHED = 4096
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str, redact: bool) -> tuple[Reason, ...]:
-    return _parse_safely(text, redact)
+def _parse_cached(text: str, redact: bool, kinds: frozenset[tuple[str, str]]) -> tuple[Reason, ...]:
+    return _parse_safely(text, redact, kinds)
 
 
-def _parse_safely(text: str, redact: bool) -> tuple[Reason, ...]:
+def _internal_error(where: str, exc: Exception) -> None:
+    """A bug of ours: counted and logged once (production), raised under tests; never raised into torch."""
+    _internal.record(f"reasons.{where}", exc, "a guard-failure reason could not be parsed; it is kept as 'other'")
+    if _internal._raise:
+        raise exc
+
+
+def _parse_safely(text: str, redact: bool, kinds: frozenset[tuple[str, str]]) -> tuple[Reason, ...]:
     try:
-        return tuple(_parse(text, redact))
-    except Exception:  # noqa: BLE001 - the contract is to never raise into the caller
+        return tuple(_parse(text, redact, dict(kinds)))
+    except Exception as exc:  # noqa: BLE001 - recorded; the contract is to never raise into torch
+        _internal_error("parse", exc)
         return (Reason(text="<unparseable guard failure>", category="other"),)
 
 
-def _parse(text: str, redact: bool) -> list[Reason]:
+def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
     text = _clean(text if isinstance(text, str) else str(text), _MAX_INPUT)
     stack = _STACK.search(text)
     body = text[: stack.start()] if stack else text
@@ -236,12 +346,14 @@ def _parse(text: str, redact: bool) -> list[Reason]:
     reasons: list[Reason] = []
     for part in _split(body[m.end() :] if m else body):
         expr = _COMMENT.split(part, 1)[0].strip()
-        category, subject = _classify(expr)
+        category, subject = _classify(expr, kinds)
         subject = _clean(subject, MAX_SUBJECT)
         shown = _redacted(category, subject, expr) if redact else re.sub(r"(?<!\s)\s{2,}#\s", "  # ", part)
         reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))  # type: ignore[arg-type]
-    if not reasons and text.strip():  # every failing entry yields at least one reason
-        shown = "other guard failed" if redact else text.strip()
+    if not reasons:  # every failing entry yields at least one reason
+        # An empty text is a guard torch could not describe (before 2.8 the backend guard: "0/0: ").
+        said = (body[m.end() :] if m else body).strip() and text.strip()
+        shown = "other guard failed" if redact else said or _NO_TEXT
         reasons.append(Reason(text=_clean(shown, MAX_TEXT), category="other", entry=entry))
     return reasons
 
@@ -254,7 +366,8 @@ def user_location(text: str) -> str | None:
             return None
         frames = _FILE_LINE.findall(text[stack.end() : _MAX_INPUT])
         return _clean(f"{frames[-1][0]}:{frames[-1][1]}", MAX_TEXT) if frames else None
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - recorded; the contract is to never raise into torch
+        _internal_error("user_location", exc)
         return None
 
 
@@ -285,5 +398,6 @@ def parse_recompiles_log(message: str) -> list[str]:
             else:
                 entries[-1].append(item)
         return ["\n".join(e) for e in entries if any(x.strip() for x in e)]
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - recorded; the contract is to never raise into torch
+        _internal_error("recompiles_log", exc)
         return []

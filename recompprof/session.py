@@ -190,12 +190,12 @@ class Session:
                 if _internal._raise:
                     raise
                 continue
-            live = getattr(adapter, "live", True)
+            live, why = getattr(adapter, "live", True), getattr(adapter, "why_off", "")
             if name == "profile_backend" and not adapter.forced_backend:
-                live, adapter.why_off = False, "torch._dynamo.set_stance(force_backend=...) missing; compiles keep the job's backend"
+                live, why = False, adapter.why_not_forced  # adapter.why_off stays the mechanism's own reason
             self.signals[name] = bool(live)
             if not live:
-                self.signals_off[name] = getattr(adapter, "why_off", "") or "unavailable"
+                self.signals_off[name] = why or "unavailable"
             self._undo.append((name, adapter.uninstall))
         if not self._breaks.live and self.signals.get("graph_breaks") is False:
             counter = GraphBreakCounter()
@@ -206,10 +206,10 @@ class Session:
                 log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
                          "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
         info = torch_versions.torch_info()
-        self.signals["phase_times"] = info.has("phase_times")
-        if not self.signals["phase_times"]:
-            self.signals_off["phase_times"] = (f"torch {info.version} records no per-phase times (needs >= 2.6); "
-                                               "each compile's whole duration is reported as dynamo_trace")
+        for gated in ("phase_times", "recompile_limit_hits", "backward_compiles"):  # parts of CompilationMetrics
+            self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
+            if not self.signals[gated]:
+                self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -447,7 +447,7 @@ class Session:
     def _record_compile(self, m: Any) -> None:
         now, step = time.time(), self._steps.step
         compile_id = str(m.compile_id) if m.compile_id is not None else "?"
-        forward = m.is_forward is not False
+        forward = getattr(m, "is_forward", None) is not False  # no is_forward before 2.6: forward records only
         texts: list[str] = []
         call_site: list[str] = []
         fingerprint: str | None = None

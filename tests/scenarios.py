@@ -27,8 +27,21 @@ _OPT = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
 
 
 @dataclass(frozen=True)
+class Older:
+    """How a scenario comes out on torch older than ``version``, where torch reports less (docs/compatibility.md)."""
+
+    version: tuple[int, int]
+    category: str | None  # the explaining reason's category; None: the recompile carries no reason
+    why: str
+    recompiles: int | None = None  # None: as declared
+    logged: bool = True  # torch logs the recompile under TORCH_LOGS=recompiles
+    subject: str | None = None  # None: as declared
+    since: tuple[int, int] = (0, 0)  # applies from this version up to (not including) ``version``
+
+
+@dataclass(frozen=True)
 class Scenario:
-    """What a scenario is expected to produce on torch 2.13 (CPU)."""
+    """What a scenario is expected to produce on torch 2.13 (CPU), and on older torch where it differs."""
 
     name: str
     run: Callable[[Compile], None]
@@ -38,6 +51,11 @@ class Scenario:
     subject: str
     # invalidated entries never reach guard_failures (torch returns before appending); only the log has them
     in_guard_failures: bool = True
+    older: tuple[Older, ...] = ()  # oldest first: the first whose range holds the running torch applies
+
+    def on(self, version: tuple[int, int]) -> Older | None:
+        """The degraded outcome on torch ``version``, or None where the declaration above holds."""
+        return next((o for o in self.older if o.since <= version < o.version), None)
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -294,7 +312,9 @@ def scenario_grad_mode(compile: Compile) -> None:
         f(torch.ones(2))
 
 
-@_scenario("autocast", "autocast_fn", "autocast(cpu)_enabled")
+@_scenario("autocast", "autocast_fn", "autocast(cpu)_enabled", older=(
+    Older((2, 11), "autocast", "torch 2.7-2.10 write 'GLOBAL_STATE changed: autocast' without the device",
+          subject="autocast", since=(2, 7)),))
 def scenario_autocast(compile: Compile) -> None:
     def autocast_fn(x: torch.Tensor) -> torch.Tensor:
         return x * 2
@@ -341,7 +361,8 @@ def scenario_mark_dynamic(compile: Compile) -> None:
     f(marked)
 
 
-@_scenario("backend_mismatch", "backend_fn", "")
+@_scenario("backend_mismatch", "backend_fn", "", older=(
+    Older((2, 10), "other", "torch < 2.10 writes no text for a failed backend guard: the reason is empty"),))
 def scenario_backend_mismatch(compile: Compile) -> None:
     """Ignores ``compile``: the point is a backend callable created anew for each torch.compile."""
 
@@ -359,7 +380,10 @@ def _make_class() -> type:
     return Config
 
 
-@_scenario("invalidated", "invalidated_fn", "L['cfg']", in_guard_failures=False)
+@_scenario("invalidated", "invalidated_fn", "L['cfg']", in_guard_failures=False, older=(
+    Older((2, 6), None, "torch < 2.6 drops an invalidated entry without a recompile or a reason", recompiles=0, logged=False),
+    Older((2, 7), None, "torch < 2.7 logs the invalidated entry but records no reason (no CompilationMetrics.recompile_reason)"),
+))
 def scenario_invalidated(compile: Compile) -> None:
     def invalidated_fn(x: torch.Tensor, cfg: type) -> torch.Tensor:
         return x * cfg.factor  # type: ignore[attr-defined]

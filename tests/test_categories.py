@@ -8,8 +8,11 @@ import pytest
 import torch
 
 import recompprof
+from recompprof._torch.versions import torch_info
 from recompprof.events import Compile, GraphBreak
 from scenarios import SCENARIOS, eager
+
+pytestmark = pytest.mark.torch_compat
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -22,9 +25,14 @@ def test_scenario_recorded_with_count_frame_and_category(name: str, tmp_path: Pa
     compiles = [e for e in session.recent_events() if isinstance(e, Compile) and not e.backward]
     mine = [c for c in compiles if c.frame.name.endswith(scenario.frame)]
     recompiles = [c for c in mine if c.is_recompile]
-    assert len(recompiles) == scenario.recompiles, [c.frame for c in compiles]
-    explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
-    assert {r.category for r in explained} == {scenario.category}
+    older = scenario.on(torch_info().major_minor)  # older torch reports less: what it yields there, and why
+    expected = older.recompiles if older and older.recompiles is not None else scenario.recompiles
+    assert len(recompiles) == expected, [c.frame for c in compiles]
+    explained = [next((r for r in c.reasons if r.explains_change), None) for c in recompiles]
+    if older:
+        assert {r.category if r else None for r in explained} <= {older.category}, older.why
+        return
+    assert {r.category for r in explained if r} == {scenario.category} and None not in explained
     if scenario.subject:
         assert any(r.subject == scenario.subject for r in explained)
 

@@ -17,6 +17,8 @@ from recompprof._torch.phases import exclusive_phases
 from recompprof.eventlog import read_file
 from recompprof.events import PHASES, Compile
 
+pytestmark = pytest.mark.torch_compat
+
 
 def test_missing_guard_failures_turns_that_signal_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without torch's guard_failures record, attach still succeeds, says the signal is off, and compiles are still recorded."""
@@ -110,10 +112,10 @@ def test_detach_while_another_thread_compiles(tmp_path: Path) -> None:
 
 
 def test_version_gates_follow_the_minimum_table() -> None:
-    """Feature flags come from one table of minimum versions (e.g. CallbackArgs from 2.8, recompile_limit name from 2.7)."""
-    old = versions.TorchInfo("2.6.0", (2, 6))
+    """Feature flags come from one table of minimum versions (e.g. force_backend from 2.6, recompile_limit name from 2.7)."""
+    old = versions.TorchInfo("2.5.1", (2, 5))
     new = versions.TorchInfo("2.13.0", (2, 13))
-    assert not old.has("callback_args") and new.has("callback_args")
+    assert not old.has("force_backend") and new.has("force_backend")
     assert old.limit_config_name == "cache_size_limit" and new.limit_config_name == "recompile_limit"
     assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
 
@@ -134,6 +136,11 @@ def test_version_gates_follow_the_minimum_table() -> None:
                  triton_compile_time_us=1008037),
             dict(dynamo_trace=0.0, aot_autograd=0.006667, inductor_lowering=0.044037, code_gen=0.228236,
                  kernel_compile=1.008037, other=0.0),
+        ),
+        (  # torch 2.4/2.5 field names (seconds, no duration_us, no kernel compile field); constructed values
+            dict(compile_id="0/0", entire_frame_compile_time_s=2.5, backend_compile_time_s=2.0,
+                 inductor_compile_time_s=1.5, code_gen_time_s=1.0),
+            dict(dynamo_trace=0.5, aot_autograd=0.5, inductor_lowering=0.5, code_gen=1.0, kernel_compile=0.0, other=0.0),
         ),
         (  # eager backend: no Inductor fields at all
             dict(is_forward=True, duration_us=29783, dynamo_cumulative_compile_time_us=29783,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._torch.versions import torch_info
 
 log = logging.getLogger("recompprof")
 
@@ -54,6 +55,10 @@ class CompileMetricsTap:
 
     # -- install / uninstall ---------------------------------------------------------------------
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("compilation_metrics"):
+            self.why_off = info.why_off("compilation_metrics")
+            return
         import torch._dynamo.utils as utils
 
         if callable(getattr(utils, "add_compilation_metrics_to_chromium", None)):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._torch.versions import torch_info
 
 ARTIFACT = "dynamo_graph_break_reason"
 MAX_TRACKED = 1000  # counter fallback: distinct reason texts remembered
@@ -39,6 +40,10 @@ class GraphBreakTap:
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("graph_breaks"):
+            self.why_off = info.why_off("graph_breaks")
+            return
         import torch._logging as torch_logging
 
         original = getattr(torch_logging, "trace_structured", None)
@@ -121,6 +126,10 @@ class GraphBreakCounter:
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("graph_breaks"):
+            self.why_off = info.why_off("graph_breaks")
+            return
         try:
             from torch._dynamo.utils import counters
         except ImportError as exc:

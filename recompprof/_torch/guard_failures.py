@@ -29,6 +29,8 @@ def guard_set(guarded_code: Any) -> str | None:
         digest.update(part.encode("utf-8", "replace") + b"\0")
     return digest.hexdigest()
 
+from recompprof._torch.versions import torch_info
+
 
 class GuardFailureReader:
     """Hands out the reasons appended since the last read, per code object."""
@@ -39,6 +41,10 @@ class GuardFailureReader:
         self.why_off = ""
 
     def install(self) -> None:
+        info = torch_info()
+        if not info.has("guard_failures"):
+            self.why_off = info.why_off("guard_failures")
+            return
         try:
             from torch._dynamo.utils import guard_failures  # noqa: F401
         except ImportError as exc:

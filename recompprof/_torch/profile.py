@@ -68,6 +68,9 @@ class RecompprofObserver:
 
 def evict_mechanism_missing() -> str:
     """Why the evict mechanism cannot run on this torch ("" when it can)."""
+    info = torch_info()
+    if not info.has("profile_evict"):
+        return info.why_off("profile_evict")
     try:
         import torch._C._dynamo.eval_frame as c_eval_frame
         import torch._dynamo.cache_size as cache_size
@@ -82,6 +85,8 @@ def evict_mechanism_missing() -> str:
             c_eval_frame, "_debug_get_cache_entry_list", None),
         "torch._C._dynamo.eval_frame._ExtraState.invalidate": getattr(
             getattr(c_eval_frame, "_ExtraState", None), "invalidate", None),
+        "torch._C._dynamo.eval_frame._CacheEntry.backend": getattr(
+            getattr(c_eval_frame, "_CacheEntry", None), "backend", None),
         "torch._dynamo.guards.DeletedGuardManagerWrapper": getattr(guards, "DeletedGuardManagerWrapper", None),
         "torch._dynamo.guards.get_guard_fail_reason_helper": getattr(guards, "get_guard_fail_reason_helper", None),
         "torch._dynamo.cache_size._has_same_id_matched_objs": getattr(cache_size, "_has_same_id_matched_objs", None),
@@ -95,6 +100,9 @@ def _force_backend_missing() -> str:
 
     import torch._dynamo
 
+    info = torch_info()
+    if not info.has("force_backend"):
+        return info.why_off("force_backend")
     set_stance = getattr(torch._dynamo, "set_stance", None)
     if set_stance is None or "force_backend" not in inspect.signature(set_stance).parameters:
         return "torch._dynamo.set_stance(force_backend=...) missing (torch < 2.6)"
@@ -209,6 +217,7 @@ class ProfileMode:
         self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
         self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
         self.forced_backend = False
+        self.why_not_forced = ""  # why the observer backend could not be forced, if it could not
         self.active = False
         self._lock = threading.Lock()
         self._undo: list[Callable[[], None]] = []
@@ -250,7 +259,7 @@ class ProfileMode:
             self._set_config(config, limit_name, sys.maxsize)
         self._set_config(config, accumulated_name, sys.maxsize)
 
-        why_no_force = _force_backend_missing()
+        why_no_force = self.why_not_forced = _force_backend_missing()
         if why_no_force:
             log.warning("recompprof: profile mode cannot force its observer backend: %s; compiles keep the "
                         "job's own backend", why_no_force)
@@ -319,6 +328,11 @@ class ProfileMode:
                             "leaving it as it is now")
 
         self._undo.append(restore)
+
+    def _observed(self, entry: Any) -> bool:
+        """Was this cache entry compiled by the observer? Before 2.10 entries do not name their backend:
+        then assume so (while the stance is forced, every compile goes to the observer)."""
+        return getattr(entry, "backend", self.observer) is self.observer
 
     def _is_ours(self, compiler_fn: Any) -> bool:
         for _ in range(8):
@@ -437,7 +451,7 @@ class ProfileMode:
             return
         code = frame.f_code
         live = 1 + sum(1 for entry in _region_entries(code)  # + the entry Dynamo installs on return
-                       if not _is_dead(entry) and entry.backend is self.observer)
+                       if not _is_dead(entry) and self._observed(entry))
         stats = self._frame(code)
         with self._lock:
             self._traces += 1
@@ -485,7 +499,7 @@ class ProfileMode:
                         c_eval_frame.reset_code(code)
                         continue
                     for entry in _region_entries(code):
-                        if not _is_dead(entry) and entry.backend is self.observer:
+                        if not _is_dead(entry) and self._observed(entry):
                             _invalidate(entry, f"Cache line {_RETIRED_MARK}")
         for ref in self._uncounted:
             manager = ref()

@@ -1,4 +1,12 @@
-"""Which torch features exist, computed once from the installed version and module contents."""
+"""The version table: which torch release changed each internal recompprof reads, in one place.
+
+Every adapter asks ``torch_info().has(gate)`` (or reads a name from ``TorchInfo``) instead of testing
+the version itself; below a gate's version the signal is off and says why (``Gate.off``), never a
+guess. Adapters still check that the internal is really there, so a gate that is wrong for some
+build turns the signal off with the reason instead of failing. tests/test_versions.py pins each gate
+to the release where torch changed (on the installed torch: the gate agrees with what torch has),
+and scripts/compat.sh runs those tests on every release from 2.4 to the newest.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +15,61 @@ import re
 import sys
 from dataclasses import dataclass
 
-# Oldest torch each signal is read from; below it the adapter stays off and says so.
-MIN_VERSIONS = {
-    "compilation_metrics": (2, 4),
-    "phase_times": (2, 6),  # CompilationMetrics.*_cumulative_compile_time_us
-    "guard_failures": (2, 4),
-    "graph_breaks": (2, 4),
-    "callback_args": (2, 8),  # on_compile_start/end(CallbackArgs); no arguments before
-    "recompile_limit_name": (2, 7),  # config.recompile_limit; cache_size_limit before
-    "user_stack_in_reasons": (2, 11),
+# The oldest torch recompprof supports (pyproject's torch extra says the same); the matrix in
+# docs/compatibility.md is run from here on.
+SUPPORTED = (2, 4)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Torch has ``what`` from release ``since`` on; below it recompprof does ``off``."""
+
+    since: tuple[int, int]
+    what: str
+    off: str
+
+
+GATES: dict[str, Gate] = {
+    # --- signals (monitor mode)
+    "compilation_metrics": Gate(
+        (2, 4), "CompilationMetrics passed to torch._utils_internal.log_compilation_event on every compile",
+        "no compile events"),
+    "phase_times": Gate(
+        (2, 4), "nested per-phase times in CompilationMetrics (*_compile_time_s; *_cumulative_compile_time_us "
+        "and triton_compile_time_us from 2.6, see phases.py)", "each compile's whole duration is reported as dynamo_trace"),
+    "recompile_limit_hits": Gate(
+        (2, 6), "CompilationMetrics records (fail_reason '<limit> reached') for frames stopped by the recompile limit",
+        "recompile-limit hits are not recorded (torch only logs a warning)"),
+    "backward_compiles": Gate(
+        (2, 6), "CompilationMetrics records for lazily compiled backward graphs (is_forward=False)",
+        "backward compiles are not recorded; their compile time is missing"),
+    "guard_failures": Gate(
+        (2, 4), "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
+        "recompiles carry only CompilationMetrics.recompile_reason"),
+    "graph_breaks": Gate((2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"),
+    "recompile_limit_name": Gate(
+        (2, 7), "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
+        "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit"),
+    # --- profile mode
+    "force_backend": Gate(
+        (2, 6), "torch._dynamo.set_stance(..., force_backend=)",
+        "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')"),
+    "profile_evict": Gate(
+        (2, 10), "cache entries that name their backend (_CacheEntry.backend; profile mode's evict mechanism also "
+        "needs _ExtraState.invalidate, DeletedGuardManagerWrapper and eval_frame._create_wrapped_callback)",
+        "profile mode lifts the recompile limit instead (mechanism 'unlimited')"),
+    # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
+    "compile_id_in_reasons": Gate(
+        (2, 5), 'a "<frame>/<compile>: " prefix on each entry\'s reasons, several joined by "; "',
+        "reasons carry no compile id (Reason.entry is None); several are joined by newlines"),
+    "user_stack_in_reasons": Gate(
+        (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"),
+    "type_in_identity_reasons": Gate(
+        (2, 13), "___check_obj_id(...) reasons annotated with type=<class '...'>",
+        "identity guards are classified by the id (True/False/None/small ints) and by the subject's shape"),
 }
+
+MIN_VERSIONS: dict[str, tuple[int, int]] = {name: gate.since for name, gate in GATES.items()}
 
 
 def parse(version: str) -> tuple[int, int]:
@@ -29,8 +82,13 @@ class TorchInfo:
     version: str
     major_minor: tuple[int, int]
 
-    def has(self, feature: str) -> bool:
-        return self.major_minor >= MIN_VERSIONS[feature]
+    def has(self, gate: str) -> bool:
+        return self.major_minor >= GATES[gate].since
+
+    def why_off(self, gate: str) -> str:
+        """Why a gated signal is off on this torch: the version, what it lacks, what recompprof does instead."""
+        g = GATES[gate]
+        return f"torch {self.version} < {g.since[0]}.{g.since[1]} has no {g.what}: {g.off}"
 
     @property
     def limit_config_name(self) -> str:

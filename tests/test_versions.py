@@ -1,0 +1,247 @@
+"""The version table: each gate agrees with what the installed torch really has, and the adapters read it.
+
+Run on every release by scripts/compat.sh, the agreement tests pin each gate to the release where
+torch changed: a gate whose version is wrong fails on the release just below or at the change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import recompprof
+from recompprof._torch import versions
+from recompprof._torch.versions import GATES, Gate, torch_info
+from recompprof.events import Compile
+from scenarios import SCENARIOS, run_scenario
+
+pytestmark = pytest.mark.torch_compat
+
+INFO = torch_info()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _metrics_fields() -> set[str]:
+    from torch._dynamo.utils import CompilationMetrics
+
+    return {f.name for f in dataclasses.fields(CompilationMetrics)}
+
+
+def _reason_strings(scenario: str) -> list[str]:
+    observed = run_scenario(SCENARIOS[scenario])
+    assert observed.guard_failures, f"scenario {scenario} recorded no reason on torch {torch.__version__}"
+    return observed.guard_failures
+
+
+def _has_compilation_metrics() -> bool:
+    import torch._utils_internal as utils_internal
+
+    return callable(getattr(utils_internal, "log_compilation_event", None)) and bool(_metrics_fields())
+
+
+def _metrics_records(job: Callable[[], None]) -> list[object]:
+    """The CompilationMetrics records torch logs while ``job`` runs (read straight from its logger)."""
+    import logging
+
+    records: list[object] = []
+
+    class Take(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if isinstance(record.args, tuple) and record.args and type(record.args[0]).__name__ == "CompilationMetrics":
+                records.append(record.args[0])
+            return False
+
+    logger, take = logging.getLogger("torch._utils_internal"), Take()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addFilter(take)
+    try:
+        torch._dynamo.reset()
+        job()
+    finally:
+        logger.removeFilter(take)
+        logger.setLevel(level)
+        torch._dynamo.reset()
+    return records
+
+
+def _limit_hit_job() -> None:
+    name = INFO.limit_config_name
+    old = getattr(torch._dynamo.config, name)
+    setattr(torch._dynamo.config, name, 1)
+    try:
+        compiled = torch.compile(lambda x, tag: x * len(tag), backend="eager")
+        for tag in ("a", "bb", "ccc"):
+            compiled(torch.ones(2), tag)
+    finally:
+        setattr(torch._dynamo.config, name, old)
+
+
+def _backward_job() -> None:
+    x = torch.ones(2, requires_grad=True)
+    torch.compile(lambda t: (t * 2).sum(), backend="aot_eager")(x).backward()
+
+
+def _has_force_backend() -> bool:
+    set_stance = getattr(torch._dynamo, "set_stance", None)
+    return set_stance is not None and "force_backend" in inspect.signature(set_stance).parameters
+
+
+def _has_evict_internals() -> bool:
+    from recompprof._torch import profile
+
+    with _gate_moved("profile_evict", (0, 0)):  # ask torch, not the table
+        return profile.evict_mechanism_missing() == ""
+
+
+# What torch has, observed directly (never from the version number).
+OBSERVED: dict[str, Callable[[], bool]] = {
+    "compilation_metrics": _has_compilation_metrics,
+    "phase_times": lambda: {"aot_autograd_cumulative_compile_time_us", "inductor_cumulative_compile_time_us"}
+    <= _metrics_fields() or {"entire_frame_compile_time_s", "backend_compile_time_s"} <= _metrics_fields(),
+    "guard_failures": lambda: hasattr(torch._dynamo.utils, "guard_failures"),
+    "recompile_limit_hits": lambda: any("limit" in str(getattr(r, "fail_reason", "") or "").lower()
+                                        for r in _metrics_records(_limit_hit_job)),
+    "backward_compiles": lambda: any(getattr(r, "is_forward", None) is False for r in _metrics_records(_backward_job)),
+    "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
+    "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
+    "force_backend": _has_force_backend,
+    "profile_evict": _has_evict_internals,
+    "compile_id_in_reasons": lambda: all(re.match(r"\d+/\d+: ", t) for t in _reason_strings("size")),
+    "user_stack_in_reasons": lambda: all("\nUser stack trace:" in t for t in _reason_strings("global")),
+    "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_info() -> Iterator[None]:
+    versions.torch_info.cache_clear()
+    yield
+    versions.torch_info.cache_clear()
+
+
+@pytest.mark.parametrize("gate", sorted(GATES))
+def test_gate_agrees_with_installed_torch(gate: str) -> None:
+    """Each gate of the table is open exactly when the installed torch has the internal it names."""
+    assert set(OBSERVED) == set(GATES)
+    observed = OBSERVED[gate]()
+    since = ".".join(map(str, GATES[gate].since))
+    assert INFO.has(gate) == observed, (
+        f"torch {torch.__version__}: GATES[{gate!r}] (since {since}) says {INFO.has(gate)}, torch has it: {observed}")
+
+
+class _gate_moved:
+    """Move one gate's version for a block (to prove an adapter reads it)."""
+
+    def __init__(self, gate: str, since: tuple[int, int]) -> None:
+        self.gate, self.since = gate, since
+
+    def __enter__(self) -> None:
+        self.old = GATES[self.gate]
+        GATES[self.gate] = dataclasses.replace(self.old, since=self.since)
+
+    def __exit__(self, *exc: object) -> None:
+        GATES[self.gate] = self.old
+
+
+FUTURE = (99, 0)
+
+
+@pytest.mark.parametrize(
+    ("gate", "signal"),
+    [("compilation_metrics", "compile_metrics"), ("guard_failures", "guard_failures"),
+     ("graph_breaks", "graph_breaks"), ("phase_times", "phase_times"),
+     ("recompile_limit_hits", "recompile_limit_hits"), ("backward_compiles", "backward_compiles")],
+)
+def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path) -> None:
+    """With a gate moved past the installed torch, attach turns that signal off with the table's reason."""
+    with _gate_moved(gate, FUTURE), recompprof.attach(run_dir=tmp_path) as session:
+        torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    assert session.signals[signal] is False
+    why = session.signals_off[signal]
+    assert f"< 99.0 has no {GATES[gate].what}" in why and GATES[gate].off in why
+
+
+def test_profile_mode_reads_its_gates(tmp_path: Path) -> None:
+    """Profile mode falls back to 'unlimited' below profile_evict and keeps the job's backend below force_backend."""
+    with _gate_moved("profile_evict", FUTURE), recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        pass
+    assert session._profile.mechanism == "unlimited" and GATES["profile_evict"].off in session._profile.why_off
+    with _gate_moved("force_backend", FUTURE), recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        pass
+    assert session.signals["profile_backend"] is False
+    assert GATES["force_backend"].off in session.signals_off["profile_backend"]
+
+
+def test_profile_mode_sees_every_change_on_this_torch(tmp_path: Path) -> None:
+    """Profile mode records each of 9 changes of a string argument as a python_constant recompile, by the
+    mechanism the table picks for this torch (evict, or the unlimited fallback), and restores the limit."""
+    config = torch._dynamo.config
+    before = getattr(config, INFO.limit_config_name)
+
+    def tagged(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x * len(tag)
+
+    compiled = torch.compile(tagged, backend="eager")
+    with recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        for i in range(10):
+            assert torch.equal(compiled(torch.ones(2), "a" * (i + 1)), torch.full((2,), float(i + 1)))
+    expected = "evict" if INFO.has("profile_evict") and INFO.has("force_backend") else "unlimited"
+    assert session._profile.mechanism == expected
+    recompiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.frame.name == "tagged" and e.is_recompile]
+    assert len(recompiles) == 9
+    explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
+    assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
+    assert getattr(config, INFO.limit_config_name) == before
+
+
+def test_limit_config_names_follow_the_table() -> None:
+    """The recompile limit is read and set under the name the table gives for the installed torch."""
+    name, accumulated = INFO.limit_config_name, INFO.accumulated_limit_config_name
+    assert isinstance(getattr(torch._dynamo.config, name), int)
+    assert isinstance(getattr(torch._dynamo.config, accumulated), int)
+    old = versions.TorchInfo("2.6.0", (2, 6))
+    assert (old.limit_config_name, old.accumulated_limit_config_name) == ("cache_size_limit", "accumulated_cache_size_limit")
+
+
+def test_why_off_names_version_internal_and_fallback() -> None:
+    """A gate's off-reason names the installed version, the release that added the internal, and what recompprof does instead."""
+    old = versions.TorchInfo("2.5.1", (2, 5))
+    assert not old.has("force_backend") and old.has("compile_id_in_reasons")
+    why = old.why_off("force_backend")
+    assert why.startswith("torch 2.5.1 < 2.6 has no ") and GATES["force_backend"].off in why
+    assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
+    assert all(isinstance(g, Gate) and g.since >= versions.SUPPORTED for g in GATES.values())
+
+
+def test_no_version_check_outside_the_table() -> None:
+    """No module of recompprof compares torch versions itself: every gate is read from versions.py."""
+    pattern = re.compile(r"torch\.__version__|major_minor|version\.parse|packaging\.version|TorchVersion")
+    offenders = []
+    for path in (ROOT / "recompprof").rglob("*.py"):
+        if path.name == "versions.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+def test_pyproject_torch_range_matches_supported() -> None:
+    """pyproject's torch extra starts at the table's oldest supported release."""
+    text = (ROOT / "pyproject.toml").read_text()
+    floor = ".".join(map(str, versions.SUPPORTED))
+    assert f'torch = ["torch>={floor}"]' in text
+
+
+def test_docs_list_every_gate_with_its_version() -> None:
+    """docs/compatibility.md lists each gate of the table with the release it starts at."""
+    text = (ROOT / "docs" / "compatibility.md").read_text()
+    for name, gate in GATES.items():
+        assert f"| `{name}` | {gate.since[0]}.{gate.since[1]} |" in text, name

@@ -8,6 +8,7 @@ which reason explains the change, and the ``Compile`` / ``RecompileLimitHit`` ev
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 import re
 from typing import Any
 
@@ -26,6 +27,8 @@ NO_REASON = "Unable to find recompilation reasons"
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
+# Categories an identity guard can land in from its text alone; the live object's type can refine them.
+_BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
@@ -129,9 +132,20 @@ class ReasonExplainer:
         self.redact = redact
         self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = collections.OrderedDict()
 
-    def explain(self, frame: Frame, texts: list[str]) -> tuple[list[Reason], dict[str, int]]:
-        """``(kept reasons, omitted counts by category)`` for one compile of ``frame``."""
+    def explain(
+        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
+    ) -> tuple[list[Reason], dict[str, int]]:
+        """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
+
+        ``resolve(subject)`` gives the type name of a guarded object in the live process (None if it
+        cannot tell); identity guards are then classified by what the object is.
+        """
         parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
+        if resolve is not None and parsed:
+            kinds = {s: kind for s in {r.subject for r in parsed if r.subject and r.category in _BY_OBJECT}
+                     if (kind := resolve(s)) is not None}
+            if kinds:
+                parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:
             return [], {}
         seen = self._seen.pop(frame.label, None) or collections.OrderedDict()

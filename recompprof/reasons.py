@@ -127,6 +127,9 @@ def _local(subject: str) -> str:
     return f"L['{m.group(1)}']{m.group(2)}"
 
 
+_CLOSED_OVER = re.compile(r"\.(?:__closure__|cell_contents|__defaults__|__kwdefaults__)\b|^(?:L\[['\"])?___stack\d+")
+
+
 def _by_subject(subject: str) -> str:
     """Category of a value guard, from what its subject is in the user's terms."""
     if "param_groups" in subject or re.search(r"\[['\"](?:lr|learning_rate|momentum|weight_decay|betas|eps)['\"]\]$", subject):
@@ -134,6 +137,8 @@ def _by_subject(subject: str) -> str:
     for suffix, category in _TENSOR_ATTRS.items():
         if subject.endswith(suffix):
             return category
+    if _CLOSED_OVER.search(subject):  # a closed-over or default value, or a value on a resumed frame's stack
+        return "python_constant"
     root = _ROOT.match(subject)
     if re.search(r"\.\w", subject[root.end() if root else 0 :]) or subject.startswith("L['self']"):
         return "module_attribute"

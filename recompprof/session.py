@@ -27,6 +27,7 @@ from recompprof._torch import frames as torch_frames
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
 from recompprof._torch.guard_failures import GuardFailureReader, guard_set
+from recompprof._torch.sources import type_name
 from recompprof._torch.steps import StepCounter
 from recompprof.aggregates import Aggregates, Snapshot
 from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
@@ -450,6 +451,7 @@ class Session:
         forward = getattr(m, "is_forward", None) is not False  # no is_forward before 2.6: forward records only
         texts: list[str] = []
         call_site: list[str] = []
+        ctx: torch_frames.Compiling | None = None
         fingerprint: str | None = None
         breaks: list[GraphBreak] = []
         if forward:
@@ -489,7 +491,8 @@ class Session:
             frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
         limits = {name: _limit_value(name) for name in ("recompile_limit", "accumulated_recompile_limit")}
         event, hit = compile_events(
-            m, time=now, rank=self.identity.rank, step=step, frame=frame, explained=self._explainer.explain(frame, texts),
+            m, time=now, rank=self.identity.rank, step=step, frame=frame,
+            explained=self._explainer.explain(frame, texts, _resolver(ctx)),
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
             steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site, guard_set=fingerprint,
         )
@@ -533,6 +536,13 @@ class Session:
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
                           signals_off=dict(self.signals_off))
+
+
+def _resolver(ctx: torch_frames.Compiling | None) -> Any:
+    """Looks a guard's subject up in the locals and globals of the call that is being compiled."""
+    if ctx is None:
+        return None
+    return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
 
 
 def _limit_value(name: str) -> int | None:

@@ -319,3 +319,32 @@ def test_profile_mode_reports_the_variants_the_job_needs(tmp_path: Path) -> None
     assert monitor_frame.compiles == monitor_frame.variants_needed == 3
     assert "f (tests/test_capture.py" in render_text(build_report(_events(profiled)))
     assert "3 variants" in render_text(build_report(_events(profiled)))
+
+
+def test_identity_guard_is_classified_by_the_live_object() -> None:
+    """An identity guard whose text names no type (torch before 2.13) is classified by the object the subject resolves to in the live frame: a function is an object identity, a flag on the module an attribute."""
+    from recompprof._torch.sources import type_name
+    from recompprof.compiles import ReasonExplainer
+    from recompprof.events import Frame
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.act = torch.relu
+            self.training_flag = True
+
+    f_locals = {"self": Block(), "scale": 2}
+    f_globals = {"helper": _returns_tuple, "table": {"mode": "fast"}}
+    assert type_name("L['self'].act", f_locals, f_globals) == "builtin_function_or_method"
+    assert type_name("L['self'].training_flag", f_locals, f_globals) == "bool"
+    assert type_name("G['table']['mode']", f_locals, f_globals) == "str"
+    assert type_name("G['helper']", f_locals, f_globals) == "function"
+    assert type_name("L['missing'].x", f_locals, f_globals) is None
+    assert type_name("L['self'].__class__.__mro__", f_locals, f_globals) is None  # no descriptors are run
+
+    frame = Frame(name="Block.forward", file="m.py", line=1)
+    texts = ["0/0: ___check_obj_id(L['self'].act, 140000000000)"]
+    resolve = lambda subject: type_name(subject, f_locals, f_globals)  # noqa: E731
+    (by_text,), _ = ReasonExplainer().explain(frame, texts)
+    (by_object,), _ = ReasonExplainer().explain(frame, texts, resolve)
+    assert by_text.category == "module_attribute" and by_object.category == "object_identity"

@@ -38,6 +38,7 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "torch_compile_recompile_seconds": ("counter", {"rank", "frame", "reason"}),
     "torch_compile_cache_lookups": ("counter", {"rank", "cache", "result"}),
     "torch_compile_cache_saved_seconds": ("counter", {"rank"}),
+    "torch_compile_cudagraph_skips": ("counter", {"rank", "reason"}),
     "torch_compile_recompile_limit": ("gauge", {"rank", "limit"}),
     "torch_compile_last_compile_timestamp_seconds": ("gauge", {"rank"}),
     "torch_compile_training_step": ("gauge", {"rank"}),

@@ -20,7 +20,8 @@ import re
 from recompprof.events import MAX_TEXT
 from recompprof.reasons import clean_text, graph_break_text
 
-_HEADER = re.compile(r"Graph break in user code at ([^\n]{1,1000})\nGraph Break Reason: ", re.S)
+# "Graph Break Reason:" from 2.7; plain "Reason:" (torch's exception text, no type line) before.
+_HEADER = re.compile(r"Graph break in user code at ([^\n]{1,1000})\n(?:Graph Break )?Reason: ", re.S)
 _SKIP = "Graph break: torch.compile cannot properly resume"
 _FILE_LINE = re.compile(r'File "([^"\n]{1,1000})", line (\d{1,9})')
 _EXCEPTION = re.compile(r"^torch\._dynamo\.exc\.\w+: (.+)$", re.M)
@@ -68,9 +69,11 @@ def _parse(text: str) -> BreakText:
         frames = _FILE_LINE.findall(head)
         where = f"{frames[-1][0]}:{frames[-1][1]}" if frames else None
         exceptions = _EXCEPTION.findall(text[traceback_at:]) if traceback_at >= 0 else []
-        inner = _message(text[traceback_at:].split(f": {exceptions[-1]}", 1)[1] if exceptions else "", where)
-        reason = exceptions[-1].strip() if exceptions else "torch.compile cannot resume from this graph break"
-        return dataclasses.replace(inner, reason=clean_text(reason, MAX_TEXT), skipped_frame=True)
+        if not exceptions:
+            return BreakText(reason="torch.compile cannot resume from this graph break", user_location=where,
+                             skipped_frame=True)
+        message = text[traceback_at:].split(f": {exceptions[-1]}", 1)[1]  # the exception's message, after its type line
+        return dataclasses.replace(_message(exceptions[-1] + message, where), skipped_frame=True)
     frames = _FILE_LINE.findall(head)
     return BreakText(reason=_first_line(head), user_location=f"{frames[-1][0]}:{frames[-1][1]}" if frames else None)
 

@@ -348,3 +348,35 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
     (by_text,), _ = ReasonExplainer().explain(frame, texts)
     (by_object,), _ = ReasonExplainer().explain(frame, texts, resolve)
     assert by_text.category == "module_attribute" and by_object.category == "object_identity"
+
+
+@pytest.mark.parametrize(("payload", "reason", "location", "explanation", "skipped"), [
+    # torch 2.13's shape (recorded from this suite's unresumable workload, traceback trimmed)
+    ("Graph break in user code at /w/t.py:8\nGraph Break Reason: Failed to handle graph break gracefully. Skipping the "
+     "function and falling back to eager. Graph break encountered:\n\nFailed to trace builtin operator\n  Explanation: "
+     "Dynamo does not know how to trace builtin operator `print`\n  Hint: Avoid calling builtin `print`.\n\n  Developer "
+     "debug context: builtin print\n\nUser code traceback:\n  File \"/w/t.py\", line 8, in f\n",
+     "Failed to trace builtin operator", "/w/t.py:8", "Dynamo does not know how to trace builtin operator `print`", True),
+    # torch 2.6's shape: "Reason:" and the exception's text, no type line
+    ("Graph break in user code at /w/t.py:63\nReason: Unsupported: builtin: print [<class 'x'>] False\nUser code "
+     "traceback:\n  File \"/w/t.py\", line 63, in breaks\n",
+     "Unsupported: builtin: print [<class 'x'>] False", "/w/t.py:63", None, False),
+    # the frame torch cannot resume from, reported from convert_frame
+    ("Graph break: torch.compile cannot properly resume from this graph break, which results in a skip.\ntorch.compile "
+     "will skip tracing the frame f (/w/t.py line 3) and fall back to eager.\nThe graph break occurred in the following "
+     "user code:\n  File \"/w/t.py\", line 5, in f\n    g()\n\nTraceback (most recent call last):\n  File \"x.py\", line 1"
+     ", in y\ntorch._dynamo.exc.Unsupported: Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph "
+     "break.\n  Hint: Remove the call.\n",
+     "Call to `torch._dynamo.graph_break()`", "/w/t.py:5", "User-inserted graph break.", True),
+    ("", "graph break", None, None, False),
+])
+def test_graph_break_texts_of_every_shape(payload: str, reason: str, location: str | None, explanation: str | None,
+                                          skipped: bool) -> None:
+    """Each shape of torch's graph-break text yields its type, the user's file:line, the explanation and whether the frame was skipped."""
+    from recompprof.breaks import parse_graph_break
+
+    parsed = parse_graph_break(payload)
+    assert (parsed.reason, parsed.user_location, parsed.explanation, parsed.skipped_frame) == (
+        reason, location, explanation, skipped)
+    redacted = parse_graph_break(payload, redact=True)
+    assert redacted.explanation is None and redacted.hints == () and "'x'" not in redacted.reason

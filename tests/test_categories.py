@@ -68,8 +68,11 @@ def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
     graph_breaks = [e for e in session.recent_events() if isinstance(e, GraphBreak)]
     assert len(graph_breaks) == 1 and graph_breaks[0].frame is not None
     gb = graph_breaks[0]
-    assert gb.frame.name == "breaks" and gb.reason == "Failed to trace builtin operator"
-    assert gb.explanation is not None and "print" in gb.explanation and gb.hints
+    assert gb.frame.name == "breaks"
+    if gb.explanation is not None:  # torch >= 2.7 writes a graph-break type, an explanation and hints
+        assert gb.reason == "Failed to trace builtin operator" and "print" in gb.explanation and gb.hints
+    else:  # older torch: the exception's text
+        assert "print" in gb.reason
     line = breaks.__code__.co_firstlineno + 2  # the print
     assert gb.user_location == f"{__file__}:{line}"
     assert session.snapshot().graph_breaks == 1

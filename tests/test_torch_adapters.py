@@ -37,10 +37,13 @@ def test_altered_metrics_record_is_counted_not_raised(monkeypatch: pytest.Monkey
     import torch._dynamo.utils as utils
 
     _internal.raise_internal_errors(False)
-    monkeypatch.setattr(utils, "add_compilation_metrics_to_chromium", lambda metrics: None)  # torch's own would choke
+    # the function recompprof takes records from (before 2.6 there is only the log call); torch's own would choke
+    hook = "add_compilation_metrics_to_chromium" if hasattr(utils, "add_compilation_metrics_to_chromium") \
+        else "log_compilation_event"
+    monkeypatch.setattr(utils, hook, lambda metrics: None)
     with recompprof.attach(run_dir=tmp_path):
         record = type("CompilationMetrics", (), {})()  # no fields at all
-        utils.add_compilation_metrics_to_chromium(record)
+        getattr(utils, hook)(record)
         out = torch.compile(lambda x: x * 3, backend="eager")(torch.ones(2))
     assert torch.equal(out, torch.full((2,), 3.0))
     assert _internal.counts().get("torch.compile_metrics") == 1

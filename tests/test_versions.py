@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ import torch
 import recompprof
 from recompprof._torch import versions
 from recompprof._torch.versions import GATES, Gate, torch_info
-from recompprof.events import Compile
+from recompprof.events import Compile, GraphBreak
 from scenarios import SCENARIOS, run_scenario
 
 pytestmark = pytest.mark.torch_compat
@@ -88,6 +90,33 @@ def _backward_job() -> None:
     torch.compile(lambda t: (t * 2).sum(), backend="aot_eager")(x).backward()
 
 
+def _traces_graph_breaks() -> bool:
+    import torch._logging as torch_logging
+
+    names: list[str] = []
+    original = torch_logging.trace_structured
+
+    def spy(name: str, *args: Any, **kwargs: Any) -> Any:
+        metadata_fn = kwargs.get("metadata_fn", args[0] if args else None)
+        metadata = metadata_fn() if name == "artifact" and callable(metadata_fn) else None
+        if isinstance(metadata, dict):
+            names.append(str(metadata.get("name")))
+        return original(name, *args, **kwargs)
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        print("", end="")  # a graph break
+        return x + 1
+
+    torch_logging.trace_structured = spy
+    try:
+        torch._dynamo.reset()
+        torch.compile(breaks, backend="eager")(torch.ones(2))
+    finally:
+        torch_logging.trace_structured = original
+        torch._dynamo.reset()
+    return "dynamo_graph_break_reason" in names
+
+
 def _has_force_backend() -> bool:
     set_stance = getattr(torch._dynamo, "set_stance", None)
     return set_stance is not None and "force_backend" in inspect.signature(set_stance).parameters
@@ -110,6 +139,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
                                         for r in _metrics_records(_limit_hit_job)),
     "backward_compiles": lambda: any(getattr(r, "is_forward", None) is False for r in _metrics_records(_backward_job)),
     "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
+    "graph_break_trace": _traces_graph_breaks,
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
     "force_backend": _has_force_backend,
     "profile_evict": _has_evict_internals,
@@ -166,6 +196,21 @@ def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path
     assert session.signals[signal] is False
     why = session.signals_off[signal]
     assert f"< 99.0 has no {GATES[gate].what}" in why and GATES[gate].off in why
+
+
+def test_graph_breaks_fall_back_to_counters_below_the_trace_gate(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Below graph_break_trace, graph breaks are read from counters['graph_break']: still recorded, and the log says what is missed."""
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        print("", end="")  # a graph break
+        return x + 1
+
+    caplog.set_level(logging.INFO, logger="recompprof")
+    with _gate_moved("graph_break_trace", FUTURE), recompprof.attach(run_dir=tmp_path) as session:
+        torch.compile(breaks, backend="eager")(torch.ones(2))
+    assert session.signals["graph_breaks"] is True
+    assert any(isinstance(e, GraphBreak) for e in session.recent_events())
+    assert any("counters['graph_break']" in r.getMessage() for r in caplog.records)
 
 
 def test_profile_mode_reads_its_gates(tmp_path: Path) -> None:

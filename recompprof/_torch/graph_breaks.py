@@ -41,9 +41,10 @@ class GraphBreakTap:
 
     def install(self) -> None:
         info = torch_info()
-        if not info.has("graph_breaks"):
-            self.why_off = info.why_off("graph_breaks")
-            return
+        for gate in ("graph_breaks", "graph_break_trace"):
+            if not info.has(gate):
+                self.why_off = info.why_off(gate)
+                return
         import torch._logging as torch_logging
 
         original = getattr(torch_logging, "trace_structured", None)

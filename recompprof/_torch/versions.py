@@ -47,6 +47,10 @@ GATES: dict[str, Gate] = {
         (2, 4), "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
         "recompiles carry only CompilationMetrics.recompile_reason"),
     "graph_breaks": Gate((2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"),
+    "graph_break_trace": Gate(
+        (2, 6), "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",
+        "graph breaks are read from counters['graph_break'], which misses breaks torch cannot resume from "
+        "and has no location, explanation or hints"),
     "recompile_limit_name": Gate(
         (2, 7), "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
         "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit"),

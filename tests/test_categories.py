@@ -74,5 +74,8 @@ def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
     else:  # older torch: the exception's text
         assert "print" in gb.reason
     line = breaks.__code__.co_firstlineno + 2  # the print
-    assert gb.user_location == f"{__file__}:{line}"
+    if torch_info().has("graph_break_trace"):
+        assert gb.user_location == f"{__file__}:{line}"
+    else:  # read from counters['graph_break'], which keep no location
+        assert gb.user_location is None
     assert session.snapshot().graph_breaks == 1

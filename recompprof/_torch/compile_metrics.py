@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
 log = logging.getLogger("recompprof")
@@ -92,14 +93,8 @@ class CompileMetricsTap:
             return original(metrics, *args, **kwargs)
 
         hooked.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(module, name, hooked)
+        self._undo.append(replace(module, name, hooked))
         self.hook = f"torch._dynamo.utils.{name}"
-
-        def restore() -> None:
-            if getattr(module, name) is hooked:
-                setattr(module, name, original)
-
-        self._undo.append(restore)
 
     def _keep_logging_on(self) -> None:
         import torch._dynamo.config as config

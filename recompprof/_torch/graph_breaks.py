@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
 ARTIFACT = "dynamo_graph_break_reason"
@@ -70,11 +71,10 @@ class GraphBreakTap:
             return original(name, *args, **kwargs)
 
         hooked.__wrapped__ = original  # type: ignore[attr-defined]
-        torch_logging.trace_structured = hooked
+        undo_wrap = replace(torch_logging, "trace_structured", hooked)
 
         def restore() -> None:
-            if torch_logging.trace_structured is hooked:
-                torch_logging.trace_structured = original
+            undo_wrap()
             trace_log.removeFilter(caller_fix)
 
         self._undo = restore

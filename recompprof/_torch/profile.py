@@ -28,6 +28,7 @@ from types import CodeType
 from typing import Any
 
 from recompprof._internal import guard
+from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
 log = logging.getLogger("recompprof")
@@ -275,13 +276,7 @@ class ProfileMode:
                         return _ProfileCallback(self, inner)
                 return inner
 
-            eval_frame._create_wrapped_callback = wrapped_callback_factory
-
-            def restore_factory() -> None:
-                if eval_frame._create_wrapped_callback is wrapped_callback_factory:
-                    eval_frame._create_wrapped_callback = original
-
-            self._undo.append(restore_factory)
+            self._undo.append(replace(eval_frame, "_create_wrapped_callback", wrapped_callback_factory))
         self.active = True
 
     def uninstall(self) -> None:
@@ -426,13 +421,7 @@ class ProfileMode:
                     mode._stance_changed(eval_frame._stance is mode._stance)
             return prev
 
-        decorators._set_stance = watched
-
-        def restore() -> None:
-            if decorators._set_stance is watched:
-                decorators._set_stance = original
-
-        self._undo.append(restore)
+        self._undo.append(replace(decorators, "_set_stance", watched))
 
     def _stance_changed(self, ours: bool) -> None:
         import torch._dynamo.config as config

@@ -1,4 +1,4 @@
-"""The collector: DESIGN.md metric names, types and labels, pre-created series, buckets, exemplars."""
+"""The collector: the metric names of docs/prometheus.md, types and labels, pre-created series, buckets, exemplars."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from recompprof.session import Session
 from recompprof_prometheus import SnapshotCollector
 from servers import need
 
-# DESIGN.md "Metrics": name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
+# docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
 CONTRACT: dict[str, tuple[str, set[str]]] = {
     "torch_compile_compiles": ("counter", {"rank", "frame"}),
     "torch_compile_recompiles": ("counter", {"rank", "frame"}),
@@ -101,7 +101,7 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 def test_families_match_the_design_contract() -> None:
-    """Every DESIGN.md metric is exported with its type and exactly its labels, and nothing else is."""
+    """Every metric of the contract is exported with its type and exactly its labels, and nothing else is."""
     session = make_session()
     feed(session)
     fams = {f.name: f for f in text_string_to_metric_families(scrape(session))}

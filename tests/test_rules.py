@@ -20,7 +20,7 @@ from dashboards.generate import RULES_FILE  # noqa: E402
 RULES = REPO / RULES_FILE
 UNIT_TESTS = REPO / "deploy/prometheus/tests/recompprof-rules-test.yaml"
 RUNBOOK = REPO / "docs/alerts.md"
-# The DESIGN.md metrics contract: the only series the rules may read.
+# The metrics contract (docs/prometheus.md): the only series the rules may read.
 CONTRACT = {
     "torch_compile_compiles_total", "torch_compile_recompiles_total",
     "torch_compile_steady_state_recompiles_total", "torch_compile_guard_failures_total",

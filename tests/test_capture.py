@@ -380,3 +380,11 @@ def test_graph_break_texts_of_every_shape(payload: str, reason: str, location: s
         reason, location, explanation, skipped)
     redacted = parse_graph_break(payload, redact=True)
     assert redacted.explanation is None and redacted.hints == () and "'x'" not in redacted.reason
+
+
+def test_call_site_of_the_built_in_demo_is_its_training_loop(tmp_path: Path) -> None:
+    """The demo's own loop (recompprof/demo.py) is user code: its recompiles name the loop's line as the call site."""
+    assert cli_main(["demo", "--steps", "8", "--run-dir", str(tmp_path / "run"), "--port", "0"]) == 0
+    compiles = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and not e.backward]
+    assert compiles and all(c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/demo.py")
+                            for c in compiles), [c.call_site for c in compiles]

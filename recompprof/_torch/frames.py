@@ -169,11 +169,11 @@ def _unwrap(function: Any) -> Any:
 
 
 def _skipped_dirs() -> tuple[str, ...]:
+    """torch, the standard library and recompprof's own hooks (only ``_torch/`` ever sits on a compile's stack;
+    the rest of the package, such as the built-in demo, is user code like any other)."""
     import torch
 
-    import recompprof
-
-    dirs = [os.path.dirname(torch.__file__), os.path.dirname(recompprof.__file__)]
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__))]
     stdlib = sysconfig.get_paths().get("stdlib")
     if stdlib:
         dirs.append(stdlib)

@@ -203,6 +203,7 @@ class Session:
             counter.install()
             if counter.live:
                 self._break_counter = counter
+                self._undo.append(("graph_breaks_counter", counter.uninstall))
                 self.signals["graph_breaks"] = True
                 log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
                          "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))

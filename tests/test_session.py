@@ -213,3 +213,13 @@ def test_manual_step_source_installs_no_optimizer_hook() -> None:
         assert session.current_step == 0
         assert session.step() == 1
         assert session.signals["optimizer_steps"] is False
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", True])
+def test_step_to_rejects_what_is_not_a_step(bad: object) -> None:
+    """session.step(to=...) names the argument and refuses a negative, fractional, string or bool step, keeping the current step."""
+    with recompprof.attach() as session:
+        session.step(to=4)
+        with pytest.raises(ValueError, match="session.step"):
+            session.step(to=bad)  # type: ignore[arg-type]
+        assert session.current_step == 4

@@ -68,7 +68,10 @@ class GraphBreakTap:
                         payload_fn = kwargs.get("payload_fn")
                         payload = payload_fn() if callable(payload_fn) else None
                         on_break(str(payload or ""), _compile_id(kwargs.get("compile_id")))
-            return original(name, *args, **kwargs)
+            try:
+                return original(name, *args, **kwargs)
+            finally:
+                caller_fix.local.frame = None  # never keep a caller's frame (and its locals) alive
 
         hooked.__wrapped__ = original  # type: ignore[attr-defined]
         undo_wrap = replace(torch_logging, "trace_structured", hooked)

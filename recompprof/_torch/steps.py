@@ -45,6 +45,8 @@ class StepCounter:
 
     def advance(self, to: int | None = None) -> int:
         """A manual step (``session.step()``), or an absolute one (``to``); from then on optimizer steps are ignored."""
+        if to is not None and (isinstance(to, bool) or not isinstance(to, int) or to < 0):
+            raise ValueError(f"session.step(to=...) takes a training step, a non-negative int; got {to!r}")
         self.manual = True
-        self.step = self.step + 1 if to is None else int(to)
+        self.step = self.step + 1 if to is None else to
         return self.step

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 
 from recompprof.causes import CauseTracker
+from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -20,6 +21,7 @@ from recompprof.events import (
     LIMITS,
     PHASES,
     Compile,
+    Event,
     Frame,
     GraphBreak,
     RecompileLimitHit,
@@ -47,17 +49,12 @@ ERROR_TYPES: tuple[str, ...] = (
 
 
 @dataclasses.dataclass
-class FrameTotals:
-    """Per-frame counters; ``label`` is the closed-set metric label (or ``other``)."""
+class FrameTotals(FrameCounts):
+    """Per-frame counters (folded by :func:`recompprof.counting.fold_compile`); ``label`` is the
+    closed-set metric label (or ``other``)."""
 
     label: str
-    compiles: int = 0
-    recompiles: int = 0
-    steady_state_recompiles: int = 0
-    guard_failures: Counter[str] = dataclasses.field(default_factory=Counter)
-    limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
     cache_entries: int = 0
-    compile_seconds: float = 0.0  # every compile of the frame, backward included
     # Seconds of recompiles (and their backward) by the category of the reason that explains them.
     recompile_seconds: Counter[str] = dataclasses.field(default_factory=Counter)
 
@@ -96,6 +93,17 @@ class Snapshot:
     cache_seconds_saved: float = 0.0
     cudagraph_skips: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> compiles
 
+    def totals(self) -> dict[str, float]:
+        """The run totals a ``SessionEnd`` carries (live and ingested runs both take them from here)."""
+        return {
+            "compiles": self.compiles_total,
+            "recompiles": self.recompiles_total,
+            "graph_breaks": self.graph_breaks,
+            "compile_seconds": self.duration_sum,
+            "compile_failures": sum(self.compile_failures.values()),
+            "recompile_limit_hits": sum(sum(f.limit_hits.values()) for f in self.frames.values()),
+        }
+
 
 class Aggregates:
     """Running totals; not thread-safe by itself (the session serialises updates)."""
@@ -113,9 +121,7 @@ class Aggregates:
         self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self.limits: dict[str, int | None] = dict.fromkeys(LIMITS)
         self.last_compile_time: float | None = None
-        self.step = 0
         self.events_dropped: Counter[str] = Counter()
-        self.internal_errors: Counter[str] = Counter()
         self.compiles_total = 0
         self.recompiles_total = 0
         self.causes = CauseTracker()
@@ -145,29 +151,32 @@ class Aggregates:
         return totals
 
     # -- updates --------------------------------------------------------------------------
+    def add(self, event: Event) -> None:
+        """Fold one event of any kind (the ones that count nothing are ignored)."""
+        if isinstance(event, Compile):
+            self.add_compile(event)
+        elif isinstance(event, RecompileLimitHit):
+            self.add_limit_hit(event)
+        elif isinstance(event, GraphBreak):
+            self.add_graph_break(event)
+
     def add_compile(self, event: Compile) -> None:
         totals = self._totals(event.frame)
-        if not event.backward and event.outcome != "limit_hit":
-            totals.compiles += 1
+        fold_compile(totals, event)
+        if counts_as_compile(event):
             self.compiles_total += 1
-            if event.is_recompile:
-                totals.recompiles += 1
-                self.recompiles_total += 1
-                if event.steady_state:
-                    totals.steady_state_recompiles += 1
-        for reason in event.reasons:
-            totals.guard_failures[reason.category] += 1
-        totals.guard_failures.update(event.reasons_omitted)
+            self.recompiles_total += int(event.is_recompile)
         if event.cache_entries is not None and not event.backward:
             totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" else 0)
         if event.outcome == "failed":
             fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
             self.compile_failures[fail] += 1
-        if event.outcome != "limit_hit":
+        if costs_seconds(event):
             self._observe_duration(event.duration)
+            if event.trace_id is not None:
+                self.add_exemplar(event.duration, event.trace_id, event.time)
             for phase, seconds in event.phases.items():
                 self.phase_seconds[phase] += seconds
-            totals.compile_seconds += event.duration
         cause = self.causes.cause_of(event)
         if cause is not None:
             # The cause's frame is the forward's; a backward of an unknown frame still lands on it.
@@ -181,7 +190,7 @@ class Aggregates:
         self.last_compile_time = event.time
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
-        self._totals(event.frame).limit_hits[event.limit] += 1
+        fold_limit_hit(self._totals(event.frame), event)
 
     def add_graph_break(self, event: GraphBreak) -> None:
         # Counted from the break itself: a break torch cannot resume from arrives after its compile's record.
@@ -202,12 +211,13 @@ class Aggregates:
                 return i
         return len(DURATION_BUCKETS)
 
-    def add_exemplar(self, seconds: float, trace_id: str) -> None:
+    def add_exemplar(self, seconds: float, trace_id: str, at: float | None = None) -> None:
         """Remember ``trace_id`` as the exemplar of the bucket ``seconds`` fell in."""
-        self._exemplars[self.bucket_index(seconds)] = Exemplar(trace_id, seconds, time.time())
+        self._exemplars[self.bucket_index(seconds)] = Exemplar(trace_id, seconds, time.time() if at is None else at)
 
     # -- reads ----------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, *, step: int = 0, internal_errors: dict[str, int] | None = None) -> Snapshot:
+        """A copy of the totals; ``step`` and ``internal_errors`` are the session's, read at the same time."""
         return Snapshot(
             frames={label: totals.copy() for label, totals in self._frames.items()},
             compile_failures=dict(self.compile_failures),
@@ -219,9 +229,9 @@ class Aggregates:
             phase_seconds=dict(self.phase_seconds),
             limits=dict(self.limits),
             last_compile_time=self.last_compile_time,
-            step=self.step,
+            step=step,
             events_dropped=dict(self.events_dropped),
-            internal_errors=dict(self.internal_errors),
+            internal_errors=dict(internal_errors or {}),
             compiles_total=self.compiles_total,
             recompiles_total=self.recompiles_total,
             cache_lookups=dict(self.cache_lookups),

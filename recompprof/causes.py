@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 from typing import NamedTuple
 
+from recompprof.counting import counts_as_recompile, is_limit_hit
 from recompprof.events import Compile, Frame
 
 NO_REASON = "(no reason recorded)"
@@ -27,7 +28,7 @@ class Cause(NamedTuple):
 
 def forward_cause(event: Compile) -> Cause | None:
     """The cause of a forward compile ``event`` (None for a first compile, a backward or a limit hit)."""
-    if event.backward or event.outcome == "limit_hit" or not event.is_recompile:
+    if not counts_as_recompile(event):
         return None
     # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
     reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
@@ -45,7 +46,7 @@ class CauseTracker:
 
     def cause_of(self, event: Compile) -> Cause | None:
         """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time."""
-        if event.outcome == "limit_hit":
+        if is_limit_hit(event):
             return None
         key = (event.rank, event.compile_id)
         if event.backward:

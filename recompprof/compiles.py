@@ -1,21 +1,23 @@
-"""What one ``CompilationMetrics`` record means, shared by the live session and ``ingest``.
+"""What one compile record means, shared by the live session and ``ingest``.
 
-Both read the same torch record (live from the logger, or from a TORCH_TRACE file) and must turn it
-into the same events, so the rules live here once: outcome and limit detection, cache outcome,
-which reason explains the change, and the ``Compile`` / ``RecompileLimitHit`` events themselves.
+Both read the same torch record (live from the logger, or from a TORCH_TRACE file; read into a plain
+:class:`CompileRecord` by ``recompprof._torch.records``) and must turn it into the same events, in
+the same order, so the rules live here once: outcome and limit detection, which reason explains the
+change, the ``Compile`` / ``RecompileLimitHit`` events themselves, and the :class:`Correlation` of
+what torch reports apart about one compile (its frame, its graph breaks).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
-from recompprof._torch.phases import exclusive_phases
 from recompprof.breaks import parse_graph_break
-from recompprof.cudagraphs import cudagraph_skip
-from recompprof.events import LIMITS, Compile, Frame, GraphBreak, Reason, RecompileLimitHit
+from recompprof.cudagraphs import CudagraphSkip
+from recompprof.events import LIMITS, Compile, Event, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof.reasons import clean_text, parse_guard_failure
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
@@ -31,12 +33,40 @@ MAX_REASONS_PER_EVENT = 64
 _BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
 
 
+MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRecord:
+    """The plain values of one torch ``CompilationMetrics`` record (absent fields are None / empty)."""
+
+    compile_id: str | None = None
+    co_name: str | None = None
+    co_filename: str | None = None
+    co_firstlineno: int | None = None
+    is_forward: bool = True
+    fail_type: str | None = None
+    fail_reason: str | None = None
+    cache_size: int | None = None
+    recompile_reason: str | None = None
+    start_time: float | None = None  # seconds since the epoch
+    duration: float = 0.0
+    phases: dict[str, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
+    guard_count: int | None = None
+    graph_op_count: int | None = None
+    cache: str | None = None  # "hit" / "miss"
+    cache_lookups: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    cache_seconds_saved: float | None = None
+    cudagraph_skip: CudagraphSkip | None = None
+    runtime_work: tuple[str, float] | None = None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
+
+
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
 # config.fail_on_recompile_limit_hit (FailOnCacheLimitHit before the limits were renamed).
 _RAISING_LIMIT_HITS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
 
 
-def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str, int | None] | None:
+def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> tuple[str, int | None] | None:
     """``(limit name, its value)`` if record ``m`` is a recompile-limit hit, else None.
 
     A hit either falls back to eager (``fail_reason`` is torch's "recompile limit exceeded … Limit type:
@@ -45,11 +75,11 @@ def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str,
     per-frame limit (torch's own order of checks). ``limits`` are the configured values, for hits whose
     text names none.
     """
-    fail_reason, fail_type = getattr(m, "fail_reason", None), _fail_type(getattr(m, "fail_type", None) or "")
+    fail_reason, fail_type = m.fail_reason, _fail_type(m.fail_type or "")
     limits = limits or {}
     if fail_type in _RAISING_LIMIT_HITS:
         accumulated = limits.get("accumulated_recompile_limit")
-        frame_compile = _frame_compile_count(getattr(m, "compile_id", None))
+        frame_compile = _frame_compile_count(m.compile_id)
         name = ("accumulated_recompile_limit" if accumulated is not None and frame_compile is not None
                 and frame_compile >= accumulated else "recompile_limit")
         return name, limits.get(name)
@@ -72,50 +102,6 @@ def limit_hit(m: Any, limits: dict[str, int | None] | None = None) -> tuple[str,
 def _frame_compile_count(compile_id: Any) -> int | None:
     match = re.match(r"!?\d+/(\d+)", str(compile_id or ""))
     return int(match.group(1)) if match else None
-
-
-def cache_outcome(m: Any) -> str | None:
-    """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
-    def count(*names: str) -> int:
-        return sum(getattr(m, n, None) or 0 for n in names)
-
-    if count("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"):
-        return "miss"
-    return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
-
-
-def cache_lookups(m: Any) -> dict[str, dict[str, int]]:
-    """Compile-cache lookups of record ``m``: ``{cache: {result: count}}`` (empty: no cache consulted).
-
-    Hits and misses are torch's own counts (local and remote). torch counts no bypass: a cache it
-    consulted (``feature_usage``: ``fx_cache`` / ``aot_autograd_remote_cache`` set) that neither hit
-    nor missed was bypassed (an uncacheable graph), and ``fx_cache: False`` means it was turned off.
-    """
-    def count(name: str) -> int:
-        value = getattr(m, name, None)
-        return value if isinstance(value, int) and value > 0 else 0
-
-    usage = getattr(m, "feature_usage", None)
-    usage = usage if isinstance(usage, dict) else {}
-    out: dict[str, dict[str, int]] = {}
-    for cache, prefixes, feature in (
-        ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
-        ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
-    ):
-        results = {r: sum(count(f"{p}_cache_{r}_count") for p in prefixes) for r in ("hit", "miss")}
-        results = {r: n for r, n in results.items() if n}
-        if not results and feature in usage:
-            results = {"bypass": 1}
-        if results:
-            out[cache] = results
-    return out
-
-
-def cache_seconds_saved(m: Any) -> float | None:
-    """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
-    which despite its name sums local and remote hits)."""
-    value = getattr(m, "remote_cache_time_saved_s", None)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 class ReasonExplainer:
@@ -178,46 +164,41 @@ def _fail_type(value: Any) -> str:
     return match.group(1) if match else text
 
 
-def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
+def reason_texts(m: CompileRecord, from_guard_failures: list[str]) -> list[str]:
     """The reason texts of a compile: torch's per-entry list, else its single ``recompile_reason``."""
     if from_guard_failures:
         return from_guard_failures
-    reason = getattr(m, "recompile_reason", None)
-    return [str(reason)] if reason and str(reason) != NO_REASON else []  # invalidated entries only show here
+    reason = m.recompile_reason
+    return [reason] if reason and reason != NO_REASON else []  # invalidated entries only show here
 
 
 def compile_events(
-    m: Any, *, time: float, rank: int, step: int | None, frame: Frame, explained: tuple[list[Reason], dict[str, int]],
-    graph_breaks: int, redact: bool, steady_state: bool, limits: dict[str, int | None] | None = None,
-    call_site: list[str] | None = None, guard_set: str | None = None,
+    m: CompileRecord, *, time: float, rank: int, step: int | None, frame: Frame,
+    explained: tuple[list[Reason], dict[str, int]], graph_breaks: int, redact: bool, steady_state: bool,
+    limits: dict[str, int | None] | None = None, call_site: list[str] | None = None, guard_set: str | None = None,
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``.
 
     ``explained`` is what :meth:`ReasonExplainer.explain` returned for it.
     """
     reasons, omitted = explained
-    forward = getattr(m, "is_forward", True) is not False
     hit = limit_hit(m, limits)
-    duration, phases = exclusive_phases(m)
-    fail_reason = getattr(m, "fail_reason", None)
-    start = getattr(m, "start_time_us", None)
-    compile_id = getattr(m, "compile_id", None)
-    skip = cudagraph_skip(m)
+    skip = m.cudagraph_skip
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,
-        compile_id=str(compile_id) if compile_id is not None else "?",
-        is_recompile=forward and (bool(getattr(m, "cache_size", None)) or bool(reasons)),
-        cache_entries=getattr(m, "cache_size", None),
-        outcome="limit_hit" if hit else ("failed" if getattr(m, "fail_type", None) else "ok"),
-        fail_type=_fail_type(m.fail_type) if getattr(m, "fail_type", None) else None,
-        fail_reason=None if redact or not fail_reason else clean_text(fail_reason),
+        compile_id=m.compile_id if m.compile_id is not None else "?",
+        is_recompile=m.is_forward and (bool(m.cache_size) or bool(reasons)),
+        cache_entries=m.cache_size,
+        outcome="limit_hit" if hit else ("failed" if m.fail_type else "ok"),
+        fail_type=_fail_type(m.fail_type) if m.fail_type else None,
+        fail_reason=None if redact or not m.fail_reason else clean_text(m.fail_reason),
         reasons=reasons,
         reasons_omitted=omitted,
-        start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
-        duration=duration, phases=phases,
-        guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
-        graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
-        cache_lookups=cache_lookups(m), cache_seconds_saved=cache_seconds_saved(m),
+        start_time=m.start_time,
+        duration=m.duration, phases=m.phases,
+        guard_count=m.guard_count, graph_op_count=m.graph_op_count,
+        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state,
+        cache_lookups=m.cache_lookups, cache_seconds_saved=m.cache_seconds_saved,
         call_site=call_site or [], guard_set=guard_set,
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not redact else None,
@@ -230,6 +211,73 @@ def compile_events(
         value=value,
         last_reason=next((r for r in reasons if r.explains_change), None),
     )
+
+
+def in_order(event: Compile, breaks: list[GraphBreak], hit: RecompileLimitHit | None) -> list[Event]:
+    """The events of one compile record in the order both paths emit them: the compile, the graph
+    breaks its trace reported (each with the compile's frame), then the limit hit."""
+    return [event, *(b if b.frame else b.model_copy(update={"frame": event.frame}) for b in breaks),
+            *([hit] if hit is not None else [])]
+
+
+class Correlation:
+    """Joins what torch reports apart about one compile, for the live session and ``ingest`` alike.
+
+    A graph break is reported while its frame is traced, before the compile's record: it is held
+    until that record (so it is emitted after its compile) and emitted at once if the compile is
+    already recorded (a break torch cannot resume from comes after the record). The frame of each
+    Dynamo frame id ("3" of "3/1") is remembered, because a limit hit's record names no function.
+    Everything is bounded: past ``max_remembered`` compile ids the oldest are forgotten and their
+    held breaks emitted as they are.
+    """
+
+    def __init__(self, max_remembered: int = MAX_REMEMBERED_COMPILES) -> None:
+        self._max = max_remembered
+        self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
+        self._pending_breaks: collections.OrderedDict[str, list[GraphBreak]] = collections.OrderedDict()
+        # frame id -> (frame, what the caller needs again for it, e.g. the code key the live session reads reasons by)
+        self._of_frame_id: collections.OrderedDict[str, tuple[Frame, Any]] = collections.OrderedDict()
+
+    def frame_of(self, compile_id: str | None) -> Frame | None:
+        """The frame of a recorded forward compile."""
+        return self._frame_of_compile.get(compile_id) if compile_id is not None else None
+
+    def frame_of_frame_id(self, frame_id: str) -> tuple[Frame, Any] | None:
+        return self._of_frame_id.get(frame_id)
+
+    def name_frame_id(self, frame_id: str, frame: Frame, extra: Any = None) -> None:
+        """Remember that Dynamo frame id ``frame_id`` compiles ``frame``."""
+        self._of_frame_id[frame_id] = (frame, extra)
+        self._of_frame_id.move_to_end(frame_id)
+        if len(self._of_frame_id) > self._max:
+            self._of_frame_id.popitem(last=False)
+
+    def add_break(self, event: GraphBreak) -> list[GraphBreak]:
+        """The breaks to emit now: ``event`` unless it waits for its compile's record, plus any evicted."""
+        if event.compile_id is None or event.compile_id in self._frame_of_compile:
+            return [event]
+        self._pending_breaks.setdefault(event.compile_id, []).append(event)
+        if len(self._pending_breaks) > self._max:
+            return self._pending_breaks.pop(next(iter(self._pending_breaks)))
+        return []
+
+    def compiled(self, compile_id: str, frame: Frame) -> list[GraphBreak]:
+        """Record the forward compile ``compile_id`` of ``frame``; returns the breaks held for it."""
+        self._frame_of_compile[compile_id] = frame
+        if len(self._frame_of_compile) > self._max:
+            self._frame_of_compile.popitem(last=False)
+        return self._pending_breaks.pop(compile_id, [])
+
+    def flush(self) -> list[GraphBreak]:
+        """Every held break (their compile never reported: a crash mid-compile, or the end of the run)."""
+        out = [b for breaks in self._pending_breaks.values() for b in breaks]
+        self._pending_breaks.clear()
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        """How much is remembered (for the soak benchmark)."""
+        return {"frame_of_compile": len(self._frame_of_compile), "pending_breaks": len(self._pending_breaks),
+                "frame_ids": len(self._of_frame_id)}
 
 
 def graph_break_event(

@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from recompprof.events import Event
+if TYPE_CHECKING:  # types only: reporting imports this module, never the other way at run time
     from recompprof.reporting import FrameReport, Report
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
@@ -90,15 +89,8 @@ def cell(frame: FrameReport, rank: int) -> RankCell:
     )
 
 
-def find(source: Report | Iterable[Event]) -> list[Divergence]:
-    """Diverging frames of a report (or of events, folded first), most recompiles first."""
-    if hasattr(source, "frames"):
-        report: Report = source  # type: ignore[assignment]
-    else:
-        # Imported here: reporting imports this module.
-        from recompprof.reporting import build_report
-
-        report = build_report(source)  # type: ignore[arg-type]
+def find(report: Report) -> list[Divergence]:
+    """Diverging frames of ``report`` (fold events with ``reporting.build_report`` first), most recompiles first."""
     ranks = all_ranks(report)
     if len(ranks) < 2:
         return []

@@ -148,6 +148,8 @@ class Compile(_Event):
     # of recompprof.cudagraphs.CUDAGRAPH_SKIPS and torch's text (dropped under redact: it holds a stack).
     cudagraph_skip: str | None = None
     cudagraph_skip_reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    # W3C trace id (32 hex digits) of the trace an exporter sends for this compile (the duration exemplar).
+    trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
 
 class GraphBreak(_Event):

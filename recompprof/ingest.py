@@ -25,15 +25,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from recompprof._torch.phases import exclusive_phases
-from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
+from recompprof._torch.records import read_record
+from recompprof.aggregates import Aggregates
+from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
 from recompprof.eventlog import find_files, log_path, write_events
 from recompprof.events import (
     Compile,
     Event,
     Frame,
-    GraphBreak,
-    RecompileLimitHit,
     SessionEnd,
     SessionStart,
 )
@@ -182,10 +181,8 @@ class _Converter:
         self.torch_version = ""
         self.recompile_limit: int | None = None
         self.strings: dict[int, str] = {}
-        self.frames: dict[int, Frame] = {}  # frame id -> the function it compiles
         self.reasons: dict[tuple[int, int], list[str]] = {}
-        self.breaks: dict[tuple[int, int], list[GraphBreak]] = {}
-        self.compiled: set[tuple[int, int]] = set()  # compiles whose record was read
+        self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
         self.instance_class: dict[tuple[int, int], str] = {}  # compile -> class of the frame's first argument
         self.accumulated_limit: int | None = None
         self.events: list[Event] = []
@@ -218,7 +215,9 @@ class _Converter:
         if stack and key is not None and isinstance(stack[-1], dict):
             top = stack[-1]
             file = self.strings.get(top.get("filename"), str(top.get("filename", "<unknown>")))
-            self.frames.setdefault(key[0], Frame(name=str(top.get("name", "<unknown>")), file=file, line=int(top.get("line") or 0)))
+            if self.correlation.frame_of_frame_id(str(key[0])) is None:
+                self.correlation.name_frame_id(str(key[0]), Frame(name=str(top.get("name", "<unknown>")), file=file,
+                                                                  line=int(top.get("line") or 0)))
 
     def _on_artifact(self, record: _Record) -> None:
         name = (record.meta.get("artifact") or {}).get("name")
@@ -230,12 +229,9 @@ class _Converter:
             self.reasons[key] = _reason_texts(record.payload)
         elif name == "dynamo_graph_break_reason" and record.payload is not None:
             event = graph_break_event(record.payload, time=record.time, rank=self.rank, step=None,
-                                      frame=self.frames.get(key[0]) if key else None,
-                                      compile_id=f"{key[0]}/{key[1]}" if key else None, redact=self.redact)
-            if key is not None and key not in self.compiled:
-                self.breaks.setdefault(key, []).append(event)  # emitted after its compile, as live capture does
-            else:  # a break torch could not resume from comes after its compile's record
-                self.events.append(event)
+                                      frame=self._known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
+                                      redact=self.redact)
+            self.events.extend(self.correlation.add_break(event))
 
     def _on_compilation_metrics(self, record: _Record) -> None:
         self._compile(record, record.meta["compilation_metrics"], backward=False)
@@ -246,30 +242,25 @@ class _Converter:
     def _compile(self, record: _Record, fields: Any, *, backward: bool) -> None:
         if not isinstance(fields, dict):
             return
-        m = SimpleNamespace(**fields)
+        raw = SimpleNamespace(**fields)
         key = self._key(record) or _split_compile_id(fields.get("compile_id"))
         if not fields.get("compile_id") and key:
-            m.compile_id = f"{key[0]}/{key[1]}"
+            raw.compile_id = f"{key[0]}/{key[1]}"
+        m = read_record(raw)
         frame = self._frame(fields, key)
         if self.recompile_limit is None:
             self.recompile_limit = _config_limit(fields.get("dynamo_config"))
             self.accumulated_limit = _config_limit(fields.get("dynamo_config"), accumulated=True)
-        texts = reason_texts(m, [] if backward or key is None else self.reasons.pop(key, [])) if not backward else []
+        texts = reason_texts(m, [] if key is None else self.reasons.pop(key, [])) if not backward else []
         start, end = fields.get("start_time_us"), fields.get("end_time_us")
-        duration = exclusive_phases(m)[0]
-        stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + duration if isinstance(start, (int, float)) else record.time)
-        breaks = [] if backward or key is None else self.breaks.pop(key, [])
-        if key is not None and not backward:
-            self.compiled.add(key)
+        stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + m.duration if isinstance(start, (int, float)) else record.time)
+        breaks = [] if backward or key is None else self.correlation.compiled(f"{key[0]}/{key[1]}", frame)
         event, hit = compile_events(
             m, time=stamp, rank=self.rank, step=None, frame=frame, explained=self.explainer.explain(frame, texts),
-            graph_breaks=len(breaks), redact=self.redact, steady_state=False,
+            graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
             limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
         )
-        self.events.append(event)
-        self.events.extend(b.model_copy(update={"frame": b.frame or frame}) for b in breaks)
-        if hit is not None:
-            self.events.append(hit)
+        self.events.extend(in_order(event, breaks, hit))
 
     def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:
         key = self._key(record)
@@ -286,31 +277,26 @@ class _Converter:
                 name = f"{cls}.{name.rsplit('.', 1)[-1]}"
             frame = Frame(name=name, file=file, line=line)
             if key is not None:
-                self.frames[key[0]] = frame
+                self.correlation.name_frame_id(str(key[0]), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
-        known = self.frames.get(key[0]) if key is not None else None
-        return known or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
+        return self._known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
+
+    def _known_frame(self, key: tuple[int, int] | None) -> Frame | None:
+        known = self.correlation.frame_of_frame_id(str(key[0])) if key is not None else None
+        return known[0] if known is not None else None
 
     def finish(self, host: str) -> list[Event]:
-        for key in list(self.breaks):  # breaks of compiles whose record never came (a crash mid-compile)
-            self.events.extend(self.breaks.pop(key))
-        compiles = [e for e in self.events if isinstance(e, Compile)]
-        forward = [e for e in compiles if not e.backward and e.outcome != "limit_hit"]
+        self.events.extend(self.correlation.flush())  # breaks of compiles whose record never came (a crash mid-compile)
         start = SessionStart(
             time=self.first_time or 0.0, rank=self.rank, run_id=self.run_id, host=host, pid=self.pid,
             versions={"torch": self.torch_version}, mode="monitor", recompile_limit=self.recompile_limit,
             signals={"torch_trace": True},
         )
-        totals = {
-            "compiles": len(forward),
-            "recompiles": sum(e.is_recompile for e in forward),
-            "graph_breaks": sum(e.count for e in self.events if isinstance(e, GraphBreak)),
-            "compile_seconds": sum(e.duration for e in compiles if e.outcome != "limit_hit"),
-            "compile_failures": sum(e.outcome == "failed" for e in compiles),
-            "recompile_limit_hits": sum(isinstance(e, RecompileLimitHit) for e in self.events),
-        }
-        end = SessionEnd(time=self.last_time, rank=self.rank, totals=totals)
+        totals = Aggregates()  # the live session's totals, by the same fold
+        for event in self.events:
+            totals.add(event)
+        end = SessionEnd(time=self.last_time, rank=self.rank, totals=totals.snapshot().totals())
         return [start, *self.events, end]
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from recompprof import divergence
 from recompprof.causes import CauseTracker
+from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -83,22 +84,18 @@ class CauseReport:
 
 
 @dataclasses.dataclass
-class FrameReport:
+class FrameReport(FrameCounts):
+    """One frame's counts (folded by :func:`recompprof.counting.fold_compile`) and the report's detail."""
+
     label: str
     name: str
     file: str
     line: int
-    compiles: int = 0
-    recompiles: int = 0
-    backward_compiles: int = 0
-    steady_state_recompiles: int = 0
     recompile_steps: list[int] = dataclasses.field(default_factory=list)
     recompile_steps_total: int = 0
     reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
-    limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)
     graph_breaks: int = 0
     failures: Counter[str] = dataclasses.field(default_factory=Counter)
-    compile_seconds: float = 0.0
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
@@ -226,7 +223,7 @@ def build_report(events: Iterable[Event]) -> Report:
         elif isinstance(event, RecompileLimitHit):
             frame = _frame(report, event.frame)
             if frame is not None:
-                frame.limit_hits[event.limit] += 1
+                fold_limit_hit(frame, event)
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif isinstance(event, GraphBreak):
@@ -285,17 +282,14 @@ def _add_compile(report: Report, event: Compile) -> None:
         if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
             report.cudagraph_skips[key] += 1
     step = event.step or 0
-    if event.backward:
-        frame.backward_compiles += 1
-    elif event.outcome != "limit_hit":
-        frame.compiles += 1
+    fold_compile(frame, event)
+    if counts_as_compile(event):
         frame.compiles_by_rank[event.rank] += 1
         if event.guard_set is not None:
             seen = frame.guard_sets_by_rank.setdefault(event.rank, set())
             if len(seen) < MAX_GUARD_SETS:
                 seen.add(event.guard_set)
         if event.is_recompile:
-            frame.recompiles += 1
             frame.recompiles_by_rank[event.rank] += 1
             frame.first_recompile_step_by_rank.setdefault(event.rank, step)
             steps = frame.recompile_steps_by_rank.setdefault(event.rank, [])
@@ -311,7 +305,6 @@ def _add_compile(report: Report, event: Compile) -> None:
                     if first_steps is None:
                         first_steps = frame.category_first_step_by_rank[event.rank] = {}
                     first_steps.setdefault(reason.category, step)
-            frame.steady_state_recompiles += int(event.steady_state)
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
@@ -327,8 +320,7 @@ def _add_compile(report: Report, event: Compile) -> None:
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    if event.outcome != "limit_hit":
-        frame.compile_seconds += event.duration
+    if costs_seconds(event):
         for phase, seconds in event.phases.items():
             frame.phases[phase] = frame.phases.get(phase, 0.0) + seconds
             report.phases[phase] = report.phases.get(phase, 0.0) + seconds

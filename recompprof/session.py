@@ -1,8 +1,9 @@
-"""A recompprof session: attach and detach, the compile-path recorder, and the fan-out to sinks.
+"""A recompprof session's lifecycle: attach and detach (an undo stack), and the fan-out to sinks.
 
-Data flows one way: torch adapters (``recompprof._torch``) call the session on the compile path; the
-session turns each signal into events, updates bounded aggregates, appends to the event log and
-hands the event to each exporter. Nothing runs per training step except the step counter.
+Data flows one way: torch adapters (``recompprof.adapters``) call the compile-path recorder
+(``recompprof.recorder``), which turns each signal into events; the session folds each event into
+bounded aggregates, appends it to the event log and hands it to each exporter and listener. Nothing
+flows back from a sink. Nothing runs per training step except the step counter.
 """
 
 from __future__ import annotations
@@ -18,33 +19,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from recompprof import _internal, exporting, settings as settings_module
 from recompprof._torch import versions as torch_versions
-from recompprof._torch import frames as torch_frames
-from recompprof._torch.compile_metrics import CompileMetricsTap
-from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
-from recompprof._torch.guard_failures import GuardFailureReader, guard_set
-from recompprof._torch.sources import type_name
-from recompprof._torch.steps import StepCounter
+from recompprof._torch.limits import configured_limits
+from recompprof.adapters import Adapters
 from recompprof.aggregates import Aggregates, Snapshot
-from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
-from recompprof.cudagraphs import runtime_work
 from recompprof.eventlog import EventLogWriter, log_path
-from recompprof.events import (
-    Compile,
-    Event,
-    Frame,
-    GraphBreak,
-    RecompileLimitHit,
-    SessionEnd,
-    SessionStart,
-    SignalChange,
-)
+from recompprof.events import Event, SessionEnd, SessionStart
 from recompprof.identity import Identity, detect
-from recompprof.reasons import clean_text, graph_break_text
+from recompprof.recorder import CompileRecorder
 
 if TYPE_CHECKING:
     from recompprof.reporting import Report
@@ -55,8 +40,6 @@ log = logging.getLogger("recompprof")
 _attach_lock = threading.RLock()
 _current: Session | None = None
 _last: Session | None = None
-
-_MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards
 
 
 def current() -> Session | None:
@@ -103,8 +86,6 @@ class Session:
         self.versions = torch_versions.versions()
         self.run_dir = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "recompprof-runs" / self.identity.run_id
         self.event_log_path: Path | None = None
-        self.signals: dict[str, bool] = {}
-        self.signals_off: dict[str, str] = {}
         self.aggregates = Aggregates(settings.max_frames)
         self._lock = threading.RLock()
         self._recent: collections.deque[Event] = collections.deque(maxlen=settings.recent_events)
@@ -112,22 +93,11 @@ class Session:
         self._exporters: list[exporting.Exporter] = []
         self._listeners: list[Callable[[Event], None]] = []
         self._undo: list[tuple[str, Callable[[], None]]] = []
-        self._steps = StepCounter()
-        self._guards = GuardFailureReader()
-        self._breaks = GraphBreakTap(self._on_graph_break)
-        self._break_counter: GraphBreakCounter | None = None  # fallback where torch traces no breaks
-        self._pending_breaks: collections.OrderedDict[str, list[GraphBreak]] = collections.OrderedDict()
-        self._metrics = CompileMetricsTap(self._on_compile_metrics, on_late=self._on_metrics_late,
-                                          on_lost=self._on_metrics_lost)
-        self._profile: Any = None
-        self._dynamo_profiler: Any = None
-        self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
-        # Dynamo frame id ("3" of "3/1") -> (code name, file, line, frame): limit-hit records carry no code names.
-        self._code_of_frame_id: collections.OrderedDict[str, tuple[tuple[str, str, int], Frame]] = collections.OrderedDict()
-        self._explainer = ReasonExplainer(settings.redact)
-        self._pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self._closed = False
         self._started = time.time()
+        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed)
+        self._adapters = Adapters(settings, self._recorder, self.identity.rank, self._emit, self._lock)
+        self._recorder.adapters = self._adapters
 
     # -- lifecycle --------------------------------------------------------------------------
     def _start(self) -> None:
@@ -135,11 +105,13 @@ class Session:
             log.warning("recompprof: ignoring environment variable %s: no such setting", name)
         exporters = [exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)]
         self._open_event_log()
-        self._install_adapters()
+        self._undo.extend(self._adapters.install())
         for exporter in exporters:
             with _internal.guard(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
                 exporter.start(self)
                 self._exporters.append(exporter)
+        # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
+        self._recorder.trace_ids = any(getattr(e, "traces", False) for e in self._exporters)
         self._emit(self._session_start())
         atexit.register(self.detach)
         self._undo.append(("atexit", lambda: atexit.unregister(self.detach)))
@@ -159,59 +131,6 @@ class Session:
         except OSError as exc:
             _internal.record("eventlog", exc, f"cannot write the event log at {path} (setting run_dir / "
                              "RECOMPPROF_RUN_DIR); events stay in memory and in the exporters")
-
-    def _install_adapters(self) -> None:
-        adapters: list[tuple[str, Any]] = [
-            ("guard_failures", self._guards),
-            ("graph_breaks", self._breaks),
-            ("optimizer_steps", self._steps),
-            ("compile_metrics", self._metrics),
-        ]
-        if self.settings.step_source == "manual":
-            adapters.remove(("optimizer_steps", self._steps))
-            self._steps.manual = True
-            self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = False, "step_source=manual"
-        if self.settings.mode == "profile":
-            from recompprof._torch.profile import ProfileMode
-
-            self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
-            self._profile.on_stance_change = self._on_stance_change
-            adapters.insert(0, ("profile_backend", self._profile))
-            if self.settings.dynamo_profiler:
-                from recompprof._torch.dynamo_profiler import DynamoProfilerTap
-
-                self._dynamo_profiler = DynamoProfilerTap()
-                adapters.append(("dynamo_profiler", self._dynamo_profiler))
-        for name, adapter in adapters:
-            try:
-                adapter.install()
-            except Exception as exc:  # noqa: BLE001 - a missing or changed torch internal turns the signal off
-                _internal.record(f"torch.{name}", exc, "signal turned off")
-                self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
-                if _internal._raise:
-                    raise
-                continue
-            live, why = getattr(adapter, "live", True), getattr(adapter, "why_off", "")
-            if name == "profile_backend" and not adapter.forced_backend:
-                live, why = False, adapter.why_not_forced  # adapter.why_off stays the mechanism's own reason
-            self.signals[name] = bool(live)
-            if not live:
-                self.signals_off[name] = why or "unavailable"
-            self._undo.append((name, adapter.uninstall))
-        if not self._breaks.live and self.signals.get("graph_breaks") is False:
-            counter = GraphBreakCounter()
-            counter.install()
-            if counter.live:
-                self._break_counter = counter
-                self._undo.append(("graph_breaks_counter", counter.uninstall))
-                self.signals["graph_breaks"] = True
-                log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
-                         "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
-        info = torch_versions.torch_info()
-        for gated in ("phase_times", "recompile_limit_hits", "backward_compiles"):  # parts of CompilationMetrics
-            self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
-            if not self.signals[gated]:
-                self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -250,7 +169,7 @@ class Session:
                     undo()
             self._undo.clear()
             with self._lock:
-                self._flush_breaks()
+                self._recorder.flush()
                 self._emit(self._session_end())
                 self._closed = True
             for exporter in reversed(self._exporters):
@@ -274,23 +193,33 @@ class Session:
 
     # -- public API ---------------------------------------------------------------------------
     @property
+    def signals(self) -> dict[str, bool]:
+        """Whether each capture signal is live (see docs/reliability.md)."""
+        return self._adapters.signals
+
+    @property
+    def signals_off(self) -> dict[str, str]:
+        """Why each signal that is off is off."""
+        return self._adapters.signals_off
+
+    @property
     def exporters(self) -> tuple[exporting.Exporter, ...]:
         """The exporters that started."""
         return tuple(self._exporters)
 
     @property
     def current_step(self) -> int:
-        return self._steps.step
+        return self._adapters.steps.step
 
     def step(self, to: int | None = None) -> int:
         """Count one training step by hand (for loops without an optimizer), or set it ``to`` a trainer's
         global step; returns the new step."""
-        return self._steps.advance(to)
+        return self._adapters.steps.advance(to)
 
     def snapshot(self) -> Snapshot:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
-            snap = self.aggregates.snapshot()
+            snap = self.aggregates.snapshot(step=self._adapters.steps.step, internal_errors=_internal.counts())
         dropped = dict(snap.events_dropped)
         for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
             counts = getattr(exporter, "dropped", None)
@@ -298,10 +227,11 @@ class Session:
                 with _internal.guard(f"exporter.{exporter.name}"):
                     for reason, n in counts().items():
                         dropped[f"{exporter.name}_{reason}"] = n
-        return dataclasses.replace(snap, step=self._steps.step, internal_errors=_internal.counts(), events_dropped=dropped)
+        return dataclasses.replace(snap, events_dropped=dropped)
 
     def add_exemplar(self, seconds: float, trace_id: str) -> None:
-        """Attach a trace id to the duration histogram bucket ``seconds`` falls in."""
+        """Attach a trace id to the duration histogram bucket ``seconds`` falls in (compiles that carry a
+        ``trace_id`` add theirs by themselves)."""
         with self._lock:
             self.aggregates.add_exemplar(seconds, trace_id)
 
@@ -319,18 +249,18 @@ class Session:
             return list(self._recent)
 
     def report(self) -> Report:
-        """The report of this session, from its event log (or its recent events if it has none)."""
+        """The report of this session, streamed from its event log (or its recent events if it has none)."""
         from recompprof.eventlog import read_file
         from recompprof.reporting import build_report
 
         events: Iterable[Event]
         if self.event_log_path is not None and self.event_log_path.exists():
-            events = list(read_file(self.event_log_path))
+            events = read_file(self.event_log_path)
         else:
             events = self.recent_events()
         return build_report(events)
 
-    # -- the compile path ------------------------------------------------------------------------
+    # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
         with self._lock:
             # A forked child (DataLoader worker, compile pool) inherits the session: it must stay silent.
@@ -338,7 +268,7 @@ class Session:
                 return
             self._recent.append(event)
             with _internal.guard("aggregates"):
-                self._aggregate(event)
+                self.aggregates.add(event)
             if self._writer is not None:
                 with _internal.guard("eventlog", f"the event log {self._writer.path} could not be written; check that "
                                      "its directory exists, is writable and has free space"):
@@ -354,165 +284,19 @@ class Session:
                 with _internal.guard("listener"):
                     listener(event)
 
-    def _aggregate(self, event: Event) -> None:
-        if isinstance(event, Compile):
-            self.aggregates.add_compile(event)
-        elif isinstance(event, RecompileLimitHit):
-            self.aggregates.add_limit_hit(event)
-        elif isinstance(event, GraphBreak):
-            self.aggregates.add_graph_break(event)
-
-    def _on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
-        with self._lock:
-            pending = self._pending_reasons.setdefault(code, [])
-            if len(pending) < 64:
-                pending.append((compile_id, texts))
-            if len(self._pending_reasons) > _MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
-                del self._pending_reasons[next(iter(self._pending_reasons))]
-
-    def _take_pending(self, code_key: tuple[str, str, int]) -> list[str]:
-        for code in list(self._pending_reasons):
-            if (code.co_name, code.co_filename, code.co_firstlineno) == code_key:
-                return [t for _, texts in self._pending_reasons.pop(code) for t in texts]
-        return []
-
-    def _on_stance_change(self, ours: bool) -> None:
-        """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
-        if not ours:
-            log.warning("recompprof: the job changed the torch.compile stance during profile mode; its own backend "
-                        "compiles now and recompprof gave it back its own recompile limits")
-            self._signal_lost("profile_backend", "the job changed the torch.compile stance (set_stance): compiles use "
-                              "the job's backend, with the job's own recompile limits")
-            return
-        with self._lock:
-            self.signals["profile_backend"] = True
-            self.signals_off.pop("profile_backend", None)
-            self._emit(SignalChange(time=time.time(), rank=self.identity.rank, step=self._steps.step,
-                                    signal="profile_backend", live=True, reason="the stance is recompprof's again"))
-
-    def _on_compile_metrics(self, metrics: Any) -> None:
-        with self._lock:
-            if self._closed or runtime_work(metrics) is not None:  # GPU runtime work (CUDA-graph recording,
-                return  # first-launch autotune) arrives as an is_runtime record: not a compile
-            self._record_compile(metrics)
-
-    def _on_metrics_late(self, count: int, why: str) -> None:
-        _internal.record("torch.compile_metrics.late", RuntimeError(why),
-                         f"{count} compile record(s) were recovered late from torch's record buffer")
-
-    def _on_metrics_lost(self, why: str) -> None:
-        self._signal_lost("compile_metrics", why)
-
-    def _signal_lost(self, name: str, why: str) -> None:
-        """A signal went dark mid-run: say so in the log, the events and the internal-error counter."""
-        with self._lock:
-            if not self.signals.get(name, False):
-                return
-            self.signals[name], self.signals_off[name] = False, why
-            _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
-            self._emit(SignalChange(time=time.time(), rank=self.identity.rank, step=self._steps.step, signal=name,
-                                    live=False, reason=clean_text(why)))
-
-    def _on_graph_break(self, payload: str, compile_id: str | None) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            frame = self._frame_of_compile.get(compile_id) if compile_id else None
-            if frame is None:
-                ctx = torch_frames.compiling()
-                if ctx is not None:
-                    code = ctx.code
-                    frame = self._frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
-            event = graph_break_event(payload, time=time.time(), rank=self.identity.rank, step=self._steps.step,
-                                      frame=frame, compile_id=compile_id, redact=self.settings.redact)
-            if compile_id is not None and compile_id not in self._frame_of_compile:
-                # Its compile's record comes later: emit the break after it, as ingest does from a trace.
-                pending = self._pending_breaks.setdefault(compile_id, [])
-                pending.append(event)
-                if len(self._pending_breaks) > _MAX_REMEMBERED_COMPILES:
-                    for orphan in self._pending_breaks.pop(next(iter(self._pending_breaks))):
-                        self._emit(orphan)
-            else:  # a break torch cannot resume from is reported after its compile's record
-                self._emit(event)
-
-    def _flush_breaks(self) -> None:
-        while self._pending_breaks:
-            for event in self._pending_breaks.popitem(last=False)[1]:
-                self._emit(event)
-
-    @staticmethod
-    def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
-        name, file, line = torch_frames.resolve(*code_key, ctx)
-        # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
-        return Frame(name=clean_text(name, 1000), file=clean_text(file, 1000), line=line)
-
-    def _record_compile(self, m: Any) -> None:
-        now, step = time.time(), self._steps.step
-        compile_id = str(m.compile_id) if m.compile_id is not None else "?"
-        forward = getattr(m, "is_forward", None) is not False  # no is_forward before 2.6: forward records only
-        texts: list[str] = []
-        call_site: list[str] = []
-        ctx: torch_frames.Compiling | None = None
-        fingerprint: str | None = None
-        breaks: list[GraphBreak] = []
-        if forward:
-            ctx = torch_frames.compiling()
-            frame_id = compile_id.split("/")[0]
-            if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
-                code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
-                frame = self._frame(code_key, ctx)
-            elif m.co_name is None and frame_id in self._code_of_frame_id:
-                code_key, frame = self._code_of_frame_id[frame_id]
-            else:
-                code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-                frame = self._frame(code_key, ctx)
-                self._code_of_frame_id[frame_id] = (code_key, frame)
-            call_site = torch_frames.call_site(ctx, self.settings.redact)
-            if ctx is not None:
-                with _internal.guard("torch.guard_set"):
-                    fingerprint = guard_set(ctx.guarded_code)
-            # A changed torch internal loses this compile's reasons, never the compile itself.
-            with _internal.guard("torch.guard_failures", "guard-failure reasons are missing from compile events"):
-                texts = self._guards.take(*code_key)[1]
-            texts += self._take_pending(code_key)
-            if self._profile is not None:
-                texts = [t for t in texts if not self._profile.is_own_reason(t)]
-            texts = reason_texts(m, texts)
-            self._frame_of_compile[compile_id] = frame
-            for remembered in (self._frame_of_compile, self._code_of_frame_id):
-                if len(remembered) > _MAX_REMEMBERED_COMPILES:
-                    remembered.popitem(last=False)
-            breaks = [b if b.frame else b.model_copy(update={"frame": frame}) for b in self._pending_breaks.pop(compile_id, [])]
-            if self._break_counter is not None:
-                with _internal.guard("torch.graph_breaks", "graph breaks are not recorded"):
-                    breaks += [GraphBreak(time=now, rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
-                                          reason=graph_break_text(text, self.settings.redact), count=count)
-                               for text, count in self._break_counter.take()]
-        else:
-            frame = self._frame_of_compile.get(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        limits = {name: _limit_value(name) for name in ("recompile_limit", "accumulated_recompile_limit")}
-        event, hit = compile_events(
-            m, time=now, rank=self.identity.rank, step=step, frame=frame,
-            explained=self._explainer.explain(frame, texts, _resolver(ctx)),
-            graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
-            steady_state=step >= self.settings.warmup_steps, limits=limits, call_site=call_site, guard_set=fingerprint,
-        )
-        if forward and self._dynamo_profiler is not None and self._dynamo_profiler.live:
-            event = event.model_copy(update={"trace_seconds_by_function": self._dynamo_profiler.take()})
-        self._emit(event)
-        for graph_break in breaks:
-            self._emit(graph_break)
-        if hit is not None:
-            self._emit(hit)
-
     # -- bookends ---------------------------------------------------------------------------------
+    @property
+    def _profile(self) -> Any:
+        """Profile mode's adapter (None in monitor mode)."""
+        return self._adapters.profile
+
     def _session_start(self) -> SessionStart:
         ident = self.identity
-        limit = self.settings.recompile_limit if self.settings.mode == "profile" else _limit_value("recompile_limit")
-        for name in ("recompile_limit", "accumulated_recompile_limit"):
-            self.aggregates.limits[name] = _limit_value(name)
+        limits = configured_limits()
+        self.aggregates.limits.update(limits)
+        limit = self.settings.recompile_limit if self.settings.mode == "profile" else limits["recompile_limit"]
         return SessionStart(
-            time=time.time(), rank=ident.rank, step=self._steps.step, run_id=ident.run_id, local_rank=ident.local_rank,
+            time=time.time(), rank=ident.rank, step=self.current_step, run_id=ident.run_id, local_rank=ident.local_rank,
             world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
             mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
             signals=dict(self.signals), profile_mechanism=getattr(self._profile, "mechanism", None),
@@ -521,38 +305,10 @@ class Session:
 
     def _session_end(self) -> SessionEnd:
         snap = self.snapshot()
-        totals = {
-            "compiles": snap.compiles_total,
-            "recompiles": snap.recompiles_total,
-            "graph_breaks": snap.graph_breaks,
-            "compile_seconds": snap.duration_sum,
-            "compile_failures": sum(snap.compile_failures.values()),
-            "recompile_limit_hits": sum(sum(f.limit_hits.values()) for f in snap.frames.values()),
-            "steps": snap.step,
-            "wall_seconds": time.time() - self._started,
-        }
+        totals = {**snap.totals(), "steps": snap.step, "wall_seconds": time.time() - self._started}
         if self._profile is not None:
             stats = self._profile.stats
             totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
                           signals_off=dict(self.signals_off))
-
-
-def _resolver(ctx: torch_frames.Compiling | None) -> Any:
-    """Looks a guard's subject up in the locals and globals of the call that is being compiled."""
-    if ctx is None:
-        return None
-    return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
-
-
-def _limit_value(name: str) -> int | None:
-    try:
-        import torch._dynamo.config as config
-
-        info = torch_versions.torch_info()
-        attr = info.limit_config_name if name == "recompile_limit" else info.accumulated_limit_config_name
-        value = getattr(config, attr)
-        return int(value) if value is not None else None
-    except Exception:  # noqa: BLE001 - a renamed config only loses this figure
-        return None

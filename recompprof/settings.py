@@ -16,7 +16,6 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "RECOMPPROF_"
-EXPORTER_NAMES = ("prometheus", "otel")
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).

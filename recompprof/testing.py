@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from recompprof.counting import is_limit_hit, recompile_attempt
 from recompprof.events import Compile, Event
 
 if TYPE_CHECKING:
@@ -74,8 +75,7 @@ class RecompileWatch:
     @property
     def recompiles(self) -> list[Compile]:
         """Forward recompiles in the block, including ones the recompile limit refused."""
-        return [e for e in self.events if isinstance(e, Compile) and not e.backward
-                and (e.is_recompile or e.outcome == "limit_hit")]
+        return [e for e in self.events if isinstance(e, Compile) and recompile_attempt(e)]
 
     def check(self) -> None:
         """Raise :class:`RecompiledError` if the block recompiled more than ``max_recompiles`` times."""
@@ -93,7 +93,7 @@ def describe(recompiles: list[Compile], allowed: int) -> str:
     lines = [f"{len(recompiles)} recompile(s) where at most {allowed} were allowed:"]
     for event in recompiles[:20]:
         reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
-        limit = " (refused by the recompile limit: ran eagerly)" if event.outcome == "limit_hit" else ""
+        limit = " (refused by the recompile limit: ran eagerly)" if is_limit_hit(event) else ""
         where = f"  {event.frame.label} compile {event.compile_id}" + (f" at step {event.step}" if event.step else "")
         if reason is None:
             lines.append(f"{where}{limit}: no guard-failure reason recorded")

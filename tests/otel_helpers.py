@@ -1,7 +1,7 @@
 """Test helpers for the OpenTelemetry exporter: a stand-in session and compile-event factories.
 
 ``StandInSession`` is *not* the real session: it carries just what ``OtelExporter.start`` reads
-(settings, identity, versions, snapshot, add_exemplar, tracer_provider) so span building can be
+(settings, identity, versions, snapshot, tracer_provider) so span building can be
 tested on hand-made ``events.Compile`` objects without torch. End-to-end tests use the real session.
 """
 
@@ -19,7 +19,7 @@ FRAME = Frame(name="forward", file="/src/model/net.py", line=33)
 
 
 class StandInSession:
-    """The parts of a session the exporter uses; records exemplars it is given."""
+    """The parts of a session the exporter reads (it writes nothing back)."""
 
     def __init__(self, tracer_provider: Any = None, **settings: Any) -> None:
         self.settings = settings_module.load(**settings)
@@ -28,13 +28,9 @@ class StandInSession:
         self.versions = {"recompprof": "0.1.0", "torch": "2.13.0+cpu", "python": "3.11"}
         self.tracer_provider = tracer_provider
         self.aggregates = Aggregates()
-        self.exemplars: list[tuple[float, str]] = []
 
     def snapshot(self) -> Snapshot:
         return self.aggregates.snapshot()
-
-    def add_exemplar(self, seconds: float, trace_id: str) -> None:
-        self.exemplars.append((seconds, trace_id))
 
 
 def compile_event(compile_id: str = "0/0", *, is_recompile: bool = False, start: float | None = None,

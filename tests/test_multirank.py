@@ -267,7 +267,7 @@ def test_ranks_write_one_log_each_into_the_run_dir_named_by_the_shared_run_id(dd
 @pytest.mark.servers
 def test_report_names_the_diverging_frame_rank_and_step(ddp_run: DdpRun) -> None:
     """`recompprof report` over the run dir shows a per-rank matrix and names the model frame, rank 1 and step 3."""
-    found = divergence.find(read_run(ddp_run.run_dir))
+    found = divergence.find(build_report(read_run(ddp_run.run_dir)))
     model = [d for d in found if d.frame.label.startswith(MODEL_FRAME)]
     assert len(model) == 1
     assert (model[0].ranks, model[0].baseline_ranks, model[0].first_steps) == ([1], [0], {1: DIVERGE_STEP})
@@ -352,7 +352,7 @@ def test_slurm_ranks_take_identity_run_id_log_names_and_labels_from_slurm_variab
         assert info.labels["rank"] == str(rank) and info.labels["launcher"] == "slurm"
         assert Path(summary["event_log"]) == run_dir / f"rank{rank:05d}-{summary['pid']}.jsonl"
     assert len(list(run_dir.iterdir())) == 2
-    (model,) = [d for d in divergence.find(read_run(run_dir)) if d.frame.label.startswith(MODEL_FRAME)]
+    (model,) = [d for d in divergence.find(build_report(read_run(run_dir))) if d.frame.label.startswith(MODEL_FRAME)]
     assert (model.ranks, model.first_steps) == ([1], {1: DIVERGE_STEP})
 
 
@@ -375,7 +375,7 @@ def _compile(rank: int, step: int, recompile: bool, category: str = "size") -> C
 def test_ranks_that_agree_do_not_diverge() -> None:
     """Four ranks recompiling the same frame at the same steps for the same reason show no divergence."""
     events = [_start(r) for r in range(4)] + [_compile(r, s, s > 0) for r in range(4) for s in (0, 5)]
-    assert divergence.find(events) == []
+    assert divergence.find(build_report(events)) == []
     assert "No frame diverges across ranks 0-3" in divergence.render_divergence(build_report(events))
 
 
@@ -383,7 +383,7 @@ def test_a_different_reason_category_on_one_rank_is_divergence() -> None:
     """Equal recompile counts but a python_constant change on rank 2 (size elsewhere) names rank 2 at its step."""
     events = [_start(r) for r in range(4)] + [_compile(r, 0, False) for r in range(4)]
     events += [_compile(r, 7, True, "python_constant" if r == 2 else "size") for r in range(4)]
-    (found,) = divergence.find(events)
+    (found,) = divergence.find(build_report(events))
     assert (found.ranks, found.baseline_ranks, found.aspects, found.first_steps) == (
         [2], [0, 1, 3], ["reason categories"], {2: 7})
 

@@ -205,13 +205,18 @@ def test_limit_hit_gives_one_error_span(receiver: OtlpReceiver) -> None:
         "recompprof.guard_failure.reason"] == "python_constant"
 
 
-def test_every_compile_span_offers_an_exemplar(receiver: OtlpReceiver) -> None:
-    """Each compile span's trace id is handed to the session as an exemplar of its duration."""
-    _, session = _export([compile_event("0/0"), compile_event("0/1", is_recompile=True)])
-    roots = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 2)
-    trace_ids = {s["trace_id"] for s in roots}
-    assert [seconds for seconds, _ in session.exemplars] == [0.6, 0.6]
-    assert {trace_id for _, trace_id in session.exemplars} == trace_ids
+def test_each_compile_is_sent_under_the_trace_id_it_carries(receiver: OtlpReceiver) -> None:
+    """A compile's span tree is sent under the event's own ``trace_id`` (the id the session's duration
+    exemplar names), a compile without one gets a fresh id, and the exporter says it sends traces."""
+    ids = ["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7a3ce929d0e0e4736"]
+    exporter, _ = _export([compile_event("0/0", trace_id=ids[0]), compile_event("0/1", is_recompile=True, trace_id=ids[1]),
+                           compile_event("1/0", frame=Frame(name="other", file="/src/o.py", line=1))])
+    spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3 and len(s) == 12)
+    by_id = {s["attributes"]["recompprof.compile_id"]: s["trace_id"] for s in spans if s["name"] == "torch_compile.frame"}
+    assert (by_id["0/0"], by_id["0/1"]) == (ids[0], ids[1])
+    assert by_id["1/0"] not in ids and int(by_id["1/0"], 16) != 0
+    assert {s["trace_id"] for s in spans if s["name"] != "torch_compile.frame"} == set(by_id.values())  # phases follow
+    assert exporter.traces is True
 
 
 def test_borrowed_tracer_provider_is_used_and_global_left_alone() -> None:

@@ -27,8 +27,6 @@ from recompprof_otel.processor import BoundedBatchProcessor
 from recompprof_otel.spans import SpanBuilder
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
-
     from recompprof.events import Event
     from recompprof.session import Session
     from recompprof.settings import Settings
@@ -71,14 +69,15 @@ class OtelExporter:
         self.processor: BoundedBatchProcessor | None = None
         self.metrics: OtelMetrics | None = None
         self._builder: SpanBuilder | None = None
-        self._session: Session | None = None
+        self._ids: PrivateRandomIdGenerator | None = None
+        # Read by the session after start: compiles then carry the trace id their span is sent under.
+        self.traces = False
         self._owns_provider = False
         self._pid = os.getpid()
         self._active = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, session: Session) -> None:
-        self._session = session
         if self.env.problems:
             _internal.record("otel.config", environment.OtelConfigWarning("; ".join(self.env.problems)),
                              "bad OTEL_* value(s) replaced by defaults")
@@ -102,7 +101,7 @@ class OtelExporter:
         tracer = provider.get_tracer("recompprof", session.versions.get("recompprof") or None)
         if hasattr(tracer, "id_generator"):
             # Also on a borrowed SDK provider: only recompprof's own tracer gets the private generator.
-            tracer.id_generator = PrivateRandomIdGenerator()
+            self._ids = tracer.id_generator = PrivateRandomIdGenerator()
         self._builder = SpanBuilder(tracer)
         if self.settings.otel_metrics:
             from recompprof_otel.metrics import OtelMetrics
@@ -114,6 +113,7 @@ class OtelExporter:
             )
         self._pid = os.getpid()
         self._active = True
+        self.traces = self._ids is not None  # a tracer that takes no ids of ours cannot name its traces
         # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
         after_fork = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(after_in_child=lambda: (method := after_fork()) is not None and method())
@@ -126,17 +126,18 @@ class OtelExporter:
         if not self._active or os.getpid() != self._pid or self._builder is None:
             return
         with _internal.guard("otel.span"):
-            root: Span | None = None
             if isinstance(event, Compile):
-                root = self._builder.compile_span(event)
+                if self._ids is not None and event.trace_id is not None:
+                    self._ids.next_trace_id = int(event.trace_id, 16)  # the trace its duration exemplar names
+                try:
+                    root = self._builder.compile_span(event)
+                finally:
+                    if self._ids is not None:
+                        self._ids.next_trace_id = None  # a duplicate (no span) must not pass its id on
                 if root is not None and self.metrics is not None:
                     self.metrics.record_compile(event, trace.set_span_in_context(root))
             elif isinstance(event, RecompileLimitHit):
-                root = self._builder.limit_hit_span(event)
-            if isinstance(event, Compile) and root is not None and self._session is not None:
-                context = root.get_span_context()
-                if context.is_valid and context.trace_flags.sampled:
-                    self._session.add_exemplar(event.duration, format(context.trace_id, "032x"))
+                self._builder.limit_hit_span(event)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""

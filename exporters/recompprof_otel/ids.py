@@ -21,6 +21,8 @@ class PrivateRandomIdGenerator(IdGenerator):
     def __init__(self) -> None:
         self._pid = os.getpid()
         self._random = random.Random(os.urandom(32))
+        # The trace id the next root span takes (a compile's own ``trace_id``); used once, then random again.
+        self.next_trace_id: int | None = None
 
     def _rng(self) -> random.Random:
         if os.getpid() != self._pid:  # a forked child must not repeat its parent's ids
@@ -35,6 +37,9 @@ class PrivateRandomIdGenerator(IdGenerator):
         return span_id
 
     def generate_trace_id(self) -> int:
+        if self.next_trace_id is not None:
+            trace_id, self.next_trace_id = self.next_trace_id, None
+            return trace_id
         rng = self._rng()
         trace_id = rng.getrandbits(128)
         while trace_id == trace.INVALID_TRACE_ID:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExporti
 
 from recompprof import _internal
 from recompprof.aggregates import DURATION_BUCKETS
+from recompprof.counting import costs_seconds
 from recompprof.events import LIMITS
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class OtelMetrics:
 
     def record_compile(self, event: Compile, context: Context | None) -> None:
         """Observe one compile's duration (the same rule as the Prometheus histogram: limit hits excluded)."""
-        if event.outcome != "limit_hit":
+        if costs_seconds(event):
             self._duration.record(event.duration, self._rank, context=context)
 
     def shutdown(self, timeout: float) -> None:

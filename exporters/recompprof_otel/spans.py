@@ -17,6 +17,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 from recompprof.causes import CauseTracker
+from recompprof.counting import is_limit_hit
 from recompprof.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class SpanBuilder:
     def compile_span(self, event: Compile) -> Span | None:
         """Emit the span tree of one compile; returns the (ended) root span, or None if it was a duplicate."""
         key = self._key(event.frame, event.backward)
-        if event.outcome == "limit_hit" and self._seen_limit_hit(key, event.compile_id):
+        if is_limit_hit(event) and self._seen_limit_hit(key, event.compile_id):
             return None
         duration_ns = round(event.duration * 1e9)
         if event.start_time is None:  # no start reported: the event is recorded as the compile ends
@@ -165,7 +166,7 @@ class SpanBuilder:
             attrs["recompprof.cache.seconds_saved"] = event.cache_seconds_saved
         if event.call_site:
             attrs["recompprof.call_site"] = list(event.call_site[-MAX_CALL_SITE:])
-        links = self._link(key) if event.is_recompile or event.outcome == "limit_hit" else []
+        links = self._link(key) if event.is_recompile or is_limit_hit(event) else []
         # An empty context: a compile is its own trace even if the training loop has a span open.
         root = self._tracer.start_span(
             ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
@@ -179,11 +180,11 @@ class SpanBuilder:
             )
             child.end(end_time=stop)
         if event.outcome != "ok":
-            error_type = event.fail_type or (LIMIT_HIT_ERROR if event.outcome == "limit_hit" else "_OTHER")
+            error_type = event.fail_type or (LIMIT_HIT_ERROR if is_limit_hit(event) else "_OTHER")
             root.set_attribute("error.type", error_type)
             root.set_status(Status(StatusCode.ERROR, (event.fail_reason or error_type)[:MAX_STATUS_TEXT]))
         root.end(end_time=end_ns)
-        if event.outcome != "limit_hit":
+        if not is_limit_hit(event):
             self._remember(key, root.get_span_context(), event.compile_id)
         return root
 

@@ -52,13 +52,13 @@ class CompileMetricsTap:
         self._start_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
 
     # -- install / uninstall ---------------------------------------------------------------------
     def install(self) -> None:
         info = torch_info()
         if not info.has("compilation_metrics"):
-            self.why_off = info.why_off("compilation_metrics")
+            self.reason_off = info.why_off("compilation_metrics")
             return
         import torch._dynamo.utils as utils
 
@@ -68,7 +68,7 @@ class CompileMetricsTap:
             self._wrap(utils, "log_compilation_event")
             self._keep_logging_on()
         else:
-            self.why_off = ("torch._dynamo.utils has neither add_compilation_metrics_to_chromium nor "
+            self.reason_off = ("torch._dynamo.utils has neither add_compilation_metrics_to_chromium nor "
                             "log_compilation_event (this torch hands compile records elsewhere)")
             return
         self._skip_buffered(utils)

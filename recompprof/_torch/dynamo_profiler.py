@@ -30,7 +30,7 @@ class DynamoProfilerTap:
 
     def __init__(self) -> None:
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
         self._lock = threading.Lock()
         self._pending: Counter[str] = Counter()
         self._prior_config: Any = None
@@ -43,10 +43,10 @@ class DynamoProfilerTap:
         try:
             from torch._dynamo.dynamo_profiler import DynamoProfilerState
         except ImportError:
-            self.why_off = "torch._dynamo.dynamo_profiler missing (this torch has no Dynamo profiler)"
+            self.reason_off = "torch._dynamo.dynamo_profiler missing (this torch has no Dynamo profiler)"
             return
         if not hasattr(config, "dynamo_profiler") or "dump_stats" not in vars(DynamoProfilerState):
-            self.why_off = "torch._dynamo.config.dynamo_profiler or DynamoProfilerState.dump_stats missing"
+            self.reason_off = "torch._dynamo.config.dynamo_profiler or DynamoProfilerState.dump_stats missing"
             return
         tap = self
 

@@ -38,19 +38,19 @@ class GraphBreakTap:
         self._on_break = on_break
         self._undo: Callable[[], None] | None = None
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
 
     def install(self) -> None:
         info = torch_info()
         for gate in ("graph_breaks", "graph_break_trace"):
             if not info.has(gate):
-                self.why_off = info.why_off(gate)
+                self.reason_off = info.why_off(gate)
                 return
         import torch._logging as torch_logging
 
         original = getattr(torch_logging, "trace_structured", None)
         if not callable(original):
-            self.why_off = "torch._logging.trace_structured missing"
+            self.reason_off = "torch._logging.trace_structured missing"
             return
         on_break = self._on_break
         trace_log = logging.getLogger("torch.__trace")
@@ -127,17 +127,17 @@ class GraphBreakCounter:
         self._last: dict[str, int] = {}
         self._last_total = 0
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
 
     def install(self) -> None:
         info = torch_info()
         if not info.has("graph_breaks"):
-            self.why_off = info.why_off("graph_breaks")
+            self.reason_off = info.why_off("graph_breaks")
             return
         try:
             from torch._dynamo.utils import counters
         except ImportError as exc:
-            self.why_off = f"torch._dynamo.utils.counters missing ({exc})"
+            self.reason_off = f"torch._dynamo.utils.counters missing ({exc})"
             return
         self.live = True
         self._last = dict(list(counters["graph_break"].items())[:MAX_TRACKED])

@@ -38,17 +38,17 @@ class GuardFailureReader:
     def __init__(self) -> None:
         self._read: weakref.WeakKeyDictionary[CodeType, int] = weakref.WeakKeyDictionary()
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
 
     def install(self) -> None:
         info = torch_info()
         if not info.has("guard_failures"):
-            self.why_off = info.why_off("guard_failures")
+            self.reason_off = info.why_off("guard_failures")
             return
         try:
             from torch._dynamo.utils import guard_failures  # noqa: F401
         except ImportError as exc:
-            self.why_off = f"torch._dynamo.utils.guard_failures missing ({exc})"
+            self.reason_off = f"torch._dynamo.utils.guard_failures missing ({exc})"
             return
         self.live = True
         self.skip_existing()

@@ -237,6 +237,15 @@ class ProfileMode:
 
     # ------------------------------------------------------------------ install / uninstall
 
+    # The Adapter protocol (recompprof.adapters): the signal is the forced observer backend.
+    @property
+    def live(self) -> bool:
+        return self.forced_backend
+
+    @property
+    def reason_off(self) -> str:
+        return self.why_not_forced
+
     def install(self) -> None:
         """Force the observer backend and set the limits; every change is undone by ``uninstall``."""
         if self._undo or self.active:

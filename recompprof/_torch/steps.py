@@ -15,13 +15,13 @@ class StepCounter:
         self._owner: weakref.ref[Any] | None = None
         self._handle: Any = None
         self.live = False
-        self.why_off = ""
+        self.reason_off = ""
 
     def install(self) -> None:
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
         except ImportError as exc:
-            self.why_off = f"torch.optim.optimizer.register_optimizer_step_post_hook missing ({exc})"
+            self.reason_off = f"torch.optim.optimizer.register_optimizer_step_post_hook missing ({exc})"
             return
         self._handle = register_optimizer_step_post_hook(self._on_step)
         self.live = True

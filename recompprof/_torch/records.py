@@ -1,0 +1,93 @@
+"""Read one torch ``CompilationMetrics`` record (live, or a trace's dict of it) into plain values.
+
+Live capture and ``ingest`` both call :func:`read_record`, so the core (``recompprof.compiles``)
+never reads a torch field itself. Every field torch may leave out or rename reads as None / empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recompprof._torch.phases import exclusive_phases
+from recompprof.compiles import CompileRecord
+from recompprof.cudagraphs import cudagraph_skip, runtime_work
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def cache_outcome(m: Any) -> str | None:
+    """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
+    def count(*names: str) -> int:
+        return sum(getattr(m, n, None) or 0 for n in names)
+
+    if count("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"):
+        return "miss"
+    return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
+
+
+def cache_lookups(m: Any) -> dict[str, dict[str, int]]:
+    """Compile-cache lookups of record ``m``: ``{cache: {result: count}}`` (empty: no cache consulted).
+
+    Hits and misses are torch's own counts (local and remote). torch counts no bypass: a cache it
+    consulted (``feature_usage``: ``fx_cache`` / ``aot_autograd_remote_cache`` set) that neither hit
+    nor missed was bypassed (an uncacheable graph), and ``fx_cache: False`` means it was turned off.
+    """
+    def count(name: str) -> int:
+        value = getattr(m, name, None)
+        return value if isinstance(value, int) and value > 0 else 0
+
+    usage = getattr(m, "feature_usage", None)
+    usage = usage if isinstance(usage, dict) else {}
+    out: dict[str, dict[str, int]] = {}
+    for cache, prefixes, feature in (
+        ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
+        ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
+    ):
+        results = {r: sum(count(f"{p}_cache_{r}_count") for p in prefixes) for r in ("hit", "miss")}
+        results = {r: n for r, n in results.items() if n}
+        if not results and feature in usage:
+            results = {"bypass": 1}
+        if results:
+            out[cache] = results
+    return out
+
+
+def cache_seconds_saved(m: Any) -> float | None:
+    """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
+    which despite its name sums local and remote hits)."""
+    value = getattr(m, "remote_cache_time_saved_s", None)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def read_record(m: Any) -> CompileRecord:
+    """The plain values of record ``m`` that recompprof uses."""
+    duration, phases = exclusive_phases(m)
+    start = getattr(m, "start_time_us", None)
+    compile_id = getattr(m, "compile_id", None)
+    return CompileRecord(
+        compile_id=str(compile_id) if compile_id is not None else None,
+        co_name=_text(getattr(m, "co_name", None)),
+        co_filename=_text(getattr(m, "co_filename", None)),
+        co_firstlineno=_int(getattr(m, "co_firstlineno", None)),
+        is_forward=getattr(m, "is_forward", None) is not False,  # no is_forward before 2.6: forward records only
+        fail_type=_text(getattr(m, "fail_type", None)),
+        fail_reason=_text(getattr(m, "fail_reason", None)),
+        cache_size=_int(getattr(m, "cache_size", None)),
+        recompile_reason=_text(getattr(m, "recompile_reason", None)),
+        start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
+        duration=duration,
+        phases=phases,
+        guard_count=_int(getattr(m, "guard_count", None)),
+        graph_op_count=_int(getattr(m, "graph_op_count", None)),
+        cache=cache_outcome(m),
+        cache_lookups=cache_lookups(m),
+        cache_seconds_saved=cache_seconds_saved(m),
+        cudagraph_skip=cudagraph_skip(m),
+        runtime_work=runtime_work(m),
+    )

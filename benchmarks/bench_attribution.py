@@ -10,7 +10,7 @@ recompile also compiles its backward lazily) with the event log and the Promethe
    ``--repeat`` times; its mean cost per event is compared with the mean real compile duration of those
    events: ``1 + attribution / compile`` is the compile-time ratio the attribution adds (target <= 1.03,
    the issue-2 compile-time target it must stay inside). The whole recompprof compile-path handler
-   (``session._on_compile_metrics``: reasons, event, aggregates, event log, exporters) is timed too, for scale.
+   (``session._recorder.on_torch_record``: reasons, event, aggregates, event log, exporters) is timed too, for scale.
 
     .venv/bin/python benchmarks/bench_attribution.py --recompiles 12 --steps 300 --repeat 2000
 """
@@ -63,14 +63,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         session = recompprof.attach(run_dir=Path(tmp), exporters=["prometheus"], prometheus_port=0,
                                     recompile_limit=args.recompiles + 2, step_source="manual")
-        inner = session._metrics._on_metrics
+        inner = session._adapters.metrics._on_metrics
 
         def timed(metrics):  # type: ignore[no-untyped-def]
             t0 = time.perf_counter()
             inner(metrics)
             handler_seconds.append(time.perf_counter() - t0)
 
-        session._metrics._on_metrics = timed
+        session._adapters.metrics._on_metrics = timed
         for i in range(args.recompiles + 1):
             step(8 + i)  # a new static size each time: a recompile and its backward
         compile_calls = calls["cause_of"]

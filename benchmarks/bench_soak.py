@@ -1,7 +1,7 @@
 """Soak: memory stays flat and metrics stay fresh however long a job runs.
 
 ``synthetic`` (default 1,000,000 compile events): real ``CompilationMetrics``-shaped records go through
-the session's own entry point (``session._on_compile_metrics``) with the event log, the Prometheus pull
+the session's own entry point (``session._recorder.on_torch_record``) with the event log, the Prometheus pull
 endpoint and the OpenTelemetry exporter on (a discarding OTLP receiver in another process, or
 ``--otel down``: nothing listening). 60 frames (past the 50-frame cap), one to eight guard-failure
 reasons per recompile appended to torch's own ``guard_failures`` record (the real reader and parser),
@@ -62,15 +62,14 @@ def rss_mb() -> float:
 def structure_sizes(session) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Sizes of every map the session and its exporters keep, to show none grows without bound."""
     sizes = {
-        "frame_of_compile": len(session._frame_of_compile),
-        "code_of_frame_id": len(session._code_of_frame_id),
-        "pending_reasons": len(session._pending_reasons),
-        "explainer_frames": len(session._explainer._seen),
-        "explainer_seen_max": max((len(s) for s in session._explainer._seen.values()), default=0),
+        **session._recorder.correlation.sizes(),
+        "pending_reasons": len(session._recorder.pending_reasons),
+        "explainer_frames": len(session._recorder.explainer._seen),
+        "explainer_seen_max": max((len(s) for s in session._recorder.explainer._seen.values()), default=0),
         "agg_frames": len(session.aggregates._frames),
         "agg_frame_keys": len(session.aggregates._frame_keys),
         "recent": len(session._recent),
-        "guard_reader": len(session._guards._read),
+        "guard_reader": len(session._adapters.guards._read),
     }
     for exporter in session.exporters:
         if exporter.name == "otel" and exporter._builder is not None:
@@ -152,7 +151,7 @@ def synthetic(args: argparse.Namespace) -> None:
                 code, n = codes[k], entries[k]
                 roll = rng.random()
                 if roll < 0.15:
-                    session._on_compile_metrics(_record(code, k, max(n - 1, 0), rng, backward=True))
+                    session._recorder.on_torch_record(_record(code, k, max(n - 1, 0), rng, backward=True))
                     continue
                 limit = n >= 8
                 reasons = failures[code]
@@ -160,13 +159,13 @@ def synthetic(args: argparse.Namespace) -> None:
                     reasons.append(f"{k}/{j}: " + texts[(i + j) % len(texts)].split(": ", 1)[-1])
                 if len(reasons) > 1000:  # bound the simulated torch record (the reader restarts on a shrink)
                     del reasons[:]
-                session._on_compile_metrics(_record(code, k, n, rng, limit=limit, failed=not limit and roll > 0.99))
+                session._recorder.on_torch_record(_record(code, k, n, rng, limit=limit, failed=not limit and roll > 0.99))
                 entries[k] = 0 if limit else n + 1
                 if i % args.sample == 0:
                     elapsed = time.perf_counter() - window
                     before = session.snapshot().compiles_total
                     t0 = time.perf_counter()
-                    session._on_compile_metrics(_record(codes[0], 0, 0, rng))  # a fresh compile of frame 0
+                    session._recorder.on_torch_record(_record(codes[0], 0, 0, rng))  # a fresh compile of frame 0
                     body = urllib.request.urlopen(url, timeout=10).read().decode()
                     latency = time.perf_counter() - t0
                     total = sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()

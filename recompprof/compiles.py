@@ -13,11 +13,24 @@ import collections
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, cast
 
 from recompprof.breaks import parse_graph_break
 from recompprof.cudagraphs import CudagraphSkip
-from recompprof.events import LIMITS, Compile, Event, Frame, GraphBreak, Reason, RecompileLimitHit
+from recompprof.events import (
+    LIMITS,
+    CacheName,
+    CacheResult,
+    Category,
+    Compile,
+    Event,
+    Frame,
+    GraphBreak,
+    LimitName,
+    Phase,
+    Reason,
+    RecompileLimitHit,
+)
 from recompprof.reasons import clean_text, parse_guard_failure
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
@@ -51,11 +64,11 @@ class CompileRecord:
     recompile_reason: str | None = None
     start_time: float | None = None  # seconds since the epoch
     duration: float = 0.0
-    phases: dict[str, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
+    phases: dict[Phase, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
     guard_count: int | None = None
     graph_op_count: int | None = None
-    cache: str | None = None  # "hit" / "miss"
-    cache_lookups: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    cache: Literal["hit", "miss"] | None = None
+    cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
     cudagraph_skip: CudagraphSkip | None = None
     runtime_work: tuple[str, float] | None = None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
@@ -193,7 +206,7 @@ def compile_events(
         fail_type=_fail_type(m.fail_type) if m.fail_type else None,
         fail_reason=None if redact or not m.fail_reason else clean_text(m.fail_reason),
         reasons=reasons,
-        reasons_omitted=omitted,
+        reasons_omitted=cast("dict[Category, int]", omitted),
         start_time=m.start_time,
         duration=m.duration, phases=m.phases,
         guard_count=m.guard_count, graph_op_count=m.graph_op_count,
@@ -207,7 +220,7 @@ def compile_events(
         return event, None
     limit, value = hit
     return event, RecompileLimitHit(
-        time=time, rank=rank, step=step, frame=frame, compile_id=event.compile_id, limit=limit,
+        time=time, rank=rank, step=step, frame=frame, compile_id=event.compile_id, limit=cast("LimitName", limit),
         value=value,
         last_reason=next((r for r in reasons if r.explains_change), None),
     )

@@ -28,7 +28,10 @@ class Exporter(Protocol):
 
     ``on_event`` runs on the compile path (never on the per-step hot path) and must not block;
     ``start`` and ``shutdown`` run at attach and detach. Exporters read running totals with
-    ``session.snapshot()`` at scrape or push time instead of counting on the compile path.
+    ``session.snapshot()`` at scrape or push time instead of counting on the compile path, and never
+    write into the session: what they need to share travels with the event. An exporter that sends
+    each compile as a trace named by ``Compile.trace_id`` sets ``traces = True`` by the end of
+    ``start``; the session then gives every compile a trace id (optional attribute, False if absent).
     """
 
     name: str

@@ -66,7 +66,7 @@ class CompileRecorder:
         with self._lock:
             if self._closed():
                 return
-            record = read_record(metrics)
+            record = read_record(metrics, live=True)
             if record.runtime_work is not None:  # GPU runtime work (CUDA-graph recording, first-launch
                 return  # autotune) arrives as an is_runtime record: not a compile
             self.record_compile(record)

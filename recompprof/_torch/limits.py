@@ -9,7 +9,7 @@ from recompprof.events import LIMITS
 def configured_limit(name: str) -> int | None:
     """The value of limit ``name`` (``recompile_limit`` / ``accumulated_recompile_limit``), None if unknown."""
     try:
-        import torch._dynamo.config as config
+        from torch._dynamo import config
 
         info = torch_info()
         attr = info.limit_config_name if name == "recompile_limit" else info.accumulated_limit_config_name

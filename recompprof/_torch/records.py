@@ -6,7 +6,7 @@ never reads a torch field itself. Every field torch may leave out or rename read
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from recompprof._torch.phases import exclusive_phases
 from recompprof.compiles import CompileRecord
@@ -21,7 +21,7 @@ def _text(value: Any) -> str | None:
     return str(value) if value else None
 
 
-def cache_outcome(m: Any) -> str | None:
+def cache_outcome(m: Any) -> Literal["hit", "miss"] | None:
     """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
     def count(*names: str) -> int:
         return sum(getattr(m, n, None) or 0 for n in names)
@@ -31,7 +31,7 @@ def cache_outcome(m: Any) -> str | None:
     return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
 
 
-def cache_lookups(m: Any) -> dict[str, dict[str, int]]:
+def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
     """Compile-cache lookups of record ``m``: ``{cache: {result: count}}`` (empty: no cache consulted).
 
     Hits and misses are torch's own counts (local and remote). torch counts no bypass: a cache it
@@ -44,7 +44,7 @@ def cache_lookups(m: Any) -> dict[str, dict[str, int]]:
 
     usage = getattr(m, "feature_usage", None)
     usage = usage if isinstance(usage, dict) else {}
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, int]] = {}  # keys from the closed sets events.CACHES / CACHE_RESULTS
     for cache, prefixes, feature in (
         ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
         ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
@@ -65,9 +65,18 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def read_record(m: Any) -> CompileRecord:
-    """The plain values of record ``m`` that recompprof uses."""
-    duration, phases = exclusive_phases(m)
+def read_record(m: Any, *, live: bool = False) -> CompileRecord:
+    """The plain values of record ``m`` that recompprof uses.
+
+    ``live``: ``m`` came from torch itself, so it has the fields every torch record has (a compile
+    id; a forward's code name); one without them is not torch's shape and raises ``AttributeError``,
+    which the adapter counts as an internal error. A trace's record may leave them out.
+    """
+    if live:
+        m.compile_id  # noqa: B018 - the check is the attribute read
+        if getattr(m, "is_forward", None) is not False:
+            m.co_name  # noqa: B018
+    duration, phases = exclusive_phases(m)  # keys: events.PHASES
     start = getattr(m, "start_time_us", None)
     compile_id = getattr(m, "compile_id", None)
     return CompileRecord(
@@ -82,7 +91,7 @@ def read_record(m: Any) -> CompileRecord:
         recompile_reason=_text(getattr(m, "recompile_reason", None)),
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration,
-        phases=phases,
+        phases=phases,  # type: ignore[arg-type]
         guard_count=_int(getattr(m, "guard_count", None)),
         graph_op_count=_int(getattr(m, "graph_op_count", None)),
         cache=cache_outcome(m),

@@ -4,8 +4,9 @@ runs, metrics and spans all call, so they cannot disagree.
 A *cause* is ``(frame, category, subject)`` of the reason that explains a recompile. A recompile's
 whole duration (all phases) is charged to it, and so is the duration of its lazily compiled
 backward, which shares the forward's compile id. First compiles are not lost time (the job needs
-them once) and a recompile-limit hit is not a compile: neither has a cause. A recompile whose
-reason torch did not report is charged to ``other`` / :data:`NO_REASON` so the seconds still add up.
+them once) and a recompile-limit hit is not a compile (``recompprof.counting``): neither has a
+cause. A recompile whose reason torch did not report is charged to ``other`` / :data:`NO_REASON` so
+the seconds still add up.
 """
 
 from __future__ import annotations

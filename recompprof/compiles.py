@@ -49,7 +49,7 @@ _BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute"
 MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class CompileRecord:
     """The plain values of one torch ``CompilationMetrics`` record (absent fields are None / empty)."""
 
@@ -189,6 +189,7 @@ def compile_events(
     m: CompileRecord, *, time: float, rank: int, step: int | None, frame: Frame,
     explained: tuple[list[Reason], dict[str, int]], graph_breaks: int, redact: bool, steady_state: bool,
     limits: dict[str, int | None] | None = None, call_site: list[str] | None = None, guard_set: str | None = None,
+    trace_id: str | None = None,
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``.
 
@@ -215,6 +216,7 @@ def compile_events(
         call_site=call_site or [], guard_set=guard_set,
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not redact else None,
+        trace_id=trace_id,
     )
     if hit is None:
         return event, None

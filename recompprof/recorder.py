@@ -155,16 +155,11 @@ class CompileRecorder:
             explained=self.explainer.explain(frame, texts, _resolver(ctx)),
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
             steady_state=step >= self.settings.warmup_steps, limits=configured_limits(), call_site=call_site,
-            guard_set=fingerprint,
+            guard_set=fingerprint, trace_id=new_trace_id() if self.trace_ids else None,
         )
-        update: dict[str, Any] = {}
         profiler = adapters.dynamo_profiler if adapters is not None else None
         if m.is_forward and profiler is not None and profiler.live:
-            update["trace_seconds_by_function"] = profiler.take()
-        if self.trace_ids:
-            update["trace_id"] = new_trace_id()
-        if update:
-            event = event.model_copy(update=update)
+            event = event.model_copy(update={"trace_seconds_by_function": profiler.take()})
         for out in in_order(event, breaks, hit):
             self._emit(out)
 

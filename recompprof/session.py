@@ -32,6 +32,7 @@ from recompprof.identity import Identity, detect
 from recompprof.recorder import CompileRecorder
 
 if TYPE_CHECKING:
+    from recompprof._torch.profile import ProfileMode
     from recompprof.reporting import Report
     from recompprof.settings import Settings
 
@@ -286,7 +287,7 @@ class Session:
 
     # -- bookends ---------------------------------------------------------------------------------
     @property
-    def _profile(self) -> Any:
+    def _profile(self) -> ProfileMode | None:
         """Profile mode's adapter (None in monitor mode)."""
         return self._adapters.profile
 
@@ -299,7 +300,7 @@ class Session:
             time=time.time(), rank=ident.rank, step=self.current_step, run_id=ident.run_id, local_rank=ident.local_rank,
             world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
             mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
-            signals=dict(self.signals), profile_mechanism=getattr(self._profile, "mechanism", None),
+            signals=dict(self.signals), profile_mechanism=self._profile.mechanism if self._profile is not None else None,
             launcher=ident.launcher, restart_count=ident.restart_count,
         )
 

@@ -305,9 +305,10 @@ class ProfileMode:
     it); ``compile_id`` is the id the compile that follows will get ("3/7"), or None if unknown.
     Failures torch computes itself stay in ``torch._dynamo.utils.guard_failures``.
 
-    When the miss is a return to a parked variant, nothing compiles: the failures go to ``on_reuse``
-    (same arguments; ``compile_id`` is the re-enabled entry's own id, "3/1") if it is set, otherwise to
-    ``on_guard_failure`` with that id. ``max_parked`` bounds the parked variants kept per frame.
+    Parking is on when ``on_reuse`` is set before ``install`` (and torch has the internals). A miss
+    that returns to a parked variant compiles nothing: its failures go to ``on_reuse(orig_code,
+    entry_compile_id, reasons)``, where ``entry_compile_id`` is the re-enabled entry's own id ("3/1").
+    ``max_parked`` bounds the parked variants kept per frame.
     """
 
     max_parked = 8
@@ -362,12 +363,15 @@ class ProfileMode:
                 log.warning("recompprof: profile mode falls back to lifting the recompile limit "
                             "(mechanism 'unlimited'): the evict mechanism needs %s", self.why_off)
                 self.mechanism = MECHANISM_UNLIMITED
-        if self.mechanism == MECHANISM_EVICT:
+        if self.mechanism == MECHANISM_EVICT and self.on_reuse is None:
+            # A re-enabled variant is no compile: only an owner that takes on_reuse can record it.
+            self.why_no_parking = "on_reuse is not set"
+        elif self.mechanism == MECHANISM_EVICT:
             self.why_no_parking = park_mechanism_missing()
             if self.why_no_parking:
                 log.warning("recompprof: profile mode evicts without parking (a return to an evicted variant "
                             "retraces it): %s", self.why_no_parking)
-            self.parking = not self.why_no_parking
+        self.parking = self.mechanism == MECHANISM_EVICT and not self.why_no_parking
         info = torch_info()
         limit_name, accumulated_name = info.limit_config_name, info.accumulated_limit_config_name
         if self.mechanism == MECHANISM_EVICT:
@@ -515,7 +519,7 @@ class ProfileMode:
             if back is not None:
                 self._reenabled += 1
                 stats.reenabled += 1
-        callback = self.on_guard_failure if back is None else (self.on_reuse or self.on_guard_failure)
+        callback = self.on_guard_failure if back is None else self.on_reuse
         if callback is not None and reasons:
             with guard("profile.on_guard_failure"):
                 callback(code, compile_id, reasons)

@@ -176,6 +176,7 @@ class Session:
 
             self._profile = ProfileMode(self.settings.recompile_limit, self._on_profile_guard_failure)
             self._profile.on_stance_change = self._on_stance_change
+            self._profile.on_reuse = self._on_profile_reuse
             adapters.insert(0, ("profile_backend", self._profile))
             if self.settings.dynamo_profiler:
                 from recompprof._torch.dynamo_profiler import DynamoProfilerTap
@@ -370,6 +371,19 @@ class Session:
             if len(self._pending_reasons) > _MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
                 del self._pending_reasons[next(iter(self._pending_reasons))]
 
+    def _on_profile_reuse(self, code: CodeType, compile_id: str, texts: list[str]) -> None:
+        """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
+        recorded with its reasons; no trace ran, so it takes no compile time."""
+        with self._lock:
+            if self._closed or self._profile is None:
+                return
+            frame = self._frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+            reasons, omitted = self._explainer.explain(frame, [t for t in texts if not self._profile.is_own_reason(t)])
+            step = self._steps.step
+            self._emit(Compile(time=time.time(), rank=self.identity.rank, step=step, frame=frame, compile_id=compile_id,
+                               is_recompile=True, reasons=reasons, reasons_omitted=omitted,
+                               steady_state=step >= self.settings.warmup_steps))
+
     def _take_pending(self, code_key: tuple[str, str, int]) -> list[str]:
         for code in list(self._pending_reasons):
             if (code.co_name, code.co_filename, code.co_firstlineno) == code_key:
@@ -533,7 +547,7 @@ class Session:
         }
         if self._profile is not None:
             stats = self._profile.stats
-            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions") if k in stats})
+            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions", "reenabled") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
                           signals_off=dict(self.signals_off))

@@ -513,3 +513,29 @@ def test_evicts_without_parking_when_internals_missing(
     _alternate(pick, ["A", "B"] * 2)
     assert len(recorder.for_code("pick")) == 3 and reuse.calls == []
     assert mode.stats["traces"] == 4
+
+
+@needs_evict
+def test_session_records_every_switch_with_parking(tmp_path: Any) -> None:
+    """attach(mode="profile") on A,B,A,B: 7 recompile events for the 7 switches (6 re-enabled variants with no compile time), 2 traces."""
+    import recompprof
+    from recompprof.events import Compile, SessionEnd
+    from recompprof.eventlog import read_file
+
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    compiled = torch.compile(pick, backend="eager")
+    with recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        _alternate(compiled, ["A", "B"] * 4)
+    assert session._profile is not None and session._profile.parking
+    events = list(read_file(session.event_log_path))  # type: ignore[arg-type]
+    compiles = [e for e in events if isinstance(e, Compile) and e.frame.name == "pick"]
+    recompiles = [e for e in compiles if e.is_recompile]
+    assert len(compiles) == 8 and len(recompiles) == 7
+    explained = [next(r for r in e.reasons if r.explains_change) for e in recompiles[1:]]
+    assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
+    reused = [e for e in recompiles if e.duration == 0.0]
+    assert [e.compile_id for e in reused] == ["0/0", "0/1"] * 3
+    end = next(e for e in events if isinstance(e, SessionEnd))
+    assert end.totals["profile_traces"] == 2 and end.totals["profile_reenabled"] == 6

@@ -537,6 +537,14 @@ class ProfileMode:
         for dropped in bucket[self.max_parked:]:  # bounded: the least recently parked become plain evictions
             dropped.release()
         del bucket[self.max_parked:]
+        # Entries torch released (a guarded object died, a frame's code was freed) are dropped here,
+        # outside torch's invalidation, so what they hold is freed even for frames that never miss again.
+        for key in list(self._parked):
+            kept = [parked for parked in self._parked[key] if not parked.released]
+            if kept:
+                self._parked[key] = kept
+            else:
+                del self._parked[key]
 
     def _take_parked(self, code: CodeType, f_locals: Any) -> _Parked | None:
         """The most recently parked variant of this frame whose guards pass now, unparked; None if none does."""
@@ -648,12 +656,12 @@ class ProfileMode:
 
         codes = [code for ref in self._touched.values() if (code := ref()) is not None]
         self._touched.clear()
-        # Parked entries first: their guard managers point at dead nodes that reset_code frees.
-        for bucket in self._parked.values():
-            for parked in bucket:
-                parked.release()
-        self._parked.clear()
         with convert_frame.compile_lock:
+            # Parked entries first: their guard managers point at dead nodes that reset_code frees.
+            for bucket in self._parked.values():
+                for parked in bucket:
+                    parked.release()
+            self._parked.clear()
             busy = self._codes_on_stacks() if codes else set()
             compiling = _compiling_now()
             for code in codes:

@@ -519,8 +519,8 @@ def test_evicts_without_parking_when_internals_missing(
 def test_session_records_every_switch_with_parking(tmp_path: Any) -> None:
     """attach(mode="profile") on A,B,A,B: 7 recompile events for the 7 switches (6 re-enabled variants with no compile time), 2 traces."""
     import recompprof
-    from recompprof.events import Compile, SessionEnd
     from recompprof.eventlog import read_file
+    from recompprof.events import Compile, SessionEnd
 
     def pick(x: Any, tag: str) -> Any:
         return x + (1 if tag == "A" else 2)

@@ -158,7 +158,7 @@ def _marker_class() -> type:
 class _Parked:
     """An evicted entry kept for re-enabling: its compiled code, its real guard manager, its dead cache node."""
 
-    __slots__ = ("code", "guard_manager", "compile_id", "trace_annotation", "marker", "released")
+    __slots__ = ("code", "compile_id", "guard_manager", "marker", "released", "trace_annotation")
 
     def __init__(self, entry: Any, marker: Any) -> None:
         self.code = entry.code

@@ -469,15 +469,22 @@ class ProfileMode:
             return None
         from torch._dynamo import convert_frame
 
-        # Serialises with compiles on other threads and with detach, which both hold it too.
+        # Serialises with compiles on other threads and with detach, which both hold it too. The
+        # owner's callback runs after it is released: it takes the owner's own locks.
         with convert_frame.compile_lock:
-            return self._settle(frame, frame_state, limit)
+            result, report = self._settle(frame, frame_state, limit)
+        if report is not None:
+            callback, compile_id, reasons = report
+            with guard("profile.on_guard_failure"):
+                callback(frame.f_code, compile_id, reasons)
+        return result
 
-    def _settle(self, frame: Any, frame_state: Any, limit: int) -> Any:
+    def _settle(self, frame: Any, frame_state: Any, limit: int) -> tuple[Any, Any]:
+        """(the compile result of a re-enabled parked variant or None, (callback, compile_id, reasons) or None)."""
         code = frame.f_code
         entries = _region_entries(code)
         if not entries:
-            return None
+            return None, None
         live_ours, same_instance = [], []
         for entry in entries:
             ours = entry.backend is self.observer and not _is_dead(entry)
@@ -497,7 +504,7 @@ class ProfileMode:
         f_locals = frame.f_locals
         back = self._take_parked(code, f_locals) if self.parking else None
         if not live_ours and back is None:
-            return None
+            return None, None
         from torch._dynamo.guards import get_guard_fail_reason_helper
 
         reasons = [self._reason(get_guard_fail_reason_helper, entry, f_locals) for entry in live_ours]
@@ -520,16 +527,14 @@ class ProfileMode:
                 self._reenabled += 1
                 stats.reenabled += 1
         callback = self.on_guard_failure if back is None else self.on_reuse
-        if callback is not None and reasons:
-            with guard("profile.on_guard_failure"):
-                callback(code, compile_id, reasons)
+        report = (callback, compile_id, reasons) if callback is not None and reasons else None
         if back is None:
-            return None
+            return None, report
         from torch._dynamo.types import GuardedCode, wrap_guarded_code
 
         # The eval-frame code installs this as a new cache entry (front of the list, linked to the
         # guard manager) and runs it: what it does with any compile result, here without a trace.
-        return wrap_guarded_code(GuardedCode(back.code, back.guard_manager, back.compile_id, back.trace_annotation))
+        return wrap_guarded_code(GuardedCode(back.code, back.guard_manager, back.compile_id, back.trace_annotation)), report
 
     def _park(self, code: CodeType, entry: Any, reason: str) -> None:
         bucket = self._parked.setdefault(id(code), [])

@@ -485,10 +485,17 @@ class ProfileMode:
         entries = _region_entries(code)
         if not entries:
             return None, None
+        from torch._dynamo.guards import DeletedGuardManagerWrapper
+
         live_ours, same_instance = [], []
-        for entry in entries:
-            ours = entry.backend is self.observer and not _is_dead(entry)
-            id_matched = entry.guard_manager.id_matched_objs
+        observer = self.observer
+        for entry in entries:  # every miss walks dead entries too: keep the per-entry work small
+            manager = entry.guard_manager
+            id_matched = manager.id_matched_objs
+            dead = isinstance(manager, DeletedGuardManagerWrapper)
+            if dead and _UNCOUNTED_KEY in id_matched:
+                continue
+            ours = not dead and entry.backend is observer
             if _UNCOUNTED_KEY not in id_matched:
                 # Torch's limit check and its reason computation both key on this count: with every
                 # entry exempt, torch does neither, and this class enforces the limit and reports.
@@ -496,7 +503,7 @@ class ProfileMode:
                 # guarded object died) get the mark back off at detach.
                 id_matched[_UNCOUNTED_KEY] = _SENTINEL_REF
                 if not ours:
-                    self._uncounted.append(weakref.ref(entry.guard_manager))
+                    self._uncounted.append(weakref.ref(manager))
             if ours:
                 live_ours.append(entry)
                 if _same_instance(frame, id_matched):

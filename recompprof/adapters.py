@@ -72,6 +72,7 @@ class Adapters:
 
             self.profile = ProfileMode(settings.recompile_limit, recorder.on_profile_guard_failure)
             self.profile.on_stance_change = self._on_stance_change
+            self.profile.on_reuse = recorder.on_profile_reuse
             if settings.dynamo_profiler:
                 from recompprof._torch.dynamo_profiler import DynamoProfilerTap
 

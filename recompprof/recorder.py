@@ -32,7 +32,7 @@ from recompprof.compiles import (
     in_order,
     reason_texts,
 )
-from recompprof.events import Event, Frame, GraphBreak
+from recompprof.events import Compile, Event, Frame, GraphBreak
 from recompprof.reasons import clean_text, graph_break_text
 
 if TYPE_CHECKING:
@@ -78,6 +78,20 @@ class CompileRecorder:
                 pending.append((compile_id, texts))
             if len(self.pending_reasons) > MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
                 del self.pending_reasons[next(iter(self.pending_reasons))]
+
+    def on_profile_reuse(self, code: CodeType, compile_id: str, texts: list[str]) -> None:
+        """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
+        recorded with its reasons; no trace ran, so it takes no compile time."""
+        with self._lock:
+            profile = self.adapters.profile if self.adapters is not None else None
+            if self._closed() or profile is None:
+                return
+            frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+            reasons, omitted = self.explainer.explain(frame, [t for t in texts if not profile.is_own_reason(t)])
+            step = self._step
+            self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id,
+                               is_recompile=True, reasons=reasons, reasons_omitted=omitted,
+                               steady_state=step >= self.settings.warmup_steps))
 
     def on_graph_break(self, payload: str, compile_id: str | None) -> None:
         with self._lock:

@@ -309,7 +309,7 @@ class Session:
         totals = {**snap.totals(), "steps": snap.step, "wall_seconds": time.time() - self._started}
         if self._profile is not None:
             stats = self._profile.stats
-            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions") if k in stats})
+            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions", "reenabled") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
                           signals_off=dict(self.signals_off))

@@ -39,9 +39,32 @@ def _observe(mode: str) -> dict[str, Any]:
     }
 
 
+def _park() -> dict[str, Any]:
+    """Profile mode's parking on A, B, A, B at limit 1: switches reported, traces, re-enabled variants."""
+    from recompprof._torch.profile import ProfileMode
+
+    def alternating(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x + (1 if tag == "A" else 2)
+
+    torch._dynamo.reset()
+    switches: list[str] = []
+    mode = ProfileMode(1, lambda code, cid, reasons: switches.append("compile"))
+    mode.on_reuse = lambda code, cid, reasons: switches.append("reuse")
+    mode.install()
+    try:
+        compiled = torch.compile(alternating, backend="eager")
+        for tag in "ABAB":
+            compiled(torch.ones(2), tag)
+    finally:
+        mode.uninstall()
+    stats = mode.stats
+    return {"parking": mode.parking, "why_no_parking": mode.why_no_parking, "switches_seen": len(switches),
+            "traces": stats["traces"], "reenabled": stats.get("reenabled", 0)}
+
+
 def main() -> None:
     out = {"torch": torch.__version__, "python": sys.version.split()[0],
-           "monitor": _observe("monitor"), "profile": _observe("profile")}
+           "monitor": _observe("monitor"), "profile": _observe("profile"), "park": _park()}
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()
 

@@ -53,8 +53,10 @@ def modes() -> Iterator[list[ProfileMode]]:
         mode.uninstall()
 
 
-def make(modes: list[ProfileMode], limit: int | None, recorder: Recorder | None = None) -> ProfileMode:
+def make(modes: list[ProfileMode], limit: int | None, recorder: Recorder | None = None,
+         reuse: Recorder | None = None) -> ProfileMode:
     mode = ProfileMode(limit, recorder)
+    mode.on_reuse = reuse  # set: evicted entries are parked and re-enabled
     modes.append(mode)
     mode.install()
     return mode
@@ -99,7 +101,7 @@ def test_every_string_change_seen_at_limit_one(modes: list[ProfileMode]) -> None
 
 @needs_evict
 def test_alternating_inputs_every_switch_seen(modes: list[ProfileMode]) -> None:
-    """Inputs alternating A,B,A,B at limit 1 make every switch a reported guard failure (at one trace per switch)."""
+    """Without parking (no on_reuse), inputs alternating A,B,A,B at limit 1 make every switch a reported guard failure, at one trace per switch."""
 
     @torch.compile(backend="eager")
     def pick(x: Any, tag: str) -> Any:
@@ -319,3 +321,221 @@ def test_entry_invalidated_by_torch_does_not_cut_the_frame_off(modes: list[Profi
     assert len(recorder.for_code("scale")) == 3  # bb, then dddd and eeeee; ccc met no live entry
     assert live_ours(code_of(scale), mode) == 1
     assert mode.stats["traces"] == 5
+
+
+def _alternate(fn: Any, tags: list[str]) -> None:
+    x = torch.zeros(2)
+    for tag in tags:
+        assert torch.equal(fn(x, tag), x + (1 if tag == "A" else 2))
+
+
+@needs_evict
+def test_parked_variants_come_back_without_a_retrace(modes: list[ProfileMode]) -> None:
+    """With on_reuse set, A,B,A,B at limit 1 reports all 7 switches (1 compile, 6 re-enabled variants) while tracing only as often as the unlimited observer."""
+
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    tags = ["A", "B"] * 4
+    unlimited = make(modes, None)
+    compiled = torch.compile(pick, backend="eager")
+    _alternate(compiled, tags)
+    unlimited_traces = unlimited.stats["traces"]
+    unlimited.uninstall()
+    torch._dynamo.reset()
+
+    recorder, reuse = Recorder(), Recorder()
+    mode = make(modes, 1, recorder, reuse)
+    assert mode.parking and mode.why_no_parking == ""
+    compiled = torch.compile(pick, backend="eager")
+    _alternate(compiled, tags)
+    compiled_switch = recorder.for_code("pick")
+    reused = reuse.for_code("pick")
+    assert len(compiled_switch) + len(reused) == len(tags) - 1
+    assert [cid for _, cid, _ in compiled_switch] == ["0/1"]
+    # each re-enabled switch names the variant that runs again and the live entry that failed
+    assert [cid for _, cid, _ in reused] == ["0/0", "0/1"] * 3
+    for (_, _, reasons), previous in zip(reused, tags[1:]):  # the live entry that failed was the previous tag's
+        assert len(reasons) == 1 and reasons[0].split("\n")[0].split("#")[0].rstrip().endswith(f"tag == '{previous}'")
+    assert mode.stats["traces"] == unlimited_traces == 2
+    assert mode.stats["reenabled"] == 6 and mode.stats["evictions"] == 7
+    assert live_ours(code_of(compiled), mode) == 1
+    assert mode.stats["frames"][next(iter(mode.stats["frames"]))]["peak_live"] == 1
+
+
+@needs_evict
+def test_parked_flag_flips_while_training(modes: list[ProfileMode]) -> None:
+    """Forward+backward+SGD with a flag flipping each step: all 5 flips reported, the forward frame traced twice, and the model still trains."""
+    torch.manual_seed(0)
+    model = Trainable()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, backend="aot_eager")
+    recorder, reuse = Recorder(), Recorder()
+    mode = make(modes, 1, recorder, reuse)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    losses = []
+    for step in range(6):
+        model.use_relu = step % 2 == 1
+        loss = torch.nn.functional.mse_loss(compiled(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    flips = recorder.for_code("forward") + reuse.for_code("forward")
+    assert len(flips) == 5
+    assert all("use_relu" in reasons[0] for _, _, reasons in flips)
+    assert len(reuse.for_code("forward")) == 4
+    forward = next(v for k, v in mode.stats["frames"].items() if k.startswith("forward"))
+    assert forward["traces"] == 2 and forward["reenabled"] == 4
+    assert losses[-1] < losses[0]
+
+
+@needs_evict
+def test_parked_entry_whose_guarded_object_died_is_never_reenabled(modes: list[ProfileMode]) -> None:
+    """A parked entry ID-guarding a class is released when torch invalidates it on the class's death, so a later call retraces instead of running it."""
+    import gc
+
+    @torch.compile(backend="eager")
+    def scaled(x: Any, cls: Any) -> Any:
+        return x * cls.k
+
+    def make_class(k: int) -> Any:
+        return type("Scale", (), {"k": k})
+
+    recorder, reuse = Recorder(), Recorder()
+    mode = make(modes, 1, recorder, reuse)
+    x = torch.ones(2)
+    first, second = make_class(2), make_class(3)
+    scaled(x, first)
+    scaled(x, second)  # parks the entry compiled for `first`
+    (parked,) = mode._parked[id(code_of(scaled))]
+    assert not parked.released
+    del first
+    gc.collect()
+    assert parked.released  # torch's finalizer reached the dead node through the parked guard manager
+    assert parked.guard_manager.cache_entry is None and parked.guard_manager.extra_state is None
+    for _ in range(3):  # new classes, possibly at the freed address
+        assert torch.equal(scaled(x, make_class(2)), x * 2)
+    assert mode.stats["reenabled"] == 0
+    assert reuse.calls == []
+
+
+@needs_evict
+def test_detach_mid_run_with_parked_entries_leaves_torch_clean(modes: list[ProfileMode]) -> None:
+    """Detaching while parked entries exist unlinks them, resets the frame, and the job's backend then runs it from nothing."""
+    import gc
+
+    @torch.compile(backend="eager")
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    mode = make(modes, 1, Recorder(), Recorder())
+    _alternate(pick, ["A", "B", "A", "B", "C"])
+    parked = list(mode._parked[id(code_of(pick))])
+    assert len(parked) == 2
+    mode.uninstall()
+    assert mode._parked == {}
+    assert all(p.released and p.guard_manager.cache_entry is None and p.guard_manager.extra_state is None for p in parked)
+    assert _debug_get_cache_entry_list(code_of(pick)) == []
+    del parked
+    gc.collect()
+    _alternate(pick, ["A", "B", "A"])
+    assert [e.backend is mode.observer for e in _debug_get_cache_entry_list(code_of(pick))] == [False, False]
+
+
+@needs_evict
+def test_detach_from_inside_the_compiled_frame_releases_parked_entries(modes: list[ProfileMode]) -> None:
+    """Detaching while the frame's compiled code is on the stack invalidates instead of resetting, releases parked entries, and later calls still run correctly."""
+    mode = make(modes, 1, Recorder(), Recorder())
+
+    @torch._dynamo.disable
+    def maybe_detach(flag: bool) -> None:
+        if flag:
+            mode.uninstall()
+
+    @torch.compile(backend="eager")
+    def pick(x: Any, tag: str, detach: bool) -> Any:
+        y = x + (1 if tag == "A" else 2)
+        maybe_detach(detach)
+        return y * 2
+
+    x = torch.zeros(2)
+    for tag in ["A", "B", "A"]:
+        assert torch.equal(pick(x, tag, False), (x + (1 if tag == "A" else 2)) * 2)
+    assert mode.stats["reenabled"] == 1
+    assert torch.equal(pick(x, "B", True), (x + 2) * 2)
+    assert mode._parked == {} and not mode.active
+    live = [e for e in _debug_get_cache_entry_list(code_of(pick)) if e.code is not None]
+    assert all(e.backend is not mode.observer for e in live)
+    for tag in ["A", "B", "A"]:
+        assert torch.equal(pick(x, tag, False), (x + (1 if tag == "A" else 2)) * 2)
+
+
+@needs_evict
+def test_parked_variants_are_bounded_per_frame(modes: list[ProfileMode]) -> None:
+    """At most max_parked variants are parked per frame; a return to one parked longer ago retraces."""
+
+    @torch.compile(backend="eager")
+    def scale(x: Any, tag: str) -> Any:
+        return x * len(tag)
+
+    recorder, reuse = Recorder(), Recorder()
+    mode = ProfileMode(1, recorder)
+    mode.on_reuse = reuse
+    mode.max_parked = 2
+    modes.append(mode)
+    mode.install()
+    x = torch.ones(2)
+    for tag in ["a", "bb", "ccc", "dddd", "ccc", "a"]:
+        assert torch.equal(scale(x, tag), x * len(tag))
+    # parked after dddd: ccc, bb ("a" dropped); ccc comes back, then "a" must retrace
+    assert mode.stats["reenabled"] == 1 and mode.stats["traces"] == 5
+    assert len(recorder.for_code("scale")) + len(reuse.for_code("scale")) == 5
+    assert len(mode._parked[id(code_of(scale))]) <= 2
+
+
+def test_evicts_without_parking_when_internals_missing(
+        modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the internals parking needs, install logs why and evicts as before: each return retraces, and every switch is still reported."""
+    if not INFO.has("profile_evict"):
+        pytest.skip(INFO.why_off("profile_evict"))
+    monkeypatch.setattr(profile_module, "park_mechanism_missing", lambda: "missing torch.thing")
+    recorder, reuse = Recorder(), Recorder()
+    with caplog.at_level(logging.WARNING, logger="recompprof"):
+        mode = make(modes, 1, recorder, reuse)
+    assert mode.mechanism == MECHANISM_EVICT and not mode.parking and mode.why_no_parking == "missing torch.thing"
+    assert "evicts without parking" in caplog.text
+
+    @torch.compile(backend="eager")
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    _alternate(pick, ["A", "B"] * 2)
+    assert len(recorder.for_code("pick")) == 3 and reuse.calls == []
+    assert mode.stats["traces"] == 4
+
+
+@needs_evict
+def test_session_records_every_switch_with_parking(tmp_path: Any) -> None:
+    """attach(mode="profile") on A,B,A,B: 7 recompile events for the 7 switches (6 re-enabled variants with no compile time), 2 traces."""
+    import recompprof
+    from recompprof.eventlog import read_file
+    from recompprof.events import Compile, SessionEnd
+
+    def pick(x: Any, tag: str) -> Any:
+        return x + (1 if tag == "A" else 2)
+
+    compiled = torch.compile(pick, backend="eager")
+    with recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+        _alternate(compiled, ["A", "B"] * 4)
+    assert session._profile is not None and session._profile.parking
+    events = list(read_file(session.event_log_path))  # type: ignore[arg-type]
+    compiles = [e for e in events if isinstance(e, Compile) and e.frame.name == "pick"]
+    recompiles = [e for e in compiles if e.is_recompile]
+    assert len(compiles) == 8 and len(recompiles) == 7
+    explained = [next(r for r in e.reasons if r.explains_change) for e in recompiles[1:]]
+    assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
+    reused = [e for e in recompiles if e.duration == 0.0]
+    assert [e.compile_id for e in reused] == ["0/0", "0/1"] * 3
+    end = next(e for e in events if isinstance(e, SessionEnd))
+    assert end.totals["profile_traces"] == 2 and end.totals["profile_reenabled"] == 6

@@ -129,6 +129,30 @@ def _has_evict_internals() -> bool:
         return profile.evict_mechanism_missing() == ""
 
 
+def _parks_and_reenables() -> bool:
+    """A, B, A at profile limit 1 with on_reuse: the return to A runs the parked entry, with no third trace."""
+    from recompprof._torch.profile import ProfileMode
+
+    def alternating(x: torch.Tensor, tag: str) -> torch.Tensor:
+        return x + (1 if tag == "A" else 2)
+
+    torch._dynamo.reset()
+    mode = ProfileMode(1)
+    mode.on_reuse = lambda *args: None
+    with _gate_moved("profile_evict", (0, 0)), _gate_moved("profile_park", (0, 0)):  # ask torch, not the table
+        try:
+            mode.install()
+            compiled = torch.compile(alternating, backend="eager")
+            for tag in "ABA":
+                compiled(torch.zeros(2), tag)
+        except Exception:  # noqa: BLE001 - an older torch failing here does not have it
+            return False
+        finally:
+            mode.uninstall()
+            torch._dynamo.reset()
+    return mode.parking and mode.stats["reenabled"] == 1 and mode.stats["traces"] == 2
+
+
 # What torch has, observed directly (never from the version number).
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
@@ -143,6 +167,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
     "force_backend": _has_force_backend,
     "profile_evict": _has_evict_internals,
+    "profile_park": _parks_and_reenables,
     "compile_id_in_reasons": lambda: all(re.match(r"\d+/\d+: ", t) for t in _reason_strings("size")),
     "user_stack_in_reasons": lambda: all("\nUser stack trace:" in t for t in _reason_strings("global")),
     "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),

@@ -10,6 +10,11 @@ least recently used entry exactly as torch does when a guarded object dies. Inva
 marked so the limit check does not count them. The frame then compiles afresh, stays at
 ``recompile_limit`` live entries, and the next change misses again and is seen.
 
+Parking (on top of evict, where torch has the internals): the evicted entry is invalidated the same way
+but its compiled code and guard manager are kept ("parked", a few per frame). When a later miss is a
+return to a parked variant (its guards pass on the frame), the callback hands that code back to the
+eval-frame code as the compile result, without calling Dynamo: the switch is reported and no retrace runs.
+
 Mechanism ``unlimited`` (``recompile_limit=None``, or the internals above are missing): lift both
 limits for the session, as the 2.4 CompileProfiler did; torch computes every reason itself.
 
@@ -18,6 +23,7 @@ See docs/profile-mode.md for safety arguments, trade-offs and measurements.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -39,6 +45,7 @@ MECHANISM_UNLIMITED = "unlimited"
 GuardFailureCallback = Callable[[CodeType, "str | None", "list[str]"], None]
 
 _EVICTED_MARK = "evicted by recompprof profile mode"
+_PARKED_MARK = "parked by recompprof profile mode"
 _RETIRED_MARK = "retired by recompprof profile mode at detach"
 # Not an identifier, so never a frame local: cache_size._has_same_id_matched_objs then finds the
 # entry's "ID_MATCH'd object" missing from the frame and leaves the entry out of the limit count.
@@ -94,6 +101,96 @@ def evict_mechanism_missing() -> str:
     }
     missing = [name for name, value in needs.items() if value is None]
     return f"missing {', '.join(missing)}" if missing else ""
+
+
+def park_mechanism_missing() -> str:
+    """Why evicted entries cannot be parked on this torch ("" when they can; evict still runs without it)."""
+    info = torch_info()
+    if not info.has("profile_park"):
+        return info.why_off("profile_park")
+    try:
+        import dataclasses
+
+        import torch._dynamo.types as dynamo_types
+    except ImportError as exc:
+        return f"torch._dynamo.types not importable ({exc})"
+    guarded_code = getattr(dynamo_types, "GuardedCode", None)
+    fields = {f.name for f in dataclasses.fields(guarded_code)} if dataclasses.is_dataclass(guarded_code) else set()
+    missing = [name for name in ("code", "guard_manager", "compile_id", "trace_annotation") if name not in fields]
+    if missing:
+        return f"torch._dynamo.types.GuardedCode has no field(s) {', '.join(missing)}"
+    if getattr(dynamo_types, "wrap_guarded_code", None) is None:
+        return "missing torch._dynamo.types.wrap_guarded_code"
+    return ""
+
+
+@functools.lru_cache(maxsize=1)
+def _marker_class() -> type:
+    """The wrapper a parked entry's dead cache node holds (built on first use: torch is imported lazily).
+
+    Torch clears ``cache_entry`` on the node's guard manager whenever the node is invalidated again (a
+    guarded object died: torch's own finalizer, which we re-point at the node) or freed (``reset_code``,
+    ``torch._dynamo.reset()``, the code object dying). Either way the parked entry must never come back,
+    and its real guard manager must stop pointing at the node: the setter does both.
+    """
+    from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+    class ParkedMarker(DeletedGuardManagerWrapper):  # type: ignore[misc, valid-type]
+        def __init__(self, reason: str) -> None:
+            self.parked: _Parked | None = None
+            super().__init__(reason)
+            self.id_matched_objs = {_UNCOUNTED_KEY: _SENTINEL_REF}
+
+        @property
+        def cache_entry(self) -> Any:
+            return self.__dict__.get("_cache_entry")
+
+        @cache_entry.setter
+        def cache_entry(self, value: Any) -> None:
+            self.__dict__["_cache_entry"] = value
+            parked = self.__dict__.get("parked")
+            if value is None and parked is not None:
+                parked.release()
+
+    return ParkedMarker
+
+
+class _Parked:
+    """An evicted entry kept for re-enabling: its compiled code, its real guard manager, its dead cache node."""
+
+    __slots__ = ("code", "compile_id", "guard_manager", "marker", "released", "trace_annotation")
+
+    def __init__(self, entry: Any, marker: Any) -> None:
+        self.code = entry.code
+        self.guard_manager = entry.guard_manager
+        self.compile_id = entry.compile_id
+        self.trace_annotation = entry.trace_annotation
+        self.marker = marker
+        self.released = False
+
+    def release(self) -> None:
+        """Never re-enable this entry; unlink its guard manager from the dead node (safe to call twice)."""
+        self.released = True
+        self.marker.parked = None
+        self.guard_manager.cache_entry = None
+        self.guard_manager.extra_state = None
+
+
+def _park(entry: Any, reason: str) -> _Parked:
+    """Invalidate an entry as ``_invalidate`` does, keeping what it takes to re-enable it without a retrace.
+
+    The real guard manager is pointed back at the dead node, so that torch's own finalizer still reaches
+    the node when a guarded object dies while the entry is parked (it invalidates the node again, which
+    releases the parked entry: an ID_MATCH could otherwise pass on a new object at a reused address).
+    """
+    manager = entry.guard_manager
+    extra_state = manager.extra_state
+    marker = _marker_class()(reason)
+    parked = _Parked(entry, marker)
+    extra_state.invalidate(entry, marker)
+    manager.cache_entry, manager.extra_state = entry, extra_state
+    marker.parked = parked
+    return parked
 
 
 def _force_backend_missing() -> str:
@@ -162,12 +259,13 @@ def _frame_label(code: CodeType) -> str:
 
 
 class _FrameStats:
-    __slots__ = ("label", "traces", "evictions", "failures_reported", "peak_live")
+    __slots__ = ("label", "traces", "evictions", "reenabled", "failures_reported", "peak_live")
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.traces = 0
         self.evictions = 0
+        self.reenabled = 0
         self.failures_reported = 0
         self.peak_live = 0
 
@@ -184,8 +282,11 @@ class _ProfileCallback:
         mode = self._mode
         start = time.perf_counter()  # compile_seconds includes our own work before the compile
         if mode.active:
+            reenabled = None
             with guard("profile.before_compile"):
-                mode._before_compile(frame, args[1] if len(args) > 1 else kwargs.get("frame_state"))
+                reenabled = mode._before_compile(frame, args[1] if len(args) > 1 else kwargs.get("frame_state"))
+            if reenabled is not None:  # a parked variant runs again: no compile, so no _after_compile either
+                return reenabled
         result = None
         try:
             result = self._torchdynamo_orig_backend(frame, *args, **kwargs)
@@ -203,7 +304,14 @@ class ProfileMode:
     itself (the ones torch would have computed at a limit hit, when the evict mechanism forestalls
     it); ``compile_id`` is the id the compile that follows will get ("3/7"), or None if unknown.
     Failures torch computes itself stay in ``torch._dynamo.utils.guard_failures``.
+
+    Parking is on when ``on_reuse`` is set before ``install`` (and torch has the internals). A miss
+    that returns to a parked variant compiles nothing: its failures go to ``on_reuse(orig_code,
+    entry_compile_id, reasons)``, where ``entry_compile_id`` is the re-enabled entry's own id ("3/1").
+    ``max_parked`` bounds the parked variants kept per frame.
     """
+
+    max_parked = 8
 
     def __init__(
         self,
@@ -217,6 +325,11 @@ class ProfileMode:
         self.observer = RecompprofObserver()
         self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
         self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
+        self.parking = False  # evicted entries are parked for re-enabling (evict mechanism, internals present)
+        self.why_no_parking = ""
+        self.on_reuse: GuardFailureCallback | None = None
+        self._parked: dict[int, list[_Parked]] = {}  # id(code) -> parked entries, most recently parked first
+        self._reenabled = 0
         self.forced_backend = False
         self.why_not_forced = ""  # why the observer backend could not be forced, if it could not
         self.active = False
@@ -259,6 +372,15 @@ class ProfileMode:
                 log.warning("recompprof: profile mode falls back to lifting the recompile limit "
                             "(mechanism 'unlimited'): the evict mechanism needs %s", self.why_off)
                 self.mechanism = MECHANISM_UNLIMITED
+        if self.mechanism == MECHANISM_EVICT and self.on_reuse is None:
+            # A re-enabled variant is no compile: only an owner that takes on_reuse can record it.
+            self.why_no_parking = "on_reuse is not set"
+        elif self.mechanism == MECHANISM_EVICT:
+            self.why_no_parking = park_mechanism_missing()
+            if self.why_no_parking:
+                log.warning("recompprof: profile mode evicts without parking (a return to an evicted variant "
+                            "retraces it): %s", self.why_no_parking)
+        self.parking = self.mechanism == MECHANISM_EVICT and not self.why_no_parking
         info = torch_info()
         limit_name, accumulated_name = info.limit_config_name, info.accumulated_limit_config_name
         if self.mechanism == MECHANISM_EVICT:
@@ -349,18 +471,40 @@ class ProfileMode:
 
     # ------------------------------------------------------------------ the frame callback
 
-    def _before_compile(self, frame: Any, frame_state: Any) -> None:
+    def _before_compile(self, frame: Any, frame_state: Any) -> Any:
+        """Settle the frame's cache on a miss; return the compile result when a parked variant runs again."""
         limit = self.recompile_limit
         if self.mechanism != MECHANISM_EVICT or limit is None:
-            return
+            return None
+        from torch._dynamo import convert_frame
+
+        # Serialises with compiles on other threads and with detach, which both hold it too. The
+        # owner's callback runs after it is released: it takes the owner's own locks.
+        with convert_frame.compile_lock:
+            result, report = self._settle(frame, frame_state, limit)
+        if report is not None:
+            callback, compile_id, reasons = report
+            with guard("profile.on_guard_failure"):
+                callback(frame.f_code, compile_id, reasons)
+        return result
+
+    def _settle(self, frame: Any, frame_state: Any, limit: int) -> tuple[Any, Any]:
+        """(the compile result of a re-enabled parked variant or None, (callback, compile_id, reasons) or None)."""
         code = frame.f_code
         entries = _region_entries(code)
         if not entries:
-            return
+            return None, None
+        from torch._dynamo.guards import DeletedGuardManagerWrapper
+
         live_ours, same_instance = [], []
-        for entry in entries:
-            ours = entry.backend is self.observer and not _is_dead(entry)
-            id_matched = entry.guard_manager.id_matched_objs
+        observer = self.observer
+        for entry in entries:  # every miss walks dead entries too: keep the per-entry work small
+            manager = entry.guard_manager
+            id_matched = manager.id_matched_objs
+            dead = isinstance(manager, DeletedGuardManagerWrapper)
+            if dead and _UNCOUNTED_KEY in id_matched:
+                continue
+            ours = not dead and entry.backend is observer
             if _UNCOUNTED_KEY not in id_matched:
                 # Torch's limit check and its reason computation both key on this count: with every
                 # entry exempt, torch does neither, and this class enforces the limit and reports.
@@ -368,32 +512,77 @@ class ProfileMode:
                 # guarded object died) get the mark back off at detach.
                 id_matched[_UNCOUNTED_KEY] = _SENTINEL_REF
                 if not ours:
-                    self._uncounted.append(weakref.ref(entry.guard_manager))
+                    self._uncounted.append(weakref.ref(manager))
             if ours:
                 live_ours.append(entry)
                 if _same_instance(frame, id_matched):
                     same_instance.append(entry)
-        if not live_ours:
-            return
+        f_locals = frame.f_locals
+        back = self._take_parked(code, f_locals) if self.parking else None
+        if not live_ours and back is None:
+            return None, None
         from torch._dynamo.guards import get_guard_fail_reason_helper
 
-        f_locals = frame.f_locals
         reasons = [self._reason(get_guard_fail_reason_helper, entry, f_locals) for entry in live_ours]
-        compile_id = self._next_compile_id(frame_state)
-        # Dynamo keeps entries in most-recently-hit order: the least recently used go.
+        compile_id = str(back.compile_id) if back is not None else self._next_compile_id(frame_state)
+        # Dynamo keeps entries in most-recently-hit order: the least recently used go. A re-enabled
+        # variant takes the freed live slot, as a compile would.
         victims = same_instance[limit - 1:]
         for entry in victims:
-            _invalidate(entry, f"Cache line {_EVICTED_MARK} (recompile_limit={limit})")
+            if self.parking:
+                self._park(code, entry, f"Cache line {_PARKED_MARK} (recompile_limit={limit})")
+            else:
+                _invalidate(entry, f"Cache line {_EVICTED_MARK} (recompile_limit={limit})")
         stats = self._frame(code)
         with self._lock:
             self._evictions += len(victims)
             stats.evictions += len(victims)
             self._reported += len(reasons)
             stats.failures_reported += len(reasons)
-        callback = self.on_guard_failure
-        if callback is not None and reasons:
-            with guard("profile.on_guard_failure"):
-                callback(code, compile_id, reasons)
+            if back is not None:
+                self._reenabled += 1
+                stats.reenabled += 1
+        callback = self.on_guard_failure if back is None else self.on_reuse
+        report = (callback, compile_id, reasons) if callback is not None and reasons else None
+        if back is None:
+            return None, report
+        from torch._dynamo.types import GuardedCode, wrap_guarded_code
+
+        # The eval-frame code installs this as a new cache entry (front of the list, linked to the
+        # guard manager) and runs it: what it does with any compile result, here without a trace.
+        return wrap_guarded_code(GuardedCode(back.code, back.guard_manager, back.compile_id, back.trace_annotation)), report
+
+    def _park(self, code: CodeType, entry: Any, reason: str) -> None:
+        bucket = self._parked.setdefault(id(code), [])
+        bucket.insert(0, _park(entry, reason))
+        for dropped in bucket[self.max_parked:]:  # bounded: the least recently parked become plain evictions
+            dropped.release()
+        del bucket[self.max_parked:]
+        # Entries torch released (a guarded object died, a frame's code was freed) are dropped here,
+        # outside torch's invalidation, so what they hold is freed even for frames that never miss again.
+        for key in list(self._parked):
+            kept = [parked for parked in self._parked[key] if not parked.released]
+            if kept:
+                self._parked[key] = kept
+            else:
+                del self._parked[key]
+
+    def _take_parked(self, code: CodeType, f_locals: Any) -> _Parked | None:
+        """The most recently parked variant of this frame whose guards pass now, unparked; None if none does."""
+        bucket = self._parked.get(id(code))
+        if not bucket:
+            return None
+        bucket[:] = [parked for parked in bucket if not parked.released]  # torch invalidated or freed the rest
+        for parked in bucket:
+            try:
+                passes = bool(parked.guard_manager.check(f_locals))
+            except Exception:  # noqa: BLE001 - torch's guard code raised: not a match; Dynamo compiles instead
+                passes = False
+            if passes:
+                bucket.remove(parked)
+                parked.release()  # unlinked from its dead node; the eval-frame code links it to the new one
+                return parked
+        return None
 
     def _reason(self, helper: Any, entry: Any, f_locals: Any) -> str:
         """torch's reason text for one failing entry; an exception inside torch's helper is torch's, not ours."""
@@ -489,6 +678,11 @@ class ProfileMode:
         codes = [code for ref in self._touched.values() if (code := ref()) is not None]
         self._touched.clear()
         with convert_frame.compile_lock:
+            # Parked entries first: their guard managers point at dead nodes that reset_code frees.
+            for bucket in self._parked.values():
+                for parked in bucket:
+                    parked.release()
+            self._parked.clear()
             busy = self._codes_on_stacks() if codes else set()
             compiling = _compiling_now()
             for code in codes:
@@ -528,12 +722,12 @@ class ProfileMode:
     @staticmethod
     def is_own_reason(text: str) -> bool:
         """True for reason strings caused by profile mode itself (evicted entries, the forced backend)."""
-        return (_EVICTED_MARK in text or _RETIRED_MARK in text
+        return (_EVICTED_MARK in text or _RETIRED_MARK in text or _PARKED_MARK in text
                 or ("BACKEND_MATCH" in text and RecompprofObserver.__name__ in text))
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Totals and per-frame counts: Dynamo traces, evictions, reported failures, compile seconds."""
+        """Totals and per-frame counts: Dynamo traces, evictions, parked variants re-enabled, reported failures, compile seconds."""
         with self._lock:
             return {
                 "mechanism": self.mechanism,
@@ -541,12 +735,14 @@ class ProfileMode:
                 "why_off": self.why_off,
                 "traces": self._traces,
                 "evictions": self._evictions,
+                "parking": self.parking,
+                "reenabled": self._reenabled,
                 "failures_reported": self._reported,
                 "compile_seconds": self._compile_seconds,
                 "graphs": self.observer.graphs,
                 "ops": self.observer.ops,
                 "frames": {
-                    stats.label: {"traces": stats.traces, "evictions": stats.evictions,
+                    stats.label: {"traces": stats.traces, "evictions": stats.evictions, "reenabled": stats.reenabled,
                                   "failures_reported": stats.failures_reported, "peak_live": stats.peak_live}
                     for stats in self._frames.values()
                 },

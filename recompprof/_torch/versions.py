@@ -62,6 +62,10 @@ GATES: dict[str, Gate] = {
         (2, 10), "cache entries that name their backend (_CacheEntry.backend; profile mode's evict mechanism also "
         "needs _ExtraState.invalidate, DeletedGuardManagerWrapper and eval_frame._create_wrapped_callback)",
         "profile mode lifts the recompile limit instead (mechanism 'unlimited')"),
+    "profile_park": Gate(
+        (2, 10), "frame callbacks that may return a torch._dynamo.types.GuardedCode (code, guard_manager, compile_id, "
+        "trace_annotation) via wrap_guarded_code, installed by the eval-frame code as a new cache entry",
+        "profile mode evicts without parking: each return to an evicted variant retraces it"),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
     "compile_id_in_reasons": Gate(
         (2, 5), 'a "<frame>/<compile>: " prefix on each entry\'s reasons, several joined by "; "',

@@ -8,6 +8,7 @@ which reason explains the change, and the ``Compile`` / ``RecompileLimitHit`` ev
 from __future__ import annotations
 
 import collections
+import json
 from collections.abc import Callable
 import re
 from typing import Any
@@ -178,6 +179,43 @@ def _fail_type(value: Any) -> str:
     return match.group(1) if match else text
 
 
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
+
+
+def _dynamo_config(m: Any) -> dict[str, Any]:
+    """The record's ``dynamo_config`` (a JSON string in torch's record); empty when it is missing or unreadable."""
+    value = getattr(m, "dynamo_config", None)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def automatic_dynamic(m: Any, reasons: list[Reason]) -> str | None:
+    """The tensor dim torch made dynamic with this recompile (``"dim 0 of L['x']"``), or None.
+
+    With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
+    tensor dim of a frame changes size torch records it as dynamic and recompiles once with a symbolic
+    size; later sizes reuse that graph. So a recompile whose explaining guard failure is a tensor size
+    mismatch is that one-time warm-up, unless the dim is kept static (parameters, by
+    ``force_parameter_static_shapes``) or automatic dynamic is off for the compile.
+    """
+    reason = next((r for r in reasons if r.explains_change), None)
+    if reason is None or reason.category != "size" or not reason.subject:
+        return None
+    config = _dynamo_config(m)
+    if config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
+        return None
+    if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
+        return None
+    match = _SIZE_MISMATCH.search(reason.text)
+    if match is not None:
+        return f"dim {match.group(1)} of {reason.subject}"
+    return f"a dim of {reason.subject}" if reason.text.startswith("size guard failed") else None  # redacted text
+
+
 def reason_texts(m: Any, from_guard_failures: list[str]) -> list[str]:
     """The reason texts of a compile: torch's per-entry list, else its single ``recompile_reason``."""
     if from_guard_failures:
@@ -203,6 +241,8 @@ def compile_events(
     start = getattr(m, "start_time_us", None)
     compile_id = getattr(m, "compile_id", None)
     skip = cudagraph_skip(m)
+    failed = bool(getattr(m, "fail_type", None))
+    dynamic = automatic_dynamic(m, reasons) if forward and hit is None and not failed else None
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,
         compile_id=str(compile_id) if compile_id is not None else "?",
@@ -216,7 +256,8 @@ def compile_events(
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration, phases=phases,
         guard_count=getattr(m, "guard_count", None), graph_op_count=getattr(m, "graph_op_count", None),
-        graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward, steady_state=steady_state,
+        graph_breaks=graph_breaks, cache=cache_outcome(m), backward=not forward,
+        steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
         cache_lookups=cache_lookups(m), cache_seconds_saved=cache_seconds_saved(m),
         call_site=call_site or [], guard_set=guard_set,
         cudagraph_skip=skip.category if skip else None,

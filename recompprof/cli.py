@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                        epilog="exit code: the program's own (127: command not found; 2: a bad setting)")
     p.add_argument("--run-dir", type=Path, default=None, help="where every process writes its event log "
                    "(RECOMPPROF_RUN_DIR; default recompprof-runs/<run id>)")
-    p.add_argument("--quiet", action="store_true", help="do not print the report when the program ends")
+    p.add_argument("--quiet", action="store_true", help="do not print the summary when the program ends")
     run.add_settings_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
 

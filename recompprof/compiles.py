@@ -119,6 +119,17 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
+
+
+class Explained(tuple):  # type: ignore[type-arg]
+    """``(kept reasons, omitted counts by category)``, plus ``first_size_change``: False when the explaining
+    reason is a size change of a tensor dim that already changed on this frame (so it is not automatic
+    dynamic shapes warming up: that happens once per dim)."""
+
+    first_size_change: bool = True
+
+
 class ReasonExplainer:
     """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
@@ -148,7 +159,7 @@ class ReasonExplainer:
             if kinds:
                 parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:
-            return [], {}
+            return Explained(([], {}))
         seen = self._seen.pop(frame.label, None) or collections.OrderedDict()
         self._seen[frame.label] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
@@ -156,6 +167,13 @@ class ReasonExplainer:
         keys = [hash((r.category, r.subject, r.text)) for r in parsed]
         explaining = next((i for i, key in enumerate(keys) if key not in seen), 0)
         for key in keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        first_size_change = True
+        if parsed[explaining].category == "size":  # remembered in the same bounded history, once per dim
+            dim = _SIZE_MISMATCH.search(parsed[explaining].text)
+            key = hash(("size-dim", parsed[explaining].subject, dim.group(1) if dim else None))
+            first_size_change = key not in seen
             seen[key] = None
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
@@ -169,7 +187,9 @@ class ReasonExplainer:
                 kept.append(reason)
             else:
                 omitted[reason.category] += 1
-        return kept, dict(omitted)
+        explained = Explained((kept, dict(omitted)))
+        explained.first_size_change = first_size_change
+        return explained
 
 
 def _fail_type(value: Any) -> str:
@@ -177,9 +197,6 @@ def _fail_type(value: Any) -> str:
     text = clean_text(value, 200)
     match = _CLASS_REPR.fullmatch(text.strip())
     return match.group(1) if match else text
-
-
-_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
 
 
 def _dynamo_config(m: Any) -> dict[str, Any]:
@@ -193,17 +210,18 @@ def _dynamo_config(m: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def automatic_dynamic(m: Any, reasons: list[Reason]) -> str | None:
+def automatic_dynamic(m: Any, reasons: list[Reason], first_size_change: bool = True) -> str | None:
     """The tensor dim torch made dynamic with this recompile (``"dim 0 of L['x']"``), or None.
 
     With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
     tensor dim of a frame changes size torch records it as dynamic and recompiles once with a symbolic
     size; later sizes reuse that graph. So a recompile whose explaining guard failure is a tensor size
     mismatch is that one-time warm-up, unless the dim is kept static (parameters, by
-    ``force_parameter_static_shapes``) or automatic dynamic is off for the compile.
+    ``force_parameter_static_shapes``), automatic dynamic is off for the compile, or the same dim
+    changed before on this frame (``first_size_change`` False: it stayed static, so it is no warm-up).
     """
     reason = next((r for r in reasons if r.explains_change), None)
-    if reason is None or reason.category != "size" or not reason.subject:
+    if reason is None or reason.category != "size" or not reason.subject or not first_size_change:
         return None
     config = _dynamo_config(m)
     if config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
@@ -242,7 +260,8 @@ def compile_events(
     compile_id = getattr(m, "compile_id", None)
     skip = cudagraph_skip(m)
     failed = bool(getattr(m, "fail_type", None))
-    dynamic = automatic_dynamic(m, reasons) if forward and hit is None and not failed else None
+    first = getattr(explained, "first_size_change", True)
+    dynamic = automatic_dynamic(m, reasons, first) if forward and hit is None and not failed else None
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,
         compile_id=str(compile_id) if compile_id is not None else "?",

@@ -234,3 +234,28 @@ def test_text_report_shows_reason_examples_and_unbroken_headers() -> None:
         assert all(h in words for h in headers), (width, text)
         flat = " ".join(text.split())
         assert "expected 128, actual 256" in flat and "(+1 bwd)" in flat
+
+
+def test_html_shows_backward_compiles_and_unknown_steps_of_ingested_runs() -> None:
+    """The HTML report counts backward compiles (per frame and overall); for a run read from TORCH_TRACE it says the
+    steps are unknown and names no mode."""
+    from recompprof.events import SessionStart
+
+    frame = Frame(name="step", file="/src/train.py", line=10)
+    start = SessionStart(time=0.0, run_id="torch-trace-x", host="h", pid=1, versions={}, mode="monitor",
+                         recompile_limit=8, signals={"torch_trace": True})
+    events = [
+        start,
+        Compile(time=1.0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
+        Compile(time=2.0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True),
+        Compile(time=3.0, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5,
+                reasons=[Reason(text="k == 1.0", category="python_constant", subject="L['k']", explains_change=True)]),
+    ]
+    report = build_report(events)
+    page = render_html(report)
+    assert '<span class="bwd">(+1 bwd)</span>' in page
+    assert 'id="kpi-backward-compiles"><div class="v">1</div>' in page
+    assert 'id="kpi-steps"><div class="v">unknown</div>' in page
+    assert "from TORCH_TRACE (no mode) · steps unknown" in page and "mode monitor" not in page
+    text = render_text(report, width=200)
+    assert "from TORCH_TRACE (no mode) | steps unknown" in text and "steps 0" not in text

@@ -407,7 +407,8 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *,
     ``fold`` columns (frame labels, reason texts, hints) share the rest, and only they may break a long
     word (a path) to fit; they are never narrower than their longest header word.
     """
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    # At least as wide as the title (within the console), so a narrow table does not wrap its title.
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
     right, fold = set(right), set(fold)
     for i, col in enumerate(columns):
         word = max(len(w) for w in col.split())
@@ -449,15 +450,13 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
 def _print_caches(console: Console, report: Report) -> None:
     if not any(report.cache_lookups.values()):
         return
-    table = Table(title=f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
-                  title_justify="left")
-    for col in ("Cache", *CACHE_RESULTS, "Hit rate"):
-        table.add_column(col, justify="left" if col == "Cache" else "right")
+    rows = []
     for cache in CACHES:
         counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
         rate = report.cache_hit_rate(cache)
-        table.add_row(cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %")
-    console.print(table)
+        rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
+    console.print(_table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+                         ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
 
 
 def _steps(frame: FrameReport) -> str:
@@ -564,47 +563,30 @@ def render_text(report: Report, width: int = 160) -> str:
     else:
         console.print("\nNo guard failures recorded.")
 
-    phases = Table(title="Compile time by phase (exclusive, seconds)", title_justify="left")
-    phases.add_column("Phase")
-    phases.add_column("Seconds", justify="right")
-    phases.add_column("Share", justify="right")
     total = sum(report.phases.values()) or 1.0
-    for phase in PHASES:
-        seconds = report.phases.get(phase, 0.0)
-        phases.add_row(phase, f"{seconds:.3f}", f"{100 * seconds / total:.1f} %")
-    console.print(phases)
+    console.print(_table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
+                         [(phase, f"{report.phases.get(phase, 0.0):.3f}", f"{100 * report.phases.get(phase, 0.0) / total:.1f} %")
+                          for phase in PHASES], right=("Seconds", "Share")))
 
     _print_caches(console, report)
     if report.trace_seconds_by_function:
-        traced = Table(title="Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
-                       title_justify="left")
-        traced.add_column("Function")
-        traced.add_column("Seconds", justify="right")
-        for function, seconds in report.trace_seconds_by_function.most_common(15):
-            traced.add_row(function, f"{seconds:.3f}")
-        console.print(traced)
-
+        console.print(_table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+                             ("Function", "Seconds"),
+                             [(function, f"{seconds:.3f}")
+                              for function, seconds in report.trace_seconds_by_function.most_common(15)],
+                             right=("Seconds",), fold=("Function",)))
     if report.cudagraph_skips:
-        skipped = Table(title="CUDA graphs skipped", title_justify="left")
-        for column in ("Frame", "Reason", "Compiles", "Fix"):
-            skipped.add_column(column, justify="right" if column == "Compiles" else "left")
-        for (label, reason), count in report.cudagraph_skips.most_common(20):
-            skipped.add_row(label, reason, str(count), SKIP_HINTS.get(reason, ""))
-        console.print(skipped)
+        console.print(_table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
+                             [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
+                              for (label, reason), count in report.cudagraph_skips.most_common(20)],
+                             right=("Compiles",), fold=("Frame", "Fix")))
     if report.graph_break_reasons:
-        breaks = Table(title="Graph breaks", title_justify="left")
-        breaks.add_column("Reason")
-        breaks.add_column("Count", justify="right")
-        for reason, count in report.graph_break_reasons.most_common(20):
-            breaks.add_row(reason, str(count))
-        console.print(breaks)
+        console.print(_table("Graph breaks", ("Reason", "Count"),
+                             [(reason, str(count)) for reason, count in report.graph_break_reasons.most_common(20)],
+                             right=("Count",), fold=("Reason",)))
     if report.failure_messages:
-        fails = Table(title="Compile failures", title_justify="left")
-        for col in ("Frame", "Type", "Message"):
-            fails.add_column(col)
-        for row in report.failure_messages:
-            fails.add_row(*row)
-        console.print(fails)
+        console.print(_table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
+                             fold=("Frame", "Type", "Message")))
 
     divergence.print_divergence(console, report)
 

@@ -116,10 +116,11 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
             # Only the reason that explains a recompile counts: failures against older cache entries are not causes.
             groups = [g for g in f.reasons.values() if g.category == category and g.changes]
             if groups:
-                subjects = ", ".join(sorted({g.subject or "-" for g in groups})[:5])
+                subjects = ", ".join(sorted({g.subject for g in groups if g.subject not in ("", "-", category)})[:5])
                 out.append(Violation("forbid", rank, f.label,
                                      f"{where} {f.label}: forbidden category {category}{after}: "
-                                     f"{sum(g.changes for g in groups)} recompile(s) caused by {subjects}"))
+                                     f"{sum(g.changes for g in groups)} recompile(s)"
+                                     + (f" caused by {subjects}" if subjects else "")))
     if rules.max_compile_seconds is not None and report.compile_seconds > rules.max_compile_seconds:
         top = max(report.frames.values(), key=lambda f: f.compile_seconds)
         out.append(Violation("max_compile_seconds", rank, None,
@@ -127,7 +128,7 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
                              f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
     if rules.max_recompile_seconds is not None and report.recompile_seconds > rules.max_recompile_seconds:
         top = report.ranked_causes()[:3]
-        causes = "; ".join(f"{c.frame} {c.category} {c.subject or '-'}: {c.seconds:.2f} s x{c.recompiles}" for c in top)
+        causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}" for c in top)
         out.append(Violation("max_recompile_seconds", rank, top[0].frame,
                              f"{where}: {report.recompile_seconds:.2f} s lost to recompiles{after} > max "
                              f"{rules.max_recompile_seconds:g} s (fix first: {causes})"))
@@ -150,7 +151,12 @@ def _steps(frame: FrameReport) -> str:
 
 def _why(frame: FrameReport) -> str:
     top = [g for g in frame.top_reasons() if g.changes][:3]
-    return (" (" + "; ".join(f"{g.category} {g.subject or ''} x{g.changes}".replace("  ", " ") for g in top) + ")") if top else ""
+    return (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")") if top else ""
+
+
+def _cause(category: str, subject: str) -> str:
+    """``size L['x']``; a subject that only repeats its category (``grad_mode``) is said once."""
+    return category if not subject or subject in ("-", category) else f"{category} {subject}"
 
 
 def _where(report: Report, rule: str) -> str:

@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                        epilog="exit code: the program's own (127: command not found; 2: a bad setting)")
     p.add_argument("--run-dir", type=Path, default=None, help="where every process writes its event log "
                    "(RECOMPPROF_RUN_DIR; default recompprof-runs/<run id>)")
-    p.add_argument("--quiet", action="store_true", help="do not print the report when the program ends")
+    p.add_argument("--quiet", action="store_true", help="do not print the summary when the program ends")
     run.add_settings_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
 
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="run directory, one event log, or a TORCH_TRACE directory")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report here")
     p.add_argument("--rank", type=int, action="append", help="only these ranks (repeatable)")
-    p.add_argument("--width", type=int, default=120, help="text width (default 120)")
+    p.add_argument("--width", type=int, default=None, help="text width (default: the terminal's, else $COLUMNS, else 120)")
     p.add_argument("--strict", action="store_true", help="exit 2 if any line could not be read")
 
     p = sub.add_parser("check", help="CI gate: exit 1 when the run breaks a rule", formatter_class=_Formatter,
@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-time-increase", type=float, metavar="PCT",
                    help="also count compile time growing by more than PCT percent as a regression")
     p.add_argument("--allow-skipped", action="store_true", help="accept runs some of whose lines could not be read")
-    p.add_argument("--width", type=int, default=120)
+    p.add_argument("--width", type=int, default=None, help="text width (default: the terminal's, else $COLUMNS, else 120)")
 
     p = sub.add_parser("ingest", help="convert TORCH_TRACE logs into recompprof event logs", formatter_class=_Formatter,
                        epilog=_EXIT_CODES)
@@ -106,6 +106,14 @@ def _version() -> str:
 
 def _err(message: str) -> None:
     print(f"recompprof: {message}", file=sys.stderr)
+
+
+def _width(asked: int | None) -> int:
+    """``--width``, else $COLUMNS, else the terminal's width; 120 when piped. At least 100: narrower tables cannot
+    hold their columns without breaking words."""
+    import shutil
+
+    return max(100, asked or shutil.get_terminal_size((120, 24)).columns)
 
 
 def _open(path: Path) -> Run | None:
@@ -155,7 +163,7 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if run.source == "torch_trace":
         report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
-    print(render_text(report, width=args.width), end="")
+    print(render_text(report, width=_width(args.width)), end="")
     if args.html:
         text = render_html(report, title=f"recompprof report: {args.run_dir.name}",
                            warnings=run.warnings + run.problems)
@@ -228,7 +236,7 @@ def _diff(args: argparse.Namespace) -> int:
     diff = compare(before.events, after.events, max_time_increase=None if pct is None else pct / 100)
     if not (_finish(before, strict=not args.allow_skipped) and _finish(after, strict=not args.allow_skipped)):
         return EXIT_USAGE
-    print(render(diff, width=args.width), end="")
+    print(render(diff, width=_width(args.width)), end="")
     return EXIT_VIOLATIONS if diff.regressions else EXIT_OK
 
 

@@ -72,6 +72,7 @@ class CompileRecord:
     cache_seconds_saved: float | None = None
     cudagraph_skip: CudagraphSkip | None = None
     runtime_work: tuple[str, float] | None = None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
+    dynamo_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # the compile's Dynamo settings
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
@@ -117,6 +118,17 @@ def _frame_compile_count(compile_id: Any) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
+
+
+class Explained(tuple):  # type: ignore[type-arg]
+    """``(kept reasons, omitted counts by category)``, plus ``first_size_change``: False when the explaining
+    reason is a size change of a tensor dim that already changed on this frame (so it is not automatic
+    dynamic shapes warming up: that happens once per dim)."""
+
+    first_size_change: bool = True
+
+
 class ReasonExplainer:
     """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
@@ -146,7 +158,7 @@ class ReasonExplainer:
             if kinds:
                 parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:
-            return [], {}
+            return Explained(([], {}))
         seen = self._seen.pop(frame.label, None) or collections.OrderedDict()
         self._seen[frame.label] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
@@ -154,6 +166,13 @@ class ReasonExplainer:
         keys = [hash((r.category, r.subject, r.text)) for r in parsed]
         explaining = next((i for i, key in enumerate(keys) if key not in seen), 0)
         for key in keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        first_size_change = True
+        if parsed[explaining].category == "size":  # remembered in the same bounded history, once per dim
+            dim = _SIZE_MISMATCH.search(parsed[explaining].text)
+            key = hash(("size-dim", parsed[explaining].subject, dim.group(1) if dim else None))
+            first_size_change = key not in seen
             seen[key] = None
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
@@ -167,7 +186,9 @@ class ReasonExplainer:
                 kept.append(reason)
             else:
                 omitted[reason.category] += 1
-        return kept, dict(omitted)
+        explained = Explained((kept, dict(omitted)))
+        explained.first_size_change = first_size_change
+        return explained
 
 
 def _fail_type(value: Any) -> str:
@@ -175,6 +196,30 @@ def _fail_type(value: Any) -> str:
     text = clean_text(value, 200)
     match = _CLASS_REPR.fullmatch(text.strip())
     return match.group(1) if match else text
+
+
+def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_size_change: bool = True) -> str | None:
+    """The tensor dim torch made dynamic with this recompile (``"dim 0 of L['x']"``), or None.
+
+    With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
+    tensor dim of a frame changes size torch records it as dynamic and recompiles once with a symbolic
+    size; later sizes reuse that graph. So a recompile whose explaining guard failure is a tensor size
+    mismatch is that one-time warm-up, unless the dim is kept static (parameters, by
+    ``force_parameter_static_shapes``), automatic dynamic is off for the compile, or the same dim
+    changed before on this frame (``first_size_change`` False: it stayed static, so it is no warm-up).
+    """
+    reason = next((r for r in reasons if r.explains_change), None)
+    if reason is None or reason.category != "size" or not reason.subject or not first_size_change:
+        return None
+    config = m.dynamo_config
+    if config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
+        return None
+    if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
+        return None
+    match = _SIZE_MISMATCH.search(reason.text)
+    if match is not None:
+        return f"dim {match.group(1)} of {reason.subject}"
+    return f"a dim of {reason.subject}" if reason.text.startswith("size guard failed") else None  # redacted text
 
 
 def reason_texts(m: CompileRecord, from_guard_failures: list[str]) -> list[str]:
@@ -198,6 +243,9 @@ def compile_events(
     reasons, omitted = explained
     hit = limit_hit(m, limits)
     skip = m.cudagraph_skip
+    failed = bool(m.fail_type)
+    first = getattr(explained, "first_size_change", True)
+    dynamic = automatic_dynamic(m, reasons, first) if m.is_forward and hit is None and not failed else None
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,
         compile_id=m.compile_id if m.compile_id is not None else "?",
@@ -211,7 +259,7 @@ def compile_events(
         start_time=m.start_time,
         duration=m.duration, phases=m.phases,
         guard_count=m.guard_count, graph_op_count=m.graph_op_count,
-        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state,
+        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
         cache_lookups=m.cache_lookups, cache_seconds_saved=m.cache_seconds_saved,
         call_site=call_site or [], guard_set=guard_set,
         cudagraph_skip=skip.category if skip else None,

@@ -44,6 +44,18 @@ class Diff:
     after: Report
 
     @property
+    def mode_warning(self) -> str | None:
+        """Why the two runs' figures are not comparable, when their modes differ (None when they match)."""
+        a, b = sorted(self.before.modes), sorted(self.after.modes)
+        if not a or not b or a == b:  # ingested TORCH_TRACE runs record no mode
+            return None
+        return (f"WARNING: comparing a {'/'.join(a)} run with a {'/'.join(b)} run. Profile mode compiles every frame "
+                "with recompprof's observer backend at recompile_limit (default 1), evicting older variants, so "
+                "it counts a recompile for every input change (also changes a monitored job's cache would have "
+                "hit) and its compile seconds leave out AOTAutograd and Inductor. Differences below may come "
+                "from the mode, not the code: compare runs of the same mode.")
+
+    @property
     def regressions(self) -> list[Change]:
         return [c for c in self.changes if c.regression]
 
@@ -114,6 +126,8 @@ def render(diff: Diff, width: int = 120) -> str:
                   f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "
                   f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s, "
                   f"lost to recompiles {a.recompile_seconds:.2f} s -> {b.recompile_seconds:.2f} s")
+    if diff.mode_warning:
+        console.print(diff.mode_warning)
     if diff.changes:
         table = Table(title_justify="left")
         for col in ("Frame", "Figure", "Before", "After", "Change", "Verdict"):

@@ -134,6 +134,9 @@ class Compile(_Event):
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
     steady_state: bool = False
+    # Set on a recompile torch's automatic dynamic shapes caused: its first size change of a tensor dim, after
+    # which that dim is dynamic (e.g. "dim 0 of L['x']"). An expected one-time warm-up: never steady state.
+    automatic_dynamic: str | None = Field(default=None, max_length=MAX_SUBJECT)
     # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
     call_site: list[str] = []
     # Compile-cache lookups of this compile, by cache and result, as torch counted them.

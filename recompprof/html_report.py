@@ -14,7 +14,15 @@ from collections.abc import Iterable
 
 from recompprof import __version__
 from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, PHASES
-from recompprof.reporting import FIX_FIRST, FrameReport, Report, cause_steps, share
+from recompprof.reporting import (
+    FIX_FIRST,
+    FrameReport,
+    Report,
+    automatic_dynamic_note,
+    cause_steps,
+    describe_source,
+    share,
+)
 
 MAX_FRAMES_CHARTED = 12
 MAX_FRAMES_TABLED = 200
@@ -163,7 +171,7 @@ def _short(text: str, limit: int) -> str:
 
 # -- tables ------------------------------------------------------------------------------------------
 
-def _frames_table(frames: list[FrameReport], hints: dict[str, str]) -> str:
+def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True) -> str:
     head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
             "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
     rows = []
@@ -177,13 +185,15 @@ def _frames_table(frames: list[FrameReport], hints: dict[str, str]) -> str:
                 f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
                 + (f'<details><summary>example</summary><pre>{_e(g.example)}</pre></details>' if g.example else "")
                 + "</li>")
-        steps = ", ".join(str(s) for s in f.recompile_steps[:12])
-        if f.recompile_steps_total > 12:
+        steps = ", ".join(str(s) for s in f.recompile_steps[:12]) if steps_known else ""
+        if steps_known and f.recompile_steps_total > 12:
             steps += f" (+{f.recompile_steps_total - 12})"
         limit = ", ".join(f"{k} ×{v}" for k, v in f.limit_hits.items()) or "0"
         rows.append(
             f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
-            f'<td class="n">{f.compiles}</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles}</td>'
+            f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
+            + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
+            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles}</td>'
             f'<td>{_e(steps) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" data-sort="{sum(f.limit_hits.values())}">'
             f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
             f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{"".join(reasons) or "-"}</ul></td></tr>')
@@ -264,6 +274,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
     steady = sum(f.steady_state_recompiles for f in frames)
     kpis = [
         ("compiles", "Compiles", report.compiles),
+        ("backward-compiles", "Backward compiles", sum(f.backward_compiles for f in frames)),
         ("recompiles", "Recompiles", report.recompiles),
         ("steady", "Steady-state recompiles", steady),
         ("limit-hits", "Recompile-limit hits", report.limit_hits),
@@ -271,12 +282,14 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps", report.last_step),
+        ("steps", "Training steps", report.last_step if not report.from_torch_trace else "unknown"),
     ]
     cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
-                    f'<div class="v">{_e(_num(value))}</div><div class="k">{_e(label)}</div></div>'
+                    f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
                     for key, label, value in kpis)
     notes = list(warnings) + list(report.notes)
+    if (note := automatic_dynamic_note(report)) is not None:
+        notes.append(note)
     diverging = report.diverging_frames()
     if diverging:
         notes.append("Recompiles differ across ranks (risk of collective hangs): " + "; ".join(
@@ -293,13 +306,13 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
     failures = _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages) \
         if report.failure_messages else "<p class='empty'>No compile failures.</p>"
     meta = (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
-            f"mode {', '.join(sorted(report.modes)) or '?'} · recompile_limit {report.recompile_limit} · "
+            f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
             f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}")
     return _PAGE.format(
         title=_e(title), meta=_e(meta), cards=cards,
         notes=f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else "",
         steps=_steps_chart(report, frames), categories=_category_chart(report), phases=_phase_chart(report, frames),
-        table=_frames_table(frames, FIX_HINTS) if frames else "<p class='empty'>No compiles recorded.</p>",
+        table=_frames_table(frames, FIX_HINTS, steps_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
         limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
         limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
         fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),
@@ -314,6 +327,7 @@ section{background:#fff;border-radius:8px;padding:14px 18px;margin:0 0 18px;box-
 h2{font-size:16px;margin:0 0 10px}.kpis{display:flex;flex-wrap:wrap;gap:12px;margin-bottom:18px}
 .kpi{background:#fff;border-radius:8px;padding:10px 16px;min-width:120px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
 .kpi .v{font-size:24px;font-weight:600}.kpi .k{font-size:12px;color:#5a6273}.kpi.alert .v{color:#c0392b}
+.bwd{color:#5a6273;font-size:12px}
 svg.chart{width:100%;height:auto;display:block}svg text{font:12px system-ui,sans-serif;fill:#1d2330}
 svg .axis{fill:#5a6273;font-size:11px}svg .grid{stroke:#e4e7ec}svg .lane{stroke:#c9ced8;stroke-dasharray:2 3}
 svg .recompile{fill:#e15759;fill-opacity:.85;stroke:#fff}svg .total{font-weight:600}

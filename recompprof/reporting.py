@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import textwrap
 from collections import Counter
 from collections.abc import Iterable
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -91,6 +93,9 @@ class FrameReport(FrameCounts):
     name: str
     file: str
     line: int
+    # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
+    automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
+    automatic_dynamic_recompiles: int = 0
     recompile_steps: list[int] = dataclasses.field(default_factory=list)
     recompile_steps_total: int = 0
     reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
@@ -143,6 +148,8 @@ class Report:
     # Capture signals that were off from the start or went dark mid-run, with why: the counts above miss them.
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Read from TORCH_TRACE logs (recompprof ingest): no mode, and no training steps, were recorded.
+    from_torch_trace: bool = False
     labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
     causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
@@ -161,6 +168,10 @@ class Report:
     @property
     def compile_seconds(self) -> float:
         return sum(f.compile_seconds for f in self.frames.values())
+
+    @property
+    def automatic_dynamic_recompiles(self) -> int:
+        return sum(f.automatic_dynamic_recompiles for f in self.frames.values())
 
     @property
     def recompile_seconds(self) -> float:
@@ -205,7 +216,10 @@ def build_report(events: Iterable[Event]) -> Report:
             report.last_step = max(report.last_step, event.step)
         if isinstance(event, SessionStart):
             report.ranks.add(event.rank)
-            report.modes.add(event.mode)
+            if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
+                report.from_torch_trace = True
+            else:
+                report.modes.add(event.mode)
             if event.profile_mechanism:
                 report.profile_mechanisms.add(event.profile_mechanism)
             report.recompile_limit = event.recompile_limit
@@ -305,6 +319,10 @@ def _add_compile(report: Report, event: Compile) -> None:
                     if first_steps is None:
                         first_steps = frame.category_first_step_by_rank[event.rank] = {}
                     first_steps.setdefault(reason.category, step)
+            if event.automatic_dynamic is not None:
+                frame.automatic_dynamic_recompiles += 1
+                if len(frame.automatic_dynamic) < MAX_STEPS_LISTED:
+                    frame.automatic_dynamic.append(event.automatic_dynamic)
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
@@ -373,7 +391,30 @@ def share(seconds: float, total: float) -> str:
     return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
 
 
-def _print_fix_first(console: Console, report: Report, hints: dict[str, str]) -> None:
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
+           fold: Iterable[str] = ()) -> Table:
+    """A table whose headers never break inside a word, at any width.
+
+    Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
+    ``fold`` columns (frame labels, reason texts, hints) share the rest, and only they may break a long
+    word (a path) to fit; they are never narrower than their longest header word.
+    """
+    # At least as wide as the title (within the console), so a narrow table does not wrap its title.
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
+    right, fold = set(right), set(fold)
+    for i, col in enumerate(columns):
+        word = max(len(w) for w in col.split())
+        if col in fold:
+            table.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
+        else:
+            cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
+            table.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *, steps: bool = True) -> None:
     ranked = report.ranked_causes()
     total = report.compile_seconds
     if not ranked:
@@ -381,19 +422,18 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str]) ->
         return
     console.print(f"\nRecompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
                   f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s).")
-    table = Table(title="Fix these first: compile time lost per cause", title_justify="left")
-    for col in ("#", "Cause (frame · category · subject)", "Recompiles", "Seconds lost", "Share", "Steps",
-                "Fix hint", "Example (reason; call site)"):
-        table.add_column(col, justify="right" if col in ("#", "Recompiles", "Seconds lost", "Share") else "left",
-                         overflow="fold")
+    # A list, not a table: the reason text and the call site stay readable at any width.
+    console.print("Fix these first: compile time lost per cause")
     for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
-        example = cause.example or "-"
-        if cause.call_site:
-            example += "\nat " + cause.call_site[-1]
-        table.add_row(str(rank), f"{cause.frame} · {cause.category} · {cause.subject or '-'}", str(cause.recompiles),
-                      f"{cause.seconds:.3f}", share(cause.seconds, total), cause_steps(cause),
-                      hints.get(cause.category, ""), example)
-    console.print(table)
+        console.print(f"{rank:>2}. {cause.frame} · {cause.category} · {cause.subject or '-'}: "
+                      f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
+                      + (f", steps {cause_steps(cause)}" if steps else ""))
+        for line in (f"why: {cause.example}" if cause.example else "",
+                     f"at {cause.call_site[-1]}" if cause.call_site else "",
+                     f"fix: {hints[cause.category]}" if hints.get(cause.category) else ""):
+            if line:  # wrapped here, between words, so continuation lines keep the indent
+                console.print(textwrap.fill(line, max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
+                                            break_long_words=False, break_on_hyphens=False), soft_wrap=True)
     if len(ranked) > FIX_FIRST:
         rest = sum(c.seconds for c in ranked[FIX_FIRST:])
         console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
@@ -402,15 +442,13 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str]) ->
 def _print_caches(console: Console, report: Report) -> None:
     if not any(report.cache_lookups.values()):
         return
-    table = Table(title=f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
-                  title_justify="left")
-    for col in ("Cache", *CACHE_RESULTS, "Hit rate"):
-        table.add_column(col, justify="left" if col == "Cache" else "right")
+    rows = []
     for cache in CACHES:
         counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
         rate = report.cache_hit_rate(cache)
-        table.add_row(cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %")
-    console.print(table)
+        rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
+    console.print(_table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+                         ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
 
 
 def _steps(frame: FrameReport) -> str:
@@ -419,17 +457,55 @@ def _steps(frame: FrameReport) -> str:
     return shown + (f" (+{more})" if more > 0 else "")
 
 
+def describe_source(report: Report) -> str:
+    """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
+    if report.from_torch_trace and not report.modes:
+        return "from TORCH_TRACE (no mode) | steps unknown"
+    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {report.last_step}"
+
+
+def automatic_dynamic_note(report: Report) -> str | None:
+    """The expected one-time recompiles of automatic dynamic shapes, explained (None when there are none)."""
+    made = [(f.label, dim) for f in report.frames.values() for dim in f.automatic_dynamic]
+    if not made:
+        return None
+    shown = "; ".join(f"{label}: {dim}" for label, dim in made[:5]) + (f"; +{len(made) - 5} more" if len(made) > 5 else "")
+    return (f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic shapes warming up: after the "
+            f"first size change torch made the dim dynamic and recompiled once ({shown}). This will not recur for "
+            "those dims, so these recompiles are not counted as steady state (docs/cli.md, automatic dynamic shapes).")
+
+
+def render_summary(report: Report, width: int = 100) -> str:
+    """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    steady = sum(f.steady_state_recompiles for f in report.frames.values())
+    console.print(f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
+                  f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
+                  f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
+                  f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles")
+    for name, why in report.signals_dark.items():
+        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+    ranked = report.ranked_causes()
+    if ranked:
+        top = ranked[0]
+        console.print(f"top cause: {top.frame} · {top.category} · {top.subject or '-'}: {top.recompiles} recompile(s), "
+                      f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else ""))
+    return out.getvalue()
+
+
 def render_text(report: Report, width: int = 160) -> str:
     """The report as plain text tables (no colour codes), for terminals and logs."""
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
+    steps_known = not report.from_torch_trace
     console.print("recompprof report")
     console.print("=================")
     console.print(
-        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | mode {', '.join(sorted(report.modes)) or '?'} | "
-        f"steps {report.last_step} | compiles {report.compiles} | recompiles {report.recompiles} | "
+        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | "
+        f"compiles {report.compiles} | recompiles {report.recompiles} | "
         f"limit hits {report.limit_hits} | graph breaks {report.graph_breaks} | failures {report.failures} | "
         f"compile time {report.compile_seconds:.2f} s"
         + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
@@ -443,6 +519,8 @@ def render_text(report: Report, width: int = 160) -> str:
     notes = list(report.notes)
     if report.frames_dropped:
         notes.append(f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown")
+    if (note := automatic_dynamic_note(report)) is not None:
+        notes.append(note)
     for note in notes:
         console.print(f"note: {note}")
 
@@ -450,76 +528,57 @@ def render_text(report: Report, width: int = 160) -> str:
     if not frames:
         console.print("\nNo compiles recorded.")
         return out.getvalue()
-    _print_fix_first(console, report, hints)
+    _print_fix_first(console, report, hints, steps=steps_known)
 
-    table = Table(title="Frames", title_justify="left", expand=False)
-    for col in ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks", "Failures", "Compile s"):
-        table.add_column(col, justify="left" if col in ("Frame", "Recompile steps") else "right",
-                         no_wrap=col == "Frame", overflow="fold")
-    for f in frames:
-        table.add_row(
+    counts = ("Compiles", "Recompiles", "Steady-state", "Limit hits", "Graph breaks", "Failures", "Compile s")
+    rows = [
+        (
             f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
-            str(f.recompiles), str(f.steady_state_recompiles), _steps(f) or "-",
+            str(f.recompiles), str(f.steady_state_recompiles) if steps_known else "-",
+            (_steps(f) or "-") if steps_known else "-",
             ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
             str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
         )
-    console.print(table)
+        for f in frames
+    ]
+    console.print(_table("Frames", ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits",
+                                    "Graph breaks", "Failures", "Compile s"), rows, right=counts,
+                         fold=("Frame", "Recompile steps")))
 
-    reasons = Table(title="Why they recompiled (changes = recompiles explained; guard failures = one per failing cache entry)",
-                    title_justify="left")
-    for col in ("Frame", "Category", "Subject", "Changes", "Guard failures", "Fix hint"):
-        reasons.add_column(col, justify="right" if col in ("Changes", "Guard failures") else "left")
-    rows = 0
-    for f in frames:
-        for g in f.top_reasons():
-            reasons.add_row(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), hints.get(g.category, ""))
-            rows += 1
-    if rows:
-        console.print(reasons)
+    why = [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
+            hints.get(g.category, "")) for f in frames for g in f.top_reasons()]
+    if why:
+        console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
+                             "cache entry; example = one reason text torch gave)",
+                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example", "Fix hint"), why,
+                             right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example", "Fix hint")))
     else:
         console.print("\nNo guard failures recorded.")
 
-    phases = Table(title="Compile time by phase (exclusive, seconds)", title_justify="left")
-    phases.add_column("Phase")
-    phases.add_column("Seconds", justify="right")
-    phases.add_column("Share", justify="right")
     total = sum(report.phases.values()) or 1.0
-    for phase in PHASES:
-        seconds = report.phases.get(phase, 0.0)
-        phases.add_row(phase, f"{seconds:.3f}", f"{100 * seconds / total:.1f} %")
-    console.print(phases)
+    console.print(_table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
+                         [(phase, f"{report.phases.get(phase, 0.0):.3f}", f"{100 * report.phases.get(phase, 0.0) / total:.1f} %")
+                          for phase in PHASES], right=("Seconds", "Share")))
 
     _print_caches(console, report)
     if report.trace_seconds_by_function:
-        traced = Table(title="Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
-                       title_justify="left")
-        traced.add_column("Function")
-        traced.add_column("Seconds", justify="right")
-        for function, seconds in report.trace_seconds_by_function.most_common(15):
-            traced.add_row(function, f"{seconds:.3f}")
-        console.print(traced)
-
+        console.print(_table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+                             ("Function", "Seconds"),
+                             [(function, f"{seconds:.3f}")
+                              for function, seconds in report.trace_seconds_by_function.most_common(15)],
+                             right=("Seconds",), fold=("Function",)))
     if report.cudagraph_skips:
-        skipped = Table(title="CUDA graphs skipped", title_justify="left")
-        for column in ("Frame", "Reason", "Compiles", "Fix"):
-            skipped.add_column(column, justify="right" if column == "Compiles" else "left")
-        for (label, reason), count in report.cudagraph_skips.most_common(20):
-            skipped.add_row(label, reason, str(count), SKIP_HINTS.get(reason, ""))
-        console.print(skipped)
+        console.print(_table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
+                             [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
+                              for (label, reason), count in report.cudagraph_skips.most_common(20)],
+                             right=("Compiles",), fold=("Frame", "Fix")))
     if report.graph_break_reasons:
-        breaks = Table(title="Graph breaks", title_justify="left")
-        breaks.add_column("Reason")
-        breaks.add_column("Count", justify="right")
-        for reason, count in report.graph_break_reasons.most_common(20):
-            breaks.add_row(reason, str(count))
-        console.print(breaks)
+        console.print(_table("Graph breaks", ("Reason", "Count"),
+                             [(reason, str(count)) for reason, count in report.graph_break_reasons.most_common(20)],
+                             right=("Count",), fold=("Reason",)))
     if report.failure_messages:
-        fails = Table(title="Compile failures", title_justify="left")
-        for col in ("Frame", "Type", "Message"):
-            fails.add_column(col)
-        for row in report.failure_messages:
-            fails.add_row(*row)
-        console.print(fails)
+        console.print(_table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
+                             fold=("Frame", "Type", "Message")))
 
     divergence.print_divergence(console, report)
 

@@ -115,7 +115,8 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
 
 
 def _summarise(run_dir: Path) -> None:
-    from recompprof.reporting import build_report, render_text
+    """A few lines on stderr: the counts, the costliest cause, and where the full report is."""
+    from recompprof.reporting import build_report, render_summary
     from recompprof.runs import RunError, load
 
     try:
@@ -131,7 +132,7 @@ def _summarise(run_dir: Path) -> None:
         return
     for line in run.problems + run.warnings:
         print(f"recompprof: warning: {line}", file=sys.stderr)
-    print(render_text(report), file=sys.stderr)
+    print(render_summary(report), end="", file=sys.stderr)
     print(f"event logs: {run_dir}\n"
-          f"  recompprof report {run_dir} --html report.html\n"
-          f"  recompprof check {run_dir} --max-recompiles 0 --after-step N", file=sys.stderr)
+          f"  full report: recompprof report {run_dir}   (--html report.html for the HTML one)\n"
+          f"  CI gate:     recompprof check {run_dir} --max-recompiles 0 --after-step N", file=sys.stderr)

@@ -7,7 +7,7 @@ VENV="${RECOMPPROF_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 stamp="$VENV/.recompprof-setup"
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q "torch==2.13.0" numpy  # torch warns "Failed to initialize NumPy" without it

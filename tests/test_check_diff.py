@@ -189,3 +189,31 @@ def test_pytest_plugin_fails_a_recompiling_test(tmp_path: Path) -> None:
     assert "FAILED test_model.py::test_unstable" in proc.stdout
     assert "RecompiledError" in proc.stdout and "python_constant" in proc.stdout
     assert "ERROR" not in proc.stdout
+
+
+def test_check_names_a_grad_mode_cause_once(tmp_path: Path) -> None:
+    """A grad-mode recompile reads "grad_mode x1" in check's message, not "grad_mode grad_mode x1"."""
+    compiled = torch.compile(lambda x: x * 2, backend="eager")
+    with capture_events() as events:
+        compiled(torch.ones(2, requires_grad=True))
+        with torch.no_grad():
+            compiled(torch.ones(2, requires_grad=True))
+    (violation,) = check(events, Rules(max_recompiles=0))
+    assert "(grad_mode x1)" in violation.message and "grad_mode grad_mode" not in violation.message
+    (forbidden,) = check(events, Rules(forbid=("grad_mode",)))
+    assert forbidden.message.endswith("forbidden category grad_mode: 1 recompile(s)"), forbidden.message
+
+
+def test_diff_warns_when_modes_differ(full: RecordedRun, tmp_path: Path) -> None:
+    """diff of a monitor run against a profile run says so, and why the figures then differ; same modes: no warning."""
+    where = tmp_path / "profile"
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "workloads" / "train_recompiles.py"), "--steps", "12"],
+                          env=clean_env(RECOMPPROF_RUN_DIR=str(where), RECOMPPROF_MODE="profile"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = cli("diff", str(full.run_dir), str(where))
+    flat = " ".join(done.stdout.split())
+    assert "WARNING: comparing a monitor run with a profile run" in flat, done.stdout
+    assert "observer backend" in flat and "compare runs of the same mode" in flat
+    same = cli("diff", str(full.run_dir), str(full.run_dir))
+    assert "WARNING" not in same.stdout

@@ -103,3 +103,17 @@ def test_html_write_failure_is_one_line(recorded: RecordedRun, tmp_path: Path) -
     """An HTML path that cannot be written is a one-line error with exit 2."""
     done = cli("report", str(recorded.run_dir), "--html", str(tmp_path / "no" / "such" / "dir" / "r.html"))
     assert done.returncode == 2 and "cannot write" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_piped_report_follows_columns_and_never_splits_header_words(recorded: RecordedRun) -> None:
+    """Piped (not a terminal), the report is 120 wide, or $COLUMNS wide when set (never under 100), and its table
+    headers wrap only between words."""
+    for columns, width in ((None, 120), ("150", 150), ("60", 100)):
+        done = cli("report", str(recorded.run_dir), **({"COLUMNS": columns} if columns else {}))
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert max(len(line) for line in lines) == width, (columns, done.stdout)
+        words = {w for line in lines for w in line.split()}
+        for header in ("Compiles", "Recompiles", "Steady-state", "Recompile", "steps", "Failures", "Category",
+                       "Subject", "Changes", "Example"):
+            assert header in words, (columns, header, done.stdout)

@@ -106,6 +106,10 @@ def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:
     assert "compile(s)" in done.stdout and len(list(out.glob("rank*.jsonl"))) == 1
     report = cli("report", str(out))
     assert report.returncode == 0 and "recompiles 4" in report.stdout
+    # An ingested run has no mode and no training steps: the report says so instead of inventing them.
+    flat = " ".join(report.stdout.split())
+    assert "from TORCH_TRACE (no mode) | steps unknown" in flat
+    assert "mode monitor" not in flat and "steps 0" not in flat and "0, 0" not in flat
     again = cli("ingest", str(recorded.trace_dir), "-o", str(out))
     assert again.returncode == 2 and "--overwrite" in again.stderr and len(again.stderr.splitlines()) == 1
     assert cli("ingest", str(recorded.trace_dir), "-o", str(out), "--overwrite").returncode == 0

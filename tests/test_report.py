@@ -164,3 +164,98 @@ def test_fix_first_example_shows_reason_and_call_site() -> None:
     page = render_html(report)
     row = page.split('id="fix-first-table"')[1].split("</table>")[0]
     assert "/src/train.py:80 in main\n/src/train.py:55 in train_step" in row and "size mismatch at index 0" in row
+
+
+def _size_then_scale(session_kwargs: dict[str, object], compile_kwargs: dict[str, object], tmp_path: Path) -> list[Compile]:
+    """Steps 0-5 call one compiled function with a growing batch; at step 4 a Python scalar changes too."""
+    compiled = torch.compile(lambda x, k: x * k, backend="eager", **compile_kwargs)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    with recompprof.attach(run_dir=tmp_path, **session_kwargs) as session:
+        for step in range(6):
+            compiled(torch.ones(2 + step, 3), 1.0 if step < 4 else 2.0)
+            opt.step()
+    return [e for e in session.recent_events() if isinstance(e, Compile)]
+
+
+def test_automatic_dynamic_recompile_is_expected_warmup_not_steady_state(tmp_path: Path) -> None:
+    """With warmup_steps=0, torch's one automatic-dynamic recompile (first size change of dim 0) is not steady
+    state and the report explains it; the later python_constant recompile still is steady state."""
+    compiles = _size_then_scale({}, {}, tmp_path)
+    recompiles = [c for c in compiles if c.is_recompile]
+    assert [(c.step, c.automatic_dynamic, c.steady_state) for c in recompiles] == [
+        (1, "dim 0 of L['x']", False), (4, None, True)]
+    report = build_report(compiles)
+    frame = next(iter(report.frames.values()))
+    assert (frame.recompiles, frame.steady_state_recompiles, report.automatic_dynamic_recompiles) == (2, 1, 1)
+    text = render_text(report, width=200)
+    assert "torch made the dim dynamic" in text and "dim 0 of L['x']" in text and "will not recur" in text
+
+
+def test_size_changes_without_automatic_dynamic_stay_steady_state(tmp_path: Path) -> None:
+    """Under dynamic=False every size change recompiles (nothing turns dynamic), so each one is steady state."""
+    compiles = _size_then_scale({}, {"dynamic": False}, tmp_path)
+    recompiles = [c for c in compiles if c.is_recompile]
+    assert len(recompiles) == 5
+    assert all(c.automatic_dynamic is None and c.steady_state for c in recompiles)
+
+
+def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
+    """A dim whose size changes a second time on one frame stayed static (e.g. mark_static): only the first
+    size change can be automatic dynamic warming up."""
+    from recompprof.compiles import CompileRecord, ReasonExplainer, automatic_dynamic
+
+    frame = Frame(name="f", file="/src/f.py", line=1)
+    explainer = ReasonExplainer()
+    first = explainer.explain(frame, ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"])
+    again = explainer.explain(frame, ["0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4"])
+    other = explainer.explain(frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"])
+    got = [automatic_dynamic(CompileRecord(), list(e[0]), e.first_size_change) for e in (first, again, other)]
+    assert got == ["dim 0 of L['x']", None, "dim 1 of L['x']"]
+
+
+def test_text_report_shows_reason_examples_and_unbroken_headers() -> None:
+    """The terminal report shows each reason group's example text, and no header word is split across lines
+    at narrow or wide widths (headers wrap only between words)."""
+    frame = Frame(name="LlamaForCausalLM.forward", file="/src/models/modeling_llama.py", line=1200)
+    reason = Reason(text="tensor 'input_ids' size mismatch at index 1. expected 128, actual 256", category="size",
+                    subject="L['input_ids']", explains_change=True)
+    events = [
+        Compile(time=1.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
+        Compile(time=2.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True),
+        Compile(time=3.0, step=3, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5, reasons=[reason]),
+    ]
+    report = build_report(events)
+    headers = ("Compiles", "Recompiles", "Steady-state", "Recompile", "Limit", "Graph", "breaks", "Failures",
+               "Category", "Subject", "Changes", "Guard", "failures", "Example")
+    for width in (100, 120, 200):
+        text = render_text(report, width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        words = {w for line in text.splitlines() for w in line.split()}
+        assert all(h in words for h in headers), (width, text)
+        flat = " ".join(text.split())
+        assert "expected 128, actual 256" in flat and "(+1 bwd)" in flat
+
+
+def test_html_shows_backward_compiles_and_unknown_steps_of_ingested_runs() -> None:
+    """The HTML report counts backward compiles (per frame and overall); for a run read from TORCH_TRACE it says the
+    steps are unknown and names no mode."""
+    from recompprof.events import SessionStart
+
+    frame = Frame(name="step", file="/src/train.py", line=10)
+    start = SessionStart(time=0.0, run_id="torch-trace-x", host="h", pid=1, versions={}, mode="monitor",
+                         recompile_limit=8, signals={"torch_trace": True})
+    events = [
+        start,
+        Compile(time=1.0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
+        Compile(time=2.0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True),
+        Compile(time=3.0, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5,
+                reasons=[Reason(text="k == 1.0", category="python_constant", subject="L['k']", explains_change=True)]),
+    ]
+    report = build_report(events)
+    page = render_html(report)
+    assert '<span class="bwd">(+1 bwd)</span>' in page
+    assert 'id="kpi-backward-compiles"><div class="v">1</div>' in page
+    assert 'id="kpi-steps"><div class="v">unknown</div>' in page
+    assert "from TORCH_TRACE (no mode) · steps unknown" in page and "mode monitor" not in page
+    text = render_text(report, width=200)
+    assert "from TORCH_TRACE (no mode) | steps unknown" in text and "steps 0" not in text

@@ -137,20 +137,23 @@ def test_unknown_exporter_is_a_config_error() -> None:
 
 
 def test_steps_counted_by_optimizer_hook_and_warmup_split(tmp_path: Path) -> None:
-    """Each compile carries the optimizer step it happened at; recompiles before warmup_steps are not steady-state."""
+    """Each compile carries the optimizer step it happened at; recompiles before warmup_steps are not steady-state.
+    (Automatic dynamic shapes is off here, so each size change recompiles and none is the expected warm-up one.)"""
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     compiled = torch.compile(model, backend="eager")
-    with recompprof.attach(run_dir=tmp_path, warmup_steps=2) as session:
-        for batch in (2, 2, 3, 3, 5):  # recompiles at steps 2 and 4 (sizes 3 then dynamic)
+    with recompprof.attach(run_dir=tmp_path, warmup_steps=3) as session, \
+            torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        for batch in (2, 2, 3, 3, 5):  # recompiles at steps 2 and 4 (sizes 3 and 5)
             compiled(torch.randn(batch, 4)).sum().backward()
             opt.step()
         steps = session.current_step
     events = list(read_file(session.event_log_path))
     compiles = [e for e in events if isinstance(e, Compile) and not e.backward]
     assert steps == 5
-    assert [c.step for c in compiles] == [0, 2]
-    assert [c.steady_state for c in compiles] == [False, True]
+    assert [c.step for c in compiles] == [0, 2, 4]
+    assert [c.steady_state for c in compiles] == [False, False, True]
+    assert all(c.automatic_dynamic is None for c in compiles)
     assert isinstance(events[0], SessionStart) and isinstance(events[-1], SessionEnd)
     assert events[-1].totals["steps"] == 5
 

@@ -6,6 +6,7 @@ never reads a torch field itself. Every field torch may leave out or rename read
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from recompprof._torch.phases import exclusive_phases
@@ -65,6 +66,17 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def dynamo_config(m: Any) -> dict[str, Any]:
+    """The record's ``dynamo_config`` (a JSON string in torch's record); empty when it is missing or unreadable."""
+    value = getattr(m, "dynamo_config", None)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
 def read_record(m: Any, *, live: bool = False) -> CompileRecord:
     """The plain values of record ``m`` that recompprof uses.
 
@@ -99,4 +111,5 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         cache_seconds_saved=cache_seconds_saved(m),
         cudagraph_skip=cudagraph_skip(m),
         runtime_work=runtime_work(m),
+        dynamo_config=dynamo_config(m),
     )

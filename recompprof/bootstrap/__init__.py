@@ -1,1 +1,2 @@
-"""The start-up hook ``recompprof run`` puts on PYTHONPATH (see ``sitecustomize.py``); not imported as a package."""
+"""Start-up hooks that attach recompprof when ``RECOMPPROF_ATTACH=1`` (see ``autoattach.py``); they load
+their files by path, so this package is never imported at start-up."""

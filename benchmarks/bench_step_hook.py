@@ -23,6 +23,7 @@ Target: <= 1 us added per training step.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -38,6 +39,7 @@ def interleaved(a: Callable[[int], None], b: Callable[[int], None], calls: int, 
         for which in (("a", "b") if r % 2 == 0 else ("b", "a")):
             if setup is not None:
                 setup(which == "b")
+                gc.collect()  # what attach()/detach() allocated or freed is not collected inside the next block
             fn = a if which == "a" else b
             c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
             fn(per_block)

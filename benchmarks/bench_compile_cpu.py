@@ -172,15 +172,21 @@ def main() -> None:
             finally:
                 if profile and profiler is not None:
                     profiler.disable()
-                spent[name] += clock() - t0
+                took = clock() - t0
+                spent[name] += took
                 calls[name] += 1
                 depth["n"] -= 1
+                if name == "record":
+                    per_record.append((sessions["n"], took))
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper
 
     tmp = tempfile.mkdtemp()
+    per_record: list[tuple[int, int]] = []  # (session number, record hook ns)
+    sessions = {"n": 0}
 
     def attach() -> Any:
+        sessions["n"] += 1
         session = recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0,
                                     prometheus_linger_seconds=0, recompile_limit=1000)
         tap = session._metrics
@@ -265,6 +271,12 @@ def main() -> None:
     print(f"  of the record hook, per record: {parts}; cyclic GC pauses that fell inside the recorder "
           f"{spent['gc_inside_recorder'] / max(records, 1) / 1e3:.0f} us (recorder without them: "
           f"{(recorder - spent['gc_inside_recorder']) / max(records, 1) / 1e3:.0f} us)")
+    firsts = [ns for i, (n, ns) in enumerate(per_record) if i == 0 or per_record[i - 1][0] != n]
+    later = [ns for i, (n, ns) in enumerate(per_record) if i > 0 and per_record[i - 1][0] == n]
+    if firsts and later:
+        print(f"  record hook, first record of each session (one-time costs: OTel export thread start, ...) median "
+              f"{statistics.median(firsts) / 1e3:.0f} us; later records median {statistics.median(later) / 1e3:.0f} us, "
+              f"mean {statistics.mean(later) / 1e3:.0f} us")
     print(f"recorder CPU / compiling-step CPU: {share * 100:.3f} % (target <= 1 %: {'met' if share <= 0.01 else 'NOT met'})")
     other = statistics.median(r[2] for r in rows[True]) - statistics.median(r[2] for r in rows[False])
     print(f"other threads' CPU during the compiling steps, attached - detached: {other * 1e3:+.1f} ms per round "

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +67,14 @@ def process_cpu() -> float:
 
 def fill_frames(session: Any, frames: int) -> None:
     """Synthetic compile totals for ``frames`` frames, every reason category and both limits in use."""
-    from recompprof.events import CATEGORIES, LIMITS, Compile, Frame, Reason, RecompileLimitHit
+    from recompprof.events import (
+        CATEGORIES,
+        LIMITS,
+        Compile,
+        Frame,
+        Reason,
+        RecompileLimitHit,
+    )
 
     for i in range(frames):
         frame = Frame(name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i)

@@ -6,11 +6,10 @@ bug in recompprof fails the test instead of hiding in a counter.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from types import TracebackType
 
 log = logging.getLogger("recompprof")
 
@@ -38,15 +37,27 @@ def record(component: str, exc: BaseException, hint: str = "") -> None:
                     "later ones are only counted)%s", component, f": {hint}" if hint else "", exc_info=exc)
 
 
-@contextlib.contextmanager
-def guard(component: str, hint: str = "") -> Iterator[None]:
-    """Run a block whose failure must not propagate into torch or the training loop."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 - the whole point is to contain it
-        record(component, exc, hint)
-        if _raise:
-            raise
+class guard:
+    """``with guard(component, hint):`` runs a block whose failure must not propagate into torch or the training loop.
+
+    A class rather than a ``contextlib.contextmanager`` generator: it sits on the compile path dozens of times
+    per compile (torch's trace hook), and entering a generator-based one costs several times more.
+    """
+
+    __slots__ = ("component", "hint")
+
+    def __init__(self, component: str, hint: str = "") -> None:
+        self.component = component
+        self.hint = hint
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if exc is None or not isinstance(exc, Exception):  # the whole point is to contain errors, not exits
+            return False
+        record(self.component, exc, self.hint)
+        return not _raise
 
 
 def counts() -> dict[str, int]:

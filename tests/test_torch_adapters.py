@@ -160,3 +160,48 @@ def test_exclusive_phases_from_nested_cumulative_fields(fields: dict[str, object
     assert list(phases) == list(PHASES)
     assert phases == pytest.approx(expected, abs=1e-9)
     assert sum(phases.values()) == pytest.approx(total)
+
+
+def test_guard_set_fingerprint_ignores_dynamo_numbering_and_order() -> None:
+    """guard_set hashes the guard parts with Dynamo's per-compile global numbers normalised and in sorted order:
+    the digest equals hashing each normalised part (NUL-terminated) in sorted order, including parts that hold a NUL."""
+    import hashlib
+
+    from recompprof._torch.guard_failures import _NUMBERED_GLOBAL, guard_set
+
+    def reference(parts: list[str]) -> str:
+        digest = hashlib.blake2b(digest_size=8)
+        for part in sorted(_NUMBERED_GLOBAL.sub("___", p) for p in parts):
+            digest.update(part.encode("utf-8", "replace") + b"\0")
+        return digest.hexdigest()
+
+    def code(parts: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(guard_manager=SimpleNamespace(code_parts=parts))
+
+    parts = ["___check_obj_id(G['__builtins_dict___4'], 7)", "L['x'].size()[0] == 3", "caf\u00e9 \ud800"]
+    renumbered = [parts[2], parts[1], "___check_obj_id(G['__builtins_dict___12'], 7)"]
+    assert guard_set(code(parts)) == reference(parts)
+    assert guard_set(code(renumbered)) == guard_set(code(parts))
+    assert guard_set(code(["L['y'].size()[0] == 3", parts[0]])) != guard_set(code(parts))
+    with_nul = ["a\0b___3", "c___1"]
+    assert guard_set(code(with_nul)) == reference(with_nul)
+    assert guard_set(code([])) is None
+
+
+def test_internal_guard_contains_errors_but_not_exits() -> None:
+    """_internal.guard counts and swallows an Exception (re-raises it in strict mode), and lets KeyboardInterrupt through uncounted."""
+    old = _internal.raise_internal_errors(False)
+    try:
+        with _internal.guard("test.guard", "a hint"):
+            raise ValueError("contained")
+        assert _internal.counts()["test.guard"] == 1
+        _internal.raise_internal_errors(True)
+        with pytest.raises(ValueError, match="strict"), _internal.guard("test.guard"):
+            raise ValueError("strict")
+        assert _internal.counts()["test.guard"] == 2
+        with pytest.raises(KeyboardInterrupt), _internal.guard("test.exit"):
+            raise KeyboardInterrupt
+        assert "test.exit" not in _internal.counts()
+    finally:
+        _internal.raise_internal_errors(old)
+        _internal.reset()

@@ -58,6 +58,8 @@ class GraphBreakTap:
         trace_log.addFilter(caller_fix)
 
         def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name != "artifact" and not trace_log.handlers:
+                return original(name, *args, **kwargs)  # most calls of a compile: nothing to do (no frame was set)
             if trace_log.handlers:
                 caller_fix.local.frame = sys._getframe(1)
             if name == "artifact":

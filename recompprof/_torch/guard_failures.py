@@ -23,11 +23,16 @@ def guard_set(guarded_code: Any) -> str | None:
     parts = getattr(getattr(guarded_code, "guard_manager", None), "code_parts", None)
     if not parts:
         return None
-    digest = hashlib.blake2b(digest_size=8)
     # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
-    for part in sorted(_NUMBERED_GLOBAL.sub("___", str(p)) for p in parts):
-        digest.update(part.encode("utf-8", "replace") + b"\0")
-    return digest.hexdigest()
+    # One regex pass and one hash update over the NUL-joined parts (it is on the compile path): the same
+    # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL.
+    texts = [str(p) for p in parts]
+    joined = "\0".join(texts)
+    if joined.count("\0") == len(texts) - 1:
+        normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))
+    else:
+        normalised = sorted(_NUMBERED_GLOBAL.sub("___", t) for t in texts)
+    return hashlib.blake2b(("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8).hexdigest()
 
 from recompprof._torch.versions import torch_info
 

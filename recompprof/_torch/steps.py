@@ -33,7 +33,15 @@ class StepCounter:
         self.live = False
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # Per-step hot path: an identity check and an increment, nothing else.
+        # Per-step hot path: an identity check and an increment, nothing else (benchmarks/bench_step_hook.py).
+        owner_ref = self._owner
+        if owner_ref is not None and owner_ref() is optimizer and not self.manual:
+            self.step += 1
+            return
+        self._adopt_or_skip(optimizer)
+
+    def _adopt_or_skip(self, optimizer: Any) -> None:
+        """A step of an optimizer that is not (yet) the counted one, or any step in manual mode."""
         if self.manual:
             return
         owner = self._owner() if self._owner is not None else None

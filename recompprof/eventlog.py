@@ -109,12 +109,46 @@ class EventLogError(Exception):
 def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     """Yield the events of one log file, skipping bad lines (counted in ``stats``)."""
     stats = stats if stats is not None else ReadStats()
+    interner = _Interner()
+    for raw, last in _lines(path, stats):
+        yield from _parse(raw, stats, interner, last=last)
+
+
+def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
+    """Like :func:`read_file`, for a fold that only reads fields: events come as read-only views.
+
+    A line msgspec decodes becomes a view (see :mod:`recompprof.fastread`) with the values the model
+    would hold; any other line takes :func:`read_file`'s path, so what is kept, skipped and counted
+    is the same. Without msgspec this is :func:`read_file`.
+    """
+    from recompprof.fastread import DECODE_ERRORS, DECODER  # here: the live writer never needs msgspec
+
+    if DECODER is None:
+        yield from read_file(path, stats)
+        return
+    stats = stats if stats is not None else ReadStats()
+    interner = _Interner()
+    decode = DECODER.decode
+    for raw, last in _lines(path, stats):
+        try:
+            event = decode(raw)
+        except DECODE_ERRORS:
+            yield from _parse(raw, stats, interner, last=last)
+            continue
+        if event.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+            yield from _parse(raw, stats, interner, last=last)
+            continue
+        stats.lines += 1
+        yield event
+
+
+def _lines(path: Path, stats: ReadStats) -> Iterator[tuple[bytes, bool]]:
+    """``(line, is_last)`` for each line of ``path``; an oversized line comes as one that is not JSON."""
     stats.files += 1
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
     except OSError as exc:
         raise EventLogError(f"cannot read {path}: {exc.strerror or exc}") from None
-    interner = _Interner()
     with handle:
         pending: bytes | None = None
         while raw := handle.readline(MAX_LINE):
@@ -123,10 +157,10 @@ def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
                     pass
                 raw = b"\x00\n"  # stands in for the oversized line: counted as corrupt
             if pending is not None:
-                yield from _parse(pending, stats, interner, last=False)
+                yield pending, False
             pending = raw
         if pending is not None:
-            yield from _parse(pending, stats, interner, last=True)
+            yield pending, True
 
 
 class _Interner:

@@ -1,0 +1,96 @@
+"""Event-log lines decoded straight into read-only views, for the offline commands' single pass.
+
+Validating each line into the pydantic models of :mod:`recompprof.events` and parsing its JSON were
+most of what ``report``/``check``/``diff`` cost at a million events. Here msgspec decodes and
+validates a line in one C pass into a *view*: a frozen struct with exactly the fields, defaults,
+``Literal`` choices and length bounds of its model, derived from the model at import (one schema,
+no copy to keep in step). A view has its model's attributes (``kind`` included) and properties, and no
+pydantic methods: the folds in ``recompprof.reporting`` and ``recompprof.check`` dispatch on ``kind``
+and read fields, so they take views and models alike; ``eventlog.read_file`` still yields models.
+
+msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
+so what it accepts pydantic accepts with the same values; anything it refuses goes through the
+validated reader, which keeps or skips the line (and counts why) exactly as before.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from annotated_types import MaxLen
+
+from recompprof import events
+
+try:
+    import msgspec
+except ImportError:  # optional at runtime: without it the offline commands use the validated reader
+    msgspec = None  # type: ignore[assignment]
+
+EVENT_MODELS: tuple[type[events._Event], ...] = (
+    events.SessionStart, events.Compile, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
+    events.SessionEnd,
+)
+
+
+def _wire_type(annotation: Any, views: dict[type, type]) -> Any:
+    """``annotation`` with nested models replaced by their views."""
+    if annotation in views:
+        return views[annotation]
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_wire_type(a, views) for a in args)]  # noqa: UP007 - built from a runtime tuple
+    if origin is list:
+        return list[_wire_type(args[0], views)]  # type: ignore[misc]
+    if origin is dict:
+        return dict[_wire_type(args[0], views), _wire_type(args[1], views)]  # type: ignore[misc]
+    return annotation
+
+
+def _bounded(annotation: Any, max_length: int) -> Any:
+    meta = msgspec.Meta(max_length=max_length)
+    if get_origin(annotation) in (Union, types.UnionType):  # e.g. str | None: the bound belongs on the str
+        return Union[tuple(Annotated[a, meta] if a is str else a for a in get_args(annotation))]  # noqa: UP007
+    return Annotated[annotation, meta]
+
+
+def _view(model: type[events._Model], views: dict[type, type]) -> type:
+    """The msgspec struct with ``model``'s fields (and its ``kind`` as the tag and a class attribute)."""
+    fields: list[tuple[Any, ...]] = []
+    kind = None
+    for name, info in model.model_fields.items():
+        if name == "kind":
+            kind = info.default
+            continue
+        annotation = _wire_type(info.annotation, views)
+        for bound in info.metadata:
+            if isinstance(bound, MaxLen):
+                annotation = _bounded(annotation, bound.max_length)
+        fields.append((name, annotation) if info.is_required() else (name, annotation, info.default))
+    namespace: dict[str, Any] = {"__doc__": f"A read-only view of :class:`{model.__module__}.{model.__name__}`."}
+    for attr, value in vars(model).items():  # properties (Frame.label) work on any object with the fields
+        if isinstance(value, property):
+            namespace[attr] = value
+    tagged: dict[str, Any] = {}
+    if kind is not None:
+        namespace["kind"] = kind
+        tagged = {"tag_field": "kind", "tag": kind}
+    view = msgspec.defstruct(model.__name__ + "View", fields, module=__name__, namespace=namespace, kw_only=True,
+                             frozen=True, gc=False, **tagged)
+    return view
+
+
+def _decoder() -> Any:
+    if msgspec is None:
+        return None
+    views: dict[type, type] = {}
+    for model in (events.Frame, events.Reason):
+        views[model] = _view(model, views)
+    union = tuple(_view(model, views) for model in EVENT_MODELS)
+    return msgspec.json.Decoder(Union[union])  # noqa: UP007
+
+
+DECODER = _decoder()
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    (msgspec.DecodeError, RecursionError) if msgspec is not None else ()
+)

@@ -66,7 +66,10 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
         for bound in info.metadata:
             if isinstance(bound, MaxLen):
                 annotation = _bounded(annotation, bound.max_length)
-        fields.append((name, annotation) if info.is_required() else (name, annotation, info.default))
+        # The reader needs schema_version on the line (a line without one is skipped, not read as
+        # the current version): the model's default is for writing.
+        required = info.is_required() or name == "schema_version"
+        fields.append((name, annotation) if required else (name, annotation, info.default))
     namespace: dict[str, Any] = {"__doc__": f"A read-only view of :class:`{model.__module__}.{model.__name__}`."}
     for attr, value in vars(model).items():  # properties (Frame.label) work on any object with the fields
         if isinstance(value, property):
@@ -80,17 +83,16 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
     return view
 
 
-def _decoder() -> Any:
+def _views() -> tuple[type, ...]:
+    """The views of Frame, Reason and every event model, nested models first."""
     if msgspec is None:
-        return None
+        return ()
     views: dict[type, type] = {}
-    for model in (events.Frame, events.Reason):
+    for model in (events.Frame, events.Reason, *EVENT_MODELS):
         views[model] = _view(model, views)
-    union = tuple(_view(model, views) for model in EVENT_MODELS)
-    return msgspec.json.Decoder(Union[union])  # noqa: UP007
+    return tuple(views.values())
 
 
-DECODER = _decoder()
-DECODE_ERRORS: tuple[type[BaseException], ...] = (
-    (msgspec.DecodeError, RecursionError) if msgspec is not None else ()
-)
+VIEWS = _views()
+# Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
+DECODER = msgspec.json.Decoder(Union[VIEWS[2:]]) if msgspec is not None else None  # noqa: UP007

@@ -325,8 +325,8 @@ def _add_compile(report: Report, event: Compile) -> None:
     if event.outcome != "limit_hit":
         frame.compile_seconds += event.duration
         for phase, seconds in event.phases.items():
-            frame.phases[phase] = frame.phases.get(phase, 0.0) + seconds
-            report.phases[phase] = report.phases.get(phase, 0.0) + seconds
+            frame.phases[phase] += seconds  # every Phase is a key from the start (validated input)
+            report.phases[phase] += seconds
     _add_cause(report, event)
     for cache, results in event.cache_lookups.items():
         for result, count in results.items():

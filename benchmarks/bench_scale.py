@@ -20,6 +20,7 @@ recompiles of one frame, ``backend="eager"``); ``recompprof ingest`` and ``tlpar
 on it interleaved, ``--rounds`` times.
 
     .venv/bin/python benchmarks/bench_scale.py --rounds 3            # 1M events, 2,000-compile trace
+    .venv/bin/python benchmarks/bench_scale.py --rounds 3 --trace-compiles 0   # report/check/diff only
     .venv/bin/python benchmarks/bench_scale.py --ranks 2 --per-rank 50000 --trace-compiles 300   # quick
 
 Targets (issue 15): report and check <= 10 s, diff of two such runs <= 20 s, peak RSS <= 100 MB.

@@ -88,7 +88,8 @@ def _views() -> tuple[type, ...]:
     if msgspec is None:
         return ()
     views: dict[type, type] = {}
-    for model in (events.Frame, events.Reason, *EVENT_MODELS):
+    models: tuple[type[events._Model], ...] = (events.Frame, events.Reason, *EVENT_MODELS)
+    for model in models:
         views[model] = _view(model, views)
     return tuple(views.values())
 

@@ -10,7 +10,10 @@ and read fields, so they take views and models alike; ``eventlog.read_file`` sti
 
 msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
 so what it accepts pydantic accepts with the same values; anything it refuses goes through the
-validated reader, which keeps or skips the line (and counts why) exactly as before.
+validated reader, which keeps or skips the line (and counts why) exactly as before. Two rules are the
+reader's, not the model's, and ``eventlog.scan_file`` or the view keeps them: a line must carry its
+``schema_version`` (required here), and its bytes must be UTF-8 even where msgspec skips them. A model
+constraint or validator a view cannot express fails the import, so the two cannot drift apart silently.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ def _bounded(annotation: Any, max_length: int) -> Any:
 
 def _view(model: type[events._Model], views: dict[type, type]) -> type:
     """The msgspec struct with ``model``'s fields (and its ``kind`` as the tag and a class attribute)."""
+    decorators = model.__pydantic_decorators__
+    if decorators.validators or decorators.field_validators or decorators.model_validators:
+        raise TypeError(f"{model.__name__} has validators: recompprof.fastread cannot carry them over; extend it")
     fields: list[tuple[Any, ...]] = []
     kind = None
     for name, info in model.model_fields.items():
@@ -64,8 +70,9 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
             continue
         annotation = _wire_type(info.annotation, views)
         for bound in info.metadata:
-            if isinstance(bound, MaxLen):
-                annotation = _bounded(annotation, bound.max_length)
+            if not isinstance(bound, MaxLen):  # a view that checked less than its model would keep bad lines
+                raise TypeError(f"{model.__name__}.{name}: recompprof.fastread cannot carry over {bound!r}; extend it")
+            annotation = _bounded(annotation, bound.max_length)
         # The reader needs schema_version on the line (a line without one is skipped, not read as
         # the current version): the model's default is for writing.
         required = info.is_required() or name == "schema_version"

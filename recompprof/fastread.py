@@ -50,11 +50,26 @@ def _wire_type(annotation: Any, views: dict[type, type]) -> Any:
     return annotation
 
 
-def _bounded(annotation: Any, max_length: int) -> Any:
-    meta = msgspec.Meta(max_length=max_length)
+def _constrained(annotation: Any, meta: Any) -> Any:
     if get_origin(annotation) in (Union, types.UnionType):  # e.g. str | None: the bound belongs on the str
         return Union[tuple(Annotated[a, meta] if a is str else a for a in get_args(annotation))]  # noqa: UP007
     return Annotated[annotation, meta]
+
+
+def _meta(owner: str, metadata: list[Any]) -> Any:
+    """The msgspec constraints of a field's pydantic ones (``max_length``, ``pattern``), or None."""
+    bounds: dict[str, Any] = {}
+    for bound in metadata:
+        if isinstance(bound, MaxLen):
+            bounds["max_length"] = bound.max_length
+        elif set(getattr(bound, "__dict__", ())) == {"pattern"} and isinstance(bound.pattern, str):
+            # pydantic matches with Rust's regex, where a final $ is the end of the text; in Python's
+            # re it also matches before a final newline, so it becomes \Z.
+            pattern = bound.pattern
+            bounds["pattern"] = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+        else:  # a view that checked less than its model would keep lines the validated reader skips
+            raise TypeError(f"{owner}: recompprof.fastread cannot carry over {bound!r}; extend it")
+    return msgspec.Meta(**bounds) if bounds else None
 
 
 def _view(model: type[events._Model], views: dict[type, type]) -> type:
@@ -69,10 +84,9 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
             kind = info.default
             continue
         annotation = _wire_type(info.annotation, views)
-        for bound in info.metadata:
-            if not isinstance(bound, MaxLen):  # a view that checked less than its model would keep bad lines
-                raise TypeError(f"{model.__name__}.{name}: recompprof.fastread cannot carry over {bound!r}; extend it")
-            annotation = _bounded(annotation, bound.max_length)
+        meta = _meta(f"{model.__name__}.{name}", info.metadata)
+        if meta is not None:
+            annotation = _constrained(annotation, meta)
         # The reader needs schema_version on the line (a line without one is skipped, not read as
         # the current version): the model's default is for writing.
         required = info.is_required() or name == "schema_version"

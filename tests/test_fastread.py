@@ -221,3 +221,37 @@ def test_without_msgspec_the_commands_read_models(tmp_path: Path, monkeypatch: p
     events: list[Event] = list(scan_file(path))
     assert events and all(hasattr(e, "model_dump") for e in events)
     assert [plain(e) for e in events] == [plain(e) for e in read_file(path)]
+
+
+def test_constraints_carry_over_with_the_validated_verdicts() -> None:
+    """``max_length`` and ``pattern`` (with pydantic's end-of-text ``$``) accept and refuse what pydantic does;
+    a constraint a view cannot express fails loudly instead of checking less."""
+    from pydantic import Field
+
+    from recompprof.events import _Model
+
+    class Traced(_Model):
+        trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+        note: str = Field(default="", max_length=3)
+
+    decoder = msgspec.json.Decoder(fastread._view(Traced, {}))
+    for value in ({"trace_id": "a" * 32}, {"trace_id": "a" * 32 + "\n"}, {"trace_id": "A" * 32}, {"trace_id": None},
+                  {"trace_id": "x" + "a" * 32}, {"note": "abc"}, {"note": "abcd"}, {"note": "\U0001f600" * 3}):
+        raw = json.dumps(value).encode()
+        try:
+            Traced.model_validate_json(raw)
+            expected = True
+        except ValueError:
+            expected = False
+        try:
+            decoder.decode(raw)
+            got = True
+        except msgspec.ValidationError:
+            got = False
+        assert got == expected, value
+
+    class Bounded(_Model):
+        count: int = Field(default=0, ge=0)
+
+    with pytest.raises(TypeError, match=r"Bounded.count: recompprof.fastread cannot carry over"):
+        fastread._view(Bounded, {})

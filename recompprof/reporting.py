@@ -199,8 +199,9 @@ def build_report(events: Iterable[Event]) -> Report:
     report = Report()
     for event in events:  # by kind, not class: the offline commands fold msgspec views (recompprof.fastread)
         report.events += 1
-        if event.step is not None:
-            report.last_step = max(report.last_step, event.step)
+        step = event.step
+        if step is not None and step > report.last_step:
+            report.last_step = step
         if event.kind == "session_start":
             report.ranks.add(event.rank)
             report.modes.add(event.mode)
@@ -310,13 +311,17 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
+    groups = frame.reasons
     for reason in event.reasons:
-        group = _group(frame, reason.category, reason.subject, reason.text)
+        group = groups.get((reason.category, reason.subject))  # the common case, without a call
+        if group is None:
+            group = _group(frame, reason.category, reason.subject, reason.text)
         group.failures += 1
         if reason.explains_change:
             group.changes += 1
             report.categories[reason.category] += 1
-    _add_omitted(frame, event.reasons_omitted)
+    if event.reasons_omitted:
+        _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
         frame.failures[event.fail_type or "unknown"] += 1
         if len(report.failure_messages) < MAX_LISTED:

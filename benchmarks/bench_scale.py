@@ -7,20 +7,23 @@ frames recompiling with 1-8 guard failures per compile (one explains the change)
 backwards, guard failures without a compile, graph breaks, recompile-limit hits and failures. A second
 run ("B") has the same shape with more recompiles, so ``diff`` finds regressions.
 
-Every command runs as a real subprocess (``python -m recompprof.cli``); wall time and that child's
-peak RSS come from ``/usr/bin/time``. ``report_1pass_api`` is ``build_report(read_run(...))`` called
-directly: one streaming pass, what ``report`` would cost if the CLI took the skipped-line counts from
-the same pass instead of a first pass of its own. The ``floor`` row is a child that only reads and ``json.loads``
-every line of the same run: the least any reader of these files can do in Python.
+Every command runs as a real subprocess (``python -m recompprof.cli``); wall time, CPU time (user +
+system) and that child's peak RSS (``ru_maxrss`` from ``wait4``) come from ``/usr/bin/time``. Two
+baselines run interleaved with them in the same rounds: ``floor``, a child that only reads and
+``json.loads`` every line of the same run (what a plain-Python reader costs before doing anything),
+and ``report_validated``, ``build_report(read_run(...))``: the same fold over the pydantic-validated
+reader, which is what ``report`` read through before issue 15 (the CLI now folds msgspec views, see
+recompprof/fastread.py). Ratios are printed against both, on wall and on CPU time.
 
 The trace for ``ingest`` comes from a real program under ``TORCH_TRACE`` (``--trace-compiles``
 recompiles of one frame, ``backend="eager"``); ``recompprof ingest`` and ``tlparse --no-browser`` run
 on it interleaved, ``--rounds`` times.
 
     .venv/bin/python benchmarks/bench_scale.py --rounds 3            # 1M events, 2,000-compile trace
+    .venv/bin/python benchmarks/bench_scale.py --rounds 3 --trace-compiles 0   # report/check/diff only
     .venv/bin/python benchmarks/bench_scale.py --ranks 2 --per-rank 50000 --trace-compiles 300   # quick
 
-Targets (issue 8): report, check and diff each under 30 s and 500 MB peak RSS at 1,000,000 events.
+Targets (issue 15): report and check <= 10 s, diff of two such runs <= 20 s, peak RSS <= 100 MB.
 """
 
 from __future__ import annotations
@@ -128,21 +131,21 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
 
 # -- measuring children ------------------------------------------------------------------------------
 
-def measure(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
-    """``(wall seconds, peak RSS MB, exit code)`` of one child, as ``/usr/bin/time`` reports them.
+def measure(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, int, float]:
+    """``(wall seconds, peak RSS MB, exit code, CPU seconds)`` of one child, as ``/usr/bin/time`` reports them.
 
     (``wait4`` on a child forked from this process would count the pages it shared with us before exec.)
     """
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M %x", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M %x %U %S", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
                           text=True, cwd=cwd)
     lines = proc.stderr.strip().splitlines()
-    wall, rss_kb, code = lines[-1].split()[-3:]
+    wall, rss_kb, code, user, system = lines[-1].split()[-5:]
     if int(code) not in (0, 1):
         print(f"  ! {' '.join(cmd[:6])} exited {code}: {' '.join(lines[-5:-1])[-400:]}", file=sys.stderr)
-    return float(wall), int(rss_kb) / 1024, int(code)
+    return float(wall), int(rss_kb) / 1024, int(code), float(user) + float(system)
 
 
-ONE_PASS = """
+VALIDATED = """
 import sys
 from pathlib import Path
 from recompprof.eventlog import ReadStats, read_run
@@ -160,15 +163,17 @@ def _floor(run_dir: str) -> None:
                 json.loads(line)
 
 
-def summary(name: str, samples: list[tuple[float, float, int]], size_mb: float | None = None, events: int | None = None) -> str:
-    walls, rss = [s[0] for s in samples], [s[1] for s in samples]
+def summary(name: str, samples: list[tuple[float, float, int, float]], size_mb: float | None = None,
+            events: int | None = None) -> str:
+    walls, rss, cpu = [s[0] for s in samples], [s[1] for s in samples], [s[3] for s in samples]
     wall = statistics.median(walls)
     extra = ""
     if size_mb:
         extra += f"  {size_mb / wall:8.1f} MB/s"
     if events:
         extra += f"  {events / wall:10.0f} events/s"
-    return (f"{name:26} wall {wall:7.2f} s [{min(walls):.2f}-{max(walls):.2f}]  peak RSS {statistics.median(rss):7.1f} MB "
+    return (f"{name:26} wall {wall:7.2f} s [{min(walls):.2f}-{max(walls):.2f}]  cpu {statistics.median(cpu):7.2f} s  "
+            f"peak RSS {statistics.median(rss):7.1f} MB "
             f"[{min(rss):.0f}-{max(rss):.0f}]  exit {sorted({s[2] for s in samples})}{extra}")
 
 
@@ -201,7 +206,7 @@ def main() -> None:
     parser.add_argument("--per-rank", type=int, default=125_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--trace-compiles", type=int, default=2000, help="0 skips the ingest comparison")
-    parser.add_argument("--commands", default="floor,report,check,diff,report_1pass_api", help="comma list of what to time")
+    parser.add_argument("--commands", default="floor,report_validated,report,check,diff", help="comma list of what to time")
     parser.add_argument("--keep", type=Path, help="generate into (or reuse) this directory instead of a temporary one")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -225,11 +230,11 @@ def main() -> None:
             "report": [*cli, "report", str(run_a)],
             "check": [*cli, "check", str(run_a), "--max-recompiles", "100", "--forbid", "dtype", "--max-limit-hits", "10"],
             "diff": [*cli, "diff", str(run_a), str(run_b)],  # reads both runs: twice the events
-            # What `report` costs when the skipped-line check rides along the fold instead of a pass of its own.
-            "report_1pass_api": [sys.executable, "-c", ONE_PASS, str(run_a)],
+            # The same fold over the validated reader (pydantic models): the read path before issue 15.
+            "report_validated": [sys.executable, "-c", VALIDATED, str(run_a)],
         }
         chosen = [c for c in args.commands.split(",") if c]
-        results: dict[str, list[tuple[float, float, int]]] = {c: [] for c in chosen}
+        results: dict[str, list[tuple[float, float, int, float]]] = {c: [] for c in chosen}
         for r in range(args.rounds):
             order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
             for name in order:
@@ -238,11 +243,17 @@ def main() -> None:
         for name in chosen:
             n = events * (2 if name == "diff" else 1)
             print(summary(name, results[name], size_mb * (2 if name == "diff" else 1), n))
-        floor = statistics.median(s[0] for s in results.get("floor", [])) if results.get("floor") else None
-        if floor:
+        def med(name: str, i: int) -> float:
+            return statistics.median(s[i] for s in results[name])
+
+        for base, what in (("floor", "json.loads only"), ("report_validated", "validated reader")):
+            if base not in results:
+                continue
             for name in chosen:
-                if name != "floor":
-                    print(f"{name:26} / floor (json.loads only): {statistics.median(s[0] for s in results[name]) / floor:.2f}x")
+                if name not in ("floor", base):
+                    per = 2 if name == "diff" else 1  # diff reads both runs: compared per million events
+                    print(f"{name:26} / {base} ({what}): wall {med(name, 0) / per / med(base, 0):.2f}x  "
+                          f"cpu {med(name, 3) / per / med(base, 3):.2f}x" + ("  (per run read)" if per == 2 else ""))
         if args.trace_compiles:
             trace_dir = tmp / "trace"
             if not trace_dir.exists():
@@ -255,7 +266,7 @@ def main() -> None:
                 "recompprof ingest": [*cli, "ingest", str(trace_dir), "-o", str(tmp / "ingested"), "--overwrite"],
                 "tlparse --no-browser": [str(TLPARSE), "--no-browser", "--overwrite", "-o", str(tmp / "tlparse"), str(trace)],
             }
-            timings: dict[str, list[tuple[float, float, int]]] = {v: [] for v in variants}
+            timings: dict[str, list[tuple[float, float, int, float]]] = {v: [] for v in variants}
             for r in range(args.rounds):
                 for name in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
                     timings[name].append(measure(variants[name], cwd=tmp))

@@ -10,13 +10,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from recompprof.events import (
-    CATEGORIES,
-    Compile,
-    Event,
-    GraphBreak,
-    RecompileLimitHit,
-)
+from recompprof.events import CATEGORIES, Event
 from recompprof.reporting import FrameReport, Report, build_report
 
 
@@ -80,12 +74,12 @@ def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
     return violations
 
 
-_COUNTED = (Compile, RecompileLimitHit, GraphBreak)
+_COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds: views fold too
 
 
 def _after(events: Iterable[Event], step: int | None) -> Iterator[Event]:
     for event in events:
-        if isinstance(event, _COUNTED):
+        if event.kind in _COUNTED:
             if event.step is None and step:
                 raise CheckInputError("--after-step needs training steps, and this run has events without one "
                                       "(ingested from TORCH_TRACE, or recorded without step tracking)")

@@ -30,6 +30,8 @@ from recompprof.events import (
 SUFFIX = ".jsonl"
 # No real event comes near this; a longer line is skipped as corrupt without ever being held whole in memory.
 MAX_LINE = 16 * 1024 * 1024
+# How often (seconds, at most) the writer checks that its file was not deleted under it.
+REOPEN_CHECK_SECONDS = 1.0
 
 
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:
@@ -53,12 +55,15 @@ class EventLogWriter:
         self._file.write(line)
         self._file.flush()
 
-    def reopen_if_deleted(self, max_age: float = 0.0) -> bool:
+    def reopen_if_deleted(self, max_age: float | None = None) -> bool:
         """Start a new file at ``path`` if the open one was deleted (e.g. a cleanup job); True if so.
 
-        Checks at most once per ``max_age`` seconds: the check is a syscall, and on the compile path
-        a burst of events should not pay for it each time.
+        Checks at most once per ``max_age`` seconds (default :data:`REOPEN_CHECK_SECONDS`): the check
+        is a syscall (``fstat``), and every event on the compile path should not pay for something that
+        happens once in a job's life, if ever. Events written between a deletion and the check are lost
+        with the deleted file.
         """
+        max_age = REOPEN_CHECK_SECONDS if max_age is None else max_age
         now = time.monotonic()
         if self._file is None or now - self._checked < max_age:
             return False
@@ -109,12 +114,47 @@ class EventLogError(Exception):
 def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     """Yield the events of one log file, skipping bad lines (counted in ``stats``)."""
     stats = stats if stats is not None else ReadStats()
+    interner = _Interner()
+    for raw, last in _lines(path, stats):
+        yield from _parse(raw, stats, interner, last=last)
+
+
+def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
+    """Like :func:`read_file`, for a fold that only reads fields: events come as read-only views.
+
+    A line msgspec decodes becomes a view (see :mod:`recompprof.fastread`) with the values the model
+    would hold; any other line takes :func:`read_file`'s path, so what is kept, skipped and counted
+    is the same. Without msgspec this is :func:`read_file`.
+    """
+    from recompprof.fastread import DECODER  # here: the live writer never needs msgspec
+
+    if DECODER is None:
+        yield from read_file(path, stats)
+        return
+    stats = stats if stats is not None else ReadStats()
+    interner = _Interner()
+    decode = DECODER.decode
+    for raw, last in _lines(path, stats):
+        try:
+            if not raw.isascii():
+                raw.decode()  # msgspec does not check the UTF-8 of what it skips (unknown fields)
+            event = decode(raw)
+        except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
+            event = None
+        if event is None or event.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
+            yield from _parse(raw, stats, interner, last=last)  # the validated reader's verdict, and its count
+            continue
+        stats.lines += 1
+        yield event
+
+
+def _lines(path: Path, stats: ReadStats) -> Iterator[tuple[bytes, bool]]:
+    """``(line, is_last)`` for each line of ``path``; an oversized line comes as one that is not JSON."""
     stats.files += 1
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
     except OSError as exc:
         raise EventLogError(f"cannot read {path}: {exc.strerror or exc}") from None
-    interner = _Interner()
     with handle:
         pending: bytes | None = None
         while raw := handle.readline(MAX_LINE):
@@ -123,10 +163,10 @@ def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
                     pass
                 raw = b"\x00\n"  # stands in for the oversized line: counted as corrupt
             if pending is not None:
-                yield from _parse(pending, stats, interner, last=False)
+                yield pending, False
             pending = raw
         if pending is not None:
-            yield from _parse(pending, stats, interner, last=True)
+            yield pending, True
 
 
 class _Interner:
@@ -208,7 +248,11 @@ def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, last: bool) -> 
         else:
             stats.corrupt += 1
         return
-    if data.get("schema_version") not in SUPPORTED_SCHEMA_VERSIONS:
+    try:
+        supported = data.get("schema_version") in SUPPORTED_SCHEMA_VERSIONS
+    except TypeError:  # an unhashable value (a list, an object) is no version we know
+        supported = False
+    if not supported:
         stats.unknown_schema += 1
         return
     try:

@@ -29,11 +29,6 @@ from recompprof.events import (
     PHASES,
     Compile,
     Event,
-    GraphBreak,
-    RecompileLimitHit,
-    SessionEnd,
-    SessionStart,
-    SignalChange,
 )
 
 # The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
@@ -210,11 +205,12 @@ class Report:
 def build_report(events: Iterable[Event]) -> Report:
     """Fold ``events`` (any order of ranks, one pass) into a :class:`Report`."""
     report = Report()
-    for event in events:
+    for event in events:  # by kind, not class: the offline commands fold msgspec views (recompprof.fastread)
         report.events += 1
-        if event.step is not None:
-            report.last_step = max(report.last_step, event.step)
-        if isinstance(event, SessionStart):
+        step = event.step
+        if step is not None and step > report.last_step:
+            report.last_step = step
+        if event.kind == "session_start":
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
@@ -229,25 +225,25 @@ def build_report(events: Iterable[Event]) -> Report:
             for name in CAPTURE_SIGNALS:
                 if event.signals.get(name) is False:
                     report.signals_dark.setdefault(name, "off from the start")
-        elif isinstance(event, SignalChange):
+        elif event.kind == "signal":
             if not event.live:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
-        elif isinstance(event, Compile):
+        elif event.kind == "compile":
             _add_compile(report, event)
-        elif isinstance(event, RecompileLimitHit):
+        elif event.kind == "recompile_limit_hit":
             frame = _frame(report, event.frame)
             if frame is not None:
                 fold_limit_hit(frame, event)
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
-        elif isinstance(event, GraphBreak):
+        elif event.kind == "graph_break":
             frame = _frame(report, event.frame) if event.frame is not None else None
             if frame is not None:
                 frame.graph_breaks += event.count
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
-        elif isinstance(event, SessionEnd):
+        elif event.kind == "session_end":
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
@@ -326,13 +322,17 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
+    groups = frame.reasons
     for reason in event.reasons:
-        group = _group(frame, reason.category, reason.subject, reason.text)
+        group = groups.get((reason.category, reason.subject))  # the common case, without a call
+        if group is None:
+            group = _group(frame, reason.category, reason.subject, reason.text)
         group.failures += 1
         if reason.explains_change:
             group.changes += 1
             report.categories[reason.category] += 1
-    _add_omitted(frame, event.reasons_omitted)
+    if event.reasons_omitted:
+        _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
         frame.failures[event.fail_type or "unknown"] += 1
         if len(report.failure_messages) < MAX_LISTED:
@@ -340,8 +340,8 @@ def _add_compile(report: Report, event: Compile) -> None:
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
     if costs_seconds(event):
         for phase, seconds in event.phases.items():
-            frame.phases[phase] = frame.phases.get(phase, 0.0) + seconds
-            report.phases[phase] = report.phases.get(phase, 0.0) + seconds
+            frame.phases[phase] += seconds  # every Phase is a key from the start (validated input)
+            report.phases[phase] += seconds
     _add_cause(report, event)
     for cache, results in event.cache_lookups.items():
         for result, count in results.items():
@@ -356,7 +356,7 @@ def _add_cause(report: Report, event: Compile) -> None:
     found = report.tracker.cause_of(event)
     if found is None:
         return
-    label = report.labels.get((found.frame.name, found.frame.file, found.frame.line), found.frame.label)
+    label = report.labels.get((found.frame.name, found.frame.file, found.frame.line)) or found.frame.label
     key = (label, found.category, found.subject)
     cause = report.causes.get(key)
     if cause is None:

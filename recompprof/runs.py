@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from recompprof.eventlog import EventLogError, ReadStats, read_file, run_files
+from recompprof.eventlog import EventLogError, ReadStats, run_files, scan_file
 from recompprof.events import Event
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
 
@@ -43,7 +43,7 @@ class EventStream:
 
     def _read(self, file: Path) -> Iterator[Event]:
         stats = ReadStats()
-        yield from read_file(file, stats)
+        yield from scan_file(file, stats)  # views: the commands only fold them
         if file not in self._read_whole:  # reached only when the file was read to its end
             self._read_whole.add(file)
             for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):

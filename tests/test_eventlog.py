@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from recompprof.eventlog import EventLogError, ReadStats, read_file, read_run, run_files, write_events
+from recompprof import eventlog
+from recompprof.eventlog import EventLogError, EventLogWriter, ReadStats, read_file, read_run, run_files, write_events
 from recompprof.events import SCHEMA_VERSION, Compile, Frame, SessionStart
 
 
@@ -117,3 +119,39 @@ def test_sigkill_loses_at_most_the_event_being_written(tmp_path: Path) -> None:
     compiles = [e for e in events if isinstance(e, Compile)]
     assert events[0].kind == "session_start" and len(compiles) >= 2
     assert stats.corrupt == 0
+
+
+def test_writer_notices_a_deleted_log_at_most_once_per_check_interval(tmp_path: Path) -> None:
+    """A deleted log is noticed by the first check after the interval, not per event: one fstat per interval at most."""
+    path = tmp_path / "rank00000-1.jsonl"
+    writer = EventLogWriter(path)
+    try:
+        assert writer.reopen_if_deleted(max_age=0.3) is False  # the first check: the file is there
+        path.unlink()
+        writer.write(_compile(0))  # within the interval: not checked, lands in the deleted file
+        assert writer.reopen_if_deleted(max_age=0.3) is False and not path.exists()
+        time.sleep(0.35)
+        assert writer.reopen_if_deleted(max_age=0.3) is True and path.exists()
+        writer.write(_compile(1))
+        assert writer.reopen_if_deleted(max_age=0.3) is False  # the new file is not deleted again
+    finally:
+        writer.close()
+    assert [e.step for e in read_file(path)] == [1]
+
+
+def test_writer_checks_once_a_second_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's call (no argument) checks at most every REOPEN_CHECK_SECONDS: 1,000 events cost one fstat."""
+    calls = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(eventlog.os, "fstat", lambda fd: calls.append(fd) or real_fstat(fd))
+    writer = EventLogWriter(tmp_path / "rank00000-1.jsonl")
+    start = time.monotonic()
+    try:
+        for i in range(1000):
+            writer.reopen_if_deleted()
+            writer.write(_compile(i))
+    finally:
+        writer.close()
+    elapsed = time.monotonic() - start
+    assert eventlog.REOPEN_CHECK_SECONDS == 1.0
+    assert 1 <= len(calls) <= 1 + int(elapsed)  # the first event checks, then one more per second the loop ran

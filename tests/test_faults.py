@@ -24,7 +24,7 @@ from otlp_receiver import OtlpReceiver
 from recorded_runs import ROOT, clean_env
 
 import recompprof
-from recompprof import _internal
+from recompprof import _internal, eventlog
 from recompprof.eventlog import read_file
 from recompprof.events import Compile, SessionEnd
 
@@ -100,8 +100,13 @@ def test_full_run_and_textfile_directories_never_stop_training(tmp_path: Path) -
     assert "Traceback" not in proc.stderr.split("internal error in")[0]  # nothing escaped before the first warning
 
 
-def test_event_log_deleted_while_running_is_reopened(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Deleting the live event log is noticed on the next event, logged once with advice, counted, and a new log is started."""
+def test_event_log_deleted_while_running_is_reopened(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting the live event log is noticed on the next check, logged once with advice, counted, and a new log is started.
+
+    The check runs at most once a second (tests/test_eventlog.py times that); here it runs on every event.
+    """
+    monkeypatch.setattr(eventlog, "REOPEN_CHECK_SECONDS", 0.0)
     caplog.set_level(logging.WARNING, logger="recompprof")
     fns = [torch.compile(f, backend="eager") for f in (lambda x: x * 2, lambda x: x + 1, lambda x: x - 1)]
     with recompprof.attach(run_dir=tmp_path) as session:

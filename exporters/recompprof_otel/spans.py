@@ -106,6 +106,7 @@ class SpanBuilder:
         ``tracer.start_span``, so the application's processors see them as usual."""
         self._tracer = tracer
         self._processor = processor if processor is not None and _sdk_tracer(tracer) else None
+        self._phase_attributes: dict[str, BoundedAttributes] = {}
         self._max_frames = max_frames
         self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = collections.OrderedDict()
         # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
@@ -230,15 +231,22 @@ class SpanBuilder:
         for phase, begin, stop in intervals:
             name = _PHASE_NAMES[phase]
             result = tracer.sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL, _PHASE_ATTRS[phase], ())
+            span_id = tracer.id_generator.generate_span_id()  # drawn for a dropped span too, as the SDK does
             if not result.decision.is_recording():
                 continue
             flags = TraceFlags((TraceFlags.SAMPLED if result.decision.is_sampled() else 0) | random_flag)
-            context = SpanContext(trace_id, tracer.id_generator.generate_span_id(), is_remote=False,
-                                  trace_flags=flags, trace_state=result.trace_state)
+            context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=result.trace_state)
+            # A sampler may add or change attributes; those it left alone are cleaned once per phase and
+            # shared (immutable, and exporters only read them).
+            unchanged = result.attributes == _PHASE_ATTRS[phase]
+            attributes = self._phase_attributes.get(phase) if unchanged else None
+            if attributes is None:
+                attributes = BoundedAttributes(limits.max_span_attributes, result.attributes, immutable=True,
+                                               max_value_len=limits.max_span_attribute_length)
+                if unchanged:
+                    self._phase_attributes[phase] = attributes
             processor.on_end(ReadableSpan(
-                name=name, context=context, parent=parent_context, resource=tracer.resource,
-                attributes=BoundedAttributes(limits.max_span_attributes, result.attributes, immutable=True,
-                                             max_value_len=limits.max_span_attribute_length),
+                name=name, context=context, parent=parent_context, resource=tracer.resource, attributes=attributes,
                 events=BoundedList(limits.max_events), links=BoundedList(limits.max_links), kind=SpanKind.INTERNAL,
                 status=_UNSET, start_time=begin, end_time=stop, instrumentation_info=tracer.instrumentation_info,
                 instrumentation_scope=tracer._instrumentation_scope,

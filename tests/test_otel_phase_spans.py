@@ -41,8 +41,8 @@ class Collect(SpanProcessor):
 class PhaseSampler(Sampler):
     """Drops the aot_autograd phase span, keeps the rest and adds an attribute to the dynamo_trace one."""
 
-    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None,  # type: ignore[no-untyped-def]
-                      trace_state=None) -> SamplingResult:
+    def should_sample(self, parent_context, trace_id, name, kind=None,  # type: ignore[no-untyped-def]
+                      attributes=None, links=None, trace_state=None) -> SamplingResult:
         if name.endswith("aot_autograd"):
             return SamplingResult(Decision.DROP)
         extra = {"sampler.note": "kept"} if name.endswith("dynamo_trace") else {}

@@ -189,11 +189,12 @@ def main() -> None:
         sessions["n"] += 1
         session = recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0,
                                     prometheus_linger_seconds=0, recompile_limit=1000)
-        tap = session._metrics
+        tap = session._adapters.metrics
         tap._take = timed("record", tap._take, profile=True)  # instance attributes: the hooks call these
         tap.reconcile = timed("start_callback", tap.reconcile)
         # Breakdown of the record hook (nested inside it): every event's fan-out, and the OTel exporter's share.
-        session._emit = timed("emit", session._emit)
+        # The recorder holds the session's emit as its own attribute: wrap it there.
+        session._recorder._emit = timed("emit", session._recorder._emit)
         for exporter in session.exporters:
             exporter.on_event = timed(f"on_event.{exporter.name}", exporter.on_event)
         if session._writer is not None:

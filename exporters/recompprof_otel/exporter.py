@@ -102,7 +102,7 @@ class OtelExporter:
         if hasattr(tracer, "id_generator"):
             # Also on a borrowed SDK provider: only recompprof's own tracer gets the private generator.
             self._ids = tracer.id_generator = PrivateRandomIdGenerator()
-        self._builder = SpanBuilder(tracer)
+        self._builder = SpanBuilder(tracer, processor=self.processor if self._owns_provider else None)
         if self.settings.otel_metrics:
             from recompprof_otel.metrics import OtelMetrics
 

@@ -9,18 +9,22 @@ do not claim the real interleaving (Dynamo and AOT autograd can alternate within
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from recompprof.causes import CauseTracker
 from recompprof.counting import is_limit_hit
 from recompprof.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.trace import Span, Tracer
 
 ROOT_SPAN = "torch_compile.frame"
@@ -33,9 +37,13 @@ LIMIT_HIT_ERROR = "recompile_limit_hit"
 MAX_CALL_SITE = 8
 
 FrameKey = tuple[str, str, int, bool]
+# Per phase, built once: the child span's name and attributes never vary.
+_PHASE_NAMES = {phase: f"{PHASE_SPAN} {phase}" for phase in PHASES}
+_PHASE_ATTRS = {phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES}
+_UNSET = Status(StatusCode.UNSET)
 
 
-def phase_intervals(start_ns: int, phases: dict[str, float], end_ns: int) -> list[tuple[str, int, int]]:
+def phase_intervals(start_ns: int, phases: Mapping[str, float], end_ns: int) -> list[tuple[str, int, int]]:
     """``(phase, start_ns, end_ns)`` laid end to end from ``start_ns`` in PHASES order, never past ``end_ns``."""
     out: list[tuple[str, int, int]] = []
     cursor = start_ns
@@ -83,11 +91,23 @@ def _frame_attributes(frame: Frame) -> dict[str, object]:
     return {"code.function.name": frame.name, "code.file.path": frame.file, "code.line.number": frame.line}
 
 
+def _sdk_tracer(tracer: object) -> bool:
+    """Whether ``tracer`` has everything ``SpanBuilder._phase_spans`` reads (the SDK's Tracer does)."""
+    return all(hasattr(tracer, name) for name in (
+        "sampler", "id_generator", "resource", "instrumentation_info", "_span_limits", "_instrumentation_scope"))
+
+
 class SpanBuilder:
     """Builds the span tree of each compile and remembers the last compile of each frame for links."""
 
-    def __init__(self, tracer: Tracer, max_frames: int = MAX_TRACKED_FRAMES) -> None:
+    def __init__(self, tracer: Tracer, max_frames: int = MAX_TRACKED_FRAMES,
+                 processor: SpanProcessor | None = None) -> None:
+        """``processor``: the only span processor of a provider recompprof owns; phase spans then skip the SDK's
+        per-span machinery (see ``_phase_spans``). Without it (a borrowed provider) every span goes through
+        ``tracer.start_span``, so the application's processors see them as usual."""
         self._tracer = tracer
+        self._processor = processor if processor is not None and _sdk_tracer(tracer) else None
+        self._phase_attributes: dict[str, BoundedAttributes] = {}
         self._max_frames = max_frames
         self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = collections.OrderedDict()
         # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
@@ -172,13 +192,17 @@ class SpanBuilder:
             ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
             links=links, start_time=start_ns,
         )
-        parent = trace.set_span_in_context(root)
-        for phase, begin, stop in phase_intervals(start_ns, dict(event.phases), end_ns):
-            child = self._tracer.start_span(
-                f"{PHASE_SPAN} {phase}", context=parent, kind=SpanKind.INTERNAL,
-                attributes={"recompprof.phase": phase, "recompprof.phase.reconstructed": True}, start_time=begin,
-            )
-            child.end(end_time=stop)
+        intervals = phase_intervals(start_ns, event.phases, end_ns)
+        if intervals:
+            if self._processor is not None and root.is_recording():
+                self._phase_spans(root, intervals)
+            else:
+                parent = trace.set_span_in_context(root)
+                for phase, begin, stop in intervals:
+                    self._tracer.start_span(
+                        _PHASE_NAMES[phase], context=parent, kind=SpanKind.INTERNAL,
+                        attributes=_PHASE_ATTRS[phase], start_time=begin,
+                    ).end(end_time=stop)
         if event.outcome != "ok":
             error_type = event.fail_type or (LIMIT_HIT_ERROR if is_limit_hit(event) else "_OTHER")
             root.set_attribute("error.type", error_type)
@@ -187,6 +211,47 @@ class SpanBuilder:
         if not is_limit_hit(event):
             self._remember(key, root.get_span_context(), event.compile_id)
         return root
+
+    def _phase_spans(self, root: Span, intervals: list[tuple[str, int, int]]) -> None:
+        """The phase children as finished spans handed straight to our processor (issue 15: ~15 us CPU less each).
+
+        The same steps as the SDK's ``Tracer.start_span`` + ``Span.end`` for an already-finished child, minus
+        the mutable span, its lock and its start/end bookkeeping: the tracer's sampler decides (given the parent
+        context, as for any child), ids come from the tracer's generator, attributes and limits are the
+        tracer's. Only for a provider recompprof owns, whose one processor ignores ``on_start``; the SDK's own
+        span self-metrics (``otel.sdk.span.*``, off unless a meter provider is configured) skip these spans.
+        """
+        tracer: Any = self._tracer
+        processor = self._processor
+        assert processor is not None
+        parent_context = root.get_span_context()
+        parent = trace.set_span_in_context(root)
+        limits = tracer._span_limits
+        trace_id = parent_context.trace_id
+        random_flag = TraceFlags.RANDOM_TRACE_ID if parent_context.trace_flags.random_trace_id else 0
+        for phase, begin, stop in intervals:
+            name = _PHASE_NAMES[phase]
+            result = tracer.sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL, _PHASE_ATTRS[phase], ())
+            span_id = tracer.id_generator.generate_span_id()  # drawn for a dropped span too, as the SDK does
+            if not result.decision.is_recording():
+                continue
+            flags = TraceFlags((TraceFlags.SAMPLED if result.decision.is_sampled() else 0) | random_flag)
+            context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=result.trace_state)
+            # A sampler may add or change attributes; those it left alone are cleaned once per phase and
+            # shared (immutable, and exporters only read them).
+            unchanged = result.attributes == _PHASE_ATTRS[phase]
+            attributes = self._phase_attributes.get(phase) if unchanged else None
+            if attributes is None:
+                attributes = BoundedAttributes(limits.max_span_attributes, result.attributes, immutable=True,
+                                               max_value_len=limits.max_span_attribute_length)
+                if unchanged:
+                    self._phase_attributes[phase] = attributes
+            processor.on_end(ReadableSpan(
+                name=name, context=context, parent=parent_context, resource=tracer.resource, attributes=attributes,
+                events=BoundedList(limits.max_events), links=BoundedList(limits.max_links), kind=SpanKind.INTERNAL,
+                status=_UNSET, start_time=begin, end_time=stop, instrumentation_info=tracer.instrumentation_info,
+                instrumentation_scope=tracer._instrumentation_scope,
+            ))
 
     def limit_hit_span(self, event: RecompileLimitHit) -> Span | None:
         """A zero-length error span for a limit hit that no compile event reported."""

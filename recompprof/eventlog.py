@@ -17,6 +17,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from recompprof.errors import RecompprofError
 from recompprof.events import (
     EVENT_ADAPTER,
     KINDS,
@@ -102,7 +103,7 @@ class ReadStats:
         return "skipped " + ", ".join(parts) if parts else ""
 
 
-class EventLogError(Exception):
+class EventLogError(RecompprofError):
     """A path cannot be read as a run directory or event log; the message says which and why."""
 
 

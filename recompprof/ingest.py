@@ -27,6 +27,7 @@ from typing import Any
 
 from recompprof._torch.phases import exclusive_phases
 from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
+from recompprof.errors import RecompprofError
 from recompprof.eventlog import find_files, log_path, write_events
 from recompprof.events import (
     Compile,
@@ -49,7 +50,7 @@ MAX_LINE = 16 * 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024
 
 
-class IngestError(Exception):
+class IngestError(RecompprofError):
     """The path holds no readable TORCH_TRACE logs; the message says which path and why."""
 
 

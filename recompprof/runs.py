@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from recompprof.errors import RecompprofError
 from recompprof.eventlog import EventLogError, ReadStats, read_file, run_files
 from recompprof.events import Event
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
@@ -21,7 +22,7 @@ from recompprof.ingest import IngestError, is_trace_dir, read_trace
 _RANK_FILE = re.compile(r"rank(\d+)-\d+\.jsonl")
 
 
-class RunError(Exception):
+class RunError(RecompprofError):
     """The path cannot be read as a run; the message is one line naming the path and why."""
 
 

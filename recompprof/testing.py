@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from recompprof.errors import RuleBroken
 from recompprof.events import Compile, Event
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 _RECENT = 10_000
 
 
-class RecompiledError(AssertionError):
+class RecompiledError(RuleBroken, AssertionError):
     """Code recompiled more often than allowed; ``recompiles`` holds the offending compile events."""
 
     def __init__(self, message: str, recompiles: list[Compile]) -> None:

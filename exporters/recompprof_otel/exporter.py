@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from recompprof import _internal
+from recompprof import _internal, forks
 from recompprof.events import Compile, RecompileLimitHit
 
 from recompprof_otel import environment, resource, transport
@@ -73,7 +73,7 @@ class OtelExporter:
         self._builder: SpanBuilder | None = None
         self._session: Session | None = None
         self._owns_provider = False
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
         self._active = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class OtelExporter:
                 session.identity.rank, self.dropped,
                 {"version": session.versions.get("recompprof", ""), "torch_version": session.versions.get("torch", "")},
             )
-        self._pid = os.getpid()
+        self._owner.claim()
         self._active = True
         # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
         after_fork = weakref.WeakMethod(self._after_fork_in_child)
@@ -123,7 +123,7 @@ class OtelExporter:
         self._active = False
 
     def on_event(self, event: Event) -> None:
-        if not self._active or os.getpid() != self._pid or self._builder is None:
+        if not self._active or self._owner.forked() or self._builder is None:
             return
         with _internal.guard("otel.span"):
             root: Span | None = None
@@ -140,7 +140,7 @@ class OtelExporter:
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""
-        if not self._active or os.getpid() != self._pid:
+        if not self._active or self._owner.forked():
             return
         self._active = False
         provider = self.tracer_provider

@@ -10,7 +10,6 @@ Send these *or* scrape the Prometheus exporter into one Prometheus, never both (
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
 
-from recompprof import _internal
+from recompprof import _internal, forks
 from recompprof.aggregates import DURATION_BUCKETS
 from recompprof.events import LIMITS
 
@@ -61,22 +60,22 @@ class _ParentOnly:
 
     def __init__(self, inner: MetricExporter) -> None:
         self._inner = inner
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        if os.getpid() != self._pid:
+        if self._owner.forked():
             return MetricExportResult.SUCCESS
         return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        if os.getpid() == self._pid:
+        if not self._owner.forked():
             self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return os.getpid() != self._pid or bool(self._inner.force_flush(timeout_millis=timeout_millis))
+        return self._owner.forked() or bool(self._inner.force_flush(timeout_millis=timeout_millis))
 
 
 class OtelMetrics:

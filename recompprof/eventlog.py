@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -29,6 +30,8 @@ from recompprof.events import (
 )
 
 SUFFIX = ".jsonl"
+LOG_GLOB = f"rank*{SUFFIX}"  # the files log_path names
+_LOG_NAME = re.compile(rf"rank(\d+)-\d+{re.escape(SUFFIX)}")
 # No real event comes near this; a longer line is skipped as corrupt without ever being held whole in memory.
 MAX_LINE = 16 * 1024 * 1024
 
@@ -36,6 +39,12 @@ MAX_LINE = 16 * 1024 * 1024
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:
     """``<run_dir>/rank<rank>-<pid>.jsonl``: one file per rank and process (restarts don't clobber)."""
     return run_dir / f"rank{rank:05d}-{pid}{SUFFIX}"
+
+
+def log_rank(path: Path) -> int | None:
+    """The rank in a file name that :func:`log_path` made; ``None`` for any other name."""
+    match = _LOG_NAME.fullmatch(path.name)
+    return int(match.group(1)) if match else None
 
 
 class EventLogWriter:

@@ -28,7 +28,7 @@ from typing import Any
 from recompprof._torch.phases import exclusive_phases
 from recompprof.compiles import ReasonExplainer, compile_events, graph_break_event, reason_texts
 from recompprof.errors import RecompprofError
-from recompprof.eventlog import find_files, log_path, write_events
+from recompprof.eventlog import LOG_GLOB, find_files, log_path, write_events
 from recompprof.events import (
     Compile,
     Event,
@@ -409,7 +409,7 @@ def ingest(path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool =
     run = read_trace(path, redact=redact)
     if not run.stats.records:
         raise IngestError(f"{path}: no TORCH_TRACE records could be read ({run.stats.describe() or 'the logs are empty'})")
-    existing = sorted(out_dir.glob("rank*.jsonl")) if out_dir.is_dir() else []
+    existing = sorted(out_dir.glob(LOG_GLOB)) if out_dir.is_dir() else []
     if existing and not overwrite:
         raise IngestError(f"{out_dir} already holds event logs ({existing[0].name}...); pass --overwrite or choose another -o")
     for old in existing:

@@ -10,14 +10,13 @@ failures against older entries.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections import Counter
 from collections.abc import Iterable
 
 from rich.console import Console
 from rich.table import Table
 
-from recompprof import divergence
+from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
@@ -429,8 +428,7 @@ def _steps(frame: FrameReport) -> str:
 
 def render_text(report: Report, width: int = 160) -> str:
     """The report as plain text tables (no colour codes), for terminals and logs."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    console, out = plaintext.console(width)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
     console.print("recompprof report")

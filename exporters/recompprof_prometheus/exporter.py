@@ -177,7 +177,4 @@ def _validate(s: Settings) -> None:
         raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
                           "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
     if s.prometheus_basic_auth is not None:
-        user, sep, _ = s.prometheus_basic_auth.partition(":")
-        if not sep or not user:
-            raise ConfigError("recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
-                              "expected 'user:password'")
+        server.check_credentials(s.prometheus_basic_auth)

@@ -154,8 +154,8 @@ def _open(*paths: Path) -> list[Run]:
             runs.append(load(path))
         except RunError as exc:
             failed.append(exc)
-    for exc in failed[:-1]:
-        _err(f"error: {exc}")
+    for error in failed[:-1]:
+        _err(f"error: {error}")
     if failed:
         raise failed[-1]
     return runs

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +13,13 @@ from recompprof import forks
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
-def _in_child(check: object) -> int:
+def _in_child(check: Callable[[], bool]) -> int:
     """Run ``check()`` in a real forked child; returns the child's exit status (0: check returned True)."""
     pid = os.fork()
     if pid == 0:  # the child: report through the exit status only, never return into pytest
         try:
-            os._exit(0 if check() else 1)  # type: ignore[operator]
-        except BaseException:
+            os._exit(0 if check() else 1)
+        except BaseException:  # noqa: BLE001 - whatever happens, the forked child must not return into pytest
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
@@ -47,8 +49,6 @@ def test_owner_is_forked_in_a_child_until_the_child_claims_it() -> None:
 
 def test_exporters_use_the_helper_for_fork_checks() -> None:
     """No exporter compares os.getpid() itself any more: each fork check goes through recompprof.forks."""
-    from pathlib import Path
-
     exporters = Path(__file__).resolve().parents[1] / "exporters"
     offenders = [str(p) for p in exporters.rglob("*.py") if "os.getpid()" in p.read_text(encoding="utf-8")]
     assert offenders == []

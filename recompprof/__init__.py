@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from recompprof.errors import RecompprofError  # noqa: E402
 from recompprof.events import CATEGORIES, PHASES  # noqa: E402
 from recompprof.session import Session, attach, current, report  # noqa: E402
 from recompprof.settings import ConfigError, Settings  # noqa: E402
@@ -17,6 +18,7 @@ __all__ = [
     "CATEGORIES",
     "PHASES",
     "ConfigError",
+    "RecompprofError",
     "Session",
     "Settings",
     "__version__",

@@ -10,11 +10,12 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
+from recompprof.errors import RecompprofError
 from recompprof.events import CATEGORIES, Event
 from recompprof.reporting import FrameReport, Report, build_report
 
 
-class CheckInputError(ValueError):
+class CheckInputError(RecompprofError, ValueError):
     """The rules cannot be applied to this run (e.g. ``after_step`` on a run without steps)."""
 
 

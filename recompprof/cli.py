@@ -3,6 +3,7 @@
 Exit codes (every command): 0 success; 1 the run broke a rule (``check``) or regressed (``diff``);
 2 usage error or input that cannot be read, or was read only in part where the figures must be whole.
 ``run`` returns the program's own exit status (127 when the command is not found).
+Commands raise their errors; :func:`exit_code` is the one table from error class to exit code.
 """
 
 from __future__ import annotations
@@ -13,12 +14,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recompprof.errors import CommandError, RecompprofError, RuleBroken
+
 if TYPE_CHECKING:
     from recompprof.runs import Run
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# The exit code of a command that ends with an exception, most specific class first (docs/cli.md
+# "Exit codes" lists it per error class). RecompprofError covers ConfigError (and ExporterUnavailable,
+# PortInUse), RunError, EventLogError, IngestError, CheckInputError and CommandError.
+_EXIT_CODES_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
+    (KeyboardInterrupt, EXIT_INTERRUPTED),
+    (BrokenPipeError, EXIT_OK),  # `recompprof report RUN | head`
+    (RuleBroken, EXIT_VIOLATIONS),  # RecompiledError, SteadyStateRecompileError
+    (RecompprofError, EXIT_USAGE),
+    (Exception, EXIT_USAGE),  # input nobody foresaw: a recompprof bug, still one line
+)
 
 _EXIT_CODES = """exit codes:
   0  success (check: every rule holds; diff: no regressions)
@@ -104,6 +119,11 @@ def _version() -> str:
     return __version__
 
 
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a command that ended with ``exc`` (the first matching row of the table)."""
+    return next((code for cls, code in _EXIT_CODES_BY_ERROR if isinstance(exc, cls)), EXIT_USAGE)
+
+
 def _err(message: str) -> None:
     print(f"recompprof: {message}", file=sys.stderr)
 
@@ -116,51 +136,63 @@ def _width(asked: int | None) -> int:
     return max(100, asked or shutil.get_terminal_size((120, 24)).columns)
 
 
-def _open(path: Path) -> Run | None:
-    """The run at ``path`` (read lazily); ``None`` after a one-line error when it cannot be opened."""
+def _explain(exc: BaseException) -> None:
+    """The one line a command that ended with ``exc`` prints (none for a closed pipe)."""
+    if isinstance(exc, KeyboardInterrupt):
+        _err("interrupted")
+    elif isinstance(exc, BrokenPipeError):
+        sys.stderr.close()
+    elif isinstance(exc, RecompprofError):
+        _err(f"error: {exc}")
+    else:
+        detail = " ".join(str(exc).split())[:300]
+        _err(f"error: unexpected {type(exc).__name__} ({detail}); this is a recompprof bug, please report it "
+             "with the input that caused it")
+
+
+def _open(*paths: Path) -> list[Run]:
+    """The runs at ``paths`` (read lazily); raises RunError when one cannot be opened, after printing
+    the errors of the others, so every bad path is named."""
     from recompprof.runs import RunError, load
 
-    try:
-        return load(path)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        return None
+    runs: list[Run] = []
+    failed: list[RunError] = []
+    for path in paths:
+        try:
+            runs.append(load(path))
+        except RunError as exc:
+            failed.append(exc)
+    for error in failed[:-1]:
+        _err(f"error: {error}")
+    if failed:
+        raise failed[-1]
+    return runs
 
 
-def _finish(run: Run, *, strict: bool) -> bool:
-    """After the pass that computed the figures: print what was skipped; False if they must not be shown."""
+def _finish(run: Run, *, strict: bool) -> None:
+    """After the pass that computed the figures: print what was skipped; raises RunError if they must not be shown."""
     from recompprof.runs import RunError
 
-    try:
-        run.finish()
-    except RunError as exc:
-        _err(f"error: {exc}")
-        return False
+    run.finish()
     for line in run.warnings:
         _err(f"warning: {line}")
     for line in run.problems:
         _err(("error: " if strict else "warning: ") + line)
     if strict and run.problems:
-        _err("error: the figures would be incomplete; pass --allow-skipped to accept them anyway")
-        return False
-    return True
+        raise RunError("the figures would be incomplete; pass --allow-skipped to accept them anyway")
 
 
 def _report(args: argparse.Namespace) -> int:
     from recompprof.html_report import render_html
     from recompprof.reporting import build_report, render_text
 
-    run = _open(args.run_dir)
-    if run is None:
-        return EXIT_USAGE
+    [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
     events = (e for e in run.events if e.rank in wanted) if wanted else run.events
     report = build_report(events)
-    if not _finish(run, strict=args.strict):
-        return EXIT_USAGE
+    _finish(run, strict=args.strict)
     if wanted and not report.events:
-        _err(f"error: no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
-        return EXIT_USAGE
+        raise CommandError(f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
     if run.source == "torch_trace":
         report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
     print(render_text(report, width=_width(args.width)), end="")
@@ -170,8 +202,7 @@ def _report(args: argparse.Namespace) -> int:
         try:
             args.html.write_text(text, encoding="utf-8")
         except OSError as exc:
-            _err(f"error: cannot write {args.html}: {exc.strerror or exc}")
-            return EXIT_USAGE
+            raise CommandError(f"cannot write {args.html}: {exc.strerror or exc}") from exc
         print(f"HTML report: {args.html}")
     return EXIT_OK
 
@@ -185,34 +216,24 @@ def _check(args: argparse.Namespace) -> int:
                       max_recompile_seconds=args.max_recompile_seconds, forbid=tuple(args.forbid), max_limit_hits=args.max_limit_hits,
                       max_graph_breaks=args.max_graph_breaks, max_failures=args.max_failures)
     except CheckInputError as exc:
-        _err(f"error: --forbid: {exc}")
-        return EXIT_USAGE
+        raise CheckInputError(f"--forbid: {exc}") from exc
     if rules.empty:
-        _err("error: no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
-             "--max-compile-seconds, --max-recompile-seconds, --forbid, --max-limit-hits, --max-graph-breaks, --max-failures")
-        return EXIT_USAGE
+        raise CommandError("no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
+                           "--max-compile-seconds, --max-recompile-seconds, --forbid, --max-limit-hits, "
+                           "--max-graph-breaks, --max-failures")
     negative = [name for name in ("max_recompiles", "max_total_recompiles", "after_step", "max_compile_seconds",
                                   "max_recompile_seconds", "max_limit_hits", "max_graph_breaks", "max_failures")
                 if (getattr(args, name) or 0) < 0]
     if negative:
-        _err(f"error: --{negative[0].replace('_', '-')} must not be negative")
-        return EXIT_USAGE
-    run = _open(args.run_dir)
-    if run is None:
-        return EXIT_USAGE
-    try:
-        violations = check(run.events, rules)
-    except CheckInputError as exc:
-        _err(f"error: {exc}")
-        return EXIT_USAGE
-    if not _finish(run, strict=not args.allow_skipped):
-        return EXIT_USAGE
+        raise CommandError(f"--{negative[0].replace('_', '-')} must not be negative")
+    [run] = _open(args.run_dir)
+    violations = check(run.events, rules)
+    _finish(run, strict=not args.allow_skipped)
     dark = [v for v in violations if v.rule == "signal_dark"]
     if dark and not args.accept_dark_signals:
         for violation in dark:
             _err(f"error: {violation}")
-        _err("error: this run's counts are incomplete; pass --accept-dark-signals to check it anyway")
-        return EXIT_USAGE
+        raise CheckInputError("this run's counts are incomplete; pass --accept-dark-signals to check it anyway")
     violations = [v for v in violations if v.rule != "signal_dark"]
     for violation in violations:
         print(f"FAIL {violation.rule}: {violation}")
@@ -228,27 +249,20 @@ def _diff(args: argparse.Namespace) -> int:
 
     pct = args.max_time_increase
     if pct is not None and pct < 0:
-        _err("error: --max-time-increase must not be negative")
-        return EXIT_USAGE
-    before, after = _open(args.run_a), _open(args.run_b)
-    if before is None or after is None:
-        return EXIT_USAGE
+        raise CommandError("--max-time-increase must not be negative")
+    before, after = _open(args.run_a, args.run_b)
     diff = compare(before.events, after.events, max_time_increase=None if pct is None else pct / 100)
-    if not (_finish(before, strict=not args.allow_skipped) and _finish(after, strict=not args.allow_skipped)):
-        return EXIT_USAGE
+    _finish(before, strict=not args.allow_skipped)
+    _finish(after, strict=not args.allow_skipped)
     print(render(diff, width=_width(args.width)), end="")
     return EXIT_VIOLATIONS if diff.regressions else EXIT_OK
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from recompprof.ingest import IngestError, ingest
+    from recompprof.ingest import ingest
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
-    try:
-        written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
-    except IngestError as exc:
-        _err(f"error: {exc}")
-        return EXIT_USAGE
+    written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():
         _err(f"warning: {args.trace_dir}: {stats.describe()}")
     print(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
@@ -269,17 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[args.subcommand](args)
-    except KeyboardInterrupt:
-        _err("interrupted")
-        return 130
-    except BrokenPipeError:  # `recompprof report RUN | head`
-        sys.stderr.close()
-        return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - input nobody foresaw still gets one line, not a traceback
-        detail = " ".join(str(exc).split())[:300]
-        _err(f"error: unexpected {type(exc).__name__} ({detail}); this is a recompprof bug, please report it "
-             "with the input that caused it")
-        return EXIT_USAGE
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - every error is one line, never a traceback
+        _explain(exc)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recompprof.settings import ConfigError
+
 VOCAB = 64
 SEQ_LENGTHS = (32, 48, 64)
 
@@ -89,16 +91,14 @@ def main(args: argparse.Namespace) -> int:
     if args.port is None:
         try:
             args.port = int(os.environ.get("RECOMPPROF_PROMETHEUS_PORT") or 9464)
-        except ValueError:
-            console.print("recompprof demo: RECOMPPROF_PROMETHEUS_PORT must be a port number, got "
-                          f"{os.environ['RECOMPPROF_PROMETHEUS_PORT']!r}")
-            return 2
+        except ValueError as exc:
+            raise ConfigError("recompprof setting 'prometheus_port' (RECOMPPROF_PROMETHEUS_PORT) must be a port "
+                              f"number, got {os.environ['RECOMPPROF_PROMETHEUS_PORT']!r}") from exc
     if exporters:
         try:
             port = _free_port(args.port)
         except OSError as exc:
-            console.print(f"recompprof demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)")
-            return 2
+            raise ConfigError(f"demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)") from exc
     run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR")
                    or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
     os.environ.setdefault("RECOMPPROF_RUN_ID", run_dir.name)  # the report names the run as its directory

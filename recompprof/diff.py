@@ -10,12 +10,11 @@ regression past ``max_time_increase`` (a fraction) when given.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Iterable
 
-from rich.console import Console
 from rich.table import Table
 
+from recompprof import plaintext
 from recompprof.events import Event
 from recompprof.reporting import CauseReport, FrameReport, Report, build_report
 
@@ -119,8 +118,7 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
 
 def render(diff: Diff, width: int = 120) -> str:
     """The diff as a plain-text table plus a one-line verdict."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    console, out = plaintext.console(width)
     a, b = diff.before, diff.after
     console.print(f"recompprof diff: recompiles {a.recompiles} -> {b.recompiles}, limit hits {a.limit_hits} -> {b.limit_hits}, "
                   f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "

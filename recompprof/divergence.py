@@ -12,13 +12,14 @@ per-rank matrix and a "diverging" table.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+from recompprof import plaintext
 
 if TYPE_CHECKING:  # types only: reporting imports this module, never the other way at run time
     from recompprof.reporting import FrameReport, Report
@@ -223,7 +224,6 @@ def print_divergence(console: Console, report: Report) -> None:
 
 def render_divergence(report: Report, width: int = 160) -> str:
     """The divergence section as plain text (empty for a one-rank report)."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    console, out = plaintext.console(width)
     print_divergence(console, report)
     return out.getvalue()

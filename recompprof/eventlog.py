@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import IO, Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from recompprof.errors import RecompprofError
 from recompprof.events import (
     EVENT_ADAPTER,
     KINDS,
@@ -28,6 +30,8 @@ from recompprof.events import (
 )
 
 SUFFIX = ".jsonl"
+LOG_GLOB = f"rank*{SUFFIX}"  # the files log_path names
+_LOG_NAME = re.compile(rf"rank(\d+)-\d+{re.escape(SUFFIX)}")
 # No real event comes near this; a longer line is skipped as corrupt without ever being held whole in memory.
 MAX_LINE = 16 * 1024 * 1024
 # How often (seconds, at most) the writer checks that its file was not deleted under it.
@@ -37,6 +41,12 @@ REOPEN_CHECK_SECONDS = 1.0
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:
     """``<run_dir>/rank<rank>-<pid>.jsonl``: one file per rank and process (restarts don't clobber)."""
     return run_dir / f"rank{rank:05d}-{pid}{SUFFIX}"
+
+
+def log_rank(path: Path) -> int | None:
+    """The rank in a file name that :func:`log_path` made; ``None`` for any other name."""
+    match = _LOG_NAME.fullmatch(path.name)
+    return int(match.group(1)) if match else None
 
 
 class EventLogWriter:
@@ -107,7 +117,7 @@ class ReadStats:
         return "skipped " + ", ".join(parts) if parts else ""
 
 
-class EventLogError(Exception):
+class EventLogError(RecompprofError):
     """A path cannot be read as a run directory or event log; the message says which and why."""
 
 

@@ -32,6 +32,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return default
 
 
+def new_run_id() -> str:
+    """A fresh run id, ordered by start time: ``20261123-031500-3f9a1c``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
 def detect(env: Mapping[str, str] | None = None) -> Identity:
     """Rank identity from torchrun's variables, else Slurm's, else a single process.
 
@@ -54,7 +59,7 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
         run_id = slurm_run
     else:
         launcher, rank, local_rank, world, local_world, run_id = "single", 0, 0, 1, 1, ""
-    run_id = env.get("RECOMPPROF_RUN_ID") or run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = env.get("RECOMPPROF_RUN_ID") or run_id or new_run_id()
     return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher,
                     _int(env, "TORCHELASTIC_RESTART_COUNT", 0))
 

@@ -28,7 +28,8 @@ from typing import Any
 from recompprof._torch.records import read_record
 from recompprof.aggregates import Aggregates
 from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
-from recompprof.eventlog import find_files, log_path, write_events
+from recompprof.errors import RecompprofError
+from recompprof.eventlog import LOG_GLOB, find_files, log_path, write_events
 from recompprof.events import (
     Compile,
     Event,
@@ -48,7 +49,7 @@ MAX_LINE = 16 * 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024
 
 
-class IngestError(Exception):
+class IngestError(RecompprofError):
     """The path holds no readable TORCH_TRACE logs; the message says which path and why."""
 
 
@@ -394,7 +395,7 @@ def ingest(path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool =
     run = read_trace(path, redact=redact)
     if not run.stats.records:
         raise IngestError(f"{path}: no TORCH_TRACE records could be read ({run.stats.describe() or 'the logs are empty'})")
-    existing = sorted(out_dir.glob("rank*.jsonl")) if out_dir.is_dir() else []
+    existing = sorted(out_dir.glob(LOG_GLOB)) if out_dir.is_dir() else []
     if existing and not overwrite:
         raise IngestError(f"{out_dir} already holds event logs ({existing[0].name}...); pass --overwrite or choose another -o")
     for old in existing:

@@ -10,7 +10,6 @@ failures against older entries.
 from __future__ import annotations
 
 import dataclasses
-import io
 import textwrap
 from collections import Counter
 from collections.abc import Iterable
@@ -19,7 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from recompprof import divergence
+from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
 from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
@@ -477,8 +476,7 @@ def automatic_dynamic_note(report: Report) -> str | None:
 
 def render_summary(report: Report, width: int = 100) -> str:
     """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    console, out = plaintext.console(width)
     steady = sum(f.steady_state_recompiles for f in report.frames.values())
     console.print(f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
                   f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
@@ -496,8 +494,7 @@ def render_summary(report: Report, width: int = 100) -> str:
 
 def render_text(report: Report, width: int = 160) -> str:
     """The report as plain text tables (no colour codes), for terminals and logs."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False)
+    console, out = plaintext.console(width)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
     steps_known = not report.from_torch_trace

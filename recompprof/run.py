@@ -13,16 +13,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from recompprof import settings as settings_module
+from recompprof.errors import CommandError
+from recompprof.identity import new_run_id
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
-EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127
 # Settings that make no sense to pass per command line here, or are set by ``run`` itself.
 _NOT_OPTIONS = {"run_dir"}
@@ -76,18 +75,13 @@ def main(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        print("recompprof run: no command given; usage: recompprof run [options] -- python train.py ...", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError("no command given; usage: recompprof run [options] -- python train.py ...")
     overrides = chosen_settings(args)
-    run_id = os.environ.get("RECOMPPROF_RUN_ID") or time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = os.environ.get("RECOMPPROF_RUN_ID") or new_run_id()
     run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR") or Path("recompprof-runs") / run_id).resolve()
     env = child_environment(os.environ, overrides, run_dir, run_id)
-    try:
-        # Validate here, so a typo fails once with the setting's name instead of once per rank.
-        settings_module.load(run_dir=run_dir, **overrides)
-    except settings_module.ConfigError as exc:
-        print(f"recompprof run: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    # Validate here, so a typo fails once (ConfigError) with the setting's name instead of once per rank.
+    settings_module.load(run_dir=run_dir, **overrides)
     code = _run_child(command, env)
     if not args.quiet:
         _summarise(run_dir)

@@ -9,19 +9,16 @@ non-zero exit. A path with no readable event at all is a :class:`RunError`.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from recompprof.eventlog import EventLogError, ReadStats, run_files, scan_file
+from recompprof.errors import RecompprofError
+from recompprof.eventlog import SUFFIX, EventLogError, ReadStats, log_rank, run_files, scan_file
 from recompprof.events import Event
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
 
 
-_RANK_FILE = re.compile(r"rank(\d+)-\d+\.jsonl")
-
-
-class RunError(Exception):
+class RunError(RecompprofError):
     """The path cannot be read as a run; the message is one line naming the path and why."""
 
 
@@ -66,19 +63,14 @@ class EventStream:
 
     def ranks(self) -> list[int] | None:
         """The ranks named by the files, or None if a file's name does not say."""
-        ranks = [_rank_of(file) for file in self.files]
+        ranks = [log_rank(file) for file in self.files]
         return None if any(r is None for r in ranks) else sorted(set(ranks))  # type: ignore[type-var]
 
     def of_rank(self, rank: int) -> Iterator[Event]:
         """The events of one rank, reading only the files named for it."""
         for file in self.files:
-            if _rank_of(file) == rank:
+            if log_rank(file) == rank:
                 yield from (e for e in self._read(file) if e.rank == rank)
-
-
-def _rank_of(file: Path) -> int | None:
-    match = _RANK_FILE.fullmatch(file.name)
-    return int(match.group(1)) if match else None
 
 
 @dataclasses.dataclass
@@ -134,7 +126,7 @@ def load(path: Path) -> Run:
 
 
 def _has_event_logs(path: Path) -> bool:
-    return path.is_dir() and any(path.rglob("*.jsonl"))
+    return path.is_dir() and any(path.rglob(f"*{SUFFIX}"))
 
 
 def _load_trace(path: Path) -> Run:

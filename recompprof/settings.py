@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from recompprof.errors import RecompprofError
+
 ENV_PREFIX = "RECOMPPROF_"
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
@@ -22,7 +24,7 @@ _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9
 _NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID"}
 
 
-class ConfigError(ValueError):
+class ConfigError(RecompprofError, ValueError):
     """A setting has a value recompprof cannot use; the message names the setting."""
 
 

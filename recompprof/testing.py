@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from recompprof.counting import is_limit_hit, recompile_attempt
+from recompprof.errors import RuleBroken
 from recompprof.events import Compile, Event
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 _RECENT = 10_000
 
 
-class RecompiledError(AssertionError):
+class RecompiledError(RuleBroken, AssertionError):
     """Code recompiled more often than allowed; ``recompiles`` holds the offending compile events."""
 
     def __init__(self, message: str, recompiles: list[Compile]) -> None:

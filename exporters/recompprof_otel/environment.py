@@ -12,6 +12,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from recompprof.errors import RecompprofError
+
 HTTP_PROTOBUF = "http/protobuf"
 GRPC = "grpc"
 PROTOCOLS = (HTTP_PROTOBUF, GRPC)
@@ -29,7 +31,7 @@ _SAMPLERS = frozenset({
 _COMPRESSIONS = frozenset({"none", "gzip", "deflate"})
 
 
-class OtelConfigWarning(ValueError):
+class OtelConfigWarning(RecompprofError, ValueError):
     """One or more ``OTEL_*`` variables had values that were replaced by a default."""
 
 

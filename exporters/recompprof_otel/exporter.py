@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from recompprof import _internal
+from recompprof import _internal, forks
 from recompprof.events import Compile, RecompileLimitHit
 
 from recompprof_otel import environment, resource, transport
@@ -73,7 +73,7 @@ class OtelExporter:
         # Read by the session after start: compiles then carry the trace id their span is sent under.
         self.traces = False
         self._owns_provider = False
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
         self._active = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class OtelExporter:
                 session.identity.rank, self.dropped,
                 {"version": session.versions.get("recompprof", ""), "torch_version": session.versions.get("torch", "")},
             )
-        self._pid = os.getpid()
+        self._owner.claim()
         self._active = True
         self.traces = self._ids is not None  # a tracer that takes no ids of ours cannot name its traces
         # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
@@ -123,7 +123,7 @@ class OtelExporter:
         self._active = False
 
     def on_event(self, event: Event) -> None:
-        if not self._active or os.getpid() != self._pid or self._builder is None:
+        if not self._active or self._owner.forked() or self._builder is None:
             return
         with _internal.guard("otel.span"):
             if isinstance(event, Compile):
@@ -141,7 +141,7 @@ class OtelExporter:
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""
-        if not self._active or os.getpid() != self._pid:
+        if not self._active or self._owner.forked():
             return
         self._active = False
         provider = self.tracer_provider

@@ -14,19 +14,22 @@ import random
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+from recompprof import forks
+
 
 class PrivateRandomIdGenerator(IdGenerator):
     """Random W3C ids drawn from a ``random.Random`` owned by recompprof, reseeded in a forked child."""
 
     def __init__(self) -> None:
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
         self._random = random.Random(os.urandom(32))
         # The trace id the next root span takes (a compile's own ``trace_id``); used once, then random again.
         self.next_trace_id: int | None = None
 
     def _rng(self) -> random.Random:
-        if os.getpid() != self._pid:  # a forked child must not repeat its parent's ids
-            self._pid, self._random = os.getpid(), random.Random(os.urandom(32))
+        if self._owner.forked():  # a forked child must not repeat its parent's ids
+            self._owner.claim()
+            self._random = random.Random(os.urandom(32))
         return self._random
 
     def generate_span_id(self) -> int:

@@ -10,7 +10,6 @@ Send these *or* scrape the Prometheus exporter into one Prometheus, never both (
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
 
-from recompprof import _internal
+from recompprof import _internal, forks, metric_names as names
 from recompprof.aggregates import DURATION_BUCKETS
 from recompprof.counting import costs_seconds
 from recompprof.events import LIMITS
@@ -30,29 +29,11 @@ if TYPE_CHECKING:
 
     from recompprof.aggregates import Snapshot
     from recompprof.events import Compile
+    from recompprof.metric_names import MetricName
 
-# (instrument name, unit, the Prometheus name it becomes); tests check the translation.
-INSTRUMENTS: tuple[tuple[str, str, str], ...] = (
-    ("torch_compile.compiles", "{compile}", "torch_compile_compiles_total"),
-    ("torch_compile.recompiles", "{recompile}", "torch_compile_recompiles_total"),
-    ("torch_compile.steady_state_recompiles", "{recompile}", "torch_compile_steady_state_recompiles_total"),
-    ("torch_compile.guard_failures", "{failure}", "torch_compile_guard_failures_total"),
-    ("torch_compile.recompile_limit_hits", "{hit}", "torch_compile_recompile_limit_hits_total"),
-    ("torch_compile.compile_failures", "{failure}", "torch_compile_compile_failures_total"),
-    ("torch_compile.graph_breaks", "{break}", "torch_compile_graph_breaks_total"),
-    ("torch_compile.phase", "s", "torch_compile_phase_seconds_total"),
-    ("torch_compile.duration", "s", "torch_compile_duration_seconds"),
-    ("torch_compile.frame_compile", "s", "torch_compile_frame_compile_seconds_total"),
-    ("torch_compile.recompile", "s", "torch_compile_recompile_seconds_total"),
-    ("torch_compile.cache_lookups", "{lookup}", "torch_compile_cache_lookups_total"),
-    ("torch_compile.cache_saved", "s", "torch_compile_cache_saved_seconds_total"),
-    ("torch_compile.cache_entries", "{entry}", "torch_compile_cache_entries"),
-    ("torch_compile.recompile_limit", "{recompile}", "torch_compile_recompile_limit"),
-    ("torch_compile.last_compile_timestamp", "s", "torch_compile_last_compile_timestamp_seconds"),
-    ("torch_compile.training_step", "{step}", "torch_compile_training_step"),
-    ("recompprof.events_dropped", "{event}", "recompprof_events_dropped_total"),
-    ("recompprof.internal_errors", "{error}", "recompprof_internal_errors_total"),
-)
+# (instrument name, unit, the Prometheus name it becomes), from the table both exporters share;
+# tests check the translation.
+INSTRUMENTS: tuple[tuple[str, str, str], ...] = tuple((m.otel, m.otel_unit, m.exposed) for m in names.ALL if m.otel)
 
 Obs = Iterator[Observation]
 
@@ -62,22 +43,22 @@ class _ParentOnly:
 
     def __init__(self, inner: MetricExporter) -> None:
         self._inner = inner
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        if os.getpid() != self._pid:
+        if self._owner.forked():
             return MetricExportResult.SUCCESS
         return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        if os.getpid() == self._pid:
+        if not self._owner.forked():
             self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return os.getpid() != self._pid or bool(self._inner.force_flush(timeout_millis=timeout_millis))
+        return self._owner.forked() or bool(self._inner.force_flush(timeout_millis=timeout_millis))
 
 
 class OtelMetrics:
@@ -99,39 +80,38 @@ class OtelMetrics:
         reader = PeriodicExportingMetricReader(_ParentOnly(exporter))  # type: ignore[arg-type]
         self.provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
         meter = self.provider.get_meter("recompprof", build_info.get("version") or None)
-        units = {name: unit for name, unit, _ in INSTRUMENTS}
-        counters: dict[str, Callable[[Snapshot], Obs]] = {
-            "torch_compile.compiles": self._per_frame("compiles"),
-            "torch_compile.recompiles": self._per_frame("recompiles"),
-            "torch_compile.steady_state_recompiles": self._per_frame("steady_state_recompiles"),
-            "torch_compile.guard_failures": self._guard_failures,
-            "torch_compile.recompile_limit_hits": self._limit_hits,
-            "torch_compile.compile_failures": self._compile_failures,
-            "torch_compile.graph_breaks": lambda s: iter([Observation(s.graph_breaks, self._rank)]),
-            "torch_compile.phase": self._phases,
-            "torch_compile.frame_compile": self._per_frame("compile_seconds"),
-            "torch_compile.recompile": self._recompile_seconds,
-            "torch_compile.cache_lookups": self._cache_lookups,
-            "torch_compile.cache_saved": lambda s: iter([Observation(s.cache_seconds_saved, self._rank)]),
-            "recompprof.events_dropped": self._dropped,
-            "recompprof.internal_errors": self._internal_errors,
+        counters: dict[MetricName, Callable[[Snapshot], Obs]] = {
+            names.COMPILES: self._per_frame("compiles"),
+            names.RECOMPILES: self._per_frame("recompiles"),
+            names.STEADY_STATE_RECOMPILES: self._per_frame("steady_state_recompiles"),
+            names.GUARD_FAILURES: self._guard_failures,
+            names.LIMIT_HITS: self._limit_hits,
+            names.COMPILE_FAILURES: self._compile_failures,
+            names.GRAPH_BREAKS: lambda s: iter([Observation(s.graph_breaks, self._rank)]),
+            names.PHASE_SECONDS: self._phases,
+            names.FRAME_COMPILE_SECONDS: self._per_frame("compile_seconds"),
+            names.RECOMPILE_SECONDS: self._recompile_seconds,
+            names.CACHE_LOOKUPS: self._cache_lookups,
+            names.CACHE_SAVED_SECONDS: lambda s: iter([Observation(s.cache_seconds_saved, self._rank)]),
+            names.EVENTS_DROPPED: self._dropped,
+            names.INTERNAL_ERRORS: self._internal_errors,
         }
-        gauges: dict[str, Callable[[Snapshot], Obs]] = {
-            "torch_compile.cache_entries": self._cache_entries,
-            "torch_compile.recompile_limit": self._limits,
-            "torch_compile.last_compile_timestamp": self._last_compile,
-            "torch_compile.training_step": lambda s: iter([Observation(s.step, self._rank)]),
+        gauges: dict[MetricName, Callable[[Snapshot], Obs]] = {
+            names.CACHE_ENTRIES: self._cache_entries,
+            names.RECOMPILE_LIMIT: self._limits,
+            names.LAST_COMPILE: self._last_compile,
+            names.TRAINING_STEP: lambda s: iter([Observation(s.step, self._rank)]),
         }
-        for name, read in counters.items():
-            meter.create_observable_counter(name, callbacks=[self._callback(name, read)], unit=units[name])
-        for name, read in gauges.items():
-            meter.create_observable_gauge(name, callbacks=[self._callback(name, read)], unit=units[name])
+        for metric, read in counters.items():
+            meter.create_observable_counter(metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit)
+        for metric, read in gauges.items():
+            meter.create_observable_gauge(metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit)
         meter.create_observable_gauge(
-            "recompprof.build_info", callbacks=[lambda _o: [Observation(1, self._build_info)]],
+            names.BUILD_INFO.otel, callbacks=[lambda _o: [Observation(1, self._build_info)]],
             description="recompprof and torch versions (value 1)",
         )
         self._duration = meter.create_histogram(
-            "torch_compile.duration", unit="s", description="Wall time of one compile",
+            names.DURATION.otel, unit=names.DURATION.otel_unit, description="Wall time of one compile",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
 

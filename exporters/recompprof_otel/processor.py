@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from recompprof import _internal
+from recompprof import _internal, forks
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -58,7 +57,7 @@ class BoundedBatchProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._accepted = 0  # spans queued so far
         self._settled = 0  # spans exported, failed or dropped after being queued
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._in_flight = 0  # spans handed to the exporter whose export has not returned
@@ -73,7 +72,7 @@ class BoundedBatchProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if span.context is None or not span.context.trace_flags.sampled:
             return
-        if os.getpid() != self._pid:
+        if self._owner.forked():
             # Checked before taking the lock: another thread may have held it at fork time.
             self.counts[FORKED_CHILD] += 1
             return
@@ -97,7 +96,7 @@ class BoundedBatchProcessor(SpanProcessor):
         With ``down_timeout_s``, once the collector looks down the wait ends that long after.
         """
         deadline = time.monotonic() + timeout_millis / 1000.0
-        if os.getpid() != self._pid:
+        if self._owner.forked():
             return True
         with self._cond:
             if self._thread is None:
@@ -118,7 +117,7 @@ class BoundedBatchProcessor(SpanProcessor):
 
     def shutdown(self, timeout_millis: int = 30000, down_timeout_s: float | None = None) -> None:
         """Flush for at most ``timeout_millis`` (see force_flush), then stop; what is left is counted as dropped."""
-        if os.getpid() != self._pid:
+        if self._owner.forked():
             return
         with self._cond:
             if self._stopping:

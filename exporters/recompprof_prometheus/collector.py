@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
+from recompprof import metric_names as names
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
 from recompprof.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
@@ -74,44 +75,44 @@ class SnapshotCollector(Collector):
         compiles, recompiles, steady, guards, limit_hits, cache_entries, frame_seconds, lost = per_frame
 
         failures = CounterMetricFamily(
-            "torch_compile_compile_failures", "Compiles that raised, by exception class (closed list, else other).",
+            names.COMPILE_FAILURES.family, "Compiles that raised, by exception class (closed list, else other).",
             labels=("rank", "error_type"))
         for error_type in ERROR_TYPES:
             failures.add_metric((rank, error_type), snap.compile_failures.get(error_type, 0))
 
         graph_breaks = CounterMetricFamily(
-            "torch_compile_graph_breaks", "Graph breaks seen by compiles.", labels=("rank",))
+            names.GRAPH_BREAKS.family, "Graph breaks seen by compiles.", labels=("rank",))
         graph_breaks.add_metric((rank,), snap.graph_breaks)
 
         phases = CounterMetricFamily(
-            "torch_compile_phase_seconds", "Compile time by exclusive phase; phases sum to the total compile time.",
+            names.PHASE_SECONDS.family, "Compile time by exclusive phase; phases sum to the total compile time.",
             labels=("rank", "phase"), unit="seconds")
         for phase in PHASES:
             phases.add_metric((rank, phase), snap.phase_seconds.get(phase, 0.0))
 
         limits = GaugeMetricFamily(
-            "torch_compile_recompile_limit", "Recompile limits in force, so alerts can warn before the fallback.",
+            names.RECOMPILE_LIMIT.family, "Recompile limits in force, so alerts can warn before the fallback.",
             labels=("rank", "limit"))
         for limit in LIMITS:
             value = snap.limits.get(limit)
             if value is not None:  # None: not read from torch yet (before the session starts)
                 limits.add_metric((rank, limit), value)
 
-        step = GaugeMetricFamily("torch_compile_training_step", "The training step the process is at.", labels=("rank",))
+        step = GaugeMetricFamily(names.TRAINING_STEP.family, "The training step the process is at.", labels=("rank",))
         step.add_metric((rank,), snap.step)
 
         lookups = CounterMetricFamily(
-            "torch_compile_cache_lookups", "Compile-cache lookups (FX graph, AOTAutograd) by result, as torch counts them.",
+            names.CACHE_LOOKUPS.family, "Compile-cache lookups (FX graph, AOTAutograd) by result, as torch counts them.",
             labels=("rank", "cache", "result"))
         for cache in CACHES:
             for result in CACHE_RESULTS:
                 lookups.add_metric((rank, cache, result), snap.cache_lookups.get((cache, result), 0))
         saved = CounterMetricFamily(
-            "torch_compile_cache_saved_seconds", "Compile time that compile-cache hits saved, as torch reports it.",
+            names.CACHE_SAVED_SECONDS.family, "Compile time that compile-cache hits saved, as torch reports it.",
             labels=("rank",), unit="seconds")
         saved.add_metric((rank,), snap.cache_seconds_saved)
         skips = CounterMetricFamily(
-            "torch_compile_cudagraph_skips", "Compiles that run without CUDA graphs, by reason (closed list).",
+            names.CUDAGRAPH_SKIPS.family, "Compiles that run without CUDA graphs, by reason (closed list).",
             labels=("rank", "reason"))
         for reason in CUDAGRAPH_SKIPS:
             skips.add_metric((rank, reason), snap.cudagraph_skips.get(reason, 0))
@@ -120,7 +121,7 @@ class SnapshotCollector(Collector):
                               self._duration(snap), phases, cache_entries, limits, frame_seconds, lost, lookups, saved, skips]
         if snap.last_compile_time is not None:
             # No series before the first compile: a 0 timestamp would make time() - x alerts fire.
-            last = GaugeMetricFamily("torch_compile_last_compile_timestamp_seconds",
+            last = GaugeMetricFamily(names.LAST_COMPILE.family,
                                      "Unix time the last compile finished.", labels=("rank",))
             last.add_metric((rank,), snap.last_compile_time)
             fams.append(last)
@@ -132,26 +133,26 @@ class SnapshotCollector(Collector):
         rank = self._rank
         frames = sorted(snap.frames.items())
         compiles = CounterMetricFamily(
-            "torch_compile_compiles", "Frame compiles (attempts, forward graphs), by frame.", labels=("rank", "frame"))
+            names.COMPILES.family, "Frame compiles (attempts, forward graphs), by frame.", labels=("rank", "frame"))
         recompiles = CounterMetricFamily(
-            "torch_compile_recompiles", "Recompiles: compiles of a frame that already had a compiled entry.",
+            names.RECOMPILES.family, "Recompiles: compiles of a frame that already had a compiled entry.",
             labels=("rank", "frame"))
         steady = CounterMetricFamily(
-            "torch_compile_steady_state_recompiles", "Recompiles after the configured warm-up steps.",
+            names.STEADY_STATE_RECOMPILES.family, "Recompiles after the configured warm-up steps.",
             labels=("rank", "frame"))
         guards = CounterMetricFamily(
-            "torch_compile_guard_failures", "Guard failures by reason category (one compile can have several).",
+            names.GUARD_FAILURES.family, "Guard failures by reason category (one compile can have several).",
             labels=("rank", "frame", "reason"))
         limit_hits = CounterMetricFamily(
-            "torch_compile_recompile_limit_hits", "Times a frame hit a recompile limit and fell back.",
+            names.LIMIT_HITS.family, "Times a frame hit a recompile limit and fell back.",
             labels=("rank", "frame", "limit"))
         cache_entries = GaugeMetricFamily(
-            "torch_compile_cache_entries", "Compiled entries the frame holds now.", labels=("rank", "frame"))
+            names.CACHE_ENTRIES.family, "Compiled entries the frame holds now.", labels=("rank", "frame"))
         frame_seconds = CounterMetricFamily(
-            "torch_compile_frame_compile_seconds", "Compile time of a frame (all compiles and phases, backward included).",
+            names.FRAME_COMPILE_SECONDS.family, "Compile time of a frame (all compiles and phases, backward included).",
             labels=("rank", "frame"), unit="seconds")
         lost = CounterMetricFamily(
-            "torch_compile_recompile_seconds",
+            names.RECOMPILE_SECONDS.family,
             "Compile time lost to recompiles (and their backward compiles), by frame and the reason category "
             "that explains each recompile.", labels=("rank", "frame", "reason"), unit="seconds")
         for label, totals in frames:
@@ -184,26 +185,26 @@ class SnapshotCollector(Collector):
             else:
                 buckets.append((bound, cumulative))
         hist = HistogramMetricFamily(
-            "torch_compile_duration_seconds", "Wall time of one frame compile.", labels=("rank",), unit="seconds")
+            names.DURATION.family, "Wall time of one frame compile.", labels=("rank",), unit="seconds")
         hist.add_metric((self._rank,), buckets, snap.duration_sum)  # type: ignore[arg-type]
         return hist
 
     def _self_metrics(self, snap: Snapshot) -> list[Metric]:
         rank = self._rank
         ident = self._identity
-        build = GaugeMetricFamily("recompprof_build_info", "recompprof and library versions (value 1).",
+        build = GaugeMetricFamily(names.BUILD_INFO.family, "recompprof and library versions (value 1).",
                                   labels=("rank", *self._build_labels))
         build.add_metric((rank, *self._build_labels.values()), 1)
         process = GaugeMetricFamily(
-            "recompprof_process_info", "This process's place in the job (value 1).",
+            names.PROCESS_INFO.family, "This process's place in the job (value 1).",
             labels=("rank", "local_rank", "world_size", "local_world_size", "launcher"))
         process.add_metric((rank, str(ident.local_rank), str(ident.world_size), str(ident.local_world_size),
                             ident.launcher), 1)
-        dropped = CounterMetricFamily("recompprof_events_dropped", "Events recompprof dropped or folded, by reason.",
+        dropped = CounterMetricFamily(names.EVENTS_DROPPED.family, "Events recompprof dropped or folded, by reason.",
                                       labels=("rank", "reason"))
         for reason, n in sorted({**dict.fromkeys(DROP_REASONS, 0), **snap.events_dropped}.items()):
             dropped.add_metric((rank, reason), n)
-        errors = CounterMetricFamily("recompprof_internal_errors", "Internal recompprof errors (contained), by component.",
+        errors = CounterMetricFamily(names.INTERNAL_ERRORS.family, "Internal recompprof errors (contained), by component.",
                                      labels=("rank", "component"))
         for component, n in sorted({**dict.fromkeys(COMPONENTS, 0), **snap.internal_errors}.items()):
             errors.add_metric((rank, component), n)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from recompprof import _internal
+from recompprof import _internal, forks
 from recompprof.settings import ConfigError
 
 from recompprof_prometheus import multiprocess, server
@@ -55,7 +54,7 @@ class PrometheusExporter:
         self.periodic: Periodic | None = None
         self._atexit_installed = False
         self._stopped = False
-        self._pid = os.getpid()
+        self._owner = forks.Owner()
         self._rank = 0
 
     # -- Exporter protocol --------------------------------------------------------------------
@@ -93,7 +92,7 @@ class PrometheusExporter:
             self.periodic.poke()
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        if self._stopped or os.getpid() != self._pid:
+        if self._stopped or self._owner.forked():
             # In a forked child (atexit, inherited SIGTERM handler) the server thread and the periodic
             # writer exist only in the parent: joining them would hang, pushing would duplicate the rank.
             return
@@ -178,7 +177,4 @@ def _validate(s: Settings) -> None:
         raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
                           "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
     if s.prometheus_basic_auth is not None:
-        user, sep, _ = s.prometheus_basic_auth.partition(":")
-        if not sep or not user:
-            raise ConfigError("recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
-                              "expected 'user:password'")
+        server.check_credentials(s.prometheus_basic_auth)

@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
+from recompprof.errors import RecompprofError
+
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _FamilyCache = dict[int, tuple[Metric, str]]
 _CACHE_LIMIT = 20_000  # label sets are closed vocabularies; this only guards against a misuse
 
 
-class Unsupported(Exception):
+class Unsupported(RecompprofError):
     """The families need prometheus_client's general writer."""
 
 

@@ -54,12 +54,17 @@ class _QuietHandler(WSGIRequestHandler):
         """Scrapes every few seconds would flood the training log."""
 
 
-def basic_auth(app: WSGIApp, credentials: str) -> WSGIApp:
-    """Wrap ``app`` so it answers 401 unless the request carries ``credentials`` ("user:password")."""
-    user, sep, password = credentials.partition(":")
+def check_credentials(credentials: str) -> None:
+    """Raise ConfigError unless ``credentials`` is "user:password" with a non-empty user."""
+    user, sep, _ = credentials.partition(":")
     if not sep or not user:
         raise ConfigError("recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
                           "expected 'user:password'")
+
+
+def basic_auth(app: WSGIApp, credentials: str) -> WSGIApp:
+    """Wrap ``app`` so it answers 401 unless the request carries ``credentials`` ("user:password")."""
+    check_credentials(credentials)
     expected = base64.b64encode(credentials.encode()).decode()
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

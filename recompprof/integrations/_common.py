@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal, session as session_module, settings as settings_module
+from recompprof.errors import RuleBroken
 from recompprof.events import Compile, Event
 from recompprof.identity import Identity, detect
 from recompprof.session import Session
@@ -23,7 +24,7 @@ PREFIX = "recompprof/"
 _WARMUP_ENV = settings_module.ENV_PREFIX + "WARMUP_STEPS"
 
 
-class SteadyStateRecompileError(RuntimeError):
+class SteadyStateRecompileError(RuleBroken, RuntimeError):
     """Raised by a callback with ``fail_on_steady_state_recompiles=True`` after a recompile past the warm-up."""
 
 

@@ -1,0 +1,99 @@
+"""The error hierarchy and the one table that maps errors to the command's exit codes (docs/cli.md)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+from recorded_runs import cli
+
+from recompprof import cli as cli_module
+from recompprof.errors import CommandError, RecompprofError, RuleBroken
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+# A row of the error table in docs/cli.md: | `package.module.Class` ... | code | when |
+_ROW = re.compile(r"^\| `(recompprof[\w.]*)\.(\w+)`[^|]*\| (\d+) \|", re.MULTILINE)
+
+# Every error class recompprof raises on purpose, with the builtin base callers catch it by.
+CLASSES: dict[str, type[BaseException]] = {
+    "recompprof.settings.ConfigError": ValueError,
+    "recompprof.exporting.ExporterUnavailable": ValueError,
+    "recompprof_prometheus.server.PortInUse": ValueError,
+    "recompprof.errors.CommandError": Exception,
+    "recompprof.runs.RunError": Exception,
+    "recompprof.eventlog.EventLogError": Exception,
+    "recompprof.ingest.IngestError": Exception,
+    "recompprof.check.CheckInputError": ValueError,
+    "recompprof_otel.environment.OtelConfigWarning": ValueError,
+    "recompprof_prometheus.render.Unsupported": Exception,
+    "recompprof.testing.RecompiledError": AssertionError,
+    "recompprof.integrations.SteadyStateRecompileError": RuntimeError,
+}
+
+
+def _load(dotted: str) -> type[BaseException]:
+    module, _, name = dotted.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    assert isinstance(cls, type) and issubclass(cls, BaseException)
+    return cls
+
+
+def _instance(cls: type[BaseException]) -> BaseException:
+    return cls("message", []) if cls.__name__ == "RecompiledError" else cls("message")
+
+
+def _documented() -> dict[str, int]:
+    return {f"{module}.{name}": int(code) for module, name, code in _ROW.findall(DOC.read_text(encoding="utf-8"))}
+
+
+def test_every_error_has_the_common_base_and_keeps_its_builtin_base() -> None:
+    """Each error class derives from RecompprofError and still from the builtin base existing callers catch."""
+    for dotted, builtin in CLASSES.items():
+        cls = _load(dotted)
+        assert issubclass(cls, RecompprofError), dotted
+        assert issubclass(cls, builtin), dotted
+        assert isinstance(_instance(cls), RecompprofError)
+
+
+def test_docs_list_every_error_class_and_the_table_gives_its_documented_code() -> None:
+    """docs/cli.md names every error class once, and exit_code() returns the code the docs give for it."""
+    documented = _documented()
+    assert set(documented) == set(CLASSES)
+    for dotted, code in documented.items():
+        assert cli_module.exit_code(_instance(_load(dotted))) == code, dotted
+    # The codes themselves: rules the user set -> 1 (like a failed check), everything else -> 2.
+    assert documented["recompprof.testing.RecompiledError"] == cli_module.EXIT_VIOLATIONS == 1
+    assert documented["recompprof.integrations.SteadyStateRecompileError"] == 1
+    assert documented["recompprof.settings.ConfigError"] == cli_module.EXIT_USAGE == 2
+
+
+def test_exit_codes_of_what_is_not_a_recompprof_error() -> None:
+    """Ctrl-C exits 130, a closed pipe 0, and any other exception (a recompprof bug) 2."""
+    assert cli_module.exit_code(KeyboardInterrupt()) == 130
+    assert cli_module.exit_code(BrokenPipeError()) == 0
+    assert cli_module.exit_code(ZeroDivisionError("x")) == 2
+    assert cli_module.exit_code(RuleBroken("x")) == 1
+    assert cli_module.exit_code(CommandError("x")) == 2
+
+
+def test_main_prints_one_error_line_and_returns_the_table_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A RunError (missing path) and a CommandError (no rule) each end main() with one stderr line and code 2."""
+    missing = tmp_path / "absent"
+    assert cli_module.main(["report", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"recompprof: error: {missing}: no such file or directory"]
+    assert cli_module.main(["check", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("recompprof: error: no rule given") and len(err.splitlines()) == 1
+
+
+def test_diff_names_both_unreadable_runs(tmp_path: Path) -> None:
+    """diff with two bad paths reports both, one line each, then exits 2 (the real command)."""
+    done = cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and str(tmp_path / "a") in lines[0] and str(tmp_path / "b") in lines[1]
+    assert all(line.startswith("recompprof: error:") for line in lines)
+

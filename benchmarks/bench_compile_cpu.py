@@ -82,8 +82,11 @@ def hook_cost_ns(n: int = 50_000) -> dict[str, float]:
     tap.install()
     hooked = torch_logging.trace_structured
     out: dict[str, list[float]] = {"artifact": [], "other": []}
-    metadata = lambda: {"name": "inductor_output_code", "filename": "x.py"}
-    payload = lambda: "..."
+    def metadata() -> dict[str, str]:
+        return {"name": "inductor_output_code", "filename": "x.py"}
+
+    def payload() -> str:
+        return "..."
     try:
         for _ in range(5):
             for kind, name in (("artifact", "artifact"), ("other", "inductor_post_grad_graph")):

@@ -91,9 +91,9 @@ def main() -> int:
         child(args.child, args.steps, args.recompile_every)
         return 0
     sys.path.insert(0, str(REPO / "tests"))
-    from otlp_receiver import OtlpReceiver, hanging_endpoint, refused_endpoint
-
     import tempfile
+
+    from otlp_receiver import OtlpReceiver, hanging_endpoint, refused_endpoint
 
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
     ratios: dict[str, list[float]] = {c: [] for c in CONFIGS}

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from grafana_foundation_sdk.builders import bargauge, common as common_builders, dashboard, heatmap, prometheus
-from grafana_foundation_sdk.builders import stat, table, timeseries
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    common as common_builders,
+    dashboard,
+    heatmap,
+    prometheus,
+    stat,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableRefresh, VariableSort
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from recompprof.errors import RecompprofError  # noqa: E402
-from recompprof.events import CATEGORIES, PHASES  # noqa: E402
-from recompprof.session import Session, attach, current, report  # noqa: E402
-from recompprof.settings import ConfigError, Settings  # noqa: E402
+from recompprof.errors import RecompprofError
+from recompprof.events import CATEGORIES, PHASES
+from recompprof.session import Session, attach, current, report
+from recompprof.settings import ConfigError, Settings
 
 __all__ = [
     "CATEGORIES",

@@ -37,8 +37,8 @@ def record(component: str, exc: BaseException, hint: str = "") -> None:
                     "later ones are only counted)%s", component, f": {hint}" if hint else "", exc_info=exc)
 
 
-class guard:
-    """``with guard(component, hint):`` runs a block whose failure must not propagate into torch or the training loop.
+class contain:
+    """``with contain(component, hint):`` runs a block whose failure must not propagate into torch or the training loop.
 
     A class rather than a ``contextlib.contextmanager`` generator: it sits on the compile path dozens of times
     per compile (torch's trace hook), and entering a generator-based one costs several times more.

@@ -99,7 +99,7 @@ class Adapters:
         for name, adapter in self._ordered():
             try:
                 adapter.install()
-            except Exception as exc:  # noqa: BLE001 - a missing or changed torch internal turns the signal off
+            except Exception as exc:  # a missing or changed torch internal turns the signal off
                 _internal.record(f"torch.{name}", exc, "signal turned off")
                 self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
                 if _internal._raise:

@@ -180,7 +180,7 @@ class Aggregates:
         cause = self.causes.cause_of(event)
         if cause is not None:
             # The cause's frame is the forward's; a backward of an unknown frame still lands on it.
-            self._totals(cause.frame).recompile_seconds[cause.category] += event.duration
+            self._totals(cause.frame).recompile_seconds[cause.category] += event.duration  # type: ignore[assignment]  # float seconds in a Counter
         for cache, results in event.cache_lookups.items():
             for result, count in results.items():
                 self.cache_lookups[(cache, result)] += count

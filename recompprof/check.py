@@ -122,9 +122,10 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
                              f"{where}: {report.compile_seconds:.2f} s compiling{after} > max {rules.max_compile_seconds:g} s "
                              f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
     if rules.max_recompile_seconds is not None and report.recompile_seconds > rules.max_recompile_seconds:
-        top = report.ranked_causes()[:3]
-        causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}" for c in top)
-        out.append(Violation("max_recompile_seconds", rank, top[0].frame,
+        costliest = report.ranked_causes()[:3]
+        causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
+                           for c in costliest)
+        out.append(Violation("max_recompile_seconds", rank, costliest[0].frame,
                              f"{where}: {report.recompile_seconds:.2f} s lost to recompiles{after} > max "
                              f"{rules.max_recompile_seconds:g} s (fix first: {causes})"))
     for rule, value, limit, what in (

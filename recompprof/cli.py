@@ -53,19 +53,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
 
-    from recompprof import demo, run
+    from recompprof import demo, launch
 
     p = sub.add_parser("demo", help="train a small model on CPU that recompiles, with live metrics and a report",
                        formatter_class=_Formatter, description=demo.__doc__)
     demo.add_arguments(p)
 
     p = sub.add_parser("run", help="profile an unmodified program: recompprof run [options] -- python train.py",
-                       formatter_class=_Formatter, description=run.__doc__,
+                       formatter_class=_Formatter, description=launch.__doc__,
                        epilog="exit code: the program's own (127: command not found; 2: a bad setting)")
     p.add_argument("--run-dir", type=Path, default=None, help="where every process writes its event log "
                    "(RECOMPPROF_RUN_DIR; default recompprof-runs/<run id>)")
     p.add_argument("--quiet", action="store_true", help="do not print the summary when the program ends")
-    run.add_settings_options(p)
+    launch.add_settings_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
 
     p = sub.add_parser("report", help="the report of a run (terminal, or --html FILE)", formatter_class=_Formatter,
@@ -279,9 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return demo.main(args)
         if args.subcommand == "run":
-            from recompprof import run
+            from recompprof import launch
 
-            return run.main(args)
+            return launch.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[args.subcommand](args)
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - every error is one line, never a traceback
         _explain(exc)

@@ -121,7 +121,7 @@ def _frame_compile_count(compile_id: Any) -> int | None:
 _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
 
 
-class Explained(tuple):  # type: ignore[type-arg]
+class Explained(tuple[Any, ...]):
     """``(kept reasons, omitted counts by category)``, plus ``first_size_change``: False when the explaining
     reason is a size change of a tensor dim that already changed on this frame (so it is not automatic
     dynamic shapes warming up: that happens once per dim)."""

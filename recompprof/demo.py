@@ -27,7 +27,7 @@ SEQ_LENGTHS = (32, 48, 64)
 
 
 def _model(torch: Any) -> Any:
-    nn = torch.nn
+    nn: Any = torch.nn
 
     class TinyLM(nn.Module):
         """Two transformer blocks; ``drop_path`` is the module flag the demo flips mid-run."""

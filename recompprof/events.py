@@ -7,7 +7,7 @@ removing or changing the meaning of one needs a new ``SCHEMA_VERSION``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -194,7 +194,7 @@ class SessionEnd(_Event):
 
 
 Event = Annotated[
-    Union[SessionStart, Compile, GraphBreak, RecompileLimitHit, SignalChange, SessionEnd],
+    SessionStart | Compile | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

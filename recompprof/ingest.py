@@ -215,7 +215,7 @@ class _Converter:
         key = self._key(record)
         if stack and key is not None and isinstance(stack[-1], dict):
             top = stack[-1]
-            file = self.strings.get(top.get("filename"), str(top.get("filename", "<unknown>")))
+            file = self.strings.get(top.get("filename", -1), str(top.get("filename", "<unknown>")))
             if self.correlation.frame_of_frame_id(str(key[0])) is None:
                 self.correlation.name_frame_id(str(key[0]), Frame(name=str(top.get("name", "<unknown>")), file=file,
                                                                   line=int(top.get("line") or 0)))

@@ -181,9 +181,9 @@ def _identity_category(subject: str, expected: str | None, current: str | None) 
     ``expected`` is the kind torch guarded (its annotation, or a singleton's id), ``current`` the kind
     the live object has now (``kinds``); a kind that changed between calls is a ``type`` change.
     """
-    if expected and current and expected.rsplit(".", 1)[-1] != current.rsplit(".", 1)[-1]:
-        if not (_kind_group(expected) == _kind_group(current) == "scalar"):
-            return "type"
+    if (expected and current and expected.rsplit(".", 1)[-1] != current.rsplit(".", 1)[-1]
+            and not (_kind_group(expected) == _kind_group(current) == "scalar")):
+        return "type"
     kind = current or expected
     root = _ROOT.match(subject)
     attribute = bool(re.search(r"\.\w", subject[root.end() if root else 0 :])) and not _DUNDER_TAIL.search(subject)
@@ -354,7 +354,7 @@ def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
         category, subject = _classify(expr, kinds)
         subject = _clean(subject, MAX_SUBJECT)
         shown = _redacted(category, subject, expr) if redact else re.sub(r"(?<!\s)\s{2,}#\s", "  # ", part)
-        reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))  # type: ignore[arg-type]
+        reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))
     if not reasons:  # every failing entry yields at least one reason
         # An empty text is a guard torch could not describe (before 2.8 the backend guard: "0/0: ").
         said = (body[m.end() :] if m else body).strip() and text.strip()

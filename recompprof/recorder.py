@@ -79,7 +79,7 @@ class CompileRecorder:
             if len(self.pending_reasons) > MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
                 del self.pending_reasons[next(iter(self.pending_reasons))]
 
-    def on_profile_reuse(self, code: CodeType, compile_id: str, texts: list[str]) -> None:
+    def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
         """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
         recorded with its reasons; no trace ran, so it takes no compile time."""
         with self._lock:
@@ -89,7 +89,7 @@ class CompileRecorder:
             frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
             reasons, omitted = self.explainer.explain(frame, [t for t in texts if not profile.is_own_reason(t)])
             step = self._step
-            self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id,
+            self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id or "?",
                                is_recompile=True, reasons=reasons, reasons_omitted=omitted,
                                steady_state=step >= self.settings.warmup_steps))
 
@@ -144,11 +144,11 @@ class CompileRecorder:
                 self.correlation.name_frame_id(frame_id, frame, code_key)
             call_site = torch_frames.call_site(ctx, self.settings.redact)
             if ctx is not None:
-                with _internal.guard("torch.guard_set"):
+                with _internal.contain("torch.guard_set"):
                     fingerprint = guard_set(ctx.guarded_code)
             if adapters is not None:
                 # A changed torch internal loses this compile's reasons, never the compile itself.
-                with _internal.guard("torch.guard_failures", "guard-failure reasons are missing from compile events"):
+                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile events"):
                     texts = adapters.guards.take(*code_key)[1]
             texts += self._take_pending(code_key)
             profile = adapters.profile if adapters is not None else None
@@ -158,7 +158,7 @@ class CompileRecorder:
             breaks = self.correlation.compiled(compile_id, frame)
             counter = adapters.break_counter if adapters is not None else None
             if counter is not None:
-                with _internal.guard("torch.graph_breaks", "graph breaks are not recorded"):
+                with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
                     breaks += [GraphBreak(time=now, rank=self.rank, step=step, frame=frame, compile_id=compile_id,
                                           reason=graph_break_text(text, self.settings.redact), count=count)
                                for text, count in counter.take()]

@@ -26,6 +26,7 @@ from recompprof.events import (
     CACHE_RESULTS,
     CACHES,
     PHASES,
+    Category,
     Compile,
     Event,
 )
@@ -250,7 +251,7 @@ def build_report(events: Iterable[Event]) -> Report:
     return report
 
 
-def _add_omitted(frame: FrameReport, omitted: dict[str, int]) -> None:
+def _add_omitted(frame: FrameReport, omitted: dict[Category, int]) -> None:
     """Guard failures an event counted but did not list (past its per-event cap)."""
     for category, count in omitted.items():
         _group(frame, category, "(more cache entries)", "").failures += count
@@ -348,7 +349,7 @@ def _add_compile(report: Report, event: Compile) -> None:
     report.cache_seconds_saved += event.cache_seconds_saved or 0.0
     for function, seconds in event.trace_seconds_by_function.items():
         if function in report.trace_seconds_by_function or len(report.trace_seconds_by_function) < MAX_FUNCTIONS:
-            report.trace_seconds_by_function[function] += seconds
+            report.trace_seconds_by_function[function] += seconds  # type: ignore[assignment]  # float seconds in a Counter
 
 
 def _add_cause(report: Report, event: Compile) -> None:
@@ -528,7 +529,7 @@ def render_text(report: Report, width: int = 160) -> str:
     _print_fix_first(console, report, hints, steps=steps_known)
 
     counts = ("Compiles", "Recompiles", "Steady-state", "Limit hits", "Graph breaks", "Failures", "Compile s")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (
             f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
             str(f.recompiles), str(f.steady_state_recompiles) if steps_known else "-",
@@ -542,12 +543,12 @@ def render_text(report: Report, width: int = 160) -> str:
                                     "Graph breaks", "Failures", "Compile s"), rows, right=counts,
                          fold=("Frame", "Recompile steps")))
 
-    why = [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
+    why_rows: list[tuple[str, ...]] = [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
             hints.get(g.category, "")) for f in frames for g in f.top_reasons()]
-    if why:
+    if why_rows:
         console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
                              "cache entry; example = one reason text torch gave)",
-                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example", "Fix hint"), why,
+                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example", "Fix hint"), why_rows,
                              right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example", "Fix hint")))
     else:
         console.print("\nNo guard failures recorded.")

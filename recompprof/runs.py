@@ -63,8 +63,8 @@ class EventStream:
 
     def ranks(self) -> list[int] | None:
         """The ranks named by the files, or None if a file's name does not say."""
-        ranks = [log_rank(file) for file in self.files]
-        return None if any(r is None for r in ranks) else sorted(set(ranks))  # type: ignore[type-var]
+        ranks = [rank for file in self.files if (rank := log_rank(file)) is not None]
+        return sorted(set(ranks)) if len(ranks) == len(self.files) else None
 
     def of_rank(self, rank: int) -> Iterator[Event]:
         """The events of one rank, reading only the files named for it."""

@@ -12,7 +12,6 @@ import atexit
 import collections
 import dataclasses
 import logging
-import os
 import signal
 import threading
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recompprof import _internal, exporting, settings as settings_module
+from recompprof import _internal, exporting, forks, settings as settings_module
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 from recompprof.adapters import Adapters
@@ -108,7 +107,7 @@ class Session:
         self._open_event_log()
         self._undo.extend(self._adapters.install())
         for exporter in exporters:
-            with _internal.guard(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
+            with _internal.contain(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
                 exporter.start(self)
                 self._exporters.append(exporter)
         # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
@@ -160,13 +159,13 @@ class Session:
         with _attach_lock:
             if self._closed:
                 return
-            if os.getpid() != self.identity.pid:
+            if forks.forked_from(self.identity.pid):
                 # A forked child (its atexit hooks, an inherited SIGTERM handler): the server, threads and
                 # files belong to the parent; shutting them down here would block on a thread that never forked.
                 self._closed = True
                 return
             for name, undo in reversed(self._undo):
-                with _internal.guard(f"detach.{name}"):
+                with _internal.contain(f"detach.{name}"):
                     undo()
             self._undo.clear()
             with self._lock:
@@ -174,10 +173,10 @@ class Session:
                 self._emit(self._session_end())
                 self._closed = True
             for exporter in reversed(self._exporters):
-                with _internal.guard(f"exporter.{exporter.name}"):
+                with _internal.contain(f"exporter.{exporter.name}"):
                     exporter.shutdown(5.0)
             if self._writer is not None:
-                with _internal.guard("eventlog", "the event log could not be flushed at detach; check free space"):
+                with _internal.contain("eventlog", "the event log could not be flushed at detach; check free space"):
                     self._writer.close()
             if _current is self:
                 _current = None
@@ -225,7 +224,7 @@ class Session:
         for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
             counts = getattr(exporter, "dropped", None)
             if callable(counts):
-                with _internal.guard(f"exporter.{exporter.name}"):
+                with _internal.contain(f"exporter.{exporter.name}"):
                     for reason, n in counts().items():
                         dropped[f"{exporter.name}_{reason}"] = n
         return dataclasses.replace(snap, events_dropped=dropped)
@@ -265,13 +264,13 @@ class Session:
     def _emit(self, event: Event) -> None:
         with self._lock:
             # A forked child (DataLoader worker, compile pool) inherits the session: it must stay silent.
-            if self._closed or os.getpid() != self.identity.pid:
+            if self._closed or forks.forked_from(self.identity.pid):
                 return
             self._recent.append(event)
-            with _internal.guard("aggregates"):
+            with _internal.contain("aggregates"):
                 self.aggregates.add(event)
             if self._writer is not None:
-                with _internal.guard("eventlog", f"the event log {self._writer.path} could not be written; check that "
+                with _internal.contain("eventlog", f"the event log {self._writer.path} could not be written; check that "
                                      "its directory exists, is writable and has free space"):
                     if self._writer.reopen_if_deleted():
                         _internal.record("eventlog.deleted", FileNotFoundError(f"{self._writer.path} was deleted"),
@@ -279,10 +278,10 @@ class Session:
                                          "the same path (events before that are lost): do not clean up a live run directory")
                     self._writer.write(event)
             for exporter in self._exporters:
-                with _internal.guard(f"exporter.{exporter.name}"):
+                with _internal.contain(f"exporter.{exporter.name}"):
                     exporter.on_event(event)
             for listener in self._listeners:
-                with _internal.guard("listener"):
+                with _internal.contain("listener"):
                     listener(event)
 
     # -- bookends ---------------------------------------------------------------------------------

@@ -152,5 +152,5 @@ def _allowed(name: str) -> str:
             return inner.replace("'", "")
     symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
     bounds = [f"{sym} {getattr(m, key)}" for m in field.metadata for key, sym in symbols.items() if hasattr(m, key)]
-    name = field.annotation.__name__ if hasattr(field.annotation, "__name__") else text
+    name = getattr(field.annotation, "__name__", text)
     return f"{name} {', '.join(bounds)}".strip()

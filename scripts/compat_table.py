@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
         elif counts is None:
             cells.append("no test results")
         else:
-            cells.append("%d / %d / %d" % counts)
+            cells.append("{} / {} / {}".format(*counts))
         cells += [str(run.get("install_s", "?")), str(run.get("tests_s", "?")), run.get("commit") or "?"]
         rows.append(cells)
         failed = bool(run.get("install_rc")) or counts is None or counts[1] > 0 or run.get("tests_rc") not in (0, None)

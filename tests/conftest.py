@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from recompprof import _internal  # noqa: E402
+from recompprof import _internal
 
 
 @pytest.fixture(autouse=True)

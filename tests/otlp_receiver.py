@@ -78,7 +78,7 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 encoding = (self.headers.get("Content-Encoding") or "").lower()
                 if encoding == "gzip":

@@ -68,7 +68,7 @@ def _process(args: Sequence[str], log: Path, ready_url: str) -> Iterator[subproc
     try:
         try:
             wait_http(ready_url, proc=proc)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever kept it from starting, show the server's own log
             raise RuntimeError(f"{args[0]} failed to start:\n{log.read_text(errors='replace')[-3000:]}") from None
         yield proc
     finally:

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from servers import REPO, alertmanager, free_port, prometheus, train_process, wait_for_line
 
 sys.path.insert(0, str(REPO))
 
-from dashboards import DEFAULT, rules  # noqa: E402
+from dashboards import DEFAULT, rules
 
 pytestmark = pytest.mark.servers
 
@@ -39,7 +38,7 @@ class Webhook:
         received = self.payloads
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
                 self.send_response(200)
                 self.end_headers()

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from scenarios import SCENARIOS, eager
 
 import recompprof
 from recompprof._torch.versions import torch_info
 from recompprof.events import Compile, GraphBreak
-from scenarios import SCENARIOS, eager
 
 pytestmark = pytest.mark.torch_compat
 
@@ -46,9 +46,8 @@ def test_compile_failure_recorded_with_error_type(tmp_path: Path) -> None:
     def fails(x: torch.Tensor) -> torch.Tensor:
         return x.sin()
 
-    with recompprof.attach(run_dir=tmp_path) as session:
-        with pytest.raises(Exception, match="backend exploded"):
-            torch.compile(fails, backend=exploding_backend)(torch.ones(2))
+    with recompprof.attach(run_dir=tmp_path) as session, pytest.raises(Exception, match="backend exploded"):
+        torch.compile(fails, backend=exploding_backend)(torch.ones(2))
     failed = [e for e in session.recent_events() if isinstance(e, Compile) and e.outcome == "failed"]
     assert len(failed) == 1 and failed[0].frame.name == "fails"
     assert failed[0].fail_type == "BackendCompilerFailed"

@@ -13,9 +13,9 @@ from recorded_runs import ROOT, RecordedRun, clean_env, cli, record
 
 from recompprof.check import CheckInputError, Rules, check
 from recompprof.diff import compare, render
-from recompprof.reporting import build_report
 from recompprof.eventlog import read_run
 from recompprof.events import Compile
+from recompprof.reporting import build_report
 from recompprof.testing import RecompiledError, assert_no_recompiles, capture_events
 
 

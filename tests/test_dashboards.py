@@ -17,14 +17,14 @@ from typing import Any
 
 import promql_parser
 import pytest
-
 from servers import REPO, free_port, prometheus, train_process, wait_for_line
 
 sys.path.insert(0, str(REPO))
 
-from dashboards import DEFAULT  # noqa: E402
-from dashboards.generate import dashboards, stale  # noqa: E402
-from test_rules import CONTRACT, metric_names  # noqa: E402
+from test_rules import CONTRACT, metric_names
+
+from dashboards import DEFAULT
+from dashboards.generate import dashboards, stale
 
 JSON_DIR = REPO / "dashboards/json"
 VARIABLES = ("datasource", "namespace", "job", "rank", "frame")
@@ -115,7 +115,7 @@ def test_every_query_parses_and_selects_job_and_rank() -> None:
             def check(node: object, where: str = f"{name}: {panel['title']}") -> None:
                 if isinstance(node, promql_parser.VectorSelector) and node.name:
                     labels = {m.name for m in node.matchers.matchers}
-                    assert SCOPE <= labels, f"{where}: {node.name} lacks {SCOPE - labels}"
+                    assert labels >= SCOPE, f"{where}: {node.name} lacks {SCOPE - labels}"
 
             promql_parser.walk(parsed, check)
 
@@ -181,7 +181,7 @@ def _otlp_sink() -> ThreadingHTTPServer:
     """An HTTP server that accepts (and drops) every OTLP export, so the span exporter succeeds."""
 
     class Accept(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:  # http.server's naming
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")

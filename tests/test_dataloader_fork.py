@@ -9,6 +9,7 @@ process with a hard timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,10 +148,8 @@ def _run(tmp: Path, script: str, ending: str) -> tuple[subprocess.CompletedProce
         stdout, _ = proc.communicate()
         pytest.fail(f"job did not exit within {TIMEOUT}s:\n{stdout[-3000:]}")
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # nothing of the job may outlive it
-        except ProcessLookupError:
-            pass
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout), port, run_dir
 
 

@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-
 from servers import REPO, need
 
 sys.path.insert(0, str(REPO))
 
-from dashboards import DEFAULT  # noqa: E402
-from dashboards.generate import RULES_FILE  # noqa: E402
-from recompprof.settings import ENV_PREFIX, Settings  # noqa: E402
+from dashboards import DEFAULT
+from dashboards.generate import RULES_FILE
+from recompprof.settings import ENV_PREFIX, Settings
 
 KUBE = REPO / "deploy/kubernetes"
 COMPOSE = REPO / "deploy/compose"

@@ -21,17 +21,17 @@ import pytest
 
 pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install recompprof[lightning])")
 
-import lightning.pytorch as pl  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from lightning.pytorch.loggers import CSVLogger  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-import recompprof  # noqa: E402
-from recompprof.eventlog import read_file, read_run  # noqa: E402
-from recompprof.events import Compile, Event, SessionEnd, SessionStart  # noqa: E402
-from recompprof.integrations.lightning import RecompprofCallback, SteadyStateRecompileError  # noqa: E402
+import recompprof
+from recompprof.eventlog import read_file, read_run
+from recompprof.events import Compile, Event, SessionEnd, SessionStart
+from recompprof.integrations.lightning import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",
            "recompprof/recompile_limit_hits")

@@ -20,14 +20,14 @@ import pytest
 pytest.importorskip("transformers", reason="the transformers extra is not installed (pip install recompprof[transformers])")
 pytest.importorskip("accelerate", reason="the transformers extra is not installed (pip install recompprof[transformers])")
 
-import torch  # noqa: E402
-from torch.utils.data import Dataset  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+import torch
+from torch.utils.data import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
-import recompprof  # noqa: E402
-from recompprof.eventlog import read_file  # noqa: E402
-from recompprof.events import Compile, Event, SessionEnd, SessionStart  # noqa: E402
-from recompprof.integrations.transformers import RecompprofCallback, SteadyStateRecompileError  # noqa: E402
+import recompprof
+from recompprof.eventlog import read_file
+from recompprof.events import Compile, Event, SessionEnd, SessionStart
+from recompprof.integrations.transformers import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",
            "recompprof/recompile_limit_hits")

@@ -12,15 +12,25 @@ from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from servers import need
 
-from recompprof import _internal
-from recompprof import settings as settings_module
+from recompprof import _internal, settings as settings_module
 from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES, Compile, Frame, GraphBreak, Reason, RecompileLimitHit
+from recompprof.events import (
+    CACHE_RESULTS,
+    CACHES,
+    CATEGORIES,
+    LIMITS,
+    PHASES,
+    Compile,
+    Frame,
+    GraphBreak,
+    Reason,
+    RecompileLimitHit,
+)
 from recompprof.identity import Identity
 from recompprof.session import Session
 from recompprof_prometheus import SnapshotCollector
-from servers import need
 
 # docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
 CONTRACT: dict[str, tuple[str, set[str]]] = {
@@ -241,9 +251,9 @@ def test_internal_errors_come_from_the_snapshot() -> None:
     """An internal error recorded by any component is exported in recompprof_internal_errors_total{component}."""
     session = make_session()
     _internal.raise_internal_errors(False)
-    with _internal.guard("prometheus.textfile"):
+    with _internal.contain("prometheus.textfile"):
         raise OSError("disk full")
-    with _internal.guard("eventlog"):
+    with _internal.contain("eventlog"):
         raise OSError("disk full")
     text = scrape(session)
     assert value(text, "recompprof_internal_errors_total", component="prometheus.textfile") == 1
@@ -279,7 +289,7 @@ def test_fast_writer_is_byte_identical_to_prometheus_client() -> None:
         families = collector.families(session.snapshot())
 
         class Fixed:
-            def collect(self) -> list[Any]:
+            def collect(self, families: list[Any] = families) -> list[Any]:
                 return families
 
         assert renderer.text(families) == generate_latest(Fixed())  # type: ignore[arg-type]

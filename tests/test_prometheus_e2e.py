@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from recompprof.events import Frame
 from servers import free_port, http_get, need, prometheus, train_process, wait_for_line
 from test_prometheus_server import occupied
+
+from recompprof.events import Frame
 
 pytestmark = pytest.mark.servers
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.registry import CollectorRegistry
+from servers import free_port, http_get, prometheus, wait_http
 
 from recompprof_prometheus import server
-from servers import free_port, http_get, prometheus, wait_http
 
 pytestmark = pytest.mark.servers
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from recompprof import _internal
-from recompprof_prometheus import PrometheusExporter
 from servers import free_port, http_get, node_exporter, prometheus, pushgateway, train_process, wait_for_line
 from test_prometheus_collector import compile_event, feed, frame, make_session
 from test_prometheus_e2e import read_summary
+
+from recompprof import _internal
+from recompprof_prometheus import PrometheusExporter
 
 pytestmark = pytest.mark.servers
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import free_port, http_get, need
+from test_prometheus_collector import feed, make_session
 
 from recompprof import _internal
 from recompprof.settings import ConfigError
 from recompprof_prometheus import PortInUse, PrometheusExporter
-from servers import free_port, http_get, need
-from test_prometheus_collector import feed, make_session
 
 
 @contextlib.contextmanager

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from scenarios import SCENARIOS, run_scenario
 
 from recompprof._torch import versions
 from recompprof._torch.versions import torch_info
 from recompprof.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
 from recompprof.reasons import FIX_HINTS, parse_guard_failure, parse_recompiles_log, user_location
-from scenarios import SCENARIOS, run_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reasons"
 RECORDED: dict[str, Any] = json.loads((FIXTURES / "torch-2.13.json").read_text())

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import promql_parser
 import yaml
-
 from servers import REPO, need
 
 sys.path.insert(0, str(REPO))
 
-from dashboards import DEFAULT, rules  # noqa: E402
-from dashboards.generate import RULES_FILE  # noqa: E402
+from dashboards import DEFAULT, rules
+from dashboards.generate import RULES_FILE
 
 RULES = REPO / RULES_FILE
 UNIT_TESTS = REPO / "deploy/prometheus/tests/recompprof-rules-test.yaml"

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import torch
 from otlp_receiver import OtlpReceiver
-from recompprof_prometheus.writers import TextfileOutput
 from servers import free_port, http_get
 
 import recompprof
 from recompprof.cli import main
+from recompprof_prometheus.writers import TextfileOutput
 
 SECRET = "s3cr3t"
 TOKEN = SECRET + "-global-1"

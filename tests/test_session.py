@@ -198,9 +198,8 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
 
 def test_metrics_do_not_leak_to_the_users_log_handlers(caplog: pytest.LogCaptureFixture) -> None:
     """Tapping torch's INFO CompilationMetrics record adds nothing to what the user's handlers see."""
-    with caplog.at_level(logging.WARNING, logger="torch"):
-        with recompprof.attach():
-            torch.compile(lambda x: x * 2, backend="eager")(torch.ones(3))
+    with caplog.at_level(logging.WARNING, logger="torch"), recompprof.attach():
+        torch.compile(lambda x: x * 2, backend="eager")(torch.ones(3))
     assert not [r for r in caplog.records if r.name == "torch._utils_internal"]
 
 

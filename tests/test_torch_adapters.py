@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -188,18 +187,18 @@ def test_guard_set_fingerprint_ignores_dynamo_numbering_and_order() -> None:
     assert guard_set(code([])) is None
 
 
-def test_internal_guard_contains_errors_but_not_exits() -> None:
-    """_internal.guard counts and swallows an Exception (re-raises it in strict mode), and lets KeyboardInterrupt through uncounted."""
+def test_internal_contain_counts_errors_but_not_exits() -> None:
+    """_internal.contain counts and swallows an Exception (re-raises it in strict mode), and lets KeyboardInterrupt through uncounted."""
     old = _internal.raise_internal_errors(False)
     try:
-        with _internal.guard("test.guard", "a hint"):
+        with _internal.contain("test.contain", "a hint"):
             raise ValueError("contained")
-        assert _internal.counts()["test.guard"] == 1
+        assert _internal.counts()["test.contain"] == 1
         _internal.raise_internal_errors(True)
-        with pytest.raises(ValueError, match="strict"), _internal.guard("test.guard"):
+        with pytest.raises(ValueError, match="strict"), _internal.contain("test.contain"):
             raise ValueError("strict")
-        assert _internal.counts()["test.guard"] == 2
-        with pytest.raises(KeyboardInterrupt), _internal.guard("test.exit"):
+        assert _internal.counts()["test.contain"] == 2
+        with pytest.raises(KeyboardInterrupt), _internal.contain("test.exit"):
             raise KeyboardInterrupt
         assert "test.exit" not in _internal.counts()
     finally:

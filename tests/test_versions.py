@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import torch
+from scenarios import SCENARIOS, run_scenario
 
 import recompprof
 from recompprof._torch import versions
 from recompprof._torch.versions import GATES, Gate, torch_info
 from recompprof.events import Compile, GraphBreak
-from scenarios import SCENARIOS, run_scenario
 
 pytestmark = pytest.mark.torch_compat
 

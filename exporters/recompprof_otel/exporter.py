@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from recompprof import _internal, forks
 from recompprof.events import Compile, RecompileLimitHit
-
 from recompprof_otel import environment, resource, transport
 from recompprof_otel.ids import PrivateRandomIdGenerator
 from recompprof_otel.processor import BoundedBatchProcessor
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from recompprof.events import Event
     from recompprof.session import Session
     from recompprof.settings import Settings
-
     from recompprof_otel.metrics import OtelMetrics
 
 log = logging.getLogger("recompprof.otel")
@@ -43,7 +41,7 @@ DOWN_COLLECTOR_FLUSH_S = 0.5
 def _bounded(fn: Callable[[], Any], timeout: float, name: str) -> bool:
     """Run ``fn`` on a daemon thread and wait at most ``timeout`` s; True if it finished."""
     def run() -> None:
-        with _internal.guard(name):
+        with _internal.contain(name):
             fn()
 
     thread = threading.Thread(target=run, name=f"recompprof-{name}", daemon=True)
@@ -125,7 +123,7 @@ class OtelExporter:
     def on_event(self, event: Event) -> None:
         if not self._active or self._owner.forked() or self._builder is None:
             return
-        with _internal.guard("otel.span"):
+        with _internal.contain("otel.span"):
             if isinstance(event, Compile):
                 if self._ids is not None and event.trace_id is not None:
                     self._ids.next_trace_id = int(event.trace_id, 16)  # the trace its duration exemplar names

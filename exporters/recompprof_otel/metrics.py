@@ -118,7 +118,7 @@ class OtelMetrics:
     def _callback(self, name: str, read: Callable[[Snapshot], Obs]) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
             out: list[Observation] = []
-            with _internal.guard(f"otel.metrics.{name}"):
+            with _internal.contain(f"otel.metrics.{name}"):
                 out = list(read(self._snapshot()))
             return out
 

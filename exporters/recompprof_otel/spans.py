@@ -39,7 +39,7 @@ MAX_CALL_SITE = 8
 FrameKey = tuple[str, str, int, bool]
 # Per phase, built once: the child span's name and attributes never vary.
 _PHASE_NAMES = {phase: f"{PHASE_SPAN} {phase}" for phase in PHASES}
-_PHASE_ATTRS = {phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES}
+_PHASE_ATTRS: dict[str, dict[str, Any]] = {phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES}
 _UNSET = Status(StatusCode.UNSET)
 
 
@@ -48,7 +48,7 @@ def phase_intervals(start_ns: int, phases: Mapping[str, float], end_ns: int) -> 
     out: list[tuple[str, int, int]] = []
     cursor = start_ns
     for phase in PHASES:
-        seconds = phases.get(phase)  # type: ignore[call-overload]
+        seconds = phases.get(phase)
         if not seconds or seconds <= 0:
             continue
         stop = min(cursor + round(seconds * 1e9), max(end_ns, cursor))
@@ -192,7 +192,7 @@ class SpanBuilder:
             ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
             links=links, start_time=start_ns,
         )
-        intervals = phase_intervals(start_ns, event.phases, end_ns)
+        intervals = phase_intervals(start_ns, dict(event.phases.items()), end_ns)
         if intervals:
             if self._processor is not None and root.is_recording():
                 self._phase_spans(root, intervals)

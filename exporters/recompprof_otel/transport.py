@@ -6,10 +6,9 @@ The SDK exporters read endpoint, headers, timeout, compression and TLS from the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from recompprof.exporting import ExporterUnavailable
-
 from recompprof_otel.environment import GRPC
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def check_protocol(protocol: str) -> None:
 
 def span_exporter(protocol: str, timeout_s: float | None = None) -> SpanExporter:
     """An OTLP span exporter for ``protocol`` configured from the environment (``timeout_s`` overrides its timeout)."""
-    kwargs = {"timeout": timeout_s} if timeout_s is not None else {}
+    kwargs: dict[str, Any] = {"timeout": timeout_s} if timeout_s is not None else {}
     if protocol == GRPC:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter

@@ -186,7 +186,7 @@ class SnapshotCollector(Collector):
                 buckets.append((bound, cumulative))
         hist = HistogramMetricFamily(
             names.DURATION.family, "Wall time of one frame compile.", labels=("rank",), unit="seconds")
-        hist.add_metric((self._rank,), buckets, snap.duration_sum)  # type: ignore[arg-type]
+        hist.add_metric((self._rank,), buckets, snap.duration_sum)
         return hist
 
     def _self_metrics(self, snap: Snapshot) -> list[Metric]:

@@ -25,7 +25,6 @@ from prometheus_client.registry import CollectorRegistry
 
 from recompprof import _internal, forks
 from recompprof.settings import ConfigError
-
 from recompprof_prometheus import multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
 from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
@@ -66,18 +65,18 @@ class PrometheusExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         if s.prometheus_mode == "pull":
-            with _internal.guard("prometheus.server"):
+            with _internal.contain("prometheus.server"):
                 self.server = self._serve(self.registry, identity.local_rank, identity.local_world_size)
         elif s.prometheus_mode == "multiprocess":
-            with _internal.guard("prometheus.multiprocess"):
+            with _internal.contain("prometheus.multiprocess"):
                 self._start_multiprocess(session)
         elif s.prometheus_mode == "textfile":
-            with _internal.guard("prometheus.textfile"):
+            with _internal.contain("prometheus.textfile"):
                 assert s.prometheus_textfile_dir is not None
                 self._start_periodic(TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job,
                                                     identity.rank))
         elif s.prometheus_mode == "pushgateway":
-            with _internal.guard("prometheus.pushgateway"):
+            with _internal.contain("prometheus.pushgateway"):
                 assert s.prometheus_pushgateway_url
                 linger = s.prometheus_linger_seconds
                 self._start_periodic(PushgatewayOutput(self.registry, s.prometheus_pushgateway_url, s.prometheus_job,
@@ -103,11 +102,11 @@ class PrometheusExporter:
             self.periodic.close(clean=True, timeout=timeout)
         if self.server is not None and s.prometheus_textfile_dir is not None and s.prometheus_mode == "pull":
             # Pull mode with a textfile directory too: the final values also land where node_exporter reads.
-            with _internal.guard("prometheus.textfile", TextfileOutput.hint):
+            with _internal.contain("prometheus.textfile", TextfileOutput.hint):
                 assert self.registry is not None
                 TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job, self._rank).flush()
         if self.server is not None:
-            with _internal.guard("prometheus.server"):
+            with _internal.contain("prometheus.server"):
                 waited = self.server.linger(s.prometheus_linger_seconds)
                 if waited:
                     log.debug("recompprof: served the final values for %.1f s after detach", waited)
@@ -138,7 +137,7 @@ class PrometheusExporter:
         if identity.local_rank == 0:
             pod = CollectorRegistry(auto_describe=False)
             MultiProcessCollector(pod, path=str(path))
-            with _internal.guard("prometheus.server"):
+            with _internal.contain("prometheus.server"):
                 self.server = self._serve(pod, 0, 1)
 
     def _start_periodic(self, output: Output, min_gap: float = 1.0) -> None:

@@ -104,7 +104,7 @@ class MmapMirror:
                     # The files hold per-bucket counts; the collector accumulates them again.
                     value, previous = sample.value - previous, sample.value
                 names, values = zip(*sorted(sample.labels.items())) if sample.labels else ((), ())
-                key = mmap_key(fam.name, sample.name, names, values, fam.documentation)
+                key = mmap_key(fam.name, sample.name, list(names), list(values), fam.documentation)
                 if self._last.get(key) != value:
                     f.write_value(key, value, 0.0)
                     self._last[key] = value

@@ -22,16 +22,14 @@ import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
-
 from urllib.parse import parse_qs
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client.core import Metric
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted, make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from recompprof.settings import ConfigError
-
 from recompprof_prometheus.render import Renderer, Unsupported
 
 log = logging.getLogger("recompprof")
@@ -50,7 +48,7 @@ class PortInUse(ConfigError):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format: str, *args: Any) -> None:  # signature of the base class
         """Scrapes every few seconds would flood the training log."""
 
 
@@ -130,7 +128,7 @@ class ScrapeLog:
             return self._cond.wait_for(lambda: self._newest_start >= moment, max(timeout, 0.0))
 
 
-class _Body(list):  # type: ignore[type-arg]
+class _Body(list[bytes]):
     """A response body whose ``close`` (called by the server once it is written) records the scrape."""
 
     def __init__(self, chunks: list[bytes], on_close: Callable[[], None]) -> None:
@@ -187,7 +185,7 @@ class MetricsServer:
         if credentials:
             app = basic_auth(app, credentials)
         family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        server_class = type("_Server", (ThreadingWSGIServer,), {"address_family": family})
+        server_class: Any = type("_Server", (ThreadingWSGIServer,), {"address_family": family})
         self._httpd = make_server(addr, port, app, server_class, handler_class=_QuietHandler)
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)

@@ -7,6 +7,7 @@ data dirty, never more often than ``min_gap``; the training loop itself never wa
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -115,7 +116,7 @@ class Periodic:
         self._dirty.set()
 
     def flush(self) -> None:
-        with self._lock, _internal.guard(self.output.component, getattr(self.output, "hint", "")):
+        with self._lock, _internal.contain(self.output.component, getattr(self.output, "hint", "")):
             if not self._finished:  # after close() (a pushgateway group is deleted) nothing is written again
                 self.output.flush()
 
@@ -130,10 +131,8 @@ class Periodic:
                 return
             self._dirty.clear()
             last = time.monotonic()
-            try:
+            with contextlib.suppress(Exception):  # already counted by the guard; the thread must live on
                 self.flush()
-            except Exception:  # noqa: BLE001 - already counted by the guard; the thread must live on
-                pass
 
     def close(self, clean: bool, timeout: float = 5.0) -> None:
         """Stop the thread, flush the final values, then let the output clean up (idempotent)."""
@@ -145,6 +144,6 @@ class Periodic:
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.flush()
-        with self._lock, _internal.guard(self.output.component):
+        with self._lock, _internal.contain(self.output.component):
             self._finished = True
             self.output.close(clean)

@@ -88,7 +88,7 @@ class CompileMetricsTap:
         tap = self
 
         def hooked(metrics: Any, *args: Any, **kwargs: Any) -> Any:
-            with _internal.guard("torch.compile_metrics"):
+            with _internal.contain("torch.compile_metrics"):
                 tap._take(metrics)
             return original(metrics, *args, **kwargs)
 
@@ -118,7 +118,7 @@ class CompileMetricsTap:
             return
 
         def on_compile_start(*_: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
-            with _internal.guard("torch.compile_metrics.reconcile"):
+            with _internal.contain("torch.compile_metrics.reconcile"):
                 self.reconcile()
 
         callback_handler.register_start_callback(on_compile_start)

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from recompprof._internal import guard
+from recompprof._internal import contain
 
 MAX_FUNCTIONS_PER_COMPILE = 20
 
@@ -51,7 +51,7 @@ class DynamoProfilerTap:
         tap = self
 
         def dump_stats(state: Any, output_file: str | None = None, generate_svg: bool = True) -> None:
-            with guard("torch.dynamo_profiler", "Dynamo trace times per function are missing"):
+            with contain("torch.dynamo_profiler", "Dynamo trace times per function are missing"):
                 tap._collect(state.get_timings())
 
         self._state_cls, self._prior_dump = DynamoProfilerState, vars(DynamoProfilerState)["dump_stats"]
@@ -77,6 +77,6 @@ class DynamoProfilerTap:
     def take(self) -> dict[str, float]:
         """The timings since the last call (the compile being recorded), its costliest functions only."""
         with self._lock:
-            top = dict(self._pending.most_common(MAX_FUNCTIONS_PER_COMPILE))
+            top: dict[str, float] = dict(self._pending.most_common(MAX_FUNCTIONS_PER_COMPILE))
             self._pending.clear()
         return top

@@ -51,7 +51,7 @@ def is_torch_wrapper(filename: str) -> bool:
 
 def compiling(start: types.FrameType | None = None) -> Compiling | None:
     """The compile in progress on this thread's stack, or None outside one."""
-    frame = start or sys._getframe(1)
+    frame: types.FrameType | None = start or sys._getframe(1)
     for _ in range(_MAX_DEPTH):
         if frame is None:
             return None
@@ -64,8 +64,8 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
             compile_id = f.get("compile_id")
             return Compiling(
                 code=target,
-                f_locals=f.get("locals") if isinstance(f.get("locals"), dict) else {},
-                f_globals=f.get("globals") if isinstance(f.get("globals"), dict) else {},
+                f_locals=local if isinstance(local := f.get("locals"), dict) else {},
+                f_globals=globs if isinstance(globs := f.get("globals"), dict) else {},
                 closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
                 compile_id=str(compile_id) if compile_id is not None else None,
                 caller=frame.f_back,

@@ -63,7 +63,7 @@ class GraphBreakTap:
             if trace_log.handlers:
                 caller_fix.local.frame = sys._getframe(1)
             if name == "artifact":
-                with _internal.guard("torch.graph_breaks"):
+                with _internal.contain("torch.graph_breaks"):
                     metadata_fn = kwargs.get("metadata_fn", args[0] if args else None)
                     metadata = metadata_fn() if callable(metadata_fn) else None
                     if isinstance(metadata, dict) and metadata.get("name") == ARTIFACT:

@@ -13,6 +13,7 @@ import weakref
 from types import CodeType
 from typing import Any
 
+from recompprof._torch.versions import torch_info
 
 _NUMBERED_GLOBAL = re.compile(r"___\d+\b")
 
@@ -34,7 +35,6 @@ def guard_set(guarded_code: Any) -> str | None:
         normalised = sorted(_NUMBERED_GLOBAL.sub("___", t) for t in texts)
     return hashlib.blake2b(("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8).hexdigest()
 
-from recompprof._torch.versions import torch_info
 
 
 class GuardFailureReader:

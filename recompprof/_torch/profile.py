@@ -30,10 +30,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
-from recompprof._internal import guard
+from recompprof._internal import contain
 from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
@@ -71,7 +71,7 @@ class RecompprofObserver:
     def __call__(self, gm: Any, example_inputs: list[Any]) -> Callable[..., Any]:
         self.graphs += 1
         self.ops += sum(1 for node in gm.graph.nodes if "call" in node.op)
-        return gm.forward  # type: ignore[no-any-return]
+        return gm.forward
 
 
 def evict_mechanism_missing() -> str:
@@ -135,7 +135,7 @@ def _marker_class() -> type:
     """
     from torch._dynamo.guards import DeletedGuardManagerWrapper
 
-    class ParkedMarker(DeletedGuardManagerWrapper):  # type: ignore[misc, valid-type]
+    class ParkedMarker(DeletedGuardManagerWrapper):
         def __init__(self, reason: str) -> None:
             self.parked: _Parked | None = None
             super().__init__(reason)
@@ -283,7 +283,7 @@ class _ProfileCallback:
         start = time.perf_counter()  # compile_seconds includes our own work before the compile
         if mode.active:
             reenabled = None
-            with guard("profile.before_compile"):
+            with contain("profile.before_compile"):
                 reenabled = mode._before_compile(frame, args[1] if len(args) > 1 else kwargs.get("frame_state"))
             if reenabled is not None:  # a parked variant runs again: no compile, so no _after_compile either
                 return reenabled
@@ -293,7 +293,7 @@ class _ProfileCallback:
             return result
         finally:
             if mode.active:
-                with guard("profile.after_compile"):
+                with contain("profile.after_compile"):
                     mode._after_compile(frame, result, time.perf_counter() - start)
 
 
@@ -402,7 +402,7 @@ class ProfileMode:
 
             def wrapped_callback_factory(compiler_fn: Any) -> Any:
                 inner = original(compiler_fn)
-                with guard("profile.wrap_callback"):
+                with contain("profile.wrap_callback"):
                     if self.active and self._is_ours(compiler_fn):
                         return _ProfileCallback(self, inner)
                 return inner
@@ -417,7 +417,7 @@ class ProfileMode:
         self.active = False
         while self._undo:
             undo = self._undo.pop()
-            with guard("profile.uninstall"):
+            with contain("profile.uninstall"):
                 undo()
 
     def _set_config(self, config: Any, name: str, value: Any) -> None:
@@ -484,7 +484,7 @@ class ProfileMode:
             result, report = self._settle(frame, frame_state, limit)
         if report is not None:
             callback, compile_id, reasons = report
-            with guard("profile.on_guard_failure"):
+            with contain("profile.on_guard_failure"):
                 callback(frame.f_code, compile_id, reasons)
         return result
 
@@ -615,7 +615,7 @@ class ProfileMode:
         def watched(stance: Any) -> Any:
             prev = original(stance)
             if mode.active:
-                with guard("profile.stance"):
+                with contain("profile.stance"):
                     mode._stance_changed(eval_frame._stance is mode._stance)
             return prev
 
@@ -686,7 +686,7 @@ class ProfileMode:
             busy = self._codes_on_stacks() if codes else set()
             compiling = _compiling_now()
             for code in codes:
-                with guard("profile.retire"):
+                with contain("profile.retire"):
                     if not compiling and not (busy & self._codes_of(code)):
                         c_eval_frame.reset_code(code)
                         continue
@@ -711,7 +711,7 @@ class ProfileMode:
     def _codes_on_stacks() -> set[int]:
         ids: set[int] = set()
         for top in sys._current_frames().values():
-            frame = top
+            frame: FrameType | None = top
             while frame is not None:
                 ids.add(id(frame.f_code))
                 frame = frame.f_back

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 MODULE_NAME = "_recompprof_autoattach"
 # Command lines of processes that must not attach: launchers and compile workers never run the model.
@@ -45,7 +46,7 @@ def _attach() -> None:
 class _AttachAfterTorch:
     """A one-shot import hook: lets ``torch`` import normally, then attaches."""
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "torch":
             return None
         sys.meta_path.remove(self)

@@ -76,7 +76,7 @@ class Tracker:
         else:
             settings = {"step_source": "manual", **self.settings}
             if "warmup_steps" not in settings and _WARMUP_ENV not in os.environ:
-                with _internal.guard("integrations.warmup", "no default warm-up from the trainer; set warmup_steps"):
+                with _internal.contain("integrations.warmup", "no default warm-up from the trainer; set warmup_steps"):
                     if (steps := warmup()) is not None:
                         settings["warmup_steps"] = steps
             self.session, self.owned = session_module.attach(identity=ident, **settings), True
@@ -121,7 +121,7 @@ class Tracker:
         session.remove_listener(self._on_event)
         if self.owned:
             session.detach()
-        with _internal.guard("integrations.report", "the report was not logged; run `recompprof report` on the run directory"):
+        with _internal.contain("integrations.report", "the report was not logged; run `recompprof report` on the run directory"):
             report = session.report()
             where = f"; event log {session.event_log_path}" if session.event_log_path else ""
             self.log.info("recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",

@@ -58,7 +58,7 @@ class RecompprofCallback(Callback):
             return
         scalars = self._tracker.scalars()
         for logger in trainer.loggers:  # Lightning's loggers write on rank 0 only
-            with _internal.guard("integrations.lightning", f"final recompprof scalars not logged to {type(logger).__name__}"):
+            with _internal.contain("integrations.lightning", f"final recompprof scalars not logged to {type(logger).__name__}"):
                 logger.log_metrics(scalars, step=trainer.global_step)
         self._tracker.stop()
 
@@ -87,12 +87,12 @@ class RecompprofCallback(Callback):
             pl_module.log_dict(tracker.scalars(), on_step=True, on_epoch=False, batch_size=1)
         if self._world_size == 1:
             tracker.check()
-        elif moved and tracker.fail_on_steady_state_recompiles and step % (every or _DECIDE_EVERY) == 0:
-            # Ranks decide together (all are at this step), so none is left waiting in a collective.
-            if trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False):
-                tracker.check()
-                raise SteadyStateRecompileError("recompprof: another rank recorded a steady-state recompile "
-                                                "(fail_on_steady_state_recompiles=True); see that rank's log")
+        elif (moved and tracker.fail_on_steady_state_recompiles and step % (every or _DECIDE_EVERY) == 0
+              # Ranks decide together (all are at this step), so none is left waiting in a collective.
+              and trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False)):
+            tracker.check()
+            raise SteadyStateRecompileError("recompprof: another rank recorded a steady-state recompile "
+                                            "(fail_on_steady_state_recompiles=True); see that rank's log")
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+from types import FrameType
 from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -101,11 +102,11 @@ class RecompprofCallback(TrainerCallback):
                 tracker.stop()
                 raise
 
-        trainer.train = train_then_detach  # type: ignore[method-assign]
+        trainer.train = train_then_detach
 
 
 def _calling_trainer(callback: TrainerCallback) -> Trainer | None:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(_FRAMES_UP):
         if frame is None:
             return None

@@ -47,14 +47,23 @@ class CauseTracker:
 
     def cause_of(self, event: Compile) -> Cause | None:
         """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time."""
-        if is_limit_hit(event):
+        if event.outcome == "limit_hit":  # is_limit_hit
             return None
         key = (event.rank, event.compile_id)
         if event.backward:
             return self._of_compile.get(key)
-        cause = forward_cause(event)
-        self._of_compile[key] = cause
-        self._of_compile.move_to_end(key)
-        if len(self._of_compile) > self._max:
-            self._of_compile.popitem(last=False)
+        cause = None  # forward_cause, inlined: only recompiles have a cause
+        if event.is_recompile:
+            reasons = event.reasons
+            for reason in reasons:
+                if reason.explains_change:
+                    break
+            else:
+                reason = reasons[0] if reasons else None
+            cause = Cause(event.frame, "other", NO_REASON) if reason is None else Cause(event.frame, reason.category, reason.subject)
+        remembered = self._of_compile
+        remembered[key] = cause
+        remembered.move_to_end(key)
+        if len(remembered) > self._max:
+            remembered.popitem(last=False)
         return cause

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
-from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
+from recompprof.counting import FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -210,7 +210,10 @@ def build_report(events: Iterable[Event]) -> Report:
         step = event.step
         if step is not None and step > report.last_step:
             report.last_step = step
-        if event.kind == "session_start":
+        kind = event.kind
+        if kind == "compile":  # nearly every event
+            _add_compile(report, event)  # type: ignore[arg-type]
+        elif kind == "session_start":
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
@@ -225,25 +228,23 @@ def build_report(events: Iterable[Event]) -> Report:
             for name in CAPTURE_SIGNALS:
                 if event.signals.get(name) is False:
                     report.signals_dark.setdefault(name, "off from the start")
-        elif event.kind == "signal":
+        elif kind == "signal":
             if not event.live:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
-        elif event.kind == "compile":
-            _add_compile(report, event)
-        elif event.kind == "recompile_limit_hit":
+        elif kind == "recompile_limit_hit":
             frame = _frame(report, event.frame)
             if frame is not None:
                 fold_limit_hit(frame, event)
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
-        elif event.kind == "graph_break":
+        elif kind == "graph_break":
             frame = _frame(report, event.frame) if event.frame is not None else None
             if frame is not None:
                 frame.graph_breaks += event.count
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
-        elif event.kind == "session_end":
+        elif kind == "session_end":
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
@@ -284,6 +285,9 @@ def _group(frame: FrameReport, category: str, subject: str, text: str) -> Reason
 
 
 def _add_compile(report: Report, event: Compile) -> None:
+    # The hottest code of the offline commands (a million events): the rules are recompprof.counting's
+    # and recompprof.causes', spelled inline with locals; tests/test_fold_reference.py pins it to the
+    # plain fold.
     frame = _frame(report, event.frame)
     if frame is None:
         return
@@ -293,27 +297,34 @@ def _add_compile(report: Report, event: Compile) -> None:
             report.cudagraph_skips[key] += 1
     step = event.step or 0
     fold_compile(frame, event)
-    if counts_as_compile(event):
-        frame.compiles_by_rank[event.rank] += 1
+    reasons = event.reasons
+    limit_hit = event.outcome == "limit_hit"
+    if not event.backward and not limit_hit:  # counts_as_compile
+        rank = event.rank
+        frame.compiles_by_rank[rank] += 1
         if event.guard_set is not None:
-            seen = frame.guard_sets_by_rank.setdefault(event.rank, set())
+            seen = frame.guard_sets_by_rank.get(rank)
+            if seen is None:
+                seen = frame.guard_sets_by_rank[rank] = set()
             if len(seen) < MAX_GUARD_SETS:
                 seen.add(event.guard_set)
         if event.is_recompile:
-            frame.recompiles_by_rank[event.rank] += 1
-            frame.first_recompile_step_by_rank.setdefault(event.rank, step)
-            steps = frame.recompile_steps_by_rank.setdefault(event.rank, [])
+            frame.recompiles_by_rank[rank] += 1
+            frame.first_recompile_step_by_rank.setdefault(rank, step)
+            steps = frame.recompile_steps_by_rank.get(rank)
+            if steps is None:
+                steps = frame.recompile_steps_by_rank[rank] = []
             if len(steps) < MAX_STEPS_LISTED:
                 steps.append(step)
-            for reason in event.reasons:
+            for reason in reasons:
                 if reason.explains_change:
-                    by_rank = frame.categories_by_rank.get(event.rank)
+                    by_rank = frame.categories_by_rank.get(rank)
                     if by_rank is None:
-                        by_rank = frame.categories_by_rank[event.rank] = Counter()
+                        by_rank = frame.categories_by_rank[rank] = Counter()
                     by_rank[reason.category] += 1
-                    first_steps = frame.category_first_step_by_rank.get(event.rank)
+                    first_steps = frame.category_first_step_by_rank.get(rank)
                     if first_steps is None:
-                        first_steps = frame.category_first_step_by_rank[event.rank] = {}
+                        first_steps = frame.category_first_step_by_rank[rank] = {}
                     first_steps.setdefault(reason.category, step)
             if event.automatic_dynamic is not None:
                 frame.automatic_dynamic_recompiles += 1
@@ -322,15 +333,17 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
-    groups = frame.reasons
-    for reason in event.reasons:
-        group = groups.get((reason.category, reason.subject))  # the common case, without a call
-        if group is None:
-            group = _group(frame, reason.category, reason.subject, reason.text)
-        group.failures += 1
-        if reason.explains_change:
-            group.changes += 1
-            report.categories[reason.category] += 1
+    if reasons:
+        groups = frame.reasons
+        categories = report.categories
+        for reason in reasons:
+            group = groups.get((reason.category, reason.subject))  # the common case, without a call
+            if group is None:
+                group = _group(frame, reason.category, reason.subject, reason.text)
+            group.failures += 1
+            if reason.explains_change:
+                group.changes += 1
+                categories[reason.category] += 1
     if event.reasons_omitted:
         _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
@@ -338,25 +351,32 @@ def _add_compile(report: Report, event: Compile) -> None:
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    if costs_seconds(event):
-        for phase, seconds in event.phases.items():
-            frame.phases[phase] += seconds  # every Phase is a key from the start (validated input)
-            report.phases[phase] += seconds
-    _add_cause(report, event)
-    for cache, results in event.cache_lookups.items():
-        for result, count in results.items():
-            report.cache_lookups[(cache, result)] += count
+    if not limit_hit:  # costs_seconds
+        phases = event.phases
+        if phases:
+            frame_phases, report_phases = frame.phases, report.phases
+            for phase, seconds in phases.items():
+                frame_phases[phase] += seconds  # every Phase is a key from the start (validated input)
+                report_phases[phase] += seconds
+        _add_cause(report, event, frame.label)
+    if event.cache_lookups:
+        for cache, results in event.cache_lookups.items():
+            for result, count in results.items():
+                report.cache_lookups[(cache, result)] += count
     report.cache_seconds_saved += event.cache_seconds_saved or 0.0
-    for function, seconds in event.trace_seconds_by_function.items():
-        if function in report.trace_seconds_by_function or len(report.trace_seconds_by_function) < MAX_FUNCTIONS:
-            report.trace_seconds_by_function[function] += seconds  # type: ignore[assignment]  # float seconds in a Counter
+    if event.trace_seconds_by_function:
+        for function, seconds in event.trace_seconds_by_function.items():
+            if function in report.trace_seconds_by_function or len(report.trace_seconds_by_function) < MAX_FUNCTIONS:
+                report.trace_seconds_by_function[function] += seconds  # type: ignore[assignment]  # float seconds in a Counter
 
 
-def _add_cause(report: Report, event: Compile) -> None:
+def _add_cause(report: Report, event: Compile, label: str) -> None:
+    """Charge ``event`` (not a limit hit; ``label`` its frame's) to its cause, if it has one."""
     found = report.tracker.cause_of(event)
     if found is None:
         return
-    label = report.labels.get((found.frame.name, found.frame.file, found.frame.line)) or found.frame.label
+    if event.backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
+        label = report.labels.get((found.frame.name, found.frame.file, found.frame.line)) or found.frame.label
     key = (label, found.category, found.subject)
     cause = report.causes.get(key)
     if cause is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 from typing import NamedTuple
 
-from recompprof.counting import counts_as_recompile, is_limit_hit
+from recompprof.counting import counts_as_recompile
 from recompprof.events import Compile, Frame
 
 NO_REASON = "(no reason recorded)"

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
-from recompprof.counting import FrameCounts, fold_compile, fold_limit_hit
+from recompprof.counting import FrameCounts, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -296,9 +296,18 @@ def _add_compile(report: Report, event: Compile) -> None:
         if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
             report.cudagraph_skips[key] += 1
     step = event.step or 0
-    fold_compile(frame, event)
     reasons = event.reasons
     limit_hit = event.outcome == "limit_hit"
+    # counting.fold_compile, inlined (its guard-failure count is in the reasons loop below)
+    if event.backward:
+        frame.backward_compiles += 1
+    elif not limit_hit:  # counts_as_compile
+        frame.compiles += 1
+        if event.is_recompile:
+            frame.recompiles += 1
+            frame.steady_state_recompiles += int(event.steady_state)
+    if not limit_hit:  # costs_seconds
+        frame.compile_seconds += event.duration
     if not event.backward and not limit_hit:  # counts_as_compile
         rank = event.rank
         frame.compiles_by_rank[rank] += 1
@@ -335,16 +344,20 @@ def _add_compile(report: Report, event: Compile) -> None:
                 frame.recompile_steps.append(step)
     if reasons:
         groups = frame.reasons
+        guard_failures = frame.guard_failures
         categories = report.categories
         for reason in reasons:
-            group = groups.get((reason.category, reason.subject))  # the common case, without a call
+            category = reason.category
+            guard_failures[category] += 1
+            group = groups.get((category, reason.subject))  # the common case, without a call
             if group is None:
-                group = _group(frame, reason.category, reason.subject, reason.text)
+                group = _group(frame, category, reason.subject, reason.text)
             group.failures += 1
             if reason.explains_change:
                 group.changes += 1
-                categories[reason.category] += 1
+                categories[category] += 1
     if event.reasons_omitted:
+        frame.guard_failures.update(event.reasons_omitted)
         _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
         frame.failures[event.fail_type or "unknown"] += 1

@@ -18,7 +18,7 @@ from recompprof.eventlog import ReadStats, read_file, run_files, scan_file
 from recompprof.events import Compile, Frame, Reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_scale import generate  # noqa: E402
+from bench_scale import generate
 
 
 def _limit_hit(e):
@@ -164,7 +164,7 @@ def _rare(rank: int) -> list:
         Compile(**common, step=7, compile_id="0/0", is_recompile=False, duration=0.5, phases={"dynamo_trace": 0.25},
                 cache_lookups={"fx_graph": {"miss": 1}}, trace_seconds_by_function={"f": 0.125}, guard_set="g0"),
         Compile(**common, step=8, compile_id="0/1", is_recompile=True, duration=0.75, reasons=[why],
-                reasons_omitted={"size": 3, "dtype": 1}, automatic_dynamic="dim 0 of L['x']", cudagraph_skip="mutation",
+                reasons_omitted={"dtype": 1, "size": 3}, automatic_dynamic="dim 0 of L['x']", cudagraph_skip="mutation",
                 call_site=["a.py:1 in f", "b.py:2 in g"], cache_seconds_saved=0.25, guard_set="g1"),
         Compile(**common, step=9, compile_id="0/2", is_recompile=True, duration=0.5),
         Compile(**common, step=9, compile_id="0/2", is_recompile=False, backward=True, duration=0.125),
@@ -176,7 +176,20 @@ def _rare(rank: int) -> list:
 
 
 def _fields(report):
-    return {f.name: getattr(report, f.name) for f in dataclasses.fields(report) if f.name != "tracker"}
+    """The report's fields, dicts and sets as ordered lists: insertion order shows in the output."""
+    return {f.name: _ordered(getattr(report, f.name)) for f in dataclasses.fields(report) if f.name != "tracker"}
+
+
+def _ordered(value):
+    if isinstance(value, dict):
+        return [(type(value).__name__, _ordered(k), _ordered(v)) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [_ordered(v) for v in value]
+    if isinstance(value, set):
+        return sorted(value)
+    if dataclasses.is_dataclass(value):
+        return (type(value).__name__, {f.name: _ordered(getattr(value, f.name)) for f in dataclasses.fields(value)})
+    return (type(value).__name__, value)
 
 
 @pytest.fixture(scope="module")

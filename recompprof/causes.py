@@ -15,7 +15,7 @@ import collections
 from typing import NamedTuple
 
 from recompprof.counting import counts_as_recompile
-from recompprof.events import Compile, Frame
+from recompprof.events import Compile, Frame, Reason
 
 NO_REASON = "(no reason recorded)"
 MAX_REMEMBERED = 4096  # forward compile ids remembered for their backward
@@ -55,12 +55,13 @@ class CauseTracker:
         cause = None  # forward_cause, inlined: only recompiles have a cause
         if event.is_recompile:
             reasons = event.reasons
+            explaining: Reason | None = reasons[0] if reasons else None
             for reason in reasons:
                 if reason.explains_change:
+                    explaining = reason
                     break
-            else:
-                reason = reasons[0] if reasons else None
-            cause = Cause(event.frame, "other", NO_REASON) if reason is None else Cause(event.frame, reason.category, reason.subject)
+            cause = (Cause(event.frame, "other", NO_REASON) if explaining is None
+                     else Cause(event.frame, explaining.category, explaining.subject))
         remembered = self._of_compile
         remembered[key] = cause
         remembered.move_to_end(key)

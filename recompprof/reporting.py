@@ -210,10 +210,9 @@ def build_report(events: Iterable[Event]) -> Report:
         step = event.step
         if step is not None and step > report.last_step:
             report.last_step = step
-        kind = event.kind
-        if kind == "compile":  # nearly every event
-            _add_compile(report, event)  # type: ignore[arg-type]
-        elif kind == "session_start":
+        if event.kind == "compile":  # nearly every event: tested first
+            _add_compile(report, event)
+        elif event.kind == "session_start":
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
@@ -228,23 +227,23 @@ def build_report(events: Iterable[Event]) -> Report:
             for name in CAPTURE_SIGNALS:
                 if event.signals.get(name) is False:
                     report.signals_dark.setdefault(name, "off from the start")
-        elif kind == "signal":
+        elif event.kind == "signal":
             if not event.live:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
-        elif kind == "recompile_limit_hit":
+        elif event.kind == "recompile_limit_hit":
             frame = _frame(report, event.frame)
             if frame is not None:
                 fold_limit_hit(frame, event)
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
-        elif kind == "graph_break":
+        elif event.kind == "graph_break":
             frame = _frame(report, event.frame) if event.frame is not None else None
             if frame is not None:
                 frame.graph_breaks += event.count
             key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
             if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
                 report.graph_break_reasons[key] += event.count
-        elif kind == "session_end":
+        elif event.kind == "session_end":
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))

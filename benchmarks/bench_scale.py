@@ -156,6 +156,42 @@ print(stats.describe(), file=sys.stderr)
 """
 
 
+FOLD_CHILD = """
+import sys, time
+from pathlib import Path
+from recompprof.eventlog import ReadStats, scan_file
+from recompprof.reporting import build_report
+path = sorted(Path(sys.argv[1]).glob("*.jsonl"))[0]
+t = time.thread_time(); events = list(scan_file(path, ReadStats())); scan = time.thread_time() - t
+t = time.thread_time(); build_report(events); fold = time.thread_time() - t
+print(scan, fold)
+"""
+
+
+def fold_ab(run_dir: Path, ref: str, rounds: int, where: Path) -> None:
+    """In-process CPU time (``thread_time``) of reading and of folding one rank's events, this checkout
+    against the ``recompprof`` package of git ``ref``, in alternating child processes."""
+    base = where / "fold-baseline"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", ref, "recompprof"], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+    trees = {"current": REPO, ref: base}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    for r in range(rounds):
+        for name in (list(trees) if r % 2 == 0 else list(trees)[::-1]):
+            env = {**os.environ, "PYTHONPATH": str(trees[name])}
+            out = subprocess.run([sys.executable, "-c", FOLD_CHILD, str(run_dir)], env=env, capture_output=True,
+                                 text=True, check=True, cwd=where).stdout.split()
+            times[name].append((float(out[0]), float(out[1])))
+    print(f"\nin process, one rank ({run_dir.name}, first log), CPU seconds (thread_time), {rounds} interleaved rounds:")
+    for name, samples in times.items():
+        scan, fold = statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+        print(f"  {name:12} read {scan:.3f} s  fold {fold:.3f} s  (fold {[round(s[1], 3) for s in samples]})")
+    ratios = [c[1] / b[1] for c, b in zip(times["current"], times[ref], strict=True)]
+    print(f"  fold current / {ref}: median {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] per round")
+
+
 def _floor(run_dir: str) -> None:
     for path in sorted(Path(run_dir).glob("*.jsonl")):
         with open(path, "rb") as f:
@@ -208,6 +244,7 @@ def main() -> None:
     parser.add_argument("--trace-compiles", type=int, default=2000, help="0 skips the ingest comparison")
     parser.add_argument("--commands", default="floor,report_validated,report,check,diff", help="comma list of what to time")
     parser.add_argument("--keep", type=Path, help="generate into (or reuse) this directory instead of a temporary one")
+    parser.add_argument("--fold-ab", metavar="GIT_REF", help="also time the fold in process against this git ref's recompprof")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
@@ -233,6 +270,8 @@ def main() -> None:
             # The same fold over the validated reader (pydantic models): the read path before issue 15.
             "report_validated": [sys.executable, "-c", VALIDATED, str(run_a)],
         }
+        if args.fold_ab:
+            fold_ab(run_a, args.fold_ab, max(args.rounds, 2), tmp)
         chosen = [c for c in args.commands.split(",") if c]
         results: dict[str, list[tuple[float, float, int, float]]] = {c: [] for c in chosen}
         for r in range(args.rounds):

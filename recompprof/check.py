@@ -78,13 +78,19 @@ def check(events: Iterable[Event], rules: Rules) -> list[Violation]:
 _COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds: views fold too
 
 
-def _after(events: Iterable[Event], step: int | None) -> Iterator[Event]:
+def _after(events: Iterable[Event], step: int | None) -> Iterable[Event]:
+    if not step:  # nothing to drop: no per-event filter to pay for
+        return events
+    return _dropping_before(events, step)
+
+
+def _dropping_before(events: Iterable[Event], step: int) -> Iterator[Event]:
     for event in events:
         if event.kind in _COUNTED:
-            if event.step is None and step:
+            if event.step is None:
                 raise CheckInputError("--after-step needs training steps, and this run has events without one "
                                       "(ingested from TORCH_TRACE, or recorded without step tracking)")
-            if step and event.step < step:  # type: ignore[operator]
+            if event.step < step:
                 continue
         yield event
 

@@ -66,6 +66,21 @@ class EventStream:
         ranks = [rank for file in self.files if (rank := log_rank(file)) is not None]
         return sorted(set(ranks)) if len(ranks) == len(self.files) else None
 
+    def take_progress(self) -> tuple[ReadStats, int, list[str], set[Path]]:
+        """What the reads so far recorded, handed over and forgotten (a worker process's part; see ``absorb``)."""
+        progress = (self.stats, self.found, self.foreign, self._read_whole)
+        self.stats, self.found, self.foreign, self._read_whole = ReadStats(), 0, [], set()
+        return progress
+
+    def absorb(self, progress: tuple[ReadStats, int, list[str], set[Path]]) -> None:
+        """Record what another process's copy of this stream read (``take_progress``), as if read here."""
+        stats, found, foreign, read_whole = progress
+        for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):
+            setattr(self.stats, field, getattr(self.stats, field) + getattr(stats, field))
+        self.found += found
+        self.foreign.extend(foreign)
+        self._read_whole |= read_whole
+
     def of_rank(self, rank: int) -> Iterator[Event]:
         """The events of one rank, reading only the files named for it."""
         for file in self.files:

@@ -1,0 +1,74 @@
+"""``check`` folding ranks in worker processes gives what folding them in this process gives: the same
+violations in the same order, the same read statistics (nothing read twice by ``finish``), and the same
+errors, on a generated multi-rank run (real models, real reason parser; ``benchmarks/bench_scale.generate``)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from recompprof import check as check_module
+from recompprof.check import CheckInputError, Rules, check
+from recompprof.runs import load
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_scale import generate  # noqa: E402
+
+RULES = Rules(max_recompiles=3, max_total_recompiles=10, forbid=("dtype",), max_limit_hits=0, max_failures=0,
+              max_recompile_seconds=0.01, max_graph_breaks=0)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    where = tmp_path_factory.mktemp("workers") / "run"
+    generate(where, ranks=3, per_rank=3000, seed=5)
+    with next(where.glob("rank00001-*.jsonl")).open("ab") as f:  # a corrupt line and a torn tail in one rank
+        f.write(b"{not json}\n{\"schema_version\": 1, \"kind\": \"comp")
+    return where
+
+
+def _checked(run_dir, workers, rules=RULES):
+    run = load(run_dir)
+    violations = check(run.events, rules, workers=workers)
+    stream = run.events
+    stats = (stream.stats, stream.found, list(stream.foreign), set(stream._read_whole))
+    run.finish()
+    return violations, stats, run.problems, run.warnings
+
+
+def test_workers_give_the_same_verdicts_and_read_stats(run_dir, monkeypatch):
+    """Two worker processes over three ranks: violations (several rules, every rank) equal the
+    in-process ones in order, and what reading skipped is counted once, the same, before and after finish."""
+    in_process = _checked(run_dir, workers=1)
+    calls = []
+    monkeypatch.setattr(check_module, "_check_in_workers", _spy(check_module._check_in_workers, calls))
+    in_workers = _checked(run_dir, workers=2)
+    assert calls == [2]  # the worker path ran
+    assert in_workers == in_process
+    violations, (stats, found, _, read_whole), problems, warnings = in_process
+    assert {v.rank for v in violations} == {0, 1, 2} and len({v.rule for v in violations}) >= 4
+    assert stats.corrupt == 1 and stats.torn_tail == 1 and found == 9000 and len(read_whole) == 3
+    assert problems and warnings
+
+
+def test_workers_raise_the_same_input_error(run_dir):
+    """An --after-step past what ranks recorded is fine, but on events without steps the error a worker
+    raises reaches the caller as the same CheckInputError."""
+    assert _checked(run_dir, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
+    stepless = run_dir.parent / "stepless"
+    stepless.mkdir(exist_ok=True)
+    for path in run_dir.glob("*.jsonl"):
+        (stepless / path.name).write_bytes(re.sub(rb'"step":\d+', b'"step":null', path.read_bytes()))
+    for workers in (1, 2):
+        with pytest.raises(CheckInputError, match="--after-step needs training steps"):
+            check(load(stepless).events, Rules(max_recompiles=0, after_step=1), workers=workers)
+
+
+def _spy(function, calls):
+    def spy(stream, ranks, rules, workers):
+        calls.append(workers)
+        return function(stream, ranks, rules, workers)
+    return spy

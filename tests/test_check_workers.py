@@ -15,7 +15,7 @@ from recompprof.check import CheckInputError, Rules, check
 from recompprof.runs import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_scale import generate  # noqa: E402
+from bench_scale import generate
 
 RULES = Rules(max_recompiles=3, max_total_recompiles=10, forbid=("dtype",), max_limit_hits=0, max_failures=0,
               max_recompile_seconds=0.01, max_graph_breaks=0)

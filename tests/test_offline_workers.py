@@ -1,4 +1,4 @@
-"""``check`` folding ranks in worker processes gives what folding them in this process gives: the same
+"""``check`` folding ranks, and ``diff`` folding its two runs, in worker processes gives what folding them in this process gives: the same
 violations in the same order, the same read statistics (nothing read twice by ``finish``), and the same
 errors, on a generated multi-rank run (real models, real reason parser; ``benchmarks/bench_scale.generate``)."""
 
@@ -12,6 +12,7 @@ import pytest
 
 from recompprof import check as check_module
 from recompprof.check import CheckInputError, Rules, check
+from recompprof.diff import compare, render
 from recompprof.runs import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -72,3 +73,21 @@ def _spy(function, calls):
         calls.append(workers)
         return function(stream, ranks, rules, workers)
     return spy
+
+
+def test_diff_in_workers_renders_the_same(run_dir, tmp_path):
+    """``diff`` folding its two runs in two forked processes renders byte for byte what folding them here
+    renders (regressions found), and records the same read statistics for both runs."""
+    other = tmp_path / "b"
+    generate(other, ranks=3, per_rank=3000, seed=6, worse=True)
+    outputs = []
+    for workers in (1, 2):
+        a, b = load(run_dir), load(other)
+        diff = compare(a.events, b.events, workers=workers)
+        read = [(r.events.stats, r.events.found, set(r.events._read_whole)) for r in (a, b)]
+        a.finish()
+        b.finish()
+        outputs.append((render(diff), read, a.problems, b.problems, a.warnings))
+    assert outputs[0] == outputs[1]
+    assert diff.regressions and "regression(s)" in outputs[0][0]
+    assert outputs[0][1][0][0].corrupt == 1 and outputs[0][1][1][1] == 9000

@@ -131,13 +131,13 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
 
 # -- measuring children ------------------------------------------------------------------------------
 
-def measure(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, int, float]:
+def measure(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> tuple[float, float, int, float]:
     """``(wall seconds, peak RSS MB, exit code, CPU seconds)`` of one child, as ``/usr/bin/time`` reports them.
 
     (``wait4`` on a child forked from this process would count the pages it shared with us before exec.)
     """
     proc = subprocess.run(["/usr/bin/time", "-f", "%e %M %x %U %S", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
-                          text=True, cwd=cwd)
+                          text=True, cwd=cwd, env=env)
     lines = proc.stderr.strip().splitlines()
     wall, rss_kb, code, user, system = lines[-1].split()[-5:]
     if int(code) not in (0, 1):
@@ -244,7 +244,8 @@ def main() -> None:
     parser.add_argument("--trace-compiles", type=int, default=2000, help="0 skips the ingest comparison")
     parser.add_argument("--commands", default="floor,report_validated,report,check,diff", help="comma list of what to time")
     parser.add_argument("--keep", type=Path, help="generate into (or reuse) this directory instead of a temporary one")
-    parser.add_argument("--fold-ab", metavar="GIT_REF", help="also time the fold in process against this git ref's recompprof")
+    parser.add_argument("--fold-ab", metavar="GIT_REF", help="also time the fold in process, and report/check/diff "
+                        "(as NAME@GIT_REF, interleaved), against this git ref's recompprof")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
@@ -273,24 +274,36 @@ def main() -> None:
         if args.fold_ab:
             fold_ab(run_a, args.fold_ab, max(args.rounds, 2), tmp)
         chosen = [c for c in args.commands.split(",") if c]
+        envs: dict[str, dict[str, str]] = {}
+        if args.fold_ab:
+            for name in [c for c in chosen if c in ("report", "check", "diff")]:
+                commands[f"{name}@{args.fold_ab}"] = commands[name]
+                envs[f"{name}@{args.fold_ab}"] = {**os.environ, "PYTHONPATH": str(tmp / "fold-baseline")}
+                chosen.insert(chosen.index(name) + 1, f"{name}@{args.fold_ab}")
         results: dict[str, list[tuple[float, float, int, float]]] = {c: [] for c in chosen}
         for r in range(args.rounds):
             order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
             for name in order:
-                results[name].append(measure(commands[name], cwd=REPO))
+                results[name].append(measure(commands[name], cwd=REPO, env=envs.get(name)))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         for name in chosen:
-            n = events * (2 if name == "diff" else 1)
-            print(summary(name, results[name], size_mb * (2 if name == "diff" else 1), n))
+            per = 2 if name.startswith("diff") else 1
+            print(summary(name, results[name], size_mb * per, events * per))
         def med(name: str, i: int) -> float:
             return statistics.median(s[i] for s in results[name])
 
+        if args.fold_ab:
+            for name in ("report", "check", "diff"):
+                if name in results:
+                    ref = f"{name}@{args.fold_ab}"
+                    print(f"{name:26} / {ref}: wall {med(name, 0) / med(ref, 0):.2f}x  cpu {med(name, 3) / med(ref, 3):.2f}x  "
+                          f"peak RSS {med(name, 1):.1f} / {med(ref, 1):.1f} MB")
         for base, what in (("floor", "json.loads only"), ("report_validated", "validated reader")):
             if base not in results:
                 continue
             for name in chosen:
                 if name not in ("floor", base):
-                    per = 2 if name == "diff" else 1  # diff reads both runs: compared per million events
+                    per = 2 if name.startswith("diff") else 1  # diff reads both runs: compared per million events
                     print(f"{name:26} / {base} ({what}): wall {med(name, 0) / per / med(base, 0):.2f}x  "
                           f"cpu {med(name, 3) / per / med(base, 3):.2f}x" + ("  (per run read)" if per == 2 else ""))
         if args.trace_compiles:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 from typing import NamedTuple
 
-from recompprof.counting import counts_as_recompile
+from recompprof.counting import counts_as_recompile, is_limit_hit
 from recompprof.events import Compile, Frame, Reason
 
 NO_REASON = "(no reason recorded)"
@@ -32,7 +32,12 @@ def forward_cause(event: Compile) -> Cause | None:
     if not counts_as_recompile(event):
         return None
     # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
-    reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
+    reasons = event.reasons
+    reason: Reason | None = reasons[0] if reasons else None
+    for candidate in reasons:  # a loop, not next(generator): the offline commands call this a million times
+        if candidate.explains_change:
+            reason = candidate
+            break
     if reason is None:
         return Cause(event.frame, "other", NO_REASON)
     return Cause(event.frame, reason.category, reason.subject)
@@ -47,21 +52,12 @@ class CauseTracker:
 
     def cause_of(self, event: Compile) -> Cause | None:
         """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time."""
-        if event.outcome == "limit_hit":  # is_limit_hit
+        if is_limit_hit(event):
             return None
         key = (event.rank, event.compile_id)
         if event.backward:
             return self._of_compile.get(key)
-        cause = None  # forward_cause, inlined: only recompiles have a cause
-        if event.is_recompile:
-            reasons = event.reasons
-            explaining: Reason | None = reasons[0] if reasons else None
-            for reason in reasons:
-                if reason.explains_change:
-                    explaining = reason
-                    break
-            cause = (Cause(event.frame, "other", NO_REASON) if explaining is None
-                     else Cause(event.frame, explaining.category, explaining.subject))
+        cause = forward_cause(event)
         remembered = self._of_compile
         remembered[key] = cause
         remembered.move_to_end(key)

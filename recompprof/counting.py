@@ -57,22 +57,18 @@ class FrameCounts:
 
 def fold_compile(counts: FrameCounts, event: Compile) -> None:
     """Add one ``Compile`` event of the frame to its counts."""
-    # The rules above, inlined: the offline commands fold a million events through here.
-    limit_hit = event.outcome == "limit_hit"
     if event.backward:
         counts.backward_compiles += 1
-    elif not limit_hit:  # counts_as_compile
+    elif counts_as_compile(event):
         counts.compiles += 1
         if event.is_recompile:
             counts.recompiles += 1
             counts.steady_state_recompiles += int(event.steady_state)
-    if event.reasons:
-        failures = counts.guard_failures
-        for reason in event.reasons:
-            failures[reason.category] += 1
-    if event.reasons_omitted:
+    for reason in event.reasons:
+        counts.guard_failures[reason.category] += 1
+    if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)
-    if not limit_hit:  # costs_seconds
+    if costs_seconds(event):
         counts.compile_seconds += event.duration
 
 

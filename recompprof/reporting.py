@@ -20,7 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
-from recompprof.counting import FrameCounts, fold_limit_hit
+from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -284,9 +284,8 @@ def _group(frame: FrameReport, category: str, subject: str, text: str) -> Reason
 
 
 def _add_compile(report: Report, event: Compile) -> None:
-    # The hottest code of the offline commands (a million events): the rules are recompprof.counting's
-    # and recompprof.causes', spelled inline with locals; tests/test_fold_reference.py pins it to the
-    # plain fold.
+    # The hottest code of the offline commands (a million events): locals over attribute lookups; the
+    # counting rules stay recompprof.counting's (one place). tests/test_fold_reference.py pins the result.
     frame = _frame(report, event.frame)
     if frame is None:
         return
@@ -296,18 +295,8 @@ def _add_compile(report: Report, event: Compile) -> None:
             report.cudagraph_skips[key] += 1
     step = event.step or 0
     reasons = event.reasons
-    limit_hit = event.outcome == "limit_hit"
-    # counting.fold_compile, inlined (its guard-failure count is in the reasons loop below)
-    if event.backward:
-        frame.backward_compiles += 1
-    elif not limit_hit:  # counts_as_compile
-        frame.compiles += 1
-        if event.is_recompile:
-            frame.recompiles += 1
-            frame.steady_state_recompiles += int(event.steady_state)
-    if not limit_hit:  # costs_seconds
-        frame.compile_seconds += event.duration
-    if not event.backward and not limit_hit:  # counts_as_compile
+    fold_compile(frame, event)
+    if counts_as_compile(event):
         rank = event.rank
         frame.compiles_by_rank[rank] += 1
         if event.guard_set is not None:
@@ -343,11 +332,9 @@ def _add_compile(report: Report, event: Compile) -> None:
                 frame.recompile_steps.append(step)
     if reasons:
         groups = frame.reasons
-        guard_failures = frame.guard_failures
         categories = report.categories
         for reason in reasons:
             category = reason.category
-            guard_failures[category] += 1
             group = groups.get((category, reason.subject))  # the common case, without a call
             if group is None:
                 group = _group(frame, category, reason.subject, reason.text)
@@ -356,14 +343,13 @@ def _add_compile(report: Report, event: Compile) -> None:
                 group.changes += 1
                 categories[category] += 1
     if event.reasons_omitted:
-        frame.guard_failures.update(event.reasons_omitted)
         _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
         frame.failures[event.fail_type or "unknown"] += 1
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    if not limit_hit:  # costs_seconds
+    if costs_seconds(event):
         phases = event.phases
         if phases:
             frame_phases, report_phases = frame.phases, report.phases

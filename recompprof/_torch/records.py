@@ -75,24 +75,26 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-_last_config: tuple[str, dict[str, Any]] = ("", {})  # (text, parsed): consecutive records repeat the same settings
+# text -> parsed: a job's compiles repeat a few settings texts (a forward's and a backward's differ).
+_PARSED_CONFIGS: dict[str, dict[str, Any]] = {}
 
 
 def dynamo_config(m: Any) -> dict[str, Any]:
     """The record's ``dynamo_config`` (a JSON string in torch's record); empty when it is missing or unreadable."""
-    global _last_config
     value = getattr(m, "dynamo_config", None)
     if isinstance(value, str):
-        # Parsing the ~5 kB text is most of reading a record; it rarely changes between compiles.
-        text, parsed = _last_config
-        if value != text:
+        # Parsing the ~5 kB text was most of reading a record: parse each distinct text once.
+        parsed = _PARSED_CONFIGS.get(value)
+        if parsed is None:
             try:
                 parsed = json.loads(value)
             except ValueError:
                 return {}
             if not isinstance(parsed, dict):
                 return {}
-            _last_config = (value, parsed)
+            if len(_PARSED_CONFIGS) >= 8:  # bounded: settings changed mid-job
+                _PARSED_CONFIGS.clear()
+            _PARSED_CONFIGS[value] = parsed
         return dict(parsed)  # a copy: callers own what they get
     return value if isinstance(value, dict) else {}
 

@@ -109,6 +109,9 @@ def main() -> None:
     parser.add_argument("--shapes", type=int, default=3, help="compiling steps (batch sizes) per variant and round")
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of the recorder's handler")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the recorder's own steps (read_record, frames, guard set, reasons, ...)")
+    parser.add_argument("--profile-out", metavar="FILE", help="with --profile: also save the pstats data to FILE")
     args = parser.parse_args()
 
     receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
@@ -183,6 +186,19 @@ def main() -> None:
                     per_record.append((sessions["n"], took))
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper
+
+    if args.breakdown:  # module-level names the recorder calls: wrapped once, nested inside "record"
+        import recompprof._torch.frames as frames_module
+        import recompprof.aggregates as aggregates_module
+        import recompprof.compiles as compiles_module
+        import recompprof.recorder as recorder_module
+
+        for module, names in ((recorder_module, ("read_record", "guard_set", "configured_limits", "compile_events")),
+                              (frames_module, ("compiling", "call_site", "resolve")),
+                              (compiles_module.ReasonExplainer, ("explain",)),
+                              (aggregates_module.Aggregates, ("add",))):
+            for fn_name in names:
+                setattr(module, fn_name, timed(f"step.{fn_name}", getattr(module, fn_name)))
 
     tmp = tempfile.mkdtemp()
     per_record: list[tuple[int, int]] = []  # (session number, record hook ns)
@@ -271,7 +287,7 @@ def main() -> None:
           f"{spent['start_callback'] / max(records, 1) / 1e3:.1f} us); target <= 1 ms: "
           f"{'met' if per_record_ms <= 1 else 'NOT met'}")
     parts = ", ".join(f"{name} {spent[name] / max(records, 1) / 1e3:.0f} us" for name in sorted(spent)
-                      if name == "emit" or name.startswith("on_event") or name == "eventlog")
+                      if name == "emit" or name.startswith(("on_event", "step.")) or name == "eventlog")
     print(f"  of the record hook, per record: {parts}; cyclic GC pauses that fell inside the recorder "
           f"{spent['gc_inside_recorder'] / max(records, 1) / 1e3:.0f} us (recorder without them: "
           f"{(recorder - spent['gc_inside_recorder']) / max(records, 1) / 1e3:.0f} us)")
@@ -291,6 +307,8 @@ def main() -> None:
           f"[{min(wall):.4f}-{max(wall):.4f}], CPU median {statistics.median(cpu):.4f} [{min(cpu):.4f}-{max(cpu):.4f}]")
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        if args.profile_out:
+            profiler.dump_stats(args.profile_out)
 
 
 if __name__ == "__main__":

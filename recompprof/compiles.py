@@ -89,7 +89,7 @@ def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> 
     per-frame limit (torch's own order of checks). ``limits`` are the configured values, for hits whose
     text names none.
     """
-    fail_reason, fail_type = m.fail_reason, _fail_type(m.fail_type or "")
+    fail_reason, fail_type = m.fail_reason, _fail_type(m.fail_type) if m.fail_type else ""
     limits = limits or {}
     if fail_type in _RAISING_LIMIT_HITS:
         accumulated = limits.get("accumulated_recompile_limit")
@@ -265,6 +265,7 @@ def compile_events(
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not redact else None,
         trace_id=trace_id,
+        trace_seconds_by_function={},  # given, not defaulted: pydantic deep-copies a mutable default per event
     )
     if hit is None:
         return event, None

@@ -168,7 +168,9 @@ class CompileRecorder:
             m, time=now, rank=self.rank, step=step, frame=frame,
             explained=self.explainer.explain(frame, texts, _resolver(ctx)),
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
-            steady_state=step >= self.settings.warmup_steps, limits=configured_limits(), call_site=call_site,
+            steady_state=step >= self.settings.warmup_steps, call_site=call_site,
+            # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
+            limits=configured_limits() if m.fail_type or m.fail_reason else None,
             guard_set=fingerprint, trace_id=new_trace_id() if self.trace_ids else None,
         )
         profiler = adapters.dynamo_profiler if adapters is not None else None

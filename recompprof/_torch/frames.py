@@ -183,6 +183,19 @@ def _skipped_dirs() -> tuple[str, ...]:
 _SKIPPED: tuple[str, ...] | None = None
 
 
+_SKIPPED_FILES: dict[str, bool] = {}  # file -> skipped? (a deep stack's frames repeat the same few files)
+
+
+def _is_skipped(filename: str) -> bool:
+    skipped = _SKIPPED_FILES.get(filename)
+    if skipped is None:
+        if len(_SKIPPED_FILES) >= 4096:  # bounded: generated code can name many files
+            _SKIPPED_FILES.clear()
+        skipped = _SKIPPED_FILES[filename] = (os.path.normcase(filename).startswith(_SKIPPED or ())
+                                              or filename.startswith("<frozen"))
+    return skipped
+
+
 def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
     """The user frames that called into the compiled code, innermost last, as ``file:line in function``."""
     global _SKIPPED
@@ -196,7 +209,7 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
         if frame is None or len(lines) >= _MAX_CALL_SITE:
             break
         filename = frame.f_code.co_filename
-        if not os.path.normcase(filename).startswith(_SKIPPED) and not filename.startswith("<frozen"):
+        if not _is_skipped(filename):
             shown = "/".join(filename.replace("\\", "/").split("/")[-2:]) if redact else filename
             lines.append(f"{shown[:300]}:{frame.f_lineno} in {frame.f_code.co_name[:100]}")
         frame = frame.f_back

@@ -32,6 +32,16 @@ def cache_outcome(m: Any) -> Literal["hit", "miss"] | None:
     return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
 
 
+# (cache, ((result, torch's count fields), ...), the feature_usage key that says it was consulted)
+_CACHE_FIELDS = tuple(
+    (cache, tuple((r, tuple(f"{p}_cache_{r}_count" for p in prefixes)) for r in ("hit", "miss")), feature)
+    for cache, prefixes, feature in (
+        ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
+        ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
+    )
+)
+
+
 def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
     """Compile-cache lookups of record ``m``: ``{cache: {result: count}}`` (empty: no cache consulted).
 
@@ -39,19 +49,18 @@ def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
     consulted (``feature_usage``: ``fx_cache`` / ``aot_autograd_remote_cache`` set) that neither hit
     nor missed was bypassed (an uncacheable graph), and ``fx_cache: False`` means it was turned off.
     """
-    def count(name: str) -> int:
-        value = getattr(m, name, None)
-        return value if isinstance(value, int) and value > 0 else 0
-
     usage = getattr(m, "feature_usage", None)
     usage = usage if isinstance(usage, dict) else {}
     out: dict[str, dict[str, int]] = {}  # keys from the closed sets events.CACHES / CACHE_RESULTS
-    for cache, prefixes, feature in (
-        ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
-        ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
-    ):
-        results = {r: sum(count(f"{p}_cache_{r}_count") for p in prefixes) for r in ("hit", "miss")}
-        results = {r: n for r, n in results.items() if n}
+    for cache, fields, feature in _CACHE_FIELDS:
+        results: dict[str, int] = {}
+        for result, names in fields:
+            n = 0
+            for name in names:
+                value = getattr(m, name, None)
+                n += value if isinstance(value, int) and value > 0 else 0
+            if n:
+                results[result] = n
         if not results and feature in usage:
             results = {"bypass": 1}
         if results:
@@ -66,14 +75,27 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+# text -> parsed: a job's compiles repeat a few settings texts (a forward's and a backward's differ).
+_PARSED_CONFIGS: dict[str, dict[str, Any]] = {}
+
+
 def dynamo_config(m: Any) -> dict[str, Any]:
     """The record's ``dynamo_config`` (a JSON string in torch's record); empty when it is missing or unreadable."""
     value = getattr(m, "dynamo_config", None)
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
+        # Parsing the ~5 kB text was most of reading a record: parse each distinct text once.
+        parsed = _PARSED_CONFIGS.get(value)
+        if parsed is None:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return {}
+            if not isinstance(parsed, dict):
+                return {}
+            if len(_PARSED_CONFIGS) >= 8:  # bounded: settings changed mid-job
+                _PARSED_CONFIGS.clear()
+            _PARSED_CONFIGS[value] = parsed
+        return dict(parsed)  # a copy: callers own what they get
     return value if isinstance(value, dict) else {}
 
 

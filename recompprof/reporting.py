@@ -285,7 +285,7 @@ def _group(frame: FrameReport, category: str, subject: str, text: str) -> Reason
 
 def _add_compile(report: Report, event: Compile) -> None:
     # The hottest code of the offline commands (a million events): locals over attribute lookups; the
-    # counting rules stay recompprof.counting's (one place). tests/test_fold_reference.py pins the result.
+    # counting rules stay recompprof.counting's (one place). tests/test_report.py and test_one_rule.py pin the result.
     frame = _frame(report, event.frame)
     if frame is None:
         return

@@ -11,14 +11,15 @@ the seconds still add up.
 
 from __future__ import annotations
 
-import collections
+import functools
 from typing import NamedTuple
 
 from recompprof.counting import counts_as_recompile, is_limit_hit
-from recompprof.events import Compile, Frame, Reason
+from recompprof.events import Compile, Frame
 
 NO_REASON = "(no reason recorded)"
 MAX_REMEMBERED = 4096  # forward compile ids remembered for their backward
+_ABSENT = object()
 
 
 class Cause(NamedTuple):
@@ -27,20 +28,24 @@ class Cause(NamedTuple):
     subject: str
 
 
+# Cause(frame, category, subject) without NamedTuple's keyword-handling __new__: 2x cheaper, same tuple.
+_cause = functools.partial(tuple.__new__, Cause)
+
+
 def forward_cause(event: Compile) -> Cause | None:
     """The cause of a forward compile ``event`` (None for a first compile, a backward or a limit hit)."""
     if not counts_as_recompile(event):
         return None
-    # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
     reasons = event.reasons
-    reason: Reason | None = reasons[0] if reasons else None
-    for candidate in reasons:  # a loop, not next(generator): the offline commands call this a million times
-        if candidate.explains_change:
-            reason = candidate
+    if not reasons:
+        return _cause((event.frame, "other", NO_REASON))
+    # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
+    for reason in reasons:  # a loop, not next(generator): the offline commands call this a million times
+        if reason.explains_change:
             break
-    if reason is None:
-        return Cause(event.frame, "other", NO_REASON)
-    return Cause(event.frame, reason.category, reason.subject)
+    else:
+        reason = reasons[0]
+    return _cause((event.frame, reason.category, reason.subject))
 
 
 class CauseTracker:
@@ -48,19 +53,23 @@ class CauseTracker:
 
     def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
         self._max = max_remembered
-        self._of_compile: collections.OrderedDict[tuple[int, str], Cause | None] = collections.OrderedDict()
+        # Oldest first (a plain dict keeps insertion order; re-inserting a key makes it the newest).
+        self._of_compile: dict[tuple[int, str], Cause | None] = {}
 
     def cause_of(self, event: Compile) -> Cause | None:
         """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time."""
         if is_limit_hit(event):
             return None
         key = (event.rank, event.compile_id)
-        if event.backward:
-            return self._of_compile.get(key)
-        cause = forward_cause(event)
         remembered = self._of_compile
+        if event.backward:
+            return remembered.get(key)
+        cause = forward_cause(event)
+        if remembered.pop(key, _ABSENT) is _ABSENT and len(remembered) >= self._max:
+            del remembered[next(iter(remembered))]
         remembered[key] = cause
-        remembered.move_to_end(key)
-        if len(remembered) > self._max:
-            remembered.popitem(last=False)
         return cause
+
+    def remembers(self, event: Compile) -> bool:
+        """A forward with ``event``'s rank and compile id is remembered (a backward's lookup found it)."""
+        return (event.rank, event.compile_id) in self._of_compile

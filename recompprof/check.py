@@ -7,12 +7,11 @@ drops what happened before that many training steps had completed (warm-up).
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from recompprof import workers as parallel
 from recompprof.errors import RecompprofError
 from recompprof.events import CATEGORIES, Event
 from recompprof.reporting import FrameReport, Report, build_report
@@ -57,24 +56,20 @@ class Violation:
         return self.message
 
 
-# A run whose logs total less than this is checked in this process: a worker pool costs more than it saves.
-PARALLEL_MIN_BYTES = 64 * 2**20
-
-
 def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) -> list[Violation]:
     """The violations of ``rules`` in ``events`` (empty when the run passes).
 
     ``events`` that can stream one rank at a time (``of_rank``, as :class:`recompprof.runs.EventStream`
     does) are folded rank by rank without holding any, in up to ``workers`` processes (default: one
-    per CPU for a large run, see :data:`PARALLEL_MIN_BYTES`); anything else is grouped by rank in memory.
+    per CPU for a large run, see :mod:`recompprof.workers`); anything else is grouped by rank in memory.
     The ranks are independent, so the violations, in rank order, are the same either way.
     """
     per_rank: dict[int, Iterable[Event]]
     ranks = events.ranks() if hasattr(events, "of_rank") and hasattr(events, "ranks") else None
     if ranks is not None:
         if workers is None:
-            workers = _default_workers(events, len(ranks))
-        if workers > 1 and len(ranks) > 1 and hasattr(events, "absorb"):
+            workers = parallel.default_workers([events], len(ranks))
+        if workers > 1 and len(ranks) > 1 and parallel.can_fork([events]):
             return _check_in_workers(events, ranks, rules, workers)
         per_rank = {rank: events.of_rank(rank) for rank in ranks}  # type: ignore[attr-defined]
     else:
@@ -88,39 +83,11 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
     return violations
 
 
-def _default_workers(events: Any, ranks: int) -> int:
-    try:
-        size = sum(path.stat().st_size for path in events.files)
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    except (AttributeError, OSError):  # not a stream of files, or one vanished: reading will say so
-        return 1
-    return min(cpus, ranks) if size >= PARALLEL_MIN_BYTES else 1
-
-
-_STREAM: Any = None  # the stream a forked worker reads its ranks from
-
-
 def _check_in_workers(stream: Any, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
-    """Each rank folded in a forked worker; what each read is handed back so ``finish`` reads nothing twice."""
-    global _STREAM
-    _STREAM = stream
-    try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(ranks))) as pool:
-            results = pool.map(_check_one_rank, [(rank, rules) for rank in ranks], chunksize=1)
-    finally:
-        _STREAM = None
-    violations: list[Violation] = []
-    for found, progress in results:  # rank order, as pool.map keeps it
-        violations.extend(found)
-        stream.absorb(progress)
-    return violations
-
-
-def _check_one_rank(task: tuple[int, Rules]) -> tuple[list[Violation], Any]:
-    rank, rules = task
-    _STREAM.take_progress()  # this worker's earlier ranks were handed back with them
-    violations = _check_rank(rank, build_report(_after(_STREAM.of_rank(rank), rules.after_step)), rules)
-    return violations, _STREAM.take_progress()
+    """Each rank checked in a forked worker (see :mod:`recompprof.workers`), violations in rank order."""
+    found = parallel.map_forked(lambda rank: _check_rank(rank, build_report(_after(stream.of_rank(rank), rules.after_step)), rules),
+                                [stream], ranks, workers)
+    return [violation for violations in found for violation in violations]
 
 
 _COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds: views fold too

@@ -184,12 +184,15 @@ def _finish(run: Run, *, strict: bool) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from recompprof.html_report import render_html
+    from recompprof.merging import build_run_report
     from recompprof.reporting import build_report, render_text
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
-    events = (e for e in run.events if e.rank in wanted) if wanted else run.events
-    report = build_report(events)
+    if wanted:
+        report = build_report(e for e in run.events if e.rank in wanted)
+    else:
+        report = build_run_report(run.events)  # a large run in worker processes, one per CPU
     _finish(run, strict=args.strict)
     if wanted and not report.events:
         raise CommandError(f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")

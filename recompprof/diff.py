@@ -10,15 +10,11 @@ regression past ``max_time_increase`` (a fraction) when given.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
 from collections.abc import Iterable
-from typing import Any
 
 from rich.table import Table
 
-from recompprof import plaintext
-from recompprof.causes import CauseTracker
+from recompprof import plaintext, workers as parallel
 from recompprof.events import Event
 from recompprof.reporting import CauseReport, FrameReport, Report, build_report
 
@@ -99,10 +95,6 @@ def _frame_figures(frame: FrameReport) -> dict[str, float]:
     return figures
 
 
-# Runs whose logs total less than this are folded in this process: a second process costs more than it saves.
-PARALLEL_MIN_BYTES = 64 * 2**20
-
-
 def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increase: float | None = None,
             workers: int | None = None) -> Diff:
     """What changed from run ``before`` to run ``after``.
@@ -111,9 +103,10 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     large runs on a machine with more than one CPU) allows; the reports are the same either way.
     """
     if workers is None:
-        workers = _default_workers(before, after)
-    if workers > 1 and all(hasattr(run, "absorb") for run in (before, after)):
-        a, b = _fold_in_workers(before, after)
+        workers = parallel.default_workers([before, after], 2)
+    if workers > 1 and parallel.can_fork([before, after]):
+        runs = (before, after)
+        a, b = parallel.map_forked(lambda which: _fold(runs[which]), runs, [0, 1], 2)
     else:
         a, b = build_report(before), build_report(after)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
@@ -134,36 +127,10 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     return Diff(changes, a, b)
 
 
-def _default_workers(*runs: Any) -> int:
-    try:
-        size = sum(path.stat().st_size for run in runs for path in run.files)
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    except (AttributeError, OSError):  # not streams of files, or one vanished: reading will say so
-        return 1
-    return 2 if cpus > 1 and size >= PARALLEL_MIN_BYTES else 1
-
-
-_STREAMS: list[Any] = []  # the streams forked workers fold
-
-
-def _fold_in_workers(before: Any, after: Any) -> tuple[Report, Report]:
-    """Each run folded in a forked worker; what each read is handed back so ``finish`` reads nothing twice."""
-    _STREAMS[:] = [before, after]
-    try:
-        with multiprocessing.get_context("fork").Pool(2) as pool:
-            (a, read_a), (b, read_b) = pool.map(_fold_one, [0, 1], chunksize=1)
-    finally:
-        _STREAMS.clear()
-    before.absorb(read_a)
-    after.absorb(read_b)
-    return a, b
-
-
-def _fold_one(which: int) -> tuple[Report, Any]:
-    stream = _STREAMS[which]
-    report = build_report(stream)
-    report.tracker = CauseTracker()  # only the fold needs it (and its views do not pickle)
-    return report, stream.take_progress()
+def _fold(run: Iterable[Event]) -> Report:
+    report = build_report(run)
+    report.drop_fold_state()  # it would not pickle
+    return report
 
 
 def render(diff: Diff, width: int = 120) -> str:

@@ -125,8 +125,9 @@ def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     """Yield the events of one log file, skipping bad lines (counted in ``stats``)."""
     stats = stats if stats is not None else ReadStats()
     interner = _Interner()
-    for raw, last in _lines(path, stats):
-        yield from _parse(raw, stats, interner, last=last)
+    for lines, torn in _blocks(path, stats):
+        for raw in lines:
+            yield from _parse(raw, stats, interner, torn=torn)
 
 
 def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
@@ -144,39 +145,60 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     stats = stats if stats is not None else ReadStats()
     interner = _Interner()
     decode = DECODER.decode
-    for raw, last in _lines(path, stats):
-        try:
-            if not raw.isascii():
-                raw.decode()  # msgspec does not check the UTF-8 of what it skips (unknown fields)
-            event = decode(raw)
-        except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
-            event = None
-        if event is None or event.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
-            yield from _parse(raw, stats, interner, last=last)  # the validated reader's verdict, and its count
-            continue
-        stats.lines += 1
-        yield event
+    for lines, torn in _blocks(path, stats):
+        for raw in lines:
+            try:
+                if not raw.isascii():
+                    raw.decode()  # msgspec does not check the UTF-8 of what it skips (unknown fields)
+                event = decode(raw)  # a view only of a supported schema_version (fastread)
+            except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
+                yield from _parse(raw, stats, interner, torn=torn)  # the validated reader's verdict, and its count
+                continue
+            stats.lines += 1
+            yield event
 
 
-def _lines(path: Path, stats: ReadStats) -> Iterator[tuple[bytes, bool]]:
-    """``(line, is_last)`` for each line of ``path``; an oversized line comes as one that is not JSON."""
+_BLOCK = 1 << 20  # bytes read at a time
+_OVERSIZED = b"\x00"  # stands in for a line of MAX_LINE bytes or more: not JSON, so counted as corrupt
+
+
+def _blocks(path: Path, stats: ReadStats) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines of ``path`` without their newlines, a block at a time, and whether the block is the
+    file's last line, which had no newline (torn, if it does not parse).
+
+    Splitting a megabyte at a time costs a fraction of reading line by line. A line of ``MAX_LINE``
+    bytes or more comes as :data:`_OVERSIZED`, and no more than ``MAX_LINE`` bytes of it are held.
+    """
     stats.files += 1
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
     except OSError as exc:
         raise EventLogError(f"cannot read {path}: {exc.strerror or exc}") from None
     with handle:
-        pending: bytes | None = None
-        while raw := handle.readline(MAX_LINE):
-            if len(raw) == MAX_LINE and not raw.endswith(b"\n"):
-                while (rest := handle.readline(MAX_LINE)) and not rest.endswith(b"\n"):
-                    pass
-                raw = b"\x00\n"  # stands in for the oversized line: counted as corrupt
-            if pending is not None:
-                yield pending, False
-            pending = raw
-        if pending is not None:
-            yield pending, True
+        head: list[bytes] = []  # the start of a line that earlier blocks cut off (dropped once oversized)
+        held = 0  # its length
+        while chunk := handle.read(_BLOCK):
+            lines = chunk.split(b"\n")
+            if len(lines) == 1:  # no line ends in this block
+                held += len(chunk)
+                if held < MAX_LINE:
+                    head.append(chunk)
+                else:
+                    head.clear()
+                continue
+            if held:
+                held += len(lines[0])
+                lines[0] = _OVERSIZED if held >= MAX_LINE else b"".join(head) + lines[0]
+                head.clear()
+            tail = lines.pop()  # the start of the next line (empty when the block ends with a newline)
+            if max(map(len, lines)) >= MAX_LINE:
+                lines = [_OVERSIZED if len(line) >= MAX_LINE else line for line in lines]
+            held = len(tail)
+            if tail and held < MAX_LINE:
+                head.append(tail)
+            yield lines, False
+        if held:  # a last line without its newline
+            yield ([_OVERSIZED], False) if held >= MAX_LINE else ([b"".join(head)], True)
 
 
 class _Interner:
@@ -245,9 +267,9 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, last: bool) -> Iterator[Event]:
+def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, torn: bool) -> Iterator[Event]:
+    """The event of one line, or nothing; counted in ``stats`` either way (``torn``: a last line without newline)."""
     stats.lines += 1
-    torn = last and not raw.endswith(b"\n")
     try:
         data = _loads(raw)
         if not isinstance(data, dict):

@@ -11,15 +11,16 @@ and read fields, so they take views and models alike; ``eventlog.read_file`` sti
 msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
 so what it accepts pydantic accepts with the same values; anything it refuses goes through the
 validated reader, which keeps or skips the line (and counts why) exactly as before. Two rules are the
-reader's, not the model's, and ``eventlog.scan_file`` or the view keeps them: a line must carry its
-``schema_version`` (required here), and its bytes must be UTF-8 even where msgspec skips them. A model
-constraint or validator a view cannot express fails the import, so the two cannot drift apart silently.
+reader's, not the model's, and ``eventlog.scan_file`` or the view keeps them: a line must carry a
+``schema_version`` the reader supports (required here, and a ``Literal``), and its bytes must be UTF-8
+even where msgspec skips them. A model constraint or validator a view cannot express fails the
+import, so the two cannot drift apart silently.
 """
 
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import MaxLen
 
@@ -84,6 +85,8 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
             kind = info.default
             continue
         annotation = _wire_type(info.annotation, views)
+        if name == "schema_version":  # the reader's rule: a version it does not know is never a view
+            annotation = Literal[tuple(sorted(events.SUPPORTED_SCHEMA_VERSIONS))]
         meta = _meta(f"{model.__name__}.{name}", info.metadata)
         if meta is not None:
             annotation = _constrained(annotation, meta)

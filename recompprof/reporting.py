@@ -20,7 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import CauseTracker
-from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
+from recompprof.counting import FrameCounts, costs_seconds, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -42,6 +42,7 @@ MAX_CAUSES = 10_000  # past this, new causes of a frame fold into "(other subjec
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 MAX_FUNCTIONS = 1_000  # user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
 MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
+WHY_ROWS_PER_FRAME = 8  # reason groups per frame in the terminal report's "why" table, then one row for the rest
 
 
 def _hints() -> dict[str, str]:
@@ -80,6 +81,22 @@ class CauseReport:
         return (self.frame, self.category, self.subject)
 
 
+class _RankFold:
+    """A frame's compiles on one rank while the fold runs: attributes, not a lookup per figure in the
+    per-rank dicts, which :func:`_finish` fills from it."""
+
+    __slots__ = ("category_first_step", "categories", "compiles", "first_recompile_step", "guard_sets", "recompiles", "steps")
+
+    def __init__(self) -> None:
+        self.compiles = 0
+        self.recompiles = 0
+        self.first_recompile_step: int | None = None
+        self.steps: list[int] = []
+        self.guard_sets: set[str] | None = None
+        self.categories: dict[str, int] = {}
+        self.category_first_step: dict[str, int] = {}
+
+
 @dataclasses.dataclass
 class FrameReport(FrameCounts):
     """One frame's counts (folded by :func:`recompprof.counting.fold_compile`) and the report's detail."""
@@ -107,6 +124,8 @@ class FrameReport(FrameCounts):
     category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+    rank_folds: dict[int, _RankFold] = dataclasses.field(default_factory=dict, repr=False, compare=False,
+                                                         metadata={"fold_state": True})
 
     @property
     def variants_needed(self) -> int:
@@ -145,12 +164,17 @@ class Report:
     notes: list[str] = dataclasses.field(default_factory=list)
     # Read from TORCH_TRACE logs (recompprof ingest): no mode, and no training steps, were recorded.
     from_torch_trace: bool = False
-    labels: dict[tuple[str, str, int], str] = dataclasses.field(default_factory=dict, repr=False)
+    frame_cache: dict[object, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
     causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
     cache_seconds_saved: float = 0.0
     trace_seconds_by_function: Counter[str] = dataclasses.field(default_factory=Counter)
-    tracker: CauseTracker = dataclasses.field(default_factory=CauseTracker, repr=False)
+    # What only the fold needs (see drop_fold_state): no figure of the report.
+    tracker: CauseTracker = dataclasses.field(default_factory=CauseTracker, repr=False, metadata={"fold_state": True})
+    # What merging partial reports needs (recompprof.merging): each signal's last why from a session end,
+    # and the ranks of backward compiles whose forward this report never saw.
+    signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
 
     @property
     def compiles(self) -> int:
@@ -201,6 +225,11 @@ class Report:
     def __str__(self) -> str:
         return render_text(self)
 
+    def drop_fold_state(self) -> None:
+        """Forget what only folding more events needs: it holds the events' views, which do not pickle."""
+        self.tracker = CauseTracker()
+        self.frame_cache = {}
+
 
 def build_report(events: Iterable[Event]) -> Report:
     """Fold ``events`` (any order of ranks, one pass) into a :class:`Report`."""
@@ -246,9 +275,38 @@ def build_report(events: Iterable[Event]) -> Report:
         elif event.kind == "session_end":
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
+            report.signals_off_last.update(event.signals_off)
             report.wall_seconds = max(report.wall_seconds, event.totals.get("wall_seconds", 0.0))
             report.internal_errors.update(event.internal_errors)
+    _finish(report)
     return report
+
+
+def _finish(report: Report) -> None:
+    """The figures the fold kept in its own form: per-rank dicts (ranks in order) and phase totals."""
+    for frame in report.frames.values():
+        for rank in sorted(frame.rank_folds):
+            fold = frame.rank_folds[rank]
+            frame.compiles_by_rank[rank] += fold.compiles
+            if fold.guard_sets is not None:
+                frame.guard_sets_by_rank[rank] = fold.guard_sets
+            if fold.recompiles:
+                frame.recompiles_by_rank[rank] += fold.recompiles
+                frame.first_recompile_step_by_rank[rank] = fold.first_recompile_step or 0
+                frame.recompile_steps_by_rank[rank] = fold.steps
+            if fold.categories:
+                frame.categories_by_rank[rank] = Counter(fold.categories)
+                frame.category_first_step_by_rank[rank] = fold.category_first_step
+        frame.rank_folds = {}
+    sum_phases(report)
+
+
+def sum_phases(report: Report) -> None:
+    """The report's compile seconds by phase: its frames' (events of dropped frames count in neither)."""
+    phases = report.phases = dict.fromkeys(PHASES, 0.0)
+    for frame in report.frames.values():
+        for phase, seconds in frame.phases.items():
+            phases[phase] += seconds
 
 
 def _add_omitted(frame: FrameReport, omitted: dict[Category, int]) -> None:
@@ -258,16 +316,19 @@ def _add_omitted(frame: FrameReport, omitted: dict[Category, int]) -> None:
 
 
 def _frame(report: Report, frame: object) -> FrameReport | None:
-    key = (frame.name, frame.file, frame.line)  # type: ignore[attr-defined]
-    label = report.labels.get(key)
-    if label is None:
-        label = report.labels[key] = frame.label  # type: ignore[attr-defined]
+    """The report's entry for ``frame`` (an event's Frame or its view), or None once MAX_FRAMES are kept."""
+    found = report.frame_cache.get(frame)  # hashed by value: one lookup for every event of a known frame
+    if found is not None:
+        return found
+    label = frame.label  # type: ignore[attr-defined]
     found = report.frames.get(label)
     if found is None:
         if len(report.frames) >= MAX_FRAMES:
             report.frames_dropped += 1
             return None
         found = report.frames[label] = FrameReport(label, frame.name, frame.file, frame.line)  # type: ignore[attr-defined]
+    if len(report.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
+        report.frame_cache[frame] = found
     return found
 
 
@@ -284,8 +345,9 @@ def _group(frame: FrameReport, category: str, subject: str, text: str) -> Reason
 
 
 def _add_compile(report: Report, event: Compile) -> None:
-    # The hottest code of the offline commands (a million events): locals over attribute lookups; the
-    # counting rules stay recompprof.counting's (one place). tests/test_report.py and test_one_rule.py pin the result.
+    # The hottest code of the offline commands (a million events): locals over attribute lookups, dict.get
+    # over Counter's slower item access; the counting rules stay recompprof.counting's (one place).
+    # tests/test_report.py and test_one_rule.py pin the result.
     frame = _frame(report, event.frame)
     if frame is None:
         return
@@ -293,36 +355,26 @@ def _add_compile(report: Report, event: Compile) -> None:
         key = (frame.label, event.cudagraph_skip)
         if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
             report.cudagraph_skips[key] += 1
-    step = event.step or 0
-    reasons = event.reasons
-    fold_compile(frame, event)
-    if counts_as_compile(event):
+    recompiled = None  # the rank's fold, for a recompile
+    if fold_compile(frame, event):  # counted as a compile
         rank = event.rank
-        frame.compiles_by_rank[rank] += 1
+        fold = frame.rank_folds.get(rank)
+        if fold is None:
+            fold = frame.rank_folds[rank] = _RankFold()
+        fold.compiles += 1
         if event.guard_set is not None:
-            seen = frame.guard_sets_by_rank.get(rank)
-            if seen is None:
-                seen = frame.guard_sets_by_rank[rank] = set()
-            if len(seen) < MAX_GUARD_SETS:
-                seen.add(event.guard_set)
+            if fold.guard_sets is None:
+                fold.guard_sets = set()
+            if len(fold.guard_sets) < MAX_GUARD_SETS:
+                fold.guard_sets.add(event.guard_set)
         if event.is_recompile:
-            frame.recompiles_by_rank[rank] += 1
-            frame.first_recompile_step_by_rank.setdefault(rank, step)
-            steps = frame.recompile_steps_by_rank.get(rank)
-            if steps is None:
-                steps = frame.recompile_steps_by_rank[rank] = []
-            if len(steps) < MAX_STEPS_LISTED:
-                steps.append(step)
-            for reason in reasons:
-                if reason.explains_change:
-                    by_rank = frame.categories_by_rank.get(rank)
-                    if by_rank is None:
-                        by_rank = frame.categories_by_rank[rank] = Counter()
-                    by_rank[reason.category] += 1
-                    first_steps = frame.category_first_step_by_rank.get(rank)
-                    if first_steps is None:
-                        first_steps = frame.category_first_step_by_rank[rank] = {}
-                    first_steps.setdefault(reason.category, step)
+            recompiled = fold
+            step = event.step or 0
+            fold.recompiles += 1
+            if fold.first_recompile_step is None:
+                fold.first_recompile_step = step
+            if len(fold.steps) < MAX_STEPS_LISTED:
+                fold.steps.append(step)
             if event.automatic_dynamic is not None:
                 frame.automatic_dynamic_recompiles += 1
                 if len(frame.automatic_dynamic) < MAX_STEPS_LISTED:
@@ -330,9 +382,9 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
+    reasons = event.reasons
     if reasons:
         groups = frame.reasons
-        categories = report.categories
         for reason in reasons:
             category = reason.category
             group = groups.get((category, reason.subject))  # the common case, without a call
@@ -341,7 +393,13 @@ def _add_compile(report: Report, event: Compile) -> None:
             group.failures += 1
             if reason.explains_change:
                 group.changes += 1
-                categories[category] += 1
+                categories: dict[str, int] = report.categories
+                categories[category] = categories.get(category, 0) + 1
+                if recompiled is not None:  # what a rank's recompiles were explained by, and from which step
+                    by_category = recompiled.categories
+                    by_category[category] = by_category.get(category, 0) + 1
+                    if category not in recompiled.category_first_step:
+                        recompiled.category_first_step[category] = step
     if event.reasons_omitted:
         _add_omitted(frame, event.reasons_omitted)
     if event.outcome == "failed":
@@ -351,11 +409,10 @@ def _add_compile(report: Report, event: Compile) -> None:
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
     if costs_seconds(event):
         phases = event.phases
-        if phases:
-            frame_phases, report_phases = frame.phases, report.phases
+        if phases:  # the report's own phases are the frames' summed once, at the end (sum_phases)
+            frame_phases = frame.phases
             for phase, seconds in phases.items():
                 frame_phases[phase] += seconds  # every Phase is a key from the start (validated input)
-                report_phases[phase] += seconds
         _add_cause(report, event, frame.label)
     if event.cache_lookups:
         for cache, results in event.cache_lookups.items():
@@ -372,9 +429,12 @@ def _add_cause(report: Report, event: Compile, label: str) -> None:
     """Charge ``event`` (not a limit hit; ``label`` its frame's) to its cause, if it has one."""
     found = report.tracker.cause_of(event)
     if found is None:
+        if event.backward and not report.tracker.remembers(event):  # its forward is in no event folded here
+            report.orphan_backward_ranks.add(event.rank)
         return
     if event.backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
-        label = report.labels.get((found.frame.name, found.frame.file, found.frame.line)) or found.frame.label
+        known = report.frame_cache.get(found.frame)
+        label = known.label if known is not None else found.frame.label
     key = (label, found.category, found.subject)
     cause = report.causes.get(key)
     if cause is None:
@@ -388,8 +448,11 @@ def _add_cause(report: Report, event: Compile, label: str) -> None:
         return
     cause.recompiles += 1
     cause.steps_total += 1
-    if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
-        cause.steps.append(event.step)
+    step = event.step
+    if step is not None:
+        steps = cause.steps
+        if len(steps) < MAX_STEPS_LISTED:
+            steps.append(step)
     if not cause.example:
         reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
         cause.example = reason.text[:300] if reason is not None else ""
@@ -561,8 +624,15 @@ def render_text(report: Report, width: int = 160) -> str:
                                     "Graph breaks", "Failures", "Compile s"), rows, right=counts,
                          fold=("Frame", "Recompile steps")))
 
-    why_rows: list[tuple[str, ...]] = [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
-            hints.get(g.category, "")) for f in frames for g in f.top_reasons()]
+    why_rows: list[tuple[str, ...]] = []
+    for f in frames:
+        groups = f.top_reasons()
+        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
+                      hints.get(g.category, "")) for g in groups[:WHY_ROWS_PER_FRAME]]
+        rest = groups[WHY_ROWS_PER_FRAME:]
+        if rest:  # a long tail here would bury every other frame (the HTML report lists more)
+            why_rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
+                             str(sum(g.failures for g in rest)), "-", ""))
     if why_rows:
         console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
                              "cache entry; example = one reason text torch gave)",

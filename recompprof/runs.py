@@ -81,6 +81,10 @@ class EventStream:
         self.foreign.extend(foreign)
         self._read_whole |= read_whole
 
+    def of_file(self, file: Path) -> Iterator[Event]:
+        """The events of one of the run's files, read (and recorded) as iterating the stream reads it."""
+        return self._read(file)
+
     def of_rank(self, rank: int) -> Iterator[Event]:
         """The events of one rank, reading only the files named for it."""
         for file in self.files:

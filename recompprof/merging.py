@@ -1,0 +1,203 @@
+"""One report from parts of a run folded apart: how ``report`` folds a large run in worker processes.
+
+``build_run_report`` folds each event-log file of a large run in a forked worker
+(:mod:`recompprof.workers`) and merges the partial reports in file order, which is the order the
+single-process fold reads them in. The merge gives the report that one fold over the files gives:
+
+- sums and counters add; "first seen" values (a first step, an example) come from the earliest
+  part; lists kept to a bound (steps, runs, failure messages) are the earlier part's followed by the
+  later one's, cut at the bound, which is what one fold appends;
+- dicts come out in the order one fold inserts into them (the earlier part's keys, then the later
+  part's new ones), so ties in every ranking break the same way;
+- compile seconds are sums of the parts' sums: the same seconds, added in another order, so they
+  can differ in the last bits of a float (the reports print them rounded).
+
+Where one fold's result depends on more than the parts hold, the merge gives up and the caller folds
+the run in one process: a part that reached a bound on distinct keys (frames, reason groups of a
+frame, causes, graph-break reasons, cudagraph skips, traced functions, guard sets), a union of parts
+past such a bound, or a backward compile whose forward one fold would have found in an earlier part
+(the same rank in two files). Real runs reach none of these: the bounds are there against runaway
+input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from recompprof import workers as parallel
+from recompprof.events import Event
+from recompprof.reporting import (
+    MAX_CAUSES,
+    MAX_FRAMES,
+    MAX_FUNCTIONS,
+    MAX_GROUPS_PER_FRAME,
+    MAX_GUARD_SETS,
+    MAX_LISTED,
+    MAX_STEPS_LISTED,
+    FrameReport,
+    Report,
+    build_report,
+    sum_phases,
+)
+
+
+class _Unmergeable(Exception):
+    """The parts do not determine what one fold over them would give."""
+
+
+def build_run_report(events: Iterable[Event], *, workers: int | None = None) -> Report:
+    """:func:`recompprof.reporting.build_report` over a run; a large run of event-log files (an
+    ``EventStream``) is folded file by file in up to ``workers`` forked processes (default: one per
+    CPU above ``workers.PARALLEL_MIN_BYTES``) and merged, with the same result."""
+    files = getattr(events, "files", None)
+    if workers is None:
+        workers = parallel.default_workers([events], len(files)) if files else 1
+    if workers <= 1 or not files or len(files) < 2 or not parallel.can_fork([events]):
+        return build_report(events)
+    stream: Any = events
+    parts = parallel.map_forked(lambda index: _fold_file(stream, index), [stream], list(range(len(files))), workers)
+    merged = merge(parts)
+    # What the workers read is recorded on the stream, so this second pass counts nothing twice.
+    return merged if merged is not None else build_report(events)
+
+
+def _fold_file(stream: Any, index: int) -> Report:
+    report = build_report(stream.of_file(stream.files[index]))
+    report.drop_fold_state()  # it would not pickle
+    return report
+
+
+def merge(parts: list[Report]) -> Report | None:
+    """The report one fold over the parts' events, in order, gives; None where the parts cannot say."""
+    if not parts:
+        return Report()
+    total = Report()
+    try:
+        for part in parts:
+            _absorb(total, part)
+    except _Unmergeable:
+        return None
+    sum_phases(total)
+    return total
+
+
+def _check(ok: bool) -> None:
+    if not ok:
+        raise _Unmergeable
+
+
+def _keyed(into: dict[Any, Any], part: dict[Any, Any], bound: int, *, full_at: int | None = None) -> list[Any]:
+    """The keys of ``part`` new to ``into``, after checking that one fold would have kept them all.
+
+    A part holding ``full_at`` (default ``bound``) keys may have dropped some; a union past ``bound`` would.
+    """
+    _check(len(part) < (bound if full_at is None else full_at))
+    new = [key for key in part if key not in into]
+    _check(len(into) + len(new) <= bound)
+    return new
+
+
+def _prefix(into: list[Any], part: list[Any], bound: int) -> None:
+    into.extend(part[: max(0, bound - len(into))])
+
+
+def _absorb(total: Report, part: Report) -> None:
+    """Add ``part`` (folded from the events right after those already in ``total``) to ``total``."""
+    earlier_ranks = {rank for frame in total.frames.values() for rank in frame.compiles_by_rank}
+    _check(not part.frames_dropped and not part.orphan_backward_ranks & earlier_ranks)
+    for run in part.runs:
+        if run not in total.runs and len(total.runs) < MAX_LISTED:
+            total.runs.append(run)
+    if part.ranks:  # it read a session start: the last one's settings stand
+        total.recompile_limit, total.warmup_steps = part.recompile_limit, part.warmup_steps
+    total.ranks |= part.ranks
+    total.modes |= part.modes
+    total.profile_mechanisms |= part.profile_mechanisms
+    total.from_torch_trace = total.from_torch_trace or part.from_torch_trace
+    # A signal dark in both: every later session end that names it has the last word; new ones as the part saw them.
+    for name in total.signals_dark:
+        if name in part.signals_off_last:
+            total.signals_dark[name] = part.signals_off_last[name]
+    for name, why in part.signals_dark.items():
+        total.signals_dark.setdefault(name, why)
+    total.signals_off_last.update(part.signals_off_last)
+    total.orphan_backward_ranks |= part.orphan_backward_ranks
+    total.events += part.events
+    total.last_step = max(total.last_step, part.last_step)
+    total.wall_seconds = max(total.wall_seconds, part.wall_seconds)
+    total.internal_errors.update(part.internal_errors)
+    total.categories.update(part.categories)
+    for key in _keyed(total.graph_break_reasons, part.graph_break_reasons, MAX_FRAMES):
+        total.graph_break_reasons[key] = 0
+    total.graph_break_reasons.update(part.graph_break_reasons)
+    for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, MAX_LISTED):
+        total.cudagraph_skips[key] = 0
+    total.cudagraph_skips.update(part.cudagraph_skips)
+    _prefix(total.failure_messages, part.failure_messages, MAX_LISTED)
+    total.cache_lookups.update(part.cache_lookups)
+    total.cache_seconds_saved += part.cache_seconds_saved
+    for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS):
+        total.trace_seconds_by_function[key] = 0.0  # type: ignore[assignment]  # float seconds in a Counter
+    total.trace_seconds_by_function.update(part.trace_seconds_by_function)
+    for key in _keyed(total.frames, part.frames, MAX_FRAMES, full_at=MAX_FRAMES + 1):  # drops are counted, checked above
+        frame = part.frames[key]
+        total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line)
+    for key, frame in part.frames.items():
+        _absorb_frame(total.frames[key], frame)
+    for key in _keyed(total.causes, part.causes, MAX_CAUSES):
+        cause = part.causes[key]
+        total.causes[key] = dataclasses.replace(cause, recompiles=0, seconds=0.0, steps=[], steps_total=0, example="",
+                                                call_site=[])
+    for key, cause in part.causes.items():
+        into = total.causes[key]
+        into.recompiles += cause.recompiles
+        into.seconds += cause.seconds
+        _prefix(into.steps, cause.steps, MAX_STEPS_LISTED)
+        into.steps_total += cause.steps_total
+        into.example = into.example or cause.example
+        into.call_site = into.call_site or cause.call_site
+
+
+def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
+    into.compiles += part.compiles
+    into.recompiles += part.recompiles
+    into.steady_state_recompiles += part.steady_state_recompiles
+    into.backward_compiles += part.backward_compiles
+    into.compile_seconds += part.compile_seconds
+    into.guard_failures.update(part.guard_failures)
+    into.limit_hits.update(part.limit_hits)
+    _prefix(into.automatic_dynamic, part.automatic_dynamic, MAX_STEPS_LISTED)
+    into.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
+    _prefix(into.recompile_steps, part.recompile_steps, MAX_STEPS_LISTED)
+    into.recompile_steps_total += part.recompile_steps_total
+    for key in _keyed(into.reasons, part.reasons, MAX_GROUPS_PER_FRAME):
+        group = part.reasons[key]
+        into.reasons[key] = dataclasses.replace(group, changes=0, failures=0)  # the earliest example stays
+    for key, group in part.reasons.items():
+        into.reasons[key].changes += group.changes
+        into.reasons[key].failures += group.failures
+    into.graph_breaks += part.graph_breaks
+    into.failures.update(part.failures)
+    for phase, seconds in part.phases.items():
+        into.phases[phase] = into.phases.get(phase, 0.0) + seconds
+    into.compiles_by_rank.update(part.compiles_by_rank)
+    for rank, sets in part.guard_sets_by_rank.items():
+        seen = into.guard_sets_by_rank.setdefault(rank, set())
+        _check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
+        seen |= sets
+    into.recompiles_by_rank.update(part.recompiles_by_rank)
+    for rank, step in part.first_recompile_step_by_rank.items():
+        into.first_recompile_step_by_rank.setdefault(rank, step)
+    for rank, steps in part.recompile_steps_by_rank.items():
+        _prefix(into.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED)
+    for rank, categories in part.categories_by_rank.items():
+        into.categories_by_rank.setdefault(rank, type(categories)()).update(categories)
+    for rank, firsts in part.category_first_step_by_rank.items():
+        known = into.category_first_step_by_rank.setdefault(rank, {})
+        for category, step in firsts.items():
+            known.setdefault(category, step)
+    into.limit_hits_by_rank.update(part.limit_hits_by_rank)
+    for rank, step in part.first_limit_hit_step_by_rank.items():
+        into.first_limit_hit_step_by_rank.setdefault(rank, step)

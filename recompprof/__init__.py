@@ -9,10 +9,29 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from recompprof.errors import RecompprofError
 from recompprof.events import CATEGORIES, PHASES
-from recompprof.session import Session, attach, current, report
-from recompprof.settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from recompprof.session import Session, attach, current, report
+    from recompprof.settings import ConfigError, Settings
+
+# Imported on first use: the offline commands (report, check, diff) never start a session, and the
+# session's imports (settings, exporters, torch adapters) were a third of their start-up.
+_LAZY = {"Session": "recompprof.session", "attach": "recompprof.session", "current": "recompprof.session",
+         "report": "recompprof.session", "ConfigError": "recompprof.settings", "Settings": "recompprof.settings"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'recompprof' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "CATEGORIES",

@@ -183,7 +183,6 @@ def _finish(run: Run, *, strict: bool) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from recompprof.html_report import render_html
     from recompprof.merging import build_run_report
     from recompprof.reporting import build_report, render_text
 
@@ -200,6 +199,8 @@ def _report(args: argparse.Namespace) -> int:
         report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
     print(render_text(report, width=_width(args.width)), end="")
     if args.html:
+        from recompprof.html_report import render_html
+
         text = render_html(report, title=f"recompprof report: {args.run_dir.name}",
                            warnings=run.warnings + run.problems)
         try:

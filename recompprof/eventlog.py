@@ -126,6 +126,7 @@ def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     stats = stats if stats is not None else ReadStats()
     interner = _Interner()
     for lines, torn in _blocks(path, stats):
+        stats.lines += len(lines)
         for raw in lines:
             yield from _parse(raw, stats, interner, torn=torn)
 
@@ -146,6 +147,7 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     interner = _Interner()
     decode = DECODER.decode
     for lines, torn in _blocks(path, stats):
+        stats.lines += len(lines)
         for raw in lines:
             try:
                 if not raw.isascii():
@@ -154,7 +156,6 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
             except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
                 yield from _parse(raw, stats, interner, torn=torn)  # the validated reader's verdict, and its count
                 continue
-            stats.lines += 1
             yield event
 
 
@@ -268,8 +269,10 @@ def _loads(raw: bytes) -> Any:
 
 
 def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, torn: bool) -> Iterator[Event]:
-    """The event of one line, or nothing; counted in ``stats`` either way (``torn``: a last line without newline)."""
-    stats.lines += 1
+    """The event of one line, or nothing, and why in ``stats`` (``torn``: a last line without newline).
+
+    Lines are counted by the caller, a block at a time.
+    """
     try:
         data = _loads(raw)
         if not isinstance(data, dict):

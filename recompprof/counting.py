@@ -55,13 +55,18 @@ class FrameCounts:
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)  # by limit
 
 
-def fold_compile(counts: FrameCounts, event: Compile) -> bool:
-    """Add one ``Compile`` event of the frame to its counts; returns :func:`counts_as_compile` of it."""
-    counted = False
+# What fold_compile found an event counts as (bits), so a caller folding more of it asks nothing twice.
+COUNTED = 1  # counts_as_compile
+COSTS = 2  # costs_seconds
+
+
+def fold_compile(counts: FrameCounts, event: Compile) -> int:
+    """Add one ``Compile`` event of the frame to its counts; returns :data:`COUNTED` | :data:`COSTS` bits."""
+    found = 0
     if event.backward:
         counts.backward_compiles += 1
     elif counts_as_compile(event):
-        counted = True
+        found = COUNTED
         counts.compiles += 1
         if event.is_recompile:
             counts.recompiles += 1
@@ -76,8 +81,9 @@ def fold_compile(counts: FrameCounts, event: Compile) -> bool:
     if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)
     if costs_seconds(event):
+        found |= COSTS
         counts.compile_seconds += event.duration
-    return counted
+    return found
 
 
 def fold_limit_hit(counts: FrameCounts, event: RecompileLimitHit) -> None:

@@ -26,21 +26,9 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from recompprof import workers as parallel
+from recompprof import reporting, workers as parallel
 from recompprof.events import Event
-from recompprof.reporting import (
-    MAX_CAUSES,
-    MAX_FRAMES,
-    MAX_FUNCTIONS,
-    MAX_GROUPS_PER_FRAME,
-    MAX_GUARD_SETS,
-    MAX_LISTED,
-    MAX_STEPS_LISTED,
-    FrameReport,
-    Report,
-    build_report,
-    sum_phases,
-)
+from recompprof.reporting import FrameReport, Report, build_report, sort_ranks, sum_phases
 
 
 class _Unmergeable(Exception):
@@ -79,6 +67,8 @@ def merge(parts: list[Report]) -> Report | None:
             _absorb(total, part)
     except _Unmergeable:
         return None
+    for frame in total.frames.values():
+        sort_ranks(frame)
     sum_phases(total)
     return total
 
@@ -108,7 +98,7 @@ def _absorb(total: Report, part: Report) -> None:
     earlier_ranks = {rank for frame in total.frames.values() for rank in frame.compiles_by_rank}
     _check(not part.frames_dropped and not part.orphan_backward_ranks & earlier_ranks)
     for run in part.runs:
-        if run not in total.runs and len(total.runs) < MAX_LISTED:
+        if run not in total.runs and len(total.runs) < reporting.MAX_LISTED:
             total.runs.append(run)
     if part.ranks:  # it read a session start: the last one's settings stand
         total.recompile_limit, total.warmup_steps = part.recompile_limit, part.warmup_steps
@@ -129,24 +119,24 @@ def _absorb(total: Report, part: Report) -> None:
     total.wall_seconds = max(total.wall_seconds, part.wall_seconds)
     total.internal_errors.update(part.internal_errors)
     total.categories.update(part.categories)
-    for key in _keyed(total.graph_break_reasons, part.graph_break_reasons, MAX_FRAMES):
+    for key in _keyed(total.graph_break_reasons, part.graph_break_reasons, reporting.MAX_FRAMES):
         total.graph_break_reasons[key] = 0
     total.graph_break_reasons.update(part.graph_break_reasons)
-    for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, MAX_LISTED):
+    for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, reporting.MAX_LISTED):
         total.cudagraph_skips[key] = 0
     total.cudagraph_skips.update(part.cudagraph_skips)
-    _prefix(total.failure_messages, part.failure_messages, MAX_LISTED)
+    _prefix(total.failure_messages, part.failure_messages, reporting.MAX_LISTED)
     total.cache_lookups.update(part.cache_lookups)
     total.cache_seconds_saved += part.cache_seconds_saved
-    for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS):
+    for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, reporting.MAX_FUNCTIONS):
         total.trace_seconds_by_function[key] = 0.0  # type: ignore[assignment]  # float seconds in a Counter
     total.trace_seconds_by_function.update(part.trace_seconds_by_function)
-    for key in _keyed(total.frames, part.frames, MAX_FRAMES, full_at=MAX_FRAMES + 1):  # drops are counted, checked above
+    for key in _keyed(total.frames, part.frames, reporting.MAX_FRAMES, full_at=reporting.MAX_FRAMES + 1):  # drops are counted, checked above
         frame = part.frames[key]
         total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line)
     for key, frame in part.frames.items():
         _absorb_frame(total.frames[key], frame)
-    for key in _keyed(total.causes, part.causes, MAX_CAUSES):
+    for key in _keyed(total.causes, part.causes, reporting.MAX_CAUSES):
         cause = part.causes[key]
         total.causes[key] = dataclasses.replace(cause, recompiles=0, seconds=0.0, steps=[], steps_total=0, example="",
                                                 call_site=[])
@@ -154,7 +144,7 @@ def _absorb(total: Report, part: Report) -> None:
         into = total.causes[key]
         into.recompiles += cause.recompiles
         into.seconds += cause.seconds
-        _prefix(into.steps, cause.steps, MAX_STEPS_LISTED)
+        _prefix(into.steps, cause.steps, reporting.MAX_STEPS_LISTED)
         into.steps_total += cause.steps_total
         into.example = into.example or cause.example
         into.call_site = into.call_site or cause.call_site
@@ -168,11 +158,11 @@ def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
     into.compile_seconds += part.compile_seconds
     into.guard_failures.update(part.guard_failures)
     into.limit_hits.update(part.limit_hits)
-    _prefix(into.automatic_dynamic, part.automatic_dynamic, MAX_STEPS_LISTED)
+    _prefix(into.automatic_dynamic, part.automatic_dynamic, reporting.MAX_STEPS_LISTED)
     into.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
-    _prefix(into.recompile_steps, part.recompile_steps, MAX_STEPS_LISTED)
+    _prefix(into.recompile_steps, part.recompile_steps, reporting.MAX_STEPS_LISTED)
     into.recompile_steps_total += part.recompile_steps_total
-    for key in _keyed(into.reasons, part.reasons, MAX_GROUPS_PER_FRAME):
+    for key in _keyed(into.reasons, part.reasons, reporting.MAX_GROUPS_PER_FRAME):
         group = part.reasons[key]
         into.reasons[key] = dataclasses.replace(group, changes=0, failures=0)  # the earliest example stays
     for key, group in part.reasons.items():
@@ -185,13 +175,13 @@ def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
     into.compiles_by_rank.update(part.compiles_by_rank)
     for rank, sets in part.guard_sets_by_rank.items():
         seen = into.guard_sets_by_rank.setdefault(rank, set())
-        _check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
+        _check(len(sets) < reporting.MAX_GUARD_SETS and len(seen | sets) <= reporting.MAX_GUARD_SETS)
         seen |= sets
     into.recompiles_by_rank.update(part.recompiles_by_rank)
     for rank, step in part.first_recompile_step_by_rank.items():
         into.first_recompile_step_by_rank.setdefault(rank, step)
     for rank, steps in part.recompile_steps_by_rank.items():
-        _prefix(into.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED)
+        _prefix(into.recompile_steps_by_rank.setdefault(rank, []), steps, reporting.MAX_STEPS_LISTED)
     for rank, categories in part.categories_by_rank.items():
         into.categories_by_rank.setdefault(rank, type(categories)()).update(categories)
     for rank, firsts in part.category_first_step_by_rank.items():

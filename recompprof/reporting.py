@@ -20,7 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import Cause, CauseTracker
-from recompprof.counting import FrameCounts, costs_seconds, fold_compile, fold_limit_hit
+from recompprof.counting import COSTS, COUNTED, FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -300,7 +300,18 @@ def _finish(report: Report) -> None:
                 frame.categories_by_rank[rank] = Counter(fold.categories)
                 frame.category_first_step_by_rank[rank] = fold.category_first_step
         frame.rank_folds = {}
+        sort_ranks(frame)
     sum_phases(report)
+
+
+def sort_ranks(frame: FrameReport) -> None:
+    """Each per-rank dict of ``frame`` in rank order (so a report does not depend on which rank came first)."""
+    for field in ("compiles_by_rank", "guard_sets_by_rank", "recompiles_by_rank", "first_recompile_step_by_rank",
+                  "recompile_steps_by_rank", "categories_by_rank", "category_first_step_by_rank", "limit_hits_by_rank",
+                  "first_limit_hit_step_by_rank"):
+        by_rank = getattr(frame, field)
+        if len(by_rank) > 1:
+            setattr(frame, field, type(by_rank)(dict(sorted(by_rank.items()))))  # a Counter takes a mapping
 
 
 def sum_phases(report: Report) -> None:
@@ -350,7 +361,7 @@ def _add_compile(report: Report, event: Compile) -> None:
     # The hottest code of the offline commands (a million events): locals over attribute lookups, dict.get
     # over Counter's slower item access; the counting rules stay recompprof.counting's (one place).
     # tests/test_report.py and test_one_rule.py pin the result.
-    frame = _frame(report, event.frame)
+    frame = report.frame_cache.get(event.frame) or _frame(report, event.frame)
     if frame is None:
         return
     if event.cudagraph_skip is not None:
@@ -358,7 +369,8 @@ def _add_compile(report: Report, event: Compile) -> None:
         if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
             report.cudagraph_skips[key] += 1
     recompiled = None  # the rank's fold, for a recompile
-    if fold_compile(frame, event):  # counted as a compile
+    counted = fold_compile(frame, event)
+    if counted & COUNTED:
         rank = event.rank
         fold = frame.rank_folds.get(rank)
         if fold is None:
@@ -409,7 +421,7 @@ def _add_compile(report: Report, event: Compile) -> None:
         if len(report.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             report.failure_messages.append((frame.label, event.fail_type or "unknown", message[0][:200] if message else ""))
-    if costs_seconds(event):
+    if counted & COSTS:
         phases = event.phases
         if phases:  # the report's own phases are the frames' summed once, at the end (sum_phases)
             frame_phases = frame.phases

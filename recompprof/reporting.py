@@ -42,6 +42,7 @@ MAX_CAUSES = 10_000  # past this, new causes of a frame fold into "(other subjec
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 MAX_FUNCTIONS = 1_000  # user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
 MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
+EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
 WHY_ROWS_PER_FRAME = 5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
 
 
@@ -510,6 +511,11 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *,
     return table
 
 
+def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying so (the HTML report keeps the whole example)."""
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
 def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *, steps: bool = True) -> None:
     ranked = report.ranked_causes()
     total = report.compile_seconds
@@ -642,7 +648,7 @@ def render_text(report: Report, width: int = 160) -> str:
     why_rows: list[tuple[str, ...]] = []
     for f in frames:
         groups = f.top_reasons()
-        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), g.example or "-",
+        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-",
                       hints.get(g.category, "")) for g in groups[:WHY_ROWS_PER_FRAME]]
         rest = groups[WHY_ROWS_PER_FRAME:]
         if rest:  # a long tail here would bury every other frame (the HTML report lists more)

@@ -9,6 +9,7 @@ task order, so ``finish`` reads nothing twice and counts every skipped line once
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
@@ -49,10 +50,14 @@ def map_forked(function: Callable[[Any], Any], streams: Sequence[Any], tasks: Se
     """
     global _JOB
     _JOB = (function, streams)
+    # What the workers inherit stays out of their garbage collections: traversing it would cost time
+    # and copy every page it touches.
+    gc.freeze()
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(tasks))) as pool:
             done = pool.map(_run, tasks, chunksize=1)
     finally:
+        gc.unfreeze()
         _JOB = None
     results = []
     for result, progress in done:

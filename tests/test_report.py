@@ -259,3 +259,27 @@ def test_html_shows_backward_compiles_and_unknown_steps_of_ingested_runs() -> No
     assert "from TORCH_TRACE (no mode) · steps unknown" in page and "mode monitor" not in page
     text = render_text(report, width=200)
     assert "from TORCH_TRACE (no mode) | steps unknown" in text and "steps 0" not in text
+
+
+def test_text_report_prints_reason_text_verbatim_and_bounds_each_frame() -> None:
+    """Reason texts reach the terminal as torch wrote them (``[bold]`` and ``:warning:`` are text, not
+    markup or an emoji); a frame lists its 5 groups that explained the most recompiles plus one row
+    summing the rest, and a long example is cut, saying so."""
+    frame = Frame(name="Net.forward", file="/src/net.py", line=7)
+    texts = [f"L['cfg'][{i}] == 'a[bold]b :warning: c'" for i in range(7)] + ["Z" * 400]
+    events = [Compile(time=1.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0)]
+    for i, text in enumerate(texts):
+        reasons = [Reason(text=text, category="python_constant", subject=f"L['cfg'][{i}]", explains_change=True)]
+        events += [Compile(time=2.0 + i + k, step=i, frame=frame, compile_id=f"0/{i}", is_recompile=True, duration=0.5,
+                           reasons=reasons) for k in range(10 - i)]
+    text = render_text(build_report(events), width=200)
+    why = text[text.index("Why they recompiled"):text.index("Compile time by phase")]
+    flat = " ".join(why.split())
+    assert "== 'a[bold]b :warning: c'" in flat
+    assert "L['cfg'][4]" in flat and "L['cfg'][5]" not in flat
+    assert "3 more group(s)" in flat  # groups 5, 6 and the long one: 5 + 4 + 3 recompiles
+    row = next(line for line in why.splitlines() if "3 more group(s)" in line)
+    assert row.split()[-3:] == ["12", "12", "-"], row  # changes, guard failures, no example
+    long_report = render_text(build_report([events[0], *[e for e in events if e.reasons and e.reasons[0].text.startswith("Z")]]), width=200)
+    long_why = long_report[long_report.index("Why they recompiled"):long_report.index("Compile time by phase")]
+    assert long_why.count("Z") == 157 and "..." in long_why

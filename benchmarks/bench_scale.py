@@ -276,6 +276,10 @@ def main() -> None:
         chosen = [c for c in args.commands.split(",") if c]
         envs: dict[str, dict[str, str]] = {}
         if args.fold_ab:
+            base_env = {**os.environ, "PYTHONPATH": str(tmp / "fold-baseline")}
+            imported = subprocess.run([sys.executable, "-c", "import recompprof; print(recompprof.__file__)"], env=base_env,
+                                      cwd=tmp / "fold-baseline", capture_output=True, text=True, check=True).stdout.strip()
+            assert imported.startswith(str(tmp / "fold-baseline")), f"the baseline imports {imported}"
             for name in [c for c in chosen if c in ("report", "check", "diff")]:
                 commands[f"{name}@{args.fold_ab}"] = commands[name]
                 envs[f"{name}@{args.fold_ab}"] = {**os.environ, "PYTHONPATH": str(tmp / "fold-baseline")}
@@ -284,7 +288,10 @@ def main() -> None:
         for r in range(args.rounds):
             order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
             for name in order:
-                results[name].append(measure(commands[name], cwd=REPO, env=envs.get(name)))
+                # A baseline runs from its own tree: from REPO, ``python -m`` would import this checkout's
+                # recompprof first (the working directory precedes PYTHONPATH on sys.path).
+                where = tmp / "fold-baseline" if name in envs else REPO
+                results[name].append(measure(commands[name], cwd=where, env=envs.get(name)))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         for name in chosen:
             per = 2 if name.startswith("diff") else 1

@@ -108,7 +108,7 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
         runs = (before, after)
         a, b = parallel.map_forked(lambda which: _fold(runs[which]), runs, [0, 1], 2)
     else:
-        a, b = build_report(before), build_report(after)
+        a, b = build_report(before, detail=False), build_report(after, detail=False)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
     changes: list[Change] = []
     for label in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
@@ -128,7 +128,7 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
 
 
 def _fold(run: Iterable[Event]) -> Report:
-    report = build_report(run)
+    report = build_report(run, detail=False)  # the figures a diff compares
     report.drop_fold_state()  # it would not pickle
     return report
 

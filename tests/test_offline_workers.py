@@ -91,3 +91,22 @@ def test_diff_in_workers_renders_the_same(run_dir, tmp_path):
     assert outputs[0] == outputs[1]
     assert diff.regressions and "regression(s)" in outputs[0][0]
     assert outputs[0][1][0][0].corrupt == 1 and outputs[0][1][1][1] == 9000
+
+
+def test_diff_folds_only_the_figures_it_compares(run_dir):
+    """``diff`` folds its runs with ``detail=False``: every figure it compares (counts, compile seconds,
+    reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
+    out, and such a report refuses to be rendered as if it were whole."""
+    from recompprof.reporting import build_report, render_text
+
+    full, lean = build_report(load(run_dir).events), build_report(load(run_dir).events, detail=False)
+    assert list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
+    for label, frame in full.frames.items():
+        other = lean.frames[label]
+        for name in ("compiles", "recompiles", "backward_compiles", "compile_seconds", "guard_failures", "limit_hits",
+                     "failures", "graph_breaks", "reasons"):
+            assert getattr(other, name) == getattr(frame, name), (label, name)
+        assert not other.compiles_by_rank and not other.recompile_steps and not any(other.phases.values())
+    assert lean.causes == full.causes
+    with pytest.raises(ValueError, match="detail=False"):
+        render_text(lean)

@@ -655,19 +655,24 @@ def render_text(report: Report, width: int = 160) -> str:
                          fold=("Frame", "Recompile steps")))
 
     why_rows: list[tuple[str, ...]] = []
+    shown: dict[str, None] = {}  # categories in the table, in order, for the hints under it
     for f in frames:
         groups = f.top_reasons()
-        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-",
-                      hints.get(g.category, "")) for g in groups[:WHY_ROWS_PER_FRAME]]
+        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-")
+                     for g in groups[:WHY_ROWS_PER_FRAME]]
+        shown.update(dict.fromkeys(g.category for g in groups[:WHY_ROWS_PER_FRAME]))
         rest = groups[WHY_ROWS_PER_FRAME:]
         if rest:  # a long tail here would bury every other frame (the HTML report lists more)
             why_rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
-                             str(sum(g.failures for g in rest)), "-", ""))
+                             str(sum(g.failures for g in rest)), "-"))
     if why_rows:
         console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
                              "cache entry; example = one reason text torch gave)",
-                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example", "Fix hint"), why_rows,
-                             right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example", "Fix hint")))
+                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"), why_rows,
+                             right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example")))
+        # Once per category, not on every row: the same advice repeated per frame only made the table long.
+        console.print(_table("Fix hints", ("Category", "Fix hint"),
+                             [(category, hints[category]) for category in shown if hints.get(category)], fold=("Fix hint",)))
     else:
         console.print("\nNo guard failures recorded.")
 

@@ -14,9 +14,10 @@ from collections.abc import Iterable
 
 from rich.table import Table
 
-from recompprof import plaintext, workers as parallel
+from recompprof import plaintext
 from recompprof.events import Event
-from recompprof.reporting import CauseReport, FrameReport, Report, build_report
+from recompprof.merging import build_run_reports
+from recompprof.reporting import CauseReport, FrameReport, Report
 
 # Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).
 TIME_FLOOR_SECONDS = 0.5
@@ -99,16 +100,11 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
             workers: int | None = None) -> Diff:
     """What changed from run ``before`` to run ``after``.
 
-    Two event-log streams are folded at once in two forked processes when ``workers`` (default: 2 for
-    large runs on a machine with more than one CPU) allows; the reports are the same either way.
+    Large event-log runs are folded file by file in forked worker processes (``workers``, default one
+    per CPU; see :mod:`recompprof.merging`), with only the figures a diff compares; the result is the
+    same either way.
     """
-    if workers is None:
-        workers = parallel.default_workers([before, after], 2)
-    if workers > 1 and parallel.can_fork([before, after]):
-        runs = (before, after)
-        a, b = parallel.map_forked(lambda which: _fold(runs[which]), runs, [0, 1], 2)
-    else:
-        a, b = build_report(before, detail=False), build_report(after, detail=False)
+    a, b = build_run_reports([before, after], detail=False, workers=workers)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
     changes: list[Change] = []
     for label in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
@@ -125,12 +121,6 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
                 worse = y > x and what != "compiles"
             changes.append(Change(label, what, x, y, worse))
     return Diff(changes, a, b)
-
-
-def _fold(run: Iterable[Event]) -> Report:
-    report = build_report(run, detail=False)  # the figures a diff compares
-    report.drop_fold_state()  # it would not pickle
-    return report
 
 
 def render(diff: Diff, width: int = 120) -> str:

@@ -1,4 +1,5 @@
-"""One report from parts of a run folded apart: how ``report`` folds a large run in worker processes.
+"""One report from parts of a run folded apart: how ``report`` and ``diff`` fold large runs in worker
+processes.
 
 ``build_run_report`` folds each event-log file of a large run in a forked worker
 (:mod:`recompprof.workers`) and merges the partial reports in file order, which is the order the
@@ -39,20 +40,29 @@ def build_run_report(events: Iterable[Event], *, workers: int | None = None) -> 
     """:func:`recompprof.reporting.build_report` over a run; a large run of event-log files (an
     ``EventStream``) is folded file by file in up to ``workers`` forked processes (default: one per
     CPU above ``workers.PARALLEL_MIN_BYTES``) and merged, with the same result."""
-    files = getattr(events, "files", None)
+    return build_run_reports([events], workers=workers)[0]
+
+
+def build_run_reports(runs: list[Iterable[Event]], *, detail: bool = True, workers: int | None = None) -> list[Report]:
+    """:func:`build_run_report` of each run, the files of all of them shared out among the workers
+    (``diff``: one run with more recompiles no longer keeps one worker busy after the other is done)."""
+    tasks = [(which, index) for which, run in enumerate(runs) for index in range(len(getattr(run, "files", ())))]
     if workers is None:
-        workers = parallel.default_workers([events], len(files)) if files else 1
-    if workers <= 1 or not files or len(files) < 2 or not parallel.can_fork([events]):
-        return build_report(events)
-    stream: Any = events
-    parts = parallel.map_forked(lambda index: _fold_file(stream, index), [stream], list(range(len(files))), workers)
-    merged = merge(parts)
-    # What the workers read is recorded on the stream, so this second pass counts nothing twice.
-    return merged if merged is not None else build_report(events)
+        workers = parallel.default_workers(runs, len(tasks)) if tasks else 1
+    if workers <= 1 or len(tasks) < 2 or not parallel.can_fork(runs):
+        return [build_report(run, detail=detail) for run in runs]
+    streams: list[Any] = list(runs)
+    parts = parallel.map_forked(lambda task: _fold_file(streams[task[0]], task[1], detail), streams, tasks, workers)
+    reports = []
+    for which, run in enumerate(runs):
+        merged = merge([part for (of, _), part in zip(tasks, parts, strict=True) if of == which])
+        # What the workers read is recorded on the stream, so this second pass counts nothing twice.
+        reports.append(merged if merged is not None else build_report(run, detail=detail))
+    return reports
 
 
-def _fold_file(stream: Any, index: int) -> Report:
-    report = build_report(stream.of_file(stream.files[index]))
+def _fold_file(stream: Any, index: int, detail: bool) -> Report:
+    report = build_report(stream.of_file(stream.files[index]), detail=detail)
     report.drop_fold_state()  # it would not pickle
     return report
 
@@ -61,7 +71,7 @@ def merge(parts: list[Report]) -> Report | None:
     """The report one fold over the parts' events, in order, gives; None where the parts cannot say."""
     if not parts:
         return Report()
-    total = Report()
+    total = Report(detail=all(part.detail for part in parts))
     try:
         for part in parts:
             _absorb(total, part)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recompprof import check as check_module
+from recompprof import check as check_module, workers as workers_module
 from recompprof.check import CheckInputError, Rules, check
 from recompprof.diff import compare, render
 from recompprof.runs import load
@@ -75,11 +75,15 @@ def _spy(function, calls):
     return spy
 
 
-def test_diff_in_workers_renders_the_same(run_dir, tmp_path):
-    """``diff`` folding its two runs in two forked processes renders byte for byte what folding them here
-    renders (regressions found), and records the same read statistics for both runs."""
+def test_diff_in_workers_renders_the_same(run_dir, tmp_path, monkeypatch):
+    """``diff`` folding the files of its two runs in two forked processes (six files, shared out) renders
+    byte for byte what folding them here renders (regressions found), and records the same read
+    statistics for both runs."""
     other = tmp_path / "b"
     generate(other, ranks=3, per_rank=3000, seed=6, worse=True)
+    forked = []
+    real = workers_module.map_forked
+    monkeypatch.setattr(workers_module, "map_forked", lambda f, streams, tasks, n: forked.append(len(tasks)) or real(f, streams, tasks, n))
     outputs = []
     for workers in (1, 2):
         a, b = load(run_dir), load(other)
@@ -88,6 +92,7 @@ def test_diff_in_workers_renders_the_same(run_dir, tmp_path):
         a.finish()
         b.finish()
         outputs.append((render(diff), read, a.problems, b.problems, a.warnings))
+    assert forked == [6]
     assert outputs[0] == outputs[1]
     assert diff.regressions and "regression(s)" in outputs[0][0]
     assert outputs[0][1][0][0].corrupt == 1 and outputs[0][1][1][1] == 9000

@@ -49,7 +49,7 @@ PHASES = ("dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kern
 
 # -- the synthetic run ------------------------------------------------------------------------------
 
-def _reason_pool() -> list[list[object]]:
+def reason_pool() -> list[list[object]]:
     """Parsed reasons of every recorded torch 2.13 scenario (real texts, real parser)."""
     from recompprof.reasons import parse_guard_failure
 
@@ -70,7 +70,7 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
         to_json,
     )
 
-    pool = _reason_pool()
+    pool = reason_pool()
     frames = [Frame(name=f"block{i}_forward", file=f"/srv/job/model/layers_{i % 7}.py", line=10 + 17 * i) for i in range(40)]
     hot = frames[:6] if not worse else frames[:9]
     run_dir.mkdir(parents=True, exist_ok=True)

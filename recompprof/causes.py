@@ -12,10 +12,11 @@ the seconds still add up.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from recompprof.counting import counts_as_recompile, is_limit_hit
-from recompprof.events import Compile, Frame
+from recompprof.events import Compile, Frame, Reason
 
 NO_REASON = "(no reason recorded)"
 MAX_REMEMBERED = 4096  # forward compile ids remembered for their backward
@@ -32,19 +33,22 @@ class Cause(NamedTuple):
 _cause = functools.partial(tuple.__new__, Cause)
 
 
+def explaining_reason(reasons: Sequence[Reason]) -> Reason | None:
+    """The reason that explains a recompile; events written without one marked (by hand, old tools)
+    fall back to the first, and None when there are none."""
+    for reason in reasons:  # a loop, not next(generator): the offline commands call this a million times
+        if reason.explains_change:
+            return reason
+    return reasons[0] if reasons else None
+
+
 def forward_cause(event: Compile) -> Cause | None:
     """The cause of a forward compile ``event`` (None for a first compile, a backward or a limit hit)."""
     if not counts_as_recompile(event):
         return None
-    reasons = event.reasons
-    if not reasons:
+    reason = explaining_reason(event.reasons)
+    if reason is None:
         return _cause((event.frame, "other", NO_REASON))
-    # The explaining reason; events written without one marked (by hand, old tools) fall back to the first.
-    for reason in reasons:  # a loop, not next(generator): the offline commands call this a million times
-        if reason.explains_change:
-            break
-    else:
-        reason = reasons[0]
     return _cause((event.frame, reason.category, reason.subject))
 
 

@@ -107,6 +107,11 @@ class ReadStats:
     def skipped(self) -> int:
         return self.torn_tail + self.corrupt + self.unknown_schema + self.unknown_kind
 
+    def add(self, other: ReadStats) -> None:
+        """Count ``other``'s lines and files here too."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
     def describe(self) -> str:
         parts = [f"{n} {what}" for n, what in (
             (self.torn_tail, "torn last line(s)"),

@@ -268,6 +268,7 @@ def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[ob
 
 def render_html(report: Report, *, title: str = "recompprof report", warnings: Iterable[str] = ()) -> str:
     """The whole report as one HTML document (no external resources)."""
+    report.require_detail()
     from recompprof.reasons import FIX_HINTS
 
     frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))

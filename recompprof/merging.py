@@ -88,12 +88,12 @@ def _check(ok: bool) -> None:
         raise _Unmergeable
 
 
-def _keyed(into: dict[Any, Any], part: dict[Any, Any], bound: int, *, full_at: int | None = None) -> list[Any]:
+def _keyed(into: dict[Any, Any], part: dict[Any, Any], bound: int) -> list[Any]:
     """The keys of ``part`` new to ``into``, after checking that one fold would have kept them all.
 
-    A part holding ``full_at`` (default ``bound``) keys may have dropped some; a union past ``bound`` would.
+    A part holding ``bound`` keys may have dropped some; a union past ``bound`` would.
     """
-    _check(len(part) < (bound if full_at is None else full_at))
+    _check(len(part) < bound)
     new = [key for key in part if key not in into]
     _check(len(into) + len(new) <= bound)
     return new
@@ -141,7 +141,7 @@ def _absorb(total: Report, part: Report) -> None:
     for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, reporting.MAX_FUNCTIONS):
         total.trace_seconds_by_function[key] = 0.0  # type: ignore[assignment]  # float seconds in a Counter
     total.trace_seconds_by_function.update(part.trace_seconds_by_function)
-    for key in _keyed(total.frames, part.frames, reporting.MAX_FRAMES, full_at=reporting.MAX_FRAMES + 1):  # drops are counted, checked above
+    for key in _keyed(total.frames, part.frames, reporting.MAX_FRAMES):
         frame = part.frames[key]
         total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line)
     for key, frame in part.frames.items():

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recompprof import divergence, plaintext
-from recompprof.causes import Cause, CauseTracker
+from recompprof.causes import Cause, CauseTracker, explaining_reason
 from recompprof.counting import COSTS, COUNTED, FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
@@ -228,6 +228,11 @@ class Report:
     def __str__(self) -> str:
         return render_text(self)
 
+    def require_detail(self) -> None:
+        """Raise ValueError for a report folded with ``detail=False``: rendered, it would show zeros it never counted."""
+        if not self.detail:
+            raise ValueError("a report folded with detail=False lacks the per-rank and phase figures it would show")
+
     def drop_fold_state(self) -> None:
         """Forget what only folding more events needs: it holds the events' views, which do not pickle."""
         self.tracker = CauseTracker()
@@ -369,7 +374,7 @@ def _add_compile(report: Report, event: Compile) -> None:
     # The hottest code of the offline commands (a million events): locals over attribute lookups, dict.get
     # over Counter's slower item access; the counting rules stay recompprof.counting's (one place).
     # tests/test_report.py and test_one_rule.py pin the result.
-    frame = report.frame_cache.get(event.frame) or _frame(report, event.frame)
+    frame = report.frame_cache.get(event.frame) or _frame(report, event.frame)  # _frame's own first lookup, inline
     if frame is None:
         return
     if event.cudagraph_skip is not None:
@@ -477,7 +482,7 @@ def _add_cause(report: Report, event: Compile, label: str, found: Cause) -> None
         if len(steps) < MAX_STEPS_LISTED:
             steps.append(step)
     if not cause.example:
-        reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
+        reason = explaining_reason(event.reasons)
         cause.example = reason.text[:300] if reason is not None else ""
     if not cause.call_site and event.call_site:
         cause.call_site = list(event.call_site[-5:])
@@ -604,8 +609,7 @@ def render_summary(report: Report, width: int = 100) -> str:
 
 def render_text(report: Report, width: int = 160) -> str:
     """The report as plain text tables (no colour codes), for terminals and logs."""
-    if not report.detail:
-        raise ValueError("a report folded with detail=False lacks the per-rank and phase figures it would show")
+    report.require_detail()
     console, out = plaintext.console(width)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"

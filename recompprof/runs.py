@@ -43,8 +43,7 @@ class EventStream:
         yield from scan_file(file, stats)  # views: the commands only fold them
         if file not in self._read_whole:  # reached only when the file was read to its end
             self._read_whole.add(file)
-            for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):
-                setattr(self.stats, field, getattr(self.stats, field) + getattr(stats, field))
+            self.stats.add(stats)
             in_file = stats.lines - stats.skipped
             self.found += in_file
             if stats.lines and not in_file:
@@ -75,8 +74,7 @@ class EventStream:
     def absorb(self, progress: tuple[ReadStats, int, list[str], set[Path]]) -> None:
         """Record what another process's copy of this stream read (``take_progress``), as if read here."""
         stats, found, foreign, read_whole = progress
-        for field in ("files", "lines", "torn_tail", "corrupt", "unknown_schema", "unknown_kind"):
-            setattr(self.stats, field, getattr(self.stats, field) + getattr(stats, field))
+        self.stats.add(stats)
         self.found += found
         self.foreign.extend(foreign)
         self._read_whole |= read_whole

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from recompprof.causes import explaining_reason
 from recompprof.counting import is_limit_hit, recompile_attempt
 from recompprof.errors import RuleBroken
 from recompprof.events import Compile, Event
@@ -93,7 +94,7 @@ def describe(recompiles: list[Compile], allowed: int) -> str:
 
     lines = [f"{len(recompiles)} recompile(s) where at most {allowed} were allowed:"]
     for event in recompiles[:20]:
-        reason = next((r for r in event.reasons if r.explains_change), event.reasons[0] if event.reasons else None)
+        reason = explaining_reason(event.reasons)
         limit = " (refused by the recompile limit: ran eagerly)" if is_limit_hit(event) else ""
         where = f"  {event.frame.label} compile {event.compile_id}" + (f" at step {event.step}" if event.step else "")
         if reason is None:

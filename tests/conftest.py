@@ -13,6 +13,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recompprof import _internal
 
 
+@pytest.fixture(scope="session")
+def generated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated three-rank run of 3,000 events per rank (real event models, real reason parser;
+    ``benchmarks/bench_scale.generate``), with a corrupt line and a torn tail in rank 1."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_scale import generate
+
+    where = tmp_path_factory.mktemp("generated") / "run"
+    generate(where, ranks=3, per_rank=3000, seed=5)
+    with next(where.glob("rank00001-*.jsonl")).open("ab") as f:
+        f.write(b"{not json}\n{\"schema_version\": 1, \"kind\": \"comp")
+    return where
+
+
 @pytest.fixture(autouse=True)
 def internal_errors_raise() -> Iterator[None]:
     """Turn recompprof's swallowed internal errors into test failures."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,11 @@ from recompprof.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof.reasons import parse_guard_failure
 from recompprof.reporting import Report, build_report, render_text
 from recompprof.runs import EventStream
 
-FIXTURE = Path(__file__).parent / "fixtures" / "reasons" / "torch-2.13.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench_scale import reason_pool  # every recorded torch 2.13 guard-failure text, parsed by the real parser
 
 
 def plain(event: Any) -> dict[str, Any]:
@@ -54,8 +55,7 @@ def same_values(a: Any, b: Any) -> bool:
 
 def fixture_log(path: Path, seed: int = 0, n: int = 300) -> None:
     """A log of every event kind, with the recorded torch 2.13 reason texts parsed by the real parser."""
-    scenarios = json.loads(FIXTURE.read_text())["scenarios"]
-    pool = [r for s in scenarios.values() for text in s["guard_failures"] for r in parse_guard_failure(text)]
+    pool = [reason for parsed in reason_pool() for reason in parsed]
     rng = random.Random(seed)
     frames = [Frame(name=f"fn{i}", file=f"/job/m{i % 3}.py", line=10 * i) for i in range(5)]
     events: list[Any] = [SessionStart(time=1.0, step=0, run_id="fx", host="h", pid=1, versions={"torch": "2.13.0"},

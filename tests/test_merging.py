@@ -11,7 +11,6 @@ is in an earlier file), where the merge declines and the run is folded in one pr
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof import merging, reporting, workers
+from recompprof import reporting, workers
 from recompprof.eventlog import write_events
 from recompprof.events import (
     Compile,
@@ -33,16 +32,13 @@ from recompprof.events import (
     SignalChange,
 )
 from recompprof.merging import build_run_report, merge
-from recompprof.reasons import parse_guard_failure
 from recompprof.reporting import Report, build_report, render_text
 from recompprof.runs import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_scale import generate
+from bench_scale import reason_pool
 
-FIXTURE = Path(__file__).parent / "fixtures" / "reasons" / "torch-2.13.json"
-POOL = [r for s in json.loads(FIXTURE.read_text())["scenarios"].values() for text in s["guard_failures"]
-        for r in parse_guard_failure(text)]
+POOL = [reason for parsed in reason_pool() for reason in parsed]  # every recorded torch 2.13 reason, parsed
 FRAMES = [Frame(name=f"fn{i}", file=f"/job/m{i % 2}.py", line=10 * i) for i in range(4)]
 
 
@@ -201,15 +197,6 @@ def _write_run(tmp_path: Path, events: list[Any]) -> Path:
     return run
 
 
-@pytest.fixture(scope="module")
-def generated_run(tmp_path_factory):
-    where = tmp_path_factory.mktemp("merging") / "run"
-    generate(where, ranks=3, per_rank=4000, seed=11)
-    with next(where.glob("rank00001-*.jsonl")).open("ab") as f:  # a corrupt line and a torn tail in one rank
-        f.write(b"{not json}\n{\"schema_version\": 1, \"kind\": \"comp")
-    return where
-
-
 def test_report_in_workers_is_the_one_fold_and_reads_each_line_once(generated_run, monkeypatch):
     """``build_run_report`` over a generated three-rank run in two forked workers: the worker path ran,
     the report equals the one-process fold (every figure, and the rendered text byte for byte), and the
@@ -230,7 +217,7 @@ def test_report_in_workers_is_the_one_fold_and_reads_each_line_once(generated_ru
     assert_same(figures(forked), figures(one))
     assert render_text(forked) == render_text(one)
     assert read_forked == read_one and said_forked == said_one
-    assert read_one[0]["corrupt"] == 1 and read_one[0]["torn_tail"] == 1 and read_one[1] == 12_000
+    assert read_one[0]["corrupt"] == 1 and read_one[0]["torn_tail"] == 1 and read_one[1] == 9000
     assert one.recompiles > 0 and len(one.ranks) == 3
 
 
@@ -242,6 +229,6 @@ def test_large_runs_default_to_workers(generated_run, monkeypatch):
     assert workers.default_workers([stream], len(stream.files)) == 1
     monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1)
     assert workers.default_workers([stream], len(stream.files)) == 3
-    monkeypatch.setattr(merging.parallel, "map_forked", lambda *a: (_ for _ in ()).throw(AssertionError("forked")))
+    monkeypatch.setattr(workers, "map_forked", lambda *a: (_ for _ in ()).throw(AssertionError("forked")))
     with pytest.raises(AssertionError, match="forked"):
         build_run_report(stream)

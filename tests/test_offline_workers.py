@@ -22,17 +22,8 @@ RULES = Rules(max_recompiles=3, max_total_recompiles=10, forbid=("dtype",), max_
               max_recompile_seconds=0.01, max_graph_breaks=0)
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    where = tmp_path_factory.mktemp("workers") / "run"
-    generate(where, ranks=3, per_rank=3000, seed=5)
-    with next(where.glob("rank00001-*.jsonl")).open("ab") as f:  # a corrupt line and a torn tail in one rank
-        f.write(b"{not json}\n{\"schema_version\": 1, \"kind\": \"comp")
-    return where
-
-
-def _checked(run_dir, workers, rules=RULES):
-    run = load(run_dir)
+def _checked(generated_run, workers, rules=RULES):
+    run = load(generated_run)
     violations = check(run.events, rules, workers=workers)
     stream = run.events
     stats = (stream.stats, stream.found, list(stream.foreign), set(stream._read_whole))
@@ -40,13 +31,13 @@ def _checked(run_dir, workers, rules=RULES):
     return violations, stats, run.problems, run.warnings
 
 
-def test_workers_give_the_same_verdicts_and_read_stats(run_dir, monkeypatch):
+def test_workers_give_the_same_verdicts_and_read_stats(generated_run, monkeypatch):
     """Two worker processes over three ranks: violations (several rules, every rank) equal the
     in-process ones in order, and what reading skipped is counted once, the same, before and after finish."""
-    in_process = _checked(run_dir, workers=1)
+    in_process = _checked(generated_run, workers=1)
     calls = []
     monkeypatch.setattr(check_module, "_check_in_workers", _spy(check_module._check_in_workers, calls))
-    in_workers = _checked(run_dir, workers=2)
+    in_workers = _checked(generated_run, workers=2)
     assert calls == [2]  # the worker path ran
     assert in_workers == in_process
     violations, (stats, found, _, read_whole), problems, warnings = in_process
@@ -55,13 +46,13 @@ def test_workers_give_the_same_verdicts_and_read_stats(run_dir, monkeypatch):
     assert problems and warnings
 
 
-def test_workers_raise_the_same_input_error(run_dir):
+def test_workers_raise_the_same_input_error(generated_run):
     """An --after-step past what ranks recorded is fine, but on events without steps the error a worker
     raises reaches the caller as the same CheckInputError."""
-    assert _checked(run_dir, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
-    stepless = run_dir.parent / "stepless"
+    assert _checked(generated_run, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
+    stepless = generated_run.parent / "stepless"
     stepless.mkdir(exist_ok=True)
-    for path in run_dir.glob("*.jsonl"):
+    for path in generated_run.glob("*.jsonl"):
         (stepless / path.name).write_bytes(re.sub(rb'"step":\d+', b'"step":null', path.read_bytes()))
     for workers in (1, 2):
         with pytest.raises(CheckInputError, match="--after-step needs training steps"):
@@ -75,7 +66,7 @@ def _spy(function, calls):
     return spy
 
 
-def test_diff_in_workers_renders_the_same(run_dir, tmp_path, monkeypatch):
+def test_diff_in_workers_renders_the_same(generated_run, tmp_path, monkeypatch):
     """``diff`` folding the files of its two runs in two forked processes (six files, shared out) renders
     byte for byte what folding them here renders (regressions found), and records the same read
     statistics for both runs."""
@@ -86,7 +77,7 @@ def test_diff_in_workers_renders_the_same(run_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(workers_module, "map_forked", lambda f, streams, tasks, n: forked.append(len(tasks)) or real(f, streams, tasks, n))
     outputs = []
     for workers in (1, 2):
-        a, b = load(run_dir), load(other)
+        a, b = load(generated_run), load(other)
         diff = compare(a.events, b.events, workers=workers)
         read = [(r.events.stats, r.events.found, set(r.events._read_whole)) for r in (a, b)]
         a.finish()
@@ -98,13 +89,14 @@ def test_diff_in_workers_renders_the_same(run_dir, tmp_path, monkeypatch):
     assert outputs[0][1][0][0].corrupt == 1 and outputs[0][1][1][1] == 9000
 
 
-def test_diff_folds_only_the_figures_it_compares(run_dir):
+def test_diff_folds_only_the_figures_it_compares(generated_run):
     """``diff`` folds its runs with ``detail=False``: every figure it compares (counts, compile seconds,
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
+    from recompprof.html_report import render_html
     from recompprof.reporting import build_report, render_text
 
-    full, lean = build_report(load(run_dir).events), build_report(load(run_dir).events, detail=False)
+    full, lean = build_report(load(generated_run).events), build_report(load(generated_run).events, detail=False)
     assert list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
     for label, frame in full.frames.items():
         other = lean.frames[label]
@@ -113,5 +105,6 @@ def test_diff_folds_only_the_figures_it_compares(run_dir):
             assert getattr(other, name) == getattr(frame, name), (label, name)
         assert not other.compiles_by_rank and not other.recompile_steps and not any(other.phases.values())
     assert lean.causes == full.causes
-    with pytest.raises(ValueError, match="detail=False"):
-        render_text(lean)
+    for render_whole in (render_text, render_html):
+        with pytest.raises(ValueError, match="detail=False"):
+            render_whole(lean)

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 
 from recompprof.causes import CauseTracker
-from recompprof.counting import FrameCounts, costs_seconds, counts_as_compile, fold_compile, fold_limit_hit
+from recompprof.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -162,22 +162,22 @@ class Aggregates:
 
     def add_compile(self, event: Compile) -> None:
         totals = self._totals(event.frame)
-        fold_compile(totals, event)
-        if counts_as_compile(event):
+        counted = fold_compile(totals, event)
+        if counted & COUNTED:
             self.compiles_total += 1
-            self.recompiles_total += int(event.is_recompile)
+            self.recompiles_total += bool(counted & RECOMPILE)
         if event.cache_entries is not None and not event.backward:
             totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" else 0)
         if event.outcome == "failed":
             fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
             self.compile_failures[fail] += 1
-        if costs_seconds(event):
+        if counted & COSTS:
             self._observe_duration(event.duration)
             if event.trace_id is not None:
                 self.add_exemplar(event.duration, event.trace_id, event.time)
             for phase, seconds in event.phases.items():
                 self.phase_seconds[phase] += seconds
-        cause = self.causes.cause_of(event)
+        cause = self.causes.cause_of(event, counted)
         if cause is not None:
             # The cause's frame is the forward's; a backward of an unknown frame still lands on it.
             self._totals(cause.frame).recompile_seconds[cause.category] += event.duration  # type: ignore[assignment]  # float seconds in a Counter

@@ -12,10 +12,11 @@ the seconds still add up.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from recompprof.counting import counts_as_recompile, is_limit_hit
+from recompprof.counting import COSTS, RECOMPILE, verdict
 from recompprof.events import Compile, Frame, Reason
 
 NO_REASON = "(no reason recorded)"
@@ -44,33 +45,43 @@ def explaining_reason(reasons: Sequence[Reason]) -> Reason | None:
 
 def forward_cause(event: Compile) -> Cause | None:
     """The cause of a forward compile ``event`` (None for a first compile, a backward or a limit hit)."""
-    if not counts_as_recompile(event):
-        return None
-    reason = explaining_reason(event.reasons)
+    return _forward_cause(event) if verdict(event) & RECOMPILE else None
+
+
+def _forward_cause(recompile: Compile) -> Cause:
+    reason = explaining_reason(recompile.reasons)
     if reason is None:
-        return _cause((event.frame, "other", NO_REASON))
-    return _cause((event.frame, reason.category, reason.subject))
+        return _cause((recompile.frame, "other", NO_REASON))
+    return _cause((recompile.frame, reason.category, reason.subject))
 
 
 class CauseTracker:
-    """Remembers each forward's cause (bounded) so its backward's seconds follow it."""
+    """Remembers each forward's cause so its backward's seconds follow it: the newest ``max_remembered``
+    forwards at most, and never fewer than the newest three quarters of that."""
 
     def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
         self._max = max_remembered
         # Oldest first (a plain dict keeps insertion order; re-inserting a key makes it the newest).
         self._of_compile: dict[tuple[int, str], Cause | None] = {}
 
-    def cause_of(self, event: Compile) -> Cause | None:
-        """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time."""
-        if is_limit_hit(event):
+    def cause_of(self, event: Compile, found: int | None = None) -> Cause | None:
+        """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time.
+
+        ``found``: the event's :func:`recompprof.counting.verdict`, where the caller has it already.
+        """
+        if found is None:
+            found = verdict(event)
+        if not found & COSTS:  # a limit hit compiled nothing
             return None
         key = (event.rank, event.compile_id)
         remembered = self._of_compile
         if event.backward:
             return remembered.get(key)
-        cause = forward_cause(event)
+        cause = _forward_cause(event) if found & RECOMPILE else None
         if remembered.pop(key, _ABSENT) is _ABSENT and len(remembered) >= self._max:
-            del remembered[next(iter(remembered))]
+            # Forget the oldest quarter at once: deleting a dict's first key one compile at a time leaves
+            # holes that finding the next first key walks past (microseconds a compile, once full).
+            self._of_compile = remembered = dict(itertools.islice(remembered.items(), max(1, self._max // 4), None))
         remembered[key] = cause
         return cause
 

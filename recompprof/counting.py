@@ -11,35 +11,55 @@ its ``RecompileLimitHit`` event. A lazily compiled backward is not a compile of 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+import operator
+from collections import Counter, _count_elements  # type: ignore[attr-defined]  # Counter.update's counting loop
 
 from recompprof.events import Compile, RecompileLimitHit
+
+# What a Compile event counts as, in bits (see ``verdict``).
+COUNTED = 1  # a forward compile that happened: what ``compiles`` counts
+COSTS = 2  # its ``duration`` is compile time (forward or backward)
+RECOMPILE = 4  # a COUNTED compile of a frame that already had compiled code: what ``recompiles`` counts
+LIMIT_HIT = 8  # refused by a recompile limit: the frame ran eagerly, and nothing was compiled
+
+
+def verdict(event: Compile) -> int:
+    """What ``event`` counts as: the rules of this module, in one place, as bits.
+
+    The predicates below read it; a fold that needs several of them (the offline commands fold a
+    million events) asks once and tests the bits.
+    """
+    if event.outcome == "limit_hit":
+        return LIMIT_HIT
+    if event.backward:
+        return COSTS
+    return COUNTED | COSTS | RECOMPILE if event.is_recompile else COUNTED | COSTS
 
 
 def is_limit_hit(event: Compile) -> bool:
     """The compile was refused by a recompile limit (the frame ran eagerly)."""
-    return event.outcome == "limit_hit"
+    return verdict(event) == LIMIT_HIT
 
 
 def counts_as_compile(event: Compile) -> bool:
     """A forward compile that happened: what ``compiles`` counts."""
-    return not event.backward and not is_limit_hit(event)
+    return bool(verdict(event) & COUNTED)
 
 
 def counts_as_recompile(event: Compile) -> bool:
     """A compile of a frame that already had compiled code: what ``recompiles`` counts."""
-    return counts_as_compile(event) and event.is_recompile
+    return bool(verdict(event) & RECOMPILE)
 
 
 def costs_seconds(event: Compile) -> bool:
     """Its ``duration`` is compile time (forward or backward; a limit hit compiled nothing)."""
-    return not is_limit_hit(event)
+    return bool(verdict(event) & COSTS)
 
 
 def recompile_attempt(event: Compile) -> bool:
     """A forward recompile, or one the recompile limit refused: what ``assert_no_recompiles`` forbids
     (a refused recompile still means the code changed what it was compiled for)."""
-    return not event.backward and (event.is_recompile or is_limit_hit(event))
+    return not event.backward and bool(verdict(event) & (RECOMPILE | LIMIT_HIT))
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -55,33 +75,25 @@ class FrameCounts:
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)  # by limit
 
 
-# What fold_compile found an event counts as (bits), so a caller folding more of it asks nothing twice.
-COUNTED = 1  # counts_as_compile
-COSTS = 2  # costs_seconds
+_CATEGORY = operator.attrgetter("category")
 
 
 def fold_compile(counts: FrameCounts, event: Compile) -> int:
-    """Add one ``Compile`` event of the frame to its counts; returns :data:`COUNTED` | :data:`COSTS` bits."""
-    found = 0
+    """Add one ``Compile`` event of the frame to its counts; returns its :func:`verdict`."""
+    found = verdict(event)
     if event.backward:
         counts.backward_compiles += 1
-    elif counts_as_compile(event):
-        found = COUNTED
+    elif found & COUNTED:
         counts.compiles += 1
-        if event.is_recompile:
+        if found & RECOMPILE:
             counts.recompiles += 1
             if event.steady_state:
                 counts.steady_state_recompiles += 1
-    reasons = event.reasons
-    if reasons:  # the offline commands fold a million events: locals, and no loop set-up for none
-        by_category = counts.guard_failures
-        for reason in reasons:
-            category = reason.category
-            by_category[category] = by_category.get(category, 0) + 1  # a third faster than Counter's +=, same count
+    if event.reasons:  # Counter.update's own loop (C), without update's checks: folds of a million events
+        _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))
     if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)
-    if costs_seconds(event):
-        found |= COSTS
+    if found & COSTS:
         counts.compile_seconds += event.duration
     return found
 

@@ -440,7 +440,7 @@ def _add_compile(report: Report, event: Compile) -> None:
             frame_phases = frame.phases
             for phase, seconds in phases.items():
                 frame_phases[phase] += seconds  # every Phase is a key from the start (validated input)
-        found = report.tracker.cause_of(event)
+        found = report.tracker.cause_of(event, counted)
         if found is not None:
             _add_cause(report, event, frame.label, found)
         elif event.backward and not report.tracker.remembers(event):  # its forward is in no event folded here

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,8 +55,15 @@ def map_forked(function: Callable[[Any], Any], streams: Sequence[Any], tasks: Se
     # and copy every page it touches.
     gc.freeze()
     try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(tasks))) as pool:
+        pool = multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer=_worker_signals)
+        try:
             done = pool.map(_run, tasks, chunksize=1)
+            pool.close()  # the workers exit once the queue is drained: no signal needed
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     finally:
         gc.unfreeze()
         _JOB = None
@@ -65,6 +73,13 @@ def map_forked(function: Callable[[Any], Any], streams: Sequence[Any], tasks: Se
             stream.absorb(read)
         results.append(result)
     return results
+
+
+def _worker_signals() -> None:
+    """A worker ends on SIGTERM (``Pool.terminate``): a handler inherited from the parent (an attached
+    session's, or the job's own) would run there and could return, leaving the worker blocked on the
+    task queue and the parent waiting for it forever."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run(task: Any) -> tuple[Any, list[Any]]:

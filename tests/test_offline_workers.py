@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,46 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     for render_whole in (render_text, render_html):
         with pytest.raises(ValueError, match="detail=False"):
             render_whole(lean)
+
+
+def _double_or_fail(task: int) -> int:
+    if task == 3:
+        raise ValueError("task 3 fails")
+    if task == 1:
+        time.sleep(3)  # still running when task 3 has failed: the pool is terminated under it
+    return 2 * task
+
+
+@pytest.mark.parametrize("failing", [False, True])
+def test_workers_end_without_a_signal_under_a_handler_that_returns(generated_run, tmp_path, failing):
+    """A parent with a SIGTERM handler that returns (an attached session's chain, a job's own) gets its
+    results or its error and leaves no worker behind, and no worker runs that handler: workers that
+    finish leave once the queue is drained (no signal), and one still busy when another task failed is
+    ended by Pool.terminate's SIGTERM, not handed to the inherited handler. (CI hung once with workers
+    terminated under such a handler; that race itself is not reproduced here.)"""
+    import faulthandler
+    import multiprocessing
+    import os
+    import signal
+
+    parent, marker = os.getpid(), tmp_path / "sigterm-in-a-worker"
+
+    def note_and_return(signum, frame):
+        if os.getpid() != parent:
+            marker.touch()
+
+    stream = load(generated_run).events
+    tasks = [1, 3] if failing else [1, 2, 4, 5]
+    previous = signal.signal(signal.SIGTERM, note_and_return)
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang fails the run loudly instead of stalling it
+    try:
+        if failing:
+            with pytest.raises(ValueError, match="task 3 fails"):
+                workers_module.map_forked(_double_or_fail, [stream], tasks, 2)
+        else:
+            assert workers_module.map_forked(_double_or_fail, [stream], tasks, 2) == [2, 4, 8, 10]
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGTERM, previous)
+    assert multiprocessing.active_children() == []
+    assert not marker.exists()  # no worker ran the inherited handler

@@ -60,6 +60,8 @@ class CauseTracker:
     forwards at most, and never fewer than the newest three quarters of that."""
 
     def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
+        if max_remembered < 1:
+            raise ValueError(f"max_remembered must be at least 1, got {max_remembered}")
         self._max = max_remembered
         # Oldest first (a plain dict keeps insertion order; re-inserting a key makes it the newest).
         self._of_compile: dict[tuple[int, str], Cause | None] = {}

@@ -71,3 +71,9 @@ def test_a_forward_seen_again_becomes_the_newest() -> None:
     tracker.cause_of(_compile("0/0"))  # known: nothing is forgotten, and 0/0 is now the newest
     tracker.cause_of(_compile("0/4"))  # full: the oldest (0/1) goes
     assert [i for i in range(5) if tracker.remembers(_compile(f"0/{i}", backward=True))] == [0, 2, 3, 4]
+
+
+def test_a_tracker_that_could_remember_nothing_is_refused() -> None:
+    """A bound below one forward is a clear error naming the setting, not a tracker that ignores it."""
+    with pytest.raises(ValueError, match="max_remembered must be at least 1"):
+        CauseTracker(max_remembered=0)

@@ -4,7 +4,11 @@ errors, on a generated multi-rank run (real models, real reason parser; ``benchm
 
 from __future__ import annotations
 
+import faulthandler
+import multiprocessing
+import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -126,11 +130,6 @@ def test_workers_end_without_a_signal_under_a_handler_that_returns(generated_run
     finish leave once the queue is drained (no signal), and one still busy when another task failed is
     ended by Pool.terminate's SIGTERM, not handed to the inherited handler. (CI hung once with workers
     terminated under such a handler; that race itself is not reproduced here.)"""
-    import faulthandler
-    import multiprocessing
-    import os
-    import signal
-
     parent, marker = os.getpid(), tmp_path / "sigterm-in-a-worker"
 
     def note_and_return(signum, frame):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import errno
 import gzip
 import hmac
@@ -104,9 +105,12 @@ class _Deadline(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
     def write(self, data: Any) -> int:  # io's signature: any bytes-like object
-        self._arm()
-        self._sock.sendall(data)
-        return len(data)
+        view = memoryview(data).cast("B")
+        size = len(view)
+        while view:  # send, not sendall: TLS's sendall would give each of its sends the whole timeout
+            self._arm()
+            view = view[self._sock.send(view):]
+        return size
 
 
 class _BoundedServer(WSGIServer):
@@ -160,7 +164,8 @@ class _BoundedServer(WSGIServer):
     def stop(self) -> None:
         """End :meth:`run` and the handler threads; requests being answered end by their deadline."""
         self._stop.set()
-        self._wake_write.send(b"\0")
+        with contextlib.suppress(OSError):  # closed already
+            self._wake_write.send(b"\0")
 
     def server_close(self) -> None:
         super().server_close()

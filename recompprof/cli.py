@@ -125,7 +125,17 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _err(message: str) -> None:
-    print(f"recompprof: {message}", file=sys.stderr)
+    """One line on stderr; names from the input in it are shown escaped (see recompprof.plaintext)."""
+    from recompprof.plaintext import escape  # imports rich: only when there is something to say
+
+    print(escape(f"recompprof: {message}"), file=sys.stderr)
+
+
+def _say(line: str) -> None:
+    """One line on stdout, escaped like :func:`_err`."""
+    from recompprof.plaintext import escape
+
+    print(escape(line))
 
 
 def _width(asked: int | None) -> int:
@@ -207,7 +217,7 @@ def _report(args: argparse.Namespace) -> int:
             args.html.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot write {args.html}: {exc.strerror or exc}") from exc
-        print(f"HTML report: {args.html}")
+        _say(f"HTML report: {args.html}")
     return EXIT_OK
 
 
@@ -240,11 +250,11 @@ def _check(args: argparse.Namespace) -> int:
         raise CheckInputError("this run's counts are incomplete; pass --accept-dark-signals to check it anyway")
     violations = [v for v in violations if v.rule != "signal_dark"]
     for violation in violations:
-        print(f"FAIL {violation.rule}: {violation}")
+        _say(f"FAIL {violation.rule}: {violation}")
     if violations:
-        print(f"recompprof check: {len(violations)} violation(s) in {args.run_dir}")
+        _say(f"recompprof check: {len(violations)} violation(s) in {args.run_dir}")
         return EXIT_VIOLATIONS
-    print(f"recompprof check: ok ({args.run_dir})")
+    _say(f"recompprof check: ok ({args.run_dir})")
     return EXIT_OK
 
 
@@ -269,8 +279,8 @@ def _ingest(args: argparse.Namespace) -> int:
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():
         _err(f"warning: {args.trace_dir}: {stats.describe()}")
-    print(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
-    print(f"  recompprof report {out}")
+    _say(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
+    _say(f"  recompprof report {out}")
     return EXIT_OK
 
 

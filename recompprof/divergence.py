@@ -213,10 +213,12 @@ def print_divergence(console: Console, report: Report) -> None:
     found = find(report)
     console.print(_matrix(report, ranks, {d.frame.label: d for d in found}))
     if not found:
-        console.print(f"\nNo frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
+        console.line()
+        console.print(f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
                       "the same number of times for the same kinds of reason.")
         return
-    console.print(f"\nDIVERGING: {len(found)} frame(s) compile differently across ranks:")
+    console.line()
+    console.print(f"DIVERGING: {len(found)} frame(s) compile differently across ranks:")
     for d in found:
         console.print(f"  {d.describe()}", soft_wrap=True)
     console.print(_diverging_table(found))

@@ -532,9 +532,11 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
     ranked = report.ranked_causes()
     total = report.compile_seconds
     if not ranked:
-        console.print("\nFix these first: nothing - no recompiles, so no compile time was lost to them.")
+        console.line()
+        console.print("Fix these first: nothing - no recompiles, so no compile time was lost to them.")
         return
-    console.print(f"\nRecompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
+    console.line()
+    console.print(f"Recompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
                   f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s).")
     # A list, not a table: the reason text and the call site stay readable at any width.
     console.print("Fix these first: compile time lost per cause")
@@ -545,9 +547,11 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
         for line in (f"why: {cause.example}" if cause.example else "",
                      f"at {cause.call_site[-1]}" if cause.call_site else "",
                      f"fix: {hints[cause.category]}" if hints.get(cause.category) else ""):
-            if line:  # wrapped here, between words, so continuation lines keep the indent
-                console.print(textwrap.fill(line, max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
-                                            break_long_words=False, break_on_hyphens=False), soft_wrap=True)
+            # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
+            # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
+            for part in textwrap.wrap(plaintext.escape(line), max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
+                                      break_long_words=False, break_on_hyphens=False):
+                console.print(part, soft_wrap=True)
     if len(ranked) > FIX_FIRST:
         rest = sum(c.seconds for c in ranked[FIX_FIRST:])
         console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
@@ -639,7 +643,8 @@ def render_text(report: Report, width: int = 160) -> str:
 
     frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
     if not frames:
-        console.print("\nNo compiles recorded.")
+        console.line()
+        console.print("No compiles recorded.")
         return out.getvalue()
     _print_fix_first(console, report, hints, steps=steps_known)
 
@@ -678,7 +683,8 @@ def render_text(report: Report, width: int = 160) -> str:
         console.print(_table("Fix hints", ("Category", "Fix hint"),
                              [(category, hints[category]) for category in shown if hints.get(category)], fold=("Fix hint",)))
     else:
-        console.print("\nNo guard failures recorded.")
+        console.line()
+        console.print("No guard failures recorded.")
 
     total = sum(report.phases.values()) or 1.0
     console.print(_table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
@@ -709,12 +715,14 @@ def render_text(report: Report, width: int = 160) -> str:
 
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
     if busy:
-        console.print("\nLimits: each frame needed this many compiled variants "
+        console.line()
+        console.print("Limits: each frame needed this many compiled variants "
                       f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
         for f in busy:
             cut = " - the limit cut in" if f.limit_hits else ""
             needed = f.variants_needed
             console.print(f"  {f.label}: {needed} variants{cut}")
     if report.internal_errors:
-        console.print("\nrecompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
+        console.line()
+        console.print("recompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
     return out.getvalue()

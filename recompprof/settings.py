@@ -21,7 +21,8 @@ ENV_PREFIX = "RECOMPPROF_"
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
-_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID"}
+# RECOMPPROF_PARENT is exported by an attached process to its children (recompprof/bootstrap/lineage.py).
+_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID", "RECOMPPROF_PARENT"}
 
 
 class ConfigError(RecompprofError, ValueError):

@@ -84,9 +84,8 @@ def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(tmp_
     assert result["rows"] == 8
     assert (result["before"], result["after_workers"], result["after_next"]) == (5, 5, 6)
     assert [p.name for p in run_dir.glob("*.jsonl")] == [f"rank00000-{result['pid']}.jsonl"]
-    assert sorted(p.name for p in (tmp_path / "prom").iterdir()) == ["counter_recompprof-r0.db",
-                                                                      "gauge_max_recompprof-r0.db",
-                                                                      "histogram_recompprof-r0.db"]
+    assert sorted(p.name for p in (tmp_path / "prom").iterdir()) == [
+        "counter_recompprof-r0.db", "gauge_max_recompprof-r0.db", "histogram_recompprof-r0.db", "recompprof-r0.lock"]
 
 
 _LINEAGE_JOB = textwrap.dedent("""
@@ -193,3 +192,65 @@ def test_rank_key_is_what_the_rank_variables_say() -> None:
     assert previous is None and lineage.helper_of(env) is None  # its own marker: not a helper of itself
     lineage.restore(previous, value, env)
     assert lineage.VARIABLE not in env
+
+
+_CLAIMANT = textwrap.dedent("""
+    import json, sys, time, urllib.request
+
+    import torch
+
+    import recompprof
+
+    port, compiles, wait = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "wait"
+
+    def served():
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if line.startswith("torch_compile_compiles_total{"))
+
+    def settle(expected):
+        deadline = time.monotonic() + 10
+        while served() != expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return served()
+
+    session = recompprof.attach(exporters=["prometheus"], prometheus_mode="multiprocess", prometheus_port=port,
+                                event_log=False)
+    f = torch.compile(lambda x: x + 1, backend="eager", dynamic=False)
+    for n in range(1, compiles + 1):
+        f(torch.ones(n))
+    if wait:
+        print("ready", settle(compiles), flush=True)
+        sys.stdin.readline()  # the other claimant runs now
+        after = settle(compiles)
+        f(torch.ones(compiles + 1))
+        print("result", json.dumps([after, settle(compiles + 1)]), flush=True)
+    session.detach()
+""")
+
+
+def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metric_files(tmp_path: Path) -> None:
+    """Two independent single-process jobs sharing PROMETHEUS_MULTIPROC_DIR both claim rank 0: the second
+    writes and serves nothing there and says so in one line naming the first one's pid; the first keeps
+    serving its own counts (5 while the second runs and after it ends, 6 after its next compile)."""
+    script = tmp_path / "claimant.py"
+    script.write_text(_CLAIMANT)
+    env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"))
+    first = subprocess.Popen([sys.executable, str(script), str(free_port()), "5", "wait"], env=env, cwd=tmp_path,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None and first.stdin is not None
+        assert first.stdout.readline().split() == ["ready", "5.0"]
+        second = subprocess.run([sys.executable, str(script), str(free_port()), "2", "go"], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=300)
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert second.returncode == 0 and first.returncode == 0, second.stderr + err
+    assert json.loads(out.split("result", 1)[1]) == [5, 6]
+    assert err == "", err
+    (line,) = second.stderr.splitlines()
+    assert f"rank 0's multiprocess metric files in {tmp_path / 'prom'} belong to live process {first.pid}" in line

@@ -132,10 +132,10 @@ class PrometheusExporter:
     def _start_multiprocess(self, session: Session) -> None:
         identity = session.identity
         path = multiprocess.directory(identity)
-        multiprocess.prepare(path, identity)
+        claim = multiprocess.prepare(path, identity)
         assert self.collector is not None
         collector = self.collector
-        mirror = multiprocess.MmapMirror(path, identity.rank)
+        mirror = multiprocess.MmapMirror(path, identity.rank, claim)
         self._start_periodic(CallbackOutput("prometheus.multiprocess",
                                             lambda: mirror.write(collector.families(session.snapshot())),
                                             mirror.close), min_gap=MIRROR_GAP)

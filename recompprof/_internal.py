@@ -1,5 +1,9 @@
 """Internal errors never reach the training job: they are counted and logged once per component.
 
+A condition of the machine (an ``OSError``: a taken port, an unwritable or full directory) or a
+recompprof error that names what to change (a ``RecompprofError``) is logged as one line with its
+message; its traceback goes to DEBUG. Anything else is a bug in recompprof and keeps its traceback.
+
 Under the test suite (``raise_internal_errors(True)``, set by an autouse fixture) they re-raise, so a
 bug in recompprof fails the test instead of hiding in a counter.
 """
@@ -10,6 +14,8 @@ import logging
 import threading
 from collections import Counter
 from types import TracebackType
+
+from recompprof.errors import RecompprofError
 
 log = logging.getLogger("recompprof")
 
@@ -32,7 +38,14 @@ def record(component: str, exc: BaseException, hint: str = "") -> None:
         _counts[component] += 1
         first = component not in _logged
         _logged.add(component)
-    if first:
+    if not first:
+        return
+    if isinstance(exc, (OSError, RecompprofError)):  # expected: the message says what to do
+        detail = "; ".join(part for part in (hint, str(exc).removeprefix("recompprof: ")) if part)
+        log.warning("recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
+                    "later ones are only counted): %s", component, detail)
+        log.debug("recompprof: traceback of the error in %s", component, exc_info=exc)
+    else:
         log.warning("recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
                     "later ones are only counted)%s", component, f": {hint}" if hint else "", exc_info=exc)
 

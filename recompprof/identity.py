@@ -11,6 +11,8 @@ import time
 import uuid
 from collections.abc import Mapping
 
+from recompprof.bootstrap import lineage
+
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
@@ -45,20 +47,19 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
     """
     env = os.environ if env is None else env
     slurm_run = _slurm_run_id(env)
-    if "RANK" in env and "WORLD_SIZE" in env:
-        launcher = "torchrun"
+    launcher = lineage.launcher(env)  # the rank variables' one definition, shared with the start-up hook
+    if launcher == "torchrun":
         rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
         local_rank = _int(env, "LOCAL_RANK", rank)
         local_world = _int(env, "LOCAL_WORLD_SIZE", world)
         run_id = env.get("TORCHELASTIC_RUN_ID") or slurm_run or _rendezvous_run_id(env, world)
-    elif "SLURM_PROCID" in env:
-        launcher = "slurm"
+    elif launcher == "slurm":
         rank, world = _int(env, "SLURM_PROCID", 0), _int(env, "SLURM_NTASKS", 1)
         local_rank = _int(env, "SLURM_LOCALID", 0)
         local_world = _leading_int(env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")) or world
         run_id = slurm_run
     else:
-        launcher, rank, local_rank, world, local_world, run_id = "single", 0, 0, 1, 1, ""
+        rank, local_rank, world, local_world, run_id = 0, 0, 1, 1, ""
     run_id = env.get("RECOMPPROF_RUN_ID") or run_id or new_run_id()
     return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher,
                     _int(env, "TORCHELASTIC_RESTART_COUNT", 0))

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recompprof import settings as settings_module
+from recompprof import exporting, settings as settings_module
 from recompprof.errors import CommandError
 from recompprof.identity import new_run_id
 
@@ -80,12 +80,20 @@ def main(args: argparse.Namespace) -> int:
     run_id = os.environ.get("RECOMPPROF_RUN_ID") or new_run_id()
     run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR") or Path("recompprof-runs") / run_id).resolve()
     env = child_environment(os.environ, overrides, run_dir, run_id)
-    # Validate here, so a typo fails once (ConfigError) with the setting's name instead of once per rank.
-    settings_module.load(run_dir=run_dir, **overrides)
+    validate(run_dir, overrides)
     code = _run_child(command, env)
     if not args.quiet:
         _summarise(run_dir)
     return code
+
+
+def validate(run_dir: Path, overrides: Mapping[str, Any]) -> None:
+    """Raise the ConfigError ``attach()`` would raise in every rank, before the program starts: the settings
+    and their combinations, and what each chosen exporter checks when it is built (its extra installed,
+    Prometheus' address, TLS files and credentials). Nothing is started or written."""
+    resolved = settings_module.load(run_dir=run_dir, **overrides)
+    for name in dict.fromkeys(resolved.exporters):
+        exporting.load(name, resolved)
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:

@@ -12,6 +12,7 @@ import atexit
 import collections
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -25,6 +26,7 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 from recompprof.adapters import Adapters
 from recompprof.aggregates import Aggregates, Snapshot
+from recompprof.bootstrap import lineage
 from recompprof.eventlog import EventLogWriter, log_path
 from recompprof.events import Event, SessionEnd, SessionStart
 from recompprof.identity import Identity, detect
@@ -55,6 +57,10 @@ def attach(*, tracer_provider: Any = None, identity: Identity | None = None, **s
     to its ``RECOMPPROF_*`` variable, then its default. A second attach warns and returns the live
     session. ``tracer_provider`` is handed to the OpenTelemetry exporter instead of building one;
     ``identity`` replaces the detected rank identity (a framework that launched the ranks itself knows it).
+
+    In a helper of an attached process (a worker it started that has no rank variables of its own; see
+    docs/multi-rank.md) nothing attaches without ``identity``: it warns and returns a session that is not
+    attached, which records nothing, since attaching would pose as the parent's rank.
     """
     global _current, _last
     with _attach_lock:
@@ -62,6 +68,14 @@ def attach(*, tracer_provider: Any = None, identity: Identity | None = None, **s
             warnings.warn("recompprof is already attached; returning the live session", RuntimeWarning, stacklevel=2)
             return _current
         resolved = settings_module.load(**settings)
+        parent = lineage.helper_of() if identity is None else None
+        if parent is not None:
+            warnings.warn(f"recompprof: not attached in process {os.getpid()}: it is a helper of process {parent} "
+                          "(started by it, with the same rank variables), and attaching would pose as that process's "
+                          "rank; pass identity= to attach it as a rank of its own", RuntimeWarning, stacklevel=2)
+            helper = Session(resolved, tracer_provider=tracer_provider)
+            helper._closed = True
+            return helper
         session = Session(resolved, tracer_provider=tracer_provider, identity=identity)
         session._start()
         _current = _last = session
@@ -115,6 +129,9 @@ class Session:
         self._emit(self._session_start())
         atexit.register(self.detach)
         self._undo.append(("atexit", lambda: atexit.unregister(self.detach)))
+        # Children started from now on that share this process's rank variables are its helpers, not ranks.
+        previous, value = lineage.mark(lineage.ATTACHED)
+        self._undo.append(("lineage", lambda: lineage.restore(previous, value)))
         self._install_sigterm()
         live = ", ".join(name for name, on in self.signals.items() if on)
         off = "; ".join(f"{name} ({why})" for name, why in self.signals_off.items())

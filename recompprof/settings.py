@@ -21,7 +21,10 @@ ENV_PREFIX = "RECOMPPROF_"
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
-_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID"}
+# RECOMPPROF_PARENT is exported by an attached process to its children (recompprof/bootstrap/lineage.py).
+_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID", "RECOMPPROF_PARENT"}
+# Settings whose values are never repeated in a message (they hold a password).
+_SECRET = {"prometheus_basic_auth"}
 
 
 class ConfigError(RecompprofError, ValueError):
@@ -88,6 +91,15 @@ class Settings(BaseSettings):
                 raise ValueError("an IP address or host name is needed (127.0.0.1 serves only this host)") from None
         return value
 
+    @field_validator("prometheus_basic_auth")
+    @classmethod
+    def _credentials(cls, value: str | None) -> str | None:
+        if value is not None:
+            user, colon, _ = value.partition(":")
+            if not colon or not user:
+                raise ValueError("expected 'user:password' with a non-empty user")
+        return value
+
     @field_validator("prometheus_linger_seconds", mode="before")
     @classmethod
     def _auto_linger(cls, value: Any) -> Any:
@@ -133,9 +145,9 @@ def _describe(exc: ValidationError, overrides: dict[str, Any]) -> str:
         name = str(err["loc"][0]) if err["loc"] else "?"
         source = "argument" if name in overrides else f"environment variable {ENV_PREFIX}{name.upper()}"
         allowed = _allowed(name)
-        value = err.get("input")
+        value = "<not shown>" if name in _SECRET else repr(err.get("input"))
         lines.append(
-            f"recompprof setting {name!r} ({source}): {err['msg']}; got {value!r}"
+            f"recompprof setting {name!r} ({source}): {err['msg']}; got {value}"
             + (f"; allowed: {allowed}" if allowed else "")
         )
     return "\n".join(lines)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.error
 from pathlib import Path
 
 import pytest
@@ -124,7 +123,8 @@ def test_unreachable_pushgateway_is_logged_once_and_counted(caplog: pytest.LogCa
     assert time.monotonic() - started < 15
     assert _internal.counts()["prometheus.pushgateway"] >= 2
     records = [r for r in caplog.records if "prometheus.pushgateway" in r.getMessage()]
-    assert len(records) == 1 and isinstance(records[0].exc_info[1], (urllib.error.URLError, OSError))
+    # A condition of the machine (URLError is an OSError): one line with the reason, the traceback only at DEBUG.
+    assert len(records) == 1 and records[0].exc_info is None and "Connection refused" in records[0].getMessage()
 
 
 def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
             proc.terminate()
         for proc in procs:
             proc.wait(60)
-    assert sorted(p.name for p in mpdir.iterdir()) == sorted(
+    assert sorted(p.name for p in mpdir.glob("*.db")) == sorted(  # beside each rank's lock file
         f"{kind}_recompprof-r{rank}.db" for kind in ("counter", "gauge_max", "histogram") for rank in (0, 1))
 
 

@@ -89,7 +89,8 @@ def test_taken_port_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture)
     assert _internal.counts()["prometheus.server"] == 2
     warnings = [r for r in caplog.records if "prometheus.server" in r.getMessage()]
     assert len(warnings) == 1
-    assert f"port {port}" in str(warnings[0].exc_info[1]) and "prometheus_port" in str(warnings[0].exc_info[1])
+    assert f"port {port}" in warnings[0].getMessage() and "prometheus_port" in warnings[0].getMessage()
+    assert warnings[0].exc_info is None  # an expected condition: one line, the traceback only at DEBUG
 
 
 def test_port_search_takes_the_next_free_port(caplog: pytest.LogCaptureFixture) -> None:

@@ -5,8 +5,10 @@ handler chains to any earlier one), so this exporter installs no signal handler 
 chained handlers would restore each other out of order); an ``atexit`` hook is kept only as a
 safety net for sessions that never detach.
 
-Settings that cannot work (a mode without its directory or URL, half a TLS pair, a malformed
-``prometheus_basic_auth``) raise ``ConfigError`` from the constructor, i.e. at ``attach()``.
+Settings that cannot work (a mode without its directory or URL, half a TLS pair, a certificate or key
+that cannot be read or loaded, a ``prometheus_addr`` that does not resolve or is not an address of this
+host, a malformed ``prometheus_basic_auth``) raise ``ConfigError`` naming the setting from the
+constructor, i.e. at ``attach()`` and in ``recompprof run`` before the program starts.
 Port-taken policy: attach never fails because of the metrics port. By default the error (naming the
 port and ``prometheus_port``) is logged once and counted in ``recompprof_internal_errors_total``
 and training goes on without an endpoint; ``prometheus_port_search`` takes the next free port
@@ -18,6 +20,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import socket
+import ssl
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -127,10 +132,10 @@ class PrometheusExporter:
     def _start_multiprocess(self, session: Session) -> None:
         identity = session.identity
         path = multiprocess.directory(identity)
-        multiprocess.prepare(path, identity)
+        claim = multiprocess.prepare(path, identity)
         assert self.collector is not None
         collector = self.collector
-        mirror = multiprocess.MmapMirror(path, identity.rank)
+        mirror = multiprocess.MmapMirror(path, identity.rank, claim)
         self._start_periodic(CallbackOutput("prometheus.multiprocess",
                                             lambda: mirror.write(collector.families(session.snapshot())),
                                             mirror.close), min_gap=MIRROR_GAP)
@@ -175,5 +180,44 @@ def _validate(s: Settings) -> None:
     if (s.prometheus_certfile is None) != (s.prometheus_keyfile is None):
         raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
                           "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
+    if s.prometheus_certfile is not None and s.prometheus_keyfile is not None:
+        _check_tls(s.prometheus_certfile, s.prometheus_keyfile)
     if s.prometheus_basic_auth is not None:
         server.check_credentials(s.prometheus_basic_auth)
+    if s.prometheus_mode in ("pull", "multiprocess"):
+        _check_address(s.prometheus_addr)
+
+
+def _setting(name: str) -> str:
+    return f"recompprof setting {name!r} (RECOMPPROF_{name.upper()})"
+
+
+def _check_tls(certfile: Path, keyfile: Path) -> None:
+    """Both files readable, and together a certificate with its private key."""
+    for name, path in (("prometheus_certfile", certfile), ("prometheus_keyfile", keyfile)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{_setting(name)}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(certfile), keyfile=str(keyfile))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"recompprof settings 'prometheus_certfile' {str(certfile)!r} and 'prometheus_keyfile' "
+                          f"{str(keyfile)!r}: not a PEM certificate and its private key ({exc})") from None
+
+
+def _check_address(addr: str) -> None:
+    """``addr`` resolves and this host can listen on it (probed on a free port)."""
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, 0, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"{_setting('prometheus_addr')}: cannot resolve {addr!r} "
+                          f"({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise ConfigError(f"{_setting('prometheus_addr')}: cannot listen on {addr!r}, not an address of this host "
+                          f"({exc.strerror or exc}); 127.0.0.1 serves this host only, 0.0.0.0 every address") from None

@@ -6,10 +6,16 @@ into that mode this module writes the files ``MultiProcessCollector`` reads, dir
 absolute values of the same families the pull endpoint serves. Files are named by rank, not pid
 (``counter_recompprof-r3.db``): a restarted rank overwrites its own file instead of leaving a dead
 pid's counters to be summed with the new ones.
+
+A rank's files belong to the live process that holds the lock ``recompprof-r3.lock`` (a POSIX record
+lock, released when that process ends, never inherited by its forked children). A second live process
+claiming the same rank in the same directory (two jobs sharing ``PROMETHEUS_MULTIPROC_DIR``, a run id
+reused) writes, removes and serves nothing there, instead of clearing the first one's values.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -42,12 +48,13 @@ def directory(identity: Identity) -> Path:
     return Path(tempfile.gettempdir()) / f"recompprof-prometheus-{os.getuid()}-{safe_run}"
 
 
-def prepare(path: Path, identity: Identity) -> None:
-    """Create ``path`` (0700) or check an existing one is a real directory we own, then clear stale files.
+def prepare(path: Path, identity: Identity) -> int:
+    """Create ``path`` (0700) or check an existing one is a real directory we own, claim this rank's files,
+    then clear stale ones; returns the descriptor holding the claim (:class:`MmapMirror` releases it).
 
     Each rank removes only its own files; local rank 0 also removes files of ranks that are not on
-    this node now (a previous, larger job). Nobody removes a live sibling's file, so there is no
-    start-up race between ranks.
+    this node now (a previous, larger job) and that no live process holds. Nobody removes a live
+    sibling's file, so there is no start-up race between ranks.
     """
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(path)
@@ -58,23 +65,68 @@ def prepare(path: Path, identity: Identity) -> None:
                           f"set {ENV} to a directory of your own")
     if st.st_mode & stat.S_IWOTH:
         log.warning("recompprof: %s %s is world-writable; other users can forge or hide metrics", ENV, path)
+    claim = _claim(path, identity.rank)
     first = identity.rank - identity.local_rank
     node_ranks = range(first, first + identity.local_world_size)
-    for name in os.listdir(path):
-        match = _OURS.match(name)
-        if match is None:
-            continue
-        rank = int(match.group(2))
-        if rank == identity.rank or (identity.local_rank == 0 and rank not in node_ranks):
-            (path / name).unlink(missing_ok=True)
+    try:
+        for name in os.listdir(path):
+            match = _OURS.match(name)
+            if match is None:
+                continue
+            rank = int(match.group(2))
+            if rank == identity.rank or (identity.local_rank == 0 and rank not in node_ranks
+                                         and not _held(path, rank)):
+                (path / name).unlink(missing_ok=True)
+    except BaseException:
+        os.close(claim)
+        raise
+    return claim
+
+
+def _lock_path(path: Path, rank: int) -> Path:
+    return path / f"recompprof-r{rank}.lock"  # not *.db: MultiProcessCollector never reads it
+
+
+def _claim(path: Path, rank: int) -> int:
+    """Lock ``rank``'s files for this process, or raise ConfigError naming the live process that holds them."""
+    fd = os.open(_lock_path(path, rank), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(f"recompprof: rank {rank}'s multiprocess metric files in {path} belong to live process "
+                          f"{holder}, so this process writes and serves none; two processes claim rank {rank}: "
+                          f"give each job its own {ENV} or RECOMPPROF_RUN_ID") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _held(path: Path, rank: int) -> bool:
+    """Whether a live process holds ``rank``'s files (tested without taking the lock)."""
+    try:
+        fd = os.open(_lock_path(path, rank), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        # F_GETLK through lockf is not exposed; a shared test lock on a read-only descriptor conflicts only
+        # with the holder's exclusive one. Closing it releases nothing else: this process holds no lock there.
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class MmapMirror:
     """Writes families into this rank's mmap files; only changed values are rewritten."""
 
-    def __init__(self, path: Path, rank: int) -> None:
+    def __init__(self, path: Path, rank: int, claim: int | None = None) -> None:
         self.path = path
         self._rank = rank
+        self._claim = claim  # the descriptor whose lock makes this rank's files ours; closed last
         self._files: dict[str, MmapedDict] = {}
         self._last: dict[str, float] = {}
 
@@ -113,3 +165,6 @@ class MmapMirror:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None

@@ -11,7 +11,9 @@ Two start-up hooks load this file, under the module name ``_recompprof_autoattac
 Whichever runs first starts; the other finds the module in ``sys.modules`` already started. recompprof
 attaches right after ``torch`` is first imported, with settings from the ``RECOMPPROF_*`` variables.
 Processes that never import torch get no session and no event log; launchers (torchrun) and Inductor's
-compile workers are skipped. A failure prints one line and the program runs on without recompprof.
+compile workers are skipped, and so are helpers of a recompprof process (its DataLoader and pool workers,
+whatever their start method; ``lineage.py``, loaded by path from this directory, says which). A failure
+prints one line and the program runs on without recompprof.
 """
 
 from __future__ import annotations
@@ -25,6 +27,25 @@ MODULE_NAME = "_recompprof_autoattach"
 _SKIP = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "torch._inductor.compile_worker",
          "compile_worker/__main__")
 _started = False
+_start_pid = 0
+_lineage: Any = None
+
+
+def lineage() -> Any:
+    """``lineage.py`` of this directory, loaded by path (importing ``recompprof`` costs half a second)."""
+    global _lineage
+    if _lineage is None:
+        import importlib.util
+
+        name = "_recompprof_lineage"
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "lineage.py"))
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        _lineage = module
+    return _lineage
 
 
 def wanted() -> bool:
@@ -36,6 +57,9 @@ def wanted() -> bool:
 
 def _attach() -> None:
     try:
+        # Decided when torch is imported, with the rank variables of that moment.
+        if lineage().helper_of(forked=os.getpid() != _start_pid) is not None:
+            return
         import recompprof
 
         recompprof.attach()
@@ -68,10 +92,12 @@ class _AttachAfterTorch:
 
 def start() -> None:
     """Attach now if torch is already imported, else right after it is; once per process."""
-    global _started
+    global _started, _start_pid
     if _started or not wanted():
         return
-    _started = True
+    _started, _start_pid = True, os.getpid()
+    if lineage().helper_of() is None:
+        lineage().mark(lineage().PENDING)  # workers started before torch is imported are helpers too
     if "torch" in sys.modules:
         _attach()
     else:

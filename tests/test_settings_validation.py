@@ -1,0 +1,130 @@
+"""Settings are checked before anything runs, and conditions met while running print one line, not a traceback.
+
+``recompprof run`` refuses, before starting the program, every value ``attach()`` would refuse in each
+rank (the exporters' own checks included); a bad address or TLS file fails with a ``ConfigError`` naming
+the setting (and the path) instead of an internal error; a taken port or an unusable run directory is one
+warning line on stderr, with the traceback kept for debug logging.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from recorded_runs import clean_env, cli
+from servers import free_port
+
+import recompprof
+from recompprof.settings import ConfigError
+
+# An address of TEST-NET-1 (RFC 5737): never assigned to a host, so nothing can listen on it.
+NOT_HERE = "192.0.2.1"
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    (["--prometheus-basic-auth", "nocolon"], ["'prometheus_basic_auth'", "user:password"]),
+    (["--prometheus-addr", "no-such-host.invalid"], ["'prometheus_addr'", "cannot resolve 'no-such-host.invalid'"]),
+    (["--prometheus-addr", NOT_HERE], ["'prometheus_addr'", f"cannot listen on '{NOT_HERE}'"]),
+    (["--prometheus-certfile", "missing-cert.pem", "--prometheus-keyfile", "missing-key.pem"],
+     ["'prometheus_certfile'", "missing-cert.pem", "No such file"]),
+], ids=["basic-auth", "unresolvable-addr", "foreign-addr", "missing-cert"])
+def test_run_refuses_a_bad_setting_before_the_program_starts(tmp_path: Path, options: list[str],
+                                                             named: list[str]) -> None:
+    """`recompprof run --exporters prometheus` with a value attach() would refuse exits 2 with one error line
+    naming the setting (and the path), never starts the program, and never repeats a password."""
+    done = cli("run", "--exporters", "prometheus", *options, "--", sys.executable, "-c",
+               "open('started', 'w')", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("recompprof: error: "), done.stderr
+    for text in named:
+        assert text in done.stderr, done.stderr
+    assert "nocolon" not in done.stderr
+    assert not (tmp_path / "started").exists() and not (tmp_path / "recompprof-runs").exists()
+
+
+def test_malformed_basic_auth_fails_at_attach_without_the_prometheus_exporter() -> None:
+    """A prometheus_basic_auth without a colon is a ConfigError naming the setting (not echoing the value)
+    even when Prometheus is not among the exporters: a malformed value is wrong wherever it is set."""
+    with pytest.raises(ConfigError, match="prometheus_basic_auth") as err:
+        recompprof.attach(prometheus_basic_auth="nocolon")
+    assert "nocolon" not in str(err.value)
+    assert recompprof.session.current() is None
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"prometheus_addr": "no-such-host.invalid"}, "prometheus_addr"),
+    ({"prometheus_addr": NOT_HERE}, "prometheus_addr"),
+    ({"prometheus_certfile": "/nonexistent/cert.pem", "prometheus_keyfile": "/nonexistent/key.pem"},
+     "/nonexistent/cert.pem"),
+], ids=["unresolvable-addr", "foreign-addr", "missing-cert"])
+def test_attach_names_the_setting_of_an_address_or_tls_file_it_cannot_use(settings: dict[str, str],
+                                                                          named: str) -> None:
+    """attach() with an address that does not resolve or is not this host's, or a TLS file that is missing,
+    raises a ConfigError naming the setting (and the path), and nothing stays attached."""
+    with pytest.raises(ConfigError) as err:
+        recompprof.attach(exporters=["prometheus"], prometheus_port=free_port(), **settings)  # type: ignore[arg-type]
+    assert named in str(err.value) and "RECOMPPROF_PROMETHEUS_" in str(err.value)
+    assert recompprof.session.current() is None
+
+
+def test_certificate_and_key_that_do_not_match_name_both_settings(tmp_path: Path) -> None:
+    """Two readable files that are not a certificate and its key fail at attach naming both settings and paths."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    with pytest.raises(ConfigError) as err:
+        recompprof.attach(exporters=["prometheus"], prometheus_port=free_port(), prometheus_certfile=cert,
+                          prometheus_keyfile=key)
+    message = str(err.value)
+    assert "'prometheus_certfile'" in message and "'prometheus_keyfile'" in message
+    assert str(cert) in message and str(key) in message
+
+
+_JOB = textwrap.dedent("""
+    import logging, sys
+
+    import torch
+
+    import recompprof
+
+    port, run_dir, debug = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "debug"
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(message)s")
+    session = recompprof.attach(exporters=["prometheus"], prometheus_port=port, run_dir=run_dir)
+    torch.compile(lambda x: x + 1, backend="eager")(torch.ones(2))
+    session.detach()
+    print("trained", flush=True)
+""")
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["default", "debug-logging"])
+def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(tmp_path: Path, debug: bool) -> None:
+    """A job whose metrics port is taken and whose run directory cannot be created trains on; each condition
+    is one warning line on stderr (naming the port, or the run directory and its setting) and no traceback,
+    unless debug logging is on, where the tracebacks are logged at DEBUG."""
+    script = tmp_path / "job.py"
+    script.write_text(_JOB)
+    (tmp_path / "a-file").write_text("")
+    run_dir = tmp_path / "a-file" / "run"  # below a regular file: cannot be created, even as root
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        done = subprocess.run([sys.executable, str(script), str(port), str(run_dir), "debug" if debug else "quiet"],
+                              capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "internal error in" in line]
+    assert len(warnings) == 2, done.stderr
+    (port_line,) = [line for line in warnings if "prometheus.server" in line]
+    (log_line,) = [line for line in warnings if "eventlog" in line]
+    assert f"port {port}" in port_line and "prometheus_port" in port_line
+    assert str(run_dir) in log_line and "RECOMPPROF_RUN_DIR" in log_line and "Not a directory" in log_line
+    if debug:
+        assert done.stderr.count("Traceback (most recent call last)") == 2, done.stderr
+        assert "DEBUG recompprof: traceback of the error in prometheus.server" in done.stderr
+    else:
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 2, done.stderr

@@ -8,6 +8,8 @@ variants apart (docs/steady-state.md).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -223,3 +225,41 @@ def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself
     assert [row.split('"')[1] for row in rows] == [steady_category, "size"]
     assert "nothing to fix: one-time warm-up" in rows[1] and "nothing to fix" not in rows[0]
     assert [c.tier for c in report.ranked_causes()] == [0, 2]
+
+
+_LR_SCRIPT = '''
+import torch, recompprof
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
+step = torch.compile(lambda: opt.step(), backend="eager")
+with recompprof.attach():
+    for _ in range(12):
+        model(torch.randn(2, 4)).sum().backward()
+        step()
+        sched.step()
+'''
+
+
+def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) -> None:
+    """A compiled AdamW step under a scheduler, recorded live and by TORCH_TRACE in one process: the ingested
+    run marks the same recompile as the LR made dynamic (warm-up), explained by the same reason."""
+    from recorded_runs import clean_env
+
+    from recompprof.eventlog import read_run
+    from recompprof.ingest import read_trace
+
+    script = tmp_path / "lr.py"
+    script.write_text(_LR_SCRIPT)
+    env = clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), TORCH_TRACE=str(tmp_path / "trace"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    live = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and e.is_recompile]
+    traced = [e for events in read_trace(tmp_path / "trace").events for e in events
+              if isinstance(e, Compile) and e.is_recompile]
+    verdicts = [[(e.compile_id, e.automatic_dynamic, _explaining(e)[:2]) for e in events] for events in (live, traced)]
+    assert verdicts[0] == verdicts[1]
+    assert [v[1] for v in verdicts[0]] == ["value of L['self'].param_groups[0]['lr']"]
+    assert not live[0].steady_state

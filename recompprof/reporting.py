@@ -624,7 +624,7 @@ def describe_source(report: Report) -> str:
 def automatic_dynamic_notes(report: Report) -> list[str]:
     """The one-time recompiles of automatic dynamic, explained; and each dim or scalar torch made dynamic
     that recompiled again (the traced code specialised it), with the guard that did, never "will not recur"."""
-    made = [(f, dim) for f in report.frames.values() for dim in f.automatic_dynamic]
+    made = [(f, dim) for f in report.frames.values() for dim in dict.fromkeys(f.automatic_dynamic)]
     if not made:
         return []
     settled = [(f.label, dim) for f, dim in made if dim not in f.changed_again]
@@ -636,8 +636,9 @@ def automatic_dynamic_notes(report: Report) -> list[str]:
         shown = "; ".join(f"{label}: {dim}" for label, dim in settled[:5])
         notes[0] += f" This will not recur for {shown}" + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "") + "."
     for label, dim, guard in again[:5]:
-        notes.append(f"{label}: torch made {dim} dynamic, but the traced code specialised it again, and it recompiled "
-                     f"again (guard: {guard}); those recompiles count as steady state.")
+        notes.append(f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
+                     f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
+                     "warmup_steps.")
     if len(again) > 5:
         notes.append(f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again.")
     return notes

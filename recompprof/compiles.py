@@ -119,24 +119,62 @@ def _frame_compile_count(compile_id: Any) -> int | None:
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
+_SIZE_OF = re.compile(r"^(.*)\.size\(\)\[(\d+)\]$")
+# A scalar's equality guard: "k == 2", "self.param_groups[0]['lr'] == 0.01" (before a source comment).
+_SCALAR_LITERAL = re.compile(r"\s==\s(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|inf|nan))\s*(?:#|$)")
+_SCALAR_CATEGORIES = frozenset({"python_constant", "global", "module_attribute"})
+
+
+def changed_subject(reason: Reason) -> str | None:
+    """What a reason says changed, as the unit torch's automatic dynamic decides on, or None.
+
+    A tensor dim (``"dim 0 of L['x']"``) for a size mismatch or a dynamic-shape guard on ``x.size()[0]``;
+    a scalar's value (``"value of L['lr']"``) for an int or float equality guard. Under ``redact`` a
+    size text keeps no index: ``"a dim of L['x']"``.
+    """
+    subject = reason.subject
+    if not subject:
+        return None
+    if reason.category == "size":
+        match = _SIZE_MISMATCH.search(reason.text)
+        if match is not None:
+            return f"dim {match.group(1)} of {subject}"
+        return f"a dim of {subject}" if reason.text.startswith("size guard failed") else None  # redacted text
+    if reason.category == "symbolic_shape":
+        match = _SIZE_OF.match(subject)
+        return f"dim {match.group(2)} of {match.group(1)}" if match else None
+    if reason.category in _SCALAR_CATEGORIES and _scalar_literal(reason) is not None:
+        return f"value of {subject}"
+    return None
+
+
+def _scalar_literal(reason: Reason) -> str | None:
+    """The int or float literal a scalar equality guard compared with (None: another guard, or redacted)."""
+    match = _SCALAR_LITERAL.search(reason.text)
+    return match.group(1) if match else None
 
 
 class Explained(tuple[Any, ...]):
-    """``(kept reasons, omitted counts by category)``, plus ``first_size_change``: False when the explaining
-    reason is a size change of a tensor dim that already changed on this frame (so it is not automatic
-    dynamic shapes warming up: that happens once per dim)."""
+    """``(kept reasons, omitted counts by category)``, plus ``first_change``: False when what the explaining
+    reason changed (a tensor dim, a scalar's value: :func:`changed_subject`) already changed on this frame,
+    so it is not automatic dynamic warming up: that happens once per dim or scalar."""
 
-    first_size_change: bool = True
+    first_change: bool = True
 
 
 class ReasonExplainer:
     """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
-    Torch lists one reason per failing cache entry, most recently *used* first, so its first reason
-    can describe an older variant. The reason that explains the change is the first one this frame
-    has not failed with before; if all are old, the first one. An event keeps the explaining reason
-    and the first others up to ``MAX_REASONS_PER_EVENT``; the rest are counted by category. Memory
-    is bounded per frame (hashes of recent reasons) and in frames (least recently compiled dropped).
+    A new input fails every cached entry of the frame, and torch lists one reason per entry, most
+    recently used entry first, each the *first* guard of that entry that failed (so an entry of
+    another variant, a decode step against a prefill, fails on what tells the variants apart, not
+    on what changed). The reason that explains the change is, in this order: the subject that failed
+    against every entry; else the first reason (most recently used entry first) whose subject never
+    failed on this frame before (the variants' own differences have failed before); else the first
+    reason whose text is new; else the first. docs/steady-state.md has the rule and its grounds.
+    An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
+    rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
+    and in frames (least recently compiled dropped).
     """
 
     def __init__(self, redact: bool = False) -> None:
@@ -163,16 +201,16 @@ class ReasonExplainer:
         self._seen[frame.label] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
-        keys = [hash((r.category, r.subject, r.text)) for r in parsed]
-        explaining = next((i for i, key in enumerate(keys) if key not in seen), 0)
-        for key in keys:
-            seen[key] = None
-            seen.move_to_end(key)
-        first_size_change = True
-        if parsed[explaining].category == "size":  # remembered in the same bounded history, once per dim
-            dim = _SIZE_MISMATCH.search(parsed[explaining].text)
-            key = hash(("size-dim", parsed[explaining].subject, dim.group(1) if dim else None))
-            first_size_change = key not in seen
+        explaining = _explaining(parsed, seen)
+        for reason in parsed:
+            for key in (hash((reason.category, reason.subject, reason.text)), hash(("subject", reason.subject))):
+                seen[key] = None
+                seen.move_to_end(key)
+        first_change = True
+        changed = changed_subject(parsed[explaining])
+        if changed is not None:  # remembered in the same bounded history, once per dim or scalar
+            key = hash(("changed", changed))
+            first_change = key not in seen
             seen[key] = None
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
@@ -187,8 +225,23 @@ class ReasonExplainer:
             else:
                 omitted[reason.category] += 1
         explained = Explained((kept, dict(omitted)))
-        explained.first_size_change = first_size_change
+        explained.first_change = first_change
         return explained
+
+
+def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) -> int:
+    """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
+    entries: dict[str | None, set[str]] = {}
+    for reason in parsed:
+        entries.setdefault(reason.entry, set()).add(reason.subject)
+    if len(entries) > 1:  # the subject every entry failed on
+        common = set.intersection(*entries.values()) - {""}
+        if common:
+            return next(i for i, r in enumerate(parsed) if r.subject in common)
+    new_subject = next((i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen), None)
+    if new_subject is not None:
+        return new_subject
+    return next((i for i, r in enumerate(parsed) if hash((r.category, r.subject, r.text)) not in seen), 0)
 
 
 def _fail_type(value: Any) -> str:
@@ -198,28 +251,57 @@ def _fail_type(value: Any) -> str:
     return match.group(1) if match else text
 
 
-def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_size_change: bool = True) -> str | None:
-    """The tensor dim torch made dynamic with this recompile (``"dim 0 of L['x']"``), or None.
+def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_change: bool = True) -> str | None:
+    """What torch's automatic dynamic made dynamic with this recompile (``"dim 0 of L['x']"``,
+    ``"value of L['lr']"``), or None.
 
     With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
-    tensor dim of a frame changes size torch records it as dynamic and recompiles once with a symbolic
-    size; later sizes reuse that graph. So a recompile whose explaining guard failure is a tensor size
-    mismatch is that one-time warm-up, unless the dim is kept static (parameters, by
-    ``force_parameter_static_shapes``), automatic dynamic is off for the compile, or the same dim
-    changed before on this frame (``first_size_change`` False: it stayed static, so it is no warm-up).
+    tensor dim, or an int or float torch does not specialise, changes on a frame, torch records it as
+    dynamic and recompiles once with a symbol; later values reuse that graph. So a recompile explained
+    by that first change is a one-time warm-up, as the compile's own ``dynamo_config`` decides (see
+    docs/steady-state.md): not when the same dim or scalar changed before on this frame
+    (``first_change`` False: it stayed static, or the code specialised it again), unless the cached
+    graph held the dim at size 0 or 1, which torch never makes dynamic.
     """
     reason = next((r for r in reasons if r.explains_change), None)
-    if reason is None or reason.category != "size" or not reason.subject or not first_size_change:
+    if reason is None or reason.category == "symbolic_shape" or not (first_change or _from_zero_or_one(reason)):
         return None
+    changed = changed_subject(reason)
     config = m.dynamo_config
-    if config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
+    if changed is None or config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
         return None
-    if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
-        return None
-    match = _SIZE_MISMATCH.search(reason.text)
-    if match is not None:
-        return f"dim {match.group(1)} of {reason.subject}"
-    return f"a dim of {reason.subject}" if reason.text.startswith("size guard failed") else None  # redacted text
+    if reason.category == "size":
+        if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
+            return None
+        return changed
+    return changed if _scalar_made_dynamic(reason, config) else None
+
+
+_FROM_ZERO_OR_ONE = re.compile(r"size mismatch at index \d+\. expected [01],")
+
+
+def _from_zero_or_one(reason: Reason) -> bool:
+    """A size mismatch from an expected 0 or 1: torch compiles sizes 0 and 1 static even in a dynamic dim, so
+    a graph traced at that size recompiles once for the first other size, which takes the dim dynamic."""
+    return reason.category == "size" and _FROM_ZERO_OR_ONE.search(reason.text) is not None
+
+
+def _scalar_made_dynamic(reason: Reason, config: dict[str, Any]) -> bool:
+    """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
+
+    Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,
+    a global, an ``nn.Module`` attribute (unless ``allow_unspec_int_on_nn_module``) or a default argument.
+    """
+    literal = _scalar_literal(reason)
+    if literal is None:
+        return False
+    subject = reason.subject
+    if any(c in literal for c in ".ein"):
+        return config.get("specialize_float") is False and literal.lstrip("-") not in ("inf", "nan")
+    if config.get("specialize_int") is not False or subject.startswith("G[") or "__defaults__" in subject \
+            or "__kwdefaults__" in subject:
+        return False
+    return reason.category != "module_attribute" or config.get("allow_unspec_int_on_nn_module") is True
 
 
 def reason_texts(m: CompileRecord, from_guard_failures: list[str]) -> list[str]:
@@ -244,7 +326,7 @@ def compile_events(
     hit = limit_hit(m, limits)
     skip = m.cudagraph_skip
     failed = bool(m.fail_type)
-    first = getattr(explained, "first_size_change", True)
+    first = getattr(explained, "first_change", True)
     dynamic = automatic_dynamic(m, reasons, first) if m.is_forward and hit is None and not failed else None
     event = Compile(
         time=time, rank=rank, step=step, frame=frame,

@@ -134,8 +134,9 @@ class Compile(_Event):
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
     steady_state: bool = False
-    # Set on a recompile torch's automatic dynamic shapes caused: its first size change of a tensor dim, after
-    # which that dim is dynamic (e.g. "dim 0 of L['x']"). An expected one-time warm-up: never steady state.
+    # Set on a recompile torch's automatic dynamic caused: the first change of a tensor dim or an int/float
+    # argument, after which it is dynamic ("dim 0 of L['x']", "value of L['lr']"). A one-time warm-up: never
+    # steady state (docs/steady-state.md).
     automatic_dynamic: str | None = Field(default=None, max_length=MAX_SUBJECT)
     # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
     call_site: list[str] = []

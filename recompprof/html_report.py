@@ -18,9 +18,10 @@ from recompprof.reporting import (
     FIX_FIRST,
     FrameReport,
     Report,
-    automatic_dynamic_note,
+    automatic_dynamic_notes,
     cause_steps,
     describe_source,
+    fix_text,
     share,
 )
 
@@ -224,7 +225,7 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
             f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
             f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
             f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'
-            f'<td class="hint">{_e(hints.get(cause.category, ""))}</td>'
+            f'<td class="hint">{_e(fix_text(cause, hints))}</td>'
             f'<td>{"<details><summary>example</summary>" + example + "</details>" if example else "-"}</td></tr>')
     head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
     more = len(ranked) - FIX_FIRST
@@ -289,8 +290,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
                     f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
                     for key, label, value in kpis)
     notes = list(warnings) + list(report.notes)
-    if (note := automatic_dynamic_note(report)) is not None:
-        notes.append(note)
+    notes += automatic_dynamic_notes(report)
     diverging = report.diverging_frames()
     if diverging:
         notes.append("Recompiles differ across ranks (risk of collective hangs): " + "; ".join(

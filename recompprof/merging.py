@@ -149,7 +149,7 @@ def _absorb(total: Report, part: Report) -> None:
     for key in _keyed(total.causes, part.causes, reporting.MAX_CAUSES):
         cause = part.causes[key]
         total.causes[key] = dataclasses.replace(cause, recompiles=0, seconds=0.0, steps=[], steps_total=0, example="",
-                                                call_site=[])
+                                                call_site=[], steady_state=0, warmup=0, made_dynamic="")
     for key, cause in part.causes.items():
         into = total.causes[key]
         into.recompiles += cause.recompiles
@@ -158,6 +158,9 @@ def _absorb(total: Report, part: Report) -> None:
         into.steps_total += cause.steps_total
         into.example = into.example or cause.example
         into.call_site = into.call_site or cause.call_site
+        into.steady_state += cause.steady_state
+        into.warmup += cause.warmup
+        into.made_dynamic = into.made_dynamic or cause.made_dynamic
 
 
 def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
@@ -170,6 +173,9 @@ def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
     into.limit_hits.update(part.limit_hits)
     _prefix(into.automatic_dynamic, part.automatic_dynamic, reporting.MAX_STEPS_LISTED)
     into.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
+    for changed, text in part.changed_again.items():
+        if len(into.changed_again) < reporting.MAX_STEPS_LISTED:
+            into.changed_again.setdefault(changed, text)
     _prefix(into.recompile_steps, part.recompile_steps, reporting.MAX_STEPS_LISTED)
     into.recompile_steps_total += part.recompile_steps_total
     for key in _keyed(into.reasons, part.reasons, reporting.MAX_GROUPS_PER_FRAME):

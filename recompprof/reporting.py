@@ -20,6 +20,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import Cause, CauseTracker, explaining_reason
+from recompprof.compiles import changed_subject
 from recompprof.counting import COSTS, COUNTED, FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
@@ -76,10 +77,21 @@ class CauseReport:
     steps_total: int = 0
     example: str = ""  # a reason text
     call_site: list[str] = dataclasses.field(default_factory=list)  # innermost last
+    steady_state: int = 0  # of its recompiles, those counted as steady state
+    warmup: int = 0  # of its recompiles, automatic dynamic warming up (one-time)
+    made_dynamic: str = ""  # what torch made dynamic with the first of those ("dim 0 of L['x']")
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.frame, self.category, self.subject)
+
+    @property
+    def tier(self) -> int:
+        """Where it ranks in "fix these first": 0 it recompiled in steady state, 1 only in declared warm-up
+        (before ``warmup_steps``, or steps unknown), 2 only as automatic dynamic warming up (fixed itself)."""
+        if self.steady_state:
+            return 0
+        return 2 if self.warmup >= self.recompiles else 1
 
 
 class _RankFold:
@@ -109,6 +121,10 @@ class FrameReport(FrameCounts):
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
     automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
     automatic_dynamic_recompiles: int = 0
+    # Dims and scalars (recompprof.compiles.changed_subject) that explained a recompile that was no automatic
+    # dynamic warm-up, with that recompile's reason text (bounded): one also in ``automatic_dynamic`` was
+    # made dynamic and then specialised again by the traced code.
+    changed_again: dict[str, str] = dataclasses.field(default_factory=dict)
     recompile_steps: list[int] = dataclasses.field(default_factory=list)
     recompile_steps_total: int = 0
     reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
@@ -201,8 +217,10 @@ class Report:
         return sum(c.seconds for c in self.causes.values())
 
     def ranked_causes(self) -> list[CauseReport]:
-        """Causes by compile seconds lost, then recompiles: the order to fix them in."""
-        return sorted(self.causes.values(), key=lambda c: (-c.seconds, -c.recompiles, c.key))
+        """The order to fix causes in: those that recompiled in steady state first, then those seen only in
+        declared warm-up, then automatic dynamic warm-up (it fixed itself); each by compile seconds lost,
+        then recompiles."""
+        return sorted(self.causes.values(), key=lambda c: (c.tier, -c.seconds, -c.recompiles, c.key))
 
     def cache_hit_rate(self, cache: str) -> float | None:
         """Hits over lookups that hit or missed (bypasses never could hit); None without lookups."""
@@ -406,6 +424,10 @@ def _add_compile(report: Report, event: Compile) -> None:
                 frame.automatic_dynamic_recompiles += 1
                 if len(frame.automatic_dynamic) < MAX_STEPS_LISTED:
                     frame.automatic_dynamic.append(event.automatic_dynamic)
+            elif len(frame.changed_again) < MAX_STEPS_LISTED and (reason := explaining_reason(event.reasons)) is not None:
+                changed = changed_subject(reason)
+                if changed is not None:
+                    frame.changed_again.setdefault(changed, reason.text[:300])
             frame.recompile_steps_total += 1
             if len(frame.recompile_steps) < MAX_STEPS_LISTED:
                 frame.recompile_steps.append(step)
@@ -476,6 +498,11 @@ def _add_cause(report: Report, event: Compile, label: str, found: Cause) -> None
         return
     cause.recompiles += 1
     cause.steps_total += 1
+    if event.steady_state:
+        cause.steady_state += 1
+    if event.automatic_dynamic is not None:
+        cause.warmup += 1
+        cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
     step = event.step
     if step is not None:
         steps = cause.steps
@@ -546,7 +573,7 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
                       + (f", steps {cause_steps(cause)}" if steps else ""))
         for line in (f"why: {cause.example}" if cause.example else "",
                      f"at {cause.call_site[-1]}" if cause.call_site else "",
-                     f"fix: {hints[cause.category]}" if hints.get(cause.category) else ""):
+                     f"fix: {fix_text(cause, hints)}" if fix_text(cause, hints) else ""):
             # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
             # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
             for part in textwrap.wrap(plaintext.escape(line), max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
@@ -555,6 +582,22 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
     if len(ranked) > FIX_FIRST:
         rest = sum(c.seconds for c in ranked[FIX_FIRST:])
         console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
+
+
+def fix_text(cause: CauseReport, hints: dict[str, str]) -> str:
+    """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
+    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that."""
+    if cause.tier != 2 or not cause.made_dynamic:
+        return hints.get(cause.category, "")
+    return (f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
+            f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}.")
+
+
+def warmup_avoidance(made_dynamic: str) -> str:
+    """How to start with a dim or scalar dynamic, so torch's automatic dynamic has nothing to warm up."""
+    if made_dynamic.startswith("value of "):
+        return "pass it as a 0-dim tensor (e.g. lr=torch.tensor(0.01)) or compile with dynamic=True"
+    return "mark the dim dynamic before the first call (torch._dynamo.mark_dynamic(tensor, dim))"
 
 
 def _print_caches(console: Console, report: Report) -> None:
@@ -582,15 +625,27 @@ def describe_source(report: Report) -> str:
     return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {report.last_step}"
 
 
-def automatic_dynamic_note(report: Report) -> str | None:
-    """The expected one-time recompiles of automatic dynamic shapes, explained (None when there are none)."""
-    made = [(f.label, dim) for f in report.frames.values() for dim in f.automatic_dynamic]
+def automatic_dynamic_notes(report: Report) -> list[str]:
+    """The one-time recompiles of automatic dynamic, explained; and each dim or scalar torch made dynamic
+    that recompiled again (the traced code specialised it), with the guard that did, never "will not recur"."""
+    made = [(f, dim) for f in report.frames.values() for dim in dict.fromkeys(f.automatic_dynamic)]
     if not made:
-        return None
-    shown = "; ".join(f"{label}: {dim}" for label, dim in made[:5]) + (f"; +{len(made) - 5} more" if len(made) > 5 else "")
-    return (f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic shapes warming up: after the "
-            f"first size change torch made the dim dynamic and recompiled once ({shown}). This will not recur for "
-            "those dims, so these recompiles are not counted as steady state (docs/cli.md, automatic dynamic shapes).")
+        return []
+    settled = [(f.label, dim) for f, dim in made if dim not in f.changed_again]
+    again = [(f.label, dim, f.changed_again[dim]) for f, dim in made if dim in f.changed_again]
+    notes = [f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
+             "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
+             "not counted as steady state (docs/steady-state.md)."]
+    if settled:
+        shown = "; ".join(f"{label}: {dim}" for label, dim in settled[:5])
+        notes[0] += f" This will not recur for {shown}" + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "") + "."
+    for label, dim, guard in again[:5]:
+        notes.append(f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
+                     f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
+                     "warmup_steps.")
+    if len(again) > 5:
+        notes.append(f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again.")
+    return notes
 
 
 def render_summary(report: Report, width: int = 100) -> str:
@@ -636,8 +691,7 @@ def render_text(report: Report, width: int = 160) -> str:
     notes = list(report.notes)
     if report.frames_dropped:
         notes.append(f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown")
-    if (note := automatic_dynamic_note(report)) is not None:
-        notes.append(note)
+    notes += automatic_dynamic_notes(report)
     for note in notes:
         console.print(f"note: {note}")
 

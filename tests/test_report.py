@@ -167,19 +167,20 @@ def test_fix_first_example_shows_reason_and_call_site() -> None:
 
 
 def _size_then_scale(session_kwargs: dict[str, object], compile_kwargs: dict[str, object], tmp_path: Path) -> list[Compile]:
-    """Steps 0-5 call one compiled function with a growing batch; at step 4 a Python scalar changes too."""
-    compiled = torch.compile(lambda x, k: x * k, backend="eager", **compile_kwargs)
+    """Steps 0-5 call one compiled function with a growing batch; at step 4 a bool flag flips too (torch
+    never makes a bool dynamic)."""
+    compiled = torch.compile(lambda x, flag: x * 2 if flag else x * 3, backend="eager", **compile_kwargs)
     opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
     with recompprof.attach(run_dir=tmp_path, **session_kwargs) as session:
         for step in range(6):
-            compiled(torch.ones(2 + step, 3), 1.0 if step < 4 else 2.0)
+            compiled(torch.ones(2 + step, 3), step < 4)
             opt.step()
     return [e for e in session.recent_events() if isinstance(e, Compile)]
 
 
 def test_automatic_dynamic_recompile_is_expected_warmup_not_steady_state(tmp_path: Path) -> None:
     """With warmup_steps=0, torch's one automatic-dynamic recompile (first size change of dim 0) is not steady
-    state and the report explains it; the later python_constant recompile still is steady state."""
+    state and the report explains it; the later recompile on a flipped bool still is steady state."""
     compiles = _size_then_scale({}, {}, tmp_path)
     recompiles = [c for c in compiles if c.is_recompile]
     assert [(c.step, c.automatic_dynamic, c.steady_state) for c in recompiles] == [
@@ -188,7 +189,8 @@ def test_automatic_dynamic_recompile_is_expected_warmup_not_steady_state(tmp_pat
     frame = next(iter(report.frames.values()))
     assert (frame.recompiles, frame.steady_state_recompiles, report.automatic_dynamic_recompiles) == (2, 1, 1)
     text = render_text(report, width=200)
-    assert "torch made the dim dynamic" in text and "dim 0 of L['x']" in text and "will not recur" in text
+    assert "torch made it dynamic and recompiled once" in text and "This will not recur for" in text
+    assert "dim 0 of L['x']" in text
 
 
 def test_size_changes_without_automatic_dynamic_stay_steady_state(tmp_path: Path) -> None:
@@ -209,7 +211,7 @@ def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
     first = explainer.explain(frame, ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"])
     again = explainer.explain(frame, ["0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4"])
     other = explainer.explain(frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"])
-    got = [automatic_dynamic(CompileRecord(), list(e[0]), e.first_size_change) for e in (first, again, other)]
+    got = [automatic_dynamic(CompileRecord(), list(e[0]), e.first_change) for e in (first, again, other)]
     assert got == ["dim 0 of L['x']", None, "dim 1 of L['x']"]
 
 

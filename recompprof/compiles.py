@@ -31,7 +31,7 @@ from recompprof.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof.reasons import clean_text, parse_guard_failure
+from recompprof.reasons import clean_text, parse_guard_failure, resolvable_subjects
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
@@ -42,8 +42,6 @@ NO_REASON = "Unable to find recompilation reasons"
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
-# Categories an identity guard can land in from its text alone; the live object's type can refine them.
-_BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
 
 
 MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
@@ -148,13 +146,12 @@ class ReasonExplainer:
     ) -> tuple[list[Reason], dict[str, int]]:
         """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
 
-        ``resolve(subject)`` gives the type name of a guarded object in the live process (None if it
-        cannot tell); identity guards are then classified by what the object is.
+        ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
+        tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
         """
         parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
         if resolve is not None and parsed:
-            kinds = {s: kind for s in {r.subject for r in parsed if r.subject and r.category in _BY_OBJECT}
-                     if (kind := resolve(s)) is not None}
+            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
             if kinds:
                 parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:

@@ -65,6 +65,7 @@ class CompileRecord:
     phases: dict[Phase, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
     guard_count: int | None = None
     graph_op_count: int | None = None
+    has_guarded_code: bool | None = None
     cache: Literal["hit", "miss"] | None = None
     cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
@@ -109,6 +110,21 @@ def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> 
     name = name if name in LIMITS else "recompile_limit"
     value = _LIMIT_VALUE.search(text)
     return name, (int(value.group(1)) if value else limits.get(name))
+
+
+def installed_code(m: CompileRecord) -> bool:
+    """False when torch traced the frame of forward record ``m`` and installed no code for it: it skipped the
+    frame (a resumed frame with nothing left to compile, say), which runs eagerly from then on.
+
+    Torch 2.4-2.6 say so in ``has_guarded_code``; 2.8 and later (2.7 not checked) set it for a skip too
+    (they wrap "nothing" in a return object), but a skip builds no output graph, so its record has no
+    guard count.
+    A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
+    compile installs nothing either; it is counted as what it is (failed, limit hit).
+    """
+    if not m.is_forward or m.fail_type or m.fail_reason or m.has_guarded_code is None:
+        return True
+    return m.has_guarded_code and m.guard_count is not None
 
 
 def _frame_compile_count(compile_id: Any) -> int | None:
@@ -256,7 +272,8 @@ def compile_events(
         start_time=m.start_time,
         duration=m.duration, phases=m.phases,
         guard_count=m.guard_count, graph_op_count=m.graph_op_count,
-        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
+        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, installed_code=installed_code(m),
+        steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
         cache_lookups=m.cache_lookups, cache_seconds_saved=m.cache_seconds_saved,
         call_site=call_site or [], guard_set=guard_set,
         cudagraph_skip=skip.category if skip else None,

@@ -133,6 +133,9 @@ class Compile(_Event):
     graph_breaks: int = 0
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
+    # False: torch traced the frame and installed nothing for it (it skipped the frame, which runs eagerly),
+    # so this is no compile; its seconds are still compile time.
+    installed_code: bool = True
     steady_state: bool = False
     # Set on a recompile torch's automatic dynamic shapes caused: its first size change of a tensor dim, after
     # which that dim is dynamic (e.g. "dim 0 of L['x']"). An expected one-time warm-up: never steady state.

@@ -81,3 +81,38 @@ def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
     else:  # read from counters['graph_break'], which keep no location
         assert gb.user_location is None
     assert session.snapshot().graph_breaks == 1
+
+
+def test_skipped_resume_frame_is_not_a_compile(tmp_path: Path) -> None:
+    """A compiled optimizer step breaks the graph in torch's step hook; the resumed frame has nothing left to
+    compile, so torch skips it (no cache entry: it runs eagerly). Its record is no compile: it adds to no frame's
+    compile count, and its trace seconds are still compile time."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.resume_execution import ContinueExecutionCache
+
+    from recompprof.counting import costs_seconds, counts_as_compile
+
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)
+
+    @torch.compile(backend="eager")
+    def train_step() -> None:
+        opt.step()
+
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for _ in range(2):
+            model(torch.ones(2, 4)).sum().backward()
+            train_step()
+            scheduler.step()
+    resumed = {code.co_name: len(_debug_get_cache_entry_list(code))
+               for codes in list(ContinueExecutionCache.cache.values.values()) for code in codes.values()}
+    skipped = {name for name, entries in resumed.items() if entries == 0 and "_in_wrapper_" in name}
+    assert skipped, resumed  # torch installed nothing for the resumed hook frame
+    compiles = [e for e in session.recent_events() if isinstance(e, Compile)]
+    assert [e.frame.name for e in compiles if e.frame.name in skipped and counts_as_compile(e)] == []
+    [record] = [e for e in compiles if e.frame.name in skipped]
+    assert not record.installed_code and costs_seconds(record)
+    counted = [e for e in compiles if counts_as_compile(e)]
+    assert session.snapshot().compiles_total == len(counted) and all(e.installed_code for e in counted)

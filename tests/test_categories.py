@@ -116,3 +116,41 @@ def test_skipped_resume_frame_is_not_a_compile(tmp_path: Path) -> None:
     assert not record.installed_code and costs_seconds(record)
     counted = [e for e in compiles if counts_as_compile(e)]
     assert session.snapshot().compiles_total == len(counted) and all(e.installed_code for e in counted)
+
+
+def test_resolver_names_enum_members_and_modules_by_isinstance() -> None:
+    """The live resolver reports what isinstance says, whatever a class is called: an enum member of a class not
+    named like one, an nn.Module, a plain object (a KV cache), a plain value; nothing for what it cannot reach."""
+    from scenarios import Reduction, _KVCache
+
+    from recompprof._torch.sources import type_name
+
+    f_locals = {"reduction": Reduction.SUM, "kwargs": {"past_key_values": _KVCache()}, "self": torch.nn.Linear(1, 1)}
+    assert type_name("L['reduction']", f_locals, {}) == "Reduction:enum"
+    assert type_name("L['self']", f_locals, {}) == "Linear:module"
+    assert type_name("L['kwargs']['past_key_values']", f_locals, {}) == "_KVCache"
+    assert type_name("L['kwargs']['past_key_values'].is_updated[0]", f_locals, {}) == "bool"
+    assert type_name("L['kwargs']['missing']", f_locals, {}) is None
+
+
+def test_flag_of_a_real_encoder_decoder_cache_is_a_constant(tmp_path: Path) -> None:
+    """transformers' EncoderDecoderCache (T5/BART generate) is no nn.Module: its per-layer is_updated flag flipping
+    from prefill to decode is a python_constant on that object, resolved live, not a module attribute."""
+    pytest.importorskip("transformers", reason="the transformers extra is not installed (pip install recompprof[transformers])")
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    def cross_attention(x: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        cache = kwargs["past_key_values"]
+        return x * 2 if cache.is_updated[0] else x + 1  # type: ignore[attr-defined]  # reuse cross-attention states once computed
+
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    cache.is_updated[0] = False
+    torch._dynamo.reset()
+    with recompprof.attach(run_dir=tmp_path) as session:
+        compiled = torch.compile(cross_attention, backend="eager")
+        compiled(torch.ones(2), past_key_values=cache)
+        cache.is_updated[0] = True
+        compiled(torch.ones(2), past_key_values=cache)
+    [recompile] = [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile]
+    [explaining] = [r for r in recompile.reasons if r.explains_change]
+    assert (explaining.category, explaining.subject) == ("python_constant", "L['kwargs']['past_key_values'].is_updated[0]")

@@ -154,3 +154,21 @@ def test_flag_of_a_real_encoder_decoder_cache_is_a_constant(tmp_path: Path) -> N
     [recompile] = [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile]
     [explaining] = [r for r in recompile.reasons if r.explains_change]
     assert (explaining.category, explaining.subject) == ("python_constant", "L['kwargs']['past_key_values'].is_updated[0]")
+
+
+def test_profile_mode_hides_a_backend_mismatch(tmp_path: Path) -> None:
+    """A new backend callable per torch.compile recompiles for backend_mismatch in monitor mode; profile mode forces
+    its one observer backend (where torch has force_backend), which removes that guard: no recompile is seen
+    (docs/profile-mode.md says so). Where it keeps the job's backend, the recompile is still there."""
+    scenario = SCENARIOS["backend_mismatch"]
+    seen = {}
+    for mode in ("monitor", "profile"):
+        torch._dynamo.reset()
+        with recompprof.attach(mode=mode, run_dir=tmp_path / mode) as session:
+            scenario.run(eager)
+        seen[mode] = [r.category for e in session.recent_events() if isinstance(e, Compile)
+                      and e.frame.name == scenario.frame and e.is_recompile for r in e.reasons if r.explains_change]
+        forced = bool(session.signals.get("profile_backend"))
+    assert seen["monitor"] == ["backend_mismatch"]
+    assert seen["profile"] == ([] if forced else ["backend_mismatch"])
+    assert forced == torch_info().has("force_backend")

@@ -52,7 +52,7 @@ FIX_HINTS: dict[str, str] = {
     "mark_dynamic": "Apply mark_dynamic to this input on every call, or on none.",
     "backend_mismatch": "Reuse one backend object (or torch.compile wrapper) instead of creating a new one each call.",
     "invalidated": "Keep the guarded object alive (do not recreate modules/classes per step) so cached code stays valid.",
-    "other": "Inspect the reason text; if recompiles are expected, raise the recompile limit with evidence from this report.",
+    "other": "recompprof cannot tell what changed (or what holds it): inspect the reason text; if recompiles are expected, raise the recompile limit with evidence from this report.",
 }
 
 _ID = r"!?\d+/\d+(?:/\d+)?(?:_\d+)?"

@@ -118,6 +118,56 @@ def test_skipped_resume_frame_is_not_a_compile(tmp_path: Path) -> None:
     assert session.snapshot().compiles_total == len(counted) and all(e.installed_code for e in counted)
 
 
+_OPTIMIZER_JOB = """
+import sys
+import torch
+import recompprof
+
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)
+
+
+@torch.compile(backend="eager")
+def train_step():
+    opt.step()
+
+
+with recompprof.attach(run_dir=sys.argv[1]):
+    for _ in range(2):
+        model(torch.ones(2, 4)).sum().backward()
+        train_step()
+        scheduler.step()
+"""
+
+
+def test_skipped_frame_is_no_compile_in_ingest_too(tmp_path: Path) -> None:
+    """The same job under attach() and TORCH_TRACE: the ingested trace marks the skipped resumed frame as
+    having installed no code, as the live events do, and both count the same compiles."""
+    import subprocess
+    import sys
+
+    from recorded_runs import clean_env
+
+    from recompprof.counting import counts_as_compile
+    from recompprof.eventlog import read_run
+    from recompprof.ingest import read_trace
+
+    script = tmp_path / "job.py"
+    script.write_text(_OPTIMIZER_JOB)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=clean_env(TORCH_TRACE=str(tmp_path / "trace")),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    live = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile)]
+    traced = [e for per_file in read_trace(tmp_path / "trace").events for e in per_file if isinstance(e, Compile)]
+
+    def skipped(events: list[Compile]) -> list[str]:
+        return sorted(e.compile_id for e in events if not e.installed_code)
+
+    assert skipped(live) == skipped(traced) and len(skipped(live)) == 1
+    assert sorted(e.compile_id for e in live if counts_as_compile(e)) == sorted(e.compile_id for e in traced if counts_as_compile(e))
+
+
 def test_resolver_names_enum_members_and_modules_by_isinstance() -> None:
     """The live resolver reports what isinstance says, whatever a class is called: an enum member of a class not
     named like one, an nn.Module, a plain object (a KV cache), a plain value; nothing for what it cannot reach."""

@@ -136,6 +136,8 @@ _FRAGMENTS = [
     "len(", "list(dict.keys(", ")", "(", "[", "]", "'", '"', "; ", "\n", "  # ", "User stack trace:\n", '  File "a.py", line ',
     "GLOBAL_STATE changed: ", "grad_mode ", "autocast", "Eq(s0, ", "<=", "Duplicate tensors found: ", "Cache line invalidated because ",
     " got deallocated", "BACKEND_MATCH", "_dynamo_dynamic_indices", "param_groups", "- ", "guard 0 failures:", "\x00", "\ud800", "7",
+    "expected type of '", "' to be a tensor type, ' but found ", "' to be <class 'torch.Tensor'>, but found ", " is None",
+    " is not None", ", type=<Reduction.MEAN: 'mean'>", "kwargs['m']", ".is_updated[0]",
 ]
 
 
@@ -169,7 +171,8 @@ def test_never_raises_on_reason_like_text(parts: list[str]) -> None:
     _check_never_raises("".join(parts))
 
 
-@pytest.mark.parametrize("unit", ["a", "\n", " ", "(", "tensor '", "L['x'].", "; ", "0/0: ", "- ", "\x00", "[", " # x; "])
+@pytest.mark.parametrize("unit", ["a", "\n", " ", "(", "tensor '", "L['x'].", "; ", "0/0: ", "- ", "\x00", "[", " # x; ",
+                                  "expected type of '", ".a[0]"])
 def test_never_raises_on_huge_text(unit: str) -> None:
     """A multi-megabyte reason of a repeated pattern parses without raising, within bounds, in linear time."""
     _check_never_raises(unit * (2_000_000 // len(unit)))
@@ -337,3 +340,56 @@ def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.
     # each counted twice: once raised (test mode), once swallowed (production)
     assert {k: v for k, v in _internal.counts().items() if k.startswith("reasons.")} == {
         "reasons.parse": 2, "reasons.user_location": 2, "reasons.recompiles_log": 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "kinds", "category"),
+    [
+        # a value guard on an attribute: by what holds it, resolved live
+        ("0/0: kwargs['past_key_values'].is_updated[0] == False", {"L['kwargs']['past_key_values']": "EncoderDecoderCache"},
+         "python_constant"),
+        ("0/0: kwargs['past_key_values'].is_updated[0] == False", {"L['kwargs']['past_key_values']": "Cache:module"},
+         "module_attribute"),
+        ("0/0: G['cfg'].mode == 'fast'", {"G['cfg']": "Config"}, "global"),
+        # from the text alone: self's attributes and .training are a module's; any other holder is unknown
+        ("0/0: kwargs['past_key_values'].is_updated[0] == False", {}, "other"),
+        ("0/0: L['self'].use_cache == True", {}, "module_attribute"),
+        ("0/0: L['model'].training == True", {}, "module_attribute"),
+        # an identity guard on an attribute (2.4-style bool flag, an object swapped on a plain object)
+        ("___check_obj_id(L['kwargs']['c'].is_updated[0], 7)", {"L['kwargs']['c']": "EncoderDecoderCache",
+                                                             "L['kwargs']['c'].is_updated[0]": "bool"}, "python_constant"),
+        ("0/0: ___check_obj_id(L['c'].layer, 7)", {"L['c']": "Holder"}, "object_identity"),
+        ("0/0: ___check_obj_id(L['c'].layer, 7)", {}, "other"),
+        # enum members: by isinstance resolved live, or by 2.10-2.12's repr annotation; never by the class's name
+        ("0/0: ___check_obj_id(r, 7), type=<class 'm.Reduction'>", {"L['r']": "Reduction:enum"}, "python_constant"),
+        ("0/0: ___check_obj_id(r, 7), type=<Reduction.MEAN: 'mean'>", {}, "python_constant"),
+        ("0/0: ___check_obj_id(r, 7), type=<class 'm.ReductionEnum'>", {}, "object_identity"),
+        ("0/0: ___check_obj_id(r, 7), type=<class 'm.ReductionEnum'>", {"L['r']": "ReductionEnum"}, "object_identity"),
+        # None to something else (2.8+ text), and the reverse
+        ("0/0: mask is None", {}, "type"),
+        ("0/0: L['mask'] is not None", {}, "type"),
+        ("0/0: G['MASK'] is None", {}, "global"),
+        # an empty reason: every guard passed, the entry was refused for its backend (torch < 2.10)
+        ("0/0: ", {}, "backend_mismatch"),
+        ("", {}, "backend_mismatch"),
+    ],
+)
+def test_category_by_what_the_object_is(text: str, kinds: dict[str, str], category: str) -> None:
+    """A guard is filed by what its object (or the object holding the guarded attribute) is: an attribute is a
+    module's only on an nn.Module, an enum member is a constant by isinstance, a None check that fails is a kind
+    change; where nothing says what the holder is, it is 'other' (unknown) rather than a guess."""
+    [reason] = parse_guard_failure(text, kinds=kinds)
+    assert reason.category == category, reason
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0/0: expected type of 'kwargs['attention_mask']' to be a tensor type, ' but found <class 'NoneType'>",
+     "0/0: expected type of 'kwargs['attention_mask']' to be <class 'torch.Tensor'>, but found <class 'NoneType'>",
+     "expected type of 'L['kwargs']['attention_mask']' to be a tensor type, ' but found <class 'NoneType'>"],
+)
+def test_expected_type_with_a_quoted_name_is_a_type_change(text: str) -> None:
+    """HF models' keyword arguments (kwargs['attention_mask']) in every release's wording (2.4, 2.5-2.14, 2.15's
+    '<class ...>') are a type change with the subject in recompprof's form."""
+    [reason] = parse_guard_failure(text)
+    assert (reason.category, reason.subject) == ("type", "L['kwargs']['attention_mask']")

@@ -144,7 +144,9 @@ ENUM_KIND, MODULE_KIND = "enum", "module"
 
 
 def _owner(subject: str) -> str | None:
-    """The object whose attribute ``subject`` reads (``L['c'].flags[0]`` -> ``L['c']``); None if it reads none."""
+    """The object ``subject`` first reads an attribute of, reached by names and subscripts only
+    (``L['kw']['cache'].flags[0]`` -> ``L['kw']['cache']``; ``L['self'].config.x`` -> ``L['self']``: state
+    reached through a module is the module's); None if it reads no attribute."""
     root = _ROOT.match(subject)
     if root is None or not root.group(0) or subject.startswith("type("):
         return None
@@ -153,15 +155,15 @@ def _owner(subject: str) -> str | None:
         step = _ACCESS.match(subject, pos)
         if step is None:
             return None
-        if step.group(1) is not None and not step.group(1).startswith("__"):
+        if owner is None and step.group(1) is not None and not step.group(1).startswith("__"):
             owner = subject[:pos]
         pos = step.end()
     return owner
 
 
 def _holder(subject: str, kinds: Kinds) -> str:
-    """What holds the attribute ``subject`` reads: "module" (an nn.Module), "object" (resolved: anything else)
-    or "unknown" (nothing says)."""
+    """What holds the attributes ``subject`` reads (its :func:`_owner`): "module" (an nn.Module), "object"
+    (resolved: anything else) or "unknown" (nothing says)."""
     owner = _owner(subject)
     kind = kinds.get(owner) if owner is not None else None
     if kind is not None:

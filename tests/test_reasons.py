@@ -351,6 +351,9 @@ def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.
         ("0/0: kwargs['past_key_values'].is_updated[0] == False", {"L['kwargs']['past_key_values']": "Cache:module"},
          "module_attribute"),
         ("0/0: G['cfg'].mode == 'fast'", {"G['cfg']": "Config"}, "global"),
+        # state reached through a module (its config's fields) is the module's, live and from the text alike
+        ("0/0: L['self'].config.use_cache == True", {"L['self']": "T5Stack:module"}, "module_attribute"),
+        ("0/0: L['model'].config.use_cache == True", {"L['model']": "T5Model:module"}, "module_attribute"),
         # from the text alone: self's attributes and .training are a module's; any other holder is unknown
         ("0/0: kwargs['past_key_values'].is_updated[0] == False", {}, "other"),
         ("0/0: L['self'].use_cache == True", {}, "module_attribute"),

@@ -118,8 +118,7 @@ def installed_code(m: CompileRecord) -> bool:
 
     Torch 2.4-2.6 say so in ``has_guarded_code``; 2.8 and later (2.7 not checked) set it for a skip too
     (they wrap "nothing" in a return object), but a skip builds no output graph, so its record has no
-    guard count.
-    A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
+    guard count. A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
     compile installs nothing either; it is counted as what it is (failed, limit hit).
     """
     if not m.is_forward or m.fail_type or m.fail_reason or m.has_guarded_code is None:
@@ -272,10 +271,9 @@ def compile_events(
         start_time=m.start_time,
         duration=m.duration, phases=m.phases,
         guard_count=m.guard_count, graph_op_count=m.graph_op_count,
-        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, installed_code=installed_code(m),
-        steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
+        graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
         cache_lookups=m.cache_lookups, cache_seconds_saved=m.cache_seconds_saved,
-        call_site=call_site or [], guard_set=guard_set,
+        call_site=call_site or [], guard_set=guard_set, installed_code=installed_code(m),
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not redact else None,
         trace_id=trace_id,

@@ -133,9 +133,6 @@ class Compile(_Event):
     graph_breaks: int = 0
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
-    # False: torch traced the frame and installed nothing for it (it skipped the frame, which runs eagerly),
-    # so this is no compile; its seconds are still compile time.
-    installed_code: bool = True
     steady_state: bool = False
     # Set on a recompile torch's automatic dynamic shapes caused: its first size change of a tensor dim, after
     # which that dim is dynamic (e.g. "dim 0 of L['x']"). An expected one-time warm-up: never steady state.
@@ -150,6 +147,9 @@ class Compile(_Event):
     # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
     # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
     guard_set: str | None = None
+    # False: torch traced the frame and installed nothing for it (it skipped the frame, which runs eagerly),
+    # so this is no compile; its seconds are still compile time.
+    installed_code: bool = True
     # Why CUDA graphs were not used for this compile (reduce-overhead / cudagraphs backend): a category
     # of recompprof.cudagraphs.CUDAGRAPH_SKIPS and torch's text (dropped under redact: it holds a stack).
     cudagraph_skip: str | None = None

@@ -167,7 +167,7 @@ class Aggregates:
             self.compiles_total += 1
             self.recompiles_total += bool(counted & RECOMPILE)
         if event.cache_entries is not None and not event.backward:
-            totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" else 0)
+            totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" and event.installed_code else 0)
         if event.outcome == "failed":
             fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
             self.compile_failures[fail] += 1

@@ -31,7 +31,7 @@ from recompprof.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof.reasons import clean_text, parse_guard_failure
+from recompprof.reasons import clean_text, parse_guard_failure, resolvable_subjects
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
@@ -42,8 +42,6 @@ NO_REASON = "Unable to find recompilation reasons"
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
-# Categories an identity guard can land in from its text alone; the live object's type can refine them.
-_BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
 
 
 MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
@@ -67,6 +65,7 @@ class CompileRecord:
     phases: dict[Phase, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
     guard_count: int | None = None
     graph_op_count: int | None = None
+    has_guarded_code: bool | None = None
     cache: Literal["hit", "miss"] | None = None
     cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
@@ -111,6 +110,20 @@ def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> 
     name = name if name in LIMITS else "recompile_limit"
     value = _LIMIT_VALUE.search(text)
     return name, (int(value.group(1)) if value else limits.get(name))
+
+
+def installed_code(m: CompileRecord) -> bool:
+    """False when torch traced the frame of forward record ``m`` and installed no code for it: it skipped the
+    frame (a resumed frame with nothing left to compile, say), which runs eagerly from then on.
+
+    Torch 2.4-2.6 say so in ``has_guarded_code``; 2.8 and later (2.7 not checked) set it for a skip too
+    (they wrap "nothing" in a return object), but a skip builds no output graph, so its record has no
+    guard count. A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
+    compile installs nothing either; it is counted as what it is (failed, limit hit).
+    """
+    if not m.is_forward or m.fail_type or m.fail_reason or m.has_guarded_code is None:
+        return True
+    return m.has_guarded_code and m.guard_count is not None
 
 
 def _frame_compile_count(compile_id: Any) -> int | None:
@@ -186,13 +199,12 @@ class ReasonExplainer:
     ) -> tuple[list[Reason], dict[str, int]]:
         """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
 
-        ``resolve(subject)`` gives the type name of a guarded object in the live process (None if it
-        cannot tell); identity guards are then classified by what the object is.
+        ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
+        tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
         """
         parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
         if resolve is not None and parsed:
-            kinds = {s: kind for s in {r.subject for r in parsed if r.subject and r.category in _BY_OBJECT}
-                     if (kind := resolve(s)) is not None}
+            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
             if kinds:
                 parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:
@@ -343,7 +355,7 @@ def compile_events(
         guard_count=m.guard_count, graph_op_count=m.graph_op_count,
         graph_breaks=graph_breaks, cache=m.cache, backward=not m.is_forward, steady_state=steady_state and dynamic is None, automatic_dynamic=dynamic,
         cache_lookups=m.cache_lookups, cache_seconds_saved=m.cache_seconds_saved,
-        call_site=call_site or [], guard_set=guard_set,
+        call_site=call_site or [], guard_set=guard_set, installed_code=installed_code(m),
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not redact else None,
         trace_id=trace_id,

@@ -31,7 +31,7 @@ def verdict(event: Compile) -> int:
     """
     if event.outcome == "limit_hit":
         return LIMIT_HIT
-    if event.backward:
+    if event.backward or not event.installed_code:  # a skipped frame's trace compiled nothing
         return COSTS
     return COUNTED | COSTS | RECOMPILE if event.is_recompile else COUNTED | COSTS
 

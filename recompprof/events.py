@@ -148,6 +148,9 @@ class Compile(_Event):
     # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
     # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
     guard_set: str | None = None
+    # False: torch traced the frame and installed nothing for it (it skipped the frame, which runs eagerly),
+    # so this is no compile; its seconds are still compile time.
+    installed_code: bool = True
     # Why CUDA graphs were not used for this compile (reduce-overhead / cudagraphs backend): a category
     # of recompprof.cudagraphs.CUDAGRAPH_SKIPS and torch's text (dropped under redact: it holds a stack).
     cudagraph_skip: str | None = None

@@ -8,10 +8,12 @@ counted and logged in production, raised under tests) and the text still yields 
 
 Identity guards (``___check_obj_id(subject, id)``) say nothing about *what* changed, so they are
 classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.13+;
-2.10-2.12 annotate with the object's repr, ``type=<code object ...>``),
+2.10-2.12 annotate with the object's repr, ``type=<code object ...>``, ``type=<Reduction.MEAN: 'mean'>``),
 from the id when it is one of this interpreter's singletons (True, False, None, small ints: how 2.6
-guards module flags and bools), or from ``kinds`` (types resolved in the live process by the caller);
-then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__`` an object).
+guards module flags and bools), or from ``kinds`` (what the objects are, resolved in the live process by
+the caller); then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__``
+an object). An attribute's guard is a module attribute only when the object holding it is an
+``nn.Module``; where nothing says what that object is, it is ``other``. docs/categories.md has every rule.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from collections.abc import Mapping
 from recompprof import _internal
 from recompprof.events import MAX_SUBJECT, MAX_TEXT, Reason
 
-__all__ = ["FIX_HINTS", "clean_text", "graph_break_text", "parse_guard_failure", "parse_recompiles_log", "user_location"]
+Kinds = Mapping[str, str]
+
+__all__ = ["FIX_HINTS", "clean_text", "resolvable_subjects", "graph_break_text", "parse_guard_failure", "parse_recompiles_log", "user_location"]
 
 FIX_HINTS: dict[str, str] = {
     "size": "Mark the varying dimension dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True; or pad/bucket sizes.",
@@ -33,11 +37,11 @@ FIX_HINTS: dict[str, str] = {
     "device": "Move inputs to one device before the compiled call.",
     "requires_grad": "Keep requires_grad consistent for this input (detach it, or always require grad).",
     "dispatch_keys": "Avoid mixing inference-mode, conjugate/negative views or subclasses for this input; materialise (x.clone(), x.resolve_conj()) first.",
-    "python_constant": "Turn the changing Python scalar (LR, step, flag) into a tensor argument, or hoist it out of the compiled function.",
+    "python_constant": "Turn the changing Python value (LR, step, flag, enum member, a cache object's flag) into a tensor argument, or hoist it out of the compiled function; a value that takes a few states compiles once per state.",
     "global": "Hoist or freeze the global: pass it as a tensor argument, or stop reassigning it between calls.",
     "module_attribute": "Avoid toggling module attributes (training, flags) between calls; compile one variant per mode or set it once.",
     "object_identity": "Reuse the same object (function, module, class) across calls instead of creating a new one each step.",
-    "type": "Pass the same Python type each call (e.g. always a list, always a tuple).",
+    "type": "Pass the same kind of value each call (always a tensor or always None, always a list or always a tuple).",
     "container_length": "Keep the list/tuple length fixed, or stack the items into one tensor.",
     "dict_keys": "Keep the dict's keys (and their order) fixed across calls.",
     "aliasing": "Pass distinct tensors consistently (or always the same tensor twice); clone an input when it aliases another.",
@@ -48,7 +52,7 @@ FIX_HINTS: dict[str, str] = {
     "mark_dynamic": "Apply mark_dynamic to this input on every call, or on none.",
     "backend_mismatch": "Reuse one backend object (or torch.compile wrapper) instead of creating a new one each call.",
     "invalidated": "Keep the guarded object alive (do not recreate modules/classes per step) so cached code stays valid.",
-    "other": "Inspect the reason text; if recompiles are expected, raise the recompile limit with evidence from this report.",
+    "other": "recompprof cannot tell what changed (or what holds it): inspect the reason text; if recompiles are expected, raise the recompile limit with evidence from this report.",
 }
 
 _ID = r"!?\d+/\d+(?:/\d+)?(?:_\d+)?"
@@ -60,10 +64,13 @@ _SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\
 _TENSOR = re.compile(r"tensor '(.{1,300}?)' ([a-z_ ]{1,30}?) mismatch")
 # The subject may itself be a call (type(L['m']).__call__.__code__): everything up to the trailing ", <id>)".
 # torch 2.10 annotates with the object's repr ("type=<code object f at 0x...>"), later with its type.
+# An enum member's repr (2.10-2.12's annotation of one) is "<Reduction.MEAN: 'mean'>": group 6 is its class.
 _CHECK = re.compile(r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)"
-                    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b))?")
+                    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b|([A-Za-z_][\w.]{0,300})\.\w{1,100}: ))?")
 _TYPE_OF = re.compile(r"^type\(\s*(.{1,400}?)\s*\)(.*)$")
-_EXPECTED_TYPE = re.compile(r"expected type of '([^'\n]{1,300})' to be a[n]? ([\w. ]{1,100}?) type\W+but found (<class '[^'\n]{1,300}'>|\S{1,300})")
+# "to be a tensor type, ' but found" up to 2.14, "to be <class 'torch.Tensor'>, but found" from 2.15; the name
+# itself may hold quotes (kwargs['attention_mask']).
+_EXPECTED_TYPE = re.compile(r"expected type of '([^\n]{1,300}?)' to be (?:an? [\w. ]{1,100}? type|<class '[^'\n]{1,300}'>)\W+but found ")
 _CLASS_ANNOTATION = re.compile(r"<class '[^'\n]{0,300}'>")
 _LEN = re.compile(rf"(?:len|___tuple_iterator_len)\(\s*({_SOURCE})\s*\)")
 _KEYS = re.compile(rf"(?:list\(dict\.keys\(\s*({_SOURCE})\s*\)\)|list\(\s*({_SOURCE})\.keys\(\)\s*\))")
@@ -73,6 +80,7 @@ _SYMBOLIC = re.compile(r"\b(?:Eq|Ne|Mod|FloorDiv|Max|Min)\(|\bs\d+\b|\bu\d+\b|<=
 _VALUE = re.compile(
     rf"^(?:not\s+)?(?:hasattr\(\s*({_SOURCE})\s*,|(?:float|int|bool|str|complex)\(\s*({_SOURCE})\s*\)\s*[=!]=|({_SOURCE})\s*(?:==|!=|is)\s)"
 )
+_IS_NONE = re.compile(rf"^({_SOURCE})\s+is\s+(?:not\s+)?None\s*$")
 _DEALLOC = re.compile(rf"because\s+({_SOURCE})\s+got deallocated")
 _DUPLICATE = re.compile(r"Duplicate tensors? found:?\s*(.*)")
 # What an identity-guarded object is, by its type's name (the last dotted part of torch's annotation).
@@ -94,7 +102,7 @@ _LOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]\n]{0,100}
 _ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
 _MAX_INPUT = 64 * 1024
 _GUARD_HEADER = re.compile(r"guard \d+ failures:")
-_NO_TEXT = "(torch gave no text for this guard failure)"
+_NO_TEXT = "(torch gave no text: every guard passed, so the cache entry was refused for its backend)"
 
 
 def _clean(text: str, limit: int) -> str:
@@ -128,9 +136,43 @@ def _local(subject: str) -> str:
 
 
 _CLOSED_OVER = re.compile(r"\.(?:__closure__|cell_contents|__defaults__|__kwdefaults__)\b|^(?:L\[['\"])?___stack\d+")
+# One access after a subject's root: an attribute (a method call like .size() included) or a subscript.
+_ACCESS = re.compile(r"\.([A-Za-z_]\w{0,100})(?:\(\))?|\[[^\[\]\n]{0,100}\]")
+# What the live resolver (recompprof._torch.sources) appends to a type name where isinstance says more than
+# the name can: "Reduction:enum" (an enum.Enum member), "Block:module" (a torch.nn.Module).
+ENUM_KIND, MODULE_KIND = "enum", "module"
 
 
-def _by_subject(subject: str) -> str:
+def _owner(subject: str) -> str | None:
+    """The object ``subject`` first reads an attribute of, reached by names and subscripts only
+    (``L['kw']['cache'].flags[0]`` -> ``L['kw']['cache']``; ``L['self'].config.x`` -> ``L['self']``: state
+    reached through a module is the module's); None if it reads no attribute."""
+    root = _ROOT.match(subject)
+    if root is None or not root.group(0) or subject.startswith("type("):
+        return None
+    pos, owner = root.end(), None
+    while pos < len(subject):
+        step = _ACCESS.match(subject, pos)
+        if step is None:
+            return None
+        if owner is None and step.group(1) is not None and not step.group(1).startswith("__"):
+            owner = subject[:pos]
+        pos = step.end()
+    return owner
+
+
+def _holder(subject: str, kinds: Kinds) -> str:
+    """What holds the attributes ``subject`` reads (its :func:`_owner`): "module" (an nn.Module), "object"
+    (resolved: anything else) or "unknown" (nothing says)."""
+    owner = _owner(subject)
+    kind = kinds.get(owner) if owner is not None else None
+    if kind is not None:
+        return "module" if _kind_base(kind) == MODULE_KIND else "object"
+    # Text alone: the compiled method's own object (a forward's module), or nn.Module's own training flag.
+    return "module" if subject.startswith("L['self']") or subject.endswith(".training") else "unknown"
+
+
+def _by_subject(subject: str, kinds: Kinds) -> str:
     """Category of a value guard, from what its subject is in the user's terms."""
     if "param_groups" in subject or re.search(r"\[['\"](?:lr|learning_rate|momentum|weight_decay|betas|eps)['\"]\]$", subject):
         return "python_constant"
@@ -139,9 +181,10 @@ def _by_subject(subject: str) -> str:
             return category
     if _CLOSED_OVER.search(subject):  # a closed-over or default value, or a value on a resumed frame's stack
         return "python_constant"
-    root = _ROOT.match(subject)
-    if re.search(r"\.\w", subject[root.end() if root else 0 :]) or subject.startswith("L['self']"):
-        return "module_attribute"
+    if _owner(subject) is not None or subject.startswith("L['self']"):
+        holder = _holder(subject, kinds)
+        if holder != "object":  # a plain object's attribute (a cache's flag, a config field) is a value like any other
+            return "module_attribute" if holder == "module" else "other"
     if subject.startswith("G["):
         return "global"
     return "python_constant"
@@ -168,35 +211,45 @@ def _singleton_kind(object_id: str) -> str | None:
         return None
 
 
+def _kind_name(kind: str) -> str:
+    return kind.partition(":")[0].rsplit(".", 1)[-1]
+
+
+def _kind_base(kind: str) -> str:
+    return kind.partition(":")[2]
+
+
 def _kind_group(kind: str) -> str:
-    name = kind.rsplit(".", 1)[-1]
-    if name in _SCALAR_KINDS or name.endswith("Enum"):
+    if _kind_name(kind) in _SCALAR_KINDS or _kind_base(kind) == ENUM_KIND:
         return "scalar"
-    return "code" if name in _CODE_KINDS else "object"
+    return "code" if _kind_name(kind) in _CODE_KINDS else "object"
 
 
-def _identity_category(subject: str, expected: str | None, current: str | None) -> str:
+def _identity_category(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
     """Category of a failed ``___check_obj_id`` guard from what the guarded object is.
 
     ``expected`` is the kind torch guarded (its annotation, or a singleton's id), ``current`` the kind
     the live object has now (``kinds``); a kind that changed between calls is a ``type`` change.
     """
-    if (expected and current and expected.rsplit(".", 1)[-1] != current.rsplit(".", 1)[-1]
+    if (expected and current and _kind_name(expected) != _kind_name(current)
             and not (_kind_group(expected) == _kind_group(current) == "scalar")):
         return "type"
     kind = current or expected
-    root = _ROOT.match(subject)
-    attribute = bool(re.search(r"\.\w", subject[root.end() if root else 0 :])) and not _DUNDER_TAIL.search(subject)
+    attribute = _owner(subject) is not None and not _DUNDER_TAIL.search(subject)
     if kind is not None:
         group = _kind_group(kind)
         if group == "scalar":
-            return _by_subject(subject)
+            category = _by_subject(subject, kinds)
+            # It was None and no longer is (nothing resolved says otherwise): the argument's kind changed.
+            none_before = expected is not None and _kind_name(expected) == "NoneType" and current is None
+            return "type" if category == "python_constant" and none_before else category
         if group == "code":
             return "object_identity"
-        return "module_attribute" if attribute else "object_identity"
-    # Nothing says what the object is: go by the subject's shape.
+        if not attribute:
+            return "object_identity"
+    # An attribute that is an object (or nothing says what it is): by what holds it.
     if attribute:
-        return "module_attribute"
+        return {"module": "module_attribute", "object": "object_identity"}.get(_holder(subject, kinds), "other")
     if subject.startswith("G[") and not _DUNDER_TAIL.search(subject):
         return "global"
     return "object_identity"
@@ -236,7 +289,8 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
         subject = _subject_of_check(m.group(2))
         if m.group(1) == "type":
             return "type", subject
-        return _identity_category(subject, m.group(4) or m.group(5) or _singleton_kind(m.group(3)), kinds.get(subject)), subject
+        expected = m.group(4) or m.group(5) or (f"{m.group(6)}:{ENUM_KIND}" if m.group(6) else _singleton_kind(m.group(3)))
+        return _identity_category(subject, expected, kinds.get(subject), kinds), subject
     if m := _LEN.search(expr):
         return "container_length", _local(m.group(1))
     if m := _KEYS.search(expr):
@@ -246,6 +300,10 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
     if re.search(r"\.(?:size|stride|storage_offset)\(\)", expr):
         m = re.search(rf"{_SOURCE}\.(?:size|stride|storage_offset)\(\)(?:\[\d+\])?", expr)
         return "symbolic_shape", _local(m.group(0)) if m else ""
+    if m := _IS_NONE.match(expr):  # it was None and is not now, or the reverse: the argument's kind changed
+        subject = _local(m.group(1))
+        category = _by_subject(subject, kinds)
+        return "type" if category == "python_constant" else category, subject
     if re.match(rf"^{_SOURCE}\s+is\s+(?!None\b|not\b){_SOURCE}\s*$", expr):
         return "aliasing", _local(expr.split(" is ", 1)[0].strip())
     if re.match(rf"^not\s+{_SOURCE}$", expr):
@@ -254,7 +312,7 @@ def _classify(expr: str, kinds: Mapping[str, str]) -> tuple[str, str]:
         return "symbolic_shape", ""
     if m := _VALUE.match(expr):
         subject = _local(m.group(1) or m.group(2) or m.group(3))
-        return "module_attribute" if m.group(1) else _by_subject(subject), subject
+        return "module_attribute" if m.group(1) else _by_subject(subject, kinds), subject
     return "other", ""
 
 
@@ -299,16 +357,30 @@ def _split(body: str) -> list[str]:
     return parts[:64]
 
 
-Kinds = Mapping[str, str]
+# Categories the live objects can refine: what a guard's subject is, and what holds it.
+_BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
+
+
+def resolvable_subjects(reasons: list[Reason]) -> set[str]:
+    """The subjects (and the objects holding them) whose live kinds would refine these reasons' categories."""
+    out: set[str] = set()
+    for reason in reasons:
+        if reason.subject and reason.category in _BY_OBJECT:
+            out.add(reason.subject)
+            if (owner := _owner(reason.subject)) is not None:
+                out.add(owner)
+    return out
 
 
 def parse_guard_failure(text: str, *, redact: bool = False, kinds: Kinds | None = None) -> list[Reason]:
     """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard.
 
     ``kinds`` maps a subject in recompprof's form (``L['self'].training``, ``G['flag']``) to the type
-    name of the guarded object as resolved in the live process (``"bool"``, ``"function"``,
-    ``"Linear"``); for identity guards it decides between python_constant / global / module_attribute /
-    object_identity / type, where the text alone cannot.
+    name of the object as resolved in the live process (``"bool"``, ``"function"``), with
+    ``":enum"`` / ``":module"`` appended for an enum member / an nn.Module (``"Reduction:enum"``,
+    ``"Linear:module"``); it decides between python_constant / global / module_attribute /
+    object_identity / type where the text alone cannot, for a guarded object and for the object
+    holding a guarded attribute (see :func:`resolvable_subjects`).
     """
     frozen = frozenset(kinds.items()) if kinds else frozenset()
     if isinstance(text, str) and len(text) <= _MAX_CACHED:
@@ -356,10 +428,10 @@ def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
         shown = _redacted(category, subject, expr) if redact else re.sub(r"(?<!\s)\s{2,}#\s", "  # ", part)
         reasons.append(Reason(text=_clean(shown, MAX_TEXT), category=category, subject=subject, entry=entry))
     if not reasons:  # every failing entry yields at least one reason
-        # An empty text is a guard torch could not describe (before 2.8 the backend guard: "0/0: ").
-        said = (body[m.end() :] if m else body).strip() and text.strip()
-        shown = "other guard failed" if redact else said or _NO_TEXT
-        reasons.append(Reason(text=_clean(shown, MAX_TEXT), category="other", entry=entry))
+        # Torch found no failing guard: before 2.10 it then writes nothing ("" on 2.4, "0/0: " later) and the
+        # entry was refused for its backend, the one check made outside the guards (2.10 names it BACKEND_MATCH).
+        shown = "backend_mismatch guard failed" if redact else _NO_TEXT
+        reasons.append(Reason(text=shown, category="backend_mismatch", entry=entry))
     return reasons
 
 

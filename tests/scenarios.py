@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import gc
 import logging
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ class Older:
     logged: bool = True  # torch logs the recompile under TORCH_LOGS=recompiles
     subject: str | None = None  # None: as declared
     since: tuple[int, int] = (0, 0)  # applies from this version up to (not including) ``version``
+    text_category: str | None = None  # from the text alone in another process (ingest), where that differs
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,20 @@ class Scenario:
     # invalidated entries never reach guard_failures (torch returns before appending); only the log has them
     in_guard_failures: bool = True
     older: tuple[Older, ...] = ()  # oldest first: the first whose range holds the running torch applies
+    # What the text alone gives (``recompprof ingest``: no live objects), where only the live objects tell.
+    text_category: str | None = None
 
     def on(self, version: tuple[int, int]) -> Older | None:
         """The degraded outcome on torch ``version``, or None where the declaration above holds."""
         return next((o for o in self.older if o.since <= version < o.version), None)
+
+    def from_text(self, version: tuple[int, int], same_process: bool) -> str:
+        """The category the reason text alone yields on torch ``version``: parsed in the process that ran the
+        scenario (its True/False/None ids still name them) or in another one (a recording, ``ingest``)."""
+        older = self.on(version)
+        if older is not None:
+            return (None if same_process else older.text_category) or older.category or self.category
+        return self.text_category or self.category
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -362,7 +374,8 @@ def scenario_mark_dynamic(compile: Compile) -> None:
 
 
 @_scenario("backend_mismatch", "backend_fn", "", older=(
-    Older((2, 10), "other", "torch < 2.10 writes no text for a failed backend guard: the reason is empty"),))
+    Older((2, 10), "backend_mismatch", "torch < 2.10 writes no text for an entry refused for its backend (every "
+          "guard passed): the reason is empty, and its log lists no entry"),))
 def scenario_backend_mismatch(compile: Compile) -> None:
     """Ignores ``compile``: the point is a backend callable created anew for each torch.compile."""
 
@@ -393,6 +406,74 @@ def scenario_invalidated(compile: Compile) -> None:
     del cfg
     gc.collect()  # the guarded class dies: torch invalidates the cache entry that held it by id
     f(torch.ones(2), _make_class())
+
+
+@_scenario("type", "kwarg_type_fn", "L['kwargs']['attention_mask']")
+def scenario_type_kwarg(compile: Compile) -> None:
+    """A keyword argument that was a tensor is None now (an HF model's ``attention_mask``)."""
+
+    def kwarg_type_fn(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        mask = kwargs["attention_mask"]
+        return x * 2 if mask is None else x * mask
+
+    f = compile(kwarg_type_fn)
+    f(torch.ones(2), attention_mask=torch.ones(2))
+    f(torch.ones(2), attention_mask=None)
+
+
+@_scenario("type", "none_to_tensor_fn", "L['mask']", older=(
+    Older((2, 8), "type", "torch < 2.8 guards None by id (___check_obj_id): the id names None only in the process "
+          "that ran it; from the text alone in another process it is an unknown object", text_category="object_identity"),))
+def scenario_type_none_to_tensor(compile: Compile) -> None:
+    """An argument that was None is a tensor now (torch 2.8+ guards it ``mask is None``)."""
+
+    def none_to_tensor_fn(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return x * 2 if mask is None else x * mask
+
+    f = compile(none_to_tensor_fn)
+    f(torch.ones(2), None)
+    f(torch.ones(2), torch.ones(2))
+
+
+class Reduction(enum.Enum):
+    """An enum whose class name does not say it is one."""
+
+    MEAN = "mean"
+    SUM = "sum"
+
+
+@_scenario("python_constant", "enum_fn", "L['reduction']", text_category="object_identity", older=(
+    Older((2, 13), "python_constant", "torch 2.10-2.12 annotate the guarded member with its repr, "
+          "type=<Reduction.MEAN: 'mean'>, which names an enum member", since=(2, 10)),))
+def scenario_enum_member(compile: Compile) -> None:
+    """An enum member argument changes (an identity guard): a constant, whatever the enum class is called."""
+
+    def enum_fn(x: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+        return x.mean() if reduction is Reduction.MEAN else x.sum()
+
+    f = compile(enum_fn)
+    f(torch.ones(2), Reduction.MEAN)
+    f(torch.ones(2), Reduction.SUM)
+
+
+class _KVCache:
+    """Like transformers' EncoderDecoderCache: a plain object (not an nn.Module) with a per-layer flag."""
+
+    def __init__(self) -> None:
+        self.is_updated = {0: False}
+
+
+@_scenario("python_constant", "cache_flag_fn", "L['kwargs']['past_key_values'].is_updated[0]", text_category="other")
+def scenario_cache_flag(compile: Compile) -> None:
+    """A flag on a cache object passed as a keyword argument flips (prefill, then decode)."""
+
+    def cache_flag_fn(x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return x + 1 if kwargs["past_key_values"].is_updated[0] else x - 1
+
+    f, cache = compile(cache_flag_fn), _KVCache()
+    f(torch.ones(2), past_key_values=cache)
+    cache.is_updated[0] = True
+    f(torch.ones(2), past_key_values=cache)
 
 
 @_scenario("symbolic_shape", "two_guards_fn", "L['x'].size()[0]", registry=False)

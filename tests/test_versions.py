@@ -171,6 +171,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "compile_id_in_reasons": lambda: all(re.match(r"\d+/\d+: ", t) for t in _reason_strings("size")),
     "user_stack_in_reasons": lambda: all("\nUser stack trace:" in t for t in _reason_strings("global")),
     "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),
+    "backend_in_reasons": lambda: all("BACKEND_MATCH" in t for t in _reason_strings("backend_mismatch")),
 }
 
 

@@ -18,6 +18,10 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
 def _text(value: Any) -> str | None:
     return str(value) if value else None
 
@@ -128,6 +132,7 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         phases=phases,  # type: ignore[arg-type]
         guard_count=_int(getattr(m, "guard_count", None)),
         graph_op_count=_int(getattr(m, "graph_op_count", None)),
+        has_guarded_code=_bool(getattr(m, "has_guarded_code", None)),
         cache=cache_outcome(m),
         cache_lookups=cache_lookups(m),
         cache_seconds_saved=cache_seconds_saved(m),

@@ -1,8 +1,9 @@
-"""Resolve a guard's subject (``L['self'].training``, ``G['cfg']['mode']``) to the live object's type name.
+"""Resolve a guard's subject (``L['self'].training``, ``G['cfg']['mode']``) to what the live object is.
 
 A ``___check_obj_id`` guard says only that an object's identity changed; what the object *is* decides
 what the user should change (a flag is a constant, a function is an identity, a module's attribute is
-an attribute). During the compile that the failure caused, torch's ``_compile`` frame holds the new
+an attribute, an enum member a constant; an attribute is a module attribute only on an nn.Module,
+so the object holding it is resolved too). During the compile that the failure caused, torch's ``_compile`` frame holds the new
 call's locals and globals, so the subject can be looked up there. Only plain access chains are
 followed (names, ``.attr``, ``['key']``, ``[0]``); nothing is called and no property runs, so the lookup
 has no side effects on the user's objects.
@@ -10,8 +11,13 @@ has no side effects on the user's objects.
 
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any
+
+import torch
+
+from recompprof.reasons import ENUM_KIND, MODULE_KIND
 
 _ROOT = re.compile(r"""^([LG])\[\s*(['"])([^'"\]\n]{1,200})\2\s*\]""")
 _STEP = re.compile(r"""^(?:\.([A-Za-z_]\w{0,100})|\[\s*(['"])([^'"\]\n]{0,200})\2\s*\]|\[\s*(-?\d{1,9})\s*\])""")
@@ -19,7 +25,12 @@ _MISSING = object()
 
 
 def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> str | None:
-    """The type name of the object ``subject`` names in these locals/globals, or None if it cannot be found safely."""
+    """The kind of the object ``subject`` names in these locals/globals, or None if it cannot be found safely.
+
+    The kind is its type's name, with ``":enum"`` appended for an ``enum.Enum`` member and ``":module"``
+    for a ``torch.nn.Module`` (isinstance decides, not the class's name): ``"bool"``, ``"Reduction:enum"``,
+    ``"Linear:module"``, ``"EncoderDecoderCache"``.
+    """
     match = _ROOT.match(subject)
     if match is None:
         return None
@@ -32,7 +43,17 @@ def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any])
             return None
         value = _step(value, step)
         rest = rest[step.end():]
-    return None if value is _MISSING else type(value).__name__
+    return None if value is _MISSING else kind(value)
+
+
+def kind(value: Any) -> str:
+    """``value``'s kind as ``recompprof.reasons`` reads it (see :func:`type_name`)."""
+    name = type(value).__name__
+    if isinstance(value, enum.Enum):
+        return f"{name}:{ENUM_KIND}"
+    if isinstance(value, torch.nn.Module):
+        return f"{name}:{MODULE_KIND}"
+    return name
 
 
 def _step(value: Any, step: re.Match[str]) -> Any:

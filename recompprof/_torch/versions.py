@@ -74,7 +74,11 @@ GATES: dict[str, Gate] = {
         (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"),
     "type_in_identity_reasons": Gate(
         (2, 13), "___check_obj_id(...) reasons annotated with type=<class '...'>",
-        "identity guards are classified by the id (True/False/None/small ints) and by the subject's shape"),
+        "identity guards are classified by the id (True/False/None/small ints), by the live objects (attach) and by "
+        "the subject's shape"),
+    "backend_in_reasons": Gate(
+        (2, 10), 'a "BACKEND_MATCH failure" reason for a cache entry refused for its backend',
+        'the reason is empty ("0/0: "; "" on 2.4): every guard passed, and recompprof files it as backend_mismatch'),
 }
 
 MIN_VERSIONS: dict[str, tuple[int, int]] = {name: gate.since for name, gate in GATES.items()}

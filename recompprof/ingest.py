@@ -286,7 +286,7 @@ class _Converter:
             name = qualified_name(file, line, code_name)
             guarded = self.first_args.pop(key, None) if key is not None else None
             definition = _definitions(file).get((line, code_name))
-            cls = _owner(guarded, definition) if guarded is not None else None
+            cls = _owner(guarded or _GuardedArgs({}, None, frozenset()), definition)
             owner, user_file, user_line = None, file, line
             if cls is not None:  # a method: named by the instance's class, as live capture names it
                 owner = cls.rsplit(".", 1)[-1]
@@ -483,7 +483,8 @@ def _owner(guarded: _GuardedArgs, definition: _Definition | None) -> str | None:
     capture follows (see docs/frames.md): its first argument (``args[0]`` of a ``def wrapper(*args)``),
     its class taken from the guard tree, when the source defines the function in a class body, or
     nested in a function (a decorator's wrapper) with ``self`` or ``*args`` first; never a tensor or a
-    builtin. A method that never reads ``self`` has no guard on it: its defining class stands in.
+    builtin. A method that never reads ``self`` (or a compile that installed no guards) says nothing of
+    it: its defining class stands in.
     Without the source: ``self`` or ``args[0]`` as the first local."""
     if definition is not None:
         source = definition.first

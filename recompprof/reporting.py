@@ -80,7 +80,8 @@ class CauseReport:
 
     @property
     def key(self) -> tuple[str, str, str]:
-        return (self.frame, self.category, self.subject)
+        """The cause's identity (its key in ``Report.causes``): frame key, category, subject."""
+        return (self.frame_key or self.frame, self.category, self.subject)
 
 
 class _RankFold:

@@ -169,11 +169,18 @@ def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type,
 
 
 def _find_in_class(cls: type, code: types.CodeType) -> tuple[str, Any] | None:
-    for klass in getattr(cls, "__mro__", ()):
+    mro = getattr(cls, "__mro__", ())
+    for klass in mro:
         for attr, value in list(vars(klass).items()):
-            function = _attr(value, "__func__") or value  # classmethod / staticmethod
-            if _reaches(function, code):
-                return attr, function
+            # A function, classmethod / staticmethod, property accessor or cached_property.
+            for function in (_attr(value, "__func__"), _attr(value, "fget"), _attr(value, "fset"), _attr(value, "func"), value):
+                if function is not None and _reaches(function, code):
+                    return attr, function
+    # Defined in the body of one of these classes but no attribute holds it (replaced, or wrapped without
+    # __wrapped__): the code's own function.
+    defining = getattr(code, "co_qualname", "").rpartition(".")[0]
+    if defining and any(getattr(klass, "__qualname__", None) == defining for klass in mro):
+        return code.co_name, types.SimpleNamespace(__code__=code)
     return None
 
 

@@ -13,12 +13,10 @@ torch leaves out of the metrics of a limit hit. Traces carry no training steps, 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
 import hashlib
+import itertools
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from recompprof import trace_frames
 from recompprof._torch.records import read_record
 from recompprof.aggregates import Aggregates
 from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
@@ -40,10 +39,6 @@ from recompprof.events import (
 )
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
-# The guard tree torch dumps for each compile names the type of each argument it guards, and of ``args[0]``:
-# "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
-_LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([^']{1,300})'>")
-_TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
 _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
@@ -189,7 +184,7 @@ class _Converter:
         self.scripts: set[str] = set()  # files run as __main__ (the outermost frame of a compile's stack)
         self.reasons: dict[tuple[int, int], list[str]] = {}
         self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
-        self.first_args: dict[tuple[int, int], _GuardedArgs] = {}  # compile -> what its guards say of its arguments
+        self.first_args: dict[tuple[int, int], trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
         self.accumulated_limit: int | None = None
         self.events: list[Event] = []
         self.first_time: float | None = None
@@ -275,49 +270,21 @@ class _Converter:
     def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:
         key = self._key(record)
         if key is not None and record.payload:
-            self.first_args[key] = _guarded_args(record.payload)
+            self.first_args[key] = trace_frames.guarded_args(record.payload)
             if len(self.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
                 del self.first_args[next(iter(self.first_args))]
 
     def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
         if fields.get("co_name"):
             file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
-            code_name = str(fields["co_name"])
-            name = qualified_name(file, line, code_name)
             guarded = self.first_args.pop(key, None) if key is not None else None
-            definition = _definitions(file).get((line, code_name))
-            cls = _owner(guarded or _GuardedArgs({}, None, frozenset()), definition)
-            owner, user_file, user_line = None, file, line
-            if cls is not None:  # a method: named by the instance's class, as live capture names it
-                owner = cls.rsplit(".", 1)[-1]
-                method = name.rsplit(".", 1)[-1]
-                wrapped = self._wrapped_method(cls, definition, file) if definition is not None else None
-                if wrapped is not None:  # a decorator's wrapper: the method it decorates, as the user wrote it
-                    method, user_file, user_line = wrapped
-                name = f"{owner}.{method}"
-            frame = Frame(name=name, file=user_file, line=user_line, code_file=file, code_line=line, owner=owner)
+            frame = trace_frames.name_frame(str(fields["co_name"]), file, line, guarded,
+                                            itertools.chain((file,), self.strings.values()), self.scripts)
             if key is not None:
                 self.correlation.name_frame_id(str(key[0]), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
         return self._known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
-
-    def _wrapped_method(self, cls: str, wrapper: _Definition, wrapper_file: str) -> tuple[str, str, int] | None:
-        """``(attribute, file, first line)`` of the method of class ``cls`` (``module.QualName``) that the
-        decorator defining ``wrapper`` decorates in the class's source, when exactly one method is."""
-        if wrapper.kind != "nested":
-            return None
-        decorators = frozenset(part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1])
-        parts = cls.split(".")
-        files = set(self.scripts) if parts[0] == "__main__" else set()
-        known = {wrapper_file, *self.strings.values()}
-        for end in range(len(parts) - 1, 0, -1):  # the module is some prefix of the class's qualified name
-            files.update(_module_files("/".join(parts[:end]), known))
-        for file in sorted(files):
-            found = _decorated_method(file, parts[-1], decorators)
-            if found is not None:
-                return found[0], file, found[1]
-        return None
 
     def _known_frame(self, key: tuple[int, int] | None) -> Frame | None:
         known = self.correlation.frame_of_frame_id(str(key[0])) if key is not None else None
@@ -347,165 +314,6 @@ def _reason_texts(payload: str) -> list[str]:
         if isinstance(value, list):
             return [str(v) for v in value]
     return [payload]
-
-
-def qualified_name(file: str, line: int, name: str) -> str:
-    """``Class.method`` for the function defined at ``file:line``, as live capture names it.
-
-    A trace names only the code object, so its class comes from the source file where it can be read
-    (on the machine that ran the job). What the trace cannot tell, it leaves as the code's name: the
-    attribute a decorator's wrapper stands for (live capture names that attribute).
-    """
-    found = _definitions(file).get((line, name))
-    return found.qualname.rsplit("<locals>.", 1)[-1] if found else name
-
-
-@dataclasses.dataclass(frozen=True)
-class _Definition:
-    """A function as its source defines it."""
-
-    qualname: str
-    kind: str  # "method" (in a class body), "nested" (in a function: a decorator's wrapper, say) or "function"
-    first: str | None  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
-
-
-@functools.lru_cache(maxsize=256)
-def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
-    """(first line, name) -> definition of every function in ``file``; empty if it cannot be read."""
-    try:
-        tree = ast.parse(Path(file).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    out: dict[tuple[int, str], _Definition] = {}
-
-    def visit(node: ast.AST, prefix: str, kind: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                qualname = f"{prefix}{child.name}"
-                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                static = kind == "method" and any(isinstance(d, ast.Name) and d.id == "staticmethod"
-                                                  for d in child.decorator_list)
-                out[(first, child.name)] = out[(child.lineno, child.name)] = _Definition(
-                    qualname, "function" if static else kind, _first_argument(child.args))
-                visit(child, f"{qualname}.<locals>.", "nested")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.", "method")
-            else:
-                visit(child, prefix, kind)
-
-    visit(tree, "", "function")
-    return out
-
-
-def _module_files(module_path: str, known: set[str]) -> list[str]:
-    """Source files of module ``a/b/c`` next to the files the trace names (``.../a/x.py`` puts it at
-    ``.../a/b/c.py``), that exist on this machine."""
-    top = f"/{module_path.split('/', 1)[0]}/"
-    roots = {file[:index] for file in known if (index := file.replace(os.sep, "/").rfind(top)) >= 0}
-    return [path for root in sorted(roots)[:16] for path in (f"{root}/{module_path}.py", f"{root}/{module_path}/__init__.py")
-            if os.path.isfile(path)]
-
-
-@functools.lru_cache(maxsize=256)
-def _classes(file: str) -> dict[str, list[ast.ClassDef]]:
-    """Class definitions in ``file`` by name; empty if it cannot be read."""
-    try:
-        tree = ast.parse(Path(file).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    out: dict[str, list[ast.ClassDef]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            out.setdefault(node.name, []).append(node)
-    return out
-
-
-def _decorated_method(file: str, cls: str, decorators: frozenset[str], depth: int = 0) -> tuple[str, int] | None:
-    """``(name, first line)`` of the one method of class ``cls`` (or of a base class defined in the same
-    file) that one of ``decorators`` decorates; None when none or several are."""
-    found = _classes(file).get(cls, [])
-    if len(found) != 1 or depth > 8:
-        return None
-    methods = [node for node in found[0].body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and any(_decorator_name(d) in decorators for d in node.decorator_list)]
-    if len(methods) == 1:
-        method = methods[0]
-        return method.name, min([method.lineno, *(d.lineno for d in method.decorator_list)])
-    if methods:
-        return None
-    for base in found[0].bases:
-        if isinstance(base, ast.Name) and (inherited := _decorated_method(file, base.id, decorators, depth + 1)):
-            return inherited
-    return None
-
-
-def _decorator_name(node: ast.expr) -> str | None:
-    """``deco`` of ``@deco``, ``@module.deco`` and ``@deco(...)``."""
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _first_argument(args: ast.arguments) -> str | None:
-    positional = [*args.posonlyargs, *args.args]
-    if positional:
-        return positional[0].arg
-    return f"{args.vararg.arg}[0]" if args.vararg is not None else None
-
-
-@dataclasses.dataclass(frozen=True)
-class _GuardedArgs:
-    """What one compile's guard tree says of the frame's arguments: classes by source (``self``,
-    ``args[0]``), the first local's name, and the sources that are tensors."""
-
-    classes: dict[str, str]
-    first_local: str | None
-    tensors: frozenset[str]
-
-
-def _guarded_args(payload: str) -> _GuardedArgs:
-    classes: dict[str, str] = {}
-    first_local = None
-    for match in _LOCAL_TYPE.finditer(payload):
-        local, item, accessor, cls = match.groups()
-        source = f"{local}[0]" if item else local
-        classes.setdefault(source, cls)
-        if not item and accessor.endswith("framelocals_idx=0"):
-            first_local = local
-    tensors = frozenset(f"{local}[0]" if item else local for local, item in _TENSOR_SOURCE.findall(payload))
-    return _GuardedArgs(classes, first_local, tensors)
-
-
-def _owner(guarded: _GuardedArgs, definition: _Definition | None) -> str | None:
-    """The name of the class of the instance a compiled function ran as a method of, by the rule live
-    capture follows (see docs/frames.md): its first argument (``args[0]`` of a ``def wrapper(*args)``),
-    its class taken from the guard tree, when the source defines the function in a class body, or
-    nested in a function (a decorator's wrapper) with ``self`` or ``*args`` first; never a tensor or a
-    builtin. A method that never reads ``self`` (or a compile that installed no guards) says nothing of
-    it: its defining class stands in.
-    Without the source: ``self`` or ``args[0]`` as the first local."""
-    if definition is not None:
-        source = definition.first
-        if definition.kind == "function" or source is None:
-            return None
-        if definition.kind == "nested" and source != "self" and not source.endswith("[0]"):
-            return None
-    elif guarded.first_local in ("self", "args"):
-        source = "self" if guarded.first_local == "self" else "args[0]"
-    else:
-        return None
-    if source.endswith("[0]") and guarded.first_local not in (None, source[:-3]):
-        return None  # *args is not the first local: the tuple guarded is another one
-    cls = guarded.classes.get(source)
-    if cls is None:
-        if definition is not None and definition.kind == "method" and not source.endswith("[0]"):
-            return definition.qualname.rsplit(".", 1)[0]
-        return None
-    if "." not in cls or source in guarded.tensors:  # builtins print without a module
-        return None
-    return cls
 
 
 def _split_compile_id(value: Any) -> tuple[int, int] | None:

@@ -23,6 +23,8 @@ from recompprof.events import Frame
 # "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
 _LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([^']{1,300})'>")
 _TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
+# The code Dynamo generates to resume a function after a graph break: "torch_dynamo_resume_in_forward_at_20".
+_RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")
 
 
 def name_frame(code_name: str, file: str, line: int, guarded: GuardedArgs | None, known_files: Iterable[str],
@@ -69,8 +71,18 @@ def qualified_name(file: str, line: int, name: str) -> str:
     (on the machine that ran the job). What the trace cannot tell, it leaves as the code's name: the
     attribute a decorator's wrapper stands for (live capture names that attribute).
     """
-    found = _definitions(file).get((line, name))
-    return found.qualname.rsplit("<locals>.", 1)[-1] if found else name
+    definitions = _definitions(file)
+    found = definitions.get((line, name))
+    if found is not None:
+        return found.qualname.rsplit("<locals>.", 1)[-1]
+    resume = _RESUME.fullmatch(name)
+    if resume is not None:  # Dynamo's resume function: named in the scope of the function it resumes
+        function, at = resume.group(1), int(resume.group(2))
+        starts = [first for first, defined in definitions if defined == function and first <= at]
+        if starts:
+            scope = definitions[(max(starts), function)].qualname.rsplit("<locals>.", 1)[-1].rpartition(".")[0]
+            return f"{scope}.{name}" if scope else name
+    return name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -202,9 +202,12 @@ def test_live_and_ingest_give_each_compile_one_identity(recorded: Any) -> None:
     names = {f.name for f in frames[0].values()}
     assert {"AdamW.step", "Encoder.forward", "Decoder.forward", "LlamaForCausalLM.forward"} <= names, names
     assert not {n for n in names if n.endswith("wrapper") or n == "Adam.step"}, names
-    # The trace names no decorator's target; ingest finds it in the class's source where a decorator is written.
-    same = {cid for cid, f in frames[0].items() if f.owner in ("Encoder", "Decoder", "LlamaForCausalLM")}
-    assert same and {cid: frames[0][cid] for cid in same} == {cid: frames[1][cid] for cid in same}
+    # The trace names no decorator's target: ingest finds it in the class's source where a decorator is written,
+    # so only torch's hook around Optimizer.step (installed at run time, written on no method) is named otherwise.
+    hook = inspect.getsourcefile(torch.optim.Optimizer)
+    named_otherwise = {cid for cid, f in frames[0].items() if frames[1][cid] != f}
+    assert {frames[0][cid].code_file for cid in named_otherwise} <= {hook}
+    assert {f.owner for cid, f in frames[0].items() if cid not in named_otherwise} >= {"Encoder", "Decoder", "LlamaForCausalLM", "AdamW"}
     breaks = [Counter((e.compile_id, e.frame.key if e.frame else None) for e in events if isinstance(e, GraphBreak))
               for events in (live, traced)]
     assert breaks[0] == breaks[1] and breaks[0]

@@ -21,7 +21,7 @@ from recompprof.events import Frame
 
 # The guard tree torch dumps for each compile names the type of each argument it guards, and of ``args[0]``:
 # "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
-_LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([^']{1,300})'>")
+_LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([\w.<>]{1,300})'>")
 _TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
 # The code Dynamo generates to resume a function after a graph break: "torch_dynamo_resume_in_forward_at_20".
 _RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from recompprof.events import Frame
@@ -58,7 +58,9 @@ def _wrapped_method(cls: str, wrapper: _Definition, known_files: Iterable[str], 
     for end in range(len(parts) - 1, 0, -1):  # the module is some prefix of the class's qualified name
         files.update(_module_files("/".join(parts[:end]), known))
     for file in sorted(files):
-        found = _decorated_method(file, parts[-1], decorators)
+        found = _class_method(file, parts[-1], lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list))
+        if found is None and wrapper.wraps is not None:  # a wrapper installed at run time, saying what it wraps
+            found = _class_method(file, parts[-1], lambda node: node.name == wrapper.wraps)
         if found is not None:
             return found[0], file, found[1]
     return None
@@ -92,6 +94,7 @@ class _Definition:
     qualname: str
     kind: str  # "method" (in a class body), "nested" (in a function: a decorator's wrapper, say) or "function"
     first: str | None  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
+    wraps: str | None = None  # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
 
 
 @functools.lru_cache(maxsize=256)
@@ -103,7 +106,7 @@ def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
         return {}
     out: dict[tuple[int, str], _Definition] = {}
 
-    def visit(node: ast.AST, prefix: str, kind: str) -> None:
+    def visit(node: ast.AST, prefix: str, kind: str, scope: ast.AST | None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qualname = f"{prefix}{child.name}"
@@ -112,14 +115,14 @@ def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
                 static = kind == "method" and any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
                                                   for d in child.decorator_list)
                 out[(first, child.name)] = out[(child.lineno, child.name)] = _Definition(
-                    qualname, "function" if static else kind, _first_argument(child.args))
-                visit(child, f"{qualname}.<locals>.", "nested")
+                    qualname, "function" if static else kind, _first_argument(child.args), _wrapped_attribute(child, scope))
+                visit(child, f"{qualname}.<locals>.", "nested", child)
             elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.", "method")
+                visit(child, f"{prefix}{child.name}.", "method", None)
             else:
-                visit(child, prefix, kind)
+                visit(child, prefix, kind, scope)
 
-    visit(tree, "", "function")
+    visit(tree, "", "function", None)
     return out
 
 
@@ -146,22 +149,39 @@ def _classes(file: str) -> dict[str, list[ast.ClassDef]]:
     return out
 
 
-def _decorated_method(file: str, cls: str, decorators: frozenset[str], depth: int = 0) -> tuple[str, int] | None:
+def _class_method(file: str, cls: str, pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
+                  depth: int = 0) -> tuple[str, int] | None:
     """``(name, first line)`` of the one method of class ``cls`` (or of a base class defined in the same
-    file) that one of ``decorators`` decorates; None when none or several are."""
+    file) that ``pick`` picks; None when none or several are."""
     found = _classes(file).get(cls, [])
     if len(found) != 1 or depth > 8:
         return None
-    methods = [node for node in found[0].body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and any(_decorator_name(d) in decorators for d in node.decorator_list)]
+    methods = [node for node in found[0].body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pick(node)]
     if len(methods) == 1:
         method = methods[0]
         return method.name, min([method.lineno, *(d.lineno for d in method.decorator_list)])
     if methods:
         return None
     for base in found[0].bases:
-        if isinstance(base, ast.Name) and (inherited := _decorated_method(file, base.id, decorators, depth + 1)):
+        if isinstance(base, ast.Name) and (inherited := _class_method(file, base.id, pick, depth + 1)):
             return inherited
+    return None
+
+
+def _wrapped_attribute(function: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST | None) -> str | None:
+    """``forward`` for a function decorated ``@wraps(cls.forward)``, or ``@wraps(forward)`` after
+    ``forward = cls.forward`` in the enclosing function ``scope``."""
+    for decorator in function.decorator_list:
+        if not (isinstance(decorator, ast.Call) and _decorator_name(decorator) == "wraps" and decorator.args):
+            continue
+        target = decorator.args[0]
+        if isinstance(target, ast.Attribute):
+            return target.attr
+        if isinstance(target, ast.Name) and scope is not None:
+            for node in ast.walk(scope):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                        and any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets)):
+                    return node.value.attr
     return None
 
 

@@ -200,14 +200,15 @@ def test_live_and_ingest_give_each_compile_one_identity(recorded: Any) -> None:
     assert frames[0].keys() == frames[1].keys() and len(frames[0]) >= 8
     assert {cid: f.key for cid, f in frames[0].items()} == {cid: f.key for cid, f in frames[1].items()}
     names = {f.name for f in frames[0].values()}
-    assert {"AdamW.step", "Encoder.forward", "Decoder.forward", "LlamaForCausalLM.forward"} <= names, names
+    assert {"AdamW.step", "Encoder.forward", "Decoder.forward", "Block.forward", "LlamaForCausalLM.forward"} <= names, names
     assert not {n for n in names if n.endswith("wrapper") or n == "Adam.step"}, names
     # The trace names no decorator's target: ingest finds it in the class's source where a decorator is written,
     # so only torch's hook around Optimizer.step (installed at run time, written on no method) is named otherwise.
     hook = inspect.getsourcefile(torch.optim.Optimizer)
     named_otherwise = {cid for cid, f in frames[0].items() if frames[1][cid] != f}
     assert {frames[0][cid].code_file for cid in named_otherwise} <= {hook}
-    assert {f.owner for cid, f in frames[0].items() if cid not in named_otherwise} >= {"Encoder", "Decoder", "LlamaForCausalLM", "AdamW"}
+    assert {f.owner for cid, f in frames[0].items() if cid not in named_otherwise} >= {"Encoder", "Decoder", "Block",
+                                                                                       "LlamaForCausalLM", "AdamW"}
     breaks = [Counter((e.compile_id, e.frame.key if e.frame else None) for e in events if isinstance(e, GraphBreak))
               for events in (live, traced)]
     assert breaks[0] == breaks[1] and breaks[0]

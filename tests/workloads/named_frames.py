@@ -3,7 +3,8 @@
 - ``optimizer``: a compiled ``AdamW.step`` (torch wraps every optimizer's ``step`` in a
   ``def wrapper(*args, **kwargs)`` hook) whose learning rate changes once;
 - ``decorated``: two ``nn.Module`` classes whose ``forward`` share one ``functools.wraps`` decorator
-  written ``def wrapper(*args, **kwargs)``, so one code object serves both classes;
+  written ``def wrapper(*args, **kwargs)``, so one code object serves both classes, and a class whose
+  ``forward`` its base class wraps when the class is defined (no decorator in its source);
 - ``llama``: a tiny Hugging Face Llama (random weights, no hub): transformers' decorators on ``forward``.
 
 Settings come from ``RECOMPPROF_*`` variables, so one run is also recorded by ``TORCH_TRACE``::
@@ -48,6 +49,29 @@ class Decoder(Encoder):
         return self.proj(x).sigmoid()
 
 
+class Hooked(torch.nn.Module):
+    """Wraps each subclass's ``forward`` when the subclass is defined (as transformers' checkpointing layers do)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        forward = cls.forward
+
+        @functools.wraps(forward)
+        def forward_with_hook(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            return forward(self, *args, **kwargs)
+
+        cls.forward = forward_with_hook  # type: ignore[method-assign]
+
+
+class Block(Hooked):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).tanh()
+
+
 def optimizer(backend: str) -> None:
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -62,9 +86,11 @@ def optimizer(backend: str) -> None:
 
 def decorated(backend: str) -> None:
     encoder, decoder = torch.compile(Encoder(), backend=backend), torch.compile(Decoder(), backend=backend)
+    block = torch.compile(Block(), backend=backend)
     for rows in (2, 3):
         encoder(torch.randn(rows, 4))
         decoder(torch.randn(rows, 4))
+        block(torch.randn(rows, 4))
 
 
 def llama(backend: str) -> None:

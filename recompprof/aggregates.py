@@ -111,7 +111,7 @@ class Aggregates:
     def __init__(self, max_frames: int = 50) -> None:
         self.max_frames = max_frames
         self._frames: dict[str, FrameTotals] = {}
-        self._frame_keys: dict[tuple[str, str, int], str] = {}
+        self._frame_keys: dict[str, str] = {}  # frame key -> its label (or OTHER_FRAME)
         self.compile_failures: Counter[str] = Counter({t: 0 for t in ERROR_TYPES})
         self.graph_breaks = 0
         self._buckets = [0] * (len(DURATION_BUCKETS) + 1)
@@ -132,7 +132,7 @@ class Aggregates:
     # -- labels ---------------------------------------------------------------------------
     def frame_label(self, frame: Frame) -> str:
         """The bounded label for ``frame``: its own until ``max_frames`` are known, then ``other``."""
-        key = (frame.name, frame.file, frame.line)
+        key = frame.key
         label = self._frame_keys.get(key)
         if label is None:
             if len(self._frame_keys) < self.max_frames:

@@ -209,8 +209,8 @@ class ReasonExplainer:
                 parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
         if not parsed:
             return Explained(([], {}))
-        seen = self._seen.pop(frame.label, None) or collections.OrderedDict()
-        self._seen[frame.label] = seen
+        seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
+        self._seen[frame.key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
@@ -374,7 +374,7 @@ def compile_events(
 def in_order(event: Compile, breaks: list[GraphBreak], hit: RecompileLimitHit | None) -> list[Event]:
     """The events of one compile record in the order both paths emit them: the compile, the graph
     breaks its trace reported (each with the compile's frame), then the limit hit."""
-    return [event, *(b if b.frame else b.model_copy(update={"frame": event.frame}) for b in breaks),
+    return [event, *(b if b.frame == event.frame else b.model_copy(update={"frame": event.frame}) for b in breaks),
             *([hit] if hit is not None else [])]
 
 

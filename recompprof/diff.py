@@ -1,7 +1,8 @@
 """Compare two runs: per frame and reason category, what got better or worse.
 
-Frames are matched by label (``function (dir/file:line)``), so runs from different checkouts compare;
-figures are summed over ranks. A *regression* is any count that grew: recompiles of a frame,
+Frames are matched by identity (``events.Frame.key``: the compiled code's ``dir/file:line`` and the
+instance's class, never the display name), so runs from different checkouts compare and a live run
+matches its own ingested TORCH_TRACE; figures are summed over ranks. A *regression* is any count that grew: recompiles of a frame,
 recompiles explained by a category, recompile-limit hits, compile failures, graph breaks. Compile
 time is noisy, so it (a frame's compile seconds, and the seconds lost to each cause) only counts as a
 regression past ``max_time_increase`` (a fraction) when given.
@@ -77,8 +78,18 @@ def _figures(frame: FrameReport | None, causes: list[CauseReport]) -> dict[str, 
 def _causes_by_frame(report: Report) -> dict[str, list[CauseReport]]:
     out: dict[str, list[CauseReport]] = {}
     for cause in report.causes.values():
-        out.setdefault(cause.frame, []).append(cause)
+        out.setdefault(cause.frame_key, []).append(cause)
     return out
+
+
+def _label(key: str, *reports: tuple[Report, dict[str, list[CauseReport]]]) -> str:
+    """The label shown for frame ``key``: the later run's, where it has the frame."""
+    for report, causes in reports:
+        if key in report.frames:
+            return report.frames[key].label
+        if key in causes:
+            return causes[key][0].frame
+    return key
 
 
 def _frame_figures(frame: FrameReport) -> dict[str, float]:
@@ -107,8 +118,9 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     a, b = build_run_reports([before, after], detail=False, workers=workers)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
     changes: list[Change] = []
-    for label in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
-        fa, fb = _figures(a.frames.get(label), ca.get(label, [])), _figures(b.frames.get(label), cb.get(label, []))
+    for key in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
+        label = _label(key, (b, cb), (a, ca))
+        fa, fb = _figures(a.frames.get(key), ca.get(key, [])), _figures(b.frames.get(key), cb.get(key, []))
         for what in dict.fromkeys([*fa, *fb]):
             x, y = fa.get(what, 0), fb.get(what, 0)
             if x == y:

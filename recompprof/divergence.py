@@ -169,7 +169,7 @@ def _categories(c: RankCell) -> str:
 
 def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
     frames = sorted(report.frames.values(),
-                    key=lambda f: (f.label not in diverging, -f.recompiles, -f.compiles, f.label))[:MAX_MATRIX_FRAMES]
+                    key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label))[:MAX_MATRIX_FRAMES]
     table = Table(title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
                   title_justify="left")
     table.add_column("Frame", no_wrap=True, overflow="fold")
@@ -177,7 +177,7 @@ def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergenc
         for r in ranks:
             table.add_column(f"rank {r}", justify="right")
         for f in frames:
-            table.add_row(("* " if f.label in diverging else "") + f.label, *(cell(f, r).text() for r in ranks))
+            table.add_row(("* " if f.key in diverging else "") + f.label, *(cell(f, r).text() for r in ranks))
     else:
         table.add_column("Ranks with the same cell", overflow="fold")
         for f in frames:
@@ -185,7 +185,7 @@ def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergenc
             for r in ranks:
                 groups.setdefault(cell(f, r).text(), []).append(r)
             text = "; ".join(f"{_rank_list(rs)}: {value}" for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])))
-            table.add_row(("* " if f.label in diverging else "") + f.label, text)
+            table.add_row(("* " if f.key in diverging else "") + f.label, text)
     return table
 
 
@@ -211,7 +211,7 @@ def print_divergence(console: Console, report: Report) -> None:
     if len(ranks) < 2 or not report.frames:
         return
     found = find(report)
-    console.print(_matrix(report, ranks, {d.frame.label: d for d in found}))
+    console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
     if not found:
         console.line()
         console.print(f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "

@@ -219,7 +219,7 @@ class _Interner:
     MAX = 16_384
 
     def __init__(self) -> None:
-        self._frames: dict[tuple[str, str, int], Frame] = {}
+        self._frames: dict[tuple[object, ...], Frame] = {}
         self._reasons: dict[tuple[object, ...], Reason] = {}
 
     def event(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -236,9 +236,12 @@ class _Interner:
 
     def _frame(self, raw: dict[str, Any]) -> Frame | dict[str, Any]:
         name, file, line = raw.get("name"), raw.get("file"), raw.get("line")
-        if type(name) is not str or type(file) is not str or type(line) is not int:
+        code_file, code_line, owner = raw.get("code_file"), raw.get("code_line"), raw.get("owner")
+        if (type(name) is not str or type(file) is not str or type(line) is not int
+                or (code_file is not None and type(code_file) is not str)
+                or (code_line is not None and type(code_line) is not int) or (owner is not None and type(owner) is not str)):
             return raw
-        key = (name, file, line)
+        key = (name, file, line, code_file, code_line, owner)
         found = self._frames.get(key)
         if found is None:
             found = self._remember(self._frames, key, Frame, raw)

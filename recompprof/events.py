@@ -62,18 +62,43 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def short_path(file: str) -> str:
+    """A file's last two path parts: what labels and frame keys show, so runs from two checkouts compare."""
+    return "/".join(file.replace("\\", "/").split("/")[-2:])
+
+
 class Frame(_Model):
-    """The user function a compile belongs to."""
+    """One frame: a compiled code object, seen through the class of the instance it ran as a method of.
+
+    ``name``, ``file`` and ``line`` are the user's function as written (``AdamW.step`` at the line of
+    ``def step``); ``code_file``/``code_line`` are the compiled code object's (a decorator's wrapper, say),
+    the one torch counts cache entries and limits on; ``owner`` is the name of the instance's class
+    (``AdamW``), None for a plain function. See docs/frames.md.
+    """
 
     name: str
     file: str
     line: int
+    code_file: str | None = None  # None only in logs written before frames carried their code
+    code_line: int | None = None
+    owner: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The frame's identity: its code object and owner, never its display name (the label, for old logs)."""
+        if self.code_file is None:
+            return self.label
+        owner = f" {self.owner}" if self.owner else ""
+        return f"{short_path(self.code_file)}:{self.code_line}{owner}"
 
     @property
     def label(self) -> str:
-        """``function (file:line)`` with the file shortened to its last two path parts."""
-        short = "/".join(self.file.replace("\\", "/").split("/")[-2:])
-        return f"{self.name} ({short}:{self.line})"
+        """``function (dir/file:line)``; a code object that is not the function itself (a decorator's
+        wrapper) adds ``via dir/file:line`` of its code, so it never shares a label with the function."""
+        label = f"{self.name} ({short_path(self.file)}:{self.line})"
+        if self.code_file is not None and (self.code_file, self.code_line) != (self.file, self.line):
+            label += f" via {short_path(self.code_file)}:{self.code_line}"
+        return label
 
 
 class Reason(_Model):

@@ -13,10 +13,9 @@ torch leaves out of the metrics of a limit hit. Traces carry no training steps, 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from recompprof import trace_frames
 from recompprof._torch.records import read_record
 from recompprof.aggregates import Aggregates
 from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
@@ -39,14 +39,13 @@ from recompprof.events import (
 )
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
-# The guard tree torch dumps for each compile names the type of a method's ``self``: "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
-_FIRST_ARG_TYPE = re.compile(r"FrameLocalsGuardAccessor\(key='self', framelocals_idx=0\), type=<class '([\w.]{1,300})'>")
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
 _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
 # Bounds on what one record may hold in memory; longer lines or payloads are skipped and counted.
 MAX_LINE = 16 * 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024
+MAX_PENDING_GUARDS = 4096  # guard trees held for a compile's metrics record
 
 
 class IngestError(RecompprofError):
@@ -182,9 +181,10 @@ class _Converter:
         self.torch_version = ""
         self.recompile_limit: int | None = None
         self.strings: dict[int, str] = {}
+        self.scripts: set[str] = set()  # files run as __main__ (the outermost frame of a compile's stack)
         self.reasons: dict[tuple[int, int], list[str]] = {}
         self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
-        self.instance_class: dict[tuple[int, int], str] = {}  # compile -> class of the frame's first argument
+        self.first_args: dict[tuple[int, int], trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
         self.accumulated_limit: int | None = None
         self.events: list[Event] = []
         self.first_time: float | None = None
@@ -216,9 +216,13 @@ class _Converter:
         if stack and key is not None and isinstance(stack[-1], dict):
             top = stack[-1]
             file = self.strings.get(top.get("filename", -1), str(top.get("filename", "<unknown>")))
+            outer = stack[0] if isinstance(stack[0], dict) else {}
+            if outer.get("name") == "<module>" and len(self.scripts) < 64:
+                self.scripts.add(self.strings.get(outer.get("filename", -1), str(outer.get("filename"))))
             if self.correlation.frame_of_frame_id(str(key[0])) is None:
+                line = int(top.get("line") or 0)
                 self.correlation.name_frame_id(str(key[0]), Frame(name=str(top.get("name", "<unknown>")), file=file,
-                                                                  line=int(top.get("line") or 0)))
+                                                                  line=line, code_file=file, code_line=line))
 
     def _on_artifact(self, record: _Record) -> None:
         name = (record.meta.get("artifact") or {}).get("name")
@@ -265,18 +269,17 @@ class _Converter:
 
     def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:
         key = self._key(record)
-        match = _FIRST_ARG_TYPE.search(record.payload or "") if key is not None else None
-        if key is not None and match is not None:
-            self.instance_class[key] = match.group(1).rsplit(".", 1)[-1]
+        if key is not None and record.payload:
+            self.first_args[key] = trace_frames.guarded_args(record.payload)
+            if len(self.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
+                del self.first_args[next(iter(self.first_args))]
 
     def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
         if fields.get("co_name"):
             file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
-            name = qualified_name(file, line, str(fields["co_name"]))
-            cls = self.instance_class.pop(key, None) if key is not None else None
-            if cls is not None:  # a method: named by the instance's class, as live capture names it
-                name = f"{cls}.{name.rsplit('.', 1)[-1]}"
-            frame = Frame(name=name, file=file, line=line)
+            guarded = self.first_args.pop(key, None) if key is not None else None
+            frame = trace_frames.name_frame(str(fields["co_name"]), file, line, guarded,
+                                            itertools.chain((file,), self.strings.values()), self.scripts)
             if key is not None:
                 self.correlation.name_frame_id(str(key[0]), frame)
             return frame
@@ -311,43 +314,6 @@ def _reason_texts(payload: str) -> list[str]:
         if isinstance(value, list):
             return [str(v) for v in value]
     return [payload]
-
-
-def qualified_name(file: str, line: int, name: str) -> str:
-    """``Class.method`` for the function defined at ``file:line``, as live capture names it.
-
-    A trace names only the code object, so its class comes from the source file where it can be read
-    (on the machine that ran the job). What the trace cannot tell, it leaves as the code's name: the
-    class of the instance a shared, decorated method ran on (live capture names that class).
-    """
-    names = _definitions(file)
-    found = names.get((line, name))
-    return found.rsplit("<locals>.", 1)[-1] if found else name
-
-
-@functools.lru_cache(maxsize=256)
-def _definitions(file: str) -> dict[tuple[int, str], str]:
-    """(first line, name) -> qualified name of every function in ``file``; empty if it cannot be read."""
-    try:
-        tree = ast.parse(Path(file).read_bytes())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    out: dict[tuple[int, str], str] = {}
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                qualname = f"{prefix}{child.name}"
-                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
-                out[(first, child.name)] = out[(child.lineno, child.name)] = qualname
-                visit(child, f"{qualname}.<locals>.")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
-            else:
-                visit(child, prefix)
-
-    visit(tree, "")
-    return out
 
 
 def _split_compile_id(value: Any) -> tuple[int, int] | None:

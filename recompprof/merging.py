@@ -143,7 +143,7 @@ def _absorb(total: Report, part: Report) -> None:
     total.trace_seconds_by_function.update(part.trace_seconds_by_function)
     for key in _keyed(total.frames, part.frames, reporting.MAX_FRAMES):
         frame = part.frames[key]
-        total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line)
+        total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
     for key, frame in part.frames.items():
         _absorb_frame(total.frames[key], frame)
     for key in _keyed(total.causes, part.causes, reporting.MAX_CAUSES):

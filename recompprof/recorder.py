@@ -86,7 +86,11 @@ class CompileRecorder:
             profile = self.adapters.profile if self.adapters is not None else None
             if self._closed() or profile is None:
                 return
-            frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+            # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
+            frame = self.correlation.frame_of(compile_id)
+            if frame is None:
+                by_id = self.correlation.frame_of_frame_id((compile_id or "").split("/")[0])
+                frame = by_id[0] if by_id is not None else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
             reasons, omitted = self.explainer.explain(frame, [t for t in texts if not profile.is_own_reason(t)])
             step = self._step
             self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id or "?",
@@ -189,9 +193,11 @@ def new_trace_id() -> str:
 
 
 def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
-    name, file, line = torch_frames.resolve(*code_key, ctx)
+    named = torch_frames.resolve(*code_key, ctx)
     # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
-    return Frame(name=clean_text(name, 1000), file=clean_text(file, 1000), line=line)
+    return Frame(name=clean_text(named.name, 1000), file=clean_text(named.file, 1000), line=named.line,
+                 code_file=clean_text(code_key[1], 1000), code_line=code_key[2],
+                 owner=clean_text(named.owner, 1000) if named.owner is not None else None)
 
 
 def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:

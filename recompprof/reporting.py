@@ -80,10 +80,12 @@ class CauseReport:
     steady_state: int = 0  # of its recompiles, those counted as steady state
     warmup: int = 0  # of its recompiles, automatic dynamic warming up (one-time)
     made_dynamic: str = ""  # what torch made dynamic with the first of those ("dim 0 of L['x']")
+    frame_key: str = ""  # the frame's identity (``frame`` is its label): causes are keyed by it
 
     @property
     def key(self) -> tuple[str, str, str]:
-        return (self.frame, self.category, self.subject)
+        """The cause's identity (its key in ``Report.causes``): frame key, category, subject."""
+        return (self.frame_key or self.frame, self.category, self.subject)
 
     @property
     def tier(self) -> int:
@@ -114,10 +116,11 @@ class _RankFold:
 class FrameReport(FrameCounts):
     """One frame's counts (folded by :func:`recompprof.counting.fold_compile`) and the report's detail."""
 
-    label: str
+    label: str  # displayed (events.Frame.label)
     name: str
     file: str
     line: int
+    key: str = ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
     automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
     automatic_dynamic_recompiles: int = 0
@@ -165,7 +168,7 @@ class Report:
     profile_mechanisms: set[str] = dataclasses.field(default_factory=set)
     recompile_limit: int | None = None
     warmup_steps: int = 0
-    frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)
+    frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)  # by frame key (events.Frame.key)
     frames_dropped: int = 0
     categories: Counter[str] = dataclasses.field(default_factory=Counter)
     graph_break_reasons: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -182,7 +185,7 @@ class Report:
     # Read from TORCH_TRACE logs (recompprof ingest): no mode, and no training steps, were recorded.
     from_torch_trace: bool = False
     frame_cache: dict[object, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
-    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
+    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)  # (frame key, category, subject)
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
     cache_seconds_saved: float = 0.0
     trace_seconds_by_function: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -364,13 +367,13 @@ def _frame(report: Report, frame: object) -> FrameReport | None:
     found = report.frame_cache.get(frame)  # hashed by value: one lookup for every event of a known frame
     if found is not None:
         return found
-    label = frame.label  # type: ignore[attr-defined]
-    found = report.frames.get(label)
+    key = frame.key  # type: ignore[attr-defined]
+    found = report.frames.get(key)
     if found is None:
         if len(report.frames) >= MAX_FRAMES:
             report.frames_dropped += 1
             return None
-        found = report.frames[label] = FrameReport(label, frame.name, frame.file, frame.line)  # type: ignore[attr-defined]
+        found = report.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, key)  # type: ignore[attr-defined]
     if len(report.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
         report.frame_cache[frame] = found
     return found
@@ -464,7 +467,7 @@ def _add_compile(report: Report, event: Compile) -> None:
                 frame_phases[phase] += seconds  # every Phase is a key from the start (validated input)
         found = report.tracker.cause_of(event, counted)
         if found is not None:
-            _add_cause(report, event, frame.label, found)
+            _add_cause(report, event, frame, found)
         elif event.backward and not report.tracker.remembers(event):  # its forward is in no event folded here
             report.orphan_backward_ranks.add(event.rank)
     if event.cache_lookups:
@@ -478,21 +481,22 @@ def _add_compile(report: Report, event: Compile) -> None:
                 report.trace_seconds_by_function[function] += seconds  # type: ignore[assignment]  # float seconds in a Counter
 
 
-def _add_cause(report: Report, event: Compile, label: str, found: Cause) -> None:
-    """Charge ``event`` (``label`` its frame's) to ``found``, the cause the tracker gave it."""
+def _add_cause(report: Report, event: Compile, frame: FrameReport, found: Cause) -> None:
+    """Charge ``event`` (of ``frame``) to ``found``, the cause the tracker gave it."""
     cause_frame, category, subject = found
     backward = event.backward
+    label, frame_key = frame.label, frame.key
     if backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
         known = report.frame_cache.get(cause_frame)
-        label = known.label if known is not None else cause_frame.label
-    key = (label, category, subject)
+        label, frame_key = (known.label, known.key) if known is not None else (cause_frame.label, cause_frame.key)
+    key = (frame_key, category, subject)
     cause = report.causes.get(key)
     if cause is None:
         if len(report.causes) >= MAX_CAUSES:
-            key = (label, category, "(other subjects)")
-            cause = report.causes.setdefault(key, CauseReport(*key))
+            key = (frame_key, category, "(other subjects)")
+            cause = report.causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
         else:
-            cause = report.causes[key] = CauseReport(*key)
+            cause = report.causes[key] = CauseReport(label, category, subject, frame_key=frame_key)
     cause.seconds += event.duration
     if backward:
         return

@@ -276,7 +276,7 @@ def test_two_classes_sharing_decorated_code_are_two_frames(tmp_path: Any) -> Non
     names = [(e.compile_id, e.frame.name) for e in _compiles(session)]
     assert names == [("0/0", "Teacher.forward"), ("0/1", "Student.forward")]
     report = build_report(session.recent_events())
-    assert sorted(label.split(" (")[0] for label in report.frames) == ["Student.forward", "Teacher.forward"]
+    assert sorted(f.name for f in report.frames.values()) == ["Student.forward", "Teacher.forward"]
 
 
 # -- (7) and (8): profile mode ------------------------------------------------------------------------------

@@ -95,7 +95,7 @@ def test_limit_hit_is_attributed_to_its_frame(limited: RecordedRun) -> None:
     assert {(h.limit, h.value) for h in hits} == {("recompile_limit", 2)}
     refused = [e for e in events if isinstance(e, Compile) and e.outcome == "limit_hit"]
     assert len(refused) == len(hits) and all(e.reasons for e in refused)
-    assert build_report(events).frames[hits[0].frame.label].limit_hits["recompile_limit"] == len(hits)
+    assert build_report(events).frames[hits[0].frame.key].limit_hits["recompile_limit"] == len(hits)
 
 
 def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:

@@ -396,7 +396,7 @@ def test_a_limit_hit_on_some_ranks_is_divergence_and_is_rendered() -> None:
     report = build_report(events)
     (found,) = divergence.find(report)
     assert (found.ranks, found.aspects, found.first_steps) == ([1, 3], ["limit hits"], {1: 9, 3: 9})
-    assert report.diverging_frames() == [report.frames[_FRAME.label]]
+    assert report.diverging_frames() == [report.frames[_FRAME.key]]
     text = render_text(report, width=250)
     assert "step_fn (job/train.py:10): ranks 1, 3 at step 9 (limit hits differ from ranks 0, 2)" in text
 

@@ -95,7 +95,7 @@ def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     snap = session.snapshot()
     assert snap.frames[events[0].frame.label].guard_failures["python_constant"] == expected
     report = session.report()
-    frame = report.frames[events[0].frame.label]
+    frame = report.frames[events[0].frame.key]
     assert sum(g.failures for g in frame.reasons.values()) == expected
     assert frame.recompiles == 79
 

@@ -36,7 +36,7 @@ MAX_TRACKED_FRAMES = 1024
 LIMIT_HIT_ERROR = "recompile_limit_hit"
 MAX_CALL_SITE = 8
 
-FrameKey = tuple[str, str, int, bool]
+FrameKey = tuple[str, bool]  # (events.Frame.key, backward)
 # Per phase, built once: the child span's name and attributes never vary.
 _PHASE_NAMES = {phase: f"{PHASE_SPAN} {phase}" for phase in PHASES}
 _PHASE_ATTRS: dict[str, dict[str, Any]] = {phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES}
@@ -117,7 +117,7 @@ class SpanBuilder:
 
     @staticmethod
     def _key(frame: Frame, backward: bool) -> FrameKey:
-        return (frame.name, frame.file, frame.line, backward)
+        return (frame.key, backward)
 
     def _remember(self, key: FrameKey, context: SpanContext, compile_id: str) -> None:
         self._last[key] = (context, compile_id)

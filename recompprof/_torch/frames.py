@@ -1,24 +1,29 @@
 """Name the user's function for a compile as the user knows it, and find the call site that triggered it.
 
 Dynamo compiles *code objects*, and a code object's own name is often not the user's: every
-``torch.compile(module)`` goes through ``torch._dynamo.external_utils.inner``; a decorated method
-(Hugging Face's ``can_return_tuple``, ``functools.wraps`` wrappers) compiles the decorator's
-``wrapper``, shared by every class it decorates. While a compile runs (our callbacks are called inside
-it), torch's ``_compile`` frame is on the stack and holds the code, its frame's locals and globals,
-and its closure. From those we name:
+``torch.compile(module)`` goes through ``torch._dynamo.external_utils.inner`` on older torch; a
+decorated method (Hugging Face's ``can_return_tuple``, ``functools.wraps`` wrappers, torch's own hook
+around ``Optimizer.step``) compiles the decorator's ``wrapper``, shared by every class it decorates.
+While a compile runs (our callbacks are called inside it), torch's ``_compile`` frame is on the stack
+and holds the code, its frame's locals and globals, and its closure. From those we name:
 
 - a torch wrapper around a module: ``<ModuleClass>.forward``;
-- a method (first argument an instance whose class has this code): ``<InstanceClass>.<attribute>``,
-  so two classes sharing one decorated code object are two frames;
+- a method: the call's first argument (the first parameter, or ``args[0]`` of ``def wrapper(*args)``)
+  is an instance whose class has an attribute that is this code's function, or a decorated function
+  whose ``__wrapped__`` chain holds it (stacked decorators included): ``<InstanceClass>.<attribute>``,
+  so two classes sharing one decorated code object are two frames, and an ``AdamW`` running the
+  ``step`` it inherits from ``Adam`` is ``AdamW.step``;
 - a decorated function: the wrapped function's qualified name;
 - anything else: the code's qualified name.
 
-File and line are those of the function the user wrote (the decorator's target, not the decorator).
+File and line are those of the function the user wrote (the innermost decorator target, not the
+decorator); the code object's own file and line stay the frame's identity (``events.Frame.key``).
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 import os
 import sys
 import sysconfig
@@ -75,23 +80,34 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
     return None
 
 
-def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> tuple[str, str, int]:
-    """``(name, file, line)`` of the user's function behind the compiled code ``name``/``filename``/``line``."""
+@dataclass(frozen=True)
+class Named:
+    """The user's function behind a compiled code object, and the class of the instance it ran on."""
+
+    name: str
+    file: str
+    line: int
+    owner: str | None = None  # the instance's class name (None for a plain function)
+
+
+def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named:
+    """The user's function behind the compiled code ``name``/``filename``/``line``."""
     if ctx is None or (ctx.code.co_name, ctx.code.co_firstlineno) != (name, line) or ctx.code.co_filename != filename:
-        return name, filename, line
+        return Named(name, filename, line)
     code = ctx.code
     if is_torch_wrapper(filename):
-        return _torch_wrapper_target(ctx) or (name, filename, line)
+        return _torch_wrapper_target(ctx) or Named(name, filename, line)
     owner = _method_owner(code, ctx.f_locals)
     if owner is not None:
         cls, attr, function = owner
         target = _unwrap(function)
-        return f"{cls.__name__}.{attr}", target.__code__.co_filename, target.__code__.co_firstlineno
+        return Named(f"{cls.__name__}.{attr}", target.__code__.co_filename, target.__code__.co_firstlineno,
+                     cls.__name__)
     function = _global_function(code, ctx.f_globals)
     if function is not None:
         target = _unwrap(function)
-        return _short(target.__qualname__), target.__code__.co_filename, target.__code__.co_firstlineno
-    return _short(getattr(code, "co_qualname", name)), filename, line
+        return Named(_short(target.__qualname__), target.__code__.co_filename, target.__code__.co_firstlineno)
+    return Named(_short(getattr(code, "co_qualname", name)), filename, line)
 
 
 def _short(qualname: str) -> str:
@@ -99,7 +115,7 @@ def _short(qualname: str) -> str:
     return qualname.rsplit("<locals>.", 1)[-1]
 
 
-def _torch_wrapper_target(ctx: Compiling) -> tuple[str, str, int] | None:
+def _torch_wrapper_target(ctx: Compiling) -> Named | None:
     names = ctx.code.co_freevars
     if ctx.closure is None or "fn" not in names or len(ctx.closure) != len(names):
         return None
@@ -111,22 +127,35 @@ def _torch_wrapper_target(ctx: Compiling) -> tuple[str, str, int] | None:
         forward = _unwrap(getattr(type(target), "forward", None))
         code = getattr(forward, "__code__", None)
         if code is not None:
-            return f"{type(target).__name__}.forward", code.co_filename, code.co_firstlineno
+            cls = type(target)
+            return Named(f"{cls.__name__}.forward", code.co_filename, code.co_firstlineno, cls.__name__)
     target = _unwrap(target)
     code = getattr(target, "__code__", None)
     if code is not None:
-        return _short(getattr(target, "__qualname__", code.co_name)), code.co_filename, code.co_firstlineno
+        return Named(_short(getattr(target, "__qualname__", code.co_name)), code.co_filename, code.co_firstlineno)
     return None
 
 
 _owners: collections.OrderedDict[tuple[type, types.CodeType], tuple[str, Any] | None] = collections.OrderedDict()
 
 
+def _first_argument(code: types.CodeType, f_locals: dict[str, Any]) -> Any:
+    """The call's first positional argument: the first parameter, or ``args[0]`` of a ``def f(*args)``."""
+    if code.co_argcount >= 1 and code.co_varnames:
+        return f_locals.get(code.co_varnames[0])
+    varargs = code.co_argcount + code.co_kwonlyargcount  # where the *args name sits in co_varnames
+    if code.co_flags & inspect.CO_VARARGS and len(code.co_varnames) > varargs:
+        args = f_locals.get(code.co_varnames[varargs])
+        if isinstance(args, tuple) and args:
+            return args[0]
+    return None
+
+
 def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type, str, Any] | None:
-    """``(class, attribute, function)`` when the code runs as a method of its first argument's class."""
-    if code.co_argcount < 1 or not code.co_varnames:
-        return None
-    instance = f_locals.get(code.co_varnames[0])
+    """``(class, attribute, function)`` when the code runs as a method of its first argument's class: an
+    attribute of that class is the code's function, or a decorator's wrapper whose ``__wrapped__`` chain
+    reaches it."""
+    instance = _first_argument(code, f_locals)
     if instance is None or isinstance(instance, (type, types.ModuleType, types.FunctionType)):
         return None
     cls = type(instance)
@@ -140,20 +169,46 @@ def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type,
 
 
 def _find_in_class(cls: type, code: types.CodeType) -> tuple[str, Any] | None:
-    for klass in getattr(cls, "__mro__", ()):
-        for attr, value in vars(klass).items():
-            function = getattr(value, "__func__", value)  # classmethod / staticmethod
-            if getattr(function, "__code__", None) is code:
-                return attr, function
+    mro = getattr(cls, "__mro__", ())
+    for klass in mro:
+        for attr, value in list(vars(klass).items()):
+            # A function, classmethod / staticmethod, property accessor or cached_property.
+            for function in (_attr(value, "__func__"), _attr(value, "fget"), _attr(value, "fset"), _attr(value, "func"), value):
+                if function is not None and _reaches(function, code):
+                    return attr, function
+    # Defined in the body of one of these classes but no attribute holds it (replaced, or wrapped without
+    # __wrapped__): the code's own function.
+    defining = getattr(code, "co_qualname", "").rpartition(".")[0]
+    if defining and any(getattr(klass, "__qualname__", None) == defining for klass in mro):
+        return code.co_name, types.SimpleNamespace(__code__=code)
     return None
 
 
+def _reaches(function: Any, code: types.CodeType) -> bool:
+    """``function``, or a function its ``__wrapped__`` chain leads to, has ``code``."""
+    for _ in range(16):
+        if function is None:
+            return False
+        if _attr(function, "__code__") is code:
+            return True
+        function = _attr(function, "__wrapped__")
+    return False
+
+
+def _attr(value: Any, name: str) -> Any:
+    """``getattr(value, name, None)`` that survives objects whose attribute lookup raises."""
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 - a foreign __getattr__ (lazy modules, proxies): not a function
+        return None
+
+
 def _global_function(code: types.CodeType, f_globals: dict[str, Any]) -> Any:
-    """The module-level function whose code this is (a decorated function's wrapper, say)."""
+    """The module-level function whose code this is, or whose decorators' wrappers hold it."""
     if "<locals>" not in getattr(code, "co_qualname", "<locals>"):
         return None  # not a closure: the code's own qualified name is the user's
     for value in list(f_globals.values()):
-        if getattr(value, "__code__", None) is code:
+        if _reaches(value, code):
             return value
     return None
 
@@ -161,8 +216,8 @@ def _global_function(code: types.CodeType, f_globals: dict[str, Any]) -> Any:
 def _unwrap(function: Any) -> Any:
     """The innermost ``__wrapped__`` target (functools.wraps), stopping at anything without code."""
     for _ in range(16):
-        inner = getattr(function, "__wrapped__", None)
-        if inner is None or not hasattr(inner, "__code__"):
+        inner = _attr(function, "__wrapped__")
+        if inner is None or _attr(inner, "__code__") is None:
             return function
         function = inner
     return function

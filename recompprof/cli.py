@@ -196,7 +196,9 @@ def _report(args: argparse.Namespace) -> int:
     if wanted and not report.events:
         raise CommandError(f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
     if run.source == "torch_trace":
-        report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
+        report.notes.append("read from TORCH_TRACE logs: " + (
+            "training steps are those recompprof, attached to the job, handed torch for each forward compile"
+            if report.steps_from_trace else "no training steps are recorded"))
     print(render_text(report, width=_width(args.width)), end="")
     if args.html:
         from recompprof.html_report import render_html

@@ -171,7 +171,8 @@ def _short(text: str, limit: int) -> str:
 
 # -- tables ------------------------------------------------------------------------------------------
 
-def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True) -> str:
+def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True,
+                  steady_known: bool = True) -> str:
     head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
             "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
     rows = []
@@ -193,7 +194,7 @@ def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_kno
             f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
             f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
             + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
-            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles}</td>'
+            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
             f'<td>{_e(steps) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" data-sort="{sum(f.limit_hits.values())}">'
             f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
             f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{"".join(reasons) or "-"}</ul></td></tr>')
@@ -283,7 +284,8 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps", report.last_step if not report.from_torch_trace else "unknown"),
+        ("steps", "Training steps", report.last_step if not report.from_torch_trace
+         else f"≥ {report.last_step}" if report.steps_from_trace else "unknown"),
     ]
     cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
                     f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
@@ -313,7 +315,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         title=_e(title), meta=_e(meta), cards=cards,
         notes=f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else "",
         steps=_steps_chart(report, frames), categories=_category_chart(report), phases=_phase_chart(report, frames),
-        table=_frames_table(frames, FIX_HINTS, steps_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
+        table=_frames_table(frames, FIX_HINTS, steps_known=report.steps_known, steady_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
         limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
         limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
         fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),

@@ -8,7 +8,9 @@ compiled backward) becomes a ``compile`` event with its exclusive phases; the ``
 artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason`` becomes a
 ``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
 ``recompile_limit_hit``. ``dynamo_start`` and ``str`` records name the frame of a compile id, which
-torch leaves out of the metrics of a limit hit. Traces carry no training steps, so ``step`` is unset.
+torch leaves out of the metrics of a limit hit. A trace carries training steps only where recompprof
+was attached (it hands torch the step for each compile record, see ``recompprof._torch.steps``): those
+forward compiles, their graph breaks and limit hits get their step; backward compiles have none.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from recompprof._torch.records import read_record
+from recompprof._torch.steps import step_of
 from recompprof.aggregates import Aggregates
 from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
 from recompprof.errors import RecompprofError
@@ -190,6 +193,7 @@ class _Converter:
         self.first_time: float | None = None
         self.last_time = 0.0
         self.explainer = ReasonExplainer(redact)
+        self.steps_read = False  # some recompile carried the step recompprof handed torch
 
     def feed(self, record: _Record) -> None:
         self.pid = self.pid or record.pid
@@ -256,8 +260,12 @@ class _Converter:
         start, end = fields.get("start_time_us"), fields.get("end_time_us")
         stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + m.duration if isinstance(start, (int, float)) else record.time)
         breaks = [] if backward or key is None else self.correlation.compiled(f"{key[0]}/{key[1]}", frame)
+        step = step_of(fields.get("recompile_user_contexts"))
+        if step is not None:
+            self.steps_read = True
+            breaks = [b.model_copy(update={"step": step}) for b in breaks]
         event, hit = compile_events(
-            m, time=stamp, rank=self.rank, step=None, frame=frame, explained=self.explainer.explain(frame, texts),
+            m, time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
             graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
             limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
         )
@@ -292,7 +300,7 @@ class _Converter:
         start = SessionStart(
             time=self.first_time or 0.0, rank=self.rank, run_id=self.run_id, host=host, pid=self.pid,
             versions={"torch": self.torch_version}, mode="monitor", recompile_limit=self.recompile_limit,
-            signals={"torch_trace": True},
+            signals={"torch_trace": True, **({"step_in_trace": True} if self.steps_read else {})},
         )
         totals = Aggregates()  # the live session's totals, by the same fold
         for event in self.events:

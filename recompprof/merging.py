@@ -116,6 +116,7 @@ def _absorb(total: Report, part: Report) -> None:
     total.modes |= part.modes
     total.profile_mechanisms |= part.profile_mechanisms
     total.from_torch_trace = total.from_torch_trace or part.from_torch_trace
+    total.steps_from_trace = total.steps_from_trace or part.steps_from_trace
     # A signal dark in both: every later session end that names it has the last word; new ones as the part saw them.
     for name in total.signals_dark:
         if name in part.signals_off_last:

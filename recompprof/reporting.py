@@ -163,8 +163,10 @@ class Report:
     # Capture signals that were off from the start or went dark mid-run, with why: the counts above miss them.
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
-    # Read from TORCH_TRACE logs (recompprof ingest): no mode, and no training steps, were recorded.
+    # Read from TORCH_TRACE logs (recompprof ingest): no mode and no warm-up setting were recorded, and training
+    # steps only for forward compiles of a run recompprof was attached to (steps_from_trace).
     from_torch_trace: bool = False
+    steps_from_trace: bool = False
     frame_cache: dict[object, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
     causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
@@ -178,6 +180,11 @@ class Report:
     # and the ranks of backward compiles whose forward this report never saw.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
+
+    @property
+    def steps_known(self) -> bool:
+        """Whether recompiles carry training steps (an ingested trace has them only from an attached run)."""
+        return not self.from_torch_trace or self.steps_from_trace
 
     @property
     def compiles(self) -> int:
@@ -259,6 +266,7 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
+                report.steps_from_trace = report.steps_from_trace or bool(event.signals.get("step_in_trace"))
             else:
                 report.modes.add(event.mode)
             if event.profile_mechanism:
@@ -574,7 +582,8 @@ def _steps(frame: FrameReport) -> str:
 def describe_source(report: Report) -> str:
     """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
     if report.from_torch_trace and not report.modes:
-        return "from TORCH_TRACE (no mode) | steps unknown"
+        steps = f"recompile steps up to {report.last_step}" if report.steps_from_trace else "steps unknown"
+        return f"from TORCH_TRACE (no mode) | {steps}"
     return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {report.last_step}"
 
 
@@ -613,7 +622,7 @@ def render_text(report: Report, width: int = 160) -> str:
     console, out = plaintext.console(width)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
-    steps_known = not report.from_torch_trace
+    steps_known = report.steps_known
     console.print("recompprof report")
     console.print("=================")
     console.print(
@@ -647,7 +656,7 @@ def render_text(report: Report, width: int = 160) -> str:
     rows: list[tuple[str, ...]] = [
         (
             f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
-            str(f.recompiles), str(f.steady_state_recompiles) if steps_known else "-",
+            str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
             (_steps(f) or "-") if steps_known else "-",
             ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
             str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",

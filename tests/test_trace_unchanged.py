@@ -1,8 +1,10 @@
-"""TORCH_TRACE reads the same with recompprof attached as without it, byte for byte.
+"""TORCH_TRACE reads the same with recompprof attached as without it, byte for byte, but for the training step
+recompprof hands torch for each compile record (``recompile_user_contexts``, from torch 2.9).
 
 The job (tests/workloads/trace_calls.py) runs three times: twice without recompprof, once with it. What
-differs between the two runs without recompprof (times, pids, payload digests of timed records) is
-masked in all three; everything else must match line for line.
+differs between any two runs is masked in all three: each line's time and pid, timings, and any other token
+that differs between the two runs without recompprof (addresses, ids, digests of timed payloads); everything
+else must match line for line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch._logging
 from recorded_runs import TESTS, clean_env
 
 import recompprof
+from recompprof._torch.versions import torch_info
 from recompprof.eventlog import read_run
 from recompprof.events import GraphBreak
 
@@ -28,13 +31,25 @@ _TOKEN = re.compile(r"0x[0-9a-f]+|[0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{
 
 
 def _trace(trace: Path, *args: str) -> list[str]:
-    """The TORCH_TRACE lines of one run of the job (every run in one working directory: torch records it)."""
+    """The TORCH_TRACE lines of one run of the job, times and pids masked (every run in one working directory:
+    torch records it)."""
     env = clean_env(TORCH_TRACE=str(trace), PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path]))
     proc = subprocess.run([sys.executable, str(JOB), *args], env=env, cwd=trace.parent, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [log] = trace.glob("*.log")
-    return log.read_text(encoding="utf-8").splitlines()
+    return [_normal(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+# The glog prefix of every line ("V1124 01:35:20.300000 12347 file:line]"): its time and pid.
+_PREFIX = re.compile(r"^([A-Z])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+# Timings (times, durations, overheads in s, ms or us), which two runs may by chance share.
+_TIMING = re.compile(r'("(?:ts|dur|[a-z_]*(?:time|_s|_ms|_us))": )-?\d+(?:\.\d+)?(?:e-?\d+)?')
+_STEP = re.compile(r'"recompile_user_contexts": \["recompprof step \d+"\]')
+
+
+def _normal(line: str) -> str:
+    return _TIMING.sub(r"\1*", _PREFIX.sub(r"\1<time> <pid> ", line))
 
 
 def _masked(line: str, volatile: set[int]) -> tuple[list[str], list[str]]:
@@ -59,15 +74,19 @@ def _differences(a: list[str], b: list[str], attached: list[str]) -> list[str]:
 def test_torch_trace_is_unchanged_by_recompprof(tmp_path: Path) -> None:
     """A TORCH_TRACE of a job that compiles (graph breaks, a recompile, a backward) and calls trace_structured
     outside any compile (so torch records the caller's stack) is byte-identical with recompprof attached, up to
-    what differs between any two runs; and recompprof still records every graph break the trace holds."""
+    what differs between any two runs and the step in each compile record; and recompprof still records every
+    graph break the trace holds."""
     a, b = _trace(tmp_path / "trace_a"), _trace(tmp_path / "trace_b")
     attached = _trace(tmp_path / "trace_attached", "--attach", str(tmp_path / "run"))
+    compiles = sum('{"compilation_metrics": ' in line for line in attached)
+    stepped = sum(bool(_STEP.search(line)) for line in attached)
+    assert stepped == (compiles if torch_info().has("recompile_user_context") else 0)
+    attached = [_STEP.sub('"recompile_user_contexts": null', line) for line in attached]
     differences = _differences(a, b, attached)
     assert not differences, "\n".join(differences[:5])
     breaks = [e for e in read_run(tmp_path / "run") if isinstance(e, GraphBreak)]
     traced = sum('"name": "dynamo_graph_break_reason"' in line for line in attached)
     assert traced >= 3 and sum(e.count for e in breaks) == traced
-    assert any(e.skipped_frame for e in breaks)
 
 
 class _Records(logging.Handler):

@@ -266,12 +266,13 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof.ingest import ingest
+    from recompprof.reporting import counts_line
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():
         _err(f"warning: {args.trace_dir}: {stats.describe()}")
-    print(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
+    print(f"ingested {stats.files} trace log(s) -> {len(written)} event log(s) in {out}: {counts_line(stats.report)}")
     print(f"  recompprof report {out}")
     return EXIT_OK
 

@@ -21,11 +21,13 @@ from recompprof.reporting import (
     automatic_dynamic_note,
     cause_steps,
     describe_source,
+    ranked_breaks,
     share,
 )
 
 MAX_FRAMES_CHARTED = 12
 MAX_FRAMES_TABLED = 200
+MAX_BREAKS_TABLED = 100
 _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
             "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728")
 PHASE_COLORS = dict(zip(PHASES, ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#bab0ac"), strict=True))
@@ -259,6 +261,26 @@ def _trace_functions(report: Report) -> str:
     return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
 
 
+def _graph_breaks(report: Report) -> str:
+    ranked = ranked_breaks(report)
+    rows = []
+    for group in ranked[:MAX_BREAKS_TABLED]:
+        hints = "".join(f"<li>{_e(h)}</li>" for h in group.hints)
+        rows.append(
+            f'<tr data-eager="{"yes" if group.skipped_frame else "no"}"><td>{_e(group.reason)}</td>'
+            f'<td><code>{_e(group.location or "-")}</code></td><td class="frame">{_e(group.frame or "-")}</td>'
+            f'<td>{"<span class=bad>ran eagerly</span>" if group.skipped_frame else "resumed"}</td>'
+            f'<td class="n">{group.count}</td><td class="hint">{f"<ul>{hints}</ul>" if hints else "-"}</td></tr>')
+    head = ("Reason", "Where (user code)", "Frame", "Then", "Count", "torch's hints")
+    more = ranked[MAX_BREAKS_TABLED:]
+    foot = (f'<p class="note">{len(more)} more place(s), {sum(g.count for g in more)} graph break(s).</p>'
+            if more else "")
+    return ('<p>Where: the user\'s code that broke the graph. Ran eagerly: torch could not resume after the break and '
+            'ran the whole frame without compiling it.</p>'
+            f'<div class="scroll"><table id="graph-breaks-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
 def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return (f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
@@ -304,8 +326,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
         + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
         + "</li>" for f in busy)
-    breaks = _simple_table("graph-breaks-table", ("Reason", "Count"), report.graph_break_reasons.most_common(30)) \
-        if report.graph_break_reasons else "<p class='empty'>No graph breaks.</p>"
+    breaks = _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
     failures = _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages) \
         if report.failure_messages else "<p class='empty'>No compile failures.</p>"
     meta = (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "

@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -34,12 +35,12 @@ from recompprof.compiles import Correlation, ReasonExplainer, compile_events, gr
 from recompprof.errors import RecompprofError
 from recompprof.eventlog import LOG_GLOB, find_files, log_path, write_events
 from recompprof.events import (
-    Compile,
     Event,
     Frame,
     SessionEnd,
     SessionStart,
 )
+from recompprof.reporting import Report, build_report
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
 # The guard tree torch dumps for each compile names the type of a method's ``self``: "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
@@ -62,10 +63,11 @@ class IngestStats:
 
     files: int = 0
     records: int = 0
-    compiles: int = 0
     stray_lines: int = 0
     bad_payloads: int = 0
     bad_records: int = 0
+    # The events read, folded by the report's rules (recompprof.reporting.counts_line states its counts).
+    report: Report = dataclasses.field(default_factory=Report)
 
     def describe(self) -> str:
         parts = [f"{n} {what}" for n, what in (
@@ -392,9 +394,8 @@ def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> Tr
                 converter.feed(record)
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
                 stats.bad_records += 1  # valid JSON, but not the shapes torch writes (e.g. a hand-edited trace)
-        events = converter.finish(host)
-        stats.compiles += sum(isinstance(e, Compile) for e in events)
-        per_file.append(events)
+        per_file.append(converter.finish(host))
+    stats.report = build_report(itertools.chain.from_iterable(per_file), detail=False)
     return TraceRun(files, per_file, stats)
 
 

@@ -86,7 +86,8 @@ def test_torch_trace_is_unchanged_by_recompprof(tmp_path: Path) -> None:
     assert not differences, "\n".join(differences[:5])
     breaks = [e for e in read_run(tmp_path / "run") if isinstance(e, GraphBreak)]
     traced = sum('"name": "dynamo_graph_break_reason"' in line for line in attached)
-    assert traced >= 3 and sum(e.count for e in breaks) == traced
+    if torch_info().has("graph_break_trace"):  # older torch traces no breaks (they are read from its counters)
+        assert traced >= 3 and sum(e.count for e in breaks) == traced
 
 
 class _Records(logging.Handler):

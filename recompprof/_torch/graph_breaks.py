@@ -131,7 +131,9 @@ class _BreakRecords(logging.Filter):
             artifact = metadata.get("artifact")
             if isinstance(artifact, dict) and artifact.get("name") == ARTIFACT:
                 with _internal.contain("torch.graph_breaks"):
-                    self._on_break(str(getattr(record, "payload", None) or ""), _compile_id(None))
+                    frame_id, compile_id = metadata.get("frame_id"), metadata.get("frame_compile_id")
+                    explicit = f"{frame_id}/{compile_id}" if isinstance(frame_id, int) and isinstance(compile_id, int) else None
+                    self._on_break(str(getattr(record, "payload", None) or ""), _compile_id(None) or explicit)
         return True
 
 

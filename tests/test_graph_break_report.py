@@ -43,16 +43,18 @@ def _breaks(run: Path) -> list[GraphBreak]:
 def test_terminal_report_shows_where_hints_and_eager_frames(breaks_run: Path) -> None:
     """Each graph break row names the user's file:line and whether the frame ran eagerly; torch's hints are listed."""
     events = _breaks(breaks_run)
-    skipped = next(e for e in events if e.skipped_frame)
     resumed = next(e for e in events if not e.skipped_frame)
-    assert skipped.user_location and resumed.user_location and resumed.hints
+    assert resumed.hints and all(e.user_location for e in events)
     text = render_text(build_report(read_run(breaks_run)), width=160)
     table = text.split("Graph breaks")[-1]
-    for event in (skipped, resumed):
+    for event in events:
+        assert event.user_location is not None
         file, line = event.user_location.rsplit(":", 1)
         assert f"{Path(file).name}:{line}" in table
     flat = " ".join(table.split())
-    assert "ran eagerly" in flat and resumed.hints[0][:40] in flat
+    # torch 2.13 skips the frames of the two unresumable breaks (2.10 fails their compile instead)
+    rows = flat.split(" Count ", 1)[1]  # past the title and the header
+    assert ("ran eagerly" in rows) == any(e.skipped_frame for e in events) and resumed.hints[0][:40] in rows
 
 
 @traced_breaks

@@ -18,7 +18,7 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
 from recompprof._torch.guard_failures import GuardFailureReader
-from recompprof._torch.steps import StepCounter
+from recompprof._torch.steps import StepCounter, StepInTrace
 from recompprof.events import Event, SignalChange
 from recompprof.reasons import clean_text
 
@@ -60,6 +60,7 @@ class Adapters:
         self.signals_off: dict[str, str] = {}
         self._rank, self._emit, self._lock = rank, emit, lock
         self.steps = StepCounter()
+        self.step_in_trace = StepInTrace(self.steps)
         self.guards = GuardFailureReader()
         self.breaks = GraphBreakTap(recorder.on_graph_break)
         self.break_counter: GraphBreakCounter | None = None  # fallback where torch traces no breaks
@@ -88,6 +89,7 @@ class Adapters:
             self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = False, "step_source=manual"
         else:
             adapters.append(("optimizer_steps", self.steps))
+        adapters.append(("step_in_trace", self.step_in_trace))
         adapters.append(("compile_metrics", self.metrics))
         if self.dynamo_profiler is not None:
             adapters.append(("dynamo_profiler", self.dynamo_profiler))

@@ -206,7 +206,9 @@ def _report(args: argparse.Namespace) -> int:
     if wanted and not report.events:
         raise CommandError(f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}")
     if run.source == "torch_trace":
-        report.notes.append("read from TORCH_TRACE logs: no training steps are recorded")
+        report.notes.append("read from TORCH_TRACE logs: " + (
+            "training steps are those recompprof, attached to the job, handed torch for each forward compile"
+            if report.steps_from_trace else "no training steps are recorded"))
     print(render_text(report, width=_width(args.width)), end="")
     if args.html:
         from recompprof.html_report import render_html
@@ -274,12 +276,13 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof.ingest import ingest
+    from recompprof.reporting import counts_line
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():
         _err(f"warning: {args.trace_dir}: {stats.describe()}")
-    _say(f"ingested {stats.files} trace log(s), {stats.compiles} compile(s) -> {len(written)} event log(s) in {out}")
+    _say(f"ingested {stats.files} trace log(s) -> {len(written)} event log(s) in {out}: {counts_line(stats.report)}")
     _say(f"  recompprof report {out}")
     return EXIT_OK
 

@@ -19,7 +19,8 @@ from recompprof.events import Compile, RecompileLimitHit
 # What a Compile event counts as, in bits (see ``verdict``).
 COUNTED = 1  # a forward compile that happened: what ``compiles`` counts
 COSTS = 2  # its ``duration`` is compile time (forward or backward)
-RECOMPILE = 4  # a COUNTED compile of a frame that already had compiled code: what ``recompiles`` counts
+RECOMPILE = 4  # a COUNTED compile of a frame that already had compiled code: what ``recompiles`` counts, and
+#               the only compile whose explaining reason counts as a change (a limit hit changed nothing)
 LIMIT_HIT = 8  # refused by a recompile limit: the frame ran eagerly, and nothing was compiled
 
 

@@ -22,11 +22,13 @@ from recompprof.reporting import (
     cause_steps,
     describe_source,
     fix_text,
+    ranked_breaks,
     share,
 )
 
 MAX_FRAMES_CHARTED = 12
 MAX_FRAMES_TABLED = 200
+MAX_BREAKS_TABLED = 100
 _PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
             "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728")
 PHASE_COLORS = dict(zip(PHASES, ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#bab0ac"), strict=True))
@@ -172,7 +174,8 @@ def _short(text: str, limit: int) -> str:
 
 # -- tables ------------------------------------------------------------------------------------------
 
-def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True) -> str:
+def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True,
+                  steady_known: bool = True) -> str:
     head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
             "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
     rows = []
@@ -194,7 +197,7 @@ def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_kno
             f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
             f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
             + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
-            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles}</td>'
+            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
             f'<td>{_e(steps) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" data-sort="{sum(f.limit_hits.values())}">'
             f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
             f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{"".join(reasons) or "-"}</ul></td></tr>')
@@ -259,6 +262,26 @@ def _trace_functions(report: Report) -> str:
     return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
 
 
+def _graph_breaks(report: Report) -> str:
+    ranked = ranked_breaks(report)
+    rows = []
+    for group in ranked[:MAX_BREAKS_TABLED]:
+        hints = "".join(f"<li>{_e(h)}</li>" for h in group.hints)
+        rows.append(
+            f'<tr data-eager="{"yes" if group.skipped_frame else "no"}"><td>{_e(group.reason)}</td>'
+            f'<td><code>{_e(group.location or "-")}</code></td><td class="frame">{_e(group.frame or "-")}</td>'
+            f'<td>{"<span class=bad>ran eagerly</span>" if group.skipped_frame else "resumed"}</td>'
+            f'<td class="n">{group.count}</td><td class="hint">{f"<ul>{hints}</ul>" if hints else "-"}</td></tr>')
+    head = ("Reason", "Where (user code)", "Frame", "Then", "Count", "torch's hints")
+    more = ranked[MAX_BREAKS_TABLED:]
+    foot = (f'<p class="note">{len(more)} more place(s), {sum(g.count for g in more)} graph break(s).</p>'
+            if more else "")
+    return ('<p>Where: the user\'s code that broke the graph. Ran eagerly: torch could not resume after the break and '
+            'ran the whole frame without compiling it.</p>'
+            f'<div class="scroll"><table id="graph-breaks-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
 def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
     return (f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
@@ -284,7 +307,8 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps", report.last_step if not report.from_torch_trace else "unknown"),
+        ("steps", "Training steps", report.last_step if not report.from_torch_trace
+         else f"≥ {report.last_step}" if report.steps_from_trace else "unknown"),
     ]
     cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
                     f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
@@ -302,8 +326,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
         + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
         + "</li>" for f in busy)
-    breaks = _simple_table("graph-breaks-table", ("Reason", "Count"), report.graph_break_reasons.most_common(30)) \
-        if report.graph_break_reasons else "<p class='empty'>No graph breaks.</p>"
+    breaks = _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
     failures = _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages) \
         if report.failure_messages else "<p class='empty'>No compile failures.</p>"
     meta = (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
@@ -313,7 +336,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         title=_e(title), meta=_e(meta), cards=cards,
         notes=f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else "",
         steps=_steps_chart(report, frames), categories=_category_chart(report), phases=_phase_chart(report, frames),
-        table=_frames_table(frames, FIX_HINTS, steps_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
+        table=_frames_table(frames, FIX_HINTS, steps_known=report.steps_known, steady_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
         limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
         limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
         fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),

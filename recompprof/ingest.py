@@ -8,7 +8,9 @@ compiled backward) becomes a ``compile`` event with its exclusive phases; the ``
 artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason`` becomes a
 ``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
 ``recompile_limit_hit``. ``dynamo_start`` and ``str`` records name the frame of a compile id, which
-torch leaves out of the metrics of a limit hit. Traces carry no training steps, so ``step`` is unset.
+torch leaves out of the metrics of a limit hit. A trace carries training steps only where recompprof
+was attached (it hands torch the step for each compile record, see ``recompprof._torch.steps``): those
+forward compiles, their graph breaks and limit hits get their step; backward compiles have none.
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ from typing import Any
 
 from recompprof import trace_frames
 from recompprof._torch.records import read_record
+from recompprof._torch.steps import step_of
 from recompprof.aggregates import Aggregates
 from recompprof.compiles import Correlation, ReasonExplainer, compile_events, graph_break_event, in_order, reason_texts
 from recompprof.errors import RecompprofError
 from recompprof.eventlog import LOG_GLOB, find_files, log_path, write_events
 from recompprof.events import (
-    Compile,
     Event,
     Frame,
     SessionEnd,
     SessionStart,
 )
+from recompprof.reporting import Report, build_report
 
 TRACE_PREFIX = "dedicated_log_torch_trace"
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
@@ -58,10 +61,11 @@ class IngestStats:
 
     files: int = 0
     records: int = 0
-    compiles: int = 0
     stray_lines: int = 0
     bad_payloads: int = 0
     bad_records: int = 0
+    # The events read, folded by the report's rules (recompprof.reporting.counts_line states its counts).
+    report: Report = dataclasses.field(default_factory=Report)
 
     def describe(self) -> str:
         parts = [f"{n} {what}" for n, what in (
@@ -190,6 +194,7 @@ class _Converter:
         self.first_time: float | None = None
         self.last_time = 0.0
         self.explainer = ReasonExplainer(redact)
+        self.steps_read = False  # some recompile carried the step recompprof handed torch
 
     def feed(self, record: _Record) -> None:
         self.pid = self.pid or record.pid
@@ -260,8 +265,12 @@ class _Converter:
         start, end = fields.get("start_time_us"), fields.get("end_time_us")
         stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + m.duration if isinstance(start, (int, float)) else record.time)
         breaks = [] if backward or key is None else self.correlation.compiled(f"{key[0]}/{key[1]}", frame)
+        step = step_of(fields.get("recompile_user_contexts"))
+        if step is not None:
+            self.steps_read = True
+            breaks = [b.model_copy(update={"step": step}) for b in breaks]
         event, hit = compile_events(
-            m, time=stamp, rank=self.rank, step=None, frame=frame, explained=self.explainer.explain(frame, texts),
+            m, time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
             graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
             limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
         )
@@ -295,7 +304,7 @@ class _Converter:
         start = SessionStart(
             time=self.first_time or 0.0, rank=self.rank, run_id=self.run_id, host=host, pid=self.pid,
             versions={"torch": self.torch_version}, mode="monitor", recompile_limit=self.recompile_limit,
-            signals={"torch_trace": True},
+            signals={"torch_trace": True, **({"step_in_trace": True} if self.steps_read else {})},
         )
         totals = Aggregates()  # the live session's totals, by the same fold
         for event in self.events:
@@ -350,9 +359,8 @@ def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> Tr
                 converter.feed(record)
             except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
                 stats.bad_records += 1  # valid JSON, but not the shapes torch writes (e.g. a hand-edited trace)
-        events = converter.finish(host)
-        stats.compiles += sum(isinstance(e, Compile) for e in events)
-        per_file.append(events)
+        per_file.append(converter.finish(host))
+    stats.report = build_report(itertools.chain.from_iterable(per_file), detail=False)
     return TraceRun(files, per_file, stats)
 
 

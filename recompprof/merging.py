@@ -116,6 +116,7 @@ def _absorb(total: Report, part: Report) -> None:
     total.modes |= part.modes
     total.profile_mechanisms |= part.profile_mechanisms
     total.from_torch_trace = total.from_torch_trace or part.from_torch_trace
+    total.steps_from_trace = total.steps_from_trace or part.steps_from_trace
     # A signal dark in both: every later session end that names it has the last word; new ones as the part saw them.
     for name in total.signals_dark:
         if name in part.signals_off_last:
@@ -129,9 +130,10 @@ def _absorb(total: Report, part: Report) -> None:
     total.wall_seconds = max(total.wall_seconds, part.wall_seconds)
     total.internal_errors.update(part.internal_errors)
     total.categories.update(part.categories)
-    for key in _keyed(total.graph_break_reasons, part.graph_break_reasons, reporting.MAX_FRAMES):
-        total.graph_break_reasons[key] = 0
-    total.graph_break_reasons.update(part.graph_break_reasons)
+    for key in _keyed(total.graph_break_groups, part.graph_break_groups, reporting.MAX_BREAK_GROUPS):
+        total.graph_break_groups[key] = dataclasses.replace(part.graph_break_groups[key], count=0)
+    for key, group in part.graph_break_groups.items():
+        total.graph_break_groups[key].count += group.count
     for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, reporting.MAX_LISTED):
         total.cudagraph_skips[key] = 0
     total.cudagraph_skips.update(part.cudagraph_skips)

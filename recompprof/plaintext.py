@@ -5,7 +5,8 @@ log says, so they may hold terminal escape sequences, carriage returns or newlin
 forge lines on the user's terminal. Everything printed through :func:`console`, and every line the CLI
 writes itself (:func:`escape`), shows such characters as Python escapes (``\\x1b``, ``\\n``, ``\\u202e``)
 instead. Line breaks therefore come only from the console's layout: one ``print`` per line,
-``console.line()`` for a blank line, never a newline inside the text.
+``console.line()`` for a blank line, never a newline inside the text. Table cells wrap labels between words and path parts, never inside a
+word (:class:`Wrapped`, :class:`Fitted`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import io
 import re
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 
 # C0 and C1 controls and DEL; lone surrogates; and the invisible characters a terminal acts on or that
@@ -52,3 +55,89 @@ def console(width: int) -> tuple[Console, io.StringIO]:
     out = io.StringIO()
     return _EscapingConsole(file=out, width=width, color_system=None, force_terminal=False, highlight=False,
                             markup=False, emoji=False), out
+
+
+_UNIT = re.compile(r"[^\s/]*/+|[^\s/]+")  # a path part with its separator, or a word's last part
+
+
+def units(word: str) -> list[str]:
+    """``word`` cut after each ``/``: the places a label may wrap inside a word (a path)."""
+    return _UNIT.findall(word)
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken between words or after a path's ``/``; only a
+    part still wider than the column is cut, into column-wide pieces."""
+    width = max(width, 1)
+    lines: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        line = ""
+        for word in paragraph.split():
+            if line and len(line) + 1 + len(word) <= width:
+                line += " " + word
+                continue
+            if len(word) <= width:
+                if line:
+                    lines.append(line)
+                line = word
+                continue
+            spaced = bool(line)  # the word's first part follows a space; the others follow a "/"
+            for part in units(word):
+                sep = " " if spaced else ""
+                if line and len(line) + len(sep) + len(part) <= width:
+                    line += sep + part
+                else:
+                    if line:
+                        lines.append(line)
+                    while len(part) > width:
+                        lines.append(part[:width])
+                        part = part[width:]
+                    line = part
+                spaced = False
+        lines.append(line)
+    return lines
+
+
+class Wrapped:
+    """A table cell that wraps like :func:`wrap` (rich itself folds a long word at any character)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = escape(text)  # rendered as a Text of its own, not through the console's render_str
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        parts = [part for word in self.text.split() for part in units(word)] or [""]
+        longest = max(len(line) for line in self.text.splitlines() or [""])
+        return Measurement(min(max(len(p) for p in parts), options.max_width), min(longest, options.max_width))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text("\n".join(wrap(self.text, options.max_width)), no_wrap=True, overflow="crop")
+
+
+class Fitted:
+    """``table`` where it fits the width; narrower, each row as a record (its first cell, then ``column value``
+    pairs), wrapped like :func:`wrap`, so no cell is cut inside a word."""
+
+    def __init__(self, table: Table, columns: tuple[str, ...], rows: list[tuple[str, ...]], needed: int,
+                 wrapping: dict[int, tuple[int, int]]) -> None:
+        # needed: the table's width with each wrapping column at its minimum; wrapping: column -> (min, max) width
+        self.table, self.columns, self.rows, self.needed, self.wrapping = table, columns, rows, needed, wrapping
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.needed <= options.max_width:
+            # Size the wrapping columns here (rich's own shrinking would go below their minimum, cutting words):
+            # the column that needs the least to print whole first, each as wide as its longest line while space
+            # is left (a short label before a long reason text).
+            spare = options.max_width - self.needed
+            for index, (least, most) in sorted(self.wrapping.items(), key=lambda item: item[1][1] - item[1][0]):
+                grow = min(most - least, spare)
+                spare -= grow
+                self.table.columns[index].width = least + grow
+            yield self.table
+            return
+        width = options.max_width
+        lines = wrap(escape(str(self.table.title or "")), width)
+        for row in (tuple(escape(cell) for cell in row) for row in self.rows):
+            lines += ["  " + line for line in wrap(row[0], width - 2)]
+            pairs = " · ".join(f"{column} {cell}" for column, cell in zip(self.columns[1:], row[1:], strict=True))
+            lines += ["    " + line for line in wrap(pairs, width - 4)]
+        yield Text("\n".join(lines), no_wrap=True, overflow="crop")

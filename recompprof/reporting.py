@@ -21,7 +21,7 @@ from rich.table import Table
 from recompprof import divergence, plaintext
 from recompprof.causes import Cause, CauseTracker, explaining_reason
 from recompprof.compiles import changed_subject
-from recompprof.counting import COSTS, COUNTED, FrameCounts, fold_compile, fold_limit_hit
+from recompprof.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -30,6 +30,7 @@ from recompprof.events import (
     Category,
     Compile,
     Event,
+    GraphBreak,
 )
 
 # The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
@@ -45,6 +46,10 @@ MAX_FUNCTIONS = 1_000  # user functions whose Dynamo trace time is kept (profile
 MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
 WHY_ROWS_PER_FRAME = 5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
+MAX_BREAK_GROUPS = 1_000  # distinct graph-break groups (reason x place x eager); later new ones fold into one
+MAX_BREAK_HINTS = 3  # torch's hints kept per graph-break group
+BREAK_ROWS = 20  # graph-break groups in the terminal table (the HTML report lists more)
+OTHER_BREAKS = ("(graph breaks at more places)", "", False)
 
 
 def _hints() -> dict[str, str]:
@@ -62,6 +67,23 @@ class ReasonGroup:
     changes: int = 0  # recompiles this reason explains
     failures: int = 0  # guard failures, one per failing cache entry
     example: str = ""
+
+
+@dataclasses.dataclass
+class BreakGroup:
+    """Graph breaks with one reason at one place of the user's code."""
+
+    reason: str  # torch's graph-break type
+    location: str  # the user's file:line ("" where torch gave none)
+    skipped_frame: bool  # torch could not resume after the break: the whole frame ran eagerly
+    count: int = 0
+    frame: str = ""  # label of the first frame seen breaking here
+    hints: list[str] = dataclasses.field(default_factory=list)  # torch's, bounded
+
+    @property
+    def where(self) -> str:
+        """The location with its file shortened to the last two path parts, as frame labels have it."""
+        return "/".join(self.location.replace("\\", "/").split("/")[-2:]) if self.location else "-"
 
 
 @dataclasses.dataclass
@@ -171,7 +193,7 @@ class Report:
     frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)  # by frame key (events.Frame.key)
     frames_dropped: int = 0
     categories: Counter[str] = dataclasses.field(default_factory=Counter)
-    graph_break_reasons: Counter[str] = dataclasses.field(default_factory=Counter)
+    graph_break_groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(default_factory=dict)
     cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (frame, reason)
     failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -182,8 +204,10 @@ class Report:
     # Capture signals that were off from the start or went dark mid-run, with why: the counts above miss them.
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
-    # Read from TORCH_TRACE logs (recompprof ingest): no mode, and no training steps, were recorded.
+    # Read from TORCH_TRACE logs (recompprof ingest): no mode and no warm-up setting were recorded, and training
+    # steps only for forward compiles of a run recompprof was attached to (steps_from_trace).
     from_torch_trace: bool = False
+    steps_from_trace: bool = False
     frame_cache: dict[object, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
     causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)  # (frame key, category, subject)
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
@@ -197,6 +221,11 @@ class Report:
     # and the ranks of backward compiles whose forward this report never saw.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
+
+    @property
+    def steps_known(self) -> bool:
+        """Whether recompiles carry training steps (an ingested trace has them only from an attached run)."""
+        return not self.from_torch_trace or self.steps_from_trace
 
     @property
     def compiles(self) -> int:
@@ -280,6 +309,7 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
+                report.steps_from_trace = report.steps_from_trace or bool(event.signals.get("step_in_trace"))
             else:
                 report.modes.add(event.mode)
             if event.profile_mechanism:
@@ -304,9 +334,7 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
             frame = _frame(report, event.frame) if event.frame is not None else None
             if frame is not None:
                 frame.graph_breaks += event.count
-            key = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
-            if key in report.graph_break_reasons or len(report.graph_break_reasons) < MAX_FRAMES:
-                report.graph_break_reasons[key] += event.count
+            _add_break(report, event, frame.label if frame is not None else "")
         elif event.kind == "session_end":
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
@@ -379,6 +407,25 @@ def _frame(report: Report, frame: object) -> FrameReport | None:
     return found
 
 
+def _add_break(report: Report, event: GraphBreak, label: str) -> None:
+    """Count a graph break in its group (reason, place, eager), new groups past MAX_BREAK_GROUPS in one for the rest."""
+    reason = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
+    key = (reason, event.user_location or "", event.skipped_frame)
+    groups = report.graph_break_groups
+    group = groups.get(key)
+    if group is None:
+        if len(groups) >= MAX_BREAK_GROUPS:
+            group = groups.setdefault(OTHER_BREAKS, BreakGroup(*OTHER_BREAKS))
+        else:
+            group = groups[key] = BreakGroup(*key, frame=label, hints=[h[:300] for h in event.hints[:MAX_BREAK_HINTS]])
+    group.count += event.count
+
+
+def ranked_breaks(report: Report) -> list[BreakGroup]:
+    """Graph-break groups, most breaks first (frames that ran eagerly first among equals)."""
+    return sorted(report.graph_break_groups.values(), key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location))
+
+
 def _group(frame: FrameReport, category: str, subject: str, text: str) -> ReasonGroup:
     key = (category, subject)
     group = frame.reasons.get(key)
@@ -443,7 +490,7 @@ def _add_compile(report: Report, event: Compile) -> None:
             if group is None:
                 group = _group(frame, category, reason.subject, reason.text)
             group.failures += 1
-            if reason.explains_change:
+            if reason.explains_change and counted & RECOMPILE:  # a refused compile (limit hit) changed nothing
                 group.changes += 1
                 categories: dict[str, int] = report.categories
                 categories[category] = categories.get(category, 0) + 1
@@ -532,26 +579,35 @@ def share(seconds: float, total: float) -> str:
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
-           fold: Iterable[str] = ()) -> Table:
+           fold: Iterable[str] = ()) -> plaintext.Fitted:
     """A table whose headers never break inside a word, at any width.
 
     Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
-    ``fold`` columns (frame labels, reason texts, hints) share the rest, and only they may break a long
-    word (a path) to fit; they are never narrower than their longest header word.
+    ``fold`` columns (frame labels, reason texts, hints) share the rest; their cells wrap between words and
+    after a path's ``/`` (:class:`plaintext.Wrapped`), and only a part wider than the whole column is cut.
+    They are never narrower than their longest header word. Where even that does not fit the width, each row
+    prints as a record instead (:class:`plaintext.Fitted`).
     """
     # At least as wide as the title (within the console), so a narrow table does not wrap its title.
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
     right, fold = set(right), set(fold)
+    needed = 2 + 3 * len(columns) - 1  # the table's edges, each cell's padding and the gaps between columns
+    wrapping: dict[int, tuple[int, int]] = {}
     for i, col in enumerate(columns):
         word = max(len(w) for w in col.split())
         if col in fold:
             table.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
+            least = max([word, *(len(p) for row in rows for w in row[i].split() for p in plaintext.units(w))])
+            wrapping[i] = (least, max([least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]))
+            needed += least
         else:
             cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
             table.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
+            needed += max(word, cells)
+    folded = [i for i, col in enumerate(columns) if col in fold]
     for row in rows:
-        table.add_row(*row)
-    return table
+        table.add_row(*(plaintext.Wrapped(cell) if i in folded else cell for i, cell in enumerate(row)))
+    return plaintext.Fitted(table, columns, rows, needed, wrapping)
 
 
 def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
@@ -604,6 +660,27 @@ def warmup_avoidance(made_dynamic: str) -> str:
     return "mark the dim dynamic before the first call (torch._dynamo.mark_dynamic(tensor, dim))"
 
 
+def _print_breaks(console: Console, report: Report) -> None:
+    ranked = ranked_breaks(report)
+    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed", str(g.count))
+            for g in ranked[:BREAK_ROWS]]
+    rest = ranked[BREAK_ROWS:]
+    if rest:
+        rows.append(("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest))))
+    console.print(_table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could not resume "
+                         "after the break and ran the whole frame without compiling it)",
+                         ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
+                         fold=("Reason", "Where", "Frame")))
+    hints: dict[str, list[str]] = {}  # once per reason shown, torch's own hints
+    for group in ranked[:BREAK_ROWS]:
+        if group.hints and group.reason not in hints:
+            hints[group.reason] = group.hints
+    if hints:
+        console.print(_table("Graph-break hints (torch's)", ("Reason", "Hint"),
+                             [(reason, hint) for reason, listed in hints.items() for hint in listed],
+                             fold=("Reason", "Hint")))
+
+
 def _print_caches(console: Console, report: Report) -> None:
     if not any(report.cache_lookups.values()):
         return
@@ -625,7 +702,8 @@ def _steps(frame: FrameReport) -> str:
 def describe_source(report: Report) -> str:
     """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
     if report.from_torch_trace and not report.modes:
-        return "from TORCH_TRACE (no mode) | steps unknown"
+        steps = f"recompile steps up to {report.last_step}" if report.steps_from_trace else "steps unknown"
+        return f"from TORCH_TRACE (no mode) | {steps}"
     return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {report.last_step}"
 
 
@@ -652,6 +730,15 @@ def automatic_dynamic_notes(report: Report) -> list[str]:
     return notes
 
 
+def counts_line(report: Report) -> str:
+    """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
+    counts, in the words every command uses for them."""
+    backward = sum(f.backward_compiles for f in report.frames.values())
+    return (f"compiles {report.compiles}" + (f" (+{backward} bwd)" if backward else "")
+            + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
+            f" | failures {report.failures}")
+
+
 def render_summary(report: Report, width: int = 100) -> str:
     """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
     console, out = plaintext.console(width)
@@ -676,13 +763,11 @@ def render_text(report: Report, width: int = 160) -> str:
     console, out = plaintext.console(width)
     hints = _hints()
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
-    steps_known = not report.from_torch_trace
+    steps_known = report.steps_known
     console.print("recompprof report")
     console.print("=================")
     console.print(
-        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | "
-        f"compiles {report.compiles} | recompiles {report.recompiles} | "
-        f"limit hits {report.limit_hits} | graph breaks {report.graph_breaks} | failures {report.failures} | "
+        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
         f"compile time {report.compile_seconds:.2f} s"
         + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
            else " summed over ranks" if len(report.ranks) > 1 else "")
@@ -710,7 +795,7 @@ def render_text(report: Report, width: int = 160) -> str:
     rows: list[tuple[str, ...]] = [
         (
             f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
-            str(f.recompiles), str(f.steady_state_recompiles) if steps_known else "-",
+            str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
             (_steps(f) or "-") if steps_known else "-",
             ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
             str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
@@ -761,10 +846,8 @@ def render_text(report: Report, width: int = 160) -> str:
                              [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
                               for (label, reason), count in report.cudagraph_skips.most_common(20)],
                              right=("Compiles",), fold=("Frame", "Fix")))
-    if report.graph_break_reasons:
-        console.print(_table("Graph breaks", ("Reason", "Count"),
-                             [(reason, str(count)) for reason, count in report.graph_break_reasons.most_common(20)],
-                             right=("Count",), fold=("Reason",)))
+    if report.graph_break_groups:
+        _print_breaks(console, report)
     if report.failure_messages:
         console.print(_table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
                              fold=("Frame", "Type", "Message")))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
+from recompprof._torch.versions import torch_info
 from recompprof.eventlog import read_run
 from recompprof.events import Compile, RecompileLimitHit
 from recompprof.ingest import IngestError, read_trace, trace_files
@@ -103,12 +104,14 @@ def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:
     out = tmp_path / "ingested"
     done = cli("ingest", str(recorded.trace_dir), "-o", str(out))
     assert done.returncode == 0, done.stderr
-    assert "compile(s)" in done.stdout and len(list(out.glob("rank*.jsonl"))) == 1
+    assert "compiles " in done.stdout and len(list(out.glob("rank*.jsonl"))) == 1
     report = cli("report", str(out))
     assert report.returncode == 0 and "recompiles 4" in report.stdout
-    # An ingested run has no mode and no training steps: the report says so instead of inventing them.
+    # An ingested run has no mode: the report says so instead of inventing one. Its steps are the ones recompprof,
+    # attached to the recorded run, handed torch (tests/test_trace_steps.py), where this torch keeps them.
     flat = " ".join(report.stdout.split())
-    assert "from TORCH_TRACE (no mode) | steps unknown" in flat
+    steps = "recompile steps up to 11" if torch_info().has("recompile_user_context") else "steps unknown"
+    assert f"from TORCH_TRACE (no mode) | {steps}" in flat
     assert "mode monitor" not in flat and "steps 0" not in flat and "0, 0" not in flat
     again = cli("ingest", str(recorded.trace_dir), "-o", str(out))
     assert again.returncode == 2 and "--overwrite" in again.stderr and len(again.stderr.splitlines()) == 1
@@ -117,12 +120,19 @@ def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:
 
 
 def test_commands_read_trace_dirs_directly(recorded: RecordedRun) -> None:
-    """report, check and diff accept a TORCH_TRACE directory as a run, and agree with the attach() run."""
+    """report, check and diff accept a TORCH_TRACE directory as a run, and agree with the attach() run (steps too,
+    where torch keeps the ones recompprof handed it; without steps, check refuses --after-step)."""
     report = cli("report", str(recorded.trace_dir))
-    assert report.returncode == 0 and "no training steps" in report.stdout
     assert cli("diff", str(recorded.run_dir), str(recorded.trace_dir)).returncode == 0
+    live = cli("check", str(recorded.run_dir), "--max-recompiles", "0", "--after-step", "3")
     check = cli("check", str(recorded.trace_dir), "--max-recompiles", "0", "--after-step", "3")
-    assert check.returncode == 2 and "training steps" in check.stderr
+    if torch_info().has("recompile_user_context"):
+        assert report.returncode == 0 and "handed torch for each forward compile" in " ".join(report.stdout.split())
+        assert check.returncode == live.returncode == 1 and check.stdout.replace(str(recorded.trace_dir), "") == \
+            live.stdout.replace(str(recorded.run_dir), "")
+    else:
+        assert report.returncode == 0 and "no training steps" in report.stdout
+        assert check.returncode == 2 and "training steps" in check.stderr
 
 
 def test_torn_and_stray_trace_lines_are_counted(recorded: RecordedRun, tmp_path: Path) -> None:

@@ -192,7 +192,8 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
     assert isinstance(start, SessionStart)
     assert start.signals == {"guard_failures": True, "graph_breaks": True, "optimizer_steps": True, "compile_metrics": True,
                              "phase_times": True, "recompile_limit_hits": info.has("recompile_limit_hits"),
-                             "backward_compiles": info.has("backward_compiles")}
+                             "backward_compiles": info.has("backward_compiles"),
+                             "step_in_trace": info.has("recompile_user_context")}
     assert start.versions["torch"] == torch.__version__
 
 

@@ -165,6 +165,8 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
     "graph_break_trace": _traces_graph_breaks,
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
+    "recompile_user_context": lambda: hasattr(torch._dynamo.utils, "register_hook_for_recompile_user_context")
+    and "recompile_user_contexts" in _metrics_fields(),
     "force_backend": _has_force_backend,
     "profile_evict": _has_evict_internals,
     "profile_park": _parks_and_reenables,
@@ -213,7 +215,8 @@ FUTURE = (99, 0)
     ("gate", "signal"),
     [("compilation_metrics", "compile_metrics"), ("guard_failures", "guard_failures"),
      ("graph_breaks", "graph_breaks"), ("phase_times", "phase_times"),
-     ("recompile_limit_hits", "recompile_limit_hits"), ("backward_compiles", "backward_compiles")],
+     ("recompile_limit_hits", "recompile_limit_hits"), ("backward_compiles", "backward_compiles"),
+     ("recompile_user_context", "step_in_trace")],
 )
 def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path) -> None:
     """With a gate moved past the installed torch, attach turns that signal off with the table's reason."""

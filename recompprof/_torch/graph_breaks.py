@@ -6,9 +6,16 @@ the whole frame run eagerly, a break raised while converting the frame) goes thr
 the record tlparse and ``TORCH_LOGS=graph_breaks`` count. torch calls that function as a module
 attribute whether or not ``TORCH_TRACE`` is set, so we wrap it and hand on the payload; anything
 else passes straight through. (``counters["graph_break"]`` misses the breaks torch cannot resume
-from.) With ``TORCH_TRACE`` on, torch stamps each trace line with its caller's file and line, which
-would now be our wrapper: a filter on the trace logger puts the real caller back, so the trace is
-byte-for-byte what it would be without recompprof.
+from.)
+
+When a trace is being written (``TORCH_TRACE`` set), nothing of ours may sit between the caller and
+torch: torch stamps each trace line with its caller's file and line, and for a call made outside a
+compile records the caller's stack (interning each file name as a ``str`` record, so one more file
+shifts every later string id). So then we wrap nothing and read the breaks from the records torch
+hands its trace logger, through a logging filter that changes nothing: the trace is byte-for-byte
+what it would be without recompprof. Otherwise we wrap; if the job adds a trace handler later (as
+torch's own structured-trace tests do), a filter puts the real caller back on the records our
+wrapper logs, but a stack torch records for a call outside a compile then shows our wrapper.
 
 Where torch has no such artifact, :class:`GraphBreakCounter` reads the growth of
 ``counters["graph_break"]`` instead, and says that some breaks may be missed.
@@ -21,6 +28,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any
 
 from recompprof import _internal
@@ -52,16 +60,19 @@ class GraphBreakTap:
         if not callable(original):
             self.reason_off = "torch._logging.trace_structured missing"
             return
+        trace_log = logging.getLogger(TRACE_LOGGER)
+        if writes_trace(trace_log):
+            reader = _BreakRecords(self._on_break)
+            trace_log.addFilter(reader)
+            self._undo, self.live = (lambda: trace_log.removeFilter(reader)), True
+            return
         on_break = self._on_break
-        trace_log = logging.getLogger("torch.__trace")
         caller_fix = _TraceCallerFix()
         trace_log.addFilter(caller_fix)
 
         def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
             if name != "artifact" and not trace_log.handlers:
-                return original(name, *args, **kwargs)  # most calls of a compile: nothing to do (no frame was set)
-            if trace_log.handlers:
-                caller_fix.local.frame = sys._getframe(1)
+                return original(name, *args, **kwargs)  # most calls of a compile: nothing to do
             if name == "artifact":
                 with _internal.contain("torch.graph_breaks"):
                     metadata_fn = kwargs.get("metadata_fn", args[0] if args else None)
@@ -70,11 +81,16 @@ class GraphBreakTap:
                         payload_fn = kwargs.get("payload_fn")
                         payload = payload_fn() if callable(payload_fn) else None
                         on_break(str(payload or ""), _compile_id(kwargs.get("compile_id")))
+            if not trace_log.handlers:
+                return original(name, *args, **kwargs)
+            callers = caller_fix.callers()
+            callers.append(sys._getframe(1))
             try:
                 return original(name, *args, **kwargs)
             finally:
-                caller_fix.local.frame = None  # never keep a caller's frame (and its locals) alive
+                callers.pop()  # never keep a caller's frame (and its locals) alive
 
+        caller_fix.code = hooked.__code__
         hooked.__wrapped__ = original  # type: ignore[attr-defined]
         undo_wrap = replace(torch_logging, "trace_structured", hooked)
 
@@ -82,8 +98,7 @@ class GraphBreakTap:
             undo_wrap()
             trace_log.removeFilter(caller_fix)
 
-        self._undo = restore
-        self.live = True
+        self._undo, self.live = restore, True
 
     def uninstall(self) -> None:
         if self._undo is not None:
@@ -92,21 +107,62 @@ class GraphBreakTap:
         self.live = False
 
 
+TRACE_LOGGER = "torch.__trace"  # torch._logging._internal.trace_log
+
+
+def writes_trace(trace_log: logging.Logger) -> bool:
+    """Whether the trace logger has a handler that writes: torch installs a lazy one in every process, which
+    removes itself at the first record when no trace directory was given (``root_dir`` None)."""
+    return any(not (type(handler).__name__ == "LazyTraceHandler" and getattr(handler, "root_dir", None) is None
+                    and getattr(handler, "stream", None) is None)
+               for handler in trace_log.handlers)
+
+
+class _BreakRecords(logging.Filter):
+    """Hands on the graph breaks among the records torch logs to its trace; passes every record unchanged."""
+
+    def __init__(self, on_break: Callable[[str, str | None], None]) -> None:
+        super().__init__()
+        self._on_break = on_break
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        metadata = getattr(record, "metadata", None)
+        if isinstance(metadata, dict):
+            artifact = metadata.get("artifact")
+            if isinstance(artifact, dict) and artifact.get("name") == ARTIFACT:
+                with _internal.contain("torch.graph_breaks"):
+                    frame_id, compile_id = metadata.get("frame_id"), metadata.get("frame_compile_id")
+                    explicit = f"{frame_id}/{compile_id}" if isinstance(frame_id, int) and isinstance(compile_id, int) else None
+                    self._on_break(str(getattr(record, "payload", None) or ""), _compile_id(None) or explicit)
+        return True
+
+
 class _TraceCallerFix(logging.Filter):
-    """Stamps a trace record with the frame that called ``trace_structured``, not our wrapper."""
+    """Stamps the trace records our wrapper logged (torch's ``stacklevel`` lands on it) with the frame that
+    called ``trace_structured``; records logged deeper (the ``str`` records of names torch interns) keep
+    theirs."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.local = threading.local()
+        self._local = threading.local()
+        self.code: CodeType | None = None
+
+    def callers(self) -> list[FrameType]:
+        """This thread's callers of our wrapper, innermost last."""
+        callers: list[FrameType] | None = getattr(self._local, "callers", None)
+        if callers is None:
+            callers = self._local.callers = []
+        return callers
 
     def filter(self, record: logging.LogRecord) -> bool:
-        frame = getattr(self.local, "frame", None)
-        if frame is not None:
-            self.local.frame = None
-            code = frame.f_code
-            record.pathname, record.lineno, record.funcName = code.co_filename, frame.f_lineno, code.co_name
-            record.filename = os.path.basename(code.co_filename)
-            record.module = os.path.splitext(record.filename)[0]
+        code = self.code
+        if code is not None and record.funcName == code.co_name and record.pathname == code.co_filename:
+            callers = self.callers()
+            if callers:
+                frame = callers[-1]
+                record.pathname, record.lineno, record.funcName = frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+                record.filename = os.path.basename(record.pathname)
+                record.module = os.path.splitext(record.filename)[0]
         return True
 
 

@@ -1,9 +1,12 @@
-"""Training steps counted by a global optimizer step hook, so events carry the step with no user code."""
+"""Training steps counted by a global optimizer step hook, so events carry the step with no user code;
+and the step handed to torch for its own compile records, so a TORCH_TRACE of an attached run has it too."""
 
 from __future__ import annotations
 
 import weakref
 from typing import Any
+
+from recompprof._torch.versions import torch_info
 
 
 class StepCounter:
@@ -58,3 +61,60 @@ class StepCounter:
         self.manual = True
         self.step = self.step + 1 if to is None else to
         return self.step
+
+
+STEP_CONTEXT = "recompprof step "  # + the step: the string torch writes into each compile's record
+
+
+class StepInTrace:
+    """Has torch write the training step into each forward compile's record (``recompile_user_contexts``,
+    which TORCH_TRACE keeps), so ``recompprof ingest`` of an attached run's trace has steps.
+
+    torch calls the hook once per compile (the first of a frame too, despite its name): nothing runs per
+    training step.
+    """
+
+    def __init__(self, steps: StepCounter) -> None:
+        self._steps = steps
+        self._hook: Any = None
+        self.live = False
+        self.reason_off = ""
+
+    def install(self) -> None:
+        info = torch_info()
+        if not info.has("recompile_user_context"):
+            self.reason_off = info.why_off("recompile_user_context")
+            return
+        from torch._dynamo import utils
+
+        steps = self._steps
+
+        def hook() -> str:
+            return f"{STEP_CONTEXT}{steps.step}"
+
+        utils.register_hook_for_recompile_user_context(hook)
+        self._hook = hook
+        self.live = True
+
+    def uninstall(self) -> None:
+        """Take our hook out of torch's list (torch has no unregister; its reset would drop the job's own hooks)."""
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            from torch._dynamo import utils
+
+            hooks = utils.get_hook_for_recompile_user_context()
+            if hooks is not None and hook in hooks:
+                hooks.remove(hook)
+        self.live = False
+
+
+def step_of(contexts: object) -> int | None:
+    """The step a compile record's ``recompile_user_contexts`` carry from :class:`StepInTrace`, or None."""
+    if not isinstance(contexts, (list, tuple, set, frozenset)):
+        return None
+    for context in contexts:
+        if isinstance(context, str) and context.startswith(STEP_CONTEXT):
+            digits = context[len(STEP_CONTEXT):]
+            if digits.isdigit() and len(digits) <= 18:
+                return int(digits)
+    return None

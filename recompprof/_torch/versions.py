@@ -51,6 +51,10 @@ GATES: dict[str, Gate] = {
         (2, 6), "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",
         "graph breaks are read from counters['graph_break'], which misses breaks torch cannot resume from "
         "and has no location, explanation or hints"),
+    "recompile_user_context": Gate(
+        (2, 9), "torch._dynamo.utils.register_hook_for_recompile_user_context: hooks called on each compile, whose "
+        "strings its CompilationMetrics record keeps (recompile_user_contexts)",
+        "TORCH_TRACE logs carry no training steps (ingested compiles have none)"),
     "recompile_limit_name": Gate(
         (2, 7), "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
         "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit"),

@@ -16,6 +16,7 @@ code object, so frames are compared by compile id and their names are checked se
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -126,8 +127,10 @@ def headline(reason: str) -> str:
     if text.startswith(_BREAK_REASON):
         text = text[len(_BREAK_REASON):]
     lines = [line.strip() for line in text.splitlines()]
-    # "Encountered graph break when attempting to trace X:" / "... cannot resume from ... encountered:" wrap the reason.
-    while lines and (not lines[0] or (lines[0].startswith("Encountered graph break") and lines[0].endswith(":"))):
+    # "Encountered graph break when attempting to trace X:" / "... cannot resume from ... encountered:" / "Failed to
+    # handle graph break gracefully. Skipping the function ... Graph break encountered:" wrap the reason.
+    while lines and (not lines[0] or (lines[0].startswith("Encountered graph break") and lines[0].endswith(":"))
+                     or lines[0].endswith("Graph break encountered:")):
         lines.pop(0)
     return lines[0] if lines else text
 
@@ -263,6 +266,22 @@ def describe(summaries: dict[str, Summary], found: dict[str, dict[str, dict[str,
             lines.append(f"{aspect} {cid}:")
             lines.extend(f"    {name}: {value!r}"[:600] for name, value in per_source.items())
     return "\n".join(lines)
+
+
+def torch_compiles(recorded: Recorded) -> dict[str, dict[str, Any]]:
+    """torch's own record of each forward compile in the raw ``TORCH_TRACE`` (its ``compilation_metrics``, with
+    ``dynamo_config`` parsed), by compile id: the code object (``co_name``, ``co_filename``, ``co_firstlineno``)
+    and the config the compile ran under, read without recompprof."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(recorded.trace_dir.glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '{"compilation_metrics": ' not in line or "] " not in line:
+                continue
+            metrics = json.loads(line.split("] ", 1)[1])["compilation_metrics"]
+            config = metrics.get("dynamo_config")
+            metrics["dynamo_config"] = json.loads(config) if isinstance(config, str) else (config or {})
+            out[metrics["compile_id"]] = metrics
+    return out
 
 
 def by_frame(summary: Summary) -> dict[str, list[str]]:

@@ -38,8 +38,10 @@ _EXIT_CODES_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
 _EXIT_CODES = """exit codes:
   0  success (check: every rule holds; diff: no regressions)
   1  check: at least one rule broken; diff: at least one regression
-  2  usage error, unreadable or empty input, or (check, diff) lines that could not be read
-     (pass --allow-skipped to accept a partial read)"""
+  2  usage error, unreadable or empty input, or (check, diff) lines or files that could not be read
+     (pass --allow-skipped to accept a partial read); check: counts that are incomplete (a dark signal,
+     a rank without session_end, a gap in a log: pass --accept-dark-signals, --accept-incomplete-runs,
+     --accept-log-gaps)"""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from recompprof import divergence, plaintext
 from recompprof.causes import Cause, CauseTracker, explaining_reason
-from recompprof.completeness import Incomplete, LogGap, SessionFold, count_compile
+from recompprof.completeness import Incomplete, LogGap, SessionFold
 from recompprof.counting import COSTS, COUNTED, FrameCounts, fold_compile, fold_limit_hit, verdict
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
@@ -272,9 +272,9 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
             last_step = step
         if event.kind == "compile":  # nearly every event: tested first (event.kind each time: mypy narrows on it)
             counted = _add_compile(report, event)
-            session = open_sessions.get(event.rank) or fold.session(event)
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
             session.last = event
-            count_compile(session, event, counted)
+            session.verdicts[counted] += 1  # what it counts as (recompprof.completeness)
         elif event.kind == "session_start":
             fold.start(event)
             report.ranks.add(event.rank)
@@ -292,11 +292,11 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
                 if event.signals.get(name) is False:
                     report.signals_dark.setdefault(name, "off from the start")
         elif event.kind == "signal":
-            (open_sessions.get(event.rank) or fold.session(event)).last = event
+            (open_sessions.get(event.rank) or fold.unstarted(event)).last = event
             if not event.live:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
         elif event.kind == "recompile_limit_hit":
-            session = open_sessions.get(event.rank) or fold.session(event)
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
             session.last = event
             session.limit_hits += 1
             frame = _frame(report, event.frame)
@@ -305,7 +305,7 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif event.kind == "graph_break":
-            session = open_sessions.get(event.rank) or fold.session(event)
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
             session.last = event
             session.graph_breaks += event.count
             frame = _frame(report, event.frame) if event.frame is not None else None

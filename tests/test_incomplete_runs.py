@@ -277,3 +277,12 @@ def test_after_step_does_not_make_a_gap(tmp_path: Path) -> None:
     write_events(run / "rank00000-1.jsonl", _session(0, 1, 1000, 6, ended=True))
     assert check(load(run).events, Rules(max_recompiles=100, after_step=4)) == []
     assert [v.rule for v in check(load(run).events, Rules(max_recompiles=0, after_step=4))] == ["max_recompiles"]
+
+
+def test_a_log_holding_more_than_its_totals_is_not_called_a_gap() -> None:
+    """Only a total higher than the log's count is a gap: a log with more events than its session_end
+    counted (the live totals missed one through an internal error) gets no verdict either way."""
+    more = build_report(_session(0, 1, 1000, 5, ended=True, claimed=4))
+    fewer = build_report(_session(0, 1, 1000, 4, ended=True, claimed=5))
+    assert more.log_gaps == {} and more.incomplete == {}
+    assert list(fewer.log_gaps) == [0] and "session_end counts 5 compile(s), the log holds 4" in fewer.log_gaps[0].detail

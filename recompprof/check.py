@@ -1,7 +1,10 @@
 """The CI gate: rules over a run's report, one violation (one line) per rank, frame and rule broken.
 
 Every rule is evaluated per rank, on a report built from that rank's events; ``after_step`` first
-drops what happened before that many training steps had completed (warm-up).
+drops what happened before that many training steps had completed (warm-up). Besides the rules, a
+rank whose counts cannot be trusted whole gives a violation the CLI refuses the run on unless told
+to accept it: a dark capture signal (``signal_dark``), a session without ``session_end``
+(``incomplete``) and a log with a gap (``log_gap``).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from recompprof import workers as parallel
+from recompprof.completeness import SessionFold
 from recompprof.errors import RecompprofError
 from recompprof.events import CATEGORIES, Event
-from recompprof.reporting import FrameReport, Report, build_report
+from recompprof.reporting import FrameReport, Report, build_report, completeness_warnings
 
 
 class CheckInputError(RecompprofError, ValueError):
@@ -79,33 +83,37 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
         per_rank = dict(grouped)
     violations: list[Violation] = []
     for rank in sorted(per_rank):
-        violations.extend(_check_rank(rank, build_report(_after(per_rank[rank], rules.after_step)), rules))
+        violations.extend(_check_rank(rank, _report(per_rank[rank], rules.after_step), rules))
     return violations
 
 
 def _check_in_workers(stream: Any, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
     """Each rank checked in a forked worker (see :mod:`recompprof.workers`), violations in rank order."""
-    found = parallel.map_forked(lambda rank: _check_rank(rank, build_report(_after(stream.of_rank(rank), rules.after_step)), rules),
+    found = parallel.map_forked(lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
                                 [stream], ranks, workers)
     return [violation for violations in found for violation in violations]
+
+
+def _report(events: Iterable[Event], step: int | None) -> Report:
+    """One rank's report; events before ``step`` still count in its sessions (their ``session_end``
+    totals include them), so leaving them out of the figures is no gap."""
+    if not step:  # nothing to drop: no per-event filter to pay for
+        return build_report(events)
+    sessions = SessionFold()
+    return build_report(_dropping_before(events, step, sessions), sessions=sessions)
 
 
 _COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds: views fold too
 
 
-def _after(events: Iterable[Event], step: int | None) -> Iterable[Event]:
-    if not step:  # nothing to drop: no per-event filter to pay for
-        return events
-    return _dropping_before(events, step)
-
-
-def _dropping_before(events: Iterable[Event], step: int) -> Iterator[Event]:
+def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) -> Iterator[Event]:
     for event in events:
         if event.kind in _COUNTED:
             if event.step is None:
                 raise CheckInputError("--after-step needs training steps, and this run has events without one "
                                       "(ingested from TORCH_TRACE, or recorded without step tracking)")
             if event.step < step:
+                sessions.tally(event)
                 continue
         yield event
 
@@ -117,6 +125,8 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
     frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
     for name, why in report.signals_dark.items():  # the CLI exits 2 on these unless told to accept them
         out.append(Violation("signal_dark", rank, None, f"{where}: signal {name} was dark ({why})"))
+    for rule, line in completeness_warnings(report):  # the CLI exits 2 on these unless told to accept them
+        out.append(Violation(rule, rank, None, line))
     if rules.max_recompiles is not None:
         for f in frames:
             if f.recompiles > rules.max_recompiles:

@@ -38,8 +38,10 @@ _EXIT_CODES_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
 _EXIT_CODES = """exit codes:
   0  success (check: every rule holds; diff: no regressions)
   1  check: at least one rule broken; diff: at least one regression
-  2  usage error, unreadable or empty input, or (check, diff) lines that could not be read
-     (pass --allow-skipped to accept a partial read)"""
+  2  usage error, unreadable or empty input, or (check, diff) lines or files that could not be read
+     (pass --allow-skipped to accept a partial read); check: counts that are incomplete (a dark signal,
+     a rank without session_end, a gap in a log: pass --accept-dark-signals, --accept-incomplete-runs,
+     --accept-log-gaps)"""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -94,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-skipped", action="store_true", help="accept a run some of whose lines could not be read")
     p.add_argument("--accept-dark-signals", action="store_true",
                    help="accept a run in which a capture signal was off or went dark (its counts are incomplete)")
+    p.add_argument("--accept-incomplete-runs", action="store_true",
+                   help="accept a run in which a rank ended without session_end (killed, crashed or still running)")
+    p.add_argument("--accept-log-gaps", action="store_true",
+                   help="accept a run whose session_end counts events its log lacks (a full disk, a deleted log)")
 
     p = sub.add_parser("diff", help="what got better or worse between two runs (exit 1 on regressions)",
                        formatter_class=_Formatter, epilog=_EXIT_CODES)
@@ -223,6 +229,11 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The violations that say a rank's counts are incomplete, and the option that accepts each.
+_INCOMPLETE_COUNTS = {"signal_dark": "--accept-dark-signals", "incomplete": "--accept-incomplete-runs",
+                      "log_gap": "--accept-log-gaps"}
+
+
 def _check(args: argparse.Namespace) -> int:
     from recompprof.check import CheckInputError, Rules, check
 
@@ -245,12 +256,16 @@ def _check(args: argparse.Namespace) -> int:
     [run] = _open(args.run_dir)
     violations = check(run.events, rules)
     _finish(run, strict=not args.allow_skipped)
-    dark = [v for v in violations if v.rule == "signal_dark"]
-    if dark and not args.accept_dark_signals:
-        for violation in dark:
-            _err(f"error: {violation}")
-        raise CheckInputError("this run's counts are incomplete; pass --accept-dark-signals to check it anyway")
-    violations = [v for v in violations if v.rule != "signal_dark"]
+    # Counts that cannot be trusted whole: refused unless accepted (then still said, as warnings).
+    refused = {rule: option for rule, option in _INCOMPLETE_COUNTS.items()
+               if not getattr(args, option[2:].replace("-", "_"))}
+    for violation in violations:
+        if violation.rule in _INCOMPLETE_COUNTS:
+            _err(("error: " if violation.rule in refused else "warning: ") + str(violation))
+    options = list(dict.fromkeys(refused[v.rule] for v in violations if v.rule in refused))
+    if options:
+        raise CheckInputError(f"this run's counts are incomplete; pass {' and '.join(options)} to check it anyway")
+    violations = [v for v in violations if v.rule not in _INCOMPLETE_COUNTS]
     for violation in violations:
         _say(f"FAIL {violation.rule}: {violation}")
     if violations:

@@ -1,21 +1,30 @@
 """The durable event log: one JSONL file per rank in a run directory, and its reader.
 
-Each event is written and flushed as one line, so a crash loses at most the line being written; the
-reader skips a torn last line (and any corrupt or foreign line), and says how many it skipped.
+Each event is written as one line by one ``write`` call, so a crash loses at most the line being
+written; the reader skips a torn last line (and any corrupt or foreign line), and says how many it
+skipped. A line the writer cannot write whole (a full disk) is cut back out of the file and counted
+(:attr:`EventLogWriter.dropped`, the session's ``events_dropped["event_log"]``), so the log has no
+partial line and its ``session_end`` says how many events it lacks.
+
+The reader never trusts a number it cannot compare: ``NaN`` and infinities (``Infinity``, ``1e999``)
+make their line a corrupt line, in every numeric field of every event.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
+import stat
 import time
+import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from recompprof.errors import RecompprofError
@@ -36,6 +45,8 @@ _LOG_NAME = re.compile(rf"rank(\d+)-\d+{re.escape(SUFFIX)}")
 MAX_LINE = 16 * 1024 * 1024
 # How often (seconds, at most) the writer checks that its file was not deleted under it.
 REOPEN_CHECK_SECONDS = 1.0
+# The writer's count of events it could not write, as the session's events_dropped names it.
+DROPPED = "event_log"
 
 
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:
@@ -50,20 +61,32 @@ def log_rank(path: Path) -> int | None:
 
 
 class EventLogWriter:
-    """Appends events to one file; every write is flushed to the OS before returning."""
+    """Appends events to one file; each is in the OS (one ``write``, unbuffered) before returning."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
+        self._fd: int | None = self._open()
         self._checked = 0.0
+        self.dropped = 0  # events that could not be written (a full disk): none of their bytes stay in the file
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def write(self, event: Event) -> None:
-        if self._file is None:
+        """Append ``event`` as one line; on an error (raised) none of it stays, and it is counted in ``dropped``."""
+        if self._fd is None:
             return
-        line = to_json(event) + "\n"
-        self._file.write(line)
-        self._file.flush()
+        line = (to_json(event) + "\n").encode()
+        written = 0
+        try:
+            while written < len(line):  # a short write (the disk filled mid-line) is followed by the error
+                written += os.write(self._fd, line[written:])
+        except OSError:
+            self.dropped += 1
+            if written:  # cut the partial line back out: this process is the file's only writer
+                os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            raise
 
     def reopen_if_deleted(self, max_age: float | None = None) -> bool:
         """Start a new file at ``path`` if the open one was deleted (e.g. a cleanup job); True if so.
@@ -75,21 +98,21 @@ class EventLogWriter:
         """
         max_age = REOPEN_CHECK_SECONDS if max_age is None else max_age
         now = time.monotonic()
-        if self._file is None or now - self._checked < max_age:
+        if self._fd is None or now - self._checked < max_age:
             return False
         self._checked = now
-        if os.fstat(self._file.fileno()).st_nlink > 0:
+        if os.fstat(self._fd).st_nlink > 0:
             return False
-        self._file.close()
-        self._file = None
+        fd, self._fd = self._fd, None
+        os.close(fd)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
+        self._fd = self._open()
         return True
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 @dataclasses.dataclass
@@ -124,6 +147,41 @@ class ReadStats:
 
 class EventLogError(RecompprofError):
     """A path cannot be read as a run directory or event log; the message says which and why."""
+
+
+class UnreadableLog(EventLogError):
+    """A file named like an event log cannot be read as one: ``why`` says what it is, or the OS error."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"cannot read {path}: {why}")
+        self.path = path
+        self.why = why
+
+
+_NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+def _open_log(path: Path) -> int:
+    """A read-only descriptor of the regular file at ``path``; :class:`UnreadableLog` for anything else.
+
+    Opened non-blocking, so a FIFO named like a log is refused at once instead of waiting for a writer.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if path.is_symlink() and not path.exists():
+            raise UnreadableLog(path, "a dangling symlink, not a regular file") from None
+        try:
+            kind = _NOT_REGULAR.get(stat.S_IFMT(path.stat().st_mode))
+        except OSError:
+            kind = None
+        raise UnreadableLog(path, f"{kind}, not a regular file" if kind else str(exc.strerror or exc)) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnreadableLog(path, f"{_NOT_REGULAR.get(stat.S_IFMT(mode), 'a special file')}, not a regular file")
+    return fd
 
 
 def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
@@ -176,10 +234,7 @@ def _blocks(path: Path, stats: ReadStats) -> Iterator[tuple[list[bytes], bool]]:
     bytes or more comes as :data:`_OVERSIZED`, and no more than ``MAX_LINE`` bytes of it are held.
     """
     stats.files += 1
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
-    except OSError as exc:
-        raise EventLogError(f"cannot read {path}: {exc.strerror or exc}") from None
+    handle = open(_open_log(path), "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
     with handle:
         head: list[bytes] = []  # the start of a line that earlier blocks cut off (dropped once oversized)
         held = 0  # its length
@@ -299,32 +354,88 @@ def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, torn: bool) -> 
         stats.unknown_schema += 1
         return
     try:
-        yield EVENT_ADAPTER.validate_python(interner.event(data))
+        event = EVENT_ADAPTER.validate_python(interner.event(data))
     except ValidationError:
         if data.get("kind") not in KINDS:
             stats.unknown_kind += 1
         else:
             stats.corrupt += 1
+        return
+    if _finite(event):
+        yield event
+    else:
+        stats.corrupt += 1
 
 
-def find_files(path: Path, pattern: str, what: str, error: type[Exception], *, recursive: bool = True) -> list[Path]:
-    """The files matching ``pattern`` under ``path`` (or ``path`` itself); raises ``error`` if there are none."""
-    if not path.exists():
+def _float_fields(model: type[BaseModel]) -> tuple[tuple[str, bool], ...]:
+    """The fields of ``model`` that hold floats, each with whether it is a mapping to floats.
+
+    Derived from the model, so a float field added later is checked too; a float in a shape this
+    does not read (a list, a nested model) fails the import instead of going unchecked.
+    """
+    fields = []
+    for name, info in model.model_fields.items():
+        annotation, args = info.annotation, get_args(info.annotation)
+        if annotation is float or (get_origin(annotation) in (Union, types.UnionType) and float in args
+                                   and not any(_holds_float(a) for a in args if a is not float)):
+            fields.append((name, False))
+        elif get_origin(annotation) is dict and args[1] is float and not _holds_float(args[0]):
+            fields.append((name, True))
+        elif _holds_float(annotation):
+            raise TypeError(f"{model.__name__}.{name}: the reader cannot check this field's floats are finite; extend it")
+    return tuple(fields)
+
+
+def _holds_float(annotation: Any) -> bool:
+    if annotation is float:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return any(_holds_float(info.annotation) for info in annotation.model_fields.values())
+    return any(_holds_float(arg) for arg in get_args(annotation))
+
+
+_FLOAT_FIELDS = {model.model_fields["kind"].default: _float_fields(model) for model in get_args(get_args(Event)[0])}
+
+
+def _finite(event: Event) -> bool:
+    """Every number of ``event`` is finite: no NaN or infinity can pass, or fail, a threshold."""
+    isfinite = math.isfinite
+    for name, mapping in _FLOAT_FIELDS[event.kind]:
+        value = getattr(event, name)
+        if mapping:
+            if value and not all(map(isfinite, value.values())):
+                return False
+        elif value is not None and not isfinite(value):
+            return False
+    return True
+
+
+def find_files(path: Path, pattern: str, what: str, error: type[Exception], *, recursive: bool = True,
+               irregular: bool = False) -> list[Path]:
+    """The files matching ``pattern`` under ``path`` (or ``path`` itself); raises ``error`` if there are none.
+
+    ``irregular``: also whatever else matches (a FIFO, a dangling symlink, a directory), for the
+    reader to report as unreadable instead of leaving it out without a word.
+    """
+    if not path.exists() and not (irregular and path.is_symlink()):
         raise error(f"{path}: no such file or directory")
-    if path.is_file():
+    if path.is_file() or (irregular and not path.is_dir()):
         return [path]
     if not os.access(path, os.R_OK | os.X_OK):
         raise error(f"{path}: directory is not readable")
     found = path.rglob(pattern) if recursive else path.glob(pattern)
-    files = sorted(p for p in found if p.is_file())
+    files = sorted(p for p in found if irregular or p.is_file())
     if not files:
         raise error(f"{path}: no {what} ({pattern}) found")
     return files
 
 
 def run_files(path: Path) -> list[Path]:
-    """The event logs of a run directory (or the file itself); raises EventLogError if there are none."""
-    return find_files(path, f"*{SUFFIX}", "recompprof event logs", EventLogError)
+    """The event logs of a run directory (or the file itself); raises EventLogError if there are none.
+
+    Everything named like a log is listed, file or not: reading it says why it cannot be read.
+    """
+    return find_files(path, f"*{SUFFIX}", "recompprof event logs", EventLogError, irregular=True)
 
 
 def read_run(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:

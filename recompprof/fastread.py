@@ -10,7 +10,10 @@ and read fields, so they take views and models alike; ``eventlog.read_file`` sti
 
 msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
 so what it accepts pydantic accepts with the same values; anything it refuses goes through the
-validated reader, which keeps or skips the line (and counts why) exactly as before. Two rules are the
+validated reader, which keeps or skips the line (and counts why) exactly as before. Non-finite numbers
+are among what it refuses (``NaN`` and ``Infinity`` are not JSON; ``1e999`` is out of range), and the
+validated reader counts their line corrupt (``eventlog._finite``): no view ever holds one, at no cost
+per line here (``tests/test_unreadable_input.py`` holds both readers to it). Two rules are the
 reader's, not the model's, and ``eventlog.scan_file`` or the view keeps them: a line must carry a
 ``schema_version`` the reader supports (required here, and a ``Literal``), and its bytes must be UTF-8
 even where msgspec skips them. A model constraint or validator a view cannot express fails the

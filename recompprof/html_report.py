@@ -20,6 +20,7 @@ from recompprof.reporting import (
     Report,
     automatic_dynamic_notes,
     cause_steps,
+    completeness_warnings,
     describe_source,
     fix_text,
     ranked_breaks,
@@ -307,13 +308,14 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps", report.last_step if not report.from_torch_trace
+        ("steps", "Training steps" + (" (last seen)" if report.incomplete else ""),
+         report.last_step if not report.from_torch_trace
          else f"≥ {report.last_step}" if report.steps_from_trace else "unknown"),
     ]
     cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
                     f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
                     for key, label, value in kpis)
-    notes = list(warnings) + list(report.notes)
+    notes = [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
     notes += automatic_dynamic_notes(report)
     diverging = report.diverging_frames()
     if diverging:

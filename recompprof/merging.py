@@ -17,8 +17,9 @@ Where one fold's result depends on more than the parts hold, the merge gives up 
 the run in one process: a part that reached a bound on distinct keys (frames, reason groups of a
 frame, causes, graph-break reasons, cudagraph skips, traced functions, guard sets), a union of parts
 past such a bound, or a backward compile whose forward one fold would have found in an earlier part
-(the same rank in two files). Real runs reach none of these: the bounds are there against runaway
-input.
+(the same rank in two files), or a part whose first event of a rank is not its ``session_start``
+while an earlier part left that rank's session open (the later events belong to that session). Real
+runs reach none of these: the bounds are there against runaway input, and each log starts a session.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from recompprof import reporting, workers as parallel
+from recompprof.completeness import merge_verdicts
 from recompprof.events import Event
 from recompprof.reporting import FrameReport, Report, build_report, sort_ranks, sum_phases
 
@@ -80,6 +82,8 @@ def merge(parts: list[Report]) -> Report | None:
     for frame in total.frames.values():
         sort_ranks(frame)
     sum_phases(total)
+    total.incomplete = dict(sorted(total.incomplete.items()))
+    total.log_gaps = dict(sorted(total.log_gaps.items()))
     return total
 
 
@@ -107,6 +111,12 @@ def _absorb(total: Report, part: Report) -> None:
     """Add ``part`` (folded from the events right after those already in ``total``) to ``total``."""
     earlier_ranks = {rank for frame in total.frames.values() for rank in frame.compiles_by_rank}
     _check(not part.frames_dropped and not part.orphan_backward_ranks & earlier_ranks)
+    _check(not part.sessions_unopened & total.sessions_open)
+    merge_verdicts(total.incomplete, part.incomplete)
+    merge_verdicts(total.log_gaps, part.log_gaps)
+    touched = part.ranks | part.sessions_unopened  # every rank with an event in part
+    total.sessions_unopened |= part.sessions_unopened - total.ranks - total.sessions_unopened
+    total.sessions_open = (total.sessions_open - touched) | part.sessions_open
     for run in part.runs:
         if run not in total.runs and len(total.runs) < reporting.MAX_LISTED:
             total.runs.append(run)

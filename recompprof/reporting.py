@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -21,7 +22,8 @@ from rich.table import Table
 from recompprof import divergence, plaintext
 from recompprof.causes import Cause, CauseTracker, explaining_reason
 from recompprof.compiles import changed_subject
-from recompprof.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
+from recompprof.completeness import Incomplete, LogGap, SessionFold
+from recompprof.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit, verdict
 from recompprof.cudagraphs import SKIP_HINTS
 from recompprof.events import (
     CACHE_RESULTS,
@@ -221,6 +223,15 @@ class Report:
     # and the ranks of backward compiles whose forward this report never saw.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
+    # Ranks whose log cannot vouch for their whole session (recompprof.completeness), in rank order:
+    # sessions that ended without session_end, and sessions whose session_end counts events the log lacks.
+    incomplete: dict[int, Incomplete] = dataclasses.field(default_factory=dict)
+    log_gaps: dict[int, LogGap] = dataclasses.field(default_factory=dict)
+    # What merging needs of them: ranks with a session open at the end of the fold, and ranks whose first
+    # event here is not a session_start (it may continue an earlier part's session).
+    sessions_open: set[int] = dataclasses.field(default_factory=set, repr=False)
+    sessions_unopened: set[int] = dataclasses.field(default_factory=set, repr=False)
+    session_fold: SessionFold = dataclasses.field(default_factory=SessionFold, repr=False, metadata={"fold_state": True})
 
     @property
     def steps_known(self) -> bool:
@@ -287,16 +298,22 @@ class Report:
         """Forget what only folding more events needs: it holds the events' views, which do not pickle."""
         self.tracker = CauseTracker()
         self.frame_cache = {}
+        self.session_fold = SessionFold()
 
 
-def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
+def build_report(events: Iterable[Event], *, detail: bool = True, sessions: SessionFold | None = None) -> Report:
     """Fold ``events`` (any order of ranks, one pass) into a :class:`Report`.
 
     ``detail=False`` leaves out what only the rendered report shows (per-rank figures, recompile steps,
     automatic-dynamic dims, compile seconds by phase): every count, reason group and cause is the same,
-    at about four fifths of the cost. ``diff`` folds its two runs so.
+    at about four fifths of the cost. ``diff`` folds its two runs so. ``sessions`` is the fold of the
+    runs' sessions to count in, when the caller counts events the figures leave out there too.
     """
     report = Report(detail=detail)
+    if sessions is not None:
+        report.session_fold = sessions
+    fold = report.session_fold
+    open_sessions = fold.open
     folded, last_step = 0, 0
     for event in events:  # by kind, not class: the offline commands fold msgspec views (recompprof.fastread)
         folded += 1
@@ -304,8 +321,12 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
         if step is not None and step > last_step:
             last_step = step
         if event.kind == "compile":  # nearly every event: tested first (event.kind each time: mypy narrows on it)
-            _add_compile(report, event)
+            counted = _add_compile(report, event)
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
+            session.last = event
+            session.verdicts[counted] += 1  # what it counts as (recompprof.completeness)
         elif event.kind == "session_start":
+            fold.start(event)
             report.ranks.add(event.rank)
             if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
                 report.from_torch_trace = True
@@ -322,20 +343,28 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
                 if event.signals.get(name) is False:
                     report.signals_dark.setdefault(name, "off from the start")
         elif event.kind == "signal":
+            (open_sessions.get(event.rank) or fold.unstarted(event)).last = event
             if not event.live:
                 report.signals_dark.setdefault(event.signal, event.reason or "went dark")
         elif event.kind == "recompile_limit_hit":
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
+            session.last = event
+            session.limit_hits += 1
             frame = _frame(report, event.frame)
             if frame is not None:
                 fold_limit_hit(frame, event)
                 frame.limit_hits_by_rank[event.rank] += 1
                 frame.first_limit_hit_step_by_rank.setdefault(event.rank, event.step or 0)
         elif event.kind == "graph_break":
+            session = open_sessions.get(event.rank) or fold.unstarted(event)
+            session.last = event
+            session.graph_breaks += event.count
             frame = _frame(report, event.frame) if event.frame is not None else None
             if frame is not None:
                 frame.graph_breaks += event.count
             _add_break(report, event, frame.label if frame is not None else "")
         elif event.kind == "session_end":
+            fold.end(event)
             for name in report.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
                 report.signals_dark[name] = event.signals_off[name]
             report.signals_off_last.update(event.signals_off)
@@ -347,7 +376,13 @@ def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
 
 
 def _finish(report: Report) -> None:
-    """The figures the fold kept in its own form: per-rank dicts (ranks in order) and phase totals."""
+    """The figures the fold kept in its own form: per-rank dicts (ranks in order), phase totals, and
+    the verdicts on sessions still open."""
+    sessions = report.session_fold
+    report.sessions_open = sessions.finish()
+    report.sessions_unopened = set(sessions.unopened)
+    report.incomplete = dict(sorted(sessions.incomplete.items()))
+    report.log_gaps = dict(sorted(sessions.gaps.items()))
     for frame in report.frames.values():
         for rank in sorted(frame.rank_folds):
             fold = frame.rank_folds[rank]
@@ -438,13 +473,14 @@ def _group(frame: FrameReport, category: str, subject: str, text: str) -> Reason
     return group
 
 
-def _add_compile(report: Report, event: Compile) -> None:
+def _add_compile(report: Report, event: Compile) -> int:
+    """Fold one compile event; returns its :func:`recompprof.counting.verdict`."""
     # The hottest code of the offline commands (a million events): locals over attribute lookups, dict.get
     # over Counter's slower item access; the counting rules stay recompprof.counting's (one place).
     # tests/test_report.py and test_one_rule.py pin the result.
     frame = report.frame_cache.get(event.frame) or _frame(report, event.frame)  # _frame's own first lookup, inline
     if frame is None:
-        return
+        return verdict(event)
     if event.cudagraph_skip is not None:
         key = (frame.label, event.cudagraph_skip)
         if key in report.cudagraph_skips or len(report.cudagraph_skips) < MAX_LISTED:
@@ -526,6 +562,7 @@ def _add_compile(report: Report, event: Compile) -> None:
         for function, seconds in event.trace_seconds_by_function.items():
             if function in report.trace_seconds_by_function or len(report.trace_seconds_by_function) < MAX_FUNCTIONS:
                 report.trace_seconds_by_function[function] += seconds  # type: ignore[assignment]  # float seconds in a Counter
+    return counted
 
 
 def _add_cause(report: Report, event: Compile, frame: FrameReport, found: Cause) -> None:
@@ -704,7 +741,35 @@ def describe_source(report: Report) -> str:
     if report.from_torch_trace and not report.modes:
         steps = f"recompile steps up to {report.last_step}" if report.steps_from_trace else "steps unknown"
         return f"from TORCH_TRACE (no mode) | {steps}"
-    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {report.last_step}"
+    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
+
+
+def steps_seen(report: Report) -> str:
+    """The training steps of the run, or the last one seen when a rank's session ended without saying."""
+    return f">= {report.last_step} (last seen)" if report.incomplete else str(report.last_step)
+
+
+def _when(seconds: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):  # no date: a time far outside any run
+        return f"time {seconds:g}"
+
+
+def completeness_warnings(report: Report) -> list[tuple[str, str]]:
+    """What the log cannot vouch for, one line per rank and verdict: ``("incomplete", line)`` for
+    sessions without session_end, ``("log_gap", line)`` for gaps."""
+    lines = []
+    for rank, ended in report.incomplete.items():
+        step = "unknown" if ended.step is None else ended.step
+        more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
+        lines.append(("incomplete", f"rank {rank} ended without session_end: killed, crashed or still running "
+                                    f"(last event at {_when(ended.time)}, step {step}{more})"))
+    for rank, gap in report.log_gaps.items():
+        more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
+        lines.append(("log_gap", f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
+                                 "the figures miss what the log lacks"))
+    return lines
 
 
 def automatic_dynamic_notes(report: Report) -> list[str]:
@@ -749,6 +814,8 @@ def render_summary(report: Report, width: int = 100) -> str:
                   f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles")
     for name, why in report.signals_dark.items():
         console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+    for _, line in completeness_warnings(report):
+        console.print(f"WARNING: {line}", soft_wrap=True)
     ranked = report.ranked_causes()
     if ranked:
         top = ranked[0]
@@ -774,6 +841,8 @@ def render_text(report: Report, width: int = 160) -> str:
     )
     for name, why in report.signals_dark.items():
         console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+    for _, line in completeness_warnings(report):
+        console.print(f"WARNING: {line}", soft_wrap=True)
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
                       "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")

@@ -1,9 +1,11 @@
 """Open a run for the offline commands: a run directory of event logs, one log, or a TORCH_TRACE directory.
 
 Whatever could not be read is described, never raised: a torn last line (a crash or a live writer) is
-a *warning*; corrupt lines, lines of an unknown schema version and files that hold no recompprof
-events at all are *problems* (the figures may be incomplete), which the CI commands turn into a
-non-zero exit. A path with no readable event at all is a :class:`RunError`.
+a *warning*; corrupt lines (a non-finite number among them), lines of an unknown schema version, files
+that hold no recompprof events at all and files named like a log that cannot be read (a FIFO, a
+dangling symlink, a directory, no permission: that rank's figures are missing) are *problems* (the
+figures may be incomplete), which the CI commands turn into a non-zero exit. A path with no readable
+event at all is a :class:`RunError`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from recompprof.errors import RecompprofError
-from recompprof.eventlog import SUFFIX, EventLogError, ReadStats, log_rank, run_files, scan_file
+from recompprof.eventlog import SUFFIX, EventLogError, ReadStats, UnreadableLog, log_rank, run_files, scan_file
 from recompprof.events import Event
 from recompprof.ingest import IngestError, is_trace_dir, read_trace
 
@@ -36,11 +38,18 @@ class EventStream:
         self.stats = ReadStats()
         self.found = 0
         self.foreign: list[str] = []
+        self.unreadable: list[str] = []  # "name (why)" of files named like logs that could not be read
         self._read_whole: set[Path] = set()
 
     def _read(self, file: Path) -> Iterator[Event]:
         stats = ReadStats()
-        yield from scan_file(file, stats)  # views: the commands only fold them
+        try:
+            yield from scan_file(file, stats)  # views: the commands only fold them
+        except UnreadableLog as exc:  # raised before any event: the rank's figures are missing, the others stand
+            if file not in self._read_whole:
+                self._read_whole.add(file)
+                self.unreadable.append(f"{file.name} ({exc.why})")
+            return
         if file not in self._read_whole:  # reached only when the file was read to its end
             self._read_whole.add(file)
             self.stats.add(stats)
@@ -65,18 +74,19 @@ class EventStream:
         ranks = [rank for file in self.files if (rank := log_rank(file)) is not None]
         return sorted(set(ranks)) if len(ranks) == len(self.files) else None
 
-    def take_progress(self) -> tuple[ReadStats, int, list[str], set[Path]]:
+    def take_progress(self) -> tuple[ReadStats, int, list[str], list[str], set[Path]]:
         """What the reads so far recorded, handed over and forgotten (a worker process's part; see ``absorb``)."""
-        progress = (self.stats, self.found, self.foreign, self._read_whole)
-        self.stats, self.found, self.foreign, self._read_whole = ReadStats(), 0, [], set()
+        progress = (self.stats, self.found, self.foreign, self.unreadable, self._read_whole)
+        self.stats, self.found, self.foreign, self.unreadable, self._read_whole = ReadStats(), 0, [], [], set()
         return progress
 
-    def absorb(self, progress: tuple[ReadStats, int, list[str], set[Path]]) -> None:
+    def absorb(self, progress: tuple[ReadStats, int, list[str], list[str], set[Path]]) -> None:
         """Record what another process's copy of this stream read (``take_progress``), as if read here."""
-        stats, found, foreign, read_whole = progress
+        stats, found, foreign, unreadable, read_whole = progress
         self.stats.add(stats)
         self.found += found
         self.foreign.extend(foreign)
+        self.unreadable.extend(unreadable)
         self._read_whole |= read_whole
 
     def of_file(self, file: Path) -> Iterator[Event]:
@@ -112,6 +122,10 @@ class Run:
         total, path = stream.stats, self.path
         self.warnings.clear()
         self.problems.clear()
+        if stream.unreadable:
+            names = sorted(stream.unreadable)  # file order, whichever process read them
+            self.problems.append(f"{len(names)} event log(s) could not be read, so their ranks' figures are missing: "
+                                 + ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
         if stream.foreign:
             self.problems.append(f"{len(stream.foreign)} file(s) hold no recompprof events (foreign or from a newer "
                                  "version): " + ", ".join(stream.foreign[:5]) + (" ..." if len(stream.foreign) > 5 else ""))

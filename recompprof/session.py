@@ -27,7 +27,7 @@ from recompprof._torch.limits import configured_limits
 from recompprof.adapters import Adapters
 from recompprof.aggregates import Aggregates, Snapshot
 from recompprof.bootstrap import lineage
-from recompprof.eventlog import EventLogWriter, log_path
+from recompprof.eventlog import DROPPED, EventLogWriter, log_path
 from recompprof.events import Event, SessionEnd, SessionStart
 from recompprof.identity import Identity, detect
 from recompprof.recorder import CompileRecorder
@@ -238,6 +238,8 @@ class Session:
         with self._lock:
             snap = self.aggregates.snapshot(step=self._adapters.steps.step, internal_errors=_internal.counts())
         dropped = dict(snap.events_dropped)
+        if self._writer is not None and self._writer.dropped:  # events the log lacks: readers reconcile with it
+            dropped[DROPPED] = self._writer.dropped
         for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
             counts = getattr(exporter, "dropped", None)
             if callable(counts):

@@ -2,15 +2,21 @@
 
 Frames are matched by identity (``events.Frame.key``: the compiled code's ``dir/file:line`` and the
 instance's class, never the display name), so runs from different checkouts compare and a live run
-matches its own ingested TORCH_TRACE; figures are summed over ranks. A *regression* is any count that grew: recompiles of a frame,
-recompiles explained by a category, recompile-limit hits, compile failures, graph breaks. Compile
-time is noisy, so it (a frame's compile seconds, and the seconds lost to each cause) only counts as a
-regression past ``max_time_increase`` (a fraction) when given.
+matches its own ingested TORCH_TRACE; figures are summed over ranks. A frame whose class one run could
+not know (an ingested compile that failed has no guards to read it from) matches the one frame of the
+other run at the same code. A *regression* is any count that grew: recompiles of a frame,
+recompiles explained by a category, recompile-limit hits, compile failures, graph breaks; except that
+recompiles moved between ``other`` (unknown) and a frame's known categories, no more than the other side
+lost, are the same recompiles classified with less or more knowledge (an ingested trace has no live
+objects to resolve), a change, not worse.
+Compile time is noisy, so it (a frame's compile seconds, and the seconds lost to each cause) only counts
+as a regression past ``max_time_increase`` (a fraction) when given.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 
 from rich.table import Table
@@ -117,10 +123,26 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     """
     a, b = build_run_reports([before, after], detail=False, workers=workers)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
+    keys_a, keys_b = set(a.frames) | set(ca), set(b.frames) | set(cb)
+    rename_a, rename_b = _unknown_owners(keys_a, keys_b), _unknown_owners(keys_b, keys_a)
+    fig_a: dict[str, dict[str, float]] = {}
+    fig_b: dict[str, dict[str, float]] = {}
+    for report, causes, keys, rename, figures in ((a, ca, keys_a, rename_a, fig_a), (b, cb, keys_b, rename_b, fig_b)):
+        for key in keys:
+            mine = _figures(report.frames.get(key), causes.get(key, []))
+            into = figures.setdefault(rename.get(key, key), {})
+            for what, value in mine.items():
+                into[what] = into.get(what, 0) + value
     changes: list[Change] = []
-    for key in sorted(set(a.frames) | set(b.frames) | set(ca) | set(cb)):
+    for key in sorted(fig_a.keys() | fig_b.keys()):
         label = _label(key, (b, cb), (a, ca))
-        fa, fb = _figures(a.frames.get(key), ca.get(key, [])), _figures(b.frames.get(key), cb.get(key, []))
+        fa, fb = fig_a.get(key, {}), fig_b.get(key, {})
+        # Recompiles moved between `other` (unknown) and known categories are the same recompiles classified with
+        # less (or more) knowledge: a run ingested from a trace cannot resolve what only the live objects tell.
+        known = [w for w in {*fa, *fb} if w.startswith("category ") and w != OTHER_CATEGORY]
+        known_fell = sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known)
+        known_rose = sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known)
+        other_fell = max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0))
         for what in dict.fromkeys([*fa, *fb]):
             x, y = fa.get(what, 0), fb.get(what, 0)
             if x == y:
@@ -128,11 +150,34 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
             if what == "compile seconds" or what.startswith(SECONDS_LOST):
                 worse = (max_time_increase is not None and y - x > TIME_FLOOR_SECONDS
                          and y > x * (1 + max_time_increase))
+            elif what == OTHER_CATEGORY:  # unknown: worse only past what the known categories lost
+                worse = y - x > known_fell
+            elif what in known:  # known categories: worse only past what `other` lost
+                worse = y > x and known_rose > other_fell
             else:
                 # More first compiles is not a regression by itself (a new frame, a new code path).
                 worse = y > x and what != "compiles"
             changes.append(Change(label, what, x, y, worse))
     return Diff(changes, a, b)
+
+
+OTHER_CATEGORY = "category other"
+
+
+def _unknown_owners(keys: set[str], other: set[str]) -> dict[str, str]:
+    """Keys of ``keys`` with no class (``dir/file:line``) that stand for the one frame of ``other`` at that code
+    (``dir/file:line Class``): one run could not tell the class, which is no different frame."""
+    by_code: dict[str, list[str]] = {}
+    for key in other:
+        match = _KEY.match(key)
+        if match is not None and match.group(2):
+            by_code.setdefault(match.group(1), []).append(key)
+    return {key: by_code[key][0] for key in keys
+            if key not in other and (m := _KEY.match(key)) is not None and not m.group(2)
+            and len(by_code.get(key, ())) == 1}
+
+
+_KEY = re.compile(r"^(.*:\d+)(?: ([\w.]+))?$")  # events.Frame.key: "dir/file:line" and the owner's class, if known
 
 
 def render(diff: Diff, width: int = 120) -> str:

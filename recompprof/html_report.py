@@ -229,7 +229,7 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
             f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
             f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
             f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'
-            f'<td class="hint">{_e(fix_text(cause, hints))}</td>'
+            f'<td class="hint">{_e(fix_text(cause, hints, report))}</td>'
             f'<td>{"<details><summary>example</summary>" + example + "</details>" if example else "-"}</td></tr>')
     head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
     more = len(ranked) - FIX_FIRST

@@ -670,7 +670,7 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
                       + (f", steps {cause_steps(cause)}" if steps else ""))
         for line in (f"why: {cause.example}" if cause.example else "",
                      f"at {cause.call_site[-1]}" if cause.call_site else "",
-                     f"fix: {fix_text(cause, hints)}" if fix_text(cause, hints) else ""):
+                     f"fix: {fix}" if (fix := fix_text(cause, hints, report)) else ""):
             # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
             # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
             for part in textwrap.wrap(plaintext.escape(line), max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
@@ -681,11 +681,20 @@ def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *,
         console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
 
 
-def fix_text(cause: CauseReport, hints: dict[str, str]) -> str:
+def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = None) -> str:
     """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
-    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that."""
+    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
+    traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
     if cause.tier != 2 or not cause.made_dynamic:
         return hints.get(cause.category, "")
+    frame = report.frames.get(cause.frame_key) if report is not None else None
+    guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
+    if guard is not None:
+        guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
+        return (f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
+                f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
+                "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
+                f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}.")
     return (f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
             f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}.")
 

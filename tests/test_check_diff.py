@@ -217,3 +217,42 @@ def test_diff_warns_when_modes_differ(full: RecordedRun, tmp_path: Path) -> None
     assert "observer backend" in flat and "compare runs of the same mode" in flat
     same = cli("diff", str(full.run_dir), str(full.run_dir))
     assert "WARNING" not in same.stdout
+
+
+def _as_ingest_would_see_it(events: list, *, keep_owner: bool = False) -> list:
+    """The run as a trace without live objects shows it: frames with no class, object-decided categories unknown."""
+    by_object = {"python_constant", "module_attribute", "global", "object_identity", "type"}
+    out = []
+    for event in events:
+        frame = getattr(event, "frame", None)
+        update: dict = {}
+        if frame is not None and not keep_owner:
+            update["frame"] = frame.model_copy(update={"owner": None})
+        if isinstance(event, Compile) and event.reasons:
+            update["reasons"] = [r.model_copy(update={"category": "other"}) if r.category in by_object else r
+                                 for r in event.reasons]
+        out.append(event.model_copy(update=update) if update else event)
+    return out
+
+
+def test_diff_matches_unknown_classes_and_categories_to_what_the_other_run_knows(full: RecordedRun) -> None:
+    """A run that could not tell a frame's class, nor the categories only live objects decide (as an ingested trace),
+    compared with the run that could, either way round: the same frames and recompiles, so no regression; the
+    categories move between ``other`` and the known ones and are listed as changed."""
+    known = list(read_run(full.run_dir))
+    unknown = _as_ingest_would_see_it(known)
+    assert {e.frame.owner for e in unknown if isinstance(e, Compile)} == {None}
+    for before, after in ((known, unknown), (unknown, known)):
+        diff = compare(before, after)
+        assert diff.regressions == [], render(diff)
+        moved = {c.what.removeprefix("seconds lost to ").removeprefix("category ").split(" ")[0] for c in diff.changes}
+        assert "other" in moved and moved <= {"other", "python_constant", "global", "module_attribute"}, moved
+
+
+def test_diff_still_flags_unknown_recompiles_beyond_what_was_known(full: RecordedRun, sizes_only: RecordedRun) -> None:
+    """More recompiles of unknown cause than the known categories lost is a regression; so is a known category
+    growing with no unknown ones to account for it."""
+    grown = compare(_as_ingest_would_see_it(list(read_run(sizes_only.run_dir))), _as_ingest_would_see_it(list(read_run(full.run_dir))))
+    assert any(c.what == "category other" and c.regression for c in grown.regressions), render(grown)
+    known = compare(read_run(sizes_only.run_dir), read_run(full.run_dir))
+    assert any(c.what == "category python_constant" and c.regression for c in known.regressions), render(known)

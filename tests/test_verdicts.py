@@ -15,6 +15,7 @@ wall on a shared 2-core machine at load 9, 375 s at load 15).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -59,6 +60,11 @@ CODE = {
             "2": ("wrapper", "utils/generic.py"), "3": ("wrapper", "utils/output_capturing.py")},
     "optim": {"1": ("wrapper", "optim/optimizer.py"), "2": ("step", "optim/adam.py")},
 }
+# What ingest cannot know from a trace (docs/frames.md, "what ingest cannot name"), held exactly so a change shows:
+# moe frame 2 is a compile that failed (the decorator graph-breaks and torch skips it), so the trace has no guard
+# tree to read the instance's class from; optim frame 1 is torch's Optimizer.step hook, whose source does not say
+# which method it wraps, so ingest keeps the wrapper's code name (its identity still matches live: diff exits 0).
+TRACE_NAMES = {("moe", "2"): ("wrapper", None), ("optim", "1"): ("AdamW.wrapper", "AdamW")}
 WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
 
 
@@ -141,8 +147,25 @@ def test_workloads_do_what_they_claim(recorded: dict[str, Recorded], summaries: 
 def test_three_sources_agree(summaries: dict[str, dict[str, Summary]], workload: str) -> None:
     """Live capture, TORCH_LOGS and ingest of TORCH_TRACE agree, compile id for compile id, on recompiles, reasons,
     categories, limit hits and graph breaks."""
-    found = diff(summaries[workload], ASPECTS)
+    found = diff(known_as_unknown(summaries[workload]), ASPECTS)
     assert found == {}, describe(summaries[workload], found)
+
+
+# Categories only the live process can decide, from the guarded object itself (docs/categories.md): from the text
+# alone (TORCH_LOGS, an ingested trace) such a reason is "other", recompprof's unknown, never a guess.
+BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type"}
+
+
+def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
+    """The summaries with each live category the text sources both call ``other`` read as ``other``, where the live
+    category is one decided by the guarded object: the text sources cannot know it, and do not claim to."""
+    live, logs, trace = summaries["live"], summaries["logs"], summaries["trace"]
+    categories = {}
+    for cid, rows in live.categories.items():
+        text_says = {row for row in logs.categories.get(cid, [])} & {row for row in trace.categories.get(cid, [])}
+        categories[cid] = sorted((text, "other") if (text, "other") in text_says and category in BY_OBJECT
+                                 else (text, category) for text, category in rows)
+    return {**summaries, "live": dataclasses.replace(live, categories=categories)}
 
 
 @pytest.mark.skipif(shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
@@ -183,7 +206,8 @@ def test_frame_is_the_code_object(recorded: dict[str, Recorded], events: dict[tu
         frame = event.frame
         assert (frame.code_file, frame.code_line) == (truth[cid]["co_filename"], truth[cid]["co_firstlineno"]), cid
         if (name := NAMES[workload].get(cid.split("/")[0])) is not None:
-            assert frame.owner == name.split(".")[0], (cid, frame)
+            limit = TRACE_NAMES.get((workload, cid.split("/")[0])) if source == "trace" else None
+            assert frame.owner == (limit[1] if limit else name.split(".")[0]), (cid, frame)
     same_code = {(a, b) for a in truth for b in truth
                  if (truth[a]["co_filename"], truth[a]["co_firstlineno"]) == (truth[b]["co_filename"], truth[b]["co_firstlineno"])}
     same_key = {(a, b) for a in compiles for b in compiles if compiles[a].frame.key == compiles[b].frame.key}
@@ -196,9 +220,12 @@ def test_frames_named_as_the_user_knows_them(events: dict[tuple[str, str], list[
     """The model's (or optimizer's) frames are named ``<class of the instance>.<method>`` on both paths: never a
     decorator's ``wrapper``, never the base class for an ``AdamW``, the same name live and ingested."""
     names = {cid: e.frame.name for cid, e in forward(events[(workload, source)]).items()}
-    wanted = {cid: NAMES[workload][cid.split("/")[0]] for cid in names if cid.split("/")[0] in NAMES[workload]}
+    limits = {cid: TRACE_NAMES[(workload, cid.split("/")[0])][0] for cid in names
+              if source == "trace" and (workload, cid.split("/")[0]) in TRACE_NAMES}
+    wanted = {cid: limits.get(cid) or NAMES[workload][cid.split("/")[0]] for cid in names
+              if cid.split("/")[0] in NAMES[workload]}
     assert {cid: names[cid] for cid in wanted} == wanted
-    assert not [n for n in names.values() if n.split(".")[-1] == "wrapper"], names
+    assert not [n for cid, n in names.items() if n.split(".")[-1] == "wrapper" and cid not in limits], names
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -207,9 +234,12 @@ def test_distinct_code_objects_are_distinct_rows(recorded: dict[str, Recorded], 
                                                  workload: str, source: str) -> None:
     """A report row is one code object: its compiles are the cache entries torch made for that code object (a
     decorator and the function it wraps are two rows, even under one display name), each row with its own label."""
-    truth = Counter((m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded[workload]).values())
+    # A record whose trace was skipped (torch's has_guarded_code with no guard count, e.g. a resume function that
+    # only calls the next frame) made no cache entry: torch holds none for that code object.
+    truth = Counter((m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded[workload]).values()
+                    if m.get("fail_type") or m.get("guard_count") is not None)
     report = build_report(events[(workload, source)])
-    rows = sorted(f.compiles for f in report.frames.values())
+    rows = sorted(f.compiles for f in report.frames.values() if f.compiles)
     assert rows == sorted(truth.values()), {label: f.compiles for label, f in report.frames.items()}
     assert len({f.label for f in report.frames.values()}) == len(report.frames)
 
@@ -267,10 +297,12 @@ def test_t5_second_prefill_is_explained_by_the_mask_length(recorded: dict[str, R
 @pytest.mark.parametrize("source", SOURCES)
 def test_t5_cache_flag_is_a_python_constant(events: dict[tuple[str, str], list[Event]], source: str) -> None:
     """A KV-cache flag (``kwargs['past_key_values'].is_updated[0] == False``: a bool in a dict of a transformers
-    Cache, which is no nn.Module) is a Python constant, not a module attribute."""
+    Cache, which is no nn.Module) is a Python constant live, where the object is at hand; never a module attribute.
+    Ingested from the trace, where only the text is, it is ``other``: whether the holder is a module is unknown."""
     reasons = [r for e in forward(events[("t5", source)]).values() for r in e.reasons]
     flags = {(r.category, r.subject) for r in reasons if ".is_updated[" in r.text}
-    assert flags == {("python_constant", "L['kwargs']['past_key_values'].is_updated[0]")}
+    category = "python_constant" if source == "live" else "other"
+    assert flags == {(category, "L['kwargs']['past_key_values'].is_updated[0]")}
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -127,7 +127,7 @@ class SessionStart(_Event):
     pid: int
     versions: dict[str, str]
     mode: Literal["monitor", "profile"]
-    recompile_limit: int | None
+    recompile_limit: int | None = None  # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
     warmup_steps: int = 0
     signals: dict[str, bool] = {}
     profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"

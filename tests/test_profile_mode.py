@@ -539,3 +539,21 @@ def test_session_records_every_switch_with_parking(tmp_path: Any) -> None:
     assert [e.compile_id for e in reused] == ["0/0", "0/1"] * 3
     end = next(e for e in events if isinstance(e, SessionEnd))
     assert end.totals["profile_traces"] == 2 and end.totals["profile_reenabled"] == 6
+
+
+def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
+    """attach(mode="profile", recompile_limit=None), the unlimited variant: the log's session_start (limit None,
+    which the JSON line leaves out) reads back, so the report knows the run and its mode."""
+    import recompprof
+    from recompprof.eventlog import read_file, read_run
+    from recompprof.events import SessionStart
+    from recompprof.reporting import build_report
+
+    compiled = torch.compile(lambda x, n: x * n, backend="eager")
+    with recompprof.attach(mode="profile", recompile_limit=None, run_dir=tmp_path) as session:
+        for n in (2, 3, 4):
+            compiled(torch.ones(2), n)
+    starts = [e for e in read_file(session.event_log_path) if isinstance(e, SessionStart)]  # type: ignore[arg-type]
+    assert len(starts) == 1 and starts[0].mode == "profile" and starts[0].recompile_limit is None
+    report = build_report(read_run(tmp_path))
+    assert report.modes == {"profile"} and not report.incomplete

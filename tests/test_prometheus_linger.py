@@ -45,7 +45,9 @@ def test_final_totals_are_scraped_after_detach(tmp_path: Path) -> None:
                              text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         lingered = float(out.stdout.split("LINGERED ")[1].split()[0])
-        assert 0 < lingered < 5
+        # 0 when a scrape that began after detach's linger started had already finished (on a loaded machine the
+        # handler can start a scrape sent just before): it read the final values, so there is nothing to wait for.
+        assert 0 <= lingered < 5
         last_step = prom.wait_for("max_over_time(torch_compile_training_step[5m])", timeout=10)
         assert float(last_step[0]["value"][1]) == steps + 1
         recompiles = prom.query("max_over_time(torch_compile_recompiles_total[5m])")

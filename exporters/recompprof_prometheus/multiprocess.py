@@ -65,7 +65,7 @@ def prepare(path: Path, identity: Identity) -> int:
                           f"set {ENV} to a directory of your own")
     if st.st_mode & stat.S_IWOTH:
         log.warning("recompprof: %s %s is world-writable; other users can forge or hide metrics", ENV, path)
-    claim = _claim(path, identity.rank)
+    claim = _claim(path, identity.rank, identity.pid)
     first = identity.rank - identity.local_rank
     node_ranks = range(first, first + identity.local_world_size)
     try:
@@ -87,7 +87,7 @@ def _lock_path(path: Path, rank: int) -> Path:
     return path / f"recompprof-r{rank}.lock"  # not *.db: MultiProcessCollector never reads it
 
 
-def _claim(path: Path, rank: int) -> int:
+def _claim(path: Path, rank: int, pid: int) -> int:
     """Lock ``rank``'s files for this process, or raise ConfigError naming the live process that holds them."""
     fd = os.open(_lock_path(path, rank), os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -99,7 +99,7 @@ def _claim(path: Path, rank: int) -> int:
                           f"{holder}, so this process writes and serves none; two processes claim rank {rank}: "
                           f"give each job its own {ENV} or RECOMPPROF_RUN_ID") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    os.pwrite(fd, str(pid).encode(), 0)
     return fd
 
 

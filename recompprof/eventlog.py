@@ -410,13 +410,14 @@ def _finite(event: Event) -> bool:
     return True
 
 
-def find_files(path: Path, pattern: str, what: str, error: type[Exception], *, recursive: bool = True,
+def find_files(path: Path | str, pattern: str, what: str, error: type[Exception], *, recursive: bool = True,
                irregular: bool = False) -> list[Path]:
     """The files matching ``pattern`` under ``path`` (or ``path`` itself); raises ``error`` if there are none.
 
     ``irregular``: also whatever else matches (a FIFO, a dangling symlink, a directory), for the
     reader to report as unreadable instead of leaving it out without a word.
     """
+    path = Path(path)  # callers of the public readers pass strings too
     if not path.exists() and not (irregular and path.is_symlink()):
         raise error(f"{path}: no such file or directory")
     if path.is_file() or (irregular and not path.is_dir()):
@@ -430,7 +431,7 @@ def find_files(path: Path, pattern: str, what: str, error: type[Exception], *, r
     return files
 
 
-def run_files(path: Path) -> list[Path]:
+def run_files(path: Path | str) -> list[Path]:
     """The event logs of a run directory (or the file itself); raises EventLogError if there are none.
 
     Everything named like a log is listed, file or not: reading it says why it cannot be read.
@@ -438,7 +439,7 @@ def run_files(path: Path) -> list[Path]:
     return find_files(path, f"*{SUFFIX}", "recompprof event logs", EventLogError, irregular=True)
 
 
-def read_run(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
+def read_run(path: Path | str, stats: ReadStats | None = None) -> Iterator[Event]:
     """Yield every event of every rank's log under ``path``, file by file."""
     stats = stats if stats is not None else ReadStats()
     for file in run_files(path):

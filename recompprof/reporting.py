@@ -33,6 +33,7 @@ from recompprof.events import (
     Compile,
     Event,
     GraphBreak,
+    short_path,
 )
 
 # The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
@@ -85,7 +86,7 @@ class BreakGroup:
     @property
     def where(self) -> str:
         """The location with its file shortened to the last two path parts, as frame labels have it."""
-        return "/".join(self.location.replace("\\", "/").split("/")[-2:]) if self.location else "-"
+        return short_path(self.location) if self.location else "-"
 
 
 @dataclasses.dataclass

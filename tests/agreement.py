@@ -118,6 +118,15 @@ def record_all(jobs: list[Job], *, timeout: float = 600) -> list[Recorded]:
     return done
 
 
+
+def record_workloads(jobs: dict[str, Job], *, timeout: float = 900) -> dict[str, Recorded]:
+    """``record_all`` by name, each job required to have run to its ``WORKLOAD DONE`` line."""
+    runs = dict(zip(jobs, record_all(list(jobs.values()), timeout=timeout)))
+    for name, run in runs.items():
+        assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, f"{name} failed:\n{run.stderr[-4000:]}"
+    return runs
+
+
 # -- the three readers --------------------------------------------------------------------------
 
 

@@ -8,7 +8,6 @@ re-enabled variants, and a live run against ``recompprof ingest`` of its own ``T
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections import Counter
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import torch
 from agreement import record
 from recorded_runs import cli
+from workloads.named_frames import Decoder, Encoder  # a decorator shared by two module classes
 
 import recompprof
 from recompprof._torch.versions import torch_info
@@ -42,30 +42,6 @@ def _user_code(function: Any) -> tuple[str, int]:
 def _distinct(frames: set[Frame]) -> None:
     """Two identities never share a label, and one identity is always the same frame."""
     assert len({f.key for f in frames}) == len({f.label for f in frames}) == len(frames), sorted(f.label for f in frames)
-
-
-def logged(func: Any) -> Any:
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, **kwargs)
-
-    return wrapper
-
-
-class Encoder(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(4, 4)
-
-    @logged
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).relu()
-
-
-class Decoder(Encoder):
-    @logged
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).sigmoid()
 
 
 @pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW])

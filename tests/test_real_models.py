@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_all, summarise
+from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise
 from recorded_runs import cli
 
 from recompprof.eventlog import read_run
@@ -39,11 +39,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("hf")
     # Inductor's FX-graph and AOT caches off: a cache hit skips lowering and code generation, the phases under test.
     inductor = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
-    jobs = [Job(WORKLOAD, (name,), base / name, inductor if name == "llama_inductor" else {}) for name in WORKLOADS]
-    runs = dict(zip(WORKLOADS, record_all(jobs, timeout=900)))
-    for name, run in runs.items():
-        assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, f"{name} failed:\n{run.stderr[-4000:]}"
-    return runs
+    return record_workloads({name: Job(WORKLOAD, (name,), base / name, inductor if name == "llama_inductor" else {})
+                             for name in WORKLOADS})
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_all, summarise, torch_compiles
+from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise, torch_compiles
 
 from recompprof.causes import explaining_reason
 from recompprof.eventlog import read_run
@@ -71,10 +71,7 @@ WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("verdicts")
-    runs = dict(zip(WORKLOADS, record_all([Job(WORKLOAD, (name,), base / name) for name in WORKLOADS], timeout=900)))
-    for name, run in runs.items():
-        assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, f"{name} failed:\n{run.stderr[-4000:]}"
-    return runs
+    return record_workloads({name: Job(WORKLOAD, (name,), base / name) for name in WORKLOADS})
 
 
 @pytest.fixture(scope="module")

@@ -29,11 +29,14 @@ import warnings
 from typing import Any
 
 import torch
+from hf_models import (  # the same tiny vocabulary and dynamic padding as the other HF workloads
+    PAD,
+    VOCAB,
+    padded_batch as token_batch,
+)
 
 import recompprof
 
-VOCAB = 96
-PAD = 0
 BACKEND = "aot_eager"
 # Longest sequence of each training batch (dynamic padding): a new length at the second step, then more.
 TRAIN_LENGTHS = ((3, 5), (7, 4), (6, 2), (9, 8))
@@ -45,18 +48,13 @@ IMAGE_SIZES = (32, 48, 16, 64, 80)
 
 
 def padded_batch(lengths: tuple[int, ...], labels: str = "tokens") -> dict[str, torch.Tensor]:
-    """Sequences of the given lengths, right-padded to the longest (as a collator with dynamic padding does)."""
-    longest = max(lengths)
-    ids = torch.full((len(lengths), longest), PAD, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, n in enumerate(lengths):
-        ids[row, :n] = torch.randint(3, VOCAB, (n,))
-        mask[row, :n] = 1
-    batch = {"input_ids": ids, "attention_mask": mask}
-    if labels == "tokens":
-        batch["labels"] = ids.masked_fill(mask == 0, -100)
-    elif labels == "classes":
+    """Sequences of the given lengths, right-padded to the longest (as a collator with dynamic padding does), with
+    next-token labels ("tokens"), a class per sequence ("classes") or none."""
+    batch = token_batch(lengths)
+    if labels == "classes":
         batch["labels"] = torch.randint(0, 2, (len(lengths),))
+    elif labels == "none":
+        del batch["labels"]
     return batch
 
 

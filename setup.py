@@ -12,7 +12,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PTH = "recompprof-attach.pth"
-SOURCE = os.path.join("recompprof", "bootstrap", PTH)
+SOURCE = os.path.join("recompprof", "_bootstrap", PTH)
 
 
 class build_py_with_pth(build_py):

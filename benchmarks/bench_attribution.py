@@ -35,9 +35,9 @@ def main() -> None:
     import torch
 
     import recompprof
-    from recompprof import causes
-    from recompprof.aggregates import Aggregates
-    from recompprof.events import Compile
+    from recompprof._model import causes
+    from recompprof._model.aggregates import Aggregates
+    from recompprof._model.events import Compile
 
     calls = Counter()
     original = causes.CauseTracker.cause_of

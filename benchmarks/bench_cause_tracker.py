@@ -24,9 +24,9 @@ import argparse
 import statistics
 import time
 
-from recompprof import counting
-from recompprof.causes import _ABSENT, Cause, CauseTracker, _forward_cause
-from recompprof.events import Compile, Frame, Reason
+from recompprof._model import counting
+from recompprof._model.causes import _ABSENT, Cause, CauseTracker, _forward_cause
+from recompprof._model.events import Compile, Frame, Reason
 
 
 class FrontDeleting(CauseTracker):

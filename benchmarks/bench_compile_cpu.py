@@ -188,10 +188,10 @@ def main() -> None:
         return wrapper
 
     if args.breakdown:  # module-level names the recorder calls: wrapped once, nested inside "record"
+        import recompprof._capture.recorder as recorder_module
+        import recompprof._model.aggregates as aggregates_module
+        import recompprof._model.compiles as compiles_module
         import recompprof._torch.frames as frames_module
-        import recompprof.aggregates as aggregates_module
-        import recompprof.compiles as compiles_module
-        import recompprof.recorder as recorder_module
 
         for module, names in ((recorder_module, ("read_record", "guard_set", "configured_limits", "compile_events")),
                               (frames_module, ("compiling", "call_site", "resolve")),

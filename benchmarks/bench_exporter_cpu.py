@@ -67,7 +67,7 @@ def process_cpu() -> float:
 
 def fill_frames(session: Any, frames: int) -> None:
     """Synthetic compile totals for ``frames`` frames, every reason category and both limits in use."""
-    from recompprof.events import (
+    from recompprof._model.events import (
         CATEGORIES,
         LIMITS,
         Compile,

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS
 
-from recompprof import settings as settings_module
-from recompprof.aggregates import ERROR_TYPES
-from recompprof.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, Reason, RecompileLimitHit
-from recompprof.identity import Identity
-from recompprof.session import Session
+from recompprof._capture import settings as settings_module
+from recompprof._capture.identity import Identity
+from recompprof._capture.session import Session
+from recompprof._model.aggregates import ERROR_TYPES
+from recompprof._model.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, Reason, RecompileLimitHit
 from recompprof_prometheus import PrometheusExporter
 from recompprof_prometheus.render import Renderer
 

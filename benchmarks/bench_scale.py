@@ -7,13 +7,13 @@ frames recompiling with 1-8 guard failures per compile (one explains the change)
 backwards, guard failures without a compile, graph breaks, recompile-limit hits and failures. A second
 run ("B") has the same shape with more recompiles, so ``diff`` finds regressions.
 
-Every command runs as a real subprocess (``python -m recompprof.cli``); wall time, CPU time (user +
+Every command runs as a real subprocess (``python -m recompprof._cli.main``); wall time, CPU time (user +
 system) and that child's peak RSS (``ru_maxrss`` from ``wait4``) come from ``/usr/bin/time``. Two
 baselines run interleaved with them in the same rounds: ``floor``, a child that only reads and
 ``json.loads`` every line of the same run (what a plain-Python reader costs before doing anything),
 and ``report_validated``, ``build_report(read_run(...))``: the same fold over the pydantic-validated
 reader, which is what ``report`` read through before issue 15 (the CLI now folds msgspec views, see
-recompprof/fastread.py). Ratios are printed against both, on wall and on CPU time.
+recompprof/_eventlog/fastread.py). Ratios are printed against both, on wall and on CPU time.
 
 The trace for ``ingest`` comes from a real program under ``TORCH_TRACE`` (``--trace-compiles``
 recompiles of one frame, ``backend="eager"``); ``recompprof ingest`` and ``tlparse --no-browser`` run
@@ -51,7 +51,7 @@ PHASES = ("dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kern
 
 def reason_pool() -> list[list[object]]:
     """Parsed reasons of every recorded torch 2.13 scenario (real texts, real parser)."""
-    from recompprof.reasons import parse_guard_failure
+    from recompprof._model.reasons import parse_guard_failure
 
     scenarios = json.loads(FIXTURE.read_text())["scenarios"]
     pool = [parse_guard_failure(text) for s in scenarios.values() for text in s["guard_failures"]]
@@ -60,7 +60,7 @@ def reason_pool() -> list[list[object]]:
 
 def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = False) -> int:
     """Write ``ranks`` event logs of ``per_rank`` events each; returns the bytes written."""
-    from recompprof.events import (
+    from recompprof._model.events import (
         Compile,
         Frame,
         GraphBreak,
@@ -148,8 +148,8 @@ def measure(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None 
 VALIDATED = """
 import sys
 from pathlib import Path
-from recompprof.eventlog import ReadStats, read_run
-from recompprof.reporting import build_report, render_text
+from recompprof._eventlog.reader import ReadStats, read_run
+from recompprof._analysis.reporting import build_report, render_text
 stats = ReadStats()
 print(render_text(build_report(read_run(Path(sys.argv[1]), stats))))
 print(stats.describe(), file=sys.stderr)
@@ -159,8 +159,8 @@ print(stats.describe(), file=sys.stderr)
 FOLD_CHILD = """
 import sys, time
 from pathlib import Path
-from recompprof.eventlog import ReadStats, scan_file
-from recompprof.reporting import build_report
+from recompprof._eventlog.reader import ReadStats, scan_file
+from recompprof._analysis.reporting import build_report
 path = sorted(Path(sys.argv[1]).glob("*.jsonl"))[0]
 t = time.thread_time(); events = list(scan_file(path, ReadStats())); scan = time.thread_time() - t
 t = time.thread_time(); build_report(events); fold = time.thread_time() - t
@@ -262,7 +262,7 @@ def main() -> None:
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
         size_mb = sum(p.stat().st_size for p in run_a.glob("*.jsonl")) / 2**20
         print(f"run: {args.ranks} ranks x {args.per_rank} = {events} events, {size_mb:.0f} MB per run")
-        cli = [sys.executable, "-m", "recompprof.cli"]
+        cli = [sys.executable, "-m", "recompprof._cli.main"]
         commands = {
             "floor": [sys.executable, __file__, "--floor-child", str(run_a)],
             "report": [*cli, "report", str(run_a)],

@@ -12,17 +12,17 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from recompprof.errors import RecompprofError
-from recompprof.events import CATEGORIES, PHASES
+from recompprof._model.errors import RecompprofError
+from recompprof._model.events import CATEGORIES, PHASES
 
 if TYPE_CHECKING:
-    from recompprof.session import Session, attach, current, report
-    from recompprof.settings import ConfigError, Settings
+    from recompprof._capture.session import Session, attach, current, report
+    from recompprof._capture.settings import ConfigError, Settings
 
 # Imported on first use: the offline commands (report, check, diff) never start a session, and the
 # session's imports (settings, exporters, torch adapters) were a third of their start-up.
-_LAZY = {"Session": "recompprof.session", "attach": "recompprof.session", "current": "recompprof.session",
-         "report": "recompprof.session", "ConfigError": "recompprof.settings", "Settings": "recompprof.settings"}
+_LAZY = {"Session": "recompprof._capture.session", "attach": "recompprof._capture.session", "current": "recompprof._capture.session",
+         "report": "recompprof._capture.session", "ConfigError": "recompprof._capture.settings", "Settings": "recompprof._capture.settings"}
 
 
 def __getattr__(name: str) -> Any:

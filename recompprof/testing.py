@@ -17,13 +17,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from recompprof.causes import explaining_reason
-from recompprof.counting import is_limit_hit, recompile_attempt
-from recompprof.errors import RuleBroken
-from recompprof.events import Compile, Event
+from recompprof._model.causes import explaining_reason
+from recompprof._model.counting import is_limit_hit, recompile_attempt
+from recompprof._model.errors import RuleBroken
+from recompprof._model.events import Compile, Event
 
 if TYPE_CHECKING:
-    from recompprof.session import Session
+    from recompprof._capture.session import Session
 
 # Enough to hold every event of one test block; a longer block still gets exact counts.
 _RECENT = 10_000
@@ -90,7 +90,7 @@ class RecompileWatch:
 
 def describe(recompiles: list[Compile], allowed: int) -> str:
     """A readable account of ``recompiles``: frame, compile id, step, the reason that explains each, a fix."""
-    from recompprof.reasons import FIX_HINTS
+    from recompprof._model.reasons import FIX_HINTS
 
     lines = [f"{len(recompiles)} recompile(s) where at most {allowed} were allowed:"]
     for event in recompiles[:20]:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 import recompprof
-from recompprof.events import Compile
+from recompprof._model.events import Compile
 
 
 def _job() -> None:

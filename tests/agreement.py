@@ -6,9 +6,9 @@ log in ``where/run``), ``TORCH_LOGS=recompiles,graph_breaks`` (read back from st
 by Dynamo compile id (``"0/3"``), the one key all three share: torch's logs name a frame only by its
 code object, so frames are compared by compile id and their names are checked separately.
 
-- live: the event log, read with ``recompprof.eventlog.read_run``
-- logs: torch's own messages, split into records; reasons with ``recompprof.reasons.parse_recompiles_log``
-- trace: ``recompprof.ingest.read_trace`` (what ``recompprof ingest`` writes)
+- live: the event log, read with ``recompprof._eventlog.reader.read_run``
+- logs: torch's own messages, split into records; reasons with ``recompprof._model.reasons.parse_recompiles_log``
+- trace: ``recompprof._analysis.ingest.read_trace`` (what ``recompprof ingest`` writes)
 
 ``diff(a, b, c)`` says, per aspect and compile id, where the sources disagree (empty when they agree).
 """
@@ -28,10 +28,10 @@ from typing import Any
 
 from recorded_runs import clean_env
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, Event, GraphBreak, RecompileLimitHit
-from recompprof.ingest import read_trace
-from recompprof.reasons import parse_guard_failure, parse_recompiles_log
+from recompprof._analysis.ingest import read_trace
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, Event, GraphBreak, RecompileLimitHit
+from recompprof._model.reasons import parse_guard_failure, parse_recompiles_log
 
 SOURCES = ("live", "logs", "trace")
 ASPECTS = ("recompiles", "reasons", "categories", "limit_hits", "graph_breaks", "graph_break_locations")

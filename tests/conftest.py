@@ -46,7 +46,7 @@ def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Non
     # No linger for a final scrape at detach unless a test asks for it (each would wait a scrape interval).
     monkeypatch.setenv("RECOMPPROF_PROMETHEUS_LINGER_SECONDS", "0")
     yield
-    from recompprof import session as session_module
+    from recompprof._capture import session as session_module
 
     live = session_module.current()
     if live is not None:

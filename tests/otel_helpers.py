@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from recompprof import settings as settings_module
-from recompprof.aggregates import Aggregates, Snapshot
-from recompprof.events import Compile, Frame, Reason
-from recompprof.identity import detect
+from recompprof._capture import settings as settings_module
+from recompprof._capture.identity import detect
+from recompprof._model.aggregates import Aggregates, Snapshot
+from recompprof._model.events import Compile, Frame, Reason
 
 FRAME = Frame(name="forward", file="/src/model/net.py", line=33)
 

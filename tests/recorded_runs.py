@@ -40,6 +40,6 @@ def record(where: Path, *args: str, trace: bool = True) -> RecordedRun:
 
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the real ``recompprof`` command (as ``python -m recompprof.cli``)."""
-    return subprocess.run([sys.executable, "-m", "recompprof.cli", *args], capture_output=True, text=True,
+    """Run the real ``recompprof`` command (as ``python -m recompprof._cli.main``)."""
+    return subprocess.run([sys.executable, "-m", "recompprof._cli.main", *args], capture_output=True, text=True,
                           cwd=cwd, env=clean_env(**env), timeout=timeout)

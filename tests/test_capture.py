@@ -15,15 +15,15 @@ import torch
 
 import recompprof
 from recompprof import _internal
-from recompprof.cli import main as cli_main
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd, SignalChange
-from recompprof.reporting import build_report, render_text
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._cli.main import main as cli_main
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd, SignalChange
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
 
-def _events(session: recompprof.session.Session) -> list[Any]:
+def _events(session: recompprof._capture.session.Session) -> list[Any]:
     assert session.event_log_path is not None
     return list(read_file(session.event_log_path))
 
@@ -323,9 +323,9 @@ def test_profile_mode_reports_the_variants_the_job_needs(tmp_path: Path) -> None
 
 def test_identity_guard_is_classified_by_the_live_object() -> None:
     """An identity guard whose text names no type (torch before 2.13) is classified by the object the subject resolves to in the live frame: a function is an object identity, a flag on the module an attribute."""
+    from recompprof._model.compiles import ReasonExplainer
+    from recompprof._model.events import Frame
     from recompprof._torch.sources import type_name
-    from recompprof.compiles import ReasonExplainer
-    from recompprof.events import Frame
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -373,7 +373,7 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
 def test_graph_break_texts_of_every_shape(payload: str, reason: str, location: str | None, explanation: str | None,
                                           skipped: bool) -> None:
     """Each shape of torch's graph-break text yields its type, the user's file:line, the explanation and whether the frame was skipped."""
-    from recompprof.breaks import parse_graph_break
+    from recompprof._model.breaks import parse_graph_break
 
     parsed = parse_graph_break(payload)
     assert (parsed.reason, parsed.user_location, parsed.explanation, parsed.skipped_frame) == (
@@ -383,8 +383,8 @@ def test_graph_break_texts_of_every_shape(payload: str, reason: str, location: s
 
 
 def test_call_site_of_the_built_in_demo_is_its_training_loop(tmp_path: Path) -> None:
-    """The demo's own loop (recompprof/demo.py) is user code: its recompiles name the loop's line as the call site."""
+    """The demo's own loop (recompprof/_cli/demo.py) is user code: its recompiles name the loop's line as the call site."""
     assert cli_main(["demo", "--steps", "8", "--run-dir", str(tmp_path / "run"), "--port", "0"]) == 0
     compiles = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and not e.backward]
-    assert compiles and all(c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/demo.py")
+    assert compiles and all(c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/_cli/demo.py")
                             for c in compiles), [c.call_site for c in compiles]

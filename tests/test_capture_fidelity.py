@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import recompprof
-from recompprof.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd
-from recompprof.reasons import parse_guard_failure
-from recompprof.reporting import build_report, render_text
-from recompprof.session import Session
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._capture.session import Session
+from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd
+from recompprof._model.reasons import parse_guard_failure
 
 
 @pytest.fixture(autouse=True)

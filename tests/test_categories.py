@@ -9,8 +9,8 @@ import torch
 from scenarios import SCENARIOS, eager
 
 import recompprof
+from recompprof._model.events import Compile, GraphBreak
 from recompprof._torch.versions import torch_info
-from recompprof.events import Compile, GraphBreak
 
 pytestmark = pytest.mark.torch_compat
 
@@ -90,7 +90,7 @@ def test_skipped_resume_frame_is_not_a_compile(tmp_path: Path) -> None:
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch._dynamo.resume_execution import ContinueExecutionCache
 
-    from recompprof.counting import costs_seconds, counts_as_compile
+    from recompprof._model.counting import costs_seconds, counts_as_compile
 
     torch._dynamo.reset()
     model = torch.nn.Linear(4, 4)
@@ -149,9 +149,9 @@ def test_skipped_frame_is_no_compile_in_ingest_too(tmp_path: Path) -> None:
 
     from recorded_runs import clean_env
 
-    from recompprof.counting import counts_as_compile
-    from recompprof.eventlog import read_run
-    from recompprof.ingest import read_trace
+    from recompprof._analysis.ingest import read_trace
+    from recompprof._eventlog.reader import read_run
+    from recompprof._model.counting import counts_as_compile
 
     script = tmp_path / "job.py"
     script.write_text(_OPTIMIZER_JOB)

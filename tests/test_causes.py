@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from recompprof import counting
-from recompprof.causes import CauseTracker, forward_cause
-from recompprof.events import Compile, Frame, Reason
+from recompprof._model import counting
+from recompprof._model.causes import CauseTracker, forward_cause
+from recompprof._model.events import Compile, Frame, Reason
 
 FRAME = Frame(name="forward", file="/job/model.py", line=10)
 SIZE = Reason(text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size", subject="L['x']",

@@ -11,11 +11,11 @@ import pytest
 import torch
 from recorded_runs import ROOT, RecordedRun, clean_env, cli, record
 
-from recompprof.check import CheckInputError, Rules, check
-from recompprof.diff import compare, render
-from recompprof.eventlog import read_run
-from recompprof.events import Compile
-from recompprof.reporting import build_report
+from recompprof._analysis.check import CheckInputError, Rules, check
+from recompprof._analysis.diff import compare, render
+from recompprof._analysis.reporting import build_report
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile
 from recompprof.testing import RecompiledError, assert_no_recompiles, capture_events
 
 
@@ -109,7 +109,7 @@ def test_diff_time_threshold(full: RecordedRun, tmp_path: Path) -> None:
     slower.mkdir()
     events = [e.model_copy(update={"duration": e.duration * 3 + 1}) if isinstance(e, Compile) else e
               for e in read_run(full.run_dir)]
-    from recompprof.eventlog import write_events
+    from recompprof._eventlog.reader import write_events
 
     write_events(slower / "rank00000-1.jsonl", events)
     assert cli("diff", str(full.run_dir), str(slower)).returncode == 0

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from recorded_runs import clean_env
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, SessionStart
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, SessionStart
 
 
 def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "recompprof.cli", "demo", "--steps", "12", "--port", "0",
+    return subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "demo", "--steps", "12", "--port", "0",
                              "--run-dir", str(tmp_path / "run"), *args],
                             cwd=tmp_path, env=clean_env(COLUMNS="200"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from recorded_runs import RecordedRun, clean_env, cli, record
 
-from recompprof.cli import main
+from recompprof._cli.main import main
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
@@ -31,7 +31,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
-    """``recompprof.cli.main`` in-process with stdout and stderr captured."""
+    """``recompprof._cli.main.main`` in-process with stdout and stderr captured."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
@@ -190,7 +190,7 @@ def test_a_200mb_line_is_skipped_without_loading_it(recorded: RecordedRun, tmp_p
     probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
              "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(p.stderr, file=sys.stderr)")
     target = path if kind == "event_log" else path.parent
-    proc = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "recompprof.cli", "report", str(target)],
+    proc = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "recompprof._cli.main", "report", str(target)],
                           capture_output=True, text=True, env=clean_env(), timeout=120, check=False)
     code, peak_kib = (int(x) for x in proc.stdout.split())
     assert code == 0, proc.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from recorded_runs import ROOT, clean_env, cli
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, SessionStart
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, SessionStart
 
 SCRIPT = textwrap.dedent('''
     import os, sys
@@ -132,7 +132,7 @@ def test_regular_install_ships_the_pth_hook(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("recompprof-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "recompprof-attach.pth" in names and "recompprof/bootstrap/autoattach.py" in names
+    assert "recompprof-attach.pth" in names and "recompprof/_bootstrap/autoattach.py" in names
     record = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/RECORD"))).decode()
     assert "recompprof-attach.pth," in record
     venv = tmp_path / "venv"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile
-from recompprof.ingest import read_trace
-from recompprof.reporting import build_report, render_text
+from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,16 +19,16 @@ import torch
 from recorded_runs import clean_env
 
 import recompprof
-from recompprof.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS, classify_skip, cudagraph_skip, runtime_work
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, Reason
-from recompprof.ingest import read_trace
+from recompprof._analysis.ingest import read_trace
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS, classify_skip, cudagraph_skip, runtime_work
+from recompprof._model.events import Compile, Reason
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
 needs_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
 
-def _compiles(session: recompprof.session.Session) -> list[Compile]:
+def _compiles(session: recompprof._capture.session.Session) -> list[Compile]:
     assert session.event_log_path is not None
     return [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]
 
@@ -268,8 +268,8 @@ def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> Non
     """A real CUDA-graphs skip on CPU is counted in torch_compile_cudagraph_skips_total{reason} (every reason of the closed list present) and listed in the report with its fix hint."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from recompprof.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS
-    from recompprof.reporting import build_report, render_text
+    from recompprof._analysis.reporting import build_report, render_text
+    from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS
     from recompprof_prometheus.collector import SnapshotCollector
 
     fn = torch.compile(_scale, backend="cudagraphs")

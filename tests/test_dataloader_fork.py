@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from servers import free_port
 
-from recompprof.eventlog import read_file
-from recompprof.events import Compile, SessionEnd, SessionStart
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile, SessionEnd, SessionStart
 
 TIMEOUT = 180.0
 

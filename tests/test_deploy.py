@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO))
 
 from dashboards import DEFAULT
 from dashboards.generate import RULES_FILE
-from recompprof.settings import ENV_PREFIX, Settings
+from recompprof._capture.settings import ENV_PREFIX, Settings
 
 KUBE = REPO / "deploy/kubernetes"
 COMPOSE = REPO / "deploy/compose"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import recompprof
-from recompprof.settings import ConfigError
+from recompprof._capture.settings import ConfigError
 
 
 def helper(x: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from recompprof import eventlog
-from recompprof.eventlog import EventLogError, EventLogWriter, ReadStats, read_file, read_run, run_files, write_events
-from recompprof.events import SCHEMA_VERSION, Compile, Frame, SessionStart
+from recompprof._eventlog import reader as eventlog
+from recompprof._eventlog.reader import (
+    EventLogError,
+    EventLogWriter,
+    ReadStats,
+    read_file,
+    read_run,
+    run_files,
+    write_events,
+)
+from recompprof._model.events import SCHEMA_VERSION, Compile, Frame, SessionStart
 
 
 def _start(rank: int = 0) -> SessionStart:

@@ -21,11 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from recorded_runs import RecordedRun, record
 
-from recompprof import fastread
-from recompprof.check import Rules, check
-from recompprof.diff import compare
-from recompprof.eventlog import ReadStats, read_file, read_run, run_files, scan_file, write_events
-from recompprof.events import (
+from recompprof._analysis.check import Rules, check
+from recompprof._analysis.diff import compare
+from recompprof._analysis.reporting import Report, build_report, render_text
+from recompprof._analysis.runs import EventStream
+from recompprof._eventlog import fastread
+from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file, write_events
+from recompprof._model.events import (
     Compile,
     Event,
     Frame,
@@ -35,8 +37,6 @@ from recompprof.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof.reporting import Report, build_report, render_text
-from recompprof.runs import EventStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_scale import reason_pool  # every recorded torch 2.13 guard-failure text, parsed by the real parser
@@ -228,7 +228,7 @@ def test_constraints_carry_over_with_the_validated_verdicts() -> None:
     a constraint a view cannot express fails loudly instead of checking less."""
     from pydantic import Field
 
-    from recompprof.events import _Model
+    from recompprof._model.events import _Model
 
     class Traced(_Model):
         trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
@@ -253,5 +253,5 @@ def test_constraints_carry_over_with_the_validated_verdicts() -> None:
     class Bounded(_Model):
         count: int = Field(default=0, ge=0)
 
-    with pytest.raises(TypeError, match=r"Bounded.count: recompprof.fastread cannot carry over"):
+    with pytest.raises(TypeError, match=r"Bounded.count: recompprof._eventlog.fastread cannot carry over"):
         fastread._view(Bounded, {})

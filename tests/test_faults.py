@@ -24,9 +24,10 @@ from otlp_receiver import OtlpReceiver
 from recorded_runs import ROOT, clean_env
 
 import recompprof
-from recompprof import _internal, eventlog
-from recompprof.eventlog import read_file
-from recompprof.events import Compile, SessionEnd
+from recompprof import _internal
+from recompprof._eventlog import reader as eventlog
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile, SessionEnd
 
 # A small job with a size recompile every step for the first three steps; prints its final weights.
 TRAIN = """

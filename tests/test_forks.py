@@ -1,4 +1,4 @@
-"""recompprof.forks: an object tells the process that made it from a child forked off it (real os.fork)."""
+"""recompprof._capture.forks: an object tells the process that made it from a child forked off it (real os.fork)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recompprof import forks
+from recompprof._capture import forks
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -48,7 +48,7 @@ def test_owner_is_forked_in_a_child_until_the_child_claims_it() -> None:
 
 
 def test_exporters_use_the_helper_for_fork_checks() -> None:
-    """No exporter compares os.getpid() itself any more: each fork check goes through recompprof.forks."""
+    """No exporter compares os.getpid() itself any more: each fork check goes through recompprof._capture.forks."""
     exporters = Path(__file__).resolve().parents[1] / "exporters"
     offenders = [str(p) for p in exporters.rglob("*.py") if "os.getpid()" in p.read_text(encoding="utf-8")]
     assert offenders == []

@@ -20,11 +20,11 @@ from recorded_runs import cli
 from workloads.named_frames import Decoder, Encoder  # a decorator shared by two module classes
 
 import recompprof
+from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.reporting import build_report
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.events import Compile, Event, Frame, GraphBreak
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, Event, Frame, GraphBreak
-from recompprof.ingest import read_trace
-from recompprof.reporting import build_report
 from recompprof.testing import capture_events
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "named_frames.py"

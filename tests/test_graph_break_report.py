@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from recorded_runs import TESTS, clean_env
 
+from recompprof._analysis.html_report import render_html
+from recompprof._analysis.reporting import MAX_BREAK_GROUPS, build_report, render_text
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Frame, GraphBreak
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_run
-from recompprof.events import Frame, GraphBreak
-from recompprof.html_report import render_html
-from recompprof.reporting import MAX_BREAK_GROUPS, build_report, render_text
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 # Below this gate torch's counters give breaks with no place, hints or eager flag to show.

@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import http_get
 
 import recompprof
-from recompprof.cudagraphs import CUDAGRAPH_SKIPS
-from recompprof.eventlog import read_file
-from recompprof.events import CATEGORIES, LIMITS, PHASES, Compile, GraphBreak
-from recompprof.html_report import render_html
-from recompprof.reporting import render_text
-from recompprof.settings import ENV_PREFIX, ConfigError, Settings
+from recompprof._analysis.html_report import render_html
+from recompprof._analysis.reporting import render_text
+from recompprof._capture.settings import ENV_PREFIX, ConfigError, Settings
+from recompprof._eventlog.reader import read_file
+from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
+from recompprof._model.events import CATEGORIES, LIMITS, PHASES, Compile, GraphBreak
 
 EVIL = 'a"} evil{a="b\n# HELP torch_compile_compiles_total injected\n# TYPE x counter\nx{y="1"} 1\r\x00\x01\x1b[2J\x7f' \
        + "\u202e\udcff\ufeff" + "Z" * 100_000
@@ -155,7 +155,7 @@ def test_bad_setting_fails_at_attach_naming_it(monkeypatch: pytest.MonkeyPatch, 
     message = str(error.value)
     assert f"'{name}'" in message and (ENV_PREFIX + name.upper() in message) == (source == "env")
     assert error.value.__suppress_context__ or error.value.__cause__ is None  # not a chained traceback from pydantic
-    assert len(message) < 2000 and recompprof.session.current() is None
+    assert len(message) < 2000 and recompprof._capture.session.current() is None
 
 
 @pytest.mark.parametrize(("env", "named"), [
@@ -175,7 +175,7 @@ def test_exporter_settings_that_cannot_work_fail_at_attach(monkeypatch: pytest.M
     filters = list(logging.getLogger("torch._utils_internal").filters)
     with pytest.raises(ConfigError, match=named):
         recompprof.attach()
-    assert recompprof.session.current() is None
+    assert recompprof._capture.session.current() is None
     assert logging.getLogger("torch._utils_internal").filters == filters
 
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from recompprof import reporting
-from recompprof.check import Rules, check
-from recompprof.eventlog import write_events
-from recompprof.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
-from recompprof.merging import build_run_report, merge
-from recompprof.reporting import build_report
-from recompprof.runs import load
+from recompprof._analysis import reporting
+from recompprof._analysis.check import Rules, check
+from recompprof._analysis.merging import build_run_report, merge
+from recompprof._analysis.reporting import build_report
+from recompprof._analysis.runs import load
+from recompprof._eventlog.reader import write_events
+from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recorded_runs import clean_env, cli

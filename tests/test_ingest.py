@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
+from recompprof._analysis.ingest import IngestError, read_trace, trace_files
+from recompprof._analysis.reporting import Report, build_report
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, RecompileLimitHit
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, RecompileLimitHit
-from recompprof.ingest import IngestError, read_trace, trace_files
-from recompprof.reporting import Report, build_report
 
 
 @pytest.fixture(scope="module")

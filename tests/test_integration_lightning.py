@@ -29,8 +29,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import recompprof
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, Event, SessionEnd, SessionStart
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
 from recompprof.integrations.lightning import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",

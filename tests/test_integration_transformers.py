@@ -25,8 +25,8 @@ from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 import recompprof
-from recompprof.eventlog import read_file
-from recompprof.events import Compile, Event, SessionEnd, SessionStart
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
 from recompprof.integrations.transformers import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",

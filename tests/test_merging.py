@@ -1,5 +1,5 @@
 """``report`` folding a large run file by file in worker processes and merging the parts
-(``recompprof.merging``) gives the report one fold over the run gives.
+(``recompprof._analysis.merging``) gives the report one fold over the run gives.
 
 Inputs: random event sequences of every kind (real event models, reasons from the real parser over
 the texts recorded from torch 2.13) cut into consecutive parts at random; a generated multi-rank run
@@ -20,9 +20,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof import reporting, workers
-from recompprof.eventlog import write_events
-from recompprof.events import (
+from recompprof._analysis import reporting, workers
+from recompprof._analysis.merging import build_run_report, merge
+from recompprof._analysis.reporting import Report, build_report, render_text
+from recompprof._analysis.runs import load
+from recompprof._eventlog.reader import write_events
+from recompprof._model.events import (
     Compile,
     Frame,
     GraphBreak,
@@ -31,9 +34,6 @@ from recompprof.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof.merging import build_run_report, merge
-from recompprof.reporting import Report, build_report, render_text
-from recompprof.runs import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_scale import reason_pool

@@ -1,4 +1,4 @@
-"""recompprof.metric_names: the one table the Prometheus collector and the OTel metrics both name their metrics from."""
+"""recompprof._model.metric_names: the one table the Prometheus collector and the OTel metrics both name their metrics from."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from test_prometheus_collector import CONTRACT, feed, make_session, scrape
 
-from recompprof import metric_names as names
+from recompprof._model import metric_names as names
 from recompprof_otel.metrics import INSTRUMENTS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import recompprof
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import PHASES, Compile, RecompileLimitHit
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_file
-from recompprof.events import PHASES, Compile, RecompileLimitHit
 
 pytestmark = pytest.mark.torch_compat
 

@@ -28,11 +28,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import REPO, WORKLOADS, alertmanager, free_port, http_get, prometheus
 from test_alerting_e2e import FAST, Webhook
 
-from recompprof import divergence
-from recompprof.counting import counts_as_compile
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, Frame, Reason, RecompileLimitHit, SessionStart
-from recompprof.reporting import build_report, render_text
+from recompprof._analysis import divergence
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.counting import counts_as_compile
+from recompprof._model.events import Compile, Frame, Reason, RecompileLimitHit, SessionStart
 
 sys.path.insert(0, str(REPO))
 
@@ -226,7 +226,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
     finally:
         hook.server.shutdown()
     run_id = summaries[0]["identity"]["run_id"]
-    report = subprocess.run([sys.executable, "-m", "recompprof.cli", "report", str(job.cwd / "recompprof-runs" / run_id),
+    report = subprocess.run([sys.executable, "-m", "recompprof._cli.main", "report", str(job.cwd / "recompprof-runs" / run_id),
                              "--width", "250"], check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert report.returncode == 0, report.stderr
     return DdpRun(base, summaries, scrapes, alert, alert_error, rule_values, codes, output,

@@ -19,10 +19,10 @@ from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
 from recorded_runs import WORKLOAD, clean_env
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, SessionEnd
-from recompprof.ingest import read_trace
-from recompprof.reporting import build_report
+from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.reporting import build_report
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, SessionEnd
 
 
 def _prometheus(textfile_dir: Path) -> dict[str, float]:

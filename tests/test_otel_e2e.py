@@ -19,7 +19,7 @@ from servers import WORKLOADS, free_port
 torch = pytest.importorskip("torch")
 
 import recompprof  # noqa: E402
-from recompprof.events import Compile  # noqa: E402
+from recompprof._model.events import Compile  # noqa: E402
 from recompprof_otel.metrics import INSTRUMENTS  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

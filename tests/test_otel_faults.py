@@ -13,7 +13,7 @@ from otel_helpers import StandInSession, compile_event
 from otlp_receiver import OtlpReceiver, clear_otel_env, hanging_endpoint, refused_endpoint
 
 from recompprof import _internal
-from recompprof.exporting import ExporterUnavailable
+from recompprof._capture.exporting import ExporterUnavailable
 from recompprof_otel import OtelExporter
 from recompprof_otel.environment import read
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_helpers import FRAME, StandInSession, compile_event
 from otlp_receiver import OtlpReceiver, clear_otel_env, tree
 
-from recompprof.events import Frame, Reason, RecompileLimitHit
+from recompprof._model.events import Frame, Reason, RecompileLimitHit
 from recompprof_otel import OtelExporter, SpanBuilder, phase_intervals
 
 

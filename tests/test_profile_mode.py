@@ -519,8 +519,8 @@ def test_evicts_without_parking_when_internals_missing(
 def test_session_records_every_switch_with_parking(tmp_path: Any) -> None:
     """attach(mode="profile") on A,B,A,B: 7 recompile events for the 7 switches (6 re-enabled variants with no compile time), 2 traces."""
     import recompprof
-    from recompprof.eventlog import read_file
-    from recompprof.events import Compile, SessionEnd
+    from recompprof._eventlog.reader import read_file
+    from recompprof._model.events import Compile, SessionEnd
 
     def pick(x: Any, tag: str) -> Any:
         return x + (1 if tag == "A" else 2)
@@ -545,9 +545,9 @@ def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
     """attach(mode="profile", recompile_limit=None), the unlimited variant: the log's session_start (limit None,
     which the JSON line leaves out) reads back, so the report knows the run and its mode."""
     import recompprof
-    from recompprof.eventlog import read_file, read_run
-    from recompprof.events import SessionStart
-    from recompprof.reporting import build_report
+    from recompprof._analysis.reporting import build_report
+    from recompprof._eventlog.reader import read_file, read_run
+    from recompprof._model.events import SessionStart
 
     compiled = torch.compile(lambda x, n: x * n, backend="eager")
     with recompprof.attach(mode="profile", recompile_limit=None, run_dir=tmp_path) as session:

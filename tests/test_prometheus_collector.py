@@ -14,9 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from servers import need
 
-from recompprof import _internal, settings as settings_module
-from recompprof.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof.events import (
+from recompprof import _internal
+from recompprof._capture import settings as settings_module
+from recompprof._capture.identity import Identity
+from recompprof._capture.session import Session
+from recompprof._model.aggregates import DURATION_BUCKETS, ERROR_TYPES
+from recompprof._model.events import (
     CACHE_RESULTS,
     CACHES,
     CATEGORIES,
@@ -28,8 +31,6 @@ from recompprof.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof.identity import Identity
-from recompprof.session import Session
 from recompprof_prometheus import SnapshotCollector
 
 # docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).

@@ -13,7 +13,7 @@ import pytest
 from servers import free_port, http_get, need, prometheus, train_process, wait_for_line
 from test_prometheus_server import occupied
 
-from recompprof.events import Frame
+from recompprof._model.events import Frame
 
 pytestmark = pytest.mark.servers
 
@@ -31,7 +31,7 @@ def read_summary(path: Path, timeout: float = 30.0) -> dict[str, Any]:
 
 
 def expected_totals(event_log: Path) -> dict[str, Any]:
-    """The metric values the event log implies (the same rules as recompprof.aggregates)."""
+    """The metric values the event log implies (the same rules as recompprof._model.aggregates)."""
     compiles: Counter[str] = Counter()
     recompiles: Counter[str] = Counter()
     guards: Counter[str] = Counter()

@@ -19,7 +19,7 @@ from servers import free_port, http_get, need
 from test_prometheus_collector import feed, make_session
 
 from recompprof import _internal
-from recompprof.settings import ConfigError
+from recompprof._capture.settings import ConfigError
 from recompprof_prometheus import PortInUse, PrometheusExporter
 
 

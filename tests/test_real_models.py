@@ -18,10 +18,10 @@ import pytest
 from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise
 from recorded_runs import cli
 
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, RecompileLimitHit
-from recompprof.ingest import read_trace
-from recompprof.reporting import build_report
+from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.reporting import build_report
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, RecompileLimitHit
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "hf_models.py"
 WORKLOADS = ("llama", "gpt2", "distill", "llama_inductor")

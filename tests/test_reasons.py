@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scenarios import SCENARIOS, run_scenario
 
+from recompprof._model.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+from recompprof._model.reasons import FIX_HINTS, parse_guard_failure, parse_recompiles_log, user_location
 from recompprof._torch import versions
 from recompprof._torch.versions import torch_info
-from recompprof.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
-from recompprof.reasons import FIX_HINTS, parse_guard_failure, parse_recompiles_log, user_location
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reasons"
 RECORDED: dict[str, Any] = json.loads((FIXTURES / "torch-2.13.json").read_text())
@@ -317,7 +317,8 @@ def test_kinds_resolved_in_process_decide_identity_guards() -> None:
 def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bug in the parser raises under tests and, in production, is counted as an internal error while the
     parser still returns an 'other' reason, None, or [] (it never raises into torch)."""
-    from recompprof import _internal, reasons
+    from recompprof import _internal
+    from recompprof._model import reasons
 
     def broken(*args: object) -> object:
         raise RuntimeError("parser bug")

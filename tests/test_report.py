@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import recompprof
-from recompprof.events import Compile, Frame, Reason
-from recompprof.html_report import render_html
-from recompprof.reporting import build_report, render_text
+from recompprof._analysis.html_report import render_html
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._model.events import Compile, Frame, Reason
 
 SCALE = 1.0
 
@@ -78,7 +78,7 @@ def test_empty_report_says_no_compiles() -> None:
 
 def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     """A frame with 80 variants keeps at most 64 reasons per event, yet counts every guard failure exactly."""
-    from recompprof.compiles import MAX_REASONS_PER_EVENT
+    from recompprof._model.compiles import MAX_REASONS_PER_EVENT
 
     def h(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x * len(tag)
@@ -204,7 +204,7 @@ def test_size_changes_without_automatic_dynamic_stay_steady_state(tmp_path: Path
 def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
     """A dim whose size changes a second time on one frame stayed static (e.g. mark_static): only the first
     size change can be automatic dynamic warming up."""
-    from recompprof.compiles import CompileRecord, ReasonExplainer, automatic_dynamic
+    from recompprof._model.compiles import CompileRecord, ReasonExplainer, automatic_dynamic
 
     frame = Frame(name="f", file="/src/f.py", line=1)
     explainer = ReasonExplainer()
@@ -241,7 +241,7 @@ def test_text_report_shows_reason_examples_and_unbroken_headers() -> None:
 def test_html_shows_backward_compiles_and_unknown_steps_of_ingested_runs() -> None:
     """The HTML report counts backward compiles (per frame and overall); for a run read from TORCH_TRACE it says the
     steps are unknown and names no mode."""
-    from recompprof.events import SessionStart
+    from recompprof._model.events import SessionStart
 
     frame = Frame(name="step", file="/src/train.py", line=10)
     start = SessionStart(time=0.0, run_id="torch-trace-x", host="h", pid=1, versions={}, mode="monitor",

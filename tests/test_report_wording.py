@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-from recompprof.eventlog import read_run
-from recompprof.plaintext import units
-from recompprof.reporting import build_report, render_text
+from recompprof._analysis.plaintext import units
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._eventlog.reader import read_run
 
 
 @pytest.fixture(scope="module")

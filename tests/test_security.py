@@ -21,7 +21,7 @@ from otlp_receiver import OtlpReceiver
 from servers import free_port, http_get
 
 import recompprof
-from recompprof.cli import main
+from recompprof._cli.main import main
 from recompprof_prometheus.writers import TextfileOutput
 
 SECRET = "s3cr3t"

@@ -12,9 +12,9 @@ import torch
 
 import recompprof
 from recompprof import ConfigError
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile, SessionEnd, SessionStart
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_file
-from recompprof.events import Compile, SessionEnd, SessionStart
 
 
 def torch_state() -> dict[str, Any]:

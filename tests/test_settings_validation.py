@@ -19,7 +19,7 @@ from recorded_runs import clean_env, cli
 from servers import free_port
 
 import recompprof
-from recompprof.settings import ConfigError
+from recompprof._capture.settings import ConfigError
 
 # An address of TEST-NET-1 (RFC 5737): never assigned to a host, so nothing can listen on it.
 NOT_HERE = "192.0.2.1"
@@ -52,7 +52,7 @@ def test_malformed_basic_auth_fails_at_attach_without_the_prometheus_exporter() 
     with pytest.raises(ConfigError, match="prometheus_basic_auth") as err:
         recompprof.attach(prometheus_basic_auth="nocolon")
     assert "nocolon" not in str(err.value)
-    assert recompprof.session.current() is None
+    assert recompprof._capture.session.current() is None
 
 
 @pytest.mark.parametrize(("settings", "named"), [
@@ -68,7 +68,7 @@ def test_attach_names_the_setting_of_an_address_or_tls_file_it_cannot_use(settin
     with pytest.raises(ConfigError) as err:
         recompprof.attach(exporters=["prometheus"], prometheus_port=free_port(), **settings)  # type: ignore[arg-type]
     assert named in str(err.value) and "RECOMPPROF_PROMETHEUS_" in str(err.value)
-    assert recompprof.session.current() is None
+    assert recompprof._capture.session.current() is None
 
 
 def test_certificate_and_key_that_do_not_match_name_both_settings(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ import pytest
 from recorded_runs import clean_env, cli
 from servers import free_port
 
-from recompprof.bootstrap import lineage
-from recompprof.eventlog import read_file, read_run
-from recompprof.events import Compile, SessionStart
+from recompprof._bootstrap import lineage
+from recompprof._eventlog.reader import read_file, read_run
+from recompprof._model.events import Compile, SessionStart
 
 _LOADER_JOB = textwrap.dedent("""
     import json, os, sys, time, urllib.request
@@ -154,7 +154,7 @@ _EXPLICIT_JOB = textwrap.dedent("""
 
     def work():
         torch.compile(lambda x: x - 1, backend="eager")(torch.ones(3))
-        print("child attached:", session.attached, recompprof.session.current() is None, flush=True)
+        print("child attached:", session.attached, recompprof._capture.session.current() is None, flush=True)
 
     if __name__ == "__main__":
         torch.compile(lambda x: x * 3, backend="eager")(torch.ones(2))

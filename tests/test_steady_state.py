@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import recompprof
-from recompprof.events import Compile
-from recompprof.html_report import render_html
-from recompprof.reporting import render_text
+from recompprof._analysis.html_report import render_html
+from recompprof._analysis.reporting import render_text
+from recompprof._model.events import Compile
 
 GLOBAL_INT = 1
 
@@ -247,8 +247,8 @@ def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) ->
     run marks the same recompile as the LR made dynamic (warm-up), explained by the same reason."""
     from recorded_runs import clean_env
 
-    from recompprof.eventlog import read_run
-    from recompprof.ingest import read_trace
+    from recompprof._analysis.ingest import read_trace
+    from recompprof._eventlog.reader import read_run
 
     script = tmp_path / "lr.py"
     script.write_text(_LR_SCRIPT)

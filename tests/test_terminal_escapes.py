@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from recorded_runs import ROOT, clean_env
 
-from recompprof.plaintext import console, escape
+from recompprof._analysis.plaintext import console, escape
 
 EVIL = "\x1b[2J\x1b]0;pwned\x07\x1b[31m\rFAKE\nFAKE LINE\u202eevil\u2066\x9b1m\x7f\x08\x00\t\u2028\x85end"
 # What no output may hold: every C0 control but the newline, DEL, C1, bidirectional controls, line separators.
@@ -124,7 +124,7 @@ def test_piped_output_holds_no_control_characters(hostile_runs: tuple[Path, Path
     """Piped (no terminal, NO_COLOR), every command's stdout and stderr hold no control character but line-ending
     newlines, no line starts with text that followed a newline in the log, and the hostile text shows escaped."""
     one, two, _ = hostile_runs
-    proc = subprocess.run([sys.executable, "-m", "recompprof.cli", *COMMANDS[command](one, two)],
+    proc = subprocess.run([sys.executable, "-m", "recompprof._cli.main", *COMMANDS[command](one, two)],
                           env=clean_env(NO_COLOR="1"), capture_output=True, timeout=300, cwd=ROOT)
     out, err = proc.stdout.decode(errors="strict"), proc.stderr.decode(errors="strict")
     assert proc.returncode in (0, 1), out + err
@@ -140,7 +140,7 @@ def test_output_on_a_forced_colour_terminal_holds_no_escape(hostile_runs: tuple[
     _, two, _ = hostile_runs
     master, slave = pty.openpty()
     tty.setraw(slave)  # no newline translation: the bytes seen are the bytes written
-    proc = subprocess.Popen([sys.executable, "-m", "recompprof.cli", "report", str(two)], stdin=slave, stdout=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "report", str(two)], stdin=slave, stdout=slave,
                             stderr=slave, cwd=ROOT,
                             env=clean_env(FORCE_COLOR="1", TERM="xterm-256color", COLUMNS="160"))
     os.close(slave)
@@ -172,7 +172,7 @@ def test_a_clean_run_shows_no_escapes(hostile_runs: tuple[Path, Path, str], tmp_
         name = log.name
         text = clean if name.startswith("rank00000") else log.read_text().replace(json.dumps(EVIL)[1:-1], "MARK")
         (run / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "recompprof.cli", "report", str(run), "--width", "160"],
+    proc = subprocess.run([sys.executable, "-m", "recompprof._cli.main", "report", str(run), "--width", "160"],
                           env=clean_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Fix these first" in proc.stdout and "DIVERGING" in proc.stdout, proc.stdout

@@ -11,10 +11,10 @@ import torch
 
 import recompprof
 from recompprof import _internal
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import PHASES, Compile
 from recompprof._torch import versions
 from recompprof._torch.phases import exclusive_phases
-from recompprof.eventlog import read_file
-from recompprof.events import PHASES, Compile
 
 pytestmark = pytest.mark.torch_compat
 
@@ -62,7 +62,7 @@ def test_failing_exporter_never_reaches_the_job(monkeypatch: pytest.MonkeyPatch,
 
         def shutdown(self, timeout: float = 5.0) -> None: ...
 
-    from recompprof import exporting
+    from recompprof._capture import exporting
 
     monkeypatch.setattr(exporting, "load", lambda name, settings: Broken())
     with recompprof.attach(run_dir=tmp_path, exporters=["otel"]):

@@ -12,10 +12,10 @@ import torch
 from recorded_runs import TESTS, clean_env, cli, record
 
 import recompprof
+from recompprof._analysis.reporting import build_report, render_text
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_run
-from recompprof.events import Compile
-from recompprof.reporting import build_report, render_text
 
 needs_hooks = pytest.mark.skipif(not torch_info().has("recompile_user_context"),
                                  reason="this torch has no recompile user-context hooks (the gate's off path is "

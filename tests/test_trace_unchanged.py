@@ -20,9 +20,9 @@ import torch._logging
 from recorded_runs import TESTS, clean_env
 
 import recompprof
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import GraphBreak
 from recompprof._torch.versions import torch_info
-from recompprof.eventlog import read_run
-from recompprof.events import GraphBreak
 
 JOB = TESTS / "workloads" / "trace_calls.py"
 # Tokens that may differ between two runs: addresses, uuids (in compiled functions' names), payload digests and

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from recompprof.check import Rules, check
-from recompprof.eventlog import ReadStats, read_file, scan_file, write_events
-from recompprof.events import Compile, Frame, SessionEnd, SessionStart, to_json
-from recompprof.runs import load
+from recompprof._analysis.check import Rules, check
+from recompprof._analysis.runs import load
+from recompprof._eventlog.reader import ReadStats, read_file, scan_file, write_events
+from recompprof._model.events import Compile, Frame, SessionEnd, SessionStart, to_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recorded_runs import clean_env, cli
@@ -70,7 +70,7 @@ def test_non_finite_numbers_are_corrupt_lines_in_both_readers(reader: Any, liter
 def test_the_fields_tried_are_every_float_field_of_those_events() -> None:
     """The fields above are every float field the reader finds in the models of those three kinds
     (the rest hold only ``time``), so no float field goes untried."""
-    from recompprof.eventlog import _FLOAT_FIELDS
+    from recompprof._eventlog.reader import _FLOAT_FIELDS
 
     tried = {(e.kind, p[0]) for e, p in FIELDS}
     for kind in ("compile", "session_start", "session_end"):

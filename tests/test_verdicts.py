@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise, torch_compiles
 
-from recompprof.causes import explaining_reason
-from recompprof.eventlog import read_run
-from recompprof.events import Compile, Event
-from recompprof.ingest import read_trace
-from recompprof.reporting import Report, build_report, render_text
+from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.reporting import Report, build_report, render_text
+from recompprof._eventlog.reader import read_run
+from recompprof._model.causes import explaining_reason
+from recompprof._model.events import Compile, Event
 
 pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
 pytest.importorskip("lightning", reason="the verdict corpus runs a Lightning fit")

@@ -19,9 +19,9 @@ import torch
 from scenarios import SCENARIOS, run_scenario
 
 import recompprof
+from recompprof._model.events import Compile, GraphBreak
 from recompprof._torch import versions
 from recompprof._torch.versions import GATES, Gate, torch_info
-from recompprof.events import Compile, GraphBreak
 
 pytestmark = pytest.mark.torch_compat
 

@@ -18,17 +18,18 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from recompprof import _internal, forks
-from recompprof.events import Compile, RecompileLimitHit
+from recompprof import _internal
+from recompprof._capture import forks
+from recompprof._model.events import Compile, RecompileLimitHit
 from recompprof_otel import environment, resource, transport
 from recompprof_otel.ids import PrivateRandomIdGenerator
 from recompprof_otel.processor import BoundedBatchProcessor
 from recompprof_otel.spans import SpanBuilder
 
 if TYPE_CHECKING:
-    from recompprof.events import Event
-    from recompprof.session import Session
-    from recompprof.settings import Settings
+    from recompprof._capture.session import Session
+    from recompprof._capture.settings import Settings
+    from recompprof._model.events import Event
     from recompprof_otel.metrics import OtelMetrics
 
 log = logging.getLogger("recompprof.otel")

@@ -14,7 +14,7 @@ import random
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from recompprof import forks
+from recompprof._capture import forks
 
 
 class PrivateRandomIdGenerator(IdGenerator):

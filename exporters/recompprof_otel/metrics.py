@@ -17,19 +17,21 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
 
-from recompprof import _internal, forks, metric_names as names
-from recompprof.aggregates import DURATION_BUCKETS
-from recompprof.counting import costs_seconds
-from recompprof.events import LIMITS
+from recompprof import _internal
+from recompprof._capture import forks
+from recompprof._model import metric_names as names
+from recompprof._model.aggregates import DURATION_BUCKETS
+from recompprof._model.counting import costs_seconds
+from recompprof._model.events import LIMITS
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData
     from opentelemetry.sdk.resources import Resource
 
-    from recompprof.aggregates import Snapshot
-    from recompprof.events import Compile
-    from recompprof.metric_names import MetricName
+    from recompprof._model.aggregates import Snapshot
+    from recompprof._model.events import Compile
+    from recompprof._model.metric_names import MetricName
 
 # (instrument name, unit, the Prometheus name it becomes), from the table both exporters share;
 # tests check the translation.

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from recompprof import _internal, forks
+from recompprof import _internal
+from recompprof._capture import forks
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 if TYPE_CHECKING:
-    from recompprof.identity import Identity
+    from recompprof._capture.identity import Identity
 
 DEFAULT_SERVICE_NAME = "recompprof"
 

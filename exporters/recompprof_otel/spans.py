@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from recompprof.causes import CauseTracker
-from recompprof.counting import is_limit_hit
-from recompprof.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
+from recompprof._model.causes import CauseTracker
+from recompprof._model.counting import is_limit_hit
+from recompprof._model.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor

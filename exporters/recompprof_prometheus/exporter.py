@@ -28,16 +28,17 @@ from typing import TYPE_CHECKING
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from recompprof import _internal, forks
-from recompprof.settings import ConfigError
+from recompprof import _internal
+from recompprof._capture import forks
+from recompprof._capture.settings import ConfigError
 from recompprof_prometheus import multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
 from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
 
 if TYPE_CHECKING:
-    from recompprof.events import Event
-    from recompprof.session import Session
-    from recompprof.settings import Settings
+    from recompprof._capture.session import Session
+    from recompprof._capture.settings import Settings
+    from recompprof._model.events import Event
 
 log = logging.getLogger("recompprof")
 # Multiprocess files are refreshed this soon after a compile event (and every push interval).

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-from recompprof.settings import ConfigError
+from recompprof._capture.settings import ConfigError
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from recompprof.identity import Identity
+    from recompprof._capture.identity import Identity
 
 log = logging.getLogger("recompprof")
 ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -38,7 +38,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsg
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from recompprof import _internal
-from recompprof.settings import ConfigError
+from recompprof._capture.settings import ConfigError
 from recompprof_prometheus.render import Renderer, Unsupported
 
 log = logging.getLogger("recompprof")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from recompprof._model.events import LIMITS
 from recompprof._torch.versions import torch_info
-from recompprof.events import LIMITS
 
 
 def configured_limit(name: str) -> int | None:

@@ -350,7 +350,7 @@ class ProfileMode:
 
     # ------------------------------------------------------------------ install / uninstall
 
-    # The Adapter protocol (recompprof.adapters): the signal is the forced observer backend.
+    # The Adapter protocol (recompprof._capture.adapters): the signal is the forced observer backend.
     @property
     def live(self) -> bool:
         return self.forced_backend

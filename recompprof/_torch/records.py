@@ -1,6 +1,6 @@
 """Read one torch ``CompilationMetrics`` record (live, or a trace's dict of it) into plain values.
 
-Live capture and ``ingest`` both call :func:`read_record`, so the core (``recompprof.compiles``)
+Live capture and ``ingest`` both call :func:`read_record`, so the core (``recompprof._model.compiles``)
 never reads a torch field itself. Every field torch may leave out or rename reads as None / empty.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from recompprof._model.compiles import CompileRecord
+from recompprof._model.cudagraphs import cudagraph_skip, runtime_work
 from recompprof._torch.phases import exclusive_phases
-from recompprof.compiles import CompileRecord
-from recompprof.cudagraphs import cudagraph_skip, runtime_work
 
 
 def _int(value: Any) -> int | None:

@@ -14,11 +14,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from recompprof import _internal, session as session_module, settings as settings_module
-from recompprof.errors import RuleBroken
-from recompprof.events import Compile, Event
-from recompprof.identity import Identity, detect
-from recompprof.session import Session
+from recompprof import _internal
+from recompprof._capture import session as session_module, settings as settings_module
+from recompprof._capture.identity import Identity, detect
+from recompprof._capture.session import Session
+from recompprof._model.errors import RuleBroken
+from recompprof._model.events import Compile, Event
 
 PREFIX = "recompprof/"
 _WARMUP_ENV = settings_module.ENV_PREFIX + "WARMUP_STEPS"

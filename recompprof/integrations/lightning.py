@@ -12,10 +12,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from recompprof import _internal
+from recompprof._capture.identity import detect
+from recompprof._capture.session import Session
 from recompprof._torch.lr_schedulers import scheduler_warmup
-from recompprof.identity import detect
 from recompprof.integrations._common import SteadyStateRecompileError, Tracker, identity, steps_for_batches
-from recompprof.session import Session
 
 __all__ = ["RecompprofCallback", "SteadyStateRecompileError"]
 

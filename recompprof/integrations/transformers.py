@@ -14,8 +14,8 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from recompprof._capture.session import Session
 from recompprof.integrations._common import SteadyStateRecompileError, Tracker, identity
-from recompprof.session import Session
 
 __all__ = ["RecompprofCallback", "SteadyStateRecompileError"]
 

@@ -1,0 +1,197 @@
+"""The CI gate: rules over a run's report, one violation (one line) per rank, frame and rule broken.
+
+Every rule is evaluated per rank, on a report built from that rank's events; ``after_step`` first
+drops what happened before that many training steps had completed (warm-up). Besides the rules, a
+rank whose counts cannot be trusted whole gives a violation the CLI refuses the run on unless told
+to accept it: a dark capture signal (``signal_dark``), a session without ``session_end``
+(``incomplete``) and a log with a gap (``log_gap``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from recompprof._analysis import workers as parallel
+from recompprof._analysis.completeness import SessionFold
+from recompprof._analysis.reporting import FrameReport, Report, build_report, completeness_warnings
+from recompprof._model.errors import RecompprofError
+from recompprof._model.events import CATEGORIES, Event
+
+
+class CheckInputError(RecompprofError, ValueError):
+    """The rules cannot be applied to this run (e.g. ``after_step`` on a run without steps)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What a run must satisfy; ``None`` leaves a rule off."""
+
+    max_recompiles: int | None = None  # per frame and rank
+    max_total_recompiles: int | None = None  # per rank, all frames
+    after_step: int | None = None
+    max_compile_seconds: float | None = None  # per rank
+    max_recompile_seconds: float | None = None  # per rank: compile seconds lost to recompiles (all causes)
+    forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
+    max_limit_hits: int | None = None  # per rank
+    max_graph_breaks: int | None = None  # per rank
+    max_failures: int | None = None  # per rank
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.forbid if c not in CATEGORIES]
+        if unknown:
+            raise CheckInputError(f"unknown category {', '.join(unknown)}; categories: {', '.join(CATEGORIES)}")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, f.name) in (None, ()) for f in dataclasses.fields(self) if f.name != "after_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    rule: str
+    rank: int
+    frame: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) -> list[Violation]:
+    """The violations of ``rules`` in ``events`` (empty when the run passes).
+
+    ``events`` that can stream one rank at a time (``of_rank``, as :class:`recompprof._analysis.runs.EventStream`
+    does) are folded rank by rank without holding any, in up to ``workers`` processes (default: one
+    per CPU for a large run, see :mod:`recompprof._analysis.workers`); anything else is grouped by rank in memory.
+    The ranks are independent, so the violations, in rank order, are the same either way.
+    """
+    per_rank: dict[int, Iterable[Event]]
+    ranks = events.ranks() if hasattr(events, "of_rank") and hasattr(events, "ranks") else None
+    if ranks is not None:
+        if workers is None:
+            workers = parallel.default_workers([events], len(ranks))
+        if workers > 1 and len(ranks) > 1 and parallel.can_fork([events]):
+            return _check_in_workers(events, ranks, rules, workers)
+        per_rank = {rank: events.of_rank(rank) for rank in ranks}  # type: ignore[attr-defined]
+    else:
+        grouped: dict[int, list[Event]] = defaultdict(list)
+        for event in events:
+            grouped[event.rank].append(event)
+        per_rank = dict(grouped)
+    violations: list[Violation] = []
+    for rank in sorted(per_rank):
+        violations.extend(_check_rank(rank, _report(per_rank[rank], rules.after_step), rules))
+    return violations
+
+
+def _check_in_workers(stream: Any, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
+    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), violations in rank order."""
+    found = parallel.map_forked(lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
+                                [stream], ranks, workers)
+    return [violation for violations in found for violation in violations]
+
+
+def _report(events: Iterable[Event], step: int | None) -> Report:
+    """One rank's report; events before ``step`` still count in its sessions (their ``session_end``
+    totals include them), so leaving them out of the figures is no gap."""
+    if not step:  # nothing to drop: no per-event filter to pay for
+        return build_report(events)
+    sessions = SessionFold()
+    return build_report(_dropping_before(events, step, sessions), sessions=sessions)
+
+
+_COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds: views fold too
+
+
+def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) -> Iterator[Event]:
+    for event in events:
+        if event.kind in _COUNTED:
+            if event.step is None:
+                raise CheckInputError("--after-step needs training steps, and this run has events without one "
+                                      "(ingested from TORCH_TRACE, or recorded without step tracking)")
+            if event.step < step:
+                sessions.tally(event)
+                continue
+        yield event
+
+
+def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
+    out: list[Violation] = []
+    where = f"rank {rank}"
+    after = f" after step {rules.after_step}" if rules.after_step else ""
+    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
+    for name, why in report.signals_dark.items():  # the CLI exits 2 on these unless told to accept them
+        out.append(Violation("signal_dark", rank, None, f"{where}: signal {name} was dark ({why})"))
+    for rule, line in completeness_warnings(report):  # the CLI exits 2 on these unless told to accept them
+        out.append(Violation(rule, rank, None, line))
+    if rules.max_recompiles is not None:
+        for f in frames:
+            if f.recompiles > rules.max_recompiles:
+                out.append(Violation("max_recompiles", rank, f.label,
+                                     f"{where} {f.label}: {f.recompiles} recompile(s){after} > max {rules.max_recompiles}"
+                                     f"{_steps(f)}{_why(f)}"))
+    if rules.max_total_recompiles is not None and report.recompiles > rules.max_total_recompiles:
+        out.append(Violation("max_total_recompiles", rank, None,
+                             f"{where}: {report.recompiles} recompile(s){after} across {len(report.frames)} frame(s) "
+                             f"> max {rules.max_total_recompiles}"))
+    for category in rules.forbid:
+        for f in frames:
+            # Only the reason that explains a recompile counts: failures against older cache entries are not causes.
+            groups = [g for g in f.reasons.values() if g.category == category and g.changes]
+            if groups:
+                subjects = ", ".join(sorted({g.subject for g in groups if g.subject not in ("", "-", category)})[:5])
+                out.append(Violation("forbid", rank, f.label,
+                                     f"{where} {f.label}: forbidden category {category}{after}: "
+                                     f"{sum(g.changes for g in groups)} recompile(s)"
+                                     + (f" caused by {subjects}" if subjects else "")))
+    if rules.max_compile_seconds is not None and report.compile_seconds > rules.max_compile_seconds:
+        top = max(report.frames.values(), key=lambda f: f.compile_seconds)
+        out.append(Violation("max_compile_seconds", rank, None,
+                             f"{where}: {report.compile_seconds:.2f} s compiling{after} > max {rules.max_compile_seconds:g} s "
+                             f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
+    if rules.max_recompile_seconds is not None and report.recompile_seconds > rules.max_recompile_seconds:
+        costliest = report.ranked_causes()[:3]
+        causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
+                           for c in costliest)
+        out.append(Violation("max_recompile_seconds", rank, costliest[0].frame,
+                             f"{where}: {report.recompile_seconds:.2f} s lost to recompiles{after} > max "
+                             f"{rules.max_recompile_seconds:g} s (fix first: {causes})"))
+    for rule, value, limit, what in (
+        ("max_limit_hits", report.limit_hits, rules.max_limit_hits, "recompile-limit hit(s)"),
+        ("max_graph_breaks", report.graph_breaks, rules.max_graph_breaks, "graph break(s)"),
+        ("max_failures", report.failures, rules.max_failures, "compile failure(s)"),
+    ):
+        if limit is not None and value > limit:
+            out.append(Violation(rule, rank, None, f"{where}: {value} {what}{after} > max {limit}{_where(report, rule)}"))
+    return out
+
+
+def _steps(frame: FrameReport) -> str:
+    if not frame.recompile_steps or not any(frame.recompile_steps):
+        return ""
+    shown = ", ".join(str(s) for s in frame.recompile_steps[:8])
+    return f" at step(s) {shown}" + (" ..." if frame.recompile_steps_total > 8 else "")
+
+
+def _why(frame: FrameReport) -> str:
+    top = [g for g in frame.top_reasons() if g.changes][:3]
+    return (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")") if top else ""
+
+
+def _cause(category: str, subject: str) -> str:
+    """``size L['x']``; a subject that only repeats its category (``grad_mode``) is said once."""
+    return category if not subject or subject in ("-", category) else f"{category} {subject}"
+
+
+def _where(report: Report, rule: str) -> str:
+    counts = {
+        "max_limit_hits": lambda f: sum(f.limit_hits.values()),
+        "max_graph_breaks": lambda f: f.graph_breaks,
+        "max_failures": lambda f: sum(f.failures.values()),
+    }[rule]
+    worst = sorted(((counts(f), f.label) for f in report.frames.values() if counts(f)), reverse=True)[:3]
+    return (" (" + ", ".join(f"{label}: {n}" for n, label in worst) + ")") if worst else ""
+

@@ -1,0 +1,413 @@
+"""The HTML report: one self-contained page (inline CSS, SVG and a little JS; nothing fetched at view time).
+
+The charts are drawn as SVG here, so the page reads the same with scripts blocked (as some CI artifact
+viewers do); the script only adds table sorting and filtering. Everything shown comes from the
+:class:`~recompprof._analysis.reporting.Report`; this module only lays it out.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import Counter
+from collections.abc import Iterable
+
+from recompprof import __version__
+from recompprof._analysis.reporting import (
+    FIX_FIRST,
+    FrameReport,
+    Report,
+    automatic_dynamic_notes,
+    cause_steps,
+    completeness_warnings,
+    describe_source,
+    fix_text,
+    ranked_breaks,
+    share,
+)
+from recompprof._model.events import CACHE_RESULTS, CACHES, CATEGORIES, PHASES
+
+MAX_FRAMES_CHARTED = 12
+MAX_FRAMES_TABLED = 200
+MAX_BREAKS_TABLED = 100
+_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+            "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728")
+PHASE_COLORS = dict(zip(PHASES, ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#bab0ac"), strict=True))
+CATEGORY_COLORS = {c: _PALETTE[i % len(_PALETTE)] for i, c in enumerate(CATEGORIES)}
+CHART_WIDTH = 960
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+
+
+# -- charts ------------------------------------------------------------------------------------------
+
+def _steps_chart(report: Report, frames: list[FrameReport]) -> str:
+    charted = [f for f in frames if f.recompiles][:MAX_FRAMES_CHARTED]
+    if not charted:
+        return '<p class="empty" id="steps-empty">No recompiles: every frame compiled once.</p>'
+    if report.last_step == 0:
+        return ('<p class="empty" id="steps-empty">This run has no training-step information (e.g. ingested from '
+                'TORCH_TRACE); see the per-frame counts below.</p>')
+    label_w, row_h, top, right = 300, 30, 12, 24
+    plot_w = CHART_WIDTH - label_w - right
+    height = top + row_h * len(charted) + 40
+    last = max(report.last_step, 1)
+
+    def x(step: int) -> float:
+        return label_w + plot_w * step / last
+
+    parts = [f'<svg class="chart chart-steps" viewBox="0 0 {CHART_WIDTH} {height}" role="img" '
+             f'aria-label="Recompiles over training steps per frame">']
+    for tick in _ticks(last):
+        parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{top}" y2="{top + row_h * len(charted)}"/>'
+                     f'<text class="axis" x="{x(tick):.1f}" y="{top + row_h * len(charted) + 16}" text-anchor="middle">{tick}</text>')
+    parts.append(f'<text class="axis" x="{label_w + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">training step</text>')
+    for row, frame in enumerate(charted):
+        y = top + row * row_h + row_h / 2
+        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(_short(frame.label, 42))}'
+                     f'<title>{_e(frame.label)}</title></text>')
+        parts.append(f'<line class="lane" x1="{label_w}" x2="{label_w + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        for step, count in sorted(Counter(frame.recompile_steps).items()):
+            radius = min(4 + 2 * (count - 1), 12)
+            parts.append(f'<circle class="recompile" cx="{x(step):.1f}" cy="{y:.1f}" r="{radius}">'
+                         f'<title>{_e(frame.label)}: {count} recompile(s) at step {step}</title></circle>')
+        hidden = frame.recompile_steps_total - len(frame.recompile_steps)
+        if hidden > 0:
+            parts.append(f'<text class="axis" x="{label_w + plot_w + 2}" y="{y + 4:.1f}">+{hidden}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _ticks(last: int) -> list[int]:
+    step = max(1, _nice(last / 8))
+    return list(range(0, last + 1, step))
+
+
+def _nice(raw: float) -> int:
+    for base in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000):
+        if base >= raw:
+            return base
+    return int(raw)
+
+
+def _category_chart(report: Report) -> str:
+    failures: Counter[str] = Counter()
+    changes: Counter[str] = Counter()
+    for frame in report.frames.values():
+        for group in frame.reasons.values():
+            failures[group.category] += group.failures
+            changes[group.category] += group.changes
+    rows = sorted((c for c in failures if failures[c] or changes[c]), key=lambda c: (-changes[c], -failures[c], c))
+    if not rows:
+        return '<p class="empty" id="categories-empty">No guard failures recorded.</p>'
+    label_w, row_h, top, right = 170, 30, 8, 90
+    plot_w = CHART_WIDTH - label_w - right
+    height = top + row_h * len(rows) + 30
+    peak = max(max(failures.values()), max(changes.values()), 1)
+    parts = [f'<svg class="chart chart-categories" viewBox="0 0 {CHART_WIDTH} {height}" role="img" '
+             f'aria-label="Guard failures by category">']
+    for row, category in enumerate(rows):
+        y = top + row * row_h
+        color = CATEGORY_COLORS.get(category, "#888")
+        wf = plot_w * failures[category] / peak
+        wc = plot_w * changes[category] / peak
+        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 19}" text-anchor="end">{_e(category)}</text>')
+        parts.append(f'<rect class="bar failures" data-category="{_e(category)}" x="{label_w}" y="{y + 4}" width="{wf:.1f}" '
+                     f'height="{row_h - 8}" fill="{color}" fill-opacity="0.35"><title>{_e(category)}: '
+                     f'{failures[category]} guard failure(s)</title></rect>')
+        parts.append(f'<rect class="bar changes" data-category="{_e(category)}" x="{label_w}" y="{y + 8}" width="{wc:.1f}" '
+                     f'height="{row_h - 16}" fill="{color}"><title>{_e(category)}: {changes[category]} recompile(s) '
+                     f'explained</title></rect>')
+        parts.append(f'<text class="value" x="{label_w + max(wf, wc) + 6:.1f}" y="{y + 19}">'
+                     f'{changes[category]} / {failures[category]}</text>')
+    legend_y = top + row_h * len(rows) + 18
+    parts.append(f'<text class="axis" x="{label_w}" y="{legend_y}">solid: recompiles explained · pale: guard failures '
+                 '(one per failing cache entry)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _phase_chart(report: Report, frames: list[FrameReport]) -> str:
+    total = sum(report.phases.values())
+    if total <= 0:
+        return '<p class="empty" id="phases-empty">No compile time recorded.</p>'
+    charted = sorted((f for f in frames if f.compile_seconds > 0), key=lambda f: -f.compile_seconds)[:MAX_FRAMES_CHARTED]
+    rows: list[tuple[str, dict[str, float], float]] = [("all frames", report.phases, total)]
+    rows += [(f.label, f.phases, f.compile_seconds) for f in charted]
+    label_w, row_h, top, right = 300, 28, 34, 80
+    plot_w = CHART_WIDTH - label_w - right
+    height = top + row_h * len(rows) + 10
+    parts = [f'<svg class="chart chart-phases" viewBox="0 0 {CHART_WIDTH} {height}" role="img" aria-label="Compile time by phase">']
+    lx = 8
+    for phase in PHASES:
+        parts.append(f'<rect x="{lx}" y="6" width="12" height="12" fill="{PHASE_COLORS[phase]}"/>'
+                     f'<text class="axis" x="{lx + 16}" y="16">{_e(phase)}</text>')
+        lx += 16 + 8 * len(phase) + 18
+    for row, (label, phases, seconds) in enumerate(rows):
+        y = top + row * row_h
+        parts.append(f'<text class="label{" total" if row == 0 else ""}" x="{label_w - 8}" y="{y + 18}" text-anchor="end">'
+                     f'{_e(_short(label, 42))}<title>{_e(label)}</title></text>')
+        x = float(label_w)
+        # Frames are scaled to the whole run, so bar lengths compare across rows.
+        for phase in PHASES:
+            value = phases.get(phase, 0.0)
+            if value <= 0:
+                continue
+            w = plot_w * value / total
+            parts.append(f'<rect class="seg" data-phase="{phase}" x="{x:.1f}" y="{y + 4}" width="{max(w, 0.5):.1f}" height="{row_h - 8}" '
+                         f'fill="{PHASE_COLORS[phase]}"><title>{_e(label)}: {phase} {value:.3f} s '
+                         f'({100 * value / seconds if seconds else 0:.0f} %)</title></rect>')
+            x += w
+        parts.append(f'<text class="value" x="{x + 6:.1f}" y="{y + 18}">{seconds:.2f} s</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- tables ------------------------------------------------------------------------------------------
+
+def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True,
+                  steady_known: bool = True) -> str:
+    head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
+            "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
+    rows = []
+    for f in frames[:MAX_FRAMES_TABLED]:
+        reasons = []
+        for g in f.top_reasons()[:20]:
+            color = CATEGORY_COLORS.get(g.category, "#888")
+            reasons.append(
+                f'<li><span class="chip" style="background:{color}">{_e(g.category)}</span> '
+                f'<code>{_e(g.subject or "-")}</code> <b>{g.changes}</b> / {g.failures}'
+                f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
+                + (f'<details><summary>example</summary><pre>{_e(g.example)}</pre></details>' if g.example else "")
+                + "</li>")
+        steps = ", ".join(str(s) for s in f.recompile_steps[:12]) if steps_known else ""
+        if steps_known and f.recompile_steps_total > 12:
+            steps += f" (+{f.recompile_steps_total - 12})"
+        limit = ", ".join(f"{k} ×{v}" for k, v in f.limit_hits.items()) or "0"
+        rows.append(
+            f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
+            f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
+            + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
+            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
+            f'<td>{_e(steps) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" data-sort="{sum(f.limit_hits.values())}">'
+            f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
+            f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{"".join(reasons) or "-"}</ul></td></tr>')
+    more = len(frames) - MAX_FRAMES_TABLED
+    foot = f'<p class="note">{more} more frame(s) not shown.</p>' if more > 0 else ""
+    return (f'<input id="filter" type="search" placeholder="filter frames…" aria-label="filter frames">'
+            f'<div class="scroll"><table id="frames" class="sortable"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
+def _fix_first(report: Report, hints: dict[str, str]) -> str:
+    ranked = report.ranked_causes()
+    if not ranked:
+        return "<p class='empty' id='fix-first-empty'>No recompiles, so no compile time was lost to them.</p>"
+    total = report.compile_seconds
+    peak = ranked[0].seconds or 1.0
+    rows = []
+    for number, cause in enumerate(ranked[:FIX_FIRST], start=1):
+        color = CATEGORY_COLORS.get(cause.category, "#888")
+        example = (f"<pre class='reason'>{_e(cause.example)}</pre>" if cause.example else "")
+        if cause.call_site:
+            example += "<div class='k'>call site (innermost last)</div><pre class='call-site'>" + \
+                _e("\n".join(cause.call_site)) + "</pre>"
+        rows.append(
+            f'<tr data-cause="{_e(cause.category)}"><td class="n">{number}</td>'
+            f'<td><div class="frame">{_e(cause.frame)}</div><span class="chip" style="background:{color}">'
+            f'{_e(cause.category)}</span> <code>{_e(cause.subject or "-")}</code></td>'
+            f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
+            f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
+            f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'
+            f'<td class="hint">{_e(fix_text(cause, hints, report))}</td>'
+            f'<td>{"<details><summary>example</summary>" + example + "</details>" if example else "-"}</td></tr>')
+    head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
+    more = len(ranked) - FIX_FIRST
+    foot = (f'<p class="note">{more} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s.</p>'
+            if more > 0 else "")
+    return (f'<p id="lost-summary">Recompiles cost <b>{report.recompile_seconds:.2f} s</b> of {total:.2f} s compile '
+            f'time ({_e(share(report.recompile_seconds, total))}), {len(ranked)} cause(s).</p>'
+            f'<div class="scroll"><table id="fix-first-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
+def _caches(report: Report) -> str:
+    if not any(report.cache_lookups.values()):
+        return ("<p class='empty' id='caches-empty'>No compile-cache lookups recorded (backends other than Inductor "
+                "use neither the FX graph nor the AOTAutograd cache).</p>")
+    rows = []
+    for cache in CACHES:
+        rate = report.cache_hit_rate(cache)
+        rows.append((cache, *(report.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
+                     "-" if rate is None else f"{100 * rate:.0f} %"))
+    return (f'<p id="cache-saved">Seconds saved by cache hits (as torch reports them): '
+            f'<b>{report.cache_seconds_saved:.2f} s</b></p>'
+            + _simple_table("caches-table", ("Cache", *CACHE_RESULTS, "Hit rate"), rows))
+
+
+def _trace_functions(report: Report) -> str:
+    if not report.trace_seconds_by_function:
+        return ""
+    table = _simple_table("trace-functions-table", ("User function", "Dynamo trace seconds (exclusive)"),
+                          ((f, f"{s:.3f}") for f, s in report.trace_seconds_by_function.most_common(15)))
+    return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
+
+
+def _graph_breaks(report: Report) -> str:
+    ranked = ranked_breaks(report)
+    rows = []
+    for group in ranked[:MAX_BREAKS_TABLED]:
+        hints = "".join(f"<li>{_e(h)}</li>" for h in group.hints)
+        rows.append(
+            f'<tr data-eager="{"yes" if group.skipped_frame else "no"}"><td>{_e(group.reason)}</td>'
+            f'<td><code>{_e(group.location or "-")}</code></td><td class="frame">{_e(group.frame or "-")}</td>'
+            f'<td>{"<span class=bad>ran eagerly</span>" if group.skipped_frame else "resumed"}</td>'
+            f'<td class="n">{group.count}</td><td class="hint">{f"<ul>{hints}</ul>" if hints else "-"}</td></tr>')
+    head = ("Reason", "Where (user code)", "Frame", "Then", "Count", "torch's hints")
+    more = ranked[MAX_BREAKS_TABLED:]
+    foot = (f'<p class="note">{len(more)} more place(s), {sum(g.count for g in more)} graph break(s).</p>'
+            if more else "")
+    return ('<p>Where: the user\'s code that broke the graph. Ran eagerly: torch could not resume after the break and '
+            'ran the whole frame without compiling it.</p>'
+            f'<div class="scroll"><table id="graph-breaks-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+
+
+def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+# -- page --------------------------------------------------------------------------------------------
+
+def render_html(report: Report, *, title: str = "recompprof report", warnings: Iterable[str] = ()) -> str:
+    """The whole report as one HTML document (no external resources)."""
+    report.require_detail()
+    from recompprof._model.reasons import FIX_HINTS
+
+    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
+    steady = sum(f.steady_state_recompiles for f in frames)
+    kpis = [
+        ("compiles", "Compiles", report.compiles),
+        ("backward-compiles", "Backward compiles", sum(f.backward_compiles for f in frames)),
+        ("recompiles", "Recompiles", report.recompiles),
+        ("steady", "Steady-state recompiles", steady),
+        ("limit-hits", "Recompile-limit hits", report.limit_hits),
+        ("graph-breaks", "Graph breaks", report.graph_breaks),
+        ("failures", "Compile failures", report.failures),
+        ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
+        ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
+        ("steps", "Training steps" + (" (last seen)" if report.incomplete else ""),
+         report.last_step if not report.from_torch_trace
+         else f"≥ {report.last_step}" if report.steps_from_trace else "unknown"),
+    ]
+    cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
+                    f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
+                    for key, label, value in kpis)
+    notes = [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
+    notes += automatic_dynamic_notes(report)
+    diverging = report.diverging_frames()
+    if diverging:
+        notes.append("Recompiles differ across ranks (risk of collective hangs): " + "; ".join(
+            f"{f.label}: " + ", ".join(f"rank {r} {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks))
+            for f in diverging[:5]))
+    notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
+    limits = "".join(
+        f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
+        + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
+        + "</li>" for f in busy)
+    breaks = _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
+    failures = _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages) \
+        if report.failure_messages else "<p class='empty'>No compile failures.</p>"
+    meta = (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
+            f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
+            f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}")
+    return _PAGE.format(
+        title=_e(title), meta=_e(meta), cards=cards,
+        notes=f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else "",
+        steps=_steps_chart(report, frames), categories=_category_chart(report), phases=_phase_chart(report, frames),
+        table=_frames_table(frames, FIX_HINTS, steps_known=report.steps_known, steady_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
+        limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
+        limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
+        fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),
+    )
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:18px 28px}header h1{margin:0;font-size:22px}
+header .meta{opacity:.75;font-size:12px;margin-top:4px}main{padding:18px 28px;max-width:1200px}
+section{background:#fff;border-radius:8px;padding:14px 18px;margin:0 0 18px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+h2{font-size:16px;margin:0 0 10px}.kpis{display:flex;flex-wrap:wrap;gap:12px;margin-bottom:18px}
+.kpi{background:#fff;border-radius:8px;padding:10px 16px;min-width:120px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+.kpi .v{font-size:24px;font-weight:600}.kpi .k{font-size:12px;color:#5a6273}.kpi.alert .v{color:#c0392b}
+.bwd{color:#5a6273;font-size:12px}
+svg.chart{width:100%;height:auto;display:block}svg text{font:12px system-ui,sans-serif;fill:#1d2330}
+svg .axis{fill:#5a6273;font-size:11px}svg .grid{stroke:#e4e7ec}svg .lane{stroke:#c9ced8;stroke-dasharray:2 3}
+svg .recompile{fill:#e15759;fill-opacity:.85;stroke:#fff}svg .total{font-weight:600}
+table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px solid #e4e7ec;padding:6px 8px;
+text-align:left;vertical-align:top}th{background:#f0f2f5;cursor:pointer;user-select:none}
+.scroll{overflow-x:auto}#frames td:last-child{min-width:280px}code{word-break:break-all}
+td.n{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#c0392b;font-weight:600}
+ul.reasons{margin:0;padding-left:0;list-style:none}ul.reasons li{margin-bottom:6px}
+.chip{color:#fff;border-radius:10px;padding:1px 8px;font-size:12px}.hint{color:#5a6273;font-size:12px}
+pre{white-space:pre-wrap;font-size:11px;background:#f5f6f8;padding:6px;max-height:200px;overflow:auto}
+.notes{background:#fff8e1;border-left:4px solid #f2b600;padding:8px 8px 8px 28px;margin:0 0 18px}
+.meter{height:4px;background:#e15759;margin-bottom:2px}#fix-first-table td.lost{min-width:90px}
+.empty{color:#5a6273}#filter{margin-bottom:8px;padding:5px 8px;width:280px}.frame{font-family:ui-monospace,monospace;overflow-wrap:anywhere;min-width:200px}
+"""
+
+# Sorting and filtering only; the page is complete without it.
+_JS = """
+(function(){
+  var table=document.getElementById('frames');
+  if(table){
+    var heads=table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads,function(th,i){
+      th.addEventListener('click',function(){
+        var body=table.tBodies[0],rows=Array.prototype.slice.call(body.rows),asc=th.dataset.dir!=='asc';
+        rows.sort(function(a,b){
+          var x=a.cells[i].dataset.sort||a.cells[i].textContent,y=b.cells[i].dataset.sort||b.cells[i].textContent;
+          var nx=parseFloat(x),ny=parseFloat(y),c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);
+          return asc?c:-c;});
+        rows.forEach(function(r){body.appendChild(r);});th.dataset.dir=asc?'asc':'desc';});});
+    var filter=document.getElementById('filter');
+    filter.addEventListener('input',function(){
+      var q=filter.value.toLowerCase();
+      Array.prototype.forEach.call(table.tBodies[0].rows,function(r){
+        r.style.display=r.textContent.toLowerCase().indexOf(q)<0?'none':'';});});
+  }
+  document.body.setAttribute('data-ready','1');
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>{title}</title><style>{css}</style></head>
+<body><header><h1>{title}</h1><div class="meta">{meta}</div></header><main>
+<div class="kpis">{cards}</div>
+{notes}
+<section id="fix-first"><h2>Fix these first: compile time lost per cause</h2>{fix_first}</section>
+<section id="steps"><h2>Recompiles over training steps, per frame</h2>{steps}</section>
+<section id="categories"><h2>Guard failures by category</h2>{categories}</section>
+<section id="phases"><h2>Compile time by phase (exclusive)</h2>{phases}</section>
+<section id="caches"><h2>Compile caches</h2>{caches}</section>
+{trace_functions}
+<section id="frames-section"><h2>Frames: why they recompiled and how to fix it</h2>{table}</section>
+<section id="limits"><h2>Compiled variants per frame (recompile_limit {limit})</h2>{limits}</section>
+<section id="graph-breaks"><h2>Graph breaks</h2>{breaks}</section>
+<section id="failures"><h2>Compile failures</h2>{failures}</section>
+</main><script>{js}</script></body></html>
+"""

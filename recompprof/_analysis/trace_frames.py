@@ -1,0 +1,255 @@
+"""Frames of a TORCH_TRACE named as live capture names them, from the trace and the source files.
+
+A trace names only the compiled code object (``co_name``, ``co_filename``, ``co_firstlineno``). The
+class of the instance a method ran on comes from the compile's guard tree, which names the type of each
+argument it guards ("source=L['self'], ..., type=<class 'm.Net'>"); whether the code is a method, and
+what a decorator's wrapper decorates, come from the source files, read where they can be (on the machine
+that ran the job). The rules, and where they fall short, are in docs/frames.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from recompprof._model.events import Frame
+
+# The guard tree torch dumps for each compile names the type of each argument it guards, and of ``args[0]``:
+# "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
+_LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([\w.<>]{1,300})'>")
+_TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
+# The code Dynamo generates to resume a function after a graph break: "torch_dynamo_resume_in_forward_at_20".
+_RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")
+
+
+def name_frame(code_name: str, file: str, line: int, guarded: GuardedArgs | None, known_files: Iterable[str],
+               scripts: Iterable[str]) -> Frame:
+    """The frame of the code ``code_name`` at ``file:line``: identity (code, owner) and display name.
+
+    ``guarded``: what the compile's guard tree says of its arguments; ``known_files``: the files the trace
+    names (to find a class's module next to them); ``scripts``: the files run as ``__main__``.
+    """
+    name = qualified_name(file, line, code_name)
+    definition = _definitions(file).get((line, code_name))
+    cls = _owner(guarded or GuardedArgs({}, None, frozenset()), definition)
+    if cls is None:
+        return Frame(name=name, file=file, line=line, code_file=file, code_line=line)
+    owner, method, user_file, user_line = cls.rsplit(".", 1)[-1], name.rsplit(".", 1)[-1], file, line
+    wrapped = _wrapped_method(cls, definition, known_files, scripts) if definition is not None else None
+    if wrapped is not None:  # a decorator's wrapper: the method it decorates, as the user wrote it
+        method, user_file, user_line = wrapped
+    return Frame(name=f"{owner}.{method}", file=user_file, line=user_line, code_file=file, code_line=line, owner=owner)
+
+
+def _wrapped_method(cls: str, wrapper: _Definition, known_files: Iterable[str], scripts: Iterable[str]) -> tuple[str, str, int] | None:
+    """``(attribute, file, first line)`` of the method of class ``cls`` (``module.QualName``) that the
+    decorator defining ``wrapper`` decorates in the class's source, when exactly one method is."""
+    if wrapper.kind != "nested":
+        return None
+    decorators = frozenset(part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1])
+    parts = cls.split(".")
+    files = set(scripts) if parts[0] == "__main__" else set()
+    known = set(known_files)
+    for end in range(len(parts) - 1, 0, -1):  # the module is some prefix of the class's qualified name
+        files.update(_module_files("/".join(parts[:end]), known))
+    for file in sorted(files):
+        found = _class_method(file, parts[-1], lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list))
+        if found is None and wrapper.wraps is not None:  # a wrapper installed at run time, saying what it wraps
+            found = _class_method(file, parts[-1], lambda node: node.name == wrapper.wraps)
+        if found is not None:
+            return found[0], file, found[1]
+    return None
+
+
+def qualified_name(file: str, line: int, name: str) -> str:
+    """``Class.method`` for the function defined at ``file:line``, as live capture names it.
+
+    A trace names only the code object, so its class comes from the source file where it can be read
+    (on the machine that ran the job). What the trace cannot tell, it leaves as the code's name: the
+    attribute a decorator's wrapper stands for (live capture names that attribute).
+    """
+    definitions = _definitions(file)
+    found = definitions.get((line, name))
+    if found is not None:
+        return found.qualname.rsplit("<locals>.", 1)[-1]
+    resume = _RESUME.fullmatch(name)
+    if resume is not None:  # Dynamo's resume function: named in the scope of the function it resumes
+        function, at = resume.group(1), int(resume.group(2))
+        starts = [first for first, defined in definitions if defined == function and first <= at]
+        if starts:
+            scope = definitions[(max(starts), function)].qualname.rsplit("<locals>.", 1)[-1].rpartition(".")[0]
+            return f"{scope}.{name}" if scope else name
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class _Definition:
+    """A function as its source defines it."""
+
+    qualname: str
+    kind: str  # "method" (in a class body), "nested" (in a function: a decorator's wrapper, say) or "function"
+    first: str | None  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
+    wraps: str | None = None  # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
+
+
+@functools.lru_cache(maxsize=256)
+def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
+    """(first line, name) -> definition of every function in ``file``; empty if it cannot be read."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[tuple[int, str], _Definition] = {}
+
+    def visit(node: ast.AST, prefix: str, kind: str, scope: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qualname = f"{prefix}{child.name}"
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                # A static or class method's first argument is no instance.
+                static = kind == "method" and any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                                                  for d in child.decorator_list)
+                out[(first, child.name)] = out[(child.lineno, child.name)] = _Definition(
+                    qualname, "function" if static else kind, _first_argument(child.args), _wrapped_attribute(child, scope))
+                visit(child, f"{qualname}.<locals>.", "nested", child)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", "method", None)
+            else:
+                visit(child, prefix, kind, scope)
+
+    visit(tree, "", "function", None)
+    return out
+
+
+def _module_files(module_path: str, known: set[str]) -> list[str]:
+    """Source files of module ``a/b/c`` next to the files the trace names (``.../a/x.py`` puts it at
+    ``.../a/b/c.py``), that exist on this machine."""
+    top = f"/{module_path.split('/', 1)[0]}/"
+    roots = {file[:index] for file in known if (index := file.replace(os.sep, "/").rfind(top)) >= 0}
+    return [path for root in sorted(roots)[:16] for path in (f"{root}/{module_path}.py", f"{root}/{module_path}/__init__.py")
+            if os.path.isfile(path)]
+
+
+@functools.lru_cache(maxsize=256)
+def _classes(file: str) -> dict[str, list[ast.ClassDef]]:
+    """Class definitions in ``file`` by name; empty if it cannot be read."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[str, list[ast.ClassDef]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            out.setdefault(node.name, []).append(node)
+    return out
+
+
+def _class_method(file: str, cls: str, pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
+                  depth: int = 0) -> tuple[str, int] | None:
+    """``(name, first line)`` of the one method of class ``cls`` (or of a base class defined in the same
+    file) that ``pick`` picks; None when none or several are."""
+    found = _classes(file).get(cls, [])
+    if len(found) != 1 or depth > 8:
+        return None
+    methods = [node for node in found[0].body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pick(node)]
+    if len(methods) == 1:
+        method = methods[0]
+        return method.name, min([method.lineno, *(d.lineno for d in method.decorator_list)])
+    if methods:
+        return None
+    for base in found[0].bases:
+        if isinstance(base, ast.Name) and (inherited := _class_method(file, base.id, pick, depth + 1)):
+            return inherited
+    return None
+
+
+def _wrapped_attribute(function: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST | None) -> str | None:
+    """``forward`` for a function decorated ``@wraps(cls.forward)``, or ``@wraps(forward)`` after
+    ``forward = cls.forward`` in the enclosing function ``scope``."""
+    for decorator in function.decorator_list:
+        if not (isinstance(decorator, ast.Call) and _decorator_name(decorator) == "wraps" and decorator.args):
+            continue
+        target = decorator.args[0]
+        if isinstance(target, ast.Attribute):
+            return target.attr
+        if isinstance(target, ast.Name) and scope is not None:
+            for node in ast.walk(scope):
+                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                        and any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets)):
+                    return node.value.attr
+    return None
+
+
+def _decorator_name(node: ast.expr) -> str | None:
+    """``deco`` of ``@deco``, ``@module.deco`` and ``@deco(...)``."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _first_argument(args: ast.arguments) -> str | None:
+    positional = [*args.posonlyargs, *args.args]
+    if positional:
+        return positional[0].arg
+    return f"{args.vararg.arg}[0]" if args.vararg is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardedArgs:
+    """What one compile's guard tree says of the frame's arguments: classes by source (``self``,
+    ``args[0]``), the first local's name, and the sources that are tensors."""
+
+    classes: dict[str, str]
+    first_local: str | None
+    tensors: frozenset[str]
+
+
+def guarded_args(payload: str) -> GuardedArgs:
+    """What the guard tree ``payload`` of one compile says of the frame's arguments."""
+    classes: dict[str, str] = {}
+    first_local = None
+    for match in _LOCAL_TYPE.finditer(payload):
+        local, item, accessor, cls = match.groups()
+        source = f"{local}[0]" if item else local
+        classes.setdefault(source, cls)
+        if not item and accessor.endswith("framelocals_idx=0"):
+            first_local = local
+    tensors = frozenset(f"{local}[0]" if item else local for local, item in _TENSOR_SOURCE.findall(payload))
+    return GuardedArgs(classes, first_local, tensors)
+
+
+def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
+    """The name of the class of the instance a compiled function ran as a method of, by the rule live
+    capture follows (see docs/frames.md): its first argument (``args[0]`` of a ``def wrapper(*args)``),
+    its class taken from the guard tree, when the source defines the function in a class body, or
+    nested in a function (a decorator's wrapper) with ``self`` or ``*args`` first; never a tensor or a
+    builtin. A method that never reads ``self`` (or a compile that installed no guards) says nothing of
+    it: its defining class stands in.
+    Without the source: ``self`` or ``args[0]`` as the first local."""
+    if definition is not None:
+        source = definition.first
+        if definition.kind == "function" or source is None:
+            return None
+        if definition.kind == "nested" and source != "self" and not source.endswith("[0]"):
+            return None
+    elif guarded.first_local in ("self", "args"):
+        source = "self" if guarded.first_local == "self" else "args[0]"
+    else:
+        return None
+    if source.endswith("[0]") and guarded.first_local not in (None, source[:-3]):
+        return None  # *args is not the first local: the tuple guarded is another one
+    cls = guarded.classes.get(source)
+    if cls is None:
+        if definition is not None and definition.kind == "method" and not source.endswith("[0]"):
+            return definition.qualname.rsplit(".", 1)[0]
+        return None
+    if "." not in cls or source in guarded.tensors:  # builtins print without a module
+        return None
+    return cls

@@ -1,0 +1,157 @@
+"""The adapter registry: which torch adapters a session installs, and which of its signals are live.
+
+Every adapter in ``recompprof._torch`` conforms to :class:`Adapter`; the registry installs them in
+order, records each signal as live or off (with why), and hands back the undo steps the session runs
+at detach. A signal that goes dark mid-run is reported here too (``lost``), as a ``SignalChange``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from recompprof import _internal
+from recompprof._model.events import Event, SignalChange
+from recompprof._model.reasons import clean_text
+from recompprof._torch import versions as torch_versions
+from recompprof._torch.compile_metrics import CompileMetricsTap
+from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
+from recompprof._torch.guard_failures import GuardFailureReader
+from recompprof._torch.steps import StepCounter, StepInTrace
+
+if TYPE_CHECKING:
+    from recompprof._capture.recorder import CompileRecorder
+    from recompprof._capture.settings import Settings
+    from recompprof._torch.dynamo_profiler import DynamoProfilerTap
+    from recompprof._torch.profile import ProfileMode
+
+log = logging.getLogger("recompprof")
+
+# Parts of CompilationMetrics: live only where this torch records them and compile_metrics is live.
+GATED_BY_COMPILE_METRICS = ("phase_times", "recompile_limit_hits", "backward_compiles")
+
+
+class Adapter(Protocol):
+    """One torch signal. ``install`` may raise (a changed torch internal: the signal is then off);
+    after it, ``live`` says whether the signal works and ``reason_off`` why not. ``uninstall``
+    leaves torch as it was found."""
+
+    def install(self) -> None: ...
+
+    def uninstall(self) -> None: ...
+
+    @property
+    def live(self) -> bool: ...
+
+    @property
+    def reason_off(self) -> str: ...
+
+
+class Adapters:
+    """The adapters of one session, wired to its ``recorder``, and the state of each signal."""
+
+    def __init__(self, settings: Settings, recorder: CompileRecorder, rank: int,
+                 emit: Callable[[Event], None], lock: threading.RLock) -> None:
+        self.settings = settings
+        self.signals: dict[str, bool] = {}
+        self.signals_off: dict[str, str] = {}
+        self._rank, self._emit, self._lock = rank, emit, lock
+        self.steps = StepCounter()
+        self.step_in_trace = StepInTrace(self.steps)
+        self.guards = GuardFailureReader()
+        self.breaks = GraphBreakTap(recorder.on_graph_break)
+        self.break_counter: GraphBreakCounter | None = None  # fallback where torch traces no breaks
+        self.metrics = CompileMetricsTap(recorder.on_torch_record, on_late=self._on_metrics_late,
+                                         on_lost=lambda why: self.lost("compile_metrics", why))
+        self.profile: ProfileMode | None = None
+        self.dynamo_profiler: DynamoProfilerTap | None = None
+        if settings.mode == "profile":
+            from recompprof._torch.profile import ProfileMode
+
+            self.profile = ProfileMode(settings.recompile_limit, recorder.on_profile_guard_failure)
+            self.profile.on_stance_change = self._on_stance_change
+            self.profile.on_reuse = recorder.on_profile_reuse
+            if settings.dynamo_profiler:
+                from recompprof._torch.dynamo_profiler import DynamoProfilerTap
+
+                self.dynamo_profiler = DynamoProfilerTap()
+
+    def _ordered(self) -> list[tuple[str, Adapter]]:
+        adapters: list[tuple[str, Adapter]] = []
+        if self.profile is not None:
+            adapters.append(("profile_backend", self.profile))
+        adapters += [("guard_failures", self.guards), ("graph_breaks", self.breaks)]
+        if self.settings.step_source == "manual":
+            self.steps.manual = True
+            self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = False, "step_source=manual"
+        else:
+            adapters.append(("optimizer_steps", self.steps))
+        adapters.append(("step_in_trace", self.step_in_trace))
+        adapters.append(("compile_metrics", self.metrics))
+        if self.dynamo_profiler is not None:
+            adapters.append(("dynamo_profiler", self.dynamo_profiler))
+        return adapters
+
+    def install(self) -> list[tuple[str, Callable[[], None]]]:
+        """Install every adapter; returns ``(name, undo)`` in installation order."""
+        undo: list[tuple[str, Callable[[], None]]] = []
+        for name, adapter in self._ordered():
+            try:
+                adapter.install()
+            except Exception as exc:  # a missing or changed torch internal turns the signal off
+                _internal.record(f"torch.{name}", exc, "signal turned off")
+                self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
+                if _internal._raise:
+                    raise
+                continue
+            self.signals[name] = bool(adapter.live)
+            if not adapter.live:
+                self.signals_off[name] = adapter.reason_off or "unavailable"
+            undo.append((name, adapter.uninstall))
+        if not self.breaks.live and self.signals.get("graph_breaks") is False:
+            counter = GraphBreakCounter()
+            counter.install()
+            if counter.live:
+                self.break_counter = counter
+                undo.append(("graph_breaks_counter", counter.uninstall))
+                self.signals["graph_breaks"] = True
+                log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
+                         "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
+        info = torch_versions.torch_info()
+        for gated in GATED_BY_COMPILE_METRICS:
+            self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
+            if not self.signals[gated]:
+                self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
+        return undo
+
+    # -- signals that change mid-run -----------------------------------------------------------
+    def lost(self, name: str, why: str) -> None:
+        """A signal went dark mid-run: say so in the log, the events and the internal-error counter."""
+        with self._lock:
+            if not self.signals.get(name, False):
+                return
+            self.signals[name], self.signals_off[name] = False, why
+            _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
+            self._emit(SignalChange(time=time.time(), rank=self._rank, step=self.steps.step, signal=name,
+                                    live=False, reason=clean_text(why)))
+
+    def _on_metrics_late(self, count: int, why: str) -> None:
+        _internal.record("torch.compile_metrics.late", RuntimeError(why),
+                         f"{count} compile record(s) were recovered late from torch's record buffer")
+
+    def _on_stance_change(self, ours: bool) -> None:
+        """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
+        if not ours:
+            log.warning("recompprof: the job changed the torch.compile stance during profile mode; its own backend "
+                        "compiles now and recompprof gave it back its own recompile limits")
+            self.lost("profile_backend", "the job changed the torch.compile stance (set_stance): compiles use "
+                      "the job's backend, with the job's own recompile limits")
+            return
+        with self._lock:
+            self.signals["profile_backend"] = True
+            self.signals_off.pop("profile_backend", None)
+            self._emit(SignalChange(time=time.time(), rank=self._rank, step=self.steps.step,
+                                    signal="profile_backend", live=True, reason="the stance is recompprof's again"))

@@ -1,0 +1,88 @@
+"""Who this process is in its job: rank, local rank, world size, run id, host, pid."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+
+from recompprof._bootstrap import lineage
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    run_id: str
+    host: str
+    pid: int
+    launcher: str  # "torchrun" | "slurm" | "single"
+    restart_count: int = 0  # torchelastic restarts of this job so far
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def new_run_id() -> str:
+    """A fresh run id, ordered by start time: ``20261123-031500-3f9a1c``."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def detect(env: Mapping[str, str] | None = None) -> Identity:
+    """Rank identity from torchrun's variables, else Slurm's, else a single process.
+
+    The run id is shared by every rank of one job (``TORCHELASTIC_RUN_ID`` or ``SLURM_JOB_ID``);
+    ``RECOMPPROF_RUN_ID`` overrides it, and a single process gets a fresh time-ordered one.
+    """
+    env = os.environ if env is None else env
+    slurm_run = _slurm_run_id(env)
+    launcher = lineage.launcher(env)  # the rank variables' one definition, shared with the start-up hook
+    if launcher == "torchrun":
+        rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
+        local_rank = _int(env, "LOCAL_RANK", rank)
+        local_world = _int(env, "LOCAL_WORLD_SIZE", world)
+        run_id = env.get("TORCHELASTIC_RUN_ID") or slurm_run or _rendezvous_run_id(env, world)
+    elif launcher == "slurm":
+        rank, world = _int(env, "SLURM_PROCID", 0), _int(env, "SLURM_NTASKS", 1)
+        local_rank = _int(env, "SLURM_LOCALID", 0)
+        local_world = _leading_int(env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")) or world
+        run_id = slurm_run
+    else:
+        rank, local_rank, world, local_world, run_id = 0, 0, 1, 1, ""
+    run_id = env.get("RECOMPPROF_RUN_ID") or run_id or new_run_id()
+    return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher,
+                    _int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def _slurm_run_id(env: Mapping[str, str]) -> str:
+    """``slurm-<job>`` or ``slurm-<job>.<step>``: two srun steps of one allocation are two runs."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return ""
+    step = env.get("SLURM_STEP_ID")
+    return f"slurm-{job}.{step}" if step else f"slurm-{job}"
+
+
+def _rendezvous_run_id(env: Mapping[str, str], world: int) -> str:
+    """Without a launcher's job id, ranks of one job still agree on the rendezvous address."""
+    if world > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        digest = hashlib.sha1(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[:10]
+        return f"rdzv-{digest}"
+    return ""
+
+
+def _leading_int(value: str | None) -> int:
+    """Slurm writes task counts like ``4`` or ``2(x3)``; the leading number is per node."""
+    match = re.match(r"\s*(\d+)", value or "")
+    return int(match.group(1)) if match else 0

@@ -1,0 +1,207 @@
+"""The compile-path recorder: turns what the torch adapters report into events, in order.
+
+The adapters (``recompprof._capture.adapters``) call it on the compile path, never per training step: a
+compile record (``on_torch_record``), a graph break (``on_graph_break``) and, in profile mode, the
+guard failures profile mode computed itself (``on_profile_guard_failure``). It joins them with the
+same :class:`~recompprof._model.compiles.Correlation` that ``ingest`` uses, so a live run and its
+TORCH_TRACE give the same events, and hands each event to the session's ``emit``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from recompprof import _internal
+from recompprof._model.compiles import (
+    MAX_REMEMBERED_COMPILES,
+    CompileRecord,
+    Correlation,
+    ReasonExplainer,
+    compile_events,
+    graph_break_event,
+    in_order,
+    reason_texts,
+)
+from recompprof._model.events import Compile, Event, Frame, GraphBreak
+from recompprof._model.reasons import clean_text, graph_break_text
+from recompprof._torch import frames as torch_frames
+from recompprof._torch.guard_failures import guard_set
+from recompprof._torch.limits import configured_limits
+from recompprof._torch.records import read_record
+from recompprof._torch.sources import type_name
+
+if TYPE_CHECKING:
+    from recompprof._capture.adapters import Adapters
+    from recompprof._capture.settings import Settings
+
+MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
+
+
+class CompileRecorder:
+    """The correlation state of one session's compile path (bounded; serialised by the session lock)."""
+
+    def __init__(self, settings: Settings, rank: int, emit: Callable[[Event], None], lock: threading.RLock,
+                 closed: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.rank = rank
+        self.adapters: Adapters | None = None  # set by the session once the adapters exist
+        self.trace_ids = False  # give each compile a trace id (an exporter sends it as a trace)
+        self.correlation = Correlation()
+        self.explainer = ReasonExplainer(settings.redact)
+        self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
+        self._emit, self._lock, self._closed = emit, lock, closed
+
+    @property
+    def _step(self) -> int:
+        return self.adapters.steps.step if self.adapters is not None else 0
+
+    # -- adapter callbacks ---------------------------------------------------------------------
+    def on_torch_record(self, metrics: Any) -> None:
+        """One ``CompilationMetrics`` record from torch."""
+        with self._lock:
+            if self._closed():
+                return
+            record = read_record(metrics, live=True)
+            if record.runtime_work is not None:  # GPU runtime work (CUDA-graph recording, first-launch
+                return  # autotune) arrives as an is_runtime record: not a compile
+            self.record_compile(record)
+
+    def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+        with self._lock:
+            pending = self.pending_reasons.setdefault(code, [])
+            if len(pending) < MAX_PENDING_REASONS:
+                pending.append((compile_id, texts))
+            if len(self.pending_reasons) > MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
+                del self.pending_reasons[next(iter(self.pending_reasons))]
+
+    def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+        """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
+        recorded with its reasons; no trace ran, so it takes no compile time."""
+        with self._lock:
+            profile = self.adapters.profile if self.adapters is not None else None
+            if self._closed() or profile is None:
+                return
+            # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
+            frame = self.correlation.frame_of(compile_id)
+            if frame is None:
+                by_id = self.correlation.frame_of_frame_id((compile_id or "").split("/")[0])
+                frame = by_id[0] if by_id is not None else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+            reasons, omitted = self.explainer.explain(frame, [t for t in texts if not profile.is_own_reason(t)])
+            step = self._step
+            self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id or "?",
+                               is_recompile=True, reasons=reasons, reasons_omitted=omitted,
+                               steady_state=step >= self.settings.warmup_steps))
+
+    def on_graph_break(self, payload: str, compile_id: str | None) -> None:
+        with self._lock:
+            if self._closed():
+                return
+            frame = self.correlation.frame_of(compile_id)
+            if frame is None:
+                ctx = torch_frames.compiling()
+                if ctx is not None:
+                    code = ctx.code
+                    frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
+            event = graph_break_event(payload, time=time.time(), rank=self.rank, step=self._step,
+                                      frame=frame, compile_id=compile_id, redact=self.settings.redact)
+            for ready in self.correlation.add_break(event):
+                self._emit(ready)
+
+    def flush(self) -> None:
+        """Emit the graph breaks still held for a compile record that never came (at detach)."""
+        for event in self.correlation.flush():
+            self._emit(event)
+
+    # -- one compile ---------------------------------------------------------------------------------
+    def _take_pending(self, code_key: tuple[str, str, int]) -> list[str]:
+        for code in list(self.pending_reasons):
+            if (code.co_name, code.co_filename, code.co_firstlineno) == code_key:
+                return [t for _, texts in self.pending_reasons.pop(code) for t in texts]
+        return []
+
+    def record_compile(self, m: CompileRecord) -> None:
+        adapters = self.adapters
+        now, step = time.time(), self._step
+        compile_id = m.compile_id if m.compile_id is not None else "?"
+        texts: list[str] = []
+        call_site: list[str] = []
+        ctx: torch_frames.Compiling | None = None
+        fingerprint: str | None = None
+        breaks: list[GraphBreak] = []
+        if m.is_forward:
+            ctx = torch_frames.compiling()
+            frame_id = compile_id.split("/")[0]
+            known = self.correlation.frame_of_frame_id(frame_id)
+            if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
+                code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
+                frame = _frame(code_key, ctx)
+            elif m.co_name is None and known is not None:
+                frame, code_key = known
+            else:
+                code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
+                frame = _frame(code_key, ctx)
+                self.correlation.name_frame_id(frame_id, frame, code_key)
+            call_site = torch_frames.call_site(ctx, self.settings.redact)
+            if ctx is not None:
+                with _internal.contain("torch.guard_set"):
+                    fingerprint = guard_set(ctx.guarded_code)
+            if adapters is not None:
+                # A changed torch internal loses this compile's reasons, never the compile itself.
+                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile events"):
+                    texts = adapters.guards.take(*code_key)[1]
+            texts += self._take_pending(code_key)
+            profile = adapters.profile if adapters is not None else None
+            if profile is not None:
+                texts = [t for t in texts if not profile.is_own_reason(t)]
+            texts = reason_texts(m, texts)
+            breaks = self.correlation.compiled(compile_id, frame)
+            counter = adapters.break_counter if adapters is not None else None
+            if counter is not None:
+                with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
+                    breaks += [GraphBreak(time=now, rank=self.rank, step=step, frame=frame, compile_id=compile_id,
+                                          reason=graph_break_text(text, self.settings.redact), count=count)
+                               for text, count in counter.take()]
+        else:
+            frame = self.correlation.frame_of(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
+        event, hit = compile_events(
+            m, time=now, rank=self.rank, step=step, frame=frame,
+            explained=self.explainer.explain(frame, texts, _resolver(ctx)),
+            graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
+            steady_state=step >= self.settings.warmup_steps, call_site=call_site,
+            # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
+            limits=configured_limits() if m.fail_type or m.fail_reason else None,
+            guard_set=fingerprint, trace_id=new_trace_id() if self.trace_ids else None,
+        )
+        profiler = adapters.dynamo_profiler if adapters is not None else None
+        if m.is_forward and profiler is not None and profiler.live:
+            event = event.model_copy(update={"trace_seconds_by_function": profiler.take()})
+        for out in in_order(event, breaks, hit):
+            self._emit(out)
+
+
+def new_trace_id() -> str:
+    """A random W3C trace id (32 hex digits, never all zeros), from the OS: Dynamo saves and restores
+    the ``random`` module's state around compiles, so it would repeat ids."""
+    while (value := os.urandom(16).hex()) == "0" * 32:
+        pass
+    return value
+
+
+def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
+    named = torch_frames.resolve(*code_key, ctx)
+    # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
+    return Frame(name=clean_text(named.name, 1000), file=clean_text(named.file, 1000), line=named.line,
+                 code_file=clean_text(code_key[1], 1000), code_line=code_key[2],
+                 owner=clean_text(named.owner, 1000) if named.owner is not None else None)
+
+
+def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:
+    """Looks a guard's subject up in the locals and globals of the call that is being compiled."""
+    if ctx is None:
+        return None
+    return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)

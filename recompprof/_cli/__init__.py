@@ -1,0 +1,1 @@
+"""The ``recompprof`` command: its subcommands, the built-in demo and the ``run`` launcher."""

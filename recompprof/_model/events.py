@@ -1,0 +1,237 @@
+"""The event model: one typed record per thing that happened on the compile path.
+
+Every line of the event log is one of these models serialised as JSON, with ``schema_version`` and
+``kind`` on every line. Readers ignore unknown fields, so fields can be added without a version bump;
+removing or changing the meaning of one needs a new ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+
+Category = Literal[
+    "size",
+    "stride",
+    "ndim",
+    "dtype",
+    "device",
+    "requires_grad",
+    "dispatch_keys",
+    "python_constant",
+    "global",
+    "module_attribute",
+    "object_identity",
+    "type",
+    "container_length",
+    "dict_keys",
+    "aliasing",
+    "grad_mode",
+    "autocast",
+    "global_state",
+    "symbolic_shape",
+    "mark_dynamic",
+    "backend_mismatch",
+    "invalidated",
+    "other",
+]
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+
+Phase = Literal["dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+Outcome = Literal["ok", "failed", "limit_hit"]
+# Compile caches torch reports per compile in CompilationMetrics, and what a lookup did.
+CacheName = Literal["fx_graph", "aot_autograd"]
+CACHES: tuple[str, ...] = CacheName.__args__  # type: ignore[attr-defined]
+CacheResult = Literal["hit", "miss", "bypass"]
+CACHE_RESULTS: tuple[str, ...] = CacheResult.__args__  # type: ignore[attr-defined]
+LimitName = Literal["recompile_limit", "accumulated_recompile_limit"]
+LIMITS: tuple[str, ...] = LimitName.__args__  # type: ignore[attr-defined]
+
+# Bounds on free text so one pathological reason cannot bloat memory, the log or a span.
+MAX_TEXT = 4096
+MAX_SUBJECT = 200
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def short_path(file: str) -> str:
+    """A file's last two path parts: what labels and frame keys show, so runs from two checkouts compare."""
+    return "/".join(file.replace("\\", "/").split("/")[-2:])
+
+
+class Frame(_Model):
+    """One frame: a compiled code object, seen through the class of the instance it ran as a method of.
+
+    ``name``, ``file`` and ``line`` are the user's function as written (``AdamW.step`` at the line of
+    ``def step``); ``code_file``/``code_line`` are the compiled code object's (a decorator's wrapper, say),
+    the one torch counts cache entries and limits on; ``owner`` is the name of the instance's class
+    (``AdamW``), None for a plain function. See docs/frames.md.
+    """
+
+    name: str
+    file: str
+    line: int
+    code_file: str | None = None  # None only in logs written before frames carried their code
+    code_line: int | None = None
+    owner: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The frame's identity: its code object and owner, never its display name (the label, for old logs)."""
+        if self.code_file is None:
+            return self.label
+        owner = f" {self.owner}" if self.owner else ""
+        return f"{short_path(self.code_file)}:{self.code_line}{owner}"
+
+    @property
+    def label(self) -> str:
+        """``function (dir/file:line)``; a code object that is not the function itself (a decorator's
+        wrapper) adds ``via dir/file:line`` of its code, so it never shares a label with the function."""
+        label = f"{self.name} ({short_path(self.file)}:{self.line})"
+        if self.code_file is not None and (self.code_file, self.code_line) != (self.file, self.line):
+            label += f" via {short_path(self.code_file)}:{self.code_line}"
+        return label
+
+
+class Reason(_Model):
+    """One guard failure: the text torch gave, parsed into a category and a bounded subject."""
+
+    text: str = Field(max_length=MAX_TEXT)
+    category: Category
+    subject: str = Field(default="", max_length=MAX_SUBJECT)
+    explains_change: bool = False
+    entry: str | None = None  # compile id of the cache entry that failed, e.g. "0/2"
+
+
+class _Event(_Model):
+    schema_version: int = SCHEMA_VERSION
+    time: float
+    rank: int = 0
+    step: int | None = None
+
+
+class SessionStart(_Event):
+    kind: Literal["session_start"] = "session_start"
+    run_id: str
+    local_rank: int = 0
+    world_size: int = 1
+    host: str
+    pid: int
+    versions: dict[str, str]
+    mode: Literal["monitor", "profile"]
+    recompile_limit: int | None = None  # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
+    warmup_steps: int = 0
+    signals: dict[str, bool] = {}
+    profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
+    launcher: str = "single"
+    restart_count: int = 0
+
+
+class Compile(_Event):
+    """One compile of one frame (forward, or a lazily compiled backward)."""
+
+    kind: Literal["compile"] = "compile"
+    frame: Frame
+    compile_id: str
+    is_recompile: bool
+    cache_entries: int | None = None
+    outcome: Outcome = "ok"
+    fail_type: str | None = None
+    fail_reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    reasons: list[Reason] = []
+    # Reasons past the per-event cap (one per failing cache entry: a frame with N variants fails N
+    # times per recompile), counted by category so totals stay exact while the event stays small.
+    reasons_omitted: dict[Category, int] = {}
+    start_time: float | None = None
+    duration: float = 0.0
+    phases: dict[Phase, float] = {}
+    guard_count: int | None = None
+    graph_op_count: int | None = None
+    graph_breaks: int = 0
+    cache: Literal["hit", "miss"] | None = None
+    backward: bool = False
+    steady_state: bool = False
+    # Set on a recompile torch's automatic dynamic caused: the first change of a tensor dim or an int/float
+    # argument, after which it is dynamic ("dim 0 of L['x']", "value of L['lr']"). A one-time warm-up: never
+    # steady state (docs/steady-state.md).
+    automatic_dynamic: str | None = Field(default=None, max_length=MAX_SUBJECT)
+    # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
+    call_site: list[str] = []
+    # Compile-cache lookups of this compile, by cache and result, as torch counted them.
+    cache_lookups: dict[CacheName, dict[CacheResult, int]] = {}
+    cache_seconds_saved: float | None = None  # compile time a cache hit saved, as torch reports it
+    # Profile mode with dynamo_profiler: Dynamo tracing seconds (exclusive) per user function label.
+    trace_seconds_by_function: dict[str, float] = {}
+    # Fingerprint of the guards of the cache entry this compile installed: a frame needs as many compiled
+    # variants as it has distinct guard sets (profile mode retraces a variant it evicted: same guard set).
+    guard_set: str | None = None
+    # False: torch traced the frame and installed nothing for it (it skipped the frame, which runs eagerly),
+    # so this is no compile; its seconds are still compile time.
+    installed_code: bool = True
+    # Why CUDA graphs were not used for this compile (reduce-overhead / cudagraphs backend): a category
+    # of recompprof._model.cudagraphs.CUDAGRAPH_SKIPS and torch's text (dropped under redact: it holds a stack).
+    cudagraph_skip: str | None = None
+    cudagraph_skip_reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    # W3C trace id (32 hex digits) of the trace an exporter sends for this compile (the duration exemplar).
+    trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+
+
+class GraphBreak(_Event):
+    kind: Literal["graph_break"] = "graph_break"
+    frame: Frame | None = None
+    compile_id: str | None = None
+    reason: str = Field(max_length=MAX_TEXT)  # torch's graph-break type, e.g. "Failed to trace builtin operator"
+    user_location: str | None = None  # file:line of the user code that broke the graph
+    explanation: str | None = Field(default=None, max_length=MAX_TEXT)
+    hints: list[str] = []
+    skipped_frame: bool = False  # torch could not resume after the break: the whole frame ran eagerly
+    count: int = 1
+
+
+class RecompileLimitHit(_Event):
+    kind: Literal["recompile_limit_hit"] = "recompile_limit_hit"
+    frame: Frame
+    compile_id: str | None = None
+    limit: LimitName
+    value: int | None
+    last_reason: Reason | None = None
+
+
+class SignalChange(_Event):
+    """A signal went dark (or came back) while the session ran: capture of that signal is incomplete."""
+
+    kind: Literal["signal"] = "signal"
+    signal: str
+    live: bool
+    reason: str = Field(default="", max_length=MAX_TEXT)
+
+
+class SessionEnd(_Event):
+    kind: Literal["session_end"] = "session_end"
+    totals: dict[str, float]
+    events_dropped: dict[str, int] = {}
+    internal_errors: dict[str, int] = {}
+    signals_off: dict[str, str] = {}  # signals that were off or went dark, with why
+
+
+Event = Annotated[
+    SessionStart | Compile | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
+    Field(discriminator="kind"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+KINDS: tuple[str, ...] = (
+    "session_start", "compile", "graph_break", "recompile_limit_hit", "signal", "session_end",
+)
+
+
+def to_json(event: _Event) -> str:
+    """One event as one compact JSON line (no trailing newline)."""
+    return event.model_dump_json(exclude_none=True)

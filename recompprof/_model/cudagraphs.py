@@ -119,7 +119,9 @@ def runtime_work(m: Any) -> tuple[str, float] | None:
     recording: first record and every re-record) or autotuning Triton kernels at first launch
     (``runtime_triton_autotune_time_us``). They are not compiles and must not be counted as such.
     """
-    get = m.get if isinstance(m, dict) else (lambda name: getattr(m, name, None))
+    def get(name: str) -> Any:
+        return m.get(name) if isinstance(m, dict) else getattr(m, name, None)
+
     if get("is_runtime") is not True:
         return None
     for kind, field in (("cudagraph_record", "runtime_cudagraphify_time_us"),

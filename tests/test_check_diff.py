@@ -13,7 +13,7 @@ from recorded_runs import ROOT, RecordedRun, clean_env, cli, record
 
 from recompprof._analysis.check import CheckInputError, Rules, check
 from recompprof._analysis.diff import compare, render
-from recompprof._analysis.reporting import build_report
+from recompprof._analysis.fold import build_report
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
 from recompprof.testing import RecompiledError, assert_no_recompiles, capture_events

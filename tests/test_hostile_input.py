@@ -21,7 +21,7 @@ from servers import http_get
 
 import recompprof
 from recompprof._analysis.html_report import render_html
-from recompprof._analysis.reporting import render_text
+from recompprof._analysis.text import render_text
 from recompprof._capture.settings import ENV_PREFIX, ConfigError, Settings
 from recompprof._eventlog.reader import read_file
 from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from recompprof._analysis import reporting
+from recompprof._analysis import text as text_module
 from recompprof._analysis.check import Rules, check
+from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
-from recompprof._analysis.reporting import build_report
 from recompprof._analysis.runs import load
 from recompprof._eventlog.reader import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
@@ -266,7 +266,7 @@ def test_workers_give_the_same_dead_ranks_and_gaps(tmp_path: Path) -> None:
         merged = merge(parts)
         if merged is not None:
             assert_same(figures(merged), figures(whole))
-            assert reporting.render_text(merged) == reporting.render_text(whole)
+            assert text_module.render_text(merged) == text_module.render_text(whole)
 
 
 def test_after_step_does_not_make_a_gap(tmp_path: Path) -> None:

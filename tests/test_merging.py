@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof._analysis import reporting, workers
+from recompprof._analysis import fold as fold_module, report as report_module, workers
+from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
-from recompprof._analysis.reporting import Report, build_report, render_text
+from recompprof._analysis.report import Report
 from recompprof._analysis.runs import load
+from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import write_events
 from recompprof._model.events import (
     Compile,
@@ -162,7 +164,9 @@ def test_a_bound_reached_declines_and_the_run_folds_in_one_process(bound, monkey
     """With a bound on distinct keys small enough that the parts reach it, the merge declines (the
     parts cannot say which keys one fold would have kept) and ``build_run_report`` folds the run in
     one process: the report is still exactly one fold's."""
-    monkeypatch.setattr(reporting, bound, 2)
+    for module in (report_module, fold_module):  # the bound as the fold and the merge read it
+        if hasattr(module, bound):
+            monkeypatch.setattr(module, bound, 2)
     rng = random.Random(3)
     events = random_events(rng, 600)
     events += [Compile(time=1e4 + i, rank=0, step=1, frame=FRAMES[0], compile_id="0/9", is_recompile=False,

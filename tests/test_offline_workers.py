@@ -98,8 +98,9 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     """``diff`` folds its runs with ``detail=False``: every figure it compares (counts, compile seconds,
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
+    from recompprof._analysis.fold import build_report
     from recompprof._analysis.html_report import render_html
-    from recompprof._analysis.reporting import build_report, render_text
+    from recompprof._analysis.text import render_text
 
     full, lean = build_report(load(generated_run).events), build_report(load(generated_run).events, detail=False)
     assert list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0

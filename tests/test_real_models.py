@@ -18,8 +18,8 @@ import pytest
 from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise
 from recorded_runs import cli
 
+from recompprof._analysis.fold import build_report
 from recompprof._analysis.ingest import read_trace
-from recompprof._analysis.reporting import build_report
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, RecompileLimitHit
 

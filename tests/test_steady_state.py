@@ -17,7 +17,7 @@ import torch
 
 import recompprof
 from recompprof._analysis.html_report import render_html
-from recompprof._analysis.reporting import render_text
+from recompprof._analysis.text import render_text
 from recompprof._model.events import Compile
 
 GLOBAL_INT = 1

@@ -16,7 +16,9 @@ from typing import Any
 
 from recompprof._analysis import workers as parallel
 from recompprof._analysis.completeness import SessionFold
-from recompprof._analysis.reporting import FrameReport, Report, build_report, completeness_warnings
+from recompprof._analysis.fold import build_report
+from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.text import completeness_warnings
 from recompprof._model.errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
 

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from recompprof._analysis import plaintext
 from recompprof._analysis.merging import build_run_reports
-from recompprof._analysis.reporting import CauseReport, FrameReport, Report
+from recompprof._analysis.report import CauseReport, FrameReport, Report
 from recompprof._model.events import Event
 
 # Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).

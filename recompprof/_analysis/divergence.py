@@ -3,7 +3,7 @@
 A rank that recompiles (or hits the recompile limit and falls back to eager) while its peers have
 already entered the next collective is the classic cause of NCCL timeouts and hangs; after the fact
 it shows as a frame whose per-rank behaviour differs. This module reads the per-rank fields of a
-:class:`~recompprof._analysis.reporting.Report` (so it costs one pass over the events, however many ranks),
+:class:`~recompprof._analysis.report.Report` (so it costs one pass over the events, however many ranks),
 finds the frames whose recompile count, limit hits or set of reason categories differ across ranks,
 names the odd ranks out and the step at which each first went its own way, and renders that as a
 per-rank matrix and a "diverging" table.
@@ -22,7 +22,7 @@ from rich.table import Table
 from recompprof._analysis import plaintext
 
 if TYPE_CHECKING:  # types only: reporting imports this module, never the other way at run time
-    from recompprof._analysis.reporting import FrameReport, Report
+    from recompprof._analysis.report import FrameReport, Report
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
 MAX_RANK_COLUMNS = 8

@@ -2,7 +2,7 @@
 
 The charts are drawn as SVG here, so the page reads the same with scripts blocked (as some CI artifact
 viewers do); the script only adds table sorting and filtering. Everything shown comes from the
-:class:`~recompprof._analysis.reporting.Report`; this module only lays it out.
+:class:`~recompprof._analysis.report.Report`; this module only lays it out.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ from collections import Counter
 from collections.abc import Iterable
 
 from recompprof import __version__
-from recompprof._analysis.reporting import (
+from recompprof._analysis.fold import ranked_breaks
+from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.text import (
     FIX_FIRST,
-    FrameReport,
-    Report,
     automatic_dynamic_notes,
     cause_steps,
     completeness_warnings,
     describe_source,
     fix_text,
-    ranked_breaks,
     share,
 )
 from recompprof._model.events import CACHE_RESULTS, CACHES, CATEGORIES, PHASES

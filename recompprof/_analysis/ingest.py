@@ -27,7 +27,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from recompprof._analysis import trace_frames
-from recompprof._analysis.reporting import Report, build_report
+from recompprof._analysis.fold import build_report
+from recompprof._analysis.report import Report
 from recompprof._eventlog.reader import LOG_GLOB, find_files, log_path, write_events
 from recompprof._model.aggregates import Aggregates
 from recompprof._model.compiles import (
@@ -71,7 +72,7 @@ class IngestStats:
     stray_lines: int = 0
     bad_payloads: int = 0
     bad_records: int = 0
-    # The events read, folded by the report's rules (recompprof._analysis.reporting.counts_line states its counts).
+    # The events read, folded by the report's rules (recompprof._analysis.text.counts_line states its counts).
     report: Report = dataclasses.field(default_factory=Report)
 
     def describe(self) -> str:

@@ -28,9 +28,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from recompprof._analysis import reporting, workers as parallel
+from recompprof._analysis import report as report_module, workers as parallel
 from recompprof._analysis.completeness import merge_verdicts
-from recompprof._analysis.reporting import FrameReport, Report, build_report, sort_ranks, sum_phases
+from recompprof._analysis.fold import build_report, sort_ranks, sum_phases
+from recompprof._analysis.report import FrameReport, Report
 from recompprof._model.events import Event
 
 
@@ -39,7 +40,7 @@ class _Unmergeable(Exception):
 
 
 def build_run_report(events: Iterable[Event], *, workers: int | None = None) -> Report:
-    """:func:`recompprof._analysis.reporting.build_report` over a run; a large run of event-log files (an
+    """:func:`recompprof._analysis.fold.build_report` over a run; a large run of event-log files (an
     ``EventStream``) is folded file by file in up to ``workers`` forked processes (default: one per
     CPU above ``workers.PARALLEL_MIN_BYTES``) and merged, with the same result."""
     return build_run_reports([events], workers=workers)[0]
@@ -118,7 +119,7 @@ def _absorb(total: Report, part: Report) -> None:
     total.sessions_unopened |= part.sessions_unopened - total.ranks - total.sessions_unopened
     total.sessions_open = (total.sessions_open - touched) | part.sessions_open
     for run in part.runs:
-        if run not in total.runs and len(total.runs) < reporting.MAX_LISTED:
+        if run not in total.runs and len(total.runs) < report_module.MAX_LISTED:
             total.runs.append(run)
     if part.ranks:  # it read a session start: the last one's settings stand
         total.recompile_limit, total.warmup_steps = part.recompile_limit, part.warmup_steps
@@ -140,25 +141,25 @@ def _absorb(total: Report, part: Report) -> None:
     total.wall_seconds = max(total.wall_seconds, part.wall_seconds)
     total.internal_errors.update(part.internal_errors)
     total.categories.update(part.categories)
-    for key in _keyed(total.graph_break_groups, part.graph_break_groups, reporting.MAX_BREAK_GROUPS):
+    for key in _keyed(total.graph_break_groups, part.graph_break_groups, report_module.MAX_BREAK_GROUPS):
         total.graph_break_groups[key] = dataclasses.replace(part.graph_break_groups[key], count=0)
     for key, group in part.graph_break_groups.items():
         total.graph_break_groups[key].count += group.count
-    for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, reporting.MAX_LISTED):
+    for key in _keyed(total.cudagraph_skips, part.cudagraph_skips, report_module.MAX_LISTED):
         total.cudagraph_skips[key] = 0
     total.cudagraph_skips.update(part.cudagraph_skips)
-    _prefix(total.failure_messages, part.failure_messages, reporting.MAX_LISTED)
+    _prefix(total.failure_messages, part.failure_messages, report_module.MAX_LISTED)
     total.cache_lookups.update(part.cache_lookups)
     total.cache_seconds_saved += part.cache_seconds_saved
-    for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, reporting.MAX_FUNCTIONS):
+    for key in _keyed(total.trace_seconds_by_function, part.trace_seconds_by_function, report_module.MAX_FUNCTIONS):
         total.trace_seconds_by_function[key] = 0.0  # type: ignore[assignment]  # float seconds in a Counter
     total.trace_seconds_by_function.update(part.trace_seconds_by_function)
-    for key in _keyed(total.frames, part.frames, reporting.MAX_FRAMES):
+    for key in _keyed(total.frames, part.frames, report_module.MAX_FRAMES):
         frame = part.frames[key]
         total.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
     for key, frame in part.frames.items():
         _absorb_frame(total.frames[key], frame)
-    for key in _keyed(total.causes, part.causes, reporting.MAX_CAUSES):
+    for key in _keyed(total.causes, part.causes, report_module.MAX_CAUSES):
         cause = part.causes[key]
         total.causes[key] = dataclasses.replace(cause, recompiles=0, seconds=0.0, steps=[], steps_total=0, example="",
                                                 call_site=[], steady_state=0, warmup=0, made_dynamic="")
@@ -166,7 +167,7 @@ def _absorb(total: Report, part: Report) -> None:
         into = total.causes[key]
         into.recompiles += cause.recompiles
         into.seconds += cause.seconds
-        _prefix(into.steps, cause.steps, reporting.MAX_STEPS_LISTED)
+        _prefix(into.steps, cause.steps, report_module.MAX_STEPS_LISTED)
         into.steps_total += cause.steps_total
         into.example = into.example or cause.example
         into.call_site = into.call_site or cause.call_site
@@ -183,14 +184,14 @@ def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
     into.compile_seconds += part.compile_seconds
     into.guard_failures.update(part.guard_failures)
     into.limit_hits.update(part.limit_hits)
-    _prefix(into.automatic_dynamic, part.automatic_dynamic, reporting.MAX_STEPS_LISTED)
+    _prefix(into.automatic_dynamic, part.automatic_dynamic, report_module.MAX_STEPS_LISTED)
     into.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
     for changed, text in part.changed_again.items():
-        if len(into.changed_again) < reporting.MAX_STEPS_LISTED:
+        if len(into.changed_again) < report_module.MAX_STEPS_LISTED:
             into.changed_again.setdefault(changed, text)
-    _prefix(into.recompile_steps, part.recompile_steps, reporting.MAX_STEPS_LISTED)
+    _prefix(into.recompile_steps, part.recompile_steps, report_module.MAX_STEPS_LISTED)
     into.recompile_steps_total += part.recompile_steps_total
-    for key in _keyed(into.reasons, part.reasons, reporting.MAX_GROUPS_PER_FRAME):
+    for key in _keyed(into.reasons, part.reasons, report_module.MAX_GROUPS_PER_FRAME):
         group = part.reasons[key]
         into.reasons[key] = dataclasses.replace(group, changes=0, failures=0)  # the earliest example stays
     for key, group in part.reasons.items():
@@ -203,13 +204,13 @@ def _absorb_frame(into: FrameReport, part: FrameReport) -> None:
     into.compiles_by_rank.update(part.compiles_by_rank)
     for rank, sets in part.guard_sets_by_rank.items():
         seen = into.guard_sets_by_rank.setdefault(rank, set())
-        _check(len(sets) < reporting.MAX_GUARD_SETS and len(seen | sets) <= reporting.MAX_GUARD_SETS)
+        _check(len(sets) < report_module.MAX_GUARD_SETS and len(seen | sets) <= report_module.MAX_GUARD_SETS)
         seen |= sets
     into.recompiles_by_rank.update(part.recompiles_by_rank)
     for rank, step in part.first_recompile_step_by_rank.items():
         into.first_recompile_step_by_rank.setdefault(rank, step)
     for rank, steps in part.recompile_steps_by_rank.items():
-        _prefix(into.recompile_steps_by_rank.setdefault(rank, []), steps, reporting.MAX_STEPS_LISTED)
+        _prefix(into.recompile_steps_by_rank.setdefault(rank, []), steps, report_module.MAX_STEPS_LISTED)
     for rank, categories in part.categories_by_rank.items():
         into.categories_by_rank.setdefault(rank, type(categories)()).update(categories)
     for rank, firsts in part.category_first_step_by_rank.items():

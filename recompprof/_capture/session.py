@@ -34,7 +34,7 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
 if TYPE_CHECKING:
-    from recompprof._analysis.reporting import Report
+    from recompprof._analysis.report import Report
     from recompprof._capture.settings import Settings
     from recompprof._torch.profile import ProfileMode
 
@@ -270,7 +270,7 @@ class Session:
 
     def report(self) -> Report:
         """The report of this session, streamed from its event log (or its recent events if it has none)."""
-        from recompprof._analysis.reporting import build_report
+        from recompprof._analysis.fold import build_report
         from recompprof._eventlog.reader import read_file
 
         events: Iterable[Event]

@@ -199,8 +199,9 @@ def _finish(run: Run, *, strict: bool) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from recompprof._analysis.fold import build_report
     from recompprof._analysis.merging import build_run_report
-    from recompprof._analysis.reporting import build_report, render_text
+    from recompprof._analysis.text import render_text
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
@@ -291,7 +292,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof._analysis.ingest import ingest
-    from recompprof._analysis.reporting import counts_line
+    from recompprof._analysis.text import counts_line
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)

@@ -1,0 +1,373 @@
+"""The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.Report` as tables."""
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Iterable
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from recompprof._analysis import divergence, plaintext
+from recompprof._analysis.fold import ranked_breaks
+from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
+from recompprof._model.cudagraphs import SKIP_HINTS
+from recompprof._model.events import (
+    CACHE_RESULTS,
+    CACHES,
+    PHASES,
+)
+
+FIX_FIRST = 10  # causes shown in the "fix these first" list
+EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
+WHY_ROWS_PER_FRAME = 5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
+BREAK_ROWS = 20  # graph-break groups in the terminal table (the HTML report lists more)
+
+
+def _hints() -> dict[str, str]:
+    from recompprof._model.reasons import FIX_HINTS
+
+    return FIX_HINTS
+
+
+def cause_steps(cause: CauseReport, shown: int = 8) -> str:
+    listed = ", ".join(str(s) for s in cause.steps[:shown])
+    more = cause.steps_total - min(shown, len(cause.steps))
+    return (listed + (f" (+{more})" if more > 0 else "")) if cause.steps else "-"
+
+
+def share(seconds: float, total: float) -> str:
+    return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
+           fold: Iterable[str] = ()) -> plaintext.Fitted:
+    """A table whose headers never break inside a word, at any width.
+
+    Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
+    ``fold`` columns (frame labels, reason texts, hints) share the rest; their cells wrap between words and
+    after a path's ``/`` (:class:`plaintext.Wrapped`), and only a part wider than the whole column is cut.
+    They are never narrower than their longest header word. Where even that does not fit the width, each row
+    prints as a record instead (:class:`plaintext.Fitted`).
+    """
+    # At least as wide as the title (within the console), so a narrow table does not wrap its title.
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
+    right, fold = set(right), set(fold)
+    needed = 2 + 3 * len(columns) - 1  # the table's edges, each cell's padding and the gaps between columns
+    wrapping: dict[int, tuple[int, int]] = {}
+    for i, col in enumerate(columns):
+        word = max(len(w) for w in col.split())
+        if col in fold:
+            table.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
+            least = max([word, *(len(p) for row in rows for w in row[i].split() for p in plaintext.units(w))])
+            wrapping[i] = (least, max([least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]))
+            needed += least
+        else:
+            cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
+            table.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
+            needed += max(word, cells)
+    folded = [i for i, col in enumerate(columns) if col in fold]
+    for row in rows:
+        table.add_row(*(plaintext.Wrapped(cell) if i in folded else cell for i, cell in enumerate(row)))
+    return plaintext.Fitted(table, columns, rows, needed, wrapping)
+
+
+def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying so (the HTML report keeps the whole example)."""
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *, steps: bool = True) -> None:
+    ranked = report.ranked_causes()
+    total = report.compile_seconds
+    if not ranked:
+        console.line()
+        console.print("Fix these first: nothing - no recompiles, so no compile time was lost to them.")
+        return
+    console.line()
+    console.print(f"Recompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
+                  f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s).")
+    # A list, not a table: the reason text and the call site stay readable at any width.
+    console.print("Fix these first: compile time lost per cause")
+    for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
+        console.print(f"{rank:>2}. {cause.frame} · {cause.category} · {cause.subject or '-'}: "
+                      f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
+                      + (f", steps {cause_steps(cause)}" if steps else ""))
+        for line in (f"why: {cause.example}" if cause.example else "",
+                     f"at {cause.call_site[-1]}" if cause.call_site else "",
+                     f"fix: {fix}" if (fix := fix_text(cause, hints, report)) else ""):
+            # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
+            # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
+            for part in textwrap.wrap(plaintext.escape(line), max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
+                                      break_long_words=False, break_on_hyphens=False):
+                console.print(part, soft_wrap=True)
+    if len(ranked) > FIX_FIRST:
+        rest = sum(c.seconds for c in ranked[FIX_FIRST:])
+        console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
+
+
+def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = None) -> str:
+    """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
+    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
+    traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
+    if cause.tier != 2 or not cause.made_dynamic:
+        return hints.get(cause.category, "")
+    frame = report.frames.get(cause.frame_key) if report is not None else None
+    guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
+    if guard is not None:
+        guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
+        return (f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
+                f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
+                "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
+                f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}.")
+    return (f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
+            f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}.")
+
+
+def warmup_avoidance(made_dynamic: str) -> str:
+    """How to start with a dim or scalar dynamic, so torch's automatic dynamic has nothing to warm up."""
+    if made_dynamic.startswith("value of "):
+        return "pass it as a 0-dim tensor (e.g. lr=torch.tensor(0.01)) or compile with dynamic=True"
+    return "mark the dim dynamic before the first call (torch._dynamo.mark_dynamic(tensor, dim))"
+
+
+def _print_breaks(console: Console, report: Report) -> None:
+    ranked = ranked_breaks(report)
+    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed", str(g.count))
+            for g in ranked[:BREAK_ROWS]]
+    rest = ranked[BREAK_ROWS:]
+    if rest:
+        rows.append(("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest))))
+    console.print(_table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could not resume "
+                         "after the break and ran the whole frame without compiling it)",
+                         ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
+                         fold=("Reason", "Where", "Frame")))
+    hints: dict[str, list[str]] = {}  # once per reason shown, torch's own hints
+    for group in ranked[:BREAK_ROWS]:
+        if group.hints and group.reason not in hints:
+            hints[group.reason] = group.hints
+    if hints:
+        console.print(_table("Graph-break hints (torch's)", ("Reason", "Hint"),
+                             [(reason, hint) for reason, listed in hints.items() for hint in listed],
+                             fold=("Reason", "Hint")))
+
+
+def _print_caches(console: Console, report: Report) -> None:
+    if not any(report.cache_lookups.values()):
+        return
+    rows = []
+    for cache in CACHES:
+        counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
+        rate = report.cache_hit_rate(cache)
+        rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
+    console.print(_table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+                         ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
+
+
+def _steps(frame: FrameReport) -> str:
+    shown = ", ".join(str(s) for s in frame.recompile_steps[:12])
+    more = frame.recompile_steps_total - min(12, len(frame.recompile_steps))
+    return shown + (f" (+{more})" if more > 0 else "")
+
+
+def describe_source(report: Report) -> str:
+    """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
+    if report.from_torch_trace and not report.modes:
+        steps = f"recompile steps up to {report.last_step}" if report.steps_from_trace else "steps unknown"
+        return f"from TORCH_TRACE (no mode) | {steps}"
+    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
+
+
+def steps_seen(report: Report) -> str:
+    """The training steps of the run, or the last one seen when a rank's session ended without saying."""
+    return f">= {report.last_step} (last seen)" if report.incomplete else str(report.last_step)
+
+
+def _when(seconds: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):  # no date: a time far outside any run
+        return f"time {seconds:g}"
+
+
+def completeness_warnings(report: Report) -> list[tuple[str, str]]:
+    """What the log cannot vouch for, one line per rank and verdict: ``("incomplete", line)`` for
+    sessions without session_end, ``("log_gap", line)`` for gaps."""
+    lines = []
+    for rank, ended in report.incomplete.items():
+        step = "unknown" if ended.step is None else ended.step
+        more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
+        lines.append(("incomplete", f"rank {rank} ended without session_end: killed, crashed or still running "
+                                    f"(last event at {_when(ended.time)}, step {step}{more})"))
+    for rank, gap in report.log_gaps.items():
+        more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
+        lines.append(("log_gap", f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
+                                 "the figures miss what the log lacks"))
+    return lines
+
+
+def automatic_dynamic_notes(report: Report) -> list[str]:
+    """The one-time recompiles of automatic dynamic, explained; and each dim or scalar torch made dynamic
+    that recompiled again (the traced code specialised it), with the guard that did, never "will not recur"."""
+    made = [(f, dim) for f in report.frames.values() for dim in dict.fromkeys(f.automatic_dynamic)]
+    if not made:
+        return []
+    settled = [(f.label, dim) for f, dim in made if dim not in f.changed_again]
+    again = [(f.label, dim, f.changed_again[dim]) for f, dim in made if dim in f.changed_again]
+    notes = [f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
+             "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
+             "not counted as steady state (docs/steady-state.md)."]
+    if settled:
+        shown = "; ".join(f"{label}: {dim}" for label, dim in settled[:5])
+        notes[0] += f" This will not recur for {shown}" + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "") + "."
+    for label, dim, guard in again[:5]:
+        notes.append(f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
+                     f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
+                     "warmup_steps.")
+    if len(again) > 5:
+        notes.append(f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again.")
+    return notes
+
+
+def counts_line(report: Report) -> str:
+    """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
+    counts, in the words every command uses for them."""
+    backward = sum(f.backward_compiles for f in report.frames.values())
+    return (f"compiles {report.compiles}" + (f" (+{backward} bwd)" if backward else "")
+            + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
+            f" | failures {report.failures}")
+
+
+def render_summary(report: Report, width: int = 100) -> str:
+    """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
+    console, out = plaintext.console(width)
+    steady = sum(f.steady_state_recompiles for f in report.frames.values())
+    console.print(f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
+                  f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
+                  f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
+                  f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles")
+    for name, why in report.signals_dark.items():
+        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+    for _, line in completeness_warnings(report):
+        console.print(f"WARNING: {line}", soft_wrap=True)
+    ranked = report.ranked_causes()
+    if ranked:
+        top = ranked[0]
+        console.print(f"top cause: {top.frame} · {top.category} · {top.subject or '-'}: {top.recompiles} recompile(s), "
+                      f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else ""))
+    return out.getvalue()
+
+
+def render_text(report: Report, width: int = 160) -> str:
+    """The report as plain text tables (no colour codes), for terminals and logs."""
+    report.require_detail()
+    console, out = plaintext.console(width)
+    hints = _hints()
+    ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
+    steps_known = report.steps_known
+    console.print("recompprof report")
+    console.print("=================")
+    console.print(
+        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
+        f"compile time {report.compile_seconds:.2f} s"
+        + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
+           else " summed over ranks" if len(report.ranks) > 1 else "")
+    )
+    for name, why in report.signals_dark.items():
+        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+    for _, line in completeness_warnings(report):
+        console.print(f"WARNING: {line}", soft_wrap=True)
+    if report.profile_mechanisms:
+        console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
+                      "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
+    notes = list(report.notes)
+    if report.frames_dropped:
+        notes.append(f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown")
+    notes += automatic_dynamic_notes(report)
+    for note in notes:
+        console.print(f"note: {note}")
+
+    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
+    if not frames:
+        console.line()
+        console.print("No compiles recorded.")
+        return out.getvalue()
+    _print_fix_first(console, report, hints, steps=steps_known)
+
+    counts = ("Compiles", "Recompiles", "Steady-state", "Limit hits", "Graph breaks", "Failures", "Compile s")
+    rows: list[tuple[str, ...]] = [
+        (
+            f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
+            str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
+            (_steps(f) or "-") if steps_known else "-",
+            ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
+            str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
+        )
+        for f in frames
+    ]
+    console.print(_table("Frames", ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits",
+                                    "Graph breaks", "Failures", "Compile s"), rows, right=counts,
+                         fold=("Frame", "Recompile steps")))
+
+    why_rows: list[tuple[str, ...]] = []
+    shown: dict[str, None] = {}  # categories in the table, in order, for the hints under it
+    for f in frames:
+        groups = f.top_reasons()
+        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-")
+                     for g in groups[:WHY_ROWS_PER_FRAME]]
+        shown.update(dict.fromkeys(g.category for g in groups[:WHY_ROWS_PER_FRAME]))
+        rest = groups[WHY_ROWS_PER_FRAME:]
+        if rest:  # a long tail here would bury every other frame (the HTML report lists more)
+            why_rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
+                             str(sum(g.failures for g in rest)), "-"))
+    if why_rows:
+        console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
+                             "cache entry; example = one reason text torch gave)",
+                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"), why_rows,
+                             right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example")))
+        # Once per category, not on every row: the same advice repeated per frame only made the table long.
+        console.print(_table("Fix hints", ("Category", "Fix hint"),
+                             [(category, hints[category]) for category in shown if hints.get(category)], fold=("Fix hint",)))
+    else:
+        console.line()
+        console.print("No guard failures recorded.")
+
+    total = sum(report.phases.values()) or 1.0
+    console.print(_table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
+                         [(phase, f"{report.phases.get(phase, 0.0):.3f}", f"{100 * report.phases.get(phase, 0.0) / total:.1f} %")
+                          for phase in PHASES], right=("Seconds", "Share")))
+
+    _print_caches(console, report)
+    if report.trace_seconds_by_function:
+        console.print(_table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+                             ("Function", "Seconds"),
+                             [(function, f"{seconds:.3f}")
+                              for function, seconds in report.trace_seconds_by_function.most_common(15)],
+                             right=("Seconds",), fold=("Function",)))
+    if report.cudagraph_skips:
+        console.print(_table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
+                             [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
+                              for (label, reason), count in report.cudagraph_skips.most_common(20)],
+                             right=("Compiles",), fold=("Frame", "Fix")))
+    if report.graph_break_groups:
+        _print_breaks(console, report)
+    if report.failure_messages:
+        console.print(_table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
+                             fold=("Frame", "Type", "Message")))
+
+    divergence.print_divergence(console, report)
+
+    busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
+    if busy:
+        console.line()
+        console.print("Limits: each frame needed this many compiled variants "
+                      f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
+        for f in busy:
+            cut = " - the limit cut in" if f.limit_hits else ""
+            needed = f.variants_needed
+            console.print(f"  {f.label}: {needed} variants{cut}")
+    if report.internal_errors:
+        console.line()
+        console.print("recompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
+    return out.getvalue()

@@ -42,7 +42,7 @@ def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
     proc.wait(timeout=120)
     output = "".join(lines)
     assert time.monotonic() - began < 120
-    assert re.search(r'torch_compile_recompiles_total\{[^}]*frame="TinyLM\.forward \(recompprof/demo\.py:\d+\)"[^}]*\} [4-9]', scraped), scraped
+    assert re.search(r'torch_compile_recompiles_total\{[^}]*frame="TinyLM\.forward \(_cli/demo\.py:\d+\)"[^}]*\} [4-9]', scraped), scraped
     assert "torch_compile_guard_failures_total" in scraped
     events = list(read_run(tmp_path / "run"))
     explained = {r.category for e in events if isinstance(e, Compile) for r in e.reasons if r.explains_change}

@@ -32,6 +32,11 @@ def raise_internal_errors(enabled: bool) -> bool:
     return old
 
 
+def raising() -> bool:
+    """Whether internal errors re-raise (the strict mode tests run in)."""
+    return _raise
+
+
 def record(component: str, exc: BaseException, hint: str = "") -> None:
     """Count an internal error of ``component`` and log it the first time it happens."""
     with _lock:

@@ -104,7 +104,7 @@ class Adapters:
             except Exception as exc:  # a missing or changed torch internal turns the signal off
                 _internal.record(f"torch.{name}", exc, "signal turned off")
                 self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
-                if _internal._raise:
+                if _internal.raising():
                     raise
                 continue
             self.signals[name] = bool(adapter.live)

@@ -401,7 +401,7 @@ def _parse_cached(text: str, redact: bool, kinds: frozenset[tuple[str, str]]) ->
 def _internal_error(where: str, exc: Exception) -> None:
     """A bug of ours: counted and logged once (production), raised under tests; never raised into torch."""
     _internal.record(f"reasons.{where}", exc, "a guard-failure reason could not be parsed; it is kept as 'other'")
-    if _internal._raise:
+    if _internal.raising():
         raise exc
 
 

@@ -89,6 +89,18 @@ def test_public_names_are_public_and_private_names_are_not_exported() -> None:
         assert issubclass(getattr(recompprof, name), recompprof.RecompprofError), name
 
 
+def test_every_public_error_is_in_the_exit_code_table() -> None:
+    """Each error class the package exports (other than the bases ``RecompprofError`` and ``RuleBroken``) is a
+    row of docs/cli.md's error table, under its public name."""
+    table = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    errors = [name for name in recompprof.__all__ if isinstance(getattr(recompprof, name), type)
+              and issubclass(getattr(recompprof, name), recompprof.RecompprofError)]
+    assert set(errors) >= {"ConfigError", "RunError", "CheckInputError"}
+    missing = [name for name in errors if name not in {"RecompprofError", "RuleBroken"}
+               and f"| `recompprof.{name}`" not in table]
+    assert not missing, missing
+
+
 def test_every_python_name_in_the_docs_resolves_through_the_public_api() -> None:
     """Each ``recompprof.X`` the README and docs/ name (other than a telemetry name) is reachable as written
     from the public API, and no user page names a private ``recompprof._x`` module path."""

@@ -3,8 +3,8 @@ the tracker is full and while it is not.
 
 The tracker keeps the newest ``MAX_REMEMBERED`` (4096) forward compile ids so a lazily compiled
 backward is charged to its forward's cause. A run reaches that bound past 4096 distinct compile ids
-per fold (a model of more than 512 frames at 8 attempts each, or a long profile-mode run). Until
-issue 15's third pass a full tracker forgot one id per compile by deleting a plain dict's first key:
+per fold (a model of more than 512 frames at 8 attempts each, or a long profile-mode run). An earlier
+full tracker forgot one id per compile by deleting a plain dict's first key:
 CPython leaves a hole there, and finding the next first key walks every hole left since the dict was
 last rebuilt, so each compile paid for thousands of them. The tracker now forgets the oldest quarter
 in one rebuild.
@@ -13,6 +13,8 @@ Both are timed in the same run, interleaved, in CPU time of this thread: ``curre
 shipped) against ``baseline`` (the same tracker deleting one first key per compile, kept here as it
 was). Two loads: ``full`` (every compile id distinct, so the tracker is full after 4096) and
 ``repeating`` (360 ids again and again, as a run of 45 frames x 8 attempts; it never fills).
+
+It measures a private part: recompprof's cause tracker (``recompprof._model.causes``), imported as such.
 
     .venv/bin/python benchmarks/bench_cause_tracker.py            # ~20 s
     .venv/bin/python benchmarks/bench_cause_tracker.py --compiles 400000 --rounds 5
@@ -24,9 +26,9 @@ import argparse
 import statistics
 import time
 
+from recompprof import Compile, Frame, Reason
 from recompprof._model import counting
 from recompprof._model.causes import _ABSENT, Cause, CauseTracker, _forward_cause
-from recompprof._model.events import Compile, Frame, Reason
 
 
 class FrontDeleting(CauseTracker):

@@ -1,4 +1,4 @@
-"""Monitor mode's added compile work, as CPU time inside the compile path (issue 15).
+"""Monitor mode's added compile work, as CPU time inside the compile path.
 
 A real Inductor job (MLP forward and backward, static shapes: every new batch size is a recompile and
 a backward compile) runs ``--shapes`` compiling steps per round, alternately detached and attached
@@ -7,8 +7,8 @@ flipped every round, ``torch._dynamo.reset()`` before each. Inductor's FX-graph 
 are off (each round really lowers and generates code; the C++ build is cached on disk for both sides).
 
 While attached, every entry point recompprof has on the compile path is timed in CPU time of the
-compiling thread (``time.thread_time_ns``), by wrappers this benchmark adds (production code is not
-changed):
+compiling thread (``time.thread_time_ns``), by wrappers this benchmark adds around recompprof's private
+parts (the session's adapters, recorder and writer; production code is not changed):
 
 - the compile-record hook (``CompileMetricsTap._take``: event building, reasons, aggregates, event
   log, exporters' ``on_event``);
@@ -31,25 +31,14 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import os
 import pstats
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_soak import RECEIVER
-
-
-def process_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from _common import otel_to_receiver, process_cpu
 
 
 def inner_bias_ns(wrap: Any, n: int = 100_000) -> float:
@@ -114,8 +103,7 @@ def main() -> None:
     parser.add_argument("--profile-out", metavar="FILE", help="with --profile: also save the pstats data to FILE")
     args = parser.parse_args()
 
-    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{int(receiver.stdout.readline())}"  # type: ignore[union-attr]
+    receiver = otel_to_receiver()
 
     import torch
     import torch._logging as torch_logging

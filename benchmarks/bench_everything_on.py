@@ -27,15 +27,12 @@ configuration of the first version of this benchmark) to show its GIL cost.
     .venv/bin/python benchmarks/bench_everything_on.py                      # ~1.5 minutes
     .venv/bin/python benchmarks/bench_everything_on.py --rounds 120 --block 100
 
-Target (issue 8): ratio <= 1.01.
+Target: ratio <= 1.01.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,15 +42,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_soak import RECEIVER
+from _common import PROMETHEUS_ACCEPT, free_port, mlp_job, otel_to_receiver, process_cpu, schedstat
 
 # Scrapes a fixed URL every interval until killed; connection refused (detached blocks) costs this process nothing.
 SCRAPER = """
 import sys, time, urllib.request
 url, interval = sys.argv[1], float(sys.argv[2])
-accept = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+accept = sys.argv[3]
 next_at = time.monotonic()
 while True:
     time.sleep(max(0.0, next_at - time.monotonic()))
@@ -65,24 +60,6 @@ while True:
     except OSError:
         pass
 """
-
-
-def schedstat(tid: int) -> tuple[float, float]:
-    """(seconds on a CPU, seconds runnable but waiting for one) of thread ``tid``."""
-    with open(f"/proc/self/task/{tid}/schedstat") as f:
-        on_cpu, waiting, _ = f.read().split()
-    return int(on_cpu) / 1e9, int(waiting) / 1e9
-
-
-def process_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def summary(name: str, off: list[float], on: list[float], unit: float = 1e6) -> None:
@@ -108,13 +85,8 @@ def main() -> None:
 
     import recompprof
 
-    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{int(receiver.stdout.readline())}"  # type: ignore[union-attr]
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    compiled = torch.compile(model, backend="eager")
+    receiver = otel_to_receiver()
+    compiled, opt = mlp_job()
     batches = {n: torch.randn(n, 128) for n in (16, 24, 32)}
 
     def step(batch: int) -> None:
@@ -154,7 +126,7 @@ def main() -> None:
 
         threading.Thread(target=scrape_loop, daemon=True).start()
     else:
-        scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url, str(args.scrape)])
+        scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url, str(args.scrape), PROMETHEUS_ACCEPT])
     tid = threading.get_native_id()
 
     def block(on: bool) -> dict[str, float]:

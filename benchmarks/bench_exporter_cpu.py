@@ -1,4 +1,4 @@
-"""CPU the exporters' background threads take per second of training, and the GIL a scrape holds (issue 15).
+"""CPU the exporters' background threads take per second of training, and the GIL a scrape holds.
 
 The training thread (this process's main thread) runs small CPU training steps (MLP forward, backward,
 AdamW; one torch thread) while recompprof is attached with the Prometheus pull endpoint and the OTel
@@ -14,7 +14,7 @@ per-request threads, OTel batch and metric readers). Phases, each a fresh ``atta
 - ``otel metrics 1 s``: ``otel_metrics`` on with ``OTEL_METRIC_EXPORT_INTERVAL=1000`` (default is 60 s).
 
 The session carries ``--frames`` frames of synthetic compile totals (default 50, the frame cap: the
-largest exposition). Printed per phase: other-thread CPU per second of wall time (as % of one core, and
+largest exposition), added straight into its running totals (``session.aggregates``, private). Printed per phase: other-thread CPU per second of wall time (as % of one core, and
 the difference from ``detached``), per scrape/export, and the training thread's step time.
 
 GIL: a pure-Python loop runs in the main thread, alternately with no scrapes and with scrapes every
@@ -32,22 +32,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_soak import RECEIVER
+from _common import PROMETHEUS_ACCEPT, mlp_job, otel_to_receiver, process_cpu, schedstat
 
 SCRAPER = """
 import sys, time, urllib.request
 url, interval, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-accept = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+accept = sys.argv[4]
 n, end, next_at = 0, time.monotonic() + duration, time.monotonic()
 while next_at < end:
     time.sleep(max(0.0, next_at - time.monotonic()))
@@ -60,21 +56,10 @@ print(n, flush=True)
 """
 
 
-def process_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def fill_frames(session: Any, frames: int) -> None:
     """Synthetic compile totals for ``frames`` frames, every reason category and both limits in use."""
-    from recompprof._model.events import (
-        CATEGORIES,
-        LIMITS,
-        Compile,
-        Frame,
-        Reason,
-        RecompileLimitHit,
-    )
+    from recompprof import CATEGORIES, Compile, Frame, Reason, RecompileLimitHit
+    from recompprof._model.events import LIMITS
 
     for i in range(frames):
         frame = Frame(name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i)
@@ -93,18 +78,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=50)
     args = parser.parse_args()
 
-    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{int(receiver.stdout.readline())}"  # type: ignore[union-attr]
+    receiver = otel_to_receiver()
 
     import torch
 
     import recompprof
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    compiled = torch.compile(model, backend="eager")
+    compiled, opt = mlp_job()
     batch = torch.randn(32, 128)
 
     def step() -> None:
@@ -133,7 +113,7 @@ def main() -> None:
         session = attach(**extra) if name != "detached" else None
         scraper = None
         if interval is not None:
-            scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), str(interval), str(seconds)],
+            scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), str(interval), str(seconds), PROMETHEUS_ACCEPT],
                                        stdout=subprocess.PIPE, text=True)
             time.sleep(0.3)  # the client's interpreter start is not part of the phase
         for _ in range(20):
@@ -185,13 +165,6 @@ def main() -> None:
     receiver.terminate()
 
 
-def schedstat(tid: int) -> tuple[float, float]:
-    """(seconds on a CPU, seconds runnable but waiting for one) of thread ``tid`` (the kernel's accounting)."""
-    with open(f"/proc/self/task/{tid}/schedstat") as f:
-        on_cpu, waiting, _ = f.read().split()
-    return int(on_cpu) / 1e9, int(waiting) / 1e9
-
-
 def gil(attach: Any, url: Any, seconds: float) -> None:
     """How long a busy pure-Python thread waits for the GIL with and without scrapes every 0.2 s.
 
@@ -217,7 +190,7 @@ def gil(attach: Any, url: Any, seconds: float) -> None:
         for scraping in ((False, True) if r % 2 == 0 else (True, False)):
             scraper = None
             if scraping:
-                scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), "0.2", str(seconds)],
+                scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), "0.2", str(seconds), PROMETHEUS_ACCEPT],
                                            stdout=subprocess.PIPE, text=True)
                 time.sleep(0.3)
             waited, iterations = spin(seconds)

@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _common import load_test_helper
+
 CONFIGS = ("baseline", "session", "down", "hanging", "receiver")
 
 
@@ -70,8 +71,7 @@ def child(config: str, steps: int, recompile_every: int) -> None:
 
 def run(config: str, steps: int, recompile_every: int, endpoint: str | None, run_dir: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RECOMPPROF_"))}
-    env.update({"RECOMPPROF_RUN_DIR": str(run_dir), "OTEL_BSP_SCHEDULE_DELAY": "100",
-                "OTEL_EXPORTER_OTLP_TIMEOUT": "10", "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])})
+    env.update({"RECOMPPROF_RUN_DIR": str(run_dir), "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_EXPORTER_OTLP_TIMEOUT": "10"})
     if endpoint:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     out = subprocess.run([sys.executable, __file__, "--child", config, "--steps", str(steps),
@@ -90,10 +90,10 @@ def main() -> int:
     if args.child:
         child(args.child, args.steps, args.recompile_every)
         return 0
-    sys.path.insert(0, str(REPO / "tests"))
     import tempfile
 
-    from otlp_receiver import OtlpReceiver, hanging_endpoint, refused_endpoint
+    otlp = load_test_helper("otlp_receiver")  # the test suite's OTLP receiver: it counts the spans it gets
+    OtlpReceiver, hanging_endpoint, refused_endpoint = otlp.OtlpReceiver, otlp.hanging_endpoint, otlp.refused_endpoint
 
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
     ratios: dict[str, list[float]] = {c: [] for c in CONFIGS}

@@ -6,7 +6,7 @@ ratios against the baseline of the same round:
 
     .venv/bin/python benchmarks/bench_overhead.py --rounds 5
 
-Targets (issue 2): steady-state step time <= 1.01x, compile time <= 1.03x, peak RSS <= 1.05x, and
+Targets: steady-state step time <= 1.01x, compile time <= 1.03x, peak RSS <= 1.05x, and
 bytes written per compile under 1 % of TORCH_TRACE's.
 """
 

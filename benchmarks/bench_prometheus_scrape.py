@@ -3,7 +3,8 @@
 50 frames, each with every guard-failure category and both limits, every phase and error type in
 use: the largest exposition one rank can produce with default settings. Prints median and p90 of
 building the exposition in process and of a full HTTP scrape (text 0.0.4 and OpenMetrics), and
-the exposition size. Target: under 20 ms per scrape.
+the exposition size. Target: under 20 ms per scrape. The session is built and filled directly (recompprof's
+private ``Session``, settings and running totals, no torch), so what is timed is the exporter alone.
 
     .venv/bin/python benchmarks/bench_prometheus_scrape.py [--iterations 200]
 """
@@ -12,21 +13,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
+from _common import PROMETHEUS_ACCEPT, free_port
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS
 
+from recompprof import CATEGORIES, PHASES, Compile, Frame, Reason, RecompileLimitHit
 from recompprof._capture import settings as settings_module
 from recompprof._capture.identity import Identity
 from recompprof._capture.session import Session
 from recompprof._model.aggregates import ERROR_TYPES
-from recompprof._model.events import CATEGORIES, LIMITS, PHASES, Compile, Frame, Reason, RecompileLimitHit
+from recompprof._model.events import LIMITS
 from recompprof_prometheus import PrometheusExporter
 from recompprof_prometheus.render import Renderer
 
@@ -48,14 +50,6 @@ for _ in range(n):
 times.sort()
 print(json.dumps({"median": statistics.median(times), "p90": times[int(0.9 * (n - 1))], "bytes": size}))
 """
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def full_session(frames: int) -> Session:

@@ -2,18 +2,20 @@
 ``ingest`` against tlparse on the same large TORCH_TRACE.
 
 ``generate`` writes a synthetic run directory (default 8 ranks x 125,000 events = 1,000,000 events)
-with the real event models and the real reason parser over reason texts recorded from torch 2.13: hot
+with the real event models and the real reason parser (private: ``recompprof._model.reasons``) over reason
+texts recorded from torch 2.13: hot
 frames recompiling with 1-8 guard failures per compile (one explains the change), lazily compiled
 backwards, guard failures without a compile, graph breaks, recompile-limit hits and failures. A second
 run ("B") has the same shape with more recompiles, so ``diff`` finds regressions.
 
-Every command runs as a real subprocess (``python -m recompprof._cli.main``); wall time, CPU time (user +
+Every command runs as a real subprocess (``python -m recompprof._cli.main``, the recompprof this environment
+imports, from a scratch directory); wall time, CPU time (user +
 system) and that child's peak RSS (``ru_maxrss`` from ``wait4``) come from ``/usr/bin/time``. Two
 baselines run interleaved with them in the same rounds: ``floor``, a child that only reads and
 ``json.loads`` every line of the same run (what a plain-Python reader costs before doing anything),
 and ``report_validated``, ``build_report(read_run(...))``: the same fold over the pydantic-validated
-reader, which is what ``report`` read through before issue 15 (the CLI now folds msgspec views, see
-recompprof/_eventlog/fastread.py). Ratios are printed against both, on wall and on CPU time.
+reader, which is what ``report`` read through before the offline speed work (the CLI now folds msgspec
+views: the fast reader in recompprof/_eventlog/). Ratios are printed against both, on wall and on CPU time.
 
 The trace for ``ingest`` comes from a real program under ``TORCH_TRACE`` (``--trace-compiles``
 recompiles of one frame, ``backend="eager"``); ``recompprof ingest`` and ``tlparse --no-browser`` run
@@ -23,7 +25,7 @@ on it interleaved, ``--rounds`` times.
     .venv/bin/python benchmarks/bench_scale.py --rounds 3 --trace-compiles 0   # report/check/diff only
     .venv/bin/python benchmarks/bench_scale.py --ranks 2 --per-rank 50000 --trace-compiles 300   # quick
 
-Targets (issue 15): report and check <= 10 s, diff of two such runs <= 20 s, peak RSS <= 100 MB.
+Targets: report and check <= 10 s, diff of two such runs <= 20 s, peak RSS <= 100 MB.
 """
 
 from __future__ import annotations
@@ -40,9 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-FIXTURE = REPO / "tests" / "fixtures" / "reasons" / "torch-2.13.json"
+from _common import REASON_FIXTURE, REPO
+
 TLPARSE = Path(sys.executable).parent / "tlparse"
 PHASES = ("dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other")
 
@@ -53,7 +54,7 @@ def reason_pool() -> list[list[object]]:
     """Parsed reasons of every recorded torch 2.13 scenario (real texts, real parser)."""
     from recompprof._model.reasons import parse_guard_failure
 
-    scenarios = json.loads(FIXTURE.read_text())["scenarios"]
+    scenarios = json.loads(REASON_FIXTURE.read_text())["scenarios"]
     pool = [parse_guard_failure(text) for s in scenarios.values() for text in s["guard_failures"]]
     return [p for p in pool if p]
 
@@ -269,7 +270,7 @@ def main() -> None:
             "report": [*cli, "report", str(run_a)],
             "check": [*cli, "check", str(run_a), "--max-recompiles", "100", "--forbid", "dtype", "--max-limit-hits", "10"],
             "diff": [*cli, "diff", str(run_a), str(run_b)],  # reads both runs: twice the events
-            # The same fold over the validated reader (pydantic models): the read path before issue 15.
+            # The same fold over the validated reader (pydantic models): the read path before the speed work.
             "report_validated": [sys.executable, "-c", VALIDATED, str(run_a)],
         }
         if args.fold_ab:
@@ -289,9 +290,9 @@ def main() -> None:
         for r in range(args.rounds):
             order = chosen[r % len(chosen):] + chosen[: r % len(chosen)]
             for name in order:
-                # A baseline runs from its own tree: from REPO, ``python -m`` would import this checkout's
-                # recompprof first (the working directory precedes PYTHONPATH on sys.path).
-                where = tmp / "fold-baseline" if name in envs else REPO
+                # Each command runs where no recompprof lies: ``python -m`` puts the working directory before
+                # PYTHONPATH on sys.path, so from a checkout it would import that checkout's recompprof.
+                where = tmp / "fold-baseline" if name in envs else tmp
                 results[name].append(measure(commands[name], cwd=where, env=envs.get(name)))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
         for name in chosen:

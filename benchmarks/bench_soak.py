@@ -1,7 +1,8 @@
 """Soak: memory stays flat and metrics stay fresh however long a job runs.
 
 ``synthetic`` (default 1,000,000 compile events): real ``CompilationMetrics``-shaped records go through
-the session's own entry point (``session._recorder.on_torch_record``) with the event log, the Prometheus pull
+the session's own entry point (``session._recorder.on_torch_record``, private: this benchmark measures the
+recorder and the sinks behind it, and reads their internal maps' sizes) with the event log, the Prometheus pull
 endpoint and the OpenTelemetry exporter on (a discarding OTLP receiver in another process, or
 ``--otel down``: nothing listening). 60 frames (past the 50-frame cap), one to eight guard-failure
 reasons per recompile appended to torch's own ``guard_failures`` record (the real reader and parser),
@@ -18,7 +19,7 @@ attached, and the same program without it, interleaved; RSS is sampled as it goe
     .venv/bin/python benchmarks/bench_soak.py synthetic --events 1000000
     .venv/bin/python benchmarks/bench_soak.py real --compiles 3000 --rounds 2
 
-Targets (issue 8): RSS growth after warm-up under 20 MB, every internal structure bounded, event-to-
+Targets: RSS growth after warm-up under 20 MB, every internal structure bounded, event-to-
 metric latency under 1 s.
 """
 
@@ -36,22 +37,7 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURE = REPO / "tests" / "fixtures" / "reasons" / "torch-2.13.json"
-
-RECEIVER = """
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.send_response(200); self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0"); self.end_headers()
-    def log_message(self, *a): pass
-s = ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"""
+from _common import REASON_FIXTURE, free_port, start_receiver
 
 
 def rss_mb() -> float:
@@ -117,18 +103,13 @@ def synthetic(args: argparse.Namespace) -> None:
 
     import recompprof
 
-    texts = [t for s in json.loads(FIXTURE.read_text())["scenarios"].values() for t in s["guard_failures"]]
+    texts = [t for s in json.loads(REASON_FIXTURE.read_text())["scenarios"].values() for t in s["guard_failures"]]
     codes = _codes(60)
     receiver = None
     if args.otel == "receiver":
-        receiver = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-        port = int(receiver.stdout.readline())  # type: ignore[union-attr]
+        receiver, port = start_receiver()
     else:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]  # closed again: nothing listens there
+        port = free_port()  # closed again: nothing listens there
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
     os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
     rng = random.Random(0)

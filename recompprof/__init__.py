@@ -3,6 +3,10 @@
     with recompprof.attach():          # monitor mode: observes, changes nothing
         train()
     print(recompprof.report())
+
+This module is the public API: every name in ``__all__`` (plus the public modules
+``recompprof.testing``, ``recompprof.pytest_plugin`` and ``recompprof.integrations``). Everything under a
+``recompprof._name`` path is private and may move between releases.
 """
 
 from __future__ import annotations
@@ -12,36 +16,111 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from recompprof._model.errors import RecompprofError
-from recompprof._model.events import CATEGORIES, PHASES
+from recompprof._model.errors import CommandError, RecompprofError, RuleBroken
+from recompprof._model.events import (
+    CATEGORIES,
+    PHASES,
+    Compile,
+    Event,
+    Frame,
+    GraphBreak,
+    Reason,
+    RecompileLimitHit,
+    SessionEnd,
+    SessionStart,
+    SignalChange,
+)
 
 if TYPE_CHECKING:
+    from recompprof._analysis.check import CheckInputError
+    from recompprof._analysis.divergence import Divergence, find as find_divergence
+    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.ingest import IngestError
+    from recompprof._analysis.report import Report
+    from recompprof._analysis.runs import RunError
+    from recompprof._capture.exporting import ExporterUnavailable
     from recompprof._capture.session import Session, attach, current, report
     from recompprof._capture.settings import ConfigError, Settings
+    from recompprof._eventlog.reader import EventLogError, read_run
+    from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS as CUDAGRAPH_SKIP_HINTS
+    from recompprof._model.reasons import FIX_HINTS
 
-# Imported on first use: the offline commands (report, check, diff) never start a session, and the
-# session's imports (settings, exporters, torch adapters) were a third of their start-up.
-_LAZY = {"Session": "recompprof._capture.session", "attach": "recompprof._capture.session", "current": "recompprof._capture.session",
-         "report": "recompprof._capture.session", "ConfigError": "recompprof._capture.settings", "Settings": "recompprof._capture.settings"}
+# Public name -> (private module, name there). Imported on first use: the offline commands (report,
+# check, diff) never start a session, and the session's imports (settings, exporters, torch adapters)
+# were a third of their start-up; nothing here imports torch.
+_LAZY: dict[str, tuple[str, str]] = {
+    "Session": ("recompprof._capture.session", "Session"),
+    "attach": ("recompprof._capture.session", "attach"),
+    "current": ("recompprof._capture.session", "current"),
+    "report": ("recompprof._capture.session", "report"),
+    "Settings": ("recompprof._capture.settings", "Settings"),
+    "ConfigError": ("recompprof._capture.settings", "ConfigError"),
+    "ExporterUnavailable": ("recompprof._capture.exporting", "ExporterUnavailable"),
+    "EventLogError": ("recompprof._eventlog.reader", "EventLogError"),
+    "read_run": ("recompprof._eventlog.reader", "read_run"),
+    "RunError": ("recompprof._analysis.runs", "RunError"),
+    "IngestError": ("recompprof._analysis.ingest", "IngestError"),
+    "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
+    "build_report": ("recompprof._analysis.fold", "build_report"),
+    "Report": ("recompprof._analysis.report", "Report"),
+    "find_divergence": ("recompprof._analysis.divergence", "find"),
+    "Divergence": ("recompprof._analysis.divergence", "Divergence"),
+    "FIX_HINTS": ("recompprof._model.reasons", "FIX_HINTS"),
+    "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
+    "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    where = _LAZY.get(name)
+    if where is None:
         raise AttributeError(f"module 'recompprof' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value
 
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
-    "CATEGORIES",
-    "PHASES",
-    "ConfigError",
-    "RecompprofError",
+    # capture
     "Session",
     "Settings",
     "__version__",
     "attach",
     "current",
     "report",
+    # the event model (docs/events.md) and its vocabularies
+    "CATEGORIES",
+    "CUDAGRAPH_SKIPS",
+    "CUDAGRAPH_SKIP_HINTS",
+    "Compile",
+    "Event",
+    "FIX_HINTS",
+    "Frame",
+    "GraphBreak",
+    "PHASES",
+    "Reason",
+    "RecompileLimitHit",
+    "SessionEnd",
+    "SessionStart",
+    "SignalChange",
+    # offline analysis of a run (docs/multi-rank.md)
+    "Divergence",
+    "Report",
+    "build_report",
+    "find_divergence",
+    "read_run",
+    # errors (docs/cli.md)
+    "CheckInputError",
+    "CommandError",
+    "ConfigError",
+    "EventLogError",
+    "ExporterUnavailable",
+    "IngestError",
+    "RecompprofError",
+    "RuleBroken",
+    "RunError",
 ]

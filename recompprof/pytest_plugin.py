@@ -17,6 +17,8 @@ import pytest
 
 from recompprof.testing import RecompileWatch
 
+__all__ = ["no_recompiles", "pytest_runtest_call"]
+
 _WATCH = pytest.StashKey[RecompileWatch]()
 
 

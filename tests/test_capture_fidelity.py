@@ -1,7 +1,8 @@
 """Capture fidelity: one small scenario per way the live capture was found wrong on code it did not write.
 
-Each test reproduces one bug found by running PyTorch's own recompile tests and tiny Hugging Face
-models under recompprof (see tests/test_real_models.py); its docstring names the bug. Ground truth
+Each test reproduces one way capture went wrong, found by running PyTorch's own recompile tests and tiny
+Hugging Face models under recompprof (see tests/test_real_models.py); its docstring states the behaviour
+it holds. Ground truth
 is what torch itself reports for the same calls (its limit warnings, its graph-break log, its
 guard-failure text), established when these scenarios were written (torch 2.13, CPU, eager backend).
 """
@@ -53,12 +54,13 @@ def _not_silent(session: Session, caplog: pytest.LogCaptureFixture, what: str) -
         f"captured {captured} of 3 compiles, signals {session.signals}, no recompprof warning naming {what!r}")
 
 
-# -- (1) and (6): capture going dark without a word ------------------------------------------------
+# -- capture going dark without a word ----------------------------------------------------------
 
 
 def test_metrics_turned_off_after_attach_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
-    """Bug (1): Dynamo's own TestCase sets ``log_compilation_metrics = False`` after recompprof attached (as with
-    RECOMPPROF_ATTACH=1); compiles then stop reaching recompprof and it says nothing."""
+    """With ``log_compilation_metrics = False`` set after attach (as Dynamo's own TestCase does, with
+    RECOMPPROF_ATTACH=1), recompprof still captures every compile, or warns that it lost them and marks the
+    compile signal off."""
     caplog.set_level(logging.INFO)
     with recompprof.attach(run_dir=str(tmp_path / "run")) as session, \
             torch._dynamo.config.patch(log_compilation_metrics=False):
@@ -67,8 +69,8 @@ def test_metrics_turned_off_after_attach_is_not_silent(caplog: pytest.LogCapture
 
 
 def test_metrics_off_before_attach_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
-    """Bug (1): with ``log_compilation_metrics = False`` at attach, the compile signal is off and only an INFO line
-    says so; a user sees an empty report."""
+    """With ``log_compilation_metrics = False`` already set at attach, recompprof still captures every
+    compile, or warns (not only at INFO) that it cannot and marks the compile signal off."""
     caplog.set_level(logging.INFO)
     with torch._dynamo.config.patch(log_compilation_metrics=False), \
             recompprof.attach(run_dir=str(tmp_path / "run")) as session:
@@ -77,8 +79,8 @@ def test_metrics_off_before_attach_is_not_silent(caplog: pytest.LogCaptureFixtur
 
 
 def test_logging_disabled_by_the_user_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
-    """Bug (6): ``logging.disable(logging.INFO)`` in the user's program drops torch's INFO metrics record before any
-    filter sees it; recompprof records nothing and its signals still say compile_metrics is live."""
+    """With ``logging.disable(logging.INFO)`` in the user's program (which drops torch's INFO metrics record
+    before any filter sees it), recompprof still captures every compile, or warns and marks the signal off."""
     caplog.set_level(logging.INFO)
     with recompprof.attach(run_dir=str(tmp_path / "run")) as session:
         logging.disable(logging.INFO)
@@ -90,8 +92,8 @@ def test_logging_disabled_by_the_user_is_not_silent(caplog: pytest.LogCaptureFix
 
 
 def test_user_quietening_torch_loggers_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
-    """Bug (6): the user sets ``torch._utils_internal``'s level to WARNING after attach (quietening torch's loggers);
-    the metrics records are dropped before recompprof's filter and capture goes dark without a word."""
+    """With ``torch._utils_internal``'s logger set to WARNING after attach (the user quietening torch's
+    loggers), recompprof still captures every compile, or warns and marks the signal off."""
     caplog.set_level(logging.INFO)
     logger = logging.getLogger("torch._utils_internal")
     with recompprof.attach(run_dir=str(tmp_path / "run")) as session:
@@ -104,7 +106,7 @@ def test_user_quietening_torch_loggers_is_not_silent(caplog: pytest.LogCaptureFi
         _not_silent(session, caplog, "torch._utils_internal")
 
 
-# -- (2): limit hits that raise ----------------------------------------------------------------------
+# -- limit hits that raise ---------------------------------------------------------------------------
 
 RAISING_LIMITS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # name: (dynamo config, torch.compile kwargs, the limit torch reports in its warning)
@@ -118,7 +120,7 @@ RAISING_LIMITS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
 
 @pytest.mark.parametrize("case", sorted(RAISING_LIMITS))
 def test_raising_limit_hit_is_a_limit_hit(case: str, tmp_path: Any) -> None:
-    """Bug (2): a limit hit that raises ``FailOnRecompileLimitHit`` (fullgraph=True, fail_on_recompile_limit_hit, the
+    """A limit hit that raises ``FailOnRecompileLimitHit`` (fullgraph=True, fail_on_recompile_limit_hit, the
     accumulated limit) is a limit hit of its frame, not a compile failure."""
     config, kw, limit = RAISING_LIMITS[case]
 
@@ -141,7 +143,7 @@ def test_raising_limit_hit_is_a_limit_hit(case: str, tmp_path: Any) -> None:
     assert end.totals["compile_failures"] == 0 and end.totals["recompile_limit_hits"] == 1
 
 
-# -- (3): graph breaks ---------------------------------------------------------------------------------
+# -- graph breaks --------------------------------------------------------------------------------------
 
 _log = logging.getLogger("recompprof.tests.fidelity")
 
@@ -155,9 +157,9 @@ _BREAK_LINE = _warns.__code__.co_firstlineno + 1
 
 
 def test_graph_break_torch_cannot_handle_gracefully_is_recorded(tmp_path: Any) -> None:
-    """Bug (3): a graph break inside a ``try`` block (torch: "Failed to handle graph break gracefully. Skipping the
-    function", and likewise "cannot resume from" breaks, 3 of GPT-2's 5) never reaches ``counters["graph_break"]``,
-    so live capture misses it. torch logs two breaks here: one at compile 0/0 and one at 1/0."""
+    """A graph break inside a ``try`` block (torch: "Failed to handle graph break gracefully. Skipping the
+    function", and likewise "cannot resume from" breaks, 3 of GPT-2's 5), which never reaches
+    ``counters["graph_break"]``, is recorded live: both breaks torch logs here, at compile 0/0 and 1/0."""
 
     def breaks_in_try(x: torch.Tensor) -> torch.Tensor:
         y = x + 1
@@ -174,8 +176,8 @@ def test_graph_break_torch_cannot_handle_gracefully_is_recorded(tmp_path: Any) -
 
 
 def test_graph_break_keeps_explanation_hints_and_user_location(tmp_path: Any) -> None:
-    """Bug (3): a live graph-break event carries torch's explanation and hints and the user's file:line of the
-    break (torch logs "Graph break in user code at <file>:<line>"); the live event had no location."""
+    """A live graph-break event carries torch's explanation and hints and the user's file:line of the
+    break (torch logs "Graph break in user code at <file>:<line>")."""
 
     def breaks_once(x: torch.Tensor) -> torch.Tensor:
         return _warns(x + 1) + 1
@@ -189,7 +191,7 @@ def test_graph_break_keeps_explanation_hints_and_user_location(tmp_path: Any) ->
     assert first.user_location == f"{__file__}:{_BREAK_LINE}"
 
 
-# -- (4): type reasons -----------------------------------------------------------------------------------
+# -- type reasons ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("before", "after"), [
@@ -197,8 +199,8 @@ def test_graph_break_keeps_explanation_hints_and_user_location(tmp_path: Any) ->
     (torch.nn.Parameter(torch.ones(2)), torch.ones(2)),
 ], ids=["tensor_to_int", "parameter_to_tensor"])
 def test_type_change_reason_is_type(before: Any, after: Any, tmp_path: Any) -> None:
-    """Bug (4): torch's "expected type of 'y' to be a tensor type, ' but found <class 'int'>" (and the same for a
-    Parameter replaced by a plain tensor) is a ``type`` reason on ``L['y']``; it was filed as ``symbolic_shape``."""
+    """Torch's "expected type of 'y' to be a tensor type, ' but found <class 'int'>" (and the same for a
+    Parameter replaced by a plain tensor) is a ``type`` reason on ``L['y']``, not ``symbolic_shape``."""
 
     def typed_fn(x: torch.Tensor, y: Any) -> torch.Tensor:
         return x + y
@@ -214,12 +216,12 @@ def test_type_change_reason_is_type(before: Any, after: Any, tmp_path: Any) -> N
 
 
 def test_type_reason_text_parses_as_type() -> None:
-    """Bug (4), the parser alone: torch 2.13's wording of a tensor-to-other type change is categorised ``type``."""
+    """The parser alone: torch 2.13's wording of a tensor-to-other type change is categorised ``type``."""
     (reason,) = parse_guard_failure("0/0: expected type of 'b' to be a tensor type, ' but found <class 'int'>")
     assert (reason.category, reason.subject) == ("type", "L['b']")
 
 
-# -- (5): frames named as the user knows them ---------------------------------------------------------------
+# -- frames named as the user knows them --------------------------------------------------------------------
 
 
 def _returns_tuple(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -255,7 +257,7 @@ class Student(torch.nn.Module):
 
 
 def test_decorated_forward_is_named_by_class(tmp_path: Any) -> None:
-    """Bug (5): a module whose forward is decorated (transformers' ``can_return_tuple``) is named
+    """A module whose forward is decorated (transformers' ``can_return_tuple``) is named
     ``Teacher.forward``, not after the decorator's inner function ``wrapper``."""
     teacher = Teacher()
     teacher.compile(backend="eager")
@@ -266,8 +268,8 @@ def test_decorated_forward_is_named_by_class(tmp_path: Any) -> None:
 
 
 def test_two_classes_sharing_decorated_code_are_two_frames(tmp_path: Any) -> None:
-    """Bug (5): two classes whose decorated forwards share one code object (one Dynamo frame) are reported as two
-    frames, ``Teacher.forward`` and ``Student.forward``; they were merged into one ``wrapper`` frame."""
+    """Two classes whose decorated forwards share one code object (one Dynamo frame) are reported as two
+    frames, ``Teacher.forward`` and ``Student.forward``, never merged into one ``wrapper`` frame."""
     teacher, student = Teacher(), Student()
     teacher.compile(backend="eager")
     student.compile(backend="eager")
@@ -280,7 +282,7 @@ def test_two_classes_sharing_decorated_code_are_two_frames(tmp_path: Any) -> Non
     assert sorted(f.name for f in report.frames.values()) == ["Student.forward", "Teacher.forward"]
 
 
-# -- (7) and (8): profile mode ------------------------------------------------------------------------------
+# -- profile mode ----------------------------------------------------------------------------------------
 
 
 def _shapes_fn(x: torch.Tensor) -> torch.Tensor:
@@ -288,9 +290,9 @@ def _shapes_fn(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_profile_mode_after_user_set_stance_default(tmp_path: Any) -> None:
-    """Bug (7): the user calls ``torch.compiler.set_stance("default")`` inside a profile session. Profile mode still
-    holds Dynamo at its limit of 1, so the job hits a recompile limit of recompprof's making and later guard
-    failures go unseen. Each of the three new shapes must still be reported, and no limit hit recorded."""
+    """When the user calls ``torch.compiler.set_stance("default")`` inside a profile session, profile mode
+    does not leave Dynamo held at its limit of 1 (a limit hit of recompprof's making, and later guard
+    failures unseen): each of the three new shapes is reported, and no limit hit is recorded."""
     compiled = torch.compile(_shapes_fn, backend="eager")
     with recompprof.attach(mode="profile", run_dir=str(tmp_path / "run")) as session:
         torch.compiler.set_stance("default")
@@ -303,8 +305,8 @@ def test_profile_mode_after_user_set_stance_default(tmp_path: Any) -> None:
 
 
 def test_profile_variants_needed_are_distinct_variants(tmp_path: Any) -> None:
-    """Bug (8): profile mode evicts entries to stay at its limit, so returning to a seen shape retraces; the report's
-    "variants needed" counted those retraces. Shapes 3, 4, 5, 6, 3, 4 need 4 variants, not 6."""
+    """Profile mode evicts entries to stay at its limit, so returning to a seen shape retraces; the report's
+    "variants needed" counts distinct variants, not those retraces: shapes 3, 4, 5, 6, 3, 4 need 4, not 6."""
     compiled = torch.compile(_shapes_fn, backend="eager")
     with recompprof.attach(mode="profile", run_dir=str(tmp_path / "run")) as session:
         for n in (3, 4, 5, 6, 3, 4):
@@ -314,7 +316,7 @@ def test_profile_variants_needed_are_distinct_variants(tmp_path: Any) -> None:
     assert line.strip().endswith(": 4 variants"), line
 
 
-# -- (4) continued: other reasons filed under a misleading category (found in torch's own recompile tests) --------
+# -- more reasons filed under a misleading category (found in torch's own recompile tests) --------
 
 
 class _Callable:
@@ -323,8 +325,8 @@ class _Callable:
 
 
 def test_replaced_dunder_call_is_object_identity(tmp_path: Any) -> None:
-    """Bug (4): replacing a class's ``__call__`` fails ``___check_obj_id(type(foo).__call__.__code__, ...), type=<class
-    'code'>``: an ``object_identity`` reason on that source; the ``<class ...>`` text made it ``symbolic_shape``."""
+    """Replacing a class's ``__call__`` fails ``___check_obj_id(type(foo).__call__.__code__, ...), type=<class
+    'code'>``: an ``object_identity`` reason on that source, not ``symbolic_shape`` (from the ``<class ...>`` text)."""
 
     def calls_it(x: torch.Tensor, foo: Any) -> torch.Tensor:
         return foo(x)
@@ -345,7 +347,7 @@ def test_replaced_dunder_call_is_object_identity(tmp_path: Any) -> None:
 
 
 def test_closed_over_int_is_python_constant(tmp_path: Any) -> None:
-    """Bug (4): a function closing over an int that changes fails ``g.__closure__[0].cell_contents == 0``: a Python
+    """A function closing over an int that changes fails ``g.__closure__[0].cell_contents == 0``: a Python
     constant (the fix is to pass it as a tensor), not a ``module_attribute`` (whose hint says to stop toggling
     module attributes)."""
 
@@ -370,7 +372,7 @@ def test_closed_over_int_is_python_constant(tmp_path: Any) -> None:
 
 
 def test_resumed_loop_bound_is_python_constant() -> None:
-    """Bug (4), the parser: torch's reason for a changed ``range`` bound held on a resume function's stack (from
+    """The parser: torch's reason for a changed ``range`` bound held on a resume function's stack (from
     torch's test_loop_torture) is a ``python_constant``, not a ``module_attribute``."""
     text = ("0/0: ___stack0.stop == 575  # for _ in range(iters):  # test_recompile_ux.py:77 in "
             "torch_dynamo_resume_in_loop_torture_at_77")

@@ -9,23 +9,23 @@ from pathlib import Path
 import pytest
 from recorded_runs import cli
 
+from recompprof import CommandError, RecompprofError, RuleBroken
 from recompprof._cli import main as cli_module
-from recompprof._model.errors import CommandError, RecompprofError, RuleBroken
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
-# A row of the error table in docs/cli.md: | `package.module.Class` ... | code | when |
+# A row of the error table in docs/cli.md: | `package.Class` ... | code | when |
 _ROW = re.compile(r"^\| `(recompprof[\w.]*)\.(\w+)`[^|]*\| (\d+) \|", re.MULTILINE)
 
-# Every error class recompprof raises on purpose, with the builtin base callers catch it by.
+# Every error class recompprof raises on purpose, by its public name, with the builtin base callers catch it by.
 CLASSES: dict[str, type[BaseException]] = {
-    "recompprof._capture.settings.ConfigError": ValueError,
-    "recompprof._capture.exporting.ExporterUnavailable": ValueError,
+    "recompprof.ConfigError": ValueError,
+    "recompprof.ExporterUnavailable": ValueError,
     "recompprof_prometheus.server.PortInUse": ValueError,
-    "recompprof._model.errors.CommandError": Exception,
-    "recompprof._analysis.runs.RunError": Exception,
-    "recompprof._eventlog.reader.EventLogError": Exception,
-    "recompprof._analysis.ingest.IngestError": Exception,
-    "recompprof._analysis.check.CheckInputError": ValueError,
+    "recompprof.CommandError": Exception,
+    "recompprof.RunError": Exception,
+    "recompprof.EventLogError": Exception,
+    "recompprof.IngestError": Exception,
+    "recompprof.CheckInputError": ValueError,
     "recompprof_otel.environment.OtelConfigWarning": ValueError,
     "recompprof_prometheus.render.Unsupported": Exception,
     "recompprof.testing.RecompiledError": AssertionError,
@@ -66,7 +66,7 @@ def test_docs_list_every_error_class_and_the_table_gives_its_documented_code() -
     # The codes themselves: rules the user set -> 1 (like a failed check), everything else -> 2.
     assert documented["recompprof.testing.RecompiledError"] == cli_module.EXIT_VIOLATIONS == 1
     assert documented["recompprof.integrations.SteadyStateRecompileError"] == 1
-    assert documented["recompprof._capture.settings.ConfigError"] == cli_module.EXIT_USAGE == 2
+    assert documented["recompprof.ConfigError"] == cli_module.EXIT_USAGE == 2
 
 
 def test_exit_codes_of_what_is_not_a_recompprof_error() -> None:

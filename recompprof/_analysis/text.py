@@ -11,11 +11,7 @@ from recompprof._analysis import divergence, plaintext
 from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
-from recompprof._model.events import (
-    CACHE_RESULTS,
-    CACHES,
-    PHASES,
-)
+from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
@@ -102,23 +98,23 @@ def _print_breaks(console: Console, report: Report) -> None:
     if not report.graph_break_groups:
         return
     ranked = ranked_breaks(report)
-    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed", str(g.count))
-            for g in ranked[:BREAK_ROWS]]
+    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed",
+                                    str(g.count)) for g in ranked[:BREAK_ROWS]]
     rest = ranked[BREAK_ROWS:]
     if rest:
         rows.append(("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest))))
-    console.print(plaintext.table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could not resume "
-                         "after the break and ran the whole frame without compiling it)",
-                         ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
-                         fold=("Reason", "Where", "Frame")))
+    console.print(plaintext.table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could "
+                                  "not resume after the break and ran the whole frame without compiling it)",
+                                  ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
+                                  fold=("Reason", "Where", "Frame")))
     hints: dict[str, list[str]] = {}  # once per reason shown, torch's own hints
     for group in ranked[:BREAK_ROWS]:
         if group.hints and group.reason not in hints:
             hints[group.reason] = group.hints
     if hints:
         console.print(plaintext.table("Graph-break hints (torch's)", ("Reason", "Hint"),
-                             [(reason, hint) for reason, listed in hints.items() for hint in listed],
-                             fold=("Reason", "Hint")))
+                                      [(reason, hint) for reason, listed in hints.items() for hint in listed],
+                                      fold=("Reason", "Hint")))
 
 
 def _print_caches(console: Console, report: Report) -> None:
@@ -130,7 +126,7 @@ def _print_caches(console: Console, report: Report) -> None:
         rate = report.cache_hit_rate(cache)
         rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
     console.print(plaintext.table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
-                         ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
+                                  ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
 
 
 def _steps(frame: FrameReport) -> str:
@@ -153,6 +149,8 @@ def steps_seen(report: Report) -> str:
 
 
 def _when(seconds: float) -> str:
+    """An event's time as a UTC date; a time no date can show (a corrupt log's) as the number the log holds
+    (``time 1e+300``): the reader sees what the log says, and nothing is an error of recompprof's."""
     try:
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
     except (OverflowError, OSError, ValueError):  # no date: a time far outside any run

@@ -256,3 +256,18 @@ def test_diff_still_flags_unknown_recompiles_beyond_what_was_known(full: Recorde
     assert any(c.what == "category other" and c.regression for c in grown.regressions), render(grown)
     known = compare(read_run(sizes_only.run_dir), read_run(full.run_dir))
     assert any(c.what == "category python_constant" and c.regression for c in known.regressions), render(known)
+
+
+def test_check_reads_an_event_log_run_rank_by_rank(generated_run: Path) -> None:
+    """A run's event logs are check's RankedEvents: each rank is read from its own files alone, and the
+    violations, rank by rank, are those of the same events held in one list."""
+    from recompprof._analysis.check import RankedEvents
+    from recompprof._analysis.runs import load
+
+    stream = load(generated_run).events
+    assert isinstance(stream, RankedEvents) and not isinstance(list(stream), RankedEvents)
+    assert stream.ranks() == [0, 1, 2] and {e.rank for e in stream.of_rank(1)} == {1}
+    rules = Rules(max_recompiles=3, forbid=("dtype",), max_graph_breaks=0)
+    by_rank = check(load(generated_run).events, rules, workers=1)
+    assert by_rank == check(list(load(generated_run).events), rules, workers=1)
+    assert {v.rank for v in by_rank} == {0, 1, 2}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from recorded_runs import cli
@@ -97,3 +98,31 @@ def test_diff_names_both_unreadable_runs(tmp_path: Path) -> None:
     assert len(lines) == 2 and str(tmp_path / "a") in lines[0] and str(tmp_path / "b") in lines[1]
     assert all(line.startswith("recompprof: error:") for line in lines)
 
+
+
+def _trace_dir_without_logs(tmp_path: Path) -> Path:
+    """A directory whose only entry named like a TORCH_TRACE log is a directory: no log can be read."""
+    from recompprof._analysis.ingest import TRACE_PREFIX
+
+    (tmp_path / f"{TRACE_PREFIX}rank_0.log").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize(("make", "cause", "message"), [
+    (lambda tmp: tmp / "absent", "recompprof._eventlog.reader.EventLogError", "{path}: no such file or directory"),
+    (_trace_dir_without_logs, "recompprof._analysis.ingest.IngestError", "{path}: no TORCH_TRACE logs"),
+    (lambda tmp: tmp / ("x" * 5000), "builtins.OSError", "cannot read {path}: File name too long"),
+], ids=["event-log", "torch-trace", "os"])
+def test_a_run_error_keeps_the_error_that_caused_it(make: Any, cause: str, message: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A path that cannot be read as a run raises RunError whose cause is the reader's own error (its class and
+    fields reachable as ``__cause__``), while main() still prints the one documented line and exits 2."""
+    from recompprof._analysis.runs import RunError, load
+
+    path = make(tmp_path)
+    with pytest.raises(RunError) as raised:
+        load(path)
+    assert isinstance(raised.value.__cause__, _load(cause))
+    assert str(raised.value).startswith(message.format(path=path))
+    assert cli_module.main(["report", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"recompprof: error: {raised.value}"]

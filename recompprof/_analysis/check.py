@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, runtime_checkable
 
 from recompprof._analysis import workers as parallel
 from recompprof._analysis.completeness import SessionFold
@@ -62,34 +62,46 @@ class Violation:
         return self.message
 
 
+@runtime_checkable
+class RankedEvents(Protocol):
+    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.runs.EventStream`)."""
+
+    def ranks(self) -> list[int] | None:
+        """The ranks the events belong to, or None where that is not known before reading them."""
+
+    def of_rank(self, rank: int) -> Iterator[Event]:
+        """The events of ``rank`` alone."""
+
+
 def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) -> list[Violation]:
     """The violations of ``rules`` in ``events`` (empty when the run passes).
 
-    ``events`` that can stream one rank at a time (``of_rank``, as :class:`recompprof._analysis.runs.EventStream`
-    does) are folded rank by rank without holding any, in up to ``workers`` processes (default: one
-    per CPU for a large run, see :mod:`recompprof._analysis.workers`); anything else is grouped by rank in memory.
+    ``events`` that can stream one rank at a time (:class:`RankedEvents`) are folded rank by rank without
+    holding any, in up to ``workers`` processes (default: one per CPU for a large run, see
+    :mod:`recompprof._analysis.workers`); anything else is grouped by rank in memory.
     The ranks are independent, so the violations, in rank order, are the same either way.
     """
     per_rank: dict[int, Iterable[Event]]
-    ranks = events.ranks() if hasattr(events, "of_rank") and hasattr(events, "ranks") else None
-    if ranks is not None:
+    if isinstance(events, RankedEvents) and (ranks := events.ranks()) is not None:
         if workers is None:
             workers = parallel.default_workers([events], len(ranks))
         if workers > 1 and len(ranks) > 1 and parallel.can_fork([events]):
             return _check_in_workers(events, ranks, rules, workers)
-        per_rank = {rank: events.of_rank(rank) for rank in ranks}  # type: ignore[attr-defined]
+        per_rank = {rank: events.of_rank(rank) for rank in ranks}
     else:
-        grouped: dict[int, list[Event]] = defaultdict(list)
-        for event in events:
-            grouped[event.rank].append(event)
-        per_rank = dict(grouped)
-    violations: list[Violation] = []
-    for rank in sorted(per_rank):
-        violations.extend(_check_rank(rank, _report(per_rank[rank], rules.after_step), rules))
-    return violations
+        per_rank = _by_rank(events)
+    return [violation for rank in sorted(per_rank)
+            for violation in _check_rank(rank, _report(per_rank[rank], rules.after_step), rules)]
 
 
-def _check_in_workers(stream: Any, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
+def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
+    grouped: dict[int, list[Event]] = defaultdict(list)
+    for event in events:
+        grouped[event.rank].append(event)
+    return dict(grouped)
+
+
+def _check_in_workers(stream: RankedEvents, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
     """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), violations in rank order."""
     found = parallel.map_forked(lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
                                 [stream], ranks, workers)
@@ -120,55 +132,107 @@ def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) 
         yield event
 
 
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """One rank's report under the rules, and the words every violation of it starts with."""
+
+    rank: int
+    report: Report
+    rules: Rules
+    frames: list[FrameReport]  # most recompiles first
+
+    @property
+    def where(self) -> str:
+        return f"rank {self.rank}"
+
+    @property
+    def after(self) -> str:
+        return f" after step {self.rules.after_step}" if self.rules.after_step else ""
+
+
 def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
-    out: list[Violation] = []
-    where = f"rank {rank}"
-    after = f" after step {rules.after_step}" if rules.after_step else ""
-    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
-    for name, why in report.signals_dark.items():  # the CLI exits 2 on these unless told to accept them
-        out.append(Violation("signal_dark", rank, None, f"{where}: signal {name} was dark ({why})"))
-    for rule, line in completeness_warnings(report):  # the CLI exits 2 on these unless told to accept them
-        out.append(Violation(rule, rank, None, line))
-    if rules.max_recompiles is not None:
-        for f in frames:
-            if f.recompiles > rules.max_recompiles:
-                out.append(Violation("max_recompiles", rank, f.label,
-                                     f"{where} {f.label}: {f.recompiles} recompile(s){after} > max {rules.max_recompiles}"
-                                     f"{_steps(f)}{_why(f)}"))
-    if rules.max_total_recompiles is not None and report.recompiles > rules.max_total_recompiles:
-        out.append(Violation("max_total_recompiles", rank, None,
-                             f"{where}: {report.recompiles} recompile(s){after} across {len(report.frames)} frame(s) "
-                             f"> max {rules.max_total_recompiles}"))
-    for category in rules.forbid:
-        for f in frames:
+    scope = _Scope(rank, report, rules, sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label)))
+    return [violation for rule in _RULES for violation in rule(scope)]
+
+
+def _untrusted_counts(scope: _Scope) -> Iterator[Violation]:
+    """Counts the report cannot vouch for: the CLI exits 2 on these unless told to accept them."""
+    for name, why in scope.report.signals_dark.items():
+        yield Violation("signal_dark", scope.rank, None, f"{scope.where}: signal {name} was dark ({why})")
+    for rule, line in completeness_warnings(scope.report):
+        yield Violation(rule, scope.rank, None, line)
+
+
+def _max_recompiles(scope: _Scope) -> Iterator[Violation]:
+    limit = scope.rules.max_recompiles
+    if limit is None:
+        return
+    for f in scope.frames:
+        if f.recompiles > limit:
+            yield Violation("max_recompiles", scope.rank, f.label,
+                            f"{scope.where} {f.label}: {f.recompiles} recompile(s){scope.after} > max {limit}"
+                            f"{_steps(f)}{_why(f)}")
+
+
+def _max_total_recompiles(scope: _Scope) -> Iterator[Violation]:
+    limit, report = scope.rules.max_total_recompiles, scope.report
+    if limit is not None and report.recompiles > limit:
+        yield Violation("max_total_recompiles", scope.rank, None,
+                        f"{scope.where}: {report.recompiles} recompile(s){scope.after} across {len(report.frames)} "
+                        f"frame(s) > max {limit}")
+
+
+def _forbidden(scope: _Scope) -> Iterator[Violation]:
+    for category in scope.rules.forbid:
+        for f in scope.frames:
             # Only the reason that explains a recompile counts: failures against older cache entries are not causes.
             groups = [g for g in f.reasons.values() if g.category == category and g.changes]
             if groups:
                 subjects = ", ".join(sorted({g.subject for g in groups if g.subject not in ("", "-", category)})[:5])
-                out.append(Violation("forbid", rank, f.label,
-                                     f"{where} {f.label}: forbidden category {category}{after}: "
-                                     f"{sum(g.changes for g in groups)} recompile(s)"
-                                     + (f" caused by {subjects}" if subjects else "")))
-    if rules.max_compile_seconds is not None and report.compile_seconds > rules.max_compile_seconds:
+                yield Violation("forbid", scope.rank, f.label,
+                                f"{scope.where} {f.label}: forbidden category {category}{scope.after}: "
+                                f"{sum(g.changes for g in groups)} recompile(s)"
+                                + (f" caused by {subjects}" if subjects else ""))
+
+
+def _max_compile_seconds(scope: _Scope) -> Iterator[Violation]:
+    limit, report = scope.rules.max_compile_seconds, scope.report
+    if limit is not None and report.compile_seconds > limit:
         top = max(report.frames.values(), key=lambda f: f.compile_seconds)
-        out.append(Violation("max_compile_seconds", rank, None,
-                             f"{where}: {report.compile_seconds:.2f} s compiling{after} > max {rules.max_compile_seconds:g} s "
-                             f"(most in {top.label}: {top.compile_seconds:.2f} s)"))
-    if rules.max_recompile_seconds is not None and report.recompile_seconds > rules.max_recompile_seconds:
+        yield Violation("max_compile_seconds", scope.rank, None,
+                        f"{scope.where}: {report.compile_seconds:.2f} s compiling{scope.after} > max {limit:g} s "
+                        f"(most in {top.label}: {top.compile_seconds:.2f} s)")
+
+
+def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
+    limit, report = scope.rules.max_recompile_seconds, scope.report
+    if limit is not None and report.recompile_seconds > limit:
         costliest = report.ranked_causes()[:3]
         causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
                            for c in costliest)
-        out.append(Violation("max_recompile_seconds", rank, costliest[0].frame,
-                             f"{where}: {report.recompile_seconds:.2f} s lost to recompiles{after} > max "
-                             f"{rules.max_recompile_seconds:g} s (fix first: {causes})"))
+        yield Violation("max_recompile_seconds", scope.rank, costliest[0].frame,
+                        f"{scope.where}: {report.recompile_seconds:.2f} s lost to recompiles{scope.after} > max "
+                        f"{limit:g} s (fix first: {causes})")
+
+
+def _max_counts(scope: _Scope) -> Iterator[Violation]:
+    """Recompile-limit hits, graph breaks and compile failures over their maximum."""
+    report, rules = scope.report, scope.rules
     for rule, value, limit, what in (
         ("max_limit_hits", report.limit_hits, rules.max_limit_hits, "recompile-limit hit(s)"),
         ("max_graph_breaks", report.graph_breaks, rules.max_graph_breaks, "graph break(s)"),
         ("max_failures", report.failures, rules.max_failures, "compile failure(s)"),
     ):
         if limit is not None and value > limit:
-            out.append(Violation(rule, rank, None, f"{where}: {value} {what}{after} > max {limit}{_where(report, rule)}"))
-    return out
+            yield Violation(rule, scope.rank, None,
+                            f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}")
+
+
+# Every rule, in the order its violations are listed.
+_RULES: tuple[Callable[[_Scope], Iterator[Violation]], ...] = (
+    _untrusted_counts, _max_recompiles, _max_total_recompiles, _forbidden, _max_compile_seconds, _max_recompile_seconds,
+    _max_counts,
+)
 
 
 def _steps(frame: FrameReport) -> str:

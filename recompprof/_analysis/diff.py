@@ -124,41 +124,63 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     a, b = build_run_reports([before, after], detail=False, workers=workers)
     ca, cb = _causes_by_frame(a), _causes_by_frame(b)
     keys_a, keys_b = set(a.frames) | set(ca), set(b.frames) | set(cb)
-    rename_a, rename_b = _unknown_owners(keys_a, keys_b), _unknown_owners(keys_b, keys_a)
-    fig_a: dict[str, dict[str, float]] = {}
-    fig_b: dict[str, dict[str, float]] = {}
-    for report, causes, keys, rename, figures in ((a, ca, keys_a, rename_a, fig_a), (b, cb, keys_b, rename_b, fig_b)):
-        for key in keys:
-            mine = _figures(report.frames.get(key), causes.get(key, []))
-            into = figures.setdefault(rename.get(key, key), {})
-            for what, value in mine.items():
-                into[what] = into.get(what, 0) + value
+    fig_a = _figures_by_frame(a, ca, keys_a, _unknown_owners(keys_a, keys_b))
+    fig_b = _figures_by_frame(b, cb, keys_b, _unknown_owners(keys_b, keys_a))
     changes: list[Change] = []
     for key in sorted(fig_a.keys() | fig_b.keys()):
         label = _label(key, (b, cb), (a, ca))
-        fa, fb = fig_a.get(key, {}), fig_b.get(key, {})
-        # Recompiles moved between `other` (unknown) and known categories are the same recompiles classified with
-        # less (or more) knowledge: a run ingested from a trace cannot resolve what only the live objects tell.
-        known = [w for w in {*fa, *fb} if w.startswith("category ") and w != OTHER_CATEGORY]
-        known_fell = sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known)
-        known_rose = sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known)
-        other_fell = max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0))
-        for what in dict.fromkeys([*fa, *fb]):
-            x, y = fa.get(what, 0), fb.get(what, 0)
-            if x == y:
-                continue
-            if what == "compile seconds" or what.startswith(SECONDS_LOST):
-                worse = (max_time_increase is not None and y - x > TIME_FLOOR_SECONDS
-                         and y > x * (1 + max_time_increase))
-            elif what == OTHER_CATEGORY:  # unknown: worse only past what the known categories lost
-                worse = y - x > known_fell
-            elif what in known:  # known categories: worse only past what `other` lost
-                worse = y > x and known_rose > other_fell
-            else:
-                # More first compiles is not a regression by itself (a new frame, a new code path).
-                worse = y > x and what != "compiles"
-            changes.append(Change(label, what, x, y, worse))
+        changes += _frame_changes(label, fig_a.get(key, {}), fig_b.get(key, {}), max_time_increase)
     return Diff(changes, a, b)
+
+
+def _figures_by_frame(report: Report, causes: dict[str, list[CauseReport]], keys: set[str],
+                      rename: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each frame's figures, under the key it is compared by (``rename``: a frame whose class was unknown)."""
+    figures: dict[str, dict[str, float]] = {}
+    for key in keys:
+        mine = _figures(report.frames.get(key), causes.get(key, []))
+        into = figures.setdefault(rename.get(key, key), {})
+        for what, value in mine.items():
+            into[what] = into.get(what, 0) + value
+    return figures
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reclassified:
+    """How far one frame's recompiles moved between ``other`` (unknown) and its known categories: the same
+    recompiles classified with less (or more) knowledge, as a run ingested from a trace cannot resolve what
+    only the live objects tell."""
+
+    known: list[str]  # the figures of known categories
+    known_fell: float
+    known_rose: float
+    other_fell: float
+
+    @classmethod
+    def of(cls, fa: dict[str, float], fb: dict[str, float]) -> _Reclassified:
+        known = [w for w in {*fa, *fb} if w.startswith("category ") and w != OTHER_CATEGORY]
+        return cls(known, sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known),
+                   sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known),
+                   max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0)))
+
+
+def _worse(what: str, x: float, y: float, moved: _Reclassified, max_time_increase: float | None) -> bool:
+    """Whether figure ``what`` going from ``x`` to ``y`` is a regression."""
+    if what == "compile seconds" or what.startswith(SECONDS_LOST):
+        return max_time_increase is not None and y - x > TIME_FLOOR_SECONDS and y > x * (1 + max_time_increase)
+    if what == OTHER_CATEGORY:  # unknown: worse only past what the known categories lost
+        return y - x > moved.known_fell
+    if what in moved.known:  # known categories: worse only past what `other` lost
+        return y > x and moved.known_rose > moved.other_fell
+    # More first compiles is not a regression by itself (a new frame, a new code path).
+    return y > x and what != "compiles"
+
+
+def _frame_changes(label: str, fa: dict[str, float], fb: dict[str, float], max_time_increase: float | None) -> list[Change]:
+    moved = _Reclassified.of(fa, fb)
+    return [Change(label, what, fa.get(what, 0), fb.get(what, 0),
+                   _worse(what, fa.get(what, 0), fb.get(what, 0), moved, max_time_increase))
+            for what in dict.fromkeys([*fa, *fb]) if fa.get(what, 0) != fb.get(what, 0)]
 
 
 OTHER_CATEGORY = "category other"

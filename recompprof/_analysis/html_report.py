@@ -1,19 +1,19 @@
 """The HTML report: one self-contained page (inline CSS, SVG and a little JS; nothing fetched at view time).
 
-The charts are drawn as SVG here, so the page reads the same with scripts blocked (as some CI artifact
-viewers do); the script only adds table sorting and filtering. Everything shown comes from the
+The charts are drawn as SVG (:mod:`recompprof._analysis.html_charts`), so the page reads the same with
+scripts blocked (as some CI artifact viewers do); the script only adds table sorting and filtering. Everything shown comes from the
 :class:`~recompprof._analysis.report.Report`; this module only lays it out.
 """
 
 from __future__ import annotations
 
-import html
 import time
-from collections import Counter
 from collections.abc import Iterable
 
 from recompprof import __version__
+from recompprof._analysis import html_charts
 from recompprof._analysis.fold import ranked_breaks
+from recompprof._analysis.html_charts import CATEGORY_COLORS, escape as _e
 from recompprof._analysis.report import FrameReport, Report
 from recompprof._analysis.text import (
     FIX_FIRST,
@@ -22,185 +22,60 @@ from recompprof._analysis.text import (
     completeness_warnings,
     describe_source,
     fix_text,
+    frames_in_order,
     share,
 )
-from recompprof._model.events import CACHE_RESULTS, CACHES, CATEGORIES, PHASES
+from recompprof._model.events import CACHE_RESULTS, CACHES
 
-MAX_FRAMES_CHARTED = 12
 MAX_FRAMES_TABLED = 200
 MAX_BREAKS_TABLED = 100
-_PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-            "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#d62728")
-PHASE_COLORS = dict(zip(PHASES, ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#e15759", "#bab0ac"), strict=True))
-CATEGORY_COLORS = {c: _PALETTE[i % len(_PALETTE)] for i, c in enumerate(CATEGORIES)}
-CHART_WIDTH = 960
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _num(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
-# -- charts ------------------------------------------------------------------------------------------
-
-def _steps_chart(report: Report, frames: list[FrameReport]) -> str:
-    charted = [f for f in frames if f.recompiles][:MAX_FRAMES_CHARTED]
-    if not charted:
-        return '<p class="empty" id="steps-empty">No recompiles: every frame compiled once.</p>'
-    if report.last_step == 0:
-        return ('<p class="empty" id="steps-empty">This run has no training-step information (e.g. ingested from '
-                'TORCH_TRACE); see the per-frame counts below.</p>')
-    label_w, row_h, top, right = 300, 30, 12, 24
-    plot_w = CHART_WIDTH - label_w - right
-    height = top + row_h * len(charted) + 40
-    last = max(report.last_step, 1)
-
-    def x(step: int) -> float:
-        return label_w + plot_w * step / last
-
-    parts = [f'<svg class="chart chart-steps" viewBox="0 0 {CHART_WIDTH} {height}" role="img" '
-             f'aria-label="Recompiles over training steps per frame">']
-    for tick in _ticks(last):
-        parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{top}" y2="{top + row_h * len(charted)}"/>'
-                     f'<text class="axis" x="{x(tick):.1f}" y="{top + row_h * len(charted) + 16}" text-anchor="middle">{tick}</text>')
-    parts.append(f'<text class="axis" x="{label_w + plot_w / 2:.0f}" y="{height - 4}" text-anchor="middle">training step</text>')
-    for row, frame in enumerate(charted):
-        y = top + row * row_h + row_h / 2
-        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(_short(frame.label, 42))}'
-                     f'<title>{_e(frame.label)}</title></text>')
-        parts.append(f'<line class="lane" x1="{label_w}" x2="{label_w + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>')
-        for step, count in sorted(Counter(frame.recompile_steps).items()):
-            radius = min(4 + 2 * (count - 1), 12)
-            parts.append(f'<circle class="recompile" cx="{x(step):.1f}" cy="{y:.1f}" r="{radius}">'
-                         f'<title>{_e(frame.label)}: {count} recompile(s) at step {step}</title></circle>')
-        hidden = frame.recompile_steps_total - len(frame.recompile_steps)
-        if hidden > 0:
-            parts.append(f'<text class="axis" x="{label_w + plot_w + 2}" y="{y + 4:.1f}">+{hidden}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _ticks(last: int) -> list[int]:
-    step = max(1, _nice(last / 8))
-    return list(range(0, last + 1, step))
-
-
-def _nice(raw: float) -> int:
-    for base in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000):
-        if base >= raw:
-            return base
-    return int(raw)
-
-
-def _category_chart(report: Report) -> str:
-    failures: Counter[str] = Counter()
-    changes: Counter[str] = Counter()
-    for frame in report.frames.values():
-        for group in frame.reasons.values():
-            failures[group.category] += group.failures
-            changes[group.category] += group.changes
-    rows = sorted((c for c in failures if failures[c] or changes[c]), key=lambda c: (-changes[c], -failures[c], c))
-    if not rows:
-        return '<p class="empty" id="categories-empty">No guard failures recorded.</p>'
-    label_w, row_h, top, right = 170, 30, 8, 90
-    plot_w = CHART_WIDTH - label_w - right
-    height = top + row_h * len(rows) + 30
-    peak = max(max(failures.values()), max(changes.values()), 1)
-    parts = [f'<svg class="chart chart-categories" viewBox="0 0 {CHART_WIDTH} {height}" role="img" '
-             f'aria-label="Guard failures by category">']
-    for row, category in enumerate(rows):
-        y = top + row * row_h
-        color = CATEGORY_COLORS.get(category, "#888")
-        wf = plot_w * failures[category] / peak
-        wc = plot_w * changes[category] / peak
-        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 19}" text-anchor="end">{_e(category)}</text>')
-        parts.append(f'<rect class="bar failures" data-category="{_e(category)}" x="{label_w}" y="{y + 4}" width="{wf:.1f}" '
-                     f'height="{row_h - 8}" fill="{color}" fill-opacity="0.35"><title>{_e(category)}: '
-                     f'{failures[category]} guard failure(s)</title></rect>')
-        parts.append(f'<rect class="bar changes" data-category="{_e(category)}" x="{label_w}" y="{y + 8}" width="{wc:.1f}" '
-                     f'height="{row_h - 16}" fill="{color}"><title>{_e(category)}: {changes[category]} recompile(s) '
-                     f'explained</title></rect>')
-        parts.append(f'<text class="value" x="{label_w + max(wf, wc) + 6:.1f}" y="{y + 19}">'
-                     f'{changes[category]} / {failures[category]}</text>')
-    legend_y = top + row_h * len(rows) + 18
-    parts.append(f'<text class="axis" x="{label_w}" y="{legend_y}">solid: recompiles explained · pale: guard failures '
-                 '(one per failing cache entry)</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _phase_chart(report: Report, frames: list[FrameReport]) -> str:
-    total = sum(report.phases.values())
-    if total <= 0:
-        return '<p class="empty" id="phases-empty">No compile time recorded.</p>'
-    charted = sorted((f for f in frames if f.compile_seconds > 0), key=lambda f: -f.compile_seconds)[:MAX_FRAMES_CHARTED]
-    rows: list[tuple[str, dict[str, float], float]] = [("all frames", report.phases, total)]
-    rows += [(f.label, f.phases, f.compile_seconds) for f in charted]
-    label_w, row_h, top, right = 300, 28, 34, 80
-    plot_w = CHART_WIDTH - label_w - right
-    height = top + row_h * len(rows) + 10
-    parts = [f'<svg class="chart chart-phases" viewBox="0 0 {CHART_WIDTH} {height}" role="img" aria-label="Compile time by phase">']
-    lx = 8
-    for phase in PHASES:
-        parts.append(f'<rect x="{lx}" y="6" width="12" height="12" fill="{PHASE_COLORS[phase]}"/>'
-                     f'<text class="axis" x="{lx + 16}" y="16">{_e(phase)}</text>')
-        lx += 16 + 8 * len(phase) + 18
-    for row, (label, phases, seconds) in enumerate(rows):
-        y = top + row * row_h
-        parts.append(f'<text class="label{" total" if row == 0 else ""}" x="{label_w - 8}" y="{y + 18}" text-anchor="end">'
-                     f'{_e(_short(label, 42))}<title>{_e(label)}</title></text>')
-        x = float(label_w)
-        # Frames are scaled to the whole run, so bar lengths compare across rows.
-        for phase in PHASES:
-            value = phases.get(phase, 0.0)
-            if value <= 0:
-                continue
-            w = plot_w * value / total
-            parts.append(f'<rect class="seg" data-phase="{phase}" x="{x:.1f}" y="{y + 4}" width="{max(w, 0.5):.1f}" height="{row_h - 8}" '
-                         f'fill="{PHASE_COLORS[phase]}"><title>{_e(label)}: {phase} {value:.3f} s '
-                         f'({100 * value / seconds if seconds else 0:.0f} %)</title></rect>')
-            x += w
-        parts.append(f'<text class="value" x="{x + 6:.1f}" y="{y + 18}">{seconds:.2f} s</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 # -- tables ------------------------------------------------------------------------------------------
+
+def _reasons_list(frame: FrameReport, hints: dict[str, str]) -> str:
+    """A frame's reason groups, each with its category's fix hint and one example."""
+    items = []
+    for g in frame.top_reasons()[:20]:
+        color = CATEGORY_COLORS.get(g.category, "#888")
+        items.append(
+            f'<li><span class="chip" style="background:{color}">{_e(g.category)}</span> '
+            f'<code>{_e(g.subject or "-")}</code> <b>{g.changes}</b> / {g.failures}'
+            f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
+            + (f'<details><summary>example</summary><pre>{_e(g.example)}</pre></details>' if g.example else "")
+            + "</li>")
+    return "".join(items)
+
+
+def _frame_steps(frame: FrameReport, steps_known: bool) -> str:
+    if not steps_known:
+        return ""
+    steps = ", ".join(str(s) for s in frame.recompile_steps[:12])
+    return steps + (f" (+{frame.recompile_steps_total - 12})" if frame.recompile_steps_total > 12 else "")
+
+
+def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_known: bool) -> str:
+    limit = ", ".join(f"{k} ×{v}" for k, v in f.limit_hits.items()) or "0"
+    return (
+        f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
+        f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
+        + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
+        + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
+        f'<td>{_e(_frame_steps(f, steps_known)) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" '
+        f'data-sort="{sum(f.limit_hits.values())}">'
+        f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
+        f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{_reasons_list(f, hints) or "-"}</ul></td></tr>')
+
 
 def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True,
                   steady_known: bool = True) -> str:
     head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
             "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
-    rows = []
-    for f in frames[:MAX_FRAMES_TABLED]:
-        reasons = []
-        for g in f.top_reasons()[:20]:
-            color = CATEGORY_COLORS.get(g.category, "#888")
-            reasons.append(
-                f'<li><span class="chip" style="background:{color}">{_e(g.category)}</span> '
-                f'<code>{_e(g.subject or "-")}</code> <b>{g.changes}</b> / {g.failures}'
-                f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
-                + (f'<details><summary>example</summary><pre>{_e(g.example)}</pre></details>' if g.example else "")
-                + "</li>")
-        steps = ", ".join(str(s) for s in f.recompile_steps[:12]) if steps_known else ""
-        if steps_known and f.recompile_steps_total > 12:
-            steps += f" (+{f.recompile_steps_total - 12})"
-        limit = ", ".join(f"{k} ×{v}" for k, v in f.limit_hits.items()) or "0"
-        rows.append(
-            f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
-            f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
-            + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
-            + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
-            f'<td>{_e(steps) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" data-sort="{sum(f.limit_hits.values())}">'
-            f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
-            f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{"".join(reasons) or "-"}</ul></td></tr>')
+    rows = [_frame_row(f, hints, steps_known, steady_known) for f in frames[:MAX_FRAMES_TABLED]]
     more = len(frames) - MAX_FRAMES_TABLED
     foot = f'<p class="note">{more} more frame(s) not shown.</p>' if more > 0 else ""
     return (f'<input id="filter" type="search" placeholder="filter frames…" aria-label="filter frames">'
@@ -295,25 +170,43 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
     report.require_detail()
     from recompprof._model.reasons import FIX_HINTS
 
-    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
-    steady = sum(f.steady_state_recompiles for f in frames)
-    kpis = [
+    frames = frames_in_order(report)
+    return _PAGE.format(
+        title=_e(title), meta=_e(_meta(report)), cards=_kpi_cards(report, frames), notes=_notes(report, warnings),
+        steps=html_charts.steps_chart(report, frames), categories=html_charts.category_chart(report),
+        phases=html_charts.phase_chart(report, frames), table=_frames_section(report, frames, FIX_HINTS),
+        limits=_limits(frames), limit=_e(report.recompile_limit), breaks=_breaks(report), failures=_failures(report),
+        css=_CSS, js=_JS, fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report),
+        trace_functions=_trace_functions(report),
+    )
+
+
+def _steps_kpi(report: Report) -> int | str:
+    if not report.from_torch_trace:
+        return report.last_step
+    return f"≥ {report.last_step}" if report.steps_from_trace else "unknown"
+
+
+def _kpi_cards(report: Report, frames: list[FrameReport]) -> str:
+    kpis: list[tuple[str, str, int | float | str]] = [
         ("compiles", "Compiles", report.compiles),
         ("backward-compiles", "Backward compiles", sum(f.backward_compiles for f in frames)),
         ("recompiles", "Recompiles", report.recompiles),
-        ("steady", "Steady-state recompiles", steady),
+        ("steady", "Steady-state recompiles", sum(f.steady_state_recompiles for f in frames)),
         ("limit-hits", "Recompile-limit hits", report.limit_hits),
         ("graph-breaks", "Graph breaks", report.graph_breaks),
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps" + (" (last seen)" if report.incomplete else ""),
-         report.last_step if not report.from_torch_trace
-         else f"≥ {report.last_step}" if report.steps_from_trace else "unknown"),
+        ("steps", "Training steps" + (" (last seen)" if report.incomplete else ""), _steps_kpi(report)),
     ]
-    cards = "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
-                    f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div><div class="k">{_e(label)}</div></div>'
-                    for key, label, value in kpis)
+    return "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
+                   f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div>'
+                   f'<div class="k">{_e(label)}</div></div>'
+                   for key, label, value in kpis)
+
+
+def _notes(report: Report, warnings: Iterable[str]) -> str:
     notes = [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
     notes += automatic_dynamic_notes(report)
     diverging = report.diverging_frames()
@@ -322,26 +215,38 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
             f"{f.label}: " + ", ".join(f"rank {r} {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks))
             for f in diverging[:5]))
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
+    return f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else ""
+
+
+def _meta(report: Report) -> str:
+    return (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
+            f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
+            f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}")
+
+
+def _frames_section(report: Report, frames: list[FrameReport], hints: dict[str, str]) -> str:
+    if not frames:
+        return "<p class='empty'>No compiles recorded.</p>"
+    return _frames_table(frames, hints, steps_known=report.steps_known, steady_known=not report.from_torch_trace)
+
+
+def _limits(frames: list[FrameReport]) -> str:
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
     limits = "".join(
         f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
         + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
         + "</li>" for f in busy)
-    breaks = _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
-    failures = _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages) \
-        if report.failure_messages else "<p class='empty'>No compile failures.</p>"
-    meta = (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
-            f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
-            f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}")
-    return _PAGE.format(
-        title=_e(title), meta=_e(meta), cards=cards,
-        notes=f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else "",
-        steps=_steps_chart(report, frames), categories=_category_chart(report), phases=_phase_chart(report, frames),
-        table=_frames_table(frames, FIX_HINTS, steps_known=report.steps_known, steady_known=not report.from_torch_trace) if frames else "<p class='empty'>No compiles recorded.</p>",
-        limits=f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>",
-        limit=_e(report.recompile_limit), breaks=breaks, failures=failures, css=_CSS, js=_JS,
-        fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report), trace_functions=_trace_functions(report),
-    )
+    return f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>"
+
+
+def _breaks(report: Report) -> str:
+    return _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
+
+
+def _failures(report: Report) -> str:
+    if not report.failure_messages:
+        return "<p class='empty'>No compile failures.</p>"
+    return _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages)
 
 
 _CSS = """

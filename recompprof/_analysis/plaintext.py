@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterable
 from typing import Any
 
+from rich import box
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -141,3 +143,35 @@ class Fitted:
             pairs = " · ".join(f"{column} {cell}" for column, cell in zip(self.columns[1:], row[1:], strict=True))
             lines += ["    " + line for line in wrap(pairs, width - 4)]
         yield Text("\n".join(lines), no_wrap=True, overflow="crop")
+
+
+def table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
+          fold: Iterable[str] = ()) -> Fitted:
+    """A table whose headers never break inside a word, at any width.
+
+    Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
+    ``fold`` columns (frame labels, reason texts, hints) share the rest; their cells wrap between words and
+    after a path's ``/`` (:class:`Wrapped`), and only a part wider than the whole column is cut.
+    They are never narrower than their longest header word. Where even that does not fit the width, each row
+    prints as a record instead (:class:`Fitted`).
+    """
+    # At least as wide as the title (within the console), so a narrow table does not wrap its title.
+    grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
+    right, fold = set(right), set(fold)
+    needed = 2 + 3 * len(columns) - 1  # the table's edges, each cell's padding and the gaps between columns
+    wrapping: dict[int, tuple[int, int]] = {}
+    for i, col in enumerate(columns):
+        word = max(len(w) for w in col.split())
+        if col in fold:
+            grid.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
+            least = max([word, *(len(p) for row in rows for w in row[i].split() for p in units(w))])
+            wrapping[i] = (least, max([least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]))
+            needed += least
+        else:
+            cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
+            grid.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
+            needed += max(word, cells)
+    folded = [i for i, col in enumerate(columns) if col in fold]
+    for row in rows:
+        grid.add_row(*(Wrapped(cell) if i in folded else cell for i, cell in enumerate(row)))
+    return Fitted(grid, columns, rows, needed, wrapping)

@@ -21,7 +21,8 @@ from recompprof._model.events import Event
 
 
 class RunError(RecompprofError):
-    """The path cannot be read as a run; the message is one line naming the path and why."""
+    """The path cannot be read as a run; the message is one line naming the path and why. Where a reader's
+    error (an ``EventLogError``, an ``IngestError``, an ``OSError``) is why, it is kept as ``__cause__``."""
 
 
 class EventStream:
@@ -151,9 +152,9 @@ def load(path: Path) -> Run:
             return _load_trace(path)
         return Run(path, EventStream(run_files(path)), "event_log")
     except (EventLogError, IngestError) as exc:
-        raise RunError(str(exc)) from None
+        raise RunError(str(exc)) from exc  # the reader's own error stays reachable
     except OSError as exc:  # e.g. a directory that vanishes or turns unreadable while we walk it
-        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise RunError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def _has_event_logs(path: Path) -> bool:

@@ -3,21 +3,15 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Iterable
+from collections.abc import Callable
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from recompprof._analysis import divergence, plaintext
 from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
-from recompprof._model.events import (
-    CACHE_RESULTS,
-    CACHES,
-    PHASES,
-)
+from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
@@ -39,38 +33,6 @@ def cause_steps(cause: CauseReport, shown: int = 8) -> str:
 
 def share(seconds: float, total: float) -> str:
     return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
-
-
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
-           fold: Iterable[str] = ()) -> plaintext.Fitted:
-    """A table whose headers never break inside a word, at any width.
-
-    Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
-    ``fold`` columns (frame labels, reason texts, hints) share the rest; their cells wrap between words and
-    after a path's ``/`` (:class:`plaintext.Wrapped`), and only a part wider than the whole column is cut.
-    They are never narrower than their longest header word. Where even that does not fit the width, each row
-    prints as a record instead (:class:`plaintext.Fitted`).
-    """
-    # At least as wide as the title (within the console), so a narrow table does not wrap its title.
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
-    right, fold = set(right), set(fold)
-    needed = 2 + 3 * len(columns) - 1  # the table's edges, each cell's padding and the gaps between columns
-    wrapping: dict[int, tuple[int, int]] = {}
-    for i, col in enumerate(columns):
-        word = max(len(w) for w in col.split())
-        if col in fold:
-            table.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
-            least = max([word, *(len(p) for row in rows for w in row[i].split() for p in plaintext.units(w))])
-            wrapping[i] = (least, max([least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]))
-            needed += least
-        else:
-            cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
-            table.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
-            needed += max(word, cells)
-    folded = [i for i, col in enumerate(columns) if col in fold]
-    for row in rows:
-        table.add_row(*(plaintext.Wrapped(cell) if i in folded else cell for i, cell in enumerate(row)))
-    return plaintext.Fitted(table, columns, rows, needed, wrapping)
 
 
 def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
@@ -133,24 +95,26 @@ def warmup_avoidance(made_dynamic: str) -> str:
 
 
 def _print_breaks(console: Console, report: Report) -> None:
+    if not report.graph_break_groups:
+        return
     ranked = ranked_breaks(report)
-    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed", str(g.count))
-            for g in ranked[:BREAK_ROWS]]
+    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed",
+                                    str(g.count)) for g in ranked[:BREAK_ROWS]]
     rest = ranked[BREAK_ROWS:]
     if rest:
         rows.append(("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest))))
-    console.print(_table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could not resume "
-                         "after the break and ran the whole frame without compiling it)",
-                         ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
-                         fold=("Reason", "Where", "Frame")))
+    console.print(plaintext.table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could "
+                                  "not resume after the break and ran the whole frame without compiling it)",
+                                  ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
+                                  fold=("Reason", "Where", "Frame")))
     hints: dict[str, list[str]] = {}  # once per reason shown, torch's own hints
     for group in ranked[:BREAK_ROWS]:
         if group.hints and group.reason not in hints:
             hints[group.reason] = group.hints
     if hints:
-        console.print(_table("Graph-break hints (torch's)", ("Reason", "Hint"),
-                             [(reason, hint) for reason, listed in hints.items() for hint in listed],
-                             fold=("Reason", "Hint")))
+        console.print(plaintext.table("Graph-break hints (torch's)", ("Reason", "Hint"),
+                                      [(reason, hint) for reason, listed in hints.items() for hint in listed],
+                                      fold=("Reason", "Hint")))
 
 
 def _print_caches(console: Console, report: Report) -> None:
@@ -161,8 +125,8 @@ def _print_caches(console: Console, report: Report) -> None:
         counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
         rate = report.cache_hit_rate(cache)
         rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
-    console.print(_table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
-                         ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
+    console.print(plaintext.table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+                                  ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
 
 
 def _steps(frame: FrameReport) -> str:
@@ -185,6 +149,8 @@ def steps_seen(report: Report) -> str:
 
 
 def _when(seconds: float) -> str:
+    """An event's time as a UTC date; a time no date can show (a corrupt log's) as the number the log holds
+    (``time 1e+300``): the reader sees what the log says, and nothing is an error of recompprof's."""
     try:
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
     except (OverflowError, OSError, ValueError):  # no date: a time far outside any run
@@ -247,10 +213,7 @@ def render_summary(report: Report, width: int = 100) -> str:
                   f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
                   f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
                   f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles")
-    for name, why in report.signals_dark.items():
-        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
-    for _, line in completeness_warnings(report):
-        console.print(f"WARNING: {line}", soft_wrap=True)
+    _print_warnings(console, report)
     ranked = report.ranked_causes()
     if ranked:
         top = ranked[0]
@@ -263,21 +226,49 @@ def render_text(report: Report, width: int = 160) -> str:
     """The report as plain text tables (no colour codes), for terminals and logs."""
     report.require_detail()
     console, out = plaintext.console(width)
+    _print_header(console, report)
+    frames = frames_in_order(report)
+    if not frames:
+        console.line()
+        console.print("No compiles recorded.")
+        return out.getvalue()
     hints = _hints()
+    _print_fix_first(console, report, hints, steps=report.steps_known)
+    _print_frames(console, report, frames)
+    _print_why(console, frames, hints)
+    for section in _SECTIONS:
+        section(console, report)
+    _print_limits(console, report, frames)
+    _print_internal_errors(console, report)
+    return out.getvalue()
+
+
+def frames_in_order(report: Report) -> list[FrameReport]:
+    """The frames as both reports list them: most recompiles first, then most compile time."""
+    return sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
+
+
+def _run_line(report: Report) -> str:
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
-    steps_known = report.steps_known
-    console.print("recompprof report")
-    console.print("=================")
-    console.print(
-        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
-        f"compile time {report.compile_seconds:.2f} s"
-        + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
-           else " summed over ranks" if len(report.ranks) > 1 else "")
-    )
+    return (f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
+            f"compile time {report.compile_seconds:.2f} s"
+            + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
+               else " summed over ranks" if len(report.ranks) > 1 else ""))
+
+
+def _print_warnings(console: Console, report: Report) -> None:
+    """What the figures cannot vouch for: dark signals, sessions without an end, gaps in a log."""
     for name, why in report.signals_dark.items():
         console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
     for _, line in completeness_warnings(report):
         console.print(f"WARNING: {line}", soft_wrap=True)
+
+
+def _print_header(console: Console, report: Report) -> None:
+    console.print("recompprof report")
+    console.print("=================")
+    console.print(_run_line(report))
+    _print_warnings(console, report)
     if report.profile_mechanisms:
         console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
                       "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
@@ -288,86 +279,112 @@ def render_text(report: Report, width: int = 160) -> str:
     for note in notes:
         console.print(f"note: {note}")
 
-    frames = sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
-    if not frames:
-        console.line()
-        console.print("No compiles recorded.")
-        return out.getvalue()
-    _print_fix_first(console, report, hints, steps=steps_known)
 
+def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
+    steps_known = report.steps_known
+    return (
+        f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
+        str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
+        (_steps(f) or "-") if steps_known else "-",
+        ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
+        str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
+    )
+
+
+def _print_frames(console: Console, report: Report, frames: list[FrameReport]) -> None:
     counts = ("Compiles", "Recompiles", "Steady-state", "Limit hits", "Graph breaks", "Failures", "Compile s")
-    rows: list[tuple[str, ...]] = [
-        (
-            f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
-            str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
-            (_steps(f) or "-") if steps_known else "-",
-            ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
-            str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
-        )
-        for f in frames
-    ]
-    console.print(_table("Frames", ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits",
-                                    "Graph breaks", "Failures", "Compile s"), rows, right=counts,
-                         fold=("Frame", "Recompile steps")))
+    console.print(plaintext.table("Frames", ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps",
+                                             "Limit hits", "Graph breaks", "Failures", "Compile s"),
+                                  [_frame_row(report, f) for f in frames], right=counts,
+                                  fold=("Frame", "Recompile steps")))
 
-    why_rows: list[tuple[str, ...]] = []
-    shown: dict[str, None] = {}  # categories in the table, in order, for the hints under it
+
+def _why_rows(frames: list[FrameReport]) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The "why" table's rows, and the categories they show in order (for the hints under it)."""
+    rows: list[tuple[str, ...]] = []
+    shown: dict[str, None] = {}
     for f in frames:
         groups = f.top_reasons()
-        why_rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-")
-                     for g in groups[:WHY_ROWS_PER_FRAME]]
+        rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-")
+                 for g in groups[:WHY_ROWS_PER_FRAME]]
         shown.update(dict.fromkeys(g.category for g in groups[:WHY_ROWS_PER_FRAME]))
         rest = groups[WHY_ROWS_PER_FRAME:]
         if rest:  # a long tail here would bury every other frame (the HTML report lists more)
-            why_rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
-                             str(sum(g.failures for g in rest)), "-"))
-    if why_rows:
-        console.print(_table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
-                             "cache entry; example = one reason text torch gave)",
-                             ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"), why_rows,
-                             right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example")))
-        # Once per category, not on every row: the same advice repeated per frame only made the table long.
-        console.print(_table("Fix hints", ("Category", "Fix hint"),
-                             [(category, hints[category]) for category in shown if hints.get(category)], fold=("Fix hint",)))
-    else:
+            rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
+                         str(sum(g.failures for g in rest)), "-"))
+    return rows, list(shown)
+
+
+def _print_why(console: Console, frames: list[FrameReport], hints: dict[str, str]) -> None:
+    rows, shown = _why_rows(frames)
+    if not rows:
         console.line()
         console.print("No guard failures recorded.")
+        return
+    console.print(plaintext.table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
+                                  "cache entry; example = one reason text torch gave)",
+                                  ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"), rows,
+                                  right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example")))
+    # Once per category, not on every row: the same advice repeated per frame only made the table long.
+    console.print(plaintext.table("Fix hints", ("Category", "Fix hint"),
+                                  [(category, hints[category]) for category in shown if hints.get(category)],
+                                  fold=("Fix hint",)))
 
+
+def _print_phases(console: Console, report: Report) -> None:
     total = sum(report.phases.values()) or 1.0
-    console.print(_table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
-                         [(phase, f"{report.phases.get(phase, 0.0):.3f}", f"{100 * report.phases.get(phase, 0.0) / total:.1f} %")
-                          for phase in PHASES], right=("Seconds", "Share")))
+    console.print(plaintext.table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
+                                  [(phase, f"{report.phases.get(phase, 0.0):.3f}",
+                                    f"{100 * report.phases.get(phase, 0.0) / total:.1f} %") for phase in PHASES],
+                                  right=("Seconds", "Share")))
 
-    _print_caches(console, report)
-    if report.trace_seconds_by_function:
-        console.print(_table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
-                             ("Function", "Seconds"),
-                             [(function, f"{seconds:.3f}")
-                              for function, seconds in report.trace_seconds_by_function.most_common(15)],
-                             right=("Seconds",), fold=("Function",)))
-    if report.cudagraph_skips:
-        console.print(_table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
-                             [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
-                              for (label, reason), count in report.cudagraph_skips.most_common(20)],
-                             right=("Compiles",), fold=("Frame", "Fix")))
-    if report.graph_break_groups:
-        _print_breaks(console, report)
-    if report.failure_messages:
-        console.print(_table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
-                             fold=("Frame", "Type", "Message")))
 
-    divergence.print_divergence(console, report)
+def _print_trace_functions(console: Console, report: Report) -> None:
+    if not report.trace_seconds_by_function:
+        return
+    console.print(plaintext.table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+                                  ("Function", "Seconds"),
+                                  [(function, f"{seconds:.3f}")
+                                   for function, seconds in report.trace_seconds_by_function.most_common(15)],
+                                  right=("Seconds",), fold=("Function",)))
 
+
+def _print_cudagraph_skips(console: Console, report: Report) -> None:
+    if not report.cudagraph_skips:
+        return
+    console.print(plaintext.table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
+                                  [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
+                                   for (label, reason), count in report.cudagraph_skips.most_common(20)],
+                                  right=("Compiles",), fold=("Frame", "Fix")))
+
+
+def _print_failures(console: Console, report: Report) -> None:
+    if not report.failure_messages:
+        return
+    console.print(plaintext.table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
+                                  fold=("Frame", "Type", "Message")))
+
+
+def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -> None:
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
-    if busy:
-        console.line()
-        console.print("Limits: each frame needed this many compiled variants "
-                      f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
-        for f in busy:
-            cut = " - the limit cut in" if f.limit_hits else ""
-            needed = f.variants_needed
-            console.print(f"  {f.label}: {needed} variants{cut}")
+    if not busy:
+        return
+    console.line()
+    console.print("Limits: each frame needed this many compiled variants "
+                  f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
+    for f in busy:
+        cut = " - the limit cut in" if f.limit_hits else ""
+        console.print(f"  {f.label}: {f.variants_needed} variants{cut}")
+
+
+def _print_internal_errors(console: Console, report: Report) -> None:
     if report.internal_errors:
         console.line()
         console.print("recompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
-    return out.getvalue()
+
+
+# The sections between the "why" table and the limits, in the order they print; each prints nothing it has no figures for.
+_SECTIONS: tuple[Callable[[Console, Report], None], ...] = (
+    _print_phases, _print_caches, _print_trace_functions, _print_cudagraph_skips, _print_breaks, _print_failures,
+    divergence.print_divergence,
+)

@@ -29,7 +29,9 @@ from typing import Any
 from recompprof._analysis import trace_frames
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.report import Report
-from recompprof._eventlog.reader import LOG_GLOB, find_files, log_path, write_events
+from recompprof._eventlog.format import LOG_GLOB
+from recompprof._eventlog.reader import find_files
+from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
 from recompprof._model.compiles import (
     Correlation,

@@ -32,10 +32,10 @@ from recompprof._analysis.trace_records import (
     TraceRecord,
     config_limit,
     file_rank,
-    json_object,
     read_records,
     recompile_reasons,
     split_compile_id,
+    torch_version,
 )
 from recompprof._eventlog.format import LOG_GLOB
 from recompprof._eventlog.reader import find_files
@@ -141,6 +141,20 @@ class _Process:
             self.rank = record.meta["rank"]
         self.first_time = record.time if self.first_time is None else self.first_time
         self.last_time = max(self.last_time, record.time)
+
+    def name_frame_id(self, frame_id: int, top: dict[str, Any], file: str) -> None:
+        """Name frame id ``frame_id`` by the innermost entry ``top`` of the stack its compile started in."""
+        line = int(top.get("line") or 0)
+        self.correlation.name_frame_id(str(frame_id), Frame(name=str(top.get("name", "<unknown>")), file=file,
+                                                            line=line, code_file=file, code_line=line))
+
+    def graph_break(self, record: TraceRecord, reason: str) -> None:
+        """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
+        key = record.key
+        event = graph_break_event(reason, time=record.time, rank=self.rank, step=None,
+                                  frame=self.known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
+                                  redact=self.redact)
+        self.events.extend(self.correlation.add_break(event))
 
     def interned(self, entry: dict[str, Any], missing: str | None) -> str:
         """The file a stack entry names, by the index of its ``str`` record or as written."""
@@ -260,9 +274,7 @@ class _DynamoStart(RecordHandler):
         if outer.get("name") == "<module>" and len(process.scripts) < MAX_SCRIPTS:
             process.scripts.add(process.interned(outer, None))
         if process.correlation.frame_of_frame_id(str(key[0])) is None:
-            line = int(top.get("line") or 0)
-            process.correlation.name_frame_id(str(key[0]), Frame(name=str(top.get("name", "<unknown>")), file=file,
-                                                                 line=line, code_file=file, code_line=line))
+            process.name_frame_id(key[0], top, file)
 
 
 class _Artifact(RecordHandler):
@@ -276,14 +288,11 @@ class _Artifact(RecordHandler):
         if payload is None:
             return
         if name == "torch_version" and payload:
-            process.torch_version = str((json_object(payload) or {}).get("pytorch_version", ""))
+            process.torch_version = torch_version(payload)
         elif name == "recompile_reasons" and key is not None:
             process.reasons[key] = recompile_reasons(payload)
         elif name == "dynamo_graph_break_reason":
-            event = graph_break_event(payload, time=record.time, rank=process.rank, step=None,
-                                      frame=process.known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
-                                      redact=process.redact)
-            process.events.extend(process.correlation.add_break(event))
+            process.graph_break(record, payload)
 
 
 class _GuardTree(RecordHandler):

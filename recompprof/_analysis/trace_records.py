@@ -176,6 +176,11 @@ def recompile_reasons(payload: str) -> list[str]:
     return [payload]
 
 
+def torch_version(payload: str) -> str:
+    """The version a ``torch_version`` artifact names; empty if it names none."""
+    return str((json_object(payload) or {}).get("pytorch_version", ""))
+
+
 def split_compile_id(value: Any) -> tuple[int, int] | None:
     """``(frame id, frame compile id)`` of a ``"3/1"`` compile id; None for any other value."""
     match = re.fullmatch(r"(\d+)/(\d+)", str(value or ""))

@@ -109,7 +109,7 @@ def test_diff_time_threshold(full: RecordedRun, tmp_path: Path) -> None:
     slower.mkdir()
     events = [e.model_copy(update={"duration": e.duration * 3 + 1}) if isinstance(e, Compile) else e
               for e in read_run(full.run_dir)]
-    from recompprof._eventlog.reader import write_events
+    from recompprof._eventlog.writer import write_events
 
     write_events(slower / "rank00000-1.jsonl", events)
     assert cli("diff", str(full.run_dir), str(slower)).returncode == 0

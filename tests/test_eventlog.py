@@ -13,16 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from recompprof._eventlog import reader as eventlog
-from recompprof._eventlog.reader import (
-    EventLogError,
-    EventLogWriter,
-    ReadStats,
-    read_file,
-    read_run,
-    run_files,
-    write_events,
-)
+from recompprof._eventlog import writer as eventlog
+from recompprof._eventlog.reader import EventLogError, ReadStats, read_file, read_run, run_files
+from recompprof._eventlog.writer import EventLogWriter, write_events
 from recompprof._model.events import SCHEMA_VERSION, Compile, Frame, SessionStart
 
 

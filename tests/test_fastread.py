@@ -28,7 +28,8 @@ from recompprof._analysis.report import Report
 from recompprof._analysis.runs import EventStream
 from recompprof._analysis.text import render_text
 from recompprof._eventlog import fastread
-from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file, write_events
+from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file
+from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (
     Compile,
     Event,

@@ -25,7 +25,7 @@ from recorded_runs import ROOT, clean_env
 
 import recompprof
 from recompprof import _internal
-from recompprof._eventlog import reader as eventlog
+from recompprof._eventlog import writer as eventlog
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, SessionEnd
 

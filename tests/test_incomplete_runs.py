@@ -27,7 +27,7 @@ from recompprof._analysis.check import Rules, check
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
 from recompprof._analysis.runs import load
-from recompprof._eventlog.reader import write_events
+from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

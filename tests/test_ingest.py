@@ -189,3 +189,33 @@ def test_reason_payload_shapes(recorded: RecordedRun) -> None:
     events = read_trace(recorded.trace_dir).events[0]
     counts = Counter(len(e.reasons) for e in events if isinstance(e, Compile) and e.is_recompile)
     assert counts[1] >= 1 and any(n > 1 for n in counts)
+
+
+def test_records_of_unexpected_shape_are_counted_by_kind(recorded: RecordedRun, tmp_path: Path) -> None:
+    """A record of a kind ingest reads, edited to a shape torch never writes, is skipped and counted under its
+    kind (and in the total the commands report); every other record of the trace is read as before."""
+    (source,) = trace_files(recorded.trace_dir)
+    lines = source.read_text().splitlines(keepends=True)
+    edits = {"compilation_metrics": ("co_firstlineno", "line one"), "dynamo_start": ("stack", 5), "artifact": None}
+    for i, line in enumerate(lines):
+        prefix, brace, meta_text = line.partition("] {")
+        meta = json.loads(brace[-1:] + meta_text) if brace else {}
+        kind = next(iter(meta), None)
+        if kind not in edits or (kind == "artifact" and meta[kind].get("name") != "recompile_reasons"):
+            continue
+        edit = edits.pop(kind)
+        if edit is None:
+            meta[kind] = [meta[kind]["name"]]  # a list where torch writes an object
+        else:
+            meta[kind][edit[0]] = edit[1]
+        lines[i] = f"{prefix}] {json.dumps(meta)}\n"
+    assert not edits
+    edited = tmp_path / "trace"
+    edited.mkdir()
+    (edited / source.name).write_text("".join(lines))
+    whole, damaged = read_trace(recorded.trace_dir), read_trace(edited)
+    assert whole.stats.bad_records == 0 and whole.stats.bad_record_kinds == {}
+    assert damaged.stats.bad_record_kinds == {"compilation_metrics": 1, "dynamo_start": 1, "artifact": 1}
+    assert damaged.stats.bad_records == 3 and "3 record(s) with fields of unexpected types" in damaged.stats.describe()
+    compiles = [[e.compile_id for e in run.events[0] if isinstance(e, Compile)] for run in (whole, damaged)]
+    assert len(compiles[1]) == len(compiles[0]) - 1 and set(compiles[1]) < set(compiles[0])

@@ -26,7 +26,7 @@ from recompprof._analysis.merging import build_run_report, merge
 from recompprof._analysis.report import Report
 from recompprof._analysis.runs import load
 from recompprof._analysis.text import render_text
-from recompprof._eventlog.reader import write_events
+from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (
     Compile,
     Frame,

@@ -20,7 +20,8 @@ import pytest
 
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.runs import load
-from recompprof._eventlog.reader import ReadStats, read_file, scan_file, write_events
+from recompprof._eventlog.reader import ReadStats, read_file, scan_file
+from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, SessionEnd, SessionStart, to_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from recompprof._eventlog.reader import DROPPED as WRITER_DROPPED  # events the writer could not write
+from recompprof._eventlog.writer import DROPPED as WRITER_DROPPED  # events the writer could not write
 from recompprof._model.counting import COUNTED, LIMIT_HIT, RECOMPILE, verdict
 
 # session_end totals -> what they count, as the report says it.

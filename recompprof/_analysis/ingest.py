@@ -1,37 +1,48 @@
 """Read the structured logs ``TORCH_TRACE`` writes into recompprof events.
 
-A trace file (``dedicated_log_torch_trace[_rank_<r>]_<random>.log``, one per process) is a sequence
-of records: a glog-prefixed line ending in a JSON object (the metadata, keyed by the record's kind),
-then, when the metadata has ``has_payload`` (the payload's MD5), the payload as tab-indented lines.
-We read four kinds: ``compilation_metrics`` (one per forward compile, ``bwd_...`` for a lazily
-compiled backward) becomes a ``compile`` event with its exclusive phases; the ``recompile_reasons``
-artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason`` becomes a
-``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
+A trace file holds one process's records (:mod:`recompprof._analysis.trace_records` reads them). One
+handler per record kind reads what recompprof uses: ``compilation_metrics`` (one per forward compile,
+``bwd_...`` for a lazily compiled backward) becomes a ``compile`` event with its exclusive phases; the
+``recompile_reasons`` artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason``
+becomes a ``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
 ``recompile_limit_hit``. ``dynamo_start`` and ``str`` records name the frame of a compile id, which
 torch leaves out of the metrics of a limit hit. A trace carries training steps only where recompprof
 was attached (it hands torch the step for each compile record, see ``recompprof._torch.steps``): those
 forward compiles, their graph breaks and limit hits get their step; backward compiles have none.
+A record of a known kind but not the shape torch writes is skipped and counted by its handler.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-import hashlib
 import itertools
-import json
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 from recompprof._analysis import trace_frames
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.report import Report
-from recompprof._eventlog.reader import LOG_GLOB, find_files, log_path, write_events
+from recompprof._analysis.trace_records import (
+    TRACE_PREFIX,
+    RecordCounts,
+    TraceMetrics,
+    TraceRecord,
+    config_limit,
+    file_rank,
+    read_records,
+    recompile_reasons,
+    split_compile_id,
+    torch_version,
+)
+from recompprof._eventlog.format import LOG_GLOB
+from recompprof._eventlog.reader import find_files
+from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
 from recompprof._model.compiles import (
+    CompileRecord,
     Correlation,
     ReasonExplainer,
     compile_events,
@@ -49,14 +60,10 @@ from recompprof._model.events import (
 from recompprof._torch.records import read_record
 from recompprof._torch.steps import step_of
 
-TRACE_PREFIX = "dedicated_log_torch_trace"
-# "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
-_GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]*\] (\{.*)$")
-_RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
-# Bounds on what one record may hold in memory; longer lines or payloads are skipped and counted.
-MAX_LINE = 16 * 1024 * 1024
-MAX_PAYLOAD = 64 * 1024 * 1024
 MAX_PENDING_GUARDS = 4096  # guard trees held for a compile's metrics record
+MAX_SCRIPTS = 64  # files run as __main__ remembered per process
+# What a record of the right kind but not the shape torch writes raises (valid JSON, e.g. a hand-edited trace).
+SHAPE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
 
 
 class IngestError(RecompprofError):
@@ -64,16 +71,14 @@ class IngestError(RecompprofError):
 
 
 @dataclasses.dataclass
-class IngestStats:
-    """What reading traces skipped: lines that are not records, and payloads torn or altered."""
+class IngestStats(RecordCounts):
+    """What reading traces skipped: lines that are not records, payloads torn or altered, and records
+    of unexpected shapes (``bad_records``, by kind in ``bad_record_kinds``)."""
 
-    files: int = 0
-    records: int = 0
-    stray_lines: int = 0
-    bad_payloads: int = 0
     bad_records: int = 0
     # The events read, folded by the report's rules (recompprof._analysis.text.counts_line states its counts).
     report: Report = dataclasses.field(default_factory=Report)
+    bad_record_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         parts = [f"{n} {what}" for n, what in (
@@ -82,15 +87,6 @@ class IngestStats:
             (self.bad_records, "record(s) with fields of unexpected types"),
         ) if n]
         return "skipped " + ", ".join(parts) if parts else ""
-
-
-@dataclasses.dataclass
-class _Record:
-    kind: str
-    meta: dict[str, Any]
-    payload: str | None
-    pid: int
-    time: float
 
 
 def is_trace_dir(path: Path) -> bool:
@@ -105,173 +101,75 @@ def trace_files(path: Path) -> list[Path]:
     return find_files(path, f"{TRACE_PREFIX}*.log", "TORCH_TRACE logs", IngestError, recursive=False)
 
 
-def read_records(path: Path, stats: IngestStats) -> Iterator[_Record]:
-    """Yield the records of one trace file; a line that fits no record is counted, not raised."""
+def _records(path: Path, stats: IngestStats) -> Iterator[TraceRecord]:
+    """The records of one trace file; raises IngestError if it cannot be read."""
     try:
         handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
         year = time.localtime(path.stat().st_mtime).tm_year
     except OSError as exc:
         raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from None
-    stats.files += 1
-    current: tuple[re.Match[str], dict[str, Any]] | None = None
-    payload: list[str] = []
-    size = 0  # characters of the current payload; past MAX_PAYLOAD the record is dropped
-
-    def finish() -> _Record | None:
-        if current is None:
-            return None
-        if size > MAX_PAYLOAD:
-            stats.bad_payloads += 1
-            return None
-        return _finish(current, payload, year, stats)
-
     with handle:
-        while line := handle.readline(MAX_LINE):
-            if len(line) == MAX_LINE and not line.endswith("\n"):
-                # Too long for any record we read: skip it without holding it, and the record it belongs to.
-                while (rest := handle.readline(MAX_LINE)) and not rest.endswith("\n"):
-                    pass
-                if current is not None and line.startswith("\t"):
-                    size = MAX_PAYLOAD + 1
-                    continue
-                line = "\x00"  # a stray line
-            line = line.rstrip("\n")
-            if line.startswith("\t") and current is not None:
-                size += len(line)
-                if size <= MAX_PAYLOAD:
-                    payload.append(line[1:])
-                continue
-            record = finish()
-            if record is not None:
-                yield record
-            current, payload, size = None, [], 0
-            match = _GLOG.match(line)
-            meta = _json_object(match.group(8)) if match else None
-            if match is None or meta is None or not meta:
-                stats.stray_lines += 1
-                continue
-            current = (match, meta)
-        record = finish()
-        if record is not None:
-            yield record
+        yield from read_records(handle, year, stats)
 
 
-def _json_object(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: deeply nested JSON
-        return None
-    return value if isinstance(value, dict) else None
+class _Process:
+    """One process's trace turned into events, in the order the session would emit them."""
 
-
-def _finish(current: tuple[re.Match[str], dict[str, Any]], lines: list[str], year: int, stats: IngestStats) -> _Record | None:
-    match, meta = current
-    payload = "\n".join(lines) if lines else None
-    digest = meta.get("has_payload")
-    # The MD5 torch wrote tells a complete payload from one cut short by a crash.
-    if digest is not None and (payload is None or hashlib.md5(payload.encode("utf-8"), usedforsecurity=False).hexdigest() != digest):
-        stats.bad_payloads += 1
-        return None
-    stats.records += 1
-    month, day, hour, minute, second, fraction, pid = (int(g) for g in match.groups()[:7])
-    try:
-        stamp = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
-    except (OverflowError, ValueError):
-        stamp = 0.0
-    return _Record(next(iter(meta)), meta, payload, pid, stamp + fraction / 10 ** len(match.group(6)))
-
-
-class _Converter:
-    """Turns one process's trace records into events, in the order the session would emit them."""
-
-    def __init__(self, path: Path, run_id: str, redact: bool) -> None:
-        match = _RANK_IN_NAME.search(path.name)
-        self.rank = int(match.group(1)) if match else 0
+    def __init__(self, rank: int, run_id: str, redact: bool) -> None:
+        self.rank = rank
         self.run_id = run_id
         self.redact = redact
         self.pid = 0
         self.torch_version = ""
         self.recompile_limit: int | None = None
+        self.accumulated_limit: int | None = None
         self.strings: dict[int, str] = {}
         self.scripts: set[str] = set()  # files run as __main__ (the outermost frame of a compile's stack)
         self.reasons: dict[tuple[int, int], list[str]] = {}
         self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
         self.first_args: dict[tuple[int, int], trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
-        self.accumulated_limit: int | None = None
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
         self.explainer = ReasonExplainer(redact)
         self.steps_read = False  # some recompile carried the step recompprof handed torch
 
-    def feed(self, record: _Record) -> None:
+    def note(self, record: TraceRecord) -> None:
+        """Take what every record says of its process: pid, rank and time."""
         self.pid = self.pid or record.pid
         if isinstance(record.meta.get("rank"), int):
             self.rank = record.meta["rank"]
         self.first_time = record.time if self.first_time is None else self.first_time
         self.last_time = max(self.last_time, record.time)
-        handler = getattr(self, "_on_" + record.kind, None)
-        if handler is not None:
-            handler(record)
 
-    def _key(self, record: _Record) -> tuple[int, int] | None:
-        frame_id, compile_id = record.meta.get("frame_id"), record.meta.get("frame_compile_id")
-        return (frame_id, compile_id) if isinstance(frame_id, int) and isinstance(compile_id, int) else None
+    def name_frame_id(self, frame_id: int, top: dict[str, Any], file: str) -> None:
+        """Name frame id ``frame_id`` by the innermost entry ``top`` of the stack its compile started in."""
+        line = int(top.get("line") or 0)
+        self.correlation.name_frame_id(str(frame_id), Frame(name=str(top.get("name", "<unknown>")), file=file,
+                                                            line=line, code_file=file, code_line=line))
 
-    def _on_str(self, record: _Record) -> None:
-        value = record.meta["str"]
-        if isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
-            self.strings[value[1]] = str(value[0])
+    def graph_break(self, record: TraceRecord, reason: str) -> None:
+        """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
+        key = record.key
+        event = graph_break_event(reason, time=record.time, rank=self.rank, step=None,
+                                  frame=self.known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
+                                  redact=self.redact)
+        self.events.extend(self.correlation.add_break(event))
 
-    def _on_dynamo_start(self, record: _Record) -> None:
-        stack = (record.meta.get("dynamo_start") or {}).get("stack") or []
-        key = self._key(record)
-        if stack and key is not None and isinstance(stack[-1], dict):
-            top = stack[-1]
-            file = self.strings.get(top.get("filename", -1), str(top.get("filename", "<unknown>")))
-            outer = stack[0] if isinstance(stack[0], dict) else {}
-            if outer.get("name") == "<module>" and len(self.scripts) < 64:
-                self.scripts.add(self.strings.get(outer.get("filename", -1), str(outer.get("filename"))))
-            if self.correlation.frame_of_frame_id(str(key[0])) is None:
-                line = int(top.get("line") or 0)
-                self.correlation.name_frame_id(str(key[0]), Frame(name=str(top.get("name", "<unknown>")), file=file,
-                                                                  line=line, code_file=file, code_line=line))
+    def interned(self, entry: dict[str, Any], missing: str | None) -> str:
+        """The file a stack entry names, by the index of its ``str`` record or as written."""
+        return self.strings.get(entry.get("filename", -1), str(entry.get("filename", missing)))
 
-    def _on_artifact(self, record: _Record) -> None:
-        name = (record.meta.get("artifact") or {}).get("name")
-        key = self._key(record)
-        if name == "torch_version" and record.payload:
-            version = _json_object(record.payload) or {}
-            self.torch_version = str(version.get("pytorch_version", ""))
-        elif name == "recompile_reasons" and key is not None and record.payload is not None:
-            self.reasons[key] = _reason_texts(record.payload)
-        elif name == "dynamo_graph_break_reason" and record.payload is not None:
-            event = graph_break_event(record.payload, time=record.time, rank=self.rank, step=None,
-                                      frame=self._known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
-                                      redact=self.redact)
-            self.events.extend(self.correlation.add_break(event))
-
-    def _on_compilation_metrics(self, record: _Record) -> None:
-        self._compile(record, record.meta["compilation_metrics"], backward=False)
-
-    def _on_bwd_compilation_metrics(self, record: _Record) -> None:
-        self._compile(record, record.meta["bwd_compilation_metrics"], backward=True)
-
-    def _compile(self, record: _Record, fields: Any, *, backward: bool) -> None:
+    def compile(self, record: TraceRecord, fields: Any, *, backward: bool) -> None:
+        """The events of one compilation metrics record (``fields``), and the breaks held for it."""
         if not isinstance(fields, dict):
             return
-        raw = SimpleNamespace(**fields)
-        key = self._key(record) or _split_compile_id(fields.get("compile_id"))
-        if not fields.get("compile_id") and key:
-            raw.compile_id = f"{key[0]}/{key[1]}"
-        m = read_record(raw)
+        key = record.key or split_compile_id(fields.get("compile_id"))
+        m = read_record(TraceMetrics(fields if fields.get("compile_id") or not key else {**fields, "compile_id": f"{key[0]}/{key[1]}"}))
         frame = self._frame(fields, key)
-        if self.recompile_limit is None:
-            self.recompile_limit = _config_limit(fields.get("dynamo_config"))
-            self.accumulated_limit = _config_limit(fields.get("dynamo_config"), accumulated=True)
+        self._read_limits(fields)
         texts = reason_texts(m, [] if key is None else self.reasons.pop(key, [])) if not backward else []
-        start, end = fields.get("start_time_us"), fields.get("end_time_us")
-        stamp = end * 1e-6 if isinstance(end, (int, float)) else (start * 1e-6 + m.duration if isinstance(start, (int, float)) else record.time)
+        stamp = _end_time(fields, m, record.time)
         breaks = [] if backward or key is None else self.correlation.compiled(f"{key[0]}/{key[1]}", frame)
         step = step_of(fields.get("recompile_user_contexts"))
         if step is not None:
@@ -284,12 +182,10 @@ class _Converter:
         )
         self.events.extend(in_order(event, breaks, hit))
 
-    def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:
-        key = self._key(record)
-        if key is not None and record.payload:
-            self.first_args[key] = trace_frames.guarded_args(record.payload)
-            if len(self.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
-                del self.first_args[next(iter(self.first_args))]
+    def _read_limits(self, fields: dict[str, Any]) -> None:
+        if self.recompile_limit is None:
+            self.recompile_limit = config_limit(fields.get("dynamo_config"))
+            self.accumulated_limit = config_limit(fields.get("dynamo_config"), accumulated=True)
 
     def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
         if fields.get("co_name"):
@@ -301,13 +197,15 @@ class _Converter:
                 self.correlation.name_frame_id(str(key[0]), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
-        return self._known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
+        return self.known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
 
-    def _known_frame(self, key: tuple[int, int] | None) -> Frame | None:
+    def known_frame(self, key: tuple[int, int] | None) -> Frame | None:
+        """The frame a frame id was named with, if it was."""
         known = self.correlation.frame_of_frame_id(str(key[0])) if key is not None else None
         return known[0] if known is not None else None
 
     def finish(self, host: str) -> list[Event]:
+        """The process's events between its ``session_start`` and ``session_end``."""
         self.events.extend(self.correlation.flush())  # breaks of compiles whose record never came (a crash mid-compile)
         start = SessionStart(
             time=self.first_time or 0.0, rank=self.rank, run_id=self.run_id, host=host, pid=self.pid,
@@ -321,28 +219,117 @@ class _Converter:
         return [start, *self.events, end]
 
 
-def _reason_texts(payload: str) -> list[str]:
-    # torch writes one reason as a bare string and several as a JSON list, one item per line.
-    if payload.startswith("["):
+def _end_time(fields: dict[str, Any], m: CompileRecord, fallback: float) -> float:
+    """When the compile ended: its record's end, else its start plus its duration, else the record's time."""
+    start, end = fields.get("start_time_us"), fields.get("end_time_us")
+    if isinstance(end, (int, float)):
+        return end * 1e-6
+    return start * 1e-6 + m.duration if isinstance(start, (int, float)) else fallback
+
+
+class RecordHandler(abc.ABC):
+    """Reads one kind of torch trace record into its process's events, and counts the records of
+    that kind it could not read (not the shape torch writes: skipped, reported as ``bad_records``)."""
+
+    kind: ClassVar[str]  # the record kind: the first key of the record's metadata
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def feed(self, record: TraceRecord, process: _Process) -> None:
         try:
-            value = json.loads(payload)
-        except ValueError:
-            value = None
-        if isinstance(value, list):
-            return [str(v) for v in value]
-    return [payload]
+            self.read(record, process)
+        except SHAPE_ERRORS:
+            self.failures += 1
+
+    @abc.abstractmethod
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        """Take ``record`` into ``process``; raises one of SHAPE_ERRORS if it is not torch's shape."""
 
 
-def _split_compile_id(value: Any) -> tuple[int, int] | None:
-    match = re.fullmatch(r"(\d+)/(\d+)", str(value or ""))
-    return (int(match.group(1)), int(match.group(2))) if match else None
+class _Strings(RecordHandler):
+    """Interned file names: other records name a file by the index a ``str`` record gave it."""
+
+    kind = "str"
+
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        value = record.meta["str"]
+        if isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
+            process.strings[value[1]] = str(value[0])
 
 
-def _config_limit(dynamo_config: Any, accumulated: bool = False) -> int | None:
-    config = _json_object(dynamo_config) if isinstance(dynamo_config, str) else None
-    names = ("accumulated_recompile_limit", "accumulated_cache_size_limit") if accumulated else ("recompile_limit", "cache_size_limit")
-    value = (config or {}).get(names[0], (config or {}).get(names[1]))
-    return value if isinstance(value, int) else None
+class _DynamoStart(RecordHandler):
+    """The stack a compile starts in: its innermost entry names the frame of the compile's frame id."""
+
+    kind = "dynamo_start"
+
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        stack = (record.meta.get("dynamo_start") or {}).get("stack") or []
+        key = record.key
+        if not stack or key is None or not isinstance(stack[-1], dict):
+            return
+        top = stack[-1]
+        file = process.interned(top, "<unknown>")
+        outer = stack[0] if isinstance(stack[0], dict) else {}
+        if outer.get("name") == "<module>" and len(process.scripts) < MAX_SCRIPTS:
+            process.scripts.add(process.interned(outer, None))
+        if process.correlation.frame_of_frame_id(str(key[0])) is None:
+            process.name_frame_id(key[0], top, file)
+
+
+class _Artifact(RecordHandler):
+    """Named payloads: torch's version, a compile's recompile reasons, a graph break's reason."""
+
+    kind = "artifact"
+
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        name = (record.meta.get("artifact") or {}).get("name")
+        payload, key = record.payload, record.key
+        if payload is None:
+            return
+        if name == "torch_version" and payload:
+            process.torch_version = torch_version(payload)
+        elif name == "recompile_reasons" and key is not None:
+            process.reasons[key] = recompile_reasons(payload)
+        elif name == "dynamo_graph_break_reason":
+            process.graph_break(record, payload)
+
+
+class _GuardTree(RecordHandler):
+    """A compile's guard tree: what its guards say of the frame's arguments (the class of ``self``)."""
+
+    kind = "dynamo_cpp_guards_str"
+
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        key = record.key
+        if key is not None and record.payload:
+            process.first_args[key] = trace_frames.guarded_args(record.payload)
+            if len(process.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
+                del process.first_args[next(iter(process.first_args))]
+
+
+class _CompilationMetrics(RecordHandler):
+    """A forward compile's metrics: its ``compile`` event (and limit hit), with the breaks held for it."""
+
+    kind = "compilation_metrics"
+    backward = False
+
+    def read(self, record: TraceRecord, process: _Process) -> None:
+        process.compile(record, record.meta[self.kind], backward=self.backward)
+
+
+class _BackwardCompilationMetrics(_CompilationMetrics):
+    """A lazily compiled backward's metrics: a backward ``compile`` event."""
+
+    kind = "bwd_compilation_metrics"
+    backward = True
+
+
+def record_handlers() -> dict[str, RecordHandler]:
+    """A new handler, with its own failure count, for each record kind ingest reads, by kind."""
+    handlers: list[RecordHandler] = [_Strings(), _DynamoStart(), _Artifact(), _GuardTree(), _CompilationMetrics(),
+                                     _BackwardCompilationMetrics()]
+    return {handler.kind: handler for handler in handlers}
 
 
 @dataclasses.dataclass
@@ -359,15 +346,18 @@ def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> Tr
     files = trace_files(path)
     stats = IngestStats()
     run_id = "torch-trace-" + (path.name if path.is_dir() else path.stem)
+    handlers = record_handlers()
     per_file: list[list[Event]] = []
     for file in files:
-        converter = _Converter(file, run_id, redact)
-        for record in read_records(file, stats):
-            try:
-                converter.feed(record)
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
-                stats.bad_records += 1  # valid JSON, but not the shapes torch writes (e.g. a hand-edited trace)
-        per_file.append(converter.finish(host))
+        process = _Process(file_rank(file), run_id, redact)
+        for record in _records(file, stats):
+            process.note(record)
+            handler = handlers.get(record.kind)
+            if handler is not None:
+                handler.feed(record, process)
+        per_file.append(process.finish(host))
+    stats.bad_record_kinds = {kind: handler.failures for kind, handler in handlers.items() if handler.failures}
+    stats.bad_records = sum(stats.bad_record_kinds.values())
     stats.report = build_report(itertools.chain.from_iterable(per_file), detail=False)
     return TraceRun(files, per_file, stats)
 
@@ -382,8 +372,13 @@ def ingest(path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool =
         raise IngestError(f"{out_dir} already holds event logs ({existing[0].name}...); pass --overwrite or choose another -o")
     for old in existing:
         old.unlink()
+    return _write_logs(run.events, out_dir), run.stats
+
+
+def _write_logs(per_process: list[list[Event]], out_dir: Path) -> list[Path]:
+    """One event log per process, named by its rank and pid; returns the files written."""
     written: list[Path] = []
-    for index, events in enumerate(run.events):
+    for index, events in enumerate(per_process):
         start = events[0]
         assert isinstance(start, SessionStart)
         target = log_path(out_dir, start.rank, start.pid or index)
@@ -394,4 +389,4 @@ def ingest(path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool =
         except OSError as exc:
             raise IngestError(f"cannot write {target}: {exc.strerror or exc}") from None
         written.append(target)
-    return written, run.stats
+    return written

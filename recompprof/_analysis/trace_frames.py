@@ -178,10 +178,18 @@ def _wrapped_attribute(function: ast.FunctionDef | ast.AsyncFunctionDef, scope: 
         if isinstance(target, ast.Attribute):
             return target.attr
         if isinstance(target, ast.Name) and scope is not None:
-            for node in ast.walk(scope):
-                if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
-                        and any(isinstance(t, ast.Name) and t.id == target.id for t in node.targets)):
-                    return node.value.attr
+            found = _assigned_attribute(scope, target.id)
+            if found is not None:
+                return found
+    return None
+
+
+def _assigned_attribute(scope: ast.AST, name: str) -> str | None:
+    """``forward`` when ``scope`` assigns ``name = something.forward``."""
+    for node in ast.walk(scope):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
+            return node.value.attr
     return None
 
 
@@ -233,15 +241,8 @@ def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
     builtin. A method that never reads ``self`` (or a compile that installed no guards) says nothing of
     it: its defining class stands in.
     Without the source: ``self`` or ``args[0]`` as the first local."""
-    if definition is not None:
-        source = definition.first
-        if definition.kind == "function" or source is None:
-            return None
-        if definition.kind == "nested" and source != "self" and not source.endswith("[0]"):
-            return None
-    elif guarded.first_local in ("self", "args"):
-        source = "self" if guarded.first_local == "self" else "args[0]"
-    else:
+    source = _instance_source(guarded, definition)
+    if source is None:
         return None
     if source.endswith("[0]") and guarded.first_local not in (None, source[:-3]):
         return None  # *args is not the first local: the tuple guarded is another one
@@ -253,3 +254,15 @@ def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
     if "." not in cls or source in guarded.tensors:  # builtins print without a module
         return None
     return cls
+
+
+def _instance_source(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
+    """The argument that would be the instance (``self``, ``args[0]``), if the function can be a method."""
+    if definition is None:
+        return {"self": "self", "args": "args[0]"}.get(guarded.first_local or "")
+    source = definition.first
+    if definition.kind == "function" or source is None:
+        return None
+    if definition.kind == "nested" and source != "self" and not source.endswith("[0]"):
+        return None
+    return source

@@ -27,7 +27,7 @@ from recompprof._capture import exporting, forks, settings as settings_module
 from recompprof._capture.adapters import Adapters
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
-from recompprof._eventlog.reader import DROPPED, EventLogWriter, log_path
+from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import Event, SessionEnd, SessionStart
 from recompprof._torch import versions as torch_versions

@@ -11,12 +11,10 @@ This module is the public API: every name in ``__all__`` (plus the public module
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from recompprof._model.errors import CommandError, RecompprofError, RuleBroken
+from recompprof._errors import CommandError, RecompprofError, RuleBroken
 from recompprof._model.events import (
     CATEGORIES,
     PHASES,
@@ -30,6 +28,7 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
+from recompprof._version import __version__
 
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError

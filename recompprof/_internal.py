@@ -15,7 +15,7 @@ import threading
 from collections import Counter
 from types import TracebackType
 
-from recompprof._model.errors import RecompprofError
+from recompprof._errors import RecompprofError
 
 log = logging.getLogger("recompprof")
 

@@ -17,9 +17,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from recompprof._errors import RuleBroken
 from recompprof._model.causes import explaining_reason
 from recompprof._model.counting import is_limit_hit, recompile_attempt
-from recompprof._model.errors import RuleBroken
 from recompprof._model.events import Compile, Event
 
 if TYPE_CHECKING:

@@ -144,7 +144,7 @@ def test_importing_recompprof_does_not_import_torch() -> None:
 
 def _write_rank(run_dir: Path, rank: int, recompiles: int) -> None:
     """One rank's log: a session, the first compile of ``step`` and ``recompiles`` size recompiles."""
-    from recompprof._eventlog.reader import log_path, write_events
+    from recompprof._eventlog.writer import log_path, write_events
 
     frame = recompprof.Frame(name="Block.forward", file="/src/model.py", line=10, code_file="/src/model.py",
                              code_line=10, owner="Block")

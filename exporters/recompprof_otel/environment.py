@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from recompprof._model.errors import RecompprofError
+from recompprof._errors import RecompprofError
 
 HTTP_PROTOBUF = "http/protobuf"
 GRPC = "grpc"

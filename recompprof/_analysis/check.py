@@ -19,7 +19,7 @@ from recompprof._analysis.completeness import SessionFold
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.report import FrameReport, Report
 from recompprof._analysis.text import completeness_warnings
-from recompprof._model.errors import RecompprofError
+from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
 
 

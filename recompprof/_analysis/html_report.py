@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from recompprof import __version__
 from recompprof._analysis import html_charts
 from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.html_charts import CATEGORY_COLORS, escape as _e
@@ -26,6 +25,7 @@ from recompprof._analysis.text import (
     share,
 )
 from recompprof._model.events import CACHE_RESULTS, CACHES
+from recompprof._version import __version__
 
 MAX_FRAMES_TABLED = 200
 MAX_BREAKS_TABLED = 100

@@ -37,6 +37,7 @@ from recompprof._analysis.trace_records import (
     split_compile_id,
     torch_version,
 )
+from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import LOG_GLOB
 from recompprof._eventlog.reader import find_files
 from recompprof._eventlog.writer import log_path, write_events
@@ -50,7 +51,6 @@ from recompprof._model.compiles import (
     in_order,
     reason_texts,
 )
-from recompprof._model.errors import RecompprofError
 from recompprof._model.events import (
     Event,
     Frame,

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from recompprof._analysis.ingest import IngestError, is_trace_dir, read_trace
+from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
 from recompprof._eventlog.reader import EventLogError, ReadStats, UnreadableLog, run_files, scan_file
 from recompprof._eventlog.writer import log_rank
-from recompprof._model.errors import RecompprofError
 from recompprof._model.events import Event
 
 

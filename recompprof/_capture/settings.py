@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from recompprof._model.errors import RecompprofError
+from recompprof._errors import RecompprofError
 
 ENV_PREFIX = "RECOMPPROF_"
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).

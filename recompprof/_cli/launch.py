@@ -19,7 +19,7 @@ from typing import Any
 
 from recompprof._capture import exporting, settings as settings_module
 from recompprof._capture.identity import new_run_id
-from recompprof._model.errors import CommandError
+from recompprof._errors import CommandError
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
 EXIT_NOT_FOUND = 127

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recompprof._model.errors import CommandError, RecompprofError, RuleBroken
+from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
     from recompprof._analysis.runs import Run
@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from recompprof import __version__
+    from recompprof._version import __version__
 
     return __version__
 

@@ -22,8 +22,8 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
+from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
-from recompprof._model.errors import RecompprofError
 from recompprof._model.events import (
     EVENT_ADAPTER,
     KINDS,

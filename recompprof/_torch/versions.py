@@ -124,7 +124,7 @@ def torch_info() -> TorchInfo:
 
 def versions() -> dict[str, str]:
     """Versions that go on ``session_start`` and ``recompprof_build_info``."""
-    from recompprof import __version__
+    from recompprof._version import __version__
 
     out = {"python": sys.version.split()[0], "recompprof": __version__, "torch": "", "triton": "", "cuda": ""}
     try:

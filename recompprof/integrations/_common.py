@@ -18,7 +18,7 @@ from recompprof import _internal
 from recompprof._capture import session as session_module, settings as settings_module
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.session import Session
-from recompprof._model.errors import RuleBroken
+from recompprof._errors import RuleBroken
 from recompprof._model.events import Compile, Event
 
 PREFIX = "recompprof/"

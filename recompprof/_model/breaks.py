@@ -20,7 +20,7 @@ import re
 
 from recompprof._internal import contain
 from recompprof._model.events import MAX_TEXT
-from recompprof._model.reasons import clean_text, graph_break_text
+from recompprof._model.texts import clean_text, graph_break_text
 
 # "Graph Break Reason:" from 2.7; plain "Reason:" (torch's exception text, no type line) before.
 _HEADER = re.compile(r"Graph break in user code at ([^\n]{1,1000})\n(?:Graph Break )?Reason: ", re.S)

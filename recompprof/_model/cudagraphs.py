@@ -16,7 +16,7 @@ import re
 from typing import Any, Literal, NamedTuple
 
 from recompprof._internal import contain
-from recompprof._model.reasons import clean_text
+from recompprof._model.texts import clean_text
 
 __all__ = ["CUDAGRAPH_SKIPS", "SKIP_HINTS", "CudagraphSkip", "classify_skip", "cudagraph_skip", "runtime_work"]
 

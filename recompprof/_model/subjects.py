@@ -163,8 +163,12 @@ def identity_category(subject: str, expected: str | None, current: str | None, k
         return _scalar_identity(subject, expected, current, kinds)
     if group == "code" or (group == "object" and not attribute):
         return "object_identity"
-    # An attribute that is an object (or nothing says what it is): by what holds it.
-    if attribute:
+    return _by_shape(subject, attribute, kinds)
+
+
+def _by_shape(subject: str, attribute: bool, kinds: Kinds) -> str:
+    """An identity guard on an attribute that is an object, or on something nothing says the kind of."""
+    if attribute:  # by what holds it
         return {"module": "module_attribute", "object": "object_identity"}.get(_holder(subject, kinds), "other")
     if subject.startswith("G[") and not _DUNDER_TAIL.search(subject):
         return "global"

@@ -4,8 +4,9 @@ A condition of the machine (an ``OSError``: a taken port, an unwritable or full 
 recompprof error that names what to change (a ``RecompprofError``) is logged as one line with its
 message; its traceback goes to DEBUG. Anything else is a bug in recompprof and keeps its traceback.
 
-Under the test suite (``raise_internal_errors(True)``, set by an autouse fixture) they re-raise, so a
-bug in recompprof fails the test instead of hiding in a counter.
+In strict mode they re-raise, so a bug in recompprof fails the test instead of hiding in a counter.
+Users (and recompprof's own test suite) turn it on with the public switch
+:class:`recompprof.testing.raise_internal_errors`; code here reads it with :func:`raising`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ _raise = False
 
 
 def raise_internal_errors(enabled: bool) -> bool:
-    """Make internal errors re-raise (tests) or be swallowed (production); returns the old value."""
+    """Make internal errors re-raise (tests) or be swallowed (production); returns the old value.
+
+    The write side behind the public switch ``recompprof.testing.raise_internal_errors``.
+    """
     global _raise
     old, _raise = _raise, enabled
     return old

@@ -9,14 +9,27 @@
 Both helpers use the attached session if there is one, else attach one for the block (monitor mode,
 no event log, no exporters) and detach it afterwards. For pytest, the ``no_recompiles`` fixture of
 :mod:`recompprof.pytest_plugin` checks a whole test.
+
+recompprof never lets its own errors reach the training job: it counts them
+(``recompprof_internal_errors_total``), logs each component's first one and goes on. In a test you
+want them to fail instead; :class:`raise_internal_errors` is the switch::
+
+    from recompprof.testing import raise_internal_errors
+
+    with raise_internal_errors():            # strict inside the block, as before after it
+        train_step(model, batch)
+
+    raise_internal_errors(True)              # or: strict from here on (e.g. in a conftest)
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING
 
+from recompprof import _internal
 from recompprof._errors import RuleBroken
 from recompprof._model.causes import explaining_reason
 from recompprof._model.counting import is_limit_hit, recompile_attempt
@@ -24,6 +37,9 @@ from recompprof._model.events import Compile, Event
 
 if TYPE_CHECKING:
     from recompprof._capture.session import Session
+
+__all__ = ["RecompileWatch", "RecompiledError", "assert_no_recompiles", "capture_events",
+           "raise_internal_errors"]
 
 # Enough to hold every event of one test block; a longer block still gets exact counts.
 _RECENT = 10_000
@@ -130,3 +146,25 @@ def assert_no_recompiles(max_recompiles: int = 0) -> Iterator[RecompileWatch]:
         watch.stop()
     __tracebackhide__ = True
     watch.check()
+
+
+class raise_internal_errors:  # lower case: used like a function, as torch.set_grad_enabled is
+    """The strict mode: recompprof's internal errors re-raise instead of being counted and swallowed.
+
+    ``raise_internal_errors(True)`` turns it on at once and keeps it on; as a context manager it also
+    puts the previous mode back when the block ends (``with raise_internal_errors():``, or
+    ``with raise_internal_errors(False):`` for a block that checks the production behaviour). Errors are
+    counted and logged once in both modes; only whether they propagate changes. Off by default: a
+    training job never sees recompprof raise.
+    """
+
+    __slots__ = ("previous",)
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.previous = _internal.raise_internal_errors(enabled)
+
+    def __enter__(self) -> raise_internal_errors:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        _internal.raise_internal_errors(self.previous)

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from recompprof import _internal
+from recompprof.testing import raise_internal_errors
 
 
 @pytest.fixture(scope="session")
@@ -29,11 +30,10 @@ def generated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def internal_errors_raise() -> Iterator[None]:
-    """Turn recompprof's swallowed internal errors into test failures."""
-    old = _internal.raise_internal_errors(True)
+    """Turn recompprof's swallowed internal errors into test failures (the public strict-mode switch)."""
     _internal.reset()
-    yield
-    _internal.raise_internal_errors(old)
+    with raise_internal_errors():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -284,3 +284,22 @@ def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> Non
     assert any('reason="cpu_device"' in line and line.endswith(" 1.0") for line in lines), lines
     report = render_text(build_report(_compiles(session)), width=400)
     assert "CUDA graphs skipped" in report and "cpu_device" in report and SKIP_HINTS["cpu_device"][:40] in report
+
+
+def test_skip_classifier_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the skip classifier raises in strict mode and, in production, is counted as an internal error
+    while the skip is filed as 'other' (it never raises into torch)."""
+    from recompprof import _internal
+    from recompprof._model import cudagraphs
+    from recompprof.testing import raise_internal_errors
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("classifier bug")
+
+    monkeypatch.setattr(cudagraphs, "_devices_category", broken)
+    text = "skipping cudagraphs due to multiple devices: device(type='cuda', index=0), device(type='cuda', index=1)"
+    with pytest.raises(RuntimeError, match="classifier bug"):
+        classify_skip(text)
+    with raise_internal_errors(False):
+        assert classify_skip(text) == "other"
+    assert _internal.counts()["cudagraphs.classify"] == 2

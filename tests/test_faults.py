@@ -28,6 +28,7 @@ from recompprof import _internal
 from recompprof._eventlog import writer as eventlog
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, SessionEnd
+from recompprof.testing import raise_internal_errors
 
 # A small job with a size recompile every step for the first three steps; prints its final weights.
 TRAIN = """
@@ -234,13 +235,30 @@ def test_altered_guard_failures_keep_the_compile(monkeypatch: pytest.MonkeyPatch
     """guard_failures of an unexpected shape cost reasons only: every compile is still recorded."""
     from torch._dynamo import utils
 
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
     with recompprof.attach(run_dir=tmp_path) as session:
         monkeypatch.setattr(utils, "guard_failures", ["not", "a", "dict"])  # after attach: the reader is live
         weights = _train_steps(None)
     compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]  # type: ignore[arg-type]
     assert [c.is_recompile for c in compiles] == [False, True] and torch.isfinite(weights).all()
     assert "torch.guard_failures" in _internal.counts()
+
+
+def test_unreadable_recompile_limit_is_counted() -> None:
+    """A recompile limit torch's config no longer holds as a number is counted as an internal error (raised in
+    strict mode) and, in production, reported as unknown (None) without raising into the job."""
+    from torch._dynamo import config
+
+    from recompprof._torch.limits import configured_limit, configured_limits
+    from recompprof._torch.versions import torch_info
+
+    with config.patch(torch_info().limit_config_name, "no longer a number"):
+        with pytest.raises(ValueError):
+            configured_limit("recompile_limit")
+        with raise_internal_errors(False):
+            limits = configured_limits()
+    assert limits["recompile_limit"] is None and limits["accumulated_recompile_limit"] is not None
+    assert _internal.counts()["torch.limits"] == 2
 
 
 def test_optimizer_hook_that_raises_is_contained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -250,7 +268,7 @@ def test_optimizer_hook_that_raises_is_contained(monkeypatch: pytest.MonkeyPatch
     def broken(hook: object) -> object:
         raise TypeError("signature changed")
 
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
     monkeypatch.setattr(optimizer, "register_optimizer_step_post_hook", broken)
     with recompprof.attach(run_dir=tmp_path) as session:
         _train_steps(None)
@@ -285,7 +303,7 @@ def test_internal_errors_are_visible_in_snapshot_and_metrics(tmp_path: Path) -> 
     """Internal errors counted while training show in session.snapshot() and in the scraped recompprof_internal_errors_total."""
     from prometheus_client import generate_latest
 
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with recompprof.attach(run_dir=blocker / "run", exporters=["prometheus"], prometheus_port=0) as session:

@@ -94,3 +94,24 @@ def test_thousands_of_distinct_breaks_stay_bounded() -> None:
     assert sum(g.count for g in report.graph_break_groups.values()) == 5000 == report.graph_breaks
     table = render_text(report, width=160).split("Graph breaks")[-1]
     assert table.count("model.py:") <= 25 and "more" in table
+
+
+def test_graph_break_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in the graph-break parser raises in strict mode and, in production, is counted as an internal
+    error while the break keeps its first line as the reason (it never raises into torch)."""
+    from recompprof import _internal
+    from recompprof._model import breaks
+    from recompprof.testing import raise_internal_errors
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr(breaks, "_message", broken)
+    text = "Graph break in user code at /w/train.py:7\nGraph Break Reason: Unsupported Tensor.item() call\n"
+    with pytest.raises(RuntimeError, match="parser bug"):
+        breaks.parse_graph_break(text)
+    with raise_internal_errors(False):
+        parsed = breaks.parse_graph_break(text)
+    assert parsed.reason == "Graph break in user code at /w/train.py:7" and parsed.user_location is None
+    # counted both times: once raised (strict), once swallowed (production)
+    assert _internal.counts()["breaks.parse"] == 2

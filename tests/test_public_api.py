@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 USER_DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "architecture.md")]
 ALL_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The public modules besides the package itself; each declares what it exports.
-FACES = ["recompprof.integrations", "recompprof.integrations.lightning", "recompprof.integrations.transformers",
+FACES = ["recompprof.testing", "recompprof.integrations", "recompprof.integrations.lightning", "recompprof.integrations.transformers",
          "recompprof.pytest_plugin"]
 
 # `recompprof.attach`, `recompprof.testing.capture_events()`, `recompprof._model.causes`, ...

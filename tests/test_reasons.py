@@ -319,6 +319,7 @@ def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.
     parser still returns an 'other' reason, None, or [] (it never raises into torch)."""
     from recompprof import _internal
     from recompprof._model import reasons
+    from recompprof.testing import raise_internal_errors
 
     def broken(*args: object) -> object:
         raise RuntimeError("parser bug")
@@ -333,7 +334,7 @@ def test_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.
         user_location(text)
     with pytest.raises(RuntimeError, match="parser bug"):
         parse_recompiles_log("Recompiling function f\n    - 0/0: x == 1")
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
     assert [(r.category, r.text) for r in parse_guard_failure(text + " (production)")] == [
         ("other", "<unparseable guard failure>")]
     assert user_location(text) is None

@@ -15,6 +15,7 @@ from recompprof._eventlog.reader import read_file
 from recompprof._model.events import PHASES, Compile
 from recompprof._torch import versions
 from recompprof._torch.phases import exclusive_phases
+from recompprof.testing import raise_internal_errors
 
 pytestmark = pytest.mark.torch_compat
 
@@ -35,7 +36,7 @@ def test_altered_metrics_record_is_counted_not_raised(monkeypatch: pytest.Monkey
     """A CompilationMetrics record of an unexpected shape is counted as an internal error and never reaches torch."""
     import torch._dynamo.utils as utils
 
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
     # the function recompprof takes records from (before 2.6 there is only the log call); torch's own would choke
     hook = "add_compilation_metrics_to_chromium" if hasattr(utils, "add_compilation_metrics_to_chromium") \
         else "log_compilation_event"
@@ -50,7 +51,7 @@ def test_altered_metrics_record_is_counted_not_raised(monkeypatch: pytest.Monkey
 
 def test_failing_exporter_never_reaches_the_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An exporter that raises on every event is counted and logged once while training goes on."""
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)
 
     class Broken:
         name = "broken"
@@ -189,12 +190,10 @@ def test_guard_set_fingerprint_ignores_dynamo_numbering_and_order() -> None:
 
 def test_internal_contain_counts_errors_but_not_exits() -> None:
     """_internal.contain counts and swallows an Exception (re-raises it in strict mode), and lets KeyboardInterrupt through uncounted."""
-    old = _internal.raise_internal_errors(False)
     try:
-        with _internal.contain("test.contain", "a hint"):
+        with raise_internal_errors(False), _internal.contain("test.contain", "a hint"):
             raise ValueError("contained")
         assert _internal.counts()["test.contain"] == 1
-        _internal.raise_internal_errors(True)
         with pytest.raises(ValueError, match="strict"), _internal.contain("test.contain"):
             raise ValueError("strict")
         assert _internal.counts()["test.contain"] == 2
@@ -202,5 +201,21 @@ def test_internal_contain_counts_errors_but_not_exits() -> None:
             raise KeyboardInterrupt
         assert "test.exit" not in _internal.counts()
     finally:
-        _internal.raise_internal_errors(old)
         _internal.reset()
+
+
+def test_public_strict_mode_switch() -> None:
+    """recompprof.testing.raise_internal_errors switches internal errors between re-raised and counted-only:
+    called, the mode stays; as a context manager, the previous mode is back after the block."""
+    assert _internal.raising()  # the suite runs strict, through this same switch (tests/conftest.py)
+    with raise_internal_errors(False):
+        assert not _internal.raising()
+        with _internal.contain("test.switch"):
+            raise ValueError("counted only")
+    assert _internal.raising()
+    raise_internal_errors(False)
+    assert not _internal.raising()
+    with raise_internal_errors(), pytest.raises(ValueError, match="raised"), _internal.contain("test.switch"):
+        raise ValueError("raised")
+    assert not _internal.raising()
+    assert _internal.counts()["test.switch"] == 2

@@ -9,7 +9,8 @@ from a TORCH_TRACE file), so both parse it here. Torch writes three shapes:
   skip.`` (the whole frame runs eagerly), the user stack, then the exception with torch's message;
 - anything else (older torch, verbose errors): its first line is the reason.
 
-Like reason parsing, this is pure string work and never raises.
+Like reason parsing, this is pure string work that never raises into the job: a failure is a bug of
+ours and goes through the internal-error policy (counted, logged once, re-raised in strict mode).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from recompprof._internal import contain
 from recompprof._model.events import MAX_TEXT
-from recompprof._model.reasons import clean_text, graph_break_text
+from recompprof._model.texts import clean_text, graph_break_text
 
 # "Graph Break Reason:" from 2.7; plain "Reason:" (torch's exception text, no type line) before.
 _HEADER = re.compile(r"Graph break in user code at ([^\n]{1,1000})\n(?:Graph Break )?Reason: ", re.S)
@@ -41,9 +43,10 @@ class BreakText:
 def parse_graph_break(payload: object, redact: bool = False) -> BreakText:
     """One ``dynamo_graph_break_reason`` payload as a reason, location, explanation and hints."""
     text = clean_text(payload, _MAX_INPUT)
-    try:
+    parsed = None
+    with contain("breaks.parse", "a graph-break text could not be parsed; its first line is kept as the reason"):
         parsed = _parse(text)
-    except Exception:  # noqa: BLE001 - torch's wording is not an API: fall back to the first line
+    if parsed is None:  # a bug of ours (torch's wording only changes which shape matches): keep the first line
         parsed = BreakText(reason=_first_line(text))
     if redact:  # keep torch's own words (type) and the location; explanations and hints quote user values
         return BreakText(reason=graph_break_text(parsed.reason, True), user_location=parsed.user_location,

@@ -5,8 +5,9 @@ graphs unless something rules it out; it then runs the graph without them and lo
 the compile's ``CompilationMetrics`` record carries as ``cudagraph_skip_reason`` when the skip happens
 during a compile. The text is built in layers, so a prefix can repeat ("skipping cudagraphs due to
 skipping cudagraphs due to cpu device (arg0_1). Found from : <user stack>"), a list of reasons can
-appear in Python repr, and a user stack can follow. Pure string work that never raises: torch's
-wording is not an API, so unknown text becomes ``other``.
+appear in Python repr, and a user stack can follow. Pure string work: torch's wording is not an API,
+so unknown text becomes ``other``; a failure is a bug of ours and goes through the internal-error
+policy (counted, logged once, re-raised in strict mode), the text then staying ``other``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, NamedTuple
 
-from recompprof._model.reasons import clean_text
+from recompprof._internal import contain
+from recompprof._model.texts import clean_text
 
 __all__ = ["CUDAGRAPH_SKIPS", "SKIP_HINTS", "CudagraphSkip", "classify_skip", "cudagraph_skip", "runtime_work"]
 
@@ -85,16 +87,12 @@ class CudagraphSkip(NamedTuple):
 
 def classify_skip(text: object) -> str:
     """The skip category (one of :data:`CUDAGRAPH_SKIPS`) of torch's skip text."""
-    try:
+    with contain("cudagraphs.classify", "a CUDA-graph skip text could not be classified; it is kept as 'other'"):
         head = _STACK.split(_PREFIX.sub("", str(text)[:_MAX_INPUT]), maxsplit=1)[0]
         for category, pattern in _RULES:
             if pattern.search(head):
-                if category == "multiple_devices":
-                    return _devices_category(head)
-                return category
-        return "other"
-    except Exception:  # noqa: BLE001 - a text we cannot read is "other", never an error in the job
-        return "other"
+                return _devices_category(head) if category == "multiple_devices" else category
+    return "other"  # no rule matched, or (a bug of ours, counted) classifying failed
 
 
 def _devices_category(head: str) -> str:

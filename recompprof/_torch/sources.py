@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from recompprof._model.reasons import ENUM_KIND, MODULE_KIND
+from recompprof._model.subjects import ENUM_KIND, MODULE_KIND
 
 _ROOT = re.compile(r"""^([LG])\[\s*(['"])([^'"\]\n]{1,200})\2\s*\]""")
 _STEP = re.compile(r"""^(?:\.([A-Za-z_]\w{0,100})|\[\s*(['"])([^'"\]\n]{0,200})\2\s*\]|\[\s*(-?\d{1,9})\s*\])""")
@@ -47,7 +47,7 @@ def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any])
 
 
 def kind(value: Any) -> str:
-    """``value``'s kind as ``recompprof._model.reasons`` reads it (see :func:`type_name`)."""
+    """``value``'s kind as ``recompprof._model.subjects`` reads it (see :func:`type_name`)."""
     name = type(value).__name__
     if isinstance(value, enum.Enum):
         return f"{name}:{ENUM_KIND}"

@@ -1,0 +1,175 @@
+"""A guard's subject in the user's terms: its normal form, the object holding it, what kind of object it is.
+
+Identity guards (``___check_obj_id(subject, id)``) say nothing about *what* changed, so they are
+classified by what the guarded object is: its type from torch's ``type=<class ...>`` annotation (2.13+;
+2.10-2.12 annotate with the object's repr, ``type=<code object ...>``, ``type=<Reduction.MEAN: 'mean'>``),
+from the id when it is one of this interpreter's singletons (True, False, None, small ints: how 2.6
+guards module flags and bools), or from ``kinds`` (what the objects are, resolved in the live process by
+the caller); then by the subject's shape (``L['self'].training`` is a module attribute, ``fn.__code__``
+an object). An attribute's guard is a module attribute only when the object holding it is an
+``nn.Module``; where nothing says what that object is, it is ``other``. docs/categories.md has every rule.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+
+Kinds = Mapping[str, str]
+
+# What the live resolver (recompprof._torch.sources) appends to a type name where isinstance says more than
+# the name can: "Reduction:enum" (an enum.Enum member), "Block:module" (a torch.nn.Module).
+ENUM_KIND, MODULE_KIND = "enum", "module"
+
+# A guarded source: L['x'], G['x'], x, self; then attributes, subscripts and calls like .size()[0].
+SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
+
+_NOT_LOCAL = {"G", "L", "torch", "utils_device", "dict", "list", "len", "type", "not", "Eq", "Ne", "True", "False", "None"}
+_BARE = re.compile(r"([A-Za-z_]\w*)(.*)$", re.S)
+_TYPE_OF = re.compile(r"^type\(\s*(.{1,400}?)\s*\)(.*)$")
+_ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
+# One access after a subject's root: an attribute (a method call like .size() included) or a subscript.
+_ACCESS = re.compile(r"\.([A-Za-z_]\w{0,100})(?:\(\))?|\[[^\[\]\n]{0,100}\]")
+_CLOSED_OVER = re.compile(r"\.(?:__closure__|cell_contents|__defaults__|__kwdefaults__)\b|^(?:L\[['\"])?___stack\d+")
+_HYPERPARAMETER = re.compile(r"\[['\"](?:lr|learning_rate|momentum|weight_decay|betas|eps)['\"]\]$")
+_TENSOR_ATTRS = {".dtype": "dtype", ".device": "device", ".requires_grad": "requires_grad", ".ndimension()": "ndim"}
+_DUNDER_TAIL = re.compile(r"\.__\w+__$")
+# What an identity-guarded object is, by its type's name (the last dotted part of torch's annotation).
+_SCALAR_KINDS = frozenset({"bool", "int", "float", "str", "bytes", "complex", "NoneType", "dtype", "device",
+                           "layout", "memory_format", "qscheme", "SymInt", "SymFloat", "SymBool", "ellipsis"})
+_CODE_KINDS = frozenset({"function", "code", "method", "builtin_function_or_method", "method-wrapper",
+                         "wrapper_descriptor", "method_descriptor", "classmethod", "staticmethod", "partial",
+                         "module", "type", "cell", "frame", "OpOverload", "OpOverloadPacket"})
+
+
+def local(subject: str) -> str:
+    """Put a bare local name back into ``L['name']`` form (torch >= 2.6 strips it for display)."""
+    m = _BARE.match(subject)
+    if m is None or m.group(1) in _NOT_LOCAL or m.group(1).startswith("__"):
+        return subject
+    return f"L['{m.group(1)}']{m.group(2)}"
+
+
+def subject_of_check(raw: str) -> str:
+    """The guarded subject in normalised form; ``type(x).attr`` stays a call on the normalised ``x``."""
+    m = _TYPE_OF.match(raw)
+    if m:
+        return f"type({local(m.group(1))}){m.group(2)}"
+    return local(raw)
+
+
+def owner(subject: str) -> str | None:
+    """The object ``subject`` first reads an attribute of, reached by names and subscripts only
+    (``L['kw']['cache'].flags[0]`` -> ``L['kw']['cache']``; ``L['self'].config.x`` -> ``L['self']``: state
+    reached through a module is the module's); None if it reads no attribute."""
+    root = _ROOT.match(subject)
+    if root is None or not root.group(0) or subject.startswith("type("):
+        return None
+    pos, found = root.end(), None
+    while pos < len(subject):
+        step = _ACCESS.match(subject, pos)
+        if step is None:
+            return None
+        if found is None and step.group(1) is not None and not step.group(1).startswith("__"):
+            found = subject[:pos]
+        pos = step.end()
+    return found
+
+
+def _holder(subject: str, kinds: Kinds) -> str:
+    """What holds the attributes ``subject`` reads (its :func:`owner`): "module" (an nn.Module), "object"
+    (resolved: anything else) or "unknown" (nothing says)."""
+    held_by = owner(subject)
+    kind = kinds.get(held_by) if held_by is not None else None
+    if kind is not None:
+        return "module" if _kind_base(kind) == MODULE_KIND else "object"
+    # Text alone: the compiled method's own object (a forward's module), or nn.Module's own training flag.
+    return "module" if subject.startswith("L['self']") or subject.endswith(".training") else "unknown"
+
+
+def _tensor_attribute(subject: str) -> str | None:
+    return next((category for suffix, category in _TENSOR_ATTRS.items() if subject.endswith(suffix)), None)
+
+
+def by_subject(subject: str, kinds: Kinds) -> str:
+    """Category of a value guard, from what its subject is in the user's terms."""
+    if "param_groups" in subject or _HYPERPARAMETER.search(subject):
+        return "python_constant"
+    if (category := _tensor_attribute(subject)) is not None:
+        return category
+    if _CLOSED_OVER.search(subject):  # a closed-over or default value, or a value on a resumed frame's stack
+        return "python_constant"
+    if owner(subject) is not None or subject.startswith("L['self']"):
+        holder = _holder(subject, kinds)
+        if holder != "object":  # a plain object's attribute (a cache's flag, a config field) is a value like any other
+            return "module_attribute" if holder == "module" else "other"
+    return "global" if subject.startswith("G[") else "python_constant"
+
+
+@functools.lru_cache(maxsize=1)
+def _singletons() -> dict[int, str]:
+    # Objects at fixed addresses for the interpreter's lifetime: the id names the value exactly here.
+    return {id(obj): type(obj).__name__ for obj in (True, False, None, Ellipsis, *range(-5, 257))}
+
+
+def singleton_kind(object_id: str) -> str | None:
+    """The type name of the interpreter singleton with this id (True, None, a small int), else None."""
+    try:
+        return _singletons().get(int(object_id))
+    except ValueError:
+        return None
+
+
+def _kind_name(kind: str) -> str:
+    return kind.partition(":")[0].rsplit(".", 1)[-1]
+
+
+def _kind_base(kind: str) -> str:
+    return kind.partition(":")[2]
+
+
+def _kind_group(kind: str) -> str:
+    if _kind_name(kind) in _SCALAR_KINDS or _kind_base(kind) == ENUM_KIND:
+        return "scalar"
+    return "code" if _kind_name(kind) in _CODE_KINDS else "object"
+
+
+def _kind_changed(expected: str | None, current: str | None) -> bool:
+    """Two known kinds of different types, unless both are scalars (a flag that became an int is a value)."""
+    return bool(expected and current and _kind_name(expected) != _kind_name(current)
+                and not (_kind_group(expected) == _kind_group(current) == "scalar"))
+
+
+def _scalar_identity(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
+    category = by_subject(subject, kinds)
+    # It was None and no longer is (nothing resolved says otherwise): the argument's kind changed.
+    none_before = expected is not None and _kind_name(expected) == "NoneType" and current is None
+    return "type" if category == "python_constant" and none_before else category
+
+
+def identity_category(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
+    """Category of a failed ``___check_obj_id`` guard from what the guarded object is.
+
+    ``expected`` is the kind torch guarded (its annotation, or a singleton's id), ``current`` the kind
+    the live object has now (``kinds``); a kind that changed between calls is a ``type`` change.
+    """
+    if _kind_changed(expected, current):
+        return "type"
+    kind = current or expected
+    attribute = owner(subject) is not None and not _DUNDER_TAIL.search(subject)
+    group = _kind_group(kind) if kind is not None else None
+    if group == "scalar":
+        return _scalar_identity(subject, expected, current, kinds)
+    if group == "code" or (group == "object" and not attribute):
+        return "object_identity"
+    return _by_shape(subject, attribute, kinds)
+
+
+def _by_shape(subject: str, attribute: bool, kinds: Kinds) -> str:
+    """An identity guard on an attribute that is an object, or on something nothing says the kind of."""
+    if attribute:  # by what holds it
+        return {"module": "module_attribute", "object": "object_identity"}.get(_holder(subject, kinds), "other")
+    if subject.startswith("G[") and not _DUNDER_TAIL.search(subject):
+        return "global"
+    return "object_identity"

@@ -23,7 +23,8 @@ import, so the two cannot drift apart silently.
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from annotated_types import MaxLen
 
@@ -122,5 +123,19 @@ def _views() -> tuple[type, ...]:
 
 
 VIEWS = _views()
+VIEW_OF: dict[type, type] = dict(zip((events.Frame, events.Reason, *EVENT_MODELS), VIEWS, strict=False))  # model -> its view
+
+H = TypeVar("H")
+
+
+def by_type(handlers: Mapping[type[events._Event], H]) -> dict[type, H]:
+    """``handlers`` by event model, each model's view under its model's handler: a table to dispatch on
+    ``type(event)`` (one dict lookup), for models and views alike. A view has its model's fields and
+    properties, so a handler typed on the model reads either."""
+    table: dict[type, H] = dict(handlers)
+    for model, handler in handlers.items():
+        if model in VIEW_OF:
+            table[VIEW_OF[model]] = handler
+    return table
 # Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
 DECODER = msgspec.json.Decoder(Union[VIEWS[2:]]) if msgspec is not None else None  # noqa: UP007

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recompprof._analysis import bounded, plaintext
+from recompprof._analysis.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
 from recompprof._model.events import Compile
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
@@ -45,29 +46,6 @@ class RankFold:
         self.categories: dict[str, int] = {}
         self.category_first_step: dict[str, int] = {}
 
-    def add(self, event: Compile) -> None:
-        """Fold one counted compile of the frame on this rank."""
-        self.compiles += 1
-        if event.guard_set is not None:
-            if self.guard_sets is None:
-                self.guard_sets = set()
-            if len(self.guard_sets) < bounded.MAX_GUARD_SETS:
-                self.guard_sets.add(event.guard_set)
-        if not event.is_recompile:
-            return
-        step = event.step or 0
-        self.recompiles += 1
-        if self.first_recompile_step is None:
-            self.first_recompile_step = step
-        if len(self.steps) < bounded.MAX_STEPS_LISTED:
-            self.steps.append(step)
-        for reason in event.reasons:  # what the rank's recompiles were explained by, and from which step
-            if reason.explains_change:
-                category = reason.category
-                self.categories[category] = self.categories.get(category, 0) + 1
-                if category not in self.category_first_step:
-                    self.category_first_step[category] = step
-
 
 _BY_RANK = ("compiles_by_rank", "guard_sets_by_rank", "recompiles_by_rank", "first_recompile_step_by_rank",
             "recompile_steps_by_rank", "categories_by_rank", "category_first_step_by_rank", "limit_hits_by_rank",
@@ -91,12 +69,29 @@ class RankFigures:
     rank_folds: dict[int, RankFold] = dataclasses.field(default_factory=dict, repr=False, compare=False,
                                                         metadata={"fold_state": True})
 
-    def add_rank_compile(self, event: Compile) -> None:
-        """Fold a counted compile (a report folded with detail)."""
+    def add_rank_compile(self, event: Compile, explained: list[str] | None) -> None:
+        """Fold a counted compile (a report folded with detail); ``explained``: the categories of its
+        reasons that explain a recompile."""
         fold = self.rank_folds.get(event.rank)
         if fold is None:
             fold = self.rank_folds[event.rank] = RankFold()
-        fold.add(event)
+        fold.compiles += 1
+        if event.guard_set is not None:
+            if fold.guard_sets is None:
+                fold.guard_sets = set()
+            if len(fold.guard_sets) < MAX_GUARD_SETS:
+                fold.guard_sets.add(event.guard_set)
+        if not event.is_recompile:
+            return
+        step = event.step or 0
+        fold.recompiles += 1
+        if fold.first_recompile_step is None:
+            fold.first_recompile_step = step
+        if len(fold.steps) < MAX_STEPS_LISTED:
+            fold.steps.append(step)
+        for category in explained or ():  # what the rank's recompiles were explained by, and from which step
+            fold.categories[category] = fold.categories.get(category, 0) + 1
+            fold.category_first_step.setdefault(category, step)
 
     def add_rank_limit_hit(self, rank: int, step: int) -> None:
         self.limit_hits_by_rank[rank] += 1
@@ -131,13 +126,13 @@ class RankFigures:
         self.compiles_by_rank.update(part.compiles_by_rank)
         for rank, sets in part.guard_sets_by_rank.items():
             seen = self.guard_sets_by_rank.setdefault(rank, set())
-            bounded.check(len(sets) < bounded.MAX_GUARD_SETS and len(seen | sets) <= bounded.MAX_GUARD_SETS)
+            bounded.check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
             seen |= sets
         self.recompiles_by_rank.update(part.recompiles_by_rank)
         for rank, step in part.first_recompile_step_by_rank.items():
             self.first_recompile_step_by_rank.setdefault(rank, step)
         for rank, steps in part.recompile_steps_by_rank.items():
-            bounded.extend(self.recompile_steps_by_rank.setdefault(rank, []), steps, bounded.MAX_STEPS_LISTED)
+            bounded.extend(self.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED)
         for rank, categories in part.categories_by_rank.items():
             self.categories_by_rank.setdefault(rank, Counter()).update(categories)
         for rank, firsts in part.category_first_step_by_rank.items():

@@ -12,9 +12,18 @@ import dataclasses
 from collections import Counter
 
 from recompprof._analysis import bounded
+from recompprof._analysis.bounded import (
+    CAPTURE_SIGNALS,
+    MAX_BREAK_GROUPS,
+    MAX_BREAK_HINTS,
+    MAX_CAUSES,
+    MAX_FUNCTIONS,
+    MAX_LISTED,
+    MAX_STEPS_LISTED,
+    OTHER_BREAKS,
+)
 from recompprof._analysis.frame_figures import FrameReport
-from recompprof._model.causes import Cause, CauseTracker, explaining_reason
-from recompprof._model.counting import RECOMPILE
+from recompprof._model.causes import CauseTracker, explaining_reason
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart, SignalChange, short_path
 
 
@@ -52,9 +61,9 @@ class RunFigures:
             self.profile_mechanisms.add(event.profile_mechanism)
         self.recompile_limit = event.recompile_limit
         self.warmup_steps = event.warmup_steps
-        if event.run_id not in self.runs and len(self.runs) < bounded.MAX_LISTED:
+        if event.run_id not in self.runs and len(self.runs) < MAX_LISTED:
             self.runs.append(event.run_id)
-        for name in bounded.CAPTURE_SIGNALS:
+        for name in CAPTURE_SIGNALS:
             if event.signals.get(name) is False:
                 self.signals_dark.setdefault(name, "off from the start")
 
@@ -71,7 +80,7 @@ class RunFigures:
 
     def merge_run(self, part: RunFigures) -> None:
         for run in part.runs:
-            if run not in self.runs and len(self.runs) < bounded.MAX_LISTED:
+            if run not in self.runs and len(self.runs) < MAX_LISTED:
                 self.runs.append(run)
         if part.ranks:  # it read a session start: the last one's settings stand
             self.recompile_limit, self.warmup_steps = part.recompile_limit, part.warmup_steps
@@ -123,10 +132,10 @@ class BreakFigures:
         groups = self.graph_break_groups
         group = groups.get(key)
         if group is None:
-            if len(groups) >= bounded.MAX_BREAK_GROUPS:
-                group = groups.setdefault(bounded.OTHER_BREAKS, BreakGroup(*bounded.OTHER_BREAKS))
+            if len(groups) >= MAX_BREAK_GROUPS:
+                group = groups.setdefault(OTHER_BREAKS, BreakGroup(*OTHER_BREAKS))
             else:
-                hints = [h[:300] for h in event.hints[: bounded.MAX_BREAK_HINTS]]
+                hints = [h[:300] for h in event.hints[: MAX_BREAK_HINTS]]
                 group = groups[key] = BreakGroup(*key, frame=label, hints=hints)
         group.count += event.count
 
@@ -135,7 +144,7 @@ class BreakFigures:
         return sorted(self.graph_break_groups.values(), key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location))
 
     def merge_breaks(self, part: BreakFigures) -> None:
-        for key in bounded.new_keys(self.graph_break_groups, part.graph_break_groups, bounded.MAX_BREAK_GROUPS):
+        for key in bounded.new_keys(self.graph_break_groups, part.graph_break_groups, MAX_BREAK_GROUPS):
             self.graph_break_groups[key] = dataclasses.replace(part.graph_break_groups[key], count=0)
         for key, group in part.graph_break_groups.items():
             self.graph_break_groups[key].count += group.count
@@ -151,28 +160,22 @@ class SecondsByName(dict[str, float]):
 
 @dataclasses.dataclass(kw_only=True)
 class CompileFigures:
-    """Run-wide figures of compile events: explained categories, cudagraph skips, failure messages,
-    compile caches and Dynamo trace time by function."""
+    """Run-wide figures of compile events: cudagraph skips, failure messages, compile caches and Dynamo
+    trace time by function."""
 
-    categories: Counter[str] = dataclasses.field(default_factory=Counter)
     cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (frame, reason)
     failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
     cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
     cache_seconds_saved: float = 0.0
     trace_seconds_by_function: SecondsByName = dataclasses.field(default_factory=SecondsByName)
 
-    def add_compile_figures(self, event: Compile, label: str, counted: int) -> None:
-        """Fold a compile of a kept frame (``label``) with its verdict ``counted``."""
+    def add_compile_figures(self, event: Compile, label: str) -> None:
+        """Fold a compile of a kept frame (``label``)."""
         if event.cudagraph_skip is not None:
             key = (label, event.cudagraph_skip)
-            if key in self.cudagraph_skips or len(self.cudagraph_skips) < bounded.MAX_LISTED:
+            if key in self.cudagraph_skips or len(self.cudagraph_skips) < MAX_LISTED:
                 self.cudagraph_skips[key] += 1
-        if counted & RECOMPILE:  # a refused compile (limit hit) changed nothing
-            categories = self.categories
-            for reason in event.reasons:
-                if reason.explains_change:
-                    categories[reason.category] = categories.get(reason.category, 0) + 1
-        if event.outcome == "failed" and len(self.failure_messages) < bounded.MAX_LISTED:
+        if event.outcome == "failed" and len(self.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
             self.failure_messages.append((label, event.fail_type or "unknown", message[0][:200] if message else ""))
         if event.cache_lookups:
@@ -183,18 +186,17 @@ class CompileFigures:
         if event.trace_seconds_by_function:
             by_function = self.trace_seconds_by_function
             for function, seconds in event.trace_seconds_by_function.items():
-                if function in by_function or len(by_function) < bounded.MAX_FUNCTIONS:
+                if function in by_function or len(by_function) < MAX_FUNCTIONS:
                     by_function[function] = by_function.get(function, 0.0) + seconds
 
     def merge_compile_figures(self, part: CompileFigures) -> None:
-        self.categories.update(part.categories)
-        for key in bounded.new_keys(self.cudagraph_skips, part.cudagraph_skips, bounded.MAX_LISTED):
+        for key in bounded.new_keys(self.cudagraph_skips, part.cudagraph_skips, MAX_LISTED):
             self.cudagraph_skips[key] = 0
         self.cudagraph_skips.update(part.cudagraph_skips)
-        bounded.extend(self.failure_messages, part.failure_messages, bounded.MAX_LISTED)
+        bounded.extend(self.failure_messages, part.failure_messages, MAX_LISTED)
         self.cache_lookups.update(part.cache_lookups)
         self.cache_seconds_saved += part.cache_seconds_saved
-        for key in bounded.new_keys(self.trace_seconds_by_function, part.trace_seconds_by_function, bounded.MAX_FUNCTIONS):
+        for key in bounded.new_keys(self.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS):
             self.trace_seconds_by_function[key] = 0.0
         for key, seconds in part.trace_seconds_by_function.items():
             self.trace_seconds_by_function[key] += seconds
@@ -231,37 +233,6 @@ class CauseReport:
             return 0
         return 2 if self.warmup >= self.recompiles else 1
 
-    def add(self, event: Compile) -> None:
-        """Charge ``event``'s seconds (and, for a forward recompile, the recompile) to this cause."""
-        self.seconds += event.duration
-        if event.backward:
-            return
-        self.recompiles += 1
-        self.steps_total += 1
-        if event.steady_state:
-            self.steady_state += 1
-        if event.automatic_dynamic is not None:
-            self.warmup += 1
-            self.made_dynamic = self.made_dynamic or event.automatic_dynamic
-        if event.step is not None and len(self.steps) < bounded.MAX_STEPS_LISTED:
-            self.steps.append(event.step)
-        if not self.example:
-            reason = explaining_reason(event.reasons)
-            self.example = reason.text[:300] if reason is not None else ""
-        if not self.call_site and event.call_site:
-            self.call_site = list(event.call_site[-5:])
-
-    def merge(self, part: CauseReport) -> None:
-        self.recompiles += part.recompiles
-        self.seconds += part.seconds
-        bounded.extend(self.steps, part.steps, bounded.MAX_STEPS_LISTED)
-        self.steps_total += part.steps_total
-        self.example = self.example or part.example
-        self.call_site = self.call_site or part.call_site
-        self.steady_state += part.steady_state
-        self.warmup += part.warmup
-        self.made_dynamic = self.made_dynamic or part.made_dynamic
-
 
 @dataclasses.dataclass(kw_only=True)
 class CauseFigures:
@@ -277,33 +248,59 @@ class CauseFigures:
         """Charge a compile that cost seconds (verdict ``counted``) of ``frame`` to its cause, if it has one.
         ``known``: the report's frames by event frame, for a backward's forward."""
         found = self.tracker.cause_of(event, counted)
-        if found is not None:
-            self._cause(found, frame, known, event.backward).add(event)
-        elif event.backward and not self.tracker.remembers(event):  # its forward is in no event folded here
-            self.orphan_backward_ranks.add(event.rank)
-
-    def _cause(self, found: Cause, frame: FrameReport, known: dict[Frame, FrameReport], backward: bool) -> CauseReport:
+        if found is None:
+            if event.backward and not self.tracker.remembers(event):  # its forward is in no event folded here
+                self.orphan_backward_ranks.add(event.rank)
+            return
         cause_frame, category, subject = found
         label, frame_key = frame.label, frame.key
-        if backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
+        if event.backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
             forward = known.get(cause_frame)
             label, frame_key = (forward.label, forward.key) if forward is not None else (cause_frame.label, cause_frame.key)
-        key = (frame_key, category, subject)
-        cause = self.causes.get(key)
+        cause = self.causes.get((frame_key, category, subject))
         if cause is None:
-            if len(self.causes) >= bounded.MAX_CAUSES:
-                key = (frame_key, category, "(other subjects)")
-                cause = self.causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
-            else:
-                cause = self.causes[key] = CauseReport(label, category, subject, frame_key=frame_key)
+            cause = self._new_cause(label, frame_key, category, subject)
+        cause.seconds += event.duration
+        if event.backward:
+            return
+        cause.recompiles += 1
+        cause.steps_total += 1
+        if event.steady_state:
+            cause.steady_state += 1
+        if event.automatic_dynamic is not None:
+            cause.warmup += 1
+            cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
+        if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
+            cause.steps.append(event.step)
+        if not cause.example:
+            reason = explaining_reason(event.reasons)
+            cause.example = reason.text[:300] if reason is not None else ""
+        if not cause.call_site and event.call_site:
+            cause.call_site = list(event.call_site[-5:])
+
+    def _new_cause(self, label: str, frame_key: str, category: str, subject: str) -> CauseReport:
+        """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""
+        if len(self.causes) >= MAX_CAUSES:
+            key = (frame_key, category, "(other subjects)")
+            return self.causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
+        cause = self.causes[(frame_key, category, subject)] = CauseReport(label, category, subject, frame_key=frame_key)
         return cause
 
     def merge_causes(self, part: CauseFigures, earlier_ranks: set[int]) -> None:
         """``earlier_ranks``: ranks that compiled in the events before ``part``'s, where a backward's forward may be."""
         bounded.check(not part.orphan_backward_ranks & earlier_ranks)
         self.orphan_backward_ranks |= part.orphan_backward_ranks
-        for key in bounded.new_keys(self.causes, part.causes, bounded.MAX_CAUSES):
+        for key in bounded.new_keys(self.causes, part.causes, MAX_CAUSES):
             cause = part.causes[key]
             self.causes[key] = CauseReport(cause.frame, cause.category, cause.subject, frame_key=cause.frame_key)
-        for key, cause in part.causes.items():
-            self.causes[key].merge(cause)
+        for key, part_cause in part.causes.items():
+            cause = self.causes[key]
+            cause.recompiles += part_cause.recompiles
+            cause.seconds += part_cause.seconds
+            bounded.extend(cause.steps, part_cause.steps, MAX_STEPS_LISTED)
+            cause.steps_total += part_cause.steps_total
+            cause.example = cause.example or part_cause.example
+            cause.call_site = cause.call_site or part_cause.call_site
+            cause.steady_state += part_cause.steady_state
+            cause.warmup += part_cause.warmup
+            cause.made_dynamic = cause.made_dynamic or part_cause.made_dynamic

@@ -59,10 +59,13 @@ def _add_compile(report: Report, event: Compile) -> None:
         counted = verdict(event)
     else:
         counted = frame.add_compile(event, report.detail)
-        report.add_compile_figures(event, frame.label, counted)
+        report.add_compile_figures(event, frame.label)
         if counted & COSTS:
             report.add_cost(event, frame, counted, report.frame_cache)
-    report.session_fold.session_of(event).verdicts[counted] += 1  # what it counts as (completeness)
+    sessions = report.session_fold  # SessionFold.session_of, inline
+    session = sessions.open.get(event.rank) or sessions.unstarted(event)
+    session.last = event
+    session.verdicts[counted] += 1  # what it counts as (recompprof._analysis.completeness)
 
 
 def _add_session_start(report: Report, event: SessionStart) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 from collections import Counter
 
 from recompprof._analysis import bounded
+from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
 from recompprof._analysis.divergence import RankFigures
 from recompprof._model.causes import explaining_reason
 from recompprof._model.compiles import changed_subject
@@ -65,13 +66,26 @@ class FrameReport(FrameCounts, RankFigures):
     # -- fold -------------------------------------------------------------------------------------
     def add_compile(self, event: Compile, detail: bool) -> int:
         """Fold one compile event of this frame; returns its :func:`recompprof._model.counting.verdict`."""
+        # The hottest code of the offline commands (a million events): one pass over the reasons, locals
+        # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
         counted = fold_compile(self, event)
+        explained: list[str] | None = None  # the categories of the reasons that explain a recompile
+        if event.reasons:
+            groups = self.reasons
+            changed = counted & RECOMPILE  # a refused compile (limit hit) changed nothing
+            for reason in event.reasons:
+                category = reason.category
+                group = groups.get((category, reason.subject))  # the common case, without a call
+                if group is None:
+                    group = self._group(category, reason.subject, reason.text)
+                group.failures += 1
+                if changed and reason.explains_change:
+                    group.changes += 1
+                    explained = [category] if explained is None else [*explained, category]
         if counted & COUNTED and detail:
-            self.add_rank_compile(event)
+            self.add_rank_compile(event, explained)
             if event.is_recompile:
                 self._add_recompile(event)
-        if event.reasons:
-            self._add_reasons(event, counted)
         if event.reasons_omitted:
             self._add_omitted(event.reasons_omitted)
         if event.outcome == "failed":
@@ -85,26 +99,15 @@ class FrameReport(FrameCounts, RankFigures):
     def _add_recompile(self, event: Compile) -> None:
         if event.automatic_dynamic is not None:
             self.automatic_dynamic_recompiles += 1
-            if len(self.automatic_dynamic) < bounded.MAX_STEPS_LISTED:
+            if len(self.automatic_dynamic) < MAX_STEPS_LISTED:
                 self.automatic_dynamic.append(event.automatic_dynamic)
-        elif len(self.changed_again) < bounded.MAX_STEPS_LISTED and (reason := explaining_reason(event.reasons)) is not None:
+        elif len(self.changed_again) < MAX_STEPS_LISTED and (reason := explaining_reason(event.reasons)) is not None:
             changed = changed_subject(reason)
             if changed is not None:
                 self.changed_again.setdefault(changed, reason.text[:300])
         self.recompile_steps_total += 1
-        if len(self.recompile_steps) < bounded.MAX_STEPS_LISTED:
+        if len(self.recompile_steps) < MAX_STEPS_LISTED:
             self.recompile_steps.append(event.step or 0)
-
-    def _add_reasons(self, event: Compile, counted: int) -> None:
-        groups = self.reasons
-        changed = counted & RECOMPILE  # a refused compile (limit hit) changed nothing
-        for reason in event.reasons:
-            group = groups.get((reason.category, reason.subject))  # the common case, without a call
-            if group is None:
-                group = self._group(reason.category, reason.subject, reason.text)
-            group.failures += 1
-            if changed and reason.explains_change:
-                group.changes += 1
 
     def _add_omitted(self, omitted: dict[Category, int]) -> None:
         """Guard failures an event counted but did not list (past its per-event cap)."""
@@ -115,7 +118,7 @@ class FrameReport(FrameCounts, RankFigures):
         key = (category, subject)
         group = self.reasons.get(key)
         if group is None:
-            if len(self.reasons) >= bounded.MAX_GROUPS_PER_FRAME:
+            if len(self.reasons) >= MAX_GROUPS_PER_FRAME:
                 key = (category, "(other subjects)")
                 group = self.reasons.setdefault(key, ReasonGroup(*key))
             else:
@@ -136,14 +139,14 @@ class FrameReport(FrameCounts, RankFigures):
         self.compile_seconds += part.compile_seconds
         self.guard_failures.update(part.guard_failures)
         self.limit_hits.update(part.limit_hits)
-        bounded.extend(self.automatic_dynamic, part.automatic_dynamic, bounded.MAX_STEPS_LISTED)
+        bounded.extend(self.automatic_dynamic, part.automatic_dynamic, MAX_STEPS_LISTED)
         self.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
         for changed, text in part.changed_again.items():
-            if len(self.changed_again) < bounded.MAX_STEPS_LISTED:
+            if len(self.changed_again) < MAX_STEPS_LISTED:
                 self.changed_again.setdefault(changed, text)
-        bounded.extend(self.recompile_steps, part.recompile_steps, bounded.MAX_STEPS_LISTED)
+        bounded.extend(self.recompile_steps, part.recompile_steps, MAX_STEPS_LISTED)
         self.recompile_steps_total += part.recompile_steps_total
-        for key in bounded.new_keys(self.reasons, part.reasons, bounded.MAX_GROUPS_PER_FRAME):
+        for key in bounded.new_keys(self.reasons, part.reasons, MAX_GROUPS_PER_FRAME):
             self.reasons[key] = dataclasses.replace(part.reasons[key], changes=0, failures=0)  # the earliest example stays
         for key, group in part.reasons.items():
             self.reasons[key].changes += group.changes
@@ -161,8 +164,10 @@ class FrameFigures:
 
     frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)  # by frame key (events.Frame.key)
     frames_dropped: int = 0
-    # Compile seconds by phase: the frames' summed (events of dropped frames count in neither).
+    # The frames' figures summed (events of dropped frames count in neither): compile seconds by phase, and
+    # recompiles by the category of the reason that explains them.
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    categories: Counter[str] = dataclasses.field(default_factory=Counter)
     frame_cache: dict[Frame, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
 
     def frame_of(self, frame: Frame) -> FrameReport | None:
@@ -173,37 +178,41 @@ class FrameFigures:
         key = frame.key
         found = self.frames.get(key)
         if found is None:
-            if len(self.frames) >= bounded.MAX_FRAMES:
+            if len(self.frames) >= MAX_FRAMES:
                 self.frames_dropped += 1
                 return None
             found = self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, key)
-        if len(self.frame_cache) < 2 * bounded.MAX_FRAMES:  # one Frame and one view per frame, as a rule
+        if len(self.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
             self.frame_cache[frame] = found
         return found
 
     def finish_frames(self) -> None:
-        """The per-rank figures of every frame, as the fold kept them, in rank order; the phase totals."""
+        """The per-rank figures of every frame, as the fold kept them, in rank order; the frames' sums."""
         for frame in self.frames.values():
             frame.finish_ranks()
-        self.phases = self._phase_totals()
+        self._sum_frames()
 
     def merge_frames(self, part: FrameFigures) -> None:
         bounded.check(not part.frames_dropped)
-        for key in bounded.new_keys(self.frames, part.frames, bounded.MAX_FRAMES):
+        for key in bounded.new_keys(self.frames, part.frames, MAX_FRAMES):
             frame = part.frames[key]
             self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
         for key, frame in part.frames.items():
             self.frames[key].merge(frame)
         for frame in self.frames.values():
             frame.sort_ranks()
-        self.phases = self._phase_totals()
+        self._sum_frames()
 
-    def _phase_totals(self) -> dict[str, float]:
+    def _sum_frames(self) -> None:
         phases = dict.fromkeys(PHASES, 0.0)
+        categories: Counter[str] = Counter()
         for frame in self.frames.values():
             for phase, seconds in frame.phases.items():
                 phases[phase] += seconds
-        return phases
+            for group in frame.reasons.values():
+                if group.changes:
+                    categories[group.category] += group.changes
+        self.phases, self.categories = phases, categories
 
 
 __all__ = ["FrameFigures", "FrameReport", "ReasonGroup"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections import Counter, _count_elements  # type: ignore[attr-defined]  # Counter.update's counting loop
+from collections import Counter
 
 from recompprof._model.events import Compile, RecompileLimitHit
 
@@ -90,8 +90,8 @@ def fold_compile(counts: FrameCounts, event: Compile) -> int:
             counts.recompiles += 1
             if event.steady_state:
                 counts.steady_state_recompiles += 1
-    if event.reasons:  # Counter.update's own loop (C), without update's checks: folds of a million events
-        _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))
+    if event.reasons:
+        counts.guard_failures.update(map(_CATEGORY, event.reasons))
     if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)
     if found & COSTS:

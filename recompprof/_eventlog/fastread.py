@@ -5,8 +5,10 @@ most of what ``report``/``check``/``diff`` cost at a million events. Here msgspe
 validates a line in one C pass into a *view*: a frozen struct with exactly the fields, defaults,
 ``Literal`` choices and length bounds of its model, derived from the model at import (one schema,
 no copy to keep in step). A view has its model's attributes (``kind`` included) and properties, and no
-pydantic methods: the folds in ``recompprof._analysis.fold`` and ``recompprof._analysis.check`` dispatch on ``kind``
-and read fields, so they take views and models alike; ``eventlog.read_file`` still yields models.
+pydantic methods: the models are the one typed event protocol, and a view satisfies its model's. The
+folds (``recompprof._analysis.fold``, ``recompprof._analysis.completeness``) are typed on the models and
+dispatch on the event's type through one table per fold, :func:`by_type`, which files each view under its
+model's handler, so they take views and models alike; ``eventlog.read_file`` still yields models.
 
 msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
 so what it accepts pydantic accepts with the same values; anything it refuses goes through the

@@ -182,7 +182,8 @@ _TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type({Compile: _tall
                   SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other})
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class SessionFigures:
     """Ranks whose log cannot vouch for their whole session, in rank order: sessions that ended without
     ``session_end``, and sessions whose ``session_end`` counts events the log lacks."""

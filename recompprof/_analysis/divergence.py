@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.table import Table
@@ -52,7 +52,8 @@ _BY_RANK = ("compiles_by_rank", "guard_sets_by_rank", "recompiles_by_rank", "fir
             "first_limit_hit_step_by_rank")
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class RankFigures:
     """What one frame did on each rank: the figures this module compares (a part of each frame's report)."""
 
@@ -144,40 +145,42 @@ class RankFigures:
             self.first_limit_hit_step_by_rank.setdefault(rank, step)
 
 
-class RankedFrame(Protocol):
-    """What this module reads of a frame's report: its identity, totals and :class:`RankFigures`."""
+if TYPE_CHECKING:  # what this module reads of a report, as types only
 
-    @property
-    def label(self) -> str: ...
-    @property
-    def key(self) -> str: ...
-    @property
-    def compiles(self) -> int: ...
-    @property
-    def recompiles(self) -> int: ...
-    @property
-    def compiles_by_rank(self) -> Counter[int]: ...
-    @property
-    def recompiles_by_rank(self) -> Counter[int]: ...
-    @property
-    def recompile_steps_by_rank(self) -> dict[int, list[int]]: ...
-    @property
-    def categories_by_rank(self) -> dict[int, Counter[str]]: ...
-    @property
-    def category_first_step_by_rank(self) -> dict[int, dict[str, int]]: ...
-    @property
-    def limit_hits_by_rank(self) -> Counter[int]: ...
-    @property
-    def first_limit_hit_step_by_rank(self) -> dict[int, int]: ...
+    class RankedFrame(Protocol):
+        """What this module reads of a frame's report: its identity, totals and :class:`RankFigures`."""
+
+        @property
+        def label(self) -> str: ...
+        @property
+        def key(self) -> str: ...
+        @property
+        def compiles(self) -> int: ...
+        @property
+        def recompiles(self) -> int: ...
+        @property
+        def compiles_by_rank(self) -> Counter[int]: ...
+        @property
+        def recompiles_by_rank(self) -> Counter[int]: ...
+        @property
+        def recompile_steps_by_rank(self) -> dict[int, list[int]]: ...
+        @property
+        def categories_by_rank(self) -> dict[int, Counter[str]]: ...
+        @property
+        def category_first_step_by_rank(self) -> dict[int, dict[str, int]]: ...
+        @property
+        def limit_hits_by_rank(self) -> Counter[int]: ...
+        @property
+        def first_limit_hit_step_by_rank(self) -> dict[int, int]: ...
 
 
-class RankedReport(Protocol):
-    """What this module reads of a report: its ranks and frames."""
+    class RankedReport(Protocol):
+        """What this module reads of a report: its ranks and frames."""
 
-    @property
-    def ranks(self) -> set[int]: ...
-    @property
-    def frames(self) -> Mapping[str, RankedFrame]: ...
+        @property
+        def ranks(self) -> set[int]: ...
+        @property
+        def frames(self) -> Mapping[str, RankedFrame]: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,8 @@ from recompprof._model.causes import CauseTracker, explaining_reason
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart, SignalChange, short_path
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class RunFigures:
     """What the run's sessions say: runs, ranks, modes, settings, signals, wall time and internal errors."""
 
@@ -119,7 +120,8 @@ class BreakGroup:
         return short_path(self.location) if self.location else "-"
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class BreakFigures:
     """Graph breaks by reason, place and whether the frame ran eagerly (bounded)."""
 
@@ -158,7 +160,8 @@ class SecondsByName(dict[str, float]):
         return ranked if n is None else ranked[:n]
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class CompileFigures:
     """Run-wide figures of compile events: cudagraph skips, failure messages, compile caches and Dynamo
     trace time by function."""
@@ -234,7 +237,8 @@ class CauseReport:
         return 2 if self.warmup >= self.recompiles else 1
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class CauseFigures:
     """Recompiles and their compile seconds by cause (frame x category x subject), bounded."""
 

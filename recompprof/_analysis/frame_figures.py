@@ -158,7 +158,8 @@ class FrameReport(FrameCounts, RankFigures):
         self.merge_ranks(part)
 
 
-@dataclasses.dataclass(kw_only=True)
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
 class FrameFigures:
     """The report's frames, by key, bounded by ``MAX_FRAMES`` (later new frames are counted as dropped)."""
 

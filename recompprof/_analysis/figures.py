@@ -38,6 +38,7 @@ class RunFigures:
     profile_mechanisms: set[str] = dataclasses.field(default_factory=set)
     recompile_limit: int | None = None
     warmup_steps: int = 0
+    # Events read and the last step seen: build_report's loop counts them itself (every event, no call).
     events: int = 0
     last_step: int = 0
     wall_seconds: float = 0.0

@@ -130,6 +130,18 @@ def test_views_have_the_fields_defaults_and_properties_of_their_models() -> None
     assert frame.label == Frame(name="f", file="/a/b/c.py", line=7).label == "f (b/c.py:7)"
 
 
+def test_every_event_type_model_and_view_has_its_models_handler_in_the_folds() -> None:
+    """The folds dispatch on the event's type: each event model and its view are filed under the model's
+    handler (``fastread.by_type``), in the report's fold and in the session tally alike."""
+    from recompprof._analysis import completeness, fold
+
+    for table in (fold._HANDLERS, completeness._TALLY):
+        assert set(table) == {*fastread.EVENT_MODELS, *(fastread.VIEW_OF[m] for m in fastread.EVENT_MODELS)}
+        for model in fastread.EVENT_MODELS:
+            assert table[fastread.VIEW_OF[model]] is table[model]
+            assert fastread.VIEW_OF[model].__name__ == model.__name__ + "View"
+
+
 def test_recorded_run_reads_and_reports_the_same(recorded: RecordedRun) -> None:
     """On a real recorded run every line is a view, with the validated reader's values; report, check and diff agree."""
     files = run_files(recorded.run_dir)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof._analysis import fold as fold_module, report as report_module, workers
+from recompprof._analysis import bounded, divergence, figures as figures_module, frame_figures, workers
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
 from recompprof._analysis.report import Report
@@ -164,7 +164,7 @@ def test_a_bound_reached_declines_and_the_run_folds_in_one_process(bound, monkey
     """With a bound on distinct keys small enough that the parts reach it, the merge declines (the
     parts cannot say which keys one fold would have kept) and ``build_run_report`` folds the run in
     one process: the report is still exactly one fold's."""
-    for module in (report_module, fold_module):  # the bound as the fold and the merge read it
+    for module in (bounded, figures_module, frame_figures, divergence):  # the bound as the fold and the merge read it
         if hasattr(module, bound):
             monkeypatch.setattr(module, bound, 2)
     rng = random.Random(3)

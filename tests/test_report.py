@@ -286,3 +286,30 @@ def test_text_report_prints_reason_text_verbatim_and_bounds_each_frame() -> None
     long_report = render_text(build_report([events[0], *[e for e in events if e.reasons and e.reasons[0].text.startswith("Z")]]), width=200)
     long_why = long_report[long_report.index("Why they recompiled"):long_report.index("Compile time by phase")]
     assert long_why.count("Z") == 157 and "..." in long_why
+
+
+def _imports(module: str) -> set[str]:
+    """Every module ``module``'s source imports, at any level (in functions and TYPE_CHECKING blocks too)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None:
+    """Imports run one way: the report model and its figure families reach no renderer (``str(report)``
+    draws with the renderer its caller gave), and divergence, whose per-rank state the model holds,
+    imports no report."""
+    renderers = {"recompprof._analysis.text", "recompprof._analysis.html_report"}
+    for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
+        assert not _imports(f"recompprof._analysis.{module}") & renderers, module
+    assert not {m for m in _imports("recompprof._analysis.divergence") if m.startswith("recompprof._analysis.report")}

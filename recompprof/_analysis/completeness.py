@@ -25,10 +25,22 @@ figures through :meth:`SessionFold.tally`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+from recompprof._analysis import bounded
+from recompprof._eventlog.fastread import by_type
 from recompprof._eventlog.writer import DROPPED as WRITER_DROPPED  # events the writer could not write
 from recompprof._model.counting import COUNTED, LIMIT_HIT, RECOMPILE, verdict
+from recompprof._model.events import (
+    Compile,
+    Event,
+    GraphBreak,
+    RecompileLimitHit,
+    SessionEnd,
+    SessionStart,
+    SignalChange,
+)
 
 # session_end totals -> what they count, as the report says it.
 _COUNTS = (("compiles", "compile(s)"), ("recompiles", "recompile(s)"), ("graph_breaks", "graph break(s)"),
@@ -111,17 +123,15 @@ class SessionFold:
             gap = self.gaps.get(rank)
             self.gaps[rank] = LogGap((gap.sessions if gap else 0) + 1, missing)
 
-    def tally(self, event: Any) -> None:
-        """Count an event the figures leave out (``check --after-step``) in its session."""
+    def session_of(self, event: Any) -> _Session:
+        """The open session of ``event``'s rank (one opened by it, if none), with ``event`` its latest."""
         session = self.open.get(event.rank) or self.unstarted(event)
         session.last = event
-        kind = event.kind
-        if kind == "compile":
-            session.verdicts[verdict(event)] += 1
-        elif kind == "graph_break":
-            session.graph_breaks += event.count
-        elif kind == "recompile_limit_hit":
-            session.limit_hits += 1
+        return session
+
+    def tally(self, event: Event) -> None:
+        """Count an event the figures leave out (``check --after-step``) in its session."""
+        _TALLY[type(event)](self, event)
 
     def finish(self) -> set[int]:
         """Give a verdict on each session still open; returns the ranks that had one open."""
@@ -150,6 +160,59 @@ def _missing(session: _Session, totals: dict[str, float], dropped: int) -> str:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _tally_compile(fold: SessionFold, event: Compile) -> None:
+    fold.session_of(event).verdicts[verdict(event)] += 1
+
+
+def _tally_break(fold: SessionFold, event: GraphBreak) -> None:
+    fold.session_of(event).graph_breaks += event.count
+
+
+def _tally_limit_hit(fold: SessionFold, event: RecompileLimitHit) -> None:
+    fold.session_of(event).limit_hits += 1
+
+
+def _tally_other(fold: SessionFold, event: Event) -> None:
+    fold.session_of(event)
+
+
+_TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type({Compile: _tally_compile, GraphBreak: _tally_break, RecompileLimitHit: _tally_limit_hit,
+                  SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other})
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class SessionFigures:
+    """Ranks whose log cannot vouch for their whole session, in rank order: sessions that ended without
+    ``session_end``, and sessions whose ``session_end`` counts events the log lacks."""
+
+    incomplete: dict[int, Incomplete] = dataclasses.field(default_factory=dict)
+    log_gaps: dict[int, LogGap] = dataclasses.field(default_factory=dict)
+    # What merging needs: ranks with a session open at the end of the fold, and ranks whose first
+    # event here is not a session_start (it may continue an earlier part's session).
+    sessions_open: set[int] = dataclasses.field(default_factory=set, repr=False)
+    sessions_unopened: set[int] = dataclasses.field(default_factory=set, repr=False)
+    session_fold: SessionFold = dataclasses.field(default_factory=SessionFold, repr=False, metadata={"fold_state": True})
+
+    def finish_sessions(self) -> None:
+        """The verdicts, once every event is folded (sessions still open ended without ``session_end``)."""
+        sessions = self.session_fold
+        self.sessions_open = sessions.finish()
+        self.sessions_unopened = set(sessions.unopened)
+        self.incomplete = dict(sorted(sessions.incomplete.items()))
+        self.log_gaps = dict(sorted(sessions.gaps.items()))
+
+    def merge_sessions(self, part: SessionFigures, started: set[int], touched: set[int]) -> None:
+        """``started``: ranks with a ``session_start`` before ``part``; ``touched``: every rank with an event in it."""
+        bounded.check(not part.sessions_unopened & self.sessions_open)  # later events of an earlier part's session
+        merge_verdicts(self.incomplete, part.incomplete)
+        merge_verdicts(self.log_gaps, part.log_gaps)
+        self.sessions_unopened |= part.sessions_unopened - started - self.sessions_unopened
+        self.sessions_open = (self.sessions_open - touched) | part.sessions_open
+        self.incomplete = dict(sorted(self.incomplete.items()))
+        self.log_gaps = dict(sorted(self.log_gaps.items()))
 
 
 def merge_verdicts(into: dict[int, Any], part: dict[int, Any]) -> None:

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
-from recompprof._analysis import plaintext
-
-if TYPE_CHECKING:  # types only: reporting imports this module, never the other way at run time
-    from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis import bounded, plaintext
+from recompprof._analysis.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
+from recompprof._model.events import Compile
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
 MAX_RANK_COLUMNS = 8
@@ -30,6 +29,158 @@ MAX_MATRIX_FRAMES = 20
 MAX_LISTED_RANKS = 16
 
 ASPECTS = ("recompiles", "limit hits", "reason categories")
+
+
+class RankFold:
+    """A frame's compiles on one rank while the fold runs: attributes, not a lookup per figure in the
+    per-rank dicts, which :meth:`RankFigures.finish_ranks` fills from it."""
+
+    __slots__ = ("category_first_step", "categories", "compiles", "first_recompile_step", "guard_sets", "recompiles", "steps")
+
+    def __init__(self) -> None:
+        self.compiles = 0
+        self.recompiles = 0
+        self.first_recompile_step: int | None = None
+        self.steps: list[int] = []
+        self.guard_sets: set[str] | None = None
+        self.categories: dict[str, int] = {}
+        self.category_first_step: dict[str, int] = {}
+
+
+_BY_RANK = ("compiles_by_rank", "guard_sets_by_rank", "recompiles_by_rank", "first_recompile_step_by_rank",
+            "recompile_steps_by_rank", "categories_by_rank", "category_first_step_by_rank", "limit_hits_by_rank",
+            "first_limit_hit_step_by_rank")
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class RankFigures:
+    """What one frame did on each rank: the figures this module compares (a part of each frame's report)."""
+
+    compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
+    recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Steps bounded by MAX_STEPS_LISTED per rank.
+    recompile_steps_by_rank: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    categories_by_rank: dict[int, Counter[str]] = dataclasses.field(default_factory=dict)
+    category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
+    limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
+    first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
+    rank_folds: dict[int, RankFold] = dataclasses.field(default_factory=dict, repr=False, compare=False,
+                                                        metadata={"fold_state": True})
+
+    def add_rank_compile(self, event: Compile, explained: list[str] | None) -> None:
+        """Fold a counted compile (a report folded with detail); ``explained``: the categories of its
+        reasons that explain a recompile."""
+        fold = self.rank_folds.get(event.rank)
+        if fold is None:
+            fold = self.rank_folds[event.rank] = RankFold()
+        fold.compiles += 1
+        if event.guard_set is not None:
+            if fold.guard_sets is None:
+                fold.guard_sets = set()
+            if len(fold.guard_sets) < MAX_GUARD_SETS:
+                fold.guard_sets.add(event.guard_set)
+        if not event.is_recompile:
+            return
+        step = event.step or 0
+        fold.recompiles += 1
+        if fold.first_recompile_step is None:
+            fold.first_recompile_step = step
+        if len(fold.steps) < MAX_STEPS_LISTED:
+            fold.steps.append(step)
+        for category in explained or ():  # what the rank's recompiles were explained by, and from which step
+            fold.categories[category] = fold.categories.get(category, 0) + 1
+            fold.category_first_step.setdefault(category, step)
+
+    def add_rank_limit_hit(self, rank: int, step: int) -> None:
+        self.limit_hits_by_rank[rank] += 1
+        self.first_limit_hit_step_by_rank.setdefault(rank, step)
+
+    def finish_ranks(self) -> None:
+        """Fill the per-rank figures from the fold's per-rank state (ranks in order)."""
+        for rank in sorted(self.rank_folds):
+            fold = self.rank_folds[rank]
+            self.compiles_by_rank[rank] += fold.compiles
+            if fold.guard_sets is not None:
+                self.guard_sets_by_rank[rank] = fold.guard_sets
+            if fold.recompiles:
+                self.recompiles_by_rank[rank] += fold.recompiles
+                self.first_recompile_step_by_rank[rank] = fold.first_recompile_step or 0
+                self.recompile_steps_by_rank[rank] = fold.steps
+            if fold.categories:
+                self.categories_by_rank[rank] = Counter(fold.categories)
+                self.category_first_step_by_rank[rank] = fold.category_first_step
+        self.rank_folds = {}
+        self.sort_ranks()
+
+    def sort_ranks(self) -> None:
+        """Each per-rank dict in rank order (so a report does not depend on which rank came first)."""
+        for field in _BY_RANK:
+            by_rank = getattr(self, field)
+            if len(by_rank) > 1:
+                setattr(self, field, type(by_rank)(dict(sorted(by_rank.items()))))  # a Counter takes a mapping
+
+    def merge_ranks(self, part: RankFigures) -> None:
+        """Add the per-rank figures of the same frame folded from later events."""
+        self.compiles_by_rank.update(part.compiles_by_rank)
+        for rank, sets in part.guard_sets_by_rank.items():
+            seen = self.guard_sets_by_rank.setdefault(rank, set())
+            bounded.check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
+            seen |= sets
+        self.recompiles_by_rank.update(part.recompiles_by_rank)
+        for rank, step in part.first_recompile_step_by_rank.items():
+            self.first_recompile_step_by_rank.setdefault(rank, step)
+        for rank, steps in part.recompile_steps_by_rank.items():
+            bounded.extend(self.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED)
+        for rank, categories in part.categories_by_rank.items():
+            self.categories_by_rank.setdefault(rank, Counter()).update(categories)
+        for rank, firsts in part.category_first_step_by_rank.items():
+            known = self.category_first_step_by_rank.setdefault(rank, {})
+            for category, step in firsts.items():
+                known.setdefault(category, step)
+        self.limit_hits_by_rank.update(part.limit_hits_by_rank)
+        for rank, step in part.first_limit_hit_step_by_rank.items():
+            self.first_limit_hit_step_by_rank.setdefault(rank, step)
+
+
+if TYPE_CHECKING:  # what this module reads of a report, as types only
+
+    class RankedFrame(Protocol):
+        """What this module reads of a frame's report: its identity, totals and :class:`RankFigures`."""
+
+        @property
+        def label(self) -> str: ...
+        @property
+        def key(self) -> str: ...
+        @property
+        def compiles(self) -> int: ...
+        @property
+        def recompiles(self) -> int: ...
+        @property
+        def compiles_by_rank(self) -> Counter[int]: ...
+        @property
+        def recompiles_by_rank(self) -> Counter[int]: ...
+        @property
+        def recompile_steps_by_rank(self) -> dict[int, list[int]]: ...
+        @property
+        def categories_by_rank(self) -> dict[int, Counter[str]]: ...
+        @property
+        def category_first_step_by_rank(self) -> dict[int, dict[str, int]]: ...
+        @property
+        def limit_hits_by_rank(self) -> Counter[int]: ...
+        @property
+        def first_limit_hit_step_by_rank(self) -> dict[int, int]: ...
+
+
+    class RankedReport(Protocol):
+        """What this module reads of a report: its ranks and frames."""
+
+        @property
+        def ranks(self) -> set[int]: ...
+        @property
+        def frames(self) -> Mapping[str, RankedFrame]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +208,7 @@ class RankCell:
 class Divergence:
     """One frame whose behaviour differs across ranks."""
 
-    frame: FrameReport
+    frame: RankedFrame
     ranks: list[int]  # the odd ranks out
     baseline_ranks: list[int]  # the ranks that behaved like the majority
     baseline: RankCell
@@ -71,7 +222,7 @@ class Divergence:
                 f"{_rank_list(self.baseline_ranks)})")
 
 
-def all_ranks(report: Report) -> list[int]:
+def all_ranks(report: RankedReport) -> list[int]:
     """Ranks that started a session or recorded a compile in ``report``."""
     ranks = set(report.ranks)
     for frame in report.frames.values():
@@ -80,7 +231,7 @@ def all_ranks(report: Report) -> list[int]:
     return sorted(ranks)
 
 
-def cell(frame: FrameReport, rank: int) -> RankCell:
+def cell(frame: RankedFrame, rank: int) -> RankCell:
     """The cell of ``frame`` on ``rank`` (zeros when the rank never compiled it)."""
     return RankCell(
         compiles=frame.compiles_by_rank.get(rank, 0),
@@ -90,8 +241,8 @@ def cell(frame: FrameReport, rank: int) -> RankCell:
     )
 
 
-def find(report: Report) -> list[Divergence]:
-    """Diverging frames of ``report`` (fold events with ``reporting.build_report`` first), most recompiles first."""
+def find(report: RankedReport) -> list[Divergence]:
+    """Diverging frames of ``report`` (fold events with ``recompprof._analysis.fold.build_report`` first), most recompiles first."""
     ranks = all_ranks(report)
     if len(ranks) < 2:
         return []
@@ -99,7 +250,7 @@ def find(report: Report) -> list[Divergence]:
     return sorted(found, key=lambda d: (-sum(c.recompiles + c.limit_hits for c in d.cells.values()), d.frame.label))
 
 
-def _diverges(frame: FrameReport, ranks: Sequence[int]) -> Divergence | None:
+def _diverges(frame: RankedFrame, ranks: Sequence[int]) -> Divergence | None:
     cells = {r: cell(frame, r) for r in ranks}
     behaviours = Counter(c.behaviour for c in cells.values())
     if len(behaviours) < 2:
@@ -115,7 +266,7 @@ def _diverges(frame: FrameReport, ranks: Sequence[int]) -> Divergence | None:
                       {r: _first_divergent_step(frame, r, baseline_ranks[0]) for r in odd}, cells)
 
 
-def _first_divergent_step(frame: FrameReport, rank: int, baseline_rank: int) -> int | None:
+def _first_divergent_step(frame: RankedFrame, rank: int, baseline_rank: int) -> int | None:
     """The earliest step at which ``rank`` did something the baseline rank did not do."""
     candidates: list[int] = []
     mine, theirs = Counter(frame.recompile_steps_by_rank.get(rank, [])), Counter(frame.recompile_steps_by_rank.get(baseline_rank, []))
@@ -167,7 +318,7 @@ def _categories(c: RankCell) -> str:
     return ", ".join(sorted(c.categories)) or "-"
 
 
-def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
+def _matrix(report: RankedReport, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
     frames = sorted(report.frames.values(),
                     key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label))[:MAX_MATRIX_FRAMES]
     table = Table(title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
@@ -205,7 +356,7 @@ def _diverging_table(found: list[Divergence]) -> Table:
     return table
 
 
-def print_divergence(console: Console, report: Report) -> None:
+def print_divergence(console: Console, report: RankedReport) -> None:
     """Print the per-rank matrix and the diverging section on ``console`` (nothing for a one-rank report)."""
     ranks = all_ranks(report)
     if len(ranks) < 2 or not report.frames:
@@ -224,7 +375,7 @@ def print_divergence(console: Console, report: Report) -> None:
     console.print(_diverging_table(found))
 
 
-def render_divergence(report: Report, width: int = 160) -> str:
+def render_divergence(report: RankedReport, width: int = 160) -> str:
     """The divergence section as plain text (empty for a one-rank report)."""
     console, out = plaintext.console(width)
     print_divergence(console, report)

@@ -271,6 +271,7 @@ class Session:
     def report(self) -> Report:
         """The report of this session, streamed from its event log (or its recent events if it has none)."""
         from recompprof._analysis.fold import build_report
+        from recompprof._analysis.text import render_text
         from recompprof._eventlog.reader import read_file
 
         events: Iterable[Event]
@@ -278,7 +279,9 @@ class Session:
             events = read_file(self.event_log_path)
         else:
             events = self.recent_events()
-        return build_report(events)
+        report = build_report(events)
+        report.renderer = render_text  # print(recompprof.report()) draws the terminal report
+        return report
 
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:

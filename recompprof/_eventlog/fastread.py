@@ -5,8 +5,10 @@ most of what ``report``/``check``/``diff`` cost at a million events. Here msgspe
 validates a line in one C pass into a *view*: a frozen struct with exactly the fields, defaults,
 ``Literal`` choices and length bounds of its model, derived from the model at import (one schema,
 no copy to keep in step). A view has its model's attributes (``kind`` included) and properties, and no
-pydantic methods: the folds in ``recompprof._analysis.fold`` and ``recompprof._analysis.check`` dispatch on ``kind``
-and read fields, so they take views and models alike; ``eventlog.read_file`` still yields models.
+pydantic methods: the models are the one typed event protocol, and a view satisfies its model's. The
+folds (``recompprof._analysis.fold``, ``recompprof._analysis.completeness``) are typed on the models and
+dispatch on the event's type through one table per fold, :func:`by_type`, which files each view under its
+model's handler, so they take views and models alike; ``eventlog.read_file`` still yields models.
 
 msgspec is stricter than pydantic's lax mode (no ``"1"`` for an int, no ``1.0`` for an int, no NaN),
 so what it accepts pydantic accepts with the same values; anything it refuses goes through the
@@ -23,7 +25,8 @@ import, so the two cannot drift apart silently.
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from annotated_types import MaxLen
 
@@ -122,5 +125,19 @@ def _views() -> tuple[type, ...]:
 
 
 VIEWS = _views()
+VIEW_OF: dict[type, type] = dict(zip((events.Frame, events.Reason, *EVENT_MODELS), VIEWS, strict=False))  # model -> its view
+
+H = TypeVar("H")
+
+
+def by_type(handlers: Mapping[type[events._Event], H]) -> dict[type, H]:
+    """``handlers`` by event model, each model's view under its model's handler: a table to dispatch on
+    ``type(event)`` (one dict lookup), for models and views alike. A view has its model's fields and
+    properties, so a handler typed on the model reads either."""
+    table: dict[type, H] = dict(handlers)
+    for model, handler in handlers.items():
+        if model in VIEW_OF:
+            table[VIEW_OF[model]] = handler
+    return table
 # Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
 DECODER = msgspec.json.Decoder(Union[VIEWS[2:]]) if msgspec is not None else None  # noqa: UP007

@@ -56,11 +56,11 @@ class FrameTotals(FrameCounts):
     label: str
     cache_entries: int = 0
     # Seconds of recompiles (and their backward) by the category of the reason that explains them.
-    recompile_seconds: Counter[str] = dataclasses.field(default_factory=Counter)
+    recompile_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def copy(self) -> FrameTotals:
         return dataclasses.replace(self, guard_failures=Counter(self.guard_failures), limit_hits=Counter(self.limit_hits),
-                                   recompile_seconds=Counter(self.recompile_seconds))
+                                   recompile_seconds=dict(self.recompile_seconds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +180,8 @@ class Aggregates:
         cause = self.causes.cause_of(event, counted)
         if cause is not None:
             # The cause's frame is the forward's; a backward of an unknown frame still lands on it.
-            self._totals(cause.frame).recompile_seconds[cause.category] += event.duration  # type: ignore[assignment]  # float seconds in a Counter
+            by_category = self._totals(cause.frame).recompile_seconds
+            by_category[cause.category] = by_category.get(cause.category, 0.0) + event.duration
         for cache, results in event.cache_lookups.items():
             for result, count in results.items():
                 self.cache_lookups[(cache, result)] += count

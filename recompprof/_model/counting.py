@@ -10,9 +10,11 @@ its ``RecompileLimitHit`` event. A lazily compiled backward is not a compile of 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import operator
-from collections import Counter, _count_elements  # type: ignore[attr-defined]  # Counter.update's counting loop
+from collections import Counter
+from collections.abc import Callable, Iterable
 
 from recompprof._model.events import Compile, RecompileLimitHit
 
@@ -77,6 +79,10 @@ class FrameCounts:
 
 
 _CATEGORY = operator.attrgetter("category")
+# Counter.update's own counting loop (C), without update's Mapping check. Measured on the 262,196 reasons
+# of 58,347 compile events (bench_scale, 2 ranks x 50,000 events): 36 ms against 50 ms with Counter.update,
+# about 1.3 % of the report command's CPU time. CPython-private: where it is missing, Counter.update.
+_count_elements: Callable[[Counter[str], Iterable[str]], None] = getattr(collections, "_count_elements", Counter.update)
 
 
 def fold_compile(counts: FrameCounts, event: Compile) -> int:
@@ -90,7 +96,7 @@ def fold_compile(counts: FrameCounts, event: Compile) -> int:
             counts.recompiles += 1
             if event.steady_state:
                 counts.steady_state_recompiles += 1
-    if event.reasons:  # Counter.update's own loop (C), without update's checks: folds of a million events
+    if event.reasons:
         _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))
     if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)

@@ -7,7 +7,7 @@ removing or changing the meaning of one needs a new ``SCHEMA_VERSION``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -39,19 +39,19 @@ Category = Literal[
     "invalidated",
     "other",
 ]
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+CATEGORIES: tuple[str, ...] = get_args(Category)
 
 Phase = Literal["dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"]
-PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+PHASES: tuple[str, ...] = get_args(Phase)
 
 Outcome = Literal["ok", "failed", "limit_hit"]
 # Compile caches torch reports per compile in CompilationMetrics, and what a lookup did.
 CacheName = Literal["fx_graph", "aot_autograd"]
-CACHES: tuple[str, ...] = CacheName.__args__  # type: ignore[attr-defined]
+CACHES: tuple[str, ...] = get_args(CacheName)
 CacheResult = Literal["hit", "miss", "bypass"]
-CACHE_RESULTS: tuple[str, ...] = CacheResult.__args__  # type: ignore[attr-defined]
+CACHE_RESULTS: tuple[str, ...] = get_args(CacheResult)
 LimitName = Literal["recompile_limit", "accumulated_recompile_limit"]
-LIMITS: tuple[str, ...] = LimitName.__args__  # type: ignore[attr-defined]
+LIMITS: tuple[str, ...] = get_args(LimitName)
 
 # Bounds on free text so one pathological reason cannot bloat memory, the log or a span.
 MAX_TEXT = 4096

@@ -1,0 +1,311 @@
+"""The report's run-wide figure families, each a fold state with its ``add`` and ``merge`` side by side.
+
+A family is a dataclass mixin of :class:`~recompprof._analysis.report.Report`: its fields are report
+figures, its ``add_*`` methods fold events into them (called by :func:`recompprof._analysis.fold.build_report`)
+and its ``merge_*`` method adds the same figures of a part folded from later events (called by
+:func:`recompprof._analysis.merging.merge`), so one fold and a merge of parts are the same rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from recompprof._analysis import bounded
+from recompprof._analysis.bounded import (
+    CAPTURE_SIGNALS,
+    MAX_BREAK_GROUPS,
+    MAX_BREAK_HINTS,
+    MAX_CAUSES,
+    MAX_FUNCTIONS,
+    MAX_LISTED,
+    MAX_STEPS_LISTED,
+    OTHER_BREAKS,
+)
+from recompprof._analysis.frame_figures import FrameReport
+from recompprof._model.causes import CauseTracker, explaining_reason
+from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart, SignalChange, short_path
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class RunFigures:
+    """What the run's sessions say: runs, ranks, modes, settings, signals, wall time and internal errors."""
+
+    runs: list[str] = dataclasses.field(default_factory=list)
+    ranks: set[int] = dataclasses.field(default_factory=set)
+    modes: set[str] = dataclasses.field(default_factory=set)
+    profile_mechanisms: set[str] = dataclasses.field(default_factory=set)
+    recompile_limit: int | None = None
+    warmup_steps: int = 0
+    # Events read and the last step seen: build_report's loop counts them itself (every event, no call).
+    events: int = 0
+    last_step: int = 0
+    wall_seconds: float = 0.0
+    internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    # Capture signals that were off from the start or went dark mid-run, with why: the counts miss them.
+    signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Read from TORCH_TRACE logs (recompprof ingest): no mode and no warm-up setting were recorded, and training
+    # steps only for forward compiles of a run recompprof was attached to (steps_from_trace).
+    from_torch_trace: bool = False
+    steps_from_trace: bool = False
+    # What merging needs: each signal's last why from a session end.
+    signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+
+    def add_session_start(self, event: SessionStart) -> None:
+        self.ranks.add(event.rank)
+        if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
+            self.from_torch_trace = True
+            self.steps_from_trace = self.steps_from_trace or bool(event.signals.get("step_in_trace"))
+        else:
+            self.modes.add(event.mode)
+        if event.profile_mechanism:
+            self.profile_mechanisms.add(event.profile_mechanism)
+        self.recompile_limit = event.recompile_limit
+        self.warmup_steps = event.warmup_steps
+        if event.run_id not in self.runs and len(self.runs) < MAX_LISTED:
+            self.runs.append(event.run_id)
+        for name in CAPTURE_SIGNALS:
+            if event.signals.get(name) is False:
+                self.signals_dark.setdefault(name, "off from the start")
+
+    def add_signal(self, event: SignalChange) -> None:
+        if not event.live:
+            self.signals_dark.setdefault(event.signal, event.reason or "went dark")
+
+    def add_session_end(self, event: SessionEnd) -> None:
+        for name in self.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
+            self.signals_dark[name] = event.signals_off[name]
+        self.signals_off_last.update(event.signals_off)
+        self.wall_seconds = max(self.wall_seconds, event.totals.get("wall_seconds", 0.0))
+        self.internal_errors.update(event.internal_errors)
+
+    def merge_run(self, part: RunFigures) -> None:
+        for run in part.runs:
+            if run not in self.runs and len(self.runs) < MAX_LISTED:
+                self.runs.append(run)
+        if part.ranks:  # it read a session start: the last one's settings stand
+            self.recompile_limit, self.warmup_steps = part.recompile_limit, part.warmup_steps
+        self.ranks |= part.ranks
+        self.modes |= part.modes
+        self.profile_mechanisms |= part.profile_mechanisms
+        self.from_torch_trace = self.from_torch_trace or part.from_torch_trace
+        self.steps_from_trace = self.steps_from_trace or part.steps_from_trace
+        # A signal dark in both: every later session end that names it has the last word; new ones as the part saw them.
+        for name in self.signals_dark:
+            if name in part.signals_off_last:
+                self.signals_dark[name] = part.signals_off_last[name]
+        for name, why in part.signals_dark.items():
+            self.signals_dark.setdefault(name, why)
+        self.signals_off_last.update(part.signals_off_last)
+        self.events += part.events
+        self.last_step = max(self.last_step, part.last_step)
+        self.wall_seconds = max(self.wall_seconds, part.wall_seconds)
+        self.internal_errors.update(part.internal_errors)
+
+
+@dataclasses.dataclass
+class BreakGroup:
+    """Graph breaks with one reason at one place of the user's code."""
+
+    reason: str  # torch's graph-break type
+    location: str  # the user's file:line ("" where torch gave none)
+    skipped_frame: bool  # torch could not resume after the break: the whole frame ran eagerly
+    count: int = 0
+    frame: str = ""  # label of the first frame seen breaking here
+    hints: list[str] = dataclasses.field(default_factory=list)  # torch's, bounded
+
+    @property
+    def where(self) -> str:
+        """The location with its file shortened to the last two path parts, as frame labels have it."""
+        return short_path(self.location) if self.location else "-"
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class BreakFigures:
+    """Graph breaks by reason, place and whether the frame ran eagerly (bounded)."""
+
+    graph_break_groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(default_factory=dict)
+
+    def add_graph_break(self, event: GraphBreak, label: str) -> None:
+        """Count a break in its group, new groups past MAX_BREAK_GROUPS in one for the rest."""
+        reason = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
+        key = (reason, event.user_location or "", event.skipped_frame)
+        groups = self.graph_break_groups
+        group = groups.get(key)
+        if group is None:
+            if len(groups) >= MAX_BREAK_GROUPS:
+                group = groups.setdefault(OTHER_BREAKS, BreakGroup(*OTHER_BREAKS))
+            else:
+                hints = [h[:300] for h in event.hints[: MAX_BREAK_HINTS]]
+                group = groups[key] = BreakGroup(*key, frame=label, hints=hints)
+        group.count += event.count
+
+    def ranked_breaks(self) -> list[BreakGroup]:
+        """Graph-break groups, most breaks first (frames that ran eagerly first among equals)."""
+        return sorted(self.graph_break_groups.values(), key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location))
+
+    def merge_breaks(self, part: BreakFigures) -> None:
+        for key in bounded.new_keys(self.graph_break_groups, part.graph_break_groups, MAX_BREAK_GROUPS):
+            self.graph_break_groups[key] = dataclasses.replace(part.graph_break_groups[key], count=0)
+        for key, group in part.graph_break_groups.items():
+            self.graph_break_groups[key].count += group.count
+
+
+class SecondsByName(dict[str, float]):
+    """Seconds by name, read most first (what ``Counter.most_common`` gives, for float values)."""
+
+    def most_common(self, n: int | None = None) -> list[tuple[str, float]]:
+        ranked = sorted(self.items(), key=lambda item: -item[1])  # stable: ties in insertion order, as Counter's
+        return ranked if n is None else ranked[:n]
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class CompileFigures:
+    """Run-wide figures of compile events: cudagraph skips, failure messages, compile caches and Dynamo
+    trace time by function."""
+
+    cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (frame, reason)
+    failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
+    cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
+    cache_seconds_saved: float = 0.0
+    trace_seconds_by_function: SecondsByName = dataclasses.field(default_factory=SecondsByName)
+
+    def add_compile_figures(self, event: Compile, label: str) -> None:
+        """Fold a compile of a kept frame (``label``)."""
+        if event.cudagraph_skip is not None:
+            key = (label, event.cudagraph_skip)
+            if key in self.cudagraph_skips or len(self.cudagraph_skips) < MAX_LISTED:
+                self.cudagraph_skips[key] += 1
+        if event.outcome == "failed" and len(self.failure_messages) < MAX_LISTED:
+            message = (event.fail_reason or "").strip().splitlines()
+            self.failure_messages.append((label, event.fail_type or "unknown", message[0][:200] if message else ""))
+        if event.cache_lookups:
+            for cache, results in event.cache_lookups.items():
+                for result, count in results.items():
+                    self.cache_lookups[(cache, result)] += count
+        self.cache_seconds_saved += event.cache_seconds_saved or 0.0
+        if event.trace_seconds_by_function:
+            by_function = self.trace_seconds_by_function
+            for function, seconds in event.trace_seconds_by_function.items():
+                if function in by_function or len(by_function) < MAX_FUNCTIONS:
+                    by_function[function] = by_function.get(function, 0.0) + seconds
+
+    def merge_compile_figures(self, part: CompileFigures) -> None:
+        for key in bounded.new_keys(self.cudagraph_skips, part.cudagraph_skips, MAX_LISTED):
+            self.cudagraph_skips[key] = 0
+        self.cudagraph_skips.update(part.cudagraph_skips)
+        bounded.extend(self.failure_messages, part.failure_messages, MAX_LISTED)
+        self.cache_lookups.update(part.cache_lookups)
+        self.cache_seconds_saved += part.cache_seconds_saved
+        for key in bounded.new_keys(self.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS):
+            self.trace_seconds_by_function[key] = 0.0
+        for key, seconds in part.trace_seconds_by_function.items():
+            self.trace_seconds_by_function[key] += seconds
+
+
+@dataclasses.dataclass
+class CauseReport:
+    """Recompiles one cause (frame x category x subject) explains, and the compile seconds they cost."""
+
+    frame: str
+    category: str
+    subject: str
+    recompiles: int = 0
+    seconds: float = 0.0  # recompiles and their backward compiles, all phases
+    steps: list[int] = dataclasses.field(default_factory=list)
+    steps_total: int = 0
+    example: str = ""  # a reason text
+    call_site: list[str] = dataclasses.field(default_factory=list)  # innermost last
+    steady_state: int = 0  # of its recompiles, those counted as steady state
+    warmup: int = 0  # of its recompiles, automatic dynamic warming up (one-time)
+    made_dynamic: str = ""  # what torch made dynamic with the first of those ("dim 0 of L['x']")
+    frame_key: str = ""  # the frame's identity (``frame`` is its label): causes are keyed by it
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The cause's identity (its key in ``Report.causes``): frame key, category, subject."""
+        return (self.frame_key or self.frame, self.category, self.subject)
+
+    @property
+    def tier(self) -> int:
+        """Where it ranks in "fix these first": 0 it recompiled in steady state, 1 only in declared warm-up
+        (before ``warmup_steps``, or steps unknown), 2 only as automatic dynamic warming up (fixed itself)."""
+        if self.steady_state:
+            return 0
+        return 2 if self.warmup >= self.recompiles else 1
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class CauseFigures:
+    """Recompiles and their compile seconds by cause (frame x category x subject), bounded."""
+
+    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)  # (frame key, category, subject)
+    # What only the fold needs: each forward's cause, for its backward.
+    tracker: CauseTracker = dataclasses.field(default_factory=CauseTracker, repr=False, metadata={"fold_state": True})
+    # What merging needs: the ranks of backward compiles whose forward this report never saw.
+    orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
+
+    def add_cost(self, event: Compile, frame: FrameReport, counted: int, known: dict[Frame, FrameReport]) -> None:
+        """Charge a compile that cost seconds (verdict ``counted``) of ``frame`` to its cause, if it has one.
+        ``known``: the report's frames by event frame, for a backward's forward."""
+        found = self.tracker.cause_of(event, counted)
+        if found is None:
+            if event.backward and not self.tracker.remembers(event):  # its forward is in no event folded here
+                self.orphan_backward_ranks.add(event.rank)
+            return
+        cause_frame, category, subject = found
+        label, frame_key = frame.label, frame.key
+        if event.backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
+            forward = known.get(cause_frame)
+            label, frame_key = (forward.label, forward.key) if forward is not None else (cause_frame.label, cause_frame.key)
+        cause = self.causes.get((frame_key, category, subject))
+        if cause is None:
+            cause = self._new_cause(label, frame_key, category, subject)
+        cause.seconds += event.duration
+        if event.backward:
+            return
+        cause.recompiles += 1
+        cause.steps_total += 1
+        if event.steady_state:
+            cause.steady_state += 1
+        if event.automatic_dynamic is not None:
+            cause.warmup += 1
+            cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
+        if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
+            cause.steps.append(event.step)
+        if not cause.example:
+            reason = explaining_reason(event.reasons)
+            cause.example = reason.text[:300] if reason is not None else ""
+        if not cause.call_site and event.call_site:
+            cause.call_site = list(event.call_site[-5:])
+
+    def _new_cause(self, label: str, frame_key: str, category: str, subject: str) -> CauseReport:
+        """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""
+        if len(self.causes) >= MAX_CAUSES:
+            key = (frame_key, category, "(other subjects)")
+            return self.causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
+        cause = self.causes[(frame_key, category, subject)] = CauseReport(label, category, subject, frame_key=frame_key)
+        return cause
+
+    def merge_causes(self, part: CauseFigures, earlier_ranks: set[int]) -> None:
+        """``earlier_ranks``: ranks that compiled in the events before ``part``'s, where a backward's forward may be."""
+        bounded.check(not part.orphan_backward_ranks & earlier_ranks)
+        self.orphan_backward_ranks |= part.orphan_backward_ranks
+        for key in bounded.new_keys(self.causes, part.causes, MAX_CAUSES):
+            cause = part.causes[key]
+            self.causes[key] = CauseReport(cause.frame, cause.category, cause.subject, frame_key=cause.frame_key)
+        for key, part_cause in part.causes.items():
+            cause = self.causes[key]
+            cause.recompiles += part_cause.recompiles
+            cause.seconds += part_cause.seconds
+            bounded.extend(cause.steps, part_cause.steps, MAX_STEPS_LISTED)
+            cause.steps_total += part_cause.steps_total
+            cause.example = cause.example or part_cause.example
+            cause.call_site = cause.call_site or part_cause.call_site
+            cause.steady_state += part_cause.steady_state
+            cause.warmup += part_cause.warmup
+            cause.made_dynamic = cause.made_dynamic or part_cause.made_dynamic

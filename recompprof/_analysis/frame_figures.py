@@ -1,0 +1,219 @@
+"""The report's per-frame figures: a frame's counts, reason groups, recompile detail and phases.
+
+:class:`FrameReport` is one frame's fold state and figures, with ``add_compile`` and ``merge`` side
+by side; :class:`FrameFigures` is the report's bounded map of them (one part of the
+:class:`~recompprof._analysis.report.Report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from recompprof._analysis import bounded
+from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
+from recompprof._analysis.divergence import RankFigures
+from recompprof._model.causes import explaining_reason
+from recompprof._model.compiles import changed_subject
+from recompprof._model.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
+from recompprof._model.events import PHASES, Category, Compile, Frame, RecompileLimitHit
+
+
+@dataclasses.dataclass
+class ReasonGroup:
+    """Guard failures of one frame with one category and subject."""
+
+    category: str
+    subject: str
+    changes: int = 0  # recompiles this reason explains
+    failures: int = 0  # guard failures, one per failing cache entry
+    example: str = ""
+
+
+@dataclasses.dataclass
+class FrameReport(FrameCounts, RankFigures):
+    """One frame's counts (folded by :func:`recompprof._model.counting.fold_compile`) and the report's detail."""
+
+    label: str  # displayed (events.Frame.label)
+    name: str
+    file: str
+    line: int
+    key: str = ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
+    # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
+    automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
+    automatic_dynamic_recompiles: int = 0
+    # Dims and scalars (recompprof._model.compiles.changed_subject) that explained a recompile that was no automatic
+    # dynamic warm-up, with that recompile's reason text (bounded): one also in ``automatic_dynamic`` was
+    # made dynamic and then specialised again by the traced code.
+    changed_again: dict[str, str] = dataclasses.field(default_factory=dict)
+    recompile_steps: list[int] = dataclasses.field(default_factory=list)
+    recompile_steps_total: int = 0
+    reasons: dict[tuple[str, str], ReasonGroup] = dataclasses.field(default_factory=dict)
+    graph_breaks: int = 0
+    failures: Counter[str] = dataclasses.field(default_factory=Counter)
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+
+    @property
+    def variants_needed(self) -> int:
+        """Compiled variants one process needed: distinct guard sets where known, else forward compiles."""
+        if self.guard_sets_by_rank:
+            return max(len(sets) for sets in self.guard_sets_by_rank.values())
+        return max(self.compiles_by_rank.values(), default=self.compiles)
+
+    def top_reasons(self) -> list[ReasonGroup]:
+        return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
+
+    # -- fold -------------------------------------------------------------------------------------
+    def add_compile(self, event: Compile, detail: bool) -> int:
+        """Fold one compile event of this frame; returns its :func:`recompprof._model.counting.verdict`."""
+        # The hottest code of the offline commands (a million events): one pass over the reasons, locals
+        # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
+        counted = fold_compile(self, event)
+        explained: list[str] | None = None  # the categories of the reasons that explain a recompile
+        if event.reasons:
+            groups = self.reasons
+            changed = counted & RECOMPILE  # a refused compile (limit hit) changed nothing
+            for reason in event.reasons:
+                category = reason.category
+                group = groups.get((category, reason.subject))  # the common case, without a call
+                if group is None:
+                    group = self._group(category, reason.subject, reason.text)
+                group.failures += 1
+                if changed and reason.explains_change:
+                    group.changes += 1
+                    explained = [category] if explained is None else [*explained, category]
+        if counted & COUNTED and detail:
+            self.add_rank_compile(event, explained)
+            if event.is_recompile:
+                self._add_recompile(event)
+        if event.reasons_omitted:
+            self._add_omitted(event.reasons_omitted)
+        if event.outcome == "failed":
+            self.failures[event.fail_type or "unknown"] += 1
+        if counted & COSTS and detail and event.phases:  # the report's phases are the frames', summed at the end
+            phases = self.phases
+            for phase, seconds in event.phases.items():
+                phases[phase] += seconds  # every Phase is a key from the start (validated input)
+        return counted
+
+    def _add_recompile(self, event: Compile) -> None:
+        if event.automatic_dynamic is not None:
+            self.automatic_dynamic_recompiles += 1
+            if len(self.automatic_dynamic) < MAX_STEPS_LISTED:
+                self.automatic_dynamic.append(event.automatic_dynamic)
+        elif len(self.changed_again) < MAX_STEPS_LISTED and (reason := explaining_reason(event.reasons)) is not None:
+            changed = changed_subject(reason)
+            if changed is not None:
+                self.changed_again.setdefault(changed, reason.text[:300])
+        self.recompile_steps_total += 1
+        if len(self.recompile_steps) < MAX_STEPS_LISTED:
+            self.recompile_steps.append(event.step or 0)
+
+    def _add_omitted(self, omitted: dict[Category, int]) -> None:
+        """Guard failures an event counted but did not list (past its per-event cap)."""
+        for category, count in omitted.items():
+            self._group(category, "(more cache entries)", "").failures += count
+
+    def _group(self, category: str, subject: str, text: str) -> ReasonGroup:
+        key = (category, subject)
+        group = self.reasons.get(key)
+        if group is None:
+            if len(self.reasons) >= MAX_GROUPS_PER_FRAME:
+                key = (category, "(other subjects)")
+                group = self.reasons.setdefault(key, ReasonGroup(*key))
+            else:
+                group = self.reasons[key] = ReasonGroup(category, subject, example=text[:300])
+        return group
+
+    def add_limit_hit(self, event: RecompileLimitHit) -> None:
+        fold_limit_hit(self, event)
+        self.add_rank_limit_hit(event.rank, event.step or 0)
+
+    # -- merge ------------------------------------------------------------------------------------
+    def merge(self, part: FrameReport) -> None:
+        """Add ``part`` (this frame, folded from later events) as one fold would have."""
+        self.compiles += part.compiles
+        self.recompiles += part.recompiles
+        self.steady_state_recompiles += part.steady_state_recompiles
+        self.backward_compiles += part.backward_compiles
+        self.compile_seconds += part.compile_seconds
+        self.guard_failures.update(part.guard_failures)
+        self.limit_hits.update(part.limit_hits)
+        bounded.extend(self.automatic_dynamic, part.automatic_dynamic, MAX_STEPS_LISTED)
+        self.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
+        for changed, text in part.changed_again.items():
+            if len(self.changed_again) < MAX_STEPS_LISTED:
+                self.changed_again.setdefault(changed, text)
+        bounded.extend(self.recompile_steps, part.recompile_steps, MAX_STEPS_LISTED)
+        self.recompile_steps_total += part.recompile_steps_total
+        for key in bounded.new_keys(self.reasons, part.reasons, MAX_GROUPS_PER_FRAME):
+            self.reasons[key] = dataclasses.replace(part.reasons[key], changes=0, failures=0)  # the earliest example stays
+        for key, group in part.reasons.items():
+            self.reasons[key].changes += group.changes
+            self.reasons[key].failures += group.failures
+        self.graph_breaks += part.graph_breaks
+        self.failures.update(part.failures)
+        for phase, seconds in part.phases.items():
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+        self.merge_ranks(part)
+
+
+# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
+@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+class FrameFigures:
+    """The report's frames, by key, bounded by ``MAX_FRAMES`` (later new frames are counted as dropped)."""
+
+    frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)  # by frame key (events.Frame.key)
+    frames_dropped: int = 0
+    # The frames' figures summed (events of dropped frames count in neither): compile seconds by phase, and
+    # recompiles by the category of the reason that explains them.
+    phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    categories: Counter[str] = dataclasses.field(default_factory=Counter)
+    frame_cache: dict[Frame, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
+
+    def frame_of(self, frame: Frame) -> FrameReport | None:
+        """The entry for ``frame`` (an event's Frame or its view), or None once MAX_FRAMES are kept."""
+        found = self.frame_cache.get(frame)  # hashed by value: one lookup for every event of a known frame
+        if found is not None:
+            return found
+        key = frame.key
+        found = self.frames.get(key)
+        if found is None:
+            if len(self.frames) >= MAX_FRAMES:
+                self.frames_dropped += 1
+                return None
+            found = self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, key)
+        if len(self.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
+            self.frame_cache[frame] = found
+        return found
+
+    def finish_frames(self) -> None:
+        """The per-rank figures of every frame, as the fold kept them, in rank order; the frames' sums."""
+        for frame in self.frames.values():
+            frame.finish_ranks()
+        self._sum_frames()
+
+    def merge_frames(self, part: FrameFigures) -> None:
+        bounded.check(not part.frames_dropped)
+        for key in bounded.new_keys(self.frames, part.frames, MAX_FRAMES):
+            frame = part.frames[key]
+            self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
+        for key, frame in part.frames.items():
+            self.frames[key].merge(frame)
+        for frame in self.frames.values():
+            frame.sort_ranks()
+        self._sum_frames()
+
+    def _sum_frames(self) -> None:
+        phases = dict.fromkeys(PHASES, 0.0)
+        categories: Counter[str] = Counter()
+        for frame in self.frames.values():
+            for phase, seconds in frame.phases.items():
+                phases[phase] += seconds
+            for group in frame.reasons.values():
+                if group.changes:
+                    categories[group.category] += group.changes
+        self.phases, self.categories = phases, categories
+
+
+__all__ = ["FrameFigures", "FrameReport", "ReasonGroup"]

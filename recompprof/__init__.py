@@ -12,6 +12,7 @@ This module is the public API: every name in ``__all__`` (plus the public module
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
@@ -33,7 +34,6 @@ from recompprof._version import __version__
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError
     from recompprof._analysis.divergence import Divergence, find as find_divergence
-    from recompprof._analysis.fold import build_report
     from recompprof._analysis.ingest import IngestError
     from recompprof._analysis.report import Report
     from recompprof._analysis.runs import RunError
@@ -60,7 +60,6 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RunError": ("recompprof._analysis.runs", "RunError"),
     "IngestError": ("recompprof._analysis.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
-    "build_report": ("recompprof._analysis.fold", "build_report"),
     "Report": ("recompprof._analysis.report", "Report"),
     "find_divergence": ("recompprof._analysis.divergence", "find"),
     "Divergence": ("recompprof._analysis.divergence", "Divergence"),
@@ -68,6 +67,16 @@ _LAZY: dict[str, tuple[str, str]] = {
     "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
     "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),
 }
+
+
+def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
+    """Fold events (any order of ranks, one pass) into a :class:`Report`; ``str(report)`` draws the terminal report."""
+    from recompprof._analysis.fold import build_report as fold
+    from recompprof._analysis.text import render_text
+
+    report = fold(events, detail=detail)
+    report.renderer = render_text
+    return report
 
 
 def __getattr__(name: str) -> Any:

@@ -175,3 +175,13 @@ def test_the_multi_rank_example_finds_the_diverging_rank(tmp_path: Path) -> None
                           capture_output=True, text=True, check=True)
     assert done.stdout.count("\n") == 1, done.stdout
     assert "Block.forward" in done.stdout and "rank 1" in done.stdout and "step 5" in done.stdout, done.stdout
+
+
+def test_a_report_built_through_the_public_api_prints_as_the_terminal_report() -> None:
+    """``str(recompprof.build_report(events))`` is the text report, as ``print(recompprof.report())`` is."""
+    from recompprof._analysis.text import render_text
+
+    frame = recompprof.Frame(name="f", file="/x/m.py", line=1)
+    events = [recompprof.Compile(time=1.0, rank=0, frame=frame, compile_id="0/0", is_recompile=False)]
+    report = recompprof.build_report(events)
+    assert str(report) == render_text(report) and "recompprof report" in str(report)

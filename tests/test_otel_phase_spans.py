@@ -1,4 +1,4 @@
-"""Phase spans on a provider recompprof owns skip the SDK's per-span machinery (issue 15) and export the same bytes.
+"""Phase spans on a provider recompprof owns skip the SDK's per-span machinery and export the same bytes.
 
 Both paths run on real SDK tracer providers with identically seeded id generators; what each hands its span
 processor is encoded with the OTLP protobuf encoder the exporter uses and compared byte for byte.

@@ -32,6 +32,7 @@ from recompprof._analysis.report import Report
 from recompprof._eventlog.reader import LOG_GLOB, find_files, log_path, write_events
 from recompprof._model.aggregates import Aggregates
 from recompprof._model.compiles import (
+    CompileContext,
     Correlation,
     ReasonExplainer,
     compile_events,
@@ -277,11 +278,11 @@ class _Converter:
         if step is not None:
             self.steps_read = True
             breaks = [b.model_copy(update={"step": step}) for b in breaks]
-        event, hit = compile_events(
-            m, time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
+        event, hit = compile_events(m, CompileContext(
+            time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
             graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
             limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
-        )
+        ))
         self.events.extend(in_order(event, breaks, hit))
 
     def _on_dynamo_cpp_guards_str(self, record: _Record) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from recompprof import _internal
 from recompprof._model.compiles import (
     MAX_REMEMBERED_COMPILES,
+    CompileContext,
     CompileRecord,
     Correlation,
     ReasonExplainer,
@@ -168,15 +169,15 @@ class CompileRecorder:
                                for text, count in counter.take()]
         else:
             frame = self.correlation.frame_of(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        event, hit = compile_events(
-            m, time=now, rank=self.rank, step=step, frame=frame,
+        event, hit = compile_events(m, CompileContext(
+            time=now, rank=self.rank, step=step, frame=frame,
             explained=self.explainer.explain(frame, texts, _resolver(ctx)),
             graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
             steady_state=step >= self.settings.warmup_steps, call_site=call_site,
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type or m.fail_reason else None,
             guard_set=fingerprint, trace_id=new_trace_id() if self.trace_ids else None,
-        )
+        ))
         profiler = adapters.dynamo_profiler if adapters is not None else None
         if m.is_forward and profiler is not None and profiler.live:
             event = event.model_copy(update={"trace_seconds_by_function": profiler.take()})

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from recompprof import _internal
 from recompprof._bootstrap import lineage
 from recompprof._capture import exporting, forks, settings as settings_module
-from recompprof._capture.adapters import Adapters
+from recompprof._capture.adapters import Adapters, Readings
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
 from recompprof._eventlog.reader import DROPPED, EventLogWriter, log_path
@@ -110,9 +110,11 @@ class Session:
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._closed = False
         self._started = time.time()
-        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed)
-        self._adapters = Adapters(settings, self._recorder, self.identity.rank, self._emit, self._lock)
-        self._recorder.adapters = self._adapters
+        # The recorder reads the adapters that never call it (readings); the others call it.
+        readings = Readings(settings)
+        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed,
+                                         readings)
+        self._adapters = Adapters(settings, readings, self._recorder, self.identity.rank, self._emit, self._lock)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _start(self) -> None:

@@ -31,7 +31,7 @@ from prometheus_client.registry import CollectorRegistry
 from recompprof import _internal
 from recompprof._capture import forks
 from recompprof._capture.settings import ConfigError
-from recompprof_prometheus import multiprocess, server
+from recompprof_prometheus import app, multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
 from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
 
@@ -189,7 +189,7 @@ def _validate(s: Settings) -> None:
     if s.prometheus_certfile is not None and s.prometheus_keyfile is not None:
         _check_tls(s.prometheus_certfile, s.prometheus_keyfile)
     if s.prometheus_basic_auth is not None:
-        server.check_credentials(s.prometheus_basic_auth)
+        app.check_credentials(s.prometheus_basic_auth)
     if s.prometheus_mode in ("pull", "multiprocess"):
         _check_address(s.prometheus_addr)
 

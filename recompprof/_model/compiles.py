@@ -49,7 +49,7 @@ SHARED_FIELDS = tuple(f.name for f in dataclasses.fields(CompileRecord)
                       if f.name in Compile.model_fields and f.name not in _DERIVED)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)  # not frozen: that costs a microsecond more per compile record
 class CompileContext:
     """What the caller knows of one compile beyond torch's record: when and where it ran, and why.
 

@@ -63,7 +63,9 @@ class Exporter(Protocol):
     into the session: what they need to share travels with the event. The session reads two things back:
     ``traces``, True by the end of ``start`` when the exporter sends each compile as a trace named by
     ``Compile.trace_id`` (the session then gives every compile a trace id), and ``dropped()``, what the
-    exporter could not deliver, by reason (reported as ``events_dropped`` ``<name>_<reason>``).
+    exporter could not deliver, by reason (reported as ``events_dropped`` ``<name>_<reason>``). Both are
+    optional for an exporter that neither sends traces nor drops anything: the session reads them through
+    :func:`sends_traces` and :func:`dropped_by`, which take an exporter without them as False and nothing.
     """
 
     name: str
@@ -76,6 +78,17 @@ class Exporter(Protocol):
     def shutdown(self, timeout: float = 5.0) -> None: ...
 
     def dropped(self) -> dict[str, int]: ...
+
+
+def sends_traces(exporter: Exporter) -> bool:
+    """``exporter.traces``; False for an exporter that does not declare it."""
+    return bool(getattr(exporter, "traces", False))
+
+
+def dropped_by(exporter: Exporter) -> dict[str, int]:
+    """``exporter.dropped()``; nothing for an exporter that does not declare it."""
+    dropped = getattr(exporter, "dropped", None)
+    return dropped() if callable(dropped) else {}
 
 
 class ExporterUnavailable(ConfigError):

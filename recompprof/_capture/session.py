@@ -129,7 +129,7 @@ class Session:
                 exporter.start(view)
                 self._exporters.append(exporter)
         # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
-        self._recorder.trace_ids = any(e.traces for e in self._exporters)
+        self._recorder.trace_ids = any(exporting.sends_traces(e) for e in self._exporters)
         self._emit(self._session_start())
         atexit.register(self.detach)
         self._undo.append(("atexit", lambda: atexit.unregister(self.detach)))
@@ -246,7 +246,7 @@ class Session:
             dropped[DROPPED] = self._writer.dropped
         for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
             with _internal.contain(f"exporter.{exporter.name}"):
-                for reason, n in exporter.dropped().items():
+                for reason, n in exporting.dropped_by(exporter).items():
                     dropped[f"{exporter.name}_{reason}"] = n
         return dataclasses.replace(snap, events_dropped=dropped)
 

@@ -389,3 +389,27 @@ def test_call_site_of_the_built_in_demo_is_its_training_loop(tmp_path: Path) -> 
     compiles = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and not e.backward]
     assert compiles and all(c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/_cli/demo.py")
                             for c in compiles), [c.call_site for c in compiles]
+
+
+def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
+    """What torch measured of a compile (start, duration, phases, guard and op counts, cache lookups and
+    savings) reaches the Compile event unchanged, and the record's own kind of values stay out of it."""
+    from recompprof._model.compiles import CompileContext, CompileRecord, compile_events
+    from recompprof._model.events import Frame
+
+    record = CompileRecord(
+        compile_id="2/1", co_name="forward", co_filename="/src/net.py", co_firstlineno=7, cache_size=1,
+        start_time=1_700_000_000.5, duration=0.75, phases={"dynamo_trace": 0.5, "code_gen": 0.25}, guard_count=12,
+        graph_op_count=40, has_guarded_code=True, cache="miss", cache_lookups={"fx_graph": {"miss": 2}},
+        cache_seconds_saved=0.0,
+    )
+    frame = Frame(name="forward", file="/src/net.py", line=7)
+    event, hit = compile_events(record, CompileContext(time=1_700_000_001.0, rank=3, step=9, frame=frame,
+                                                       explained=([], {}), graph_breaks=2, call_site=["a.py:1 in f"]))
+    measured = {"start_time": 1_700_000_000.5, "duration": 0.75, "phases": {"dynamo_trace": 0.5, "code_gen": 0.25},
+                "guard_count": 12, "graph_op_count": 40, "cache": "miss", "cache_lookups": {"fx_graph": {"miss": 2}},
+                "cache_seconds_saved": 0.0}
+    assert {name: getattr(event, name) for name in measured} == measured
+    assert (event.compile_id, event.cache_entries, event.is_recompile, event.graph_breaks, event.call_site) == (
+        "2/1", 1, True, 2, ["a.py:1 in f"])
+    assert hit is None and event.outcome == "ok" and event.installed_code

@@ -24,7 +24,7 @@ import pytest
 from servers import free_port, prometheus, train_process, wait_for_line
 from test_prometheus_server import _self_signed, running
 
-from recompprof_prometheus.server import CONNECTION_SECONDS, MAX_HANDLERS, MAX_QUEUED, MAX_WAITING
+from recompprof_prometheus.bounded import CONNECTION_SECONDS, MAX_HANDLERS, MAX_QUEUED, MAX_WAITING
 
 IDLE = 500
 CREDENTIALS = "scraper:s3cret"

@@ -226,3 +226,17 @@ def test_step_to_rejects_what_is_not_a_step(bad: object) -> None:
         with pytest.raises(ValueError, match="session.step"):
             session.step(to=bad)  # type: ignore[arg-type]
         assert session.current_step == 4
+
+
+@pytest.mark.parametrize("name", ["prometheus", "otel"])
+def test_builtin_exporters_provide_everything_the_exporter_protocol_declares(name: str) -> None:
+    """What the session reads of an exporter (its name, whether it sends traces, what it dropped) is declared
+    by the Exporter protocol, and each built-in exporter provides every member of it."""
+    from recompprof._capture import exporting, settings
+
+    declared = set(exporting.Exporter.__annotations__) | {
+        member for member, value in vars(exporting.Exporter).items() if callable(value) and not member.startswith("_")}
+    assert {"name", "traces", "start", "on_event", "shutdown", "dropped"} <= declared
+    exporter = exporting.load(name, settings.load(prometheus_port=0))
+    assert {member for member in declared if not hasattr(exporter, member)} == set()
+    assert isinstance(exporter.traces, bool) and exporter.dropped() == {}

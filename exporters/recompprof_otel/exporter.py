@@ -27,7 +27,7 @@ from recompprof_otel.processor import BoundedBatchProcessor
 from recompprof_otel.spans import SpanBuilder
 
 if TYPE_CHECKING:
-    from recompprof._capture.session import Session
+    from recompprof._capture.exporting import SessionView
     from recompprof._capture.settings import Settings
     from recompprof._model.events import Event
     from recompprof_otel.metrics import OtelMetrics
@@ -76,7 +76,7 @@ class OtelExporter:
         self._active = False
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self, session: Session) -> None:
+    def start(self, session: SessionView) -> None:
         if self.env.problems:
             _internal.record("otel.config", environment.OtelConfigWarning("; ".join(self.env.problems)),
                              "bad OTEL_* value(s) replaced by defaults")
@@ -84,7 +84,7 @@ class OtelExporter:
             log.info("recompprof: OTEL_SDK_DISABLED=true; the otel exporter sends nothing")
             return
         res = resource.build(session.identity, session.versions)
-        provider = getattr(session, "tracer_provider", None)
+        provider = session.tracer_provider
         if provider is None:
             self.processor = BoundedBatchProcessor(
                 transport.span_exporter(self.env.traces_protocol, self.env.request_timeout_s),

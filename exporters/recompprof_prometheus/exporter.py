@@ -31,12 +31,12 @@ from prometheus_client.registry import CollectorRegistry
 from recompprof import _internal
 from recompprof._capture import forks
 from recompprof._capture.settings import ConfigError
-from recompprof_prometheus import multiprocess, server
+from recompprof_prometheus import app, multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
 from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
 
 if TYPE_CHECKING:
-    from recompprof._capture.session import Session
+    from recompprof._capture.exporting import SessionView
     from recompprof._capture.settings import Settings
     from recompprof._model.events import Event
 
@@ -49,6 +49,7 @@ class PrometheusExporter:
     """Exports a session's totals as Prometheus metrics (pull, multiprocess, textfile or pushgateway)."""
 
     name = "prometheus"
+    traces = False  # it sends no traces: compiles need no trace id for it
 
     def __init__(self, settings: Settings) -> None:
         _validate(settings)  # runs in attach(), outside the session's guard: bad settings fail there
@@ -63,7 +64,7 @@ class PrometheusExporter:
         self._rank = 0
 
     # -- Exporter protocol --------------------------------------------------------------------
-    def start(self, session: Session) -> None:
+    def start(self, session: SessionView) -> None:
         s = self.settings
         identity = session.identity
         self._rank = identity.rank
@@ -118,6 +119,10 @@ class PrometheusExporter:
                     log.debug("recompprof: served the final values for %.1f s after detach", waited)
                 self.server.close(timeout)
 
+    def dropped(self) -> dict[str, int]:
+        """Nothing is dropped: every scrape and push reads the whole snapshot."""
+        return {}
+
     # -- modes ----------------------------------------------------------------------------------
     def _serve(self, registry: CollectorRegistry, offset: int, stride: int) -> server.MetricsServer:
         s = self.settings
@@ -130,7 +135,7 @@ class PrometheusExporter:
         log.info("recompprof: serving Prometheus metrics on %s://%s:%d/metrics", srv.scheme, srv.addr, srv.port)
         return srv
 
-    def _start_multiprocess(self, session: Session) -> None:
+    def _start_multiprocess(self, session: SessionView) -> None:
         identity = session.identity
         path = multiprocess.directory(identity)
         claim = multiprocess.prepare(path, identity)
@@ -184,7 +189,7 @@ def _validate(s: Settings) -> None:
     if s.prometheus_certfile is not None and s.prometheus_keyfile is not None:
         _check_tls(s.prometheus_certfile, s.prometheus_keyfile)
     if s.prometheus_basic_auth is not None:
-        server.check_credentials(s.prometheus_basic_auth)
+        app.check_credentials(s.prometheus_basic_auth)
     if s.prometheus_mode in ("pull", "multiprocess"):
         _check_address(s.prometheus_addr)
 

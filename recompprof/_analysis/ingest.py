@@ -43,6 +43,7 @@ from recompprof._eventlog.reader import find_files
 from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
 from recompprof._model.compiles import (
+    CompileContext,
     CompileRecord,
     Correlation,
     ReasonExplainer,
@@ -175,11 +176,11 @@ class _Process:
         if step is not None:
             self.steps_read = True
             breaks = [b.model_copy(update={"step": step}) for b in breaks]
-        event, hit = compile_events(
-            m, time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
+        event, hit = compile_events(m, CompileContext(
+            time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
             graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
             limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
-        )
+        ))
         self.events.extend(in_order(event, breaks, hit))
 
     def _read_limits(self, fields: dict[str, Any]) -> None:

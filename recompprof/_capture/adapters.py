@@ -11,7 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
 from recompprof._model.events import Event, SignalChange
@@ -23,7 +24,6 @@ from recompprof._torch.guard_failures import GuardFailureReader
 from recompprof._torch.steps import StepCounter, StepInTrace
 
 if TYPE_CHECKING:
-    from recompprof._capture.recorder import CompileRecorder
     from recompprof._capture.settings import Settings
     from recompprof._torch.dynamo_profiler import DynamoProfilerTap
     from recompprof._torch.profile import ProfileMode
@@ -50,34 +50,83 @@ class Adapter(Protocol):
     def reason_off(self) -> str: ...
 
 
-class Adapters:
-    """The adapters of one session, wired to its ``recorder``, and the state of each signal."""
+class CompileSink(Protocol):
+    """Where the adapters hand what torch reports on the compile path (the session's recorder)."""
 
-    def __init__(self, settings: Settings, recorder: CompileRecorder, rank: int,
-                 emit: Callable[[Event], None], lock: threading.RLock) -> None:
-        self.settings = settings
-        self.signals: dict[str, bool] = {}
-        self.signals_off: dict[str, str] = {}
-        self._rank, self._emit, self._lock = rank, emit, lock
+    def on_torch_record(self, metrics: Any) -> None: ...
+
+    def on_graph_break(self, payload: str, compile_id: str | None) -> None: ...
+
+    def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
+
+    def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
+
+
+class Readings:
+    """The adapters the recorder reads on the compile path, none of which calls it: the training step, the
+    guard failures torch computed, the fallback graph-break counter, the Dynamo profiler's totals and
+    profile mode's own reasons. Built before the recorder and the other adapters, which are given it."""
+
+    def __init__(self, settings: Settings) -> None:
         self.steps = StepCounter()
-        self.step_in_trace = StepInTrace(self.steps)
         self.guards = GuardFailureReader()
-        self.breaks = GraphBreakTap(recorder.on_graph_break)
-        self.break_counter: GraphBreakCounter | None = None  # fallback where torch traces no breaks
-        self.metrics = CompileMetricsTap(recorder.on_torch_record, on_late=self._on_metrics_late,
-                                         on_lost=lambda why: self.lost("compile_metrics", why))
-        self.profile: ProfileMode | None = None
+        self.break_counter: GraphBreakCounter | None = None  # installed where torch traces no breaks
         self.dynamo_profiler: DynamoProfilerTap | None = None
+        self.own_reason: Callable[[str], bool] | None = None  # profile mode's reasons are not the job's
         if settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode
 
-            self.profile = ProfileMode(settings.recompile_limit, recorder.on_profile_guard_failure)
-            self.profile.on_stance_change = self._on_stance_change
-            self.profile.on_reuse = recorder.on_profile_reuse
+            self.own_reason = ProfileMode.is_own_reason
             if settings.dynamo_profiler:
                 from recompprof._torch.dynamo_profiler import DynamoProfilerTap
 
                 self.dynamo_profiler = DynamoProfilerTap()
+
+    @property
+    def step(self) -> int:
+        return self.steps.step
+
+    def guard_reasons(self, name: str, file: str, line: int) -> list[str]:
+        """The guard-failure texts torch computed for the code ``(name, file, line)`` since the last call."""
+        return self.guards.take(name, file, line)[1]
+
+    def counted_breaks(self) -> list[tuple[str, int]]:
+        """``(reason, count)`` of the graph breaks counted since the last call (only with the fallback counter)."""
+        return self.break_counter.take() if self.break_counter is not None else []
+
+    def trace_seconds(self) -> dict[str, float] | None:
+        """Dynamo tracing seconds by function since the last call, or None without the Dynamo profiler."""
+        profiler = self.dynamo_profiler
+        return profiler.take() if profiler is not None and profiler.live else None
+
+
+class Adapters:
+    """The adapters of one session, handing what torch reports to ``sink``, and the state of each signal."""
+
+    def __init__(self, settings: Settings, readings: Readings, sink: CompileSink, rank: int,
+                 emit: Callable[[Event], None], lock: threading.RLock) -> None:
+        self.settings = settings
+        self.readings = readings
+        self.signals: dict[str, bool] = {}
+        self.signals_off: dict[str, str] = {}
+        self._rank, self._emit, self._lock = rank, emit, lock
+        self.steps, self.guards, self.dynamo_profiler = readings.steps, readings.guards, readings.dynamo_profiler
+        self.step_in_trace = StepInTrace(self.steps)
+        self.breaks = GraphBreakTap(sink.on_graph_break)
+        self.metrics = CompileMetricsTap(sink.on_torch_record, on_late=self._on_metrics_late,
+                                         on_lost=lambda why: self.lost("compile_metrics", why))
+        self.profile: ProfileMode | None = None
+        if settings.mode == "profile":
+            from recompprof._torch.profile import ProfileMode
+
+            self.profile = ProfileMode(settings.recompile_limit, sink.on_profile_guard_failure)
+            self.profile.on_stance_change = self._on_stance_change
+            self.profile.on_reuse = sink.on_profile_reuse
+
+    @property
+    def break_counter(self) -> GraphBreakCounter | None:
+        """The fallback graph-break counter, where torch traces no breaks (None elsewhere)."""
+        return self.readings.break_counter
 
     def _ordered(self) -> list[tuple[str, Adapter]]:
         adapters: list[tuple[str, Adapter]] = []
@@ -99,33 +148,43 @@ class Adapters:
         """Install every adapter; returns ``(name, undo)`` in installation order."""
         undo: list[tuple[str, Callable[[], None]]] = []
         for name, adapter in self._ordered():
-            try:
-                adapter.install()
-            except Exception as exc:  # a missing or changed torch internal turns the signal off
-                _internal.record(f"torch.{name}", exc, "signal turned off")
-                self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
-                if _internal.raising():
-                    raise
-                continue
-            self.signals[name] = bool(adapter.live)
-            if not adapter.live:
-                self.signals_off[name] = adapter.reason_off or "unavailable"
-            undo.append((name, adapter.uninstall))
+            if self._install_one(name, adapter):
+                undo.append((name, adapter.uninstall))
         if not self.breaks.live and self.signals.get("graph_breaks") is False:
-            counter = GraphBreakCounter()
-            counter.install()
-            if counter.live:
-                self.break_counter = counter
-                undo.append(("graph_breaks_counter", counter.uninstall))
-                self.signals["graph_breaks"] = True
-                log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
-                         "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
+            undo += self._install_break_counter()
         info = torch_versions.torch_info()
         for gated in GATED_BY_COMPILE_METRICS:
             self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
             if not self.signals[gated]:
                 self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
         return undo
+
+    def _install_one(self, name: str, adapter: Adapter) -> bool:
+        """Install ``adapter`` and record its signal as live or off; False if its install failed."""
+        try:
+            adapter.install()
+        except Exception as exc:  # a missing or changed torch internal turns the signal off
+            _internal.record(f"torch.{name}", exc, "signal turned off")
+            self.signals[name], self.signals_off[name] = False, f"install failed: {exc}"
+            if _internal.raising():
+                raise
+            return False
+        self.signals[name] = bool(adapter.live)
+        if not adapter.live:
+            self.signals_off[name] = adapter.reason_off or "unavailable"
+        return True
+
+    def _install_break_counter(self) -> list[tuple[str, Callable[[], None]]]:
+        """Graph breaks from torch's counters, where torch traces none (breaks it cannot resume from are not there)."""
+        counter = GraphBreakCounter()
+        counter.install()
+        if not counter.live:
+            return []
+        self.readings.break_counter = counter
+        self.signals["graph_breaks"] = True
+        log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
+                 "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
+        return [("graph_breaks_counter", counter.uninstall)]
 
     # -- signals that change mid-run -----------------------------------------------------------
     def lost(self, name: str, why: str) -> None:

@@ -4,21 +4,24 @@ The adapters (``recompprof._capture.adapters``) call it on the compile path, nev
 compile record (``on_torch_record``), a graph break (``on_graph_break``) and, in profile mode, the
 guard failures profile mode computed itself (``on_profile_guard_failure``). It joins them with the
 same :class:`~recompprof._model.compiles.Correlation` that ``ingest`` uses, so a live run and its
-TORCH_TRACE give the same events, and hands each event to the session's ``emit``.
+TORCH_TRACE give the same events, and hands each event to the session's ``emit``. What else it reads of
+the live adapters (the step, torch's guard failures, ...) it is given as :class:`CompileSignals`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from collections.abc import Callable
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
 from recompprof._model.compiles import (
     MAX_REMEMBERED_COMPILES,
+    CompileContext,
     CompileRecord,
     Correlation,
     ReasonExplainer,
@@ -36,29 +39,53 @@ from recompprof._torch.records import read_record
 from recompprof._torch.sources import type_name
 
 if TYPE_CHECKING:
-    from recompprof._capture.adapters import Adapters
     from recompprof._capture.settings import Settings
 
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
+
+
+class CompileSignals(Protocol):
+    """What the recorder reads of the live torch adapters on the compile path (``adapters.Readings``)."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def own_reason(self) -> Callable[[str], bool] | None:
+        """Tells profile mode's own reasons from the job's (None outside profile mode)."""
+
+    def guard_reasons(self, name: str, file: str, line: int) -> list[str]: ...
+
+    def counted_breaks(self) -> list[tuple[str, int]]: ...
+
+    def trace_seconds(self) -> dict[str, float] | None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Seen:
+    """What the compile path knows of one compile besides torch's record."""
+
+    frame: Frame
+    texts: list[str] = dataclasses.field(default_factory=list)
+    call_site: list[str] = dataclasses.field(default_factory=list)
+    ctx: torch_frames.Compiling | None = None
+    guard_set: str | None = None
+    breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
 
 
 class CompileRecorder:
     """The correlation state of one session's compile path (bounded; serialised by the session lock)."""
 
     def __init__(self, settings: Settings, rank: int, emit: Callable[[Event], None], lock: threading.RLock,
-                 closed: Callable[[], bool]) -> None:
+                 closed: Callable[[], bool], signals: CompileSignals) -> None:
         self.settings = settings
         self.rank = rank
-        self.adapters: Adapters | None = None  # set by the session once the adapters exist
+        self.signals = signals
         self.trace_ids = False  # give each compile a trace id (an exporter sends it as a trace)
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self._emit, self._lock, self._closed = emit, lock, closed
-
-    @property
-    def _step(self) -> int:
-        return self.adapters.steps.step if self.adapters is not None else 0
 
     # -- adapter callbacks ---------------------------------------------------------------------
     def on_torch_record(self, metrics: Any) -> None:
@@ -83,16 +110,16 @@ class CompileRecorder:
         """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
         recorded with its reasons; no trace ran, so it takes no compile time."""
         with self._lock:
-            profile = self.adapters.profile if self.adapters is not None else None
-            if self._closed() or profile is None:
+            own_reason = self.signals.own_reason
+            if self._closed() or own_reason is None:
                 return
             # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
             frame = self.correlation.frame_of(compile_id)
             if frame is None:
                 by_id = self.correlation.frame_of_frame_id((compile_id or "").split("/")[0])
                 frame = by_id[0] if by_id is not None else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
-            reasons, omitted = self.explainer.explain(frame, [t for t in texts if not profile.is_own_reason(t)])
-            step = self._step
+            reasons, omitted = self.explainer.explain(frame, [t for t in texts if not own_reason(t)])
+            step = self.signals.step
             self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id or "?",
                                is_recompile=True, reasons=reasons, reasons_omitted=omitted,
                                steady_state=step >= self.settings.warmup_steps))
@@ -107,7 +134,7 @@ class CompileRecorder:
                 if ctx is not None:
                     code = ctx.code
                     frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
-            event = graph_break_event(payload, time=time.time(), rank=self.rank, step=self._step,
+            event = graph_break_event(payload, time=time.time(), rank=self.rank, step=self.signals.step,
                                       frame=frame, compile_id=compile_id, redact=self.settings.redact)
             for ready in self.correlation.add_break(event):
                 self._emit(ready)
@@ -125,63 +152,65 @@ class CompileRecorder:
         return []
 
     def record_compile(self, m: CompileRecord) -> None:
-        adapters = self.adapters
-        now, step = time.time(), self._step
+        now, step = time.time(), self.signals.step
         compile_id = m.compile_id if m.compile_id is not None else "?"
-        texts: list[str] = []
-        call_site: list[str] = []
-        ctx: torch_frames.Compiling | None = None
-        fingerprint: str | None = None
-        breaks: list[GraphBreak] = []
         if m.is_forward:
-            ctx = torch_frames.compiling()
-            frame_id = compile_id.split("/")[0]
-            known = self.correlation.frame_of_frame_id(frame_id)
-            if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
-                code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
-                frame = _frame(code_key, ctx)
-            elif m.co_name is None and known is not None:
-                frame, code_key = known
-            else:
-                code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-                frame = _frame(code_key, ctx)
-                self.correlation.name_frame_id(frame_id, frame, code_key)
-            call_site = torch_frames.call_site(ctx, self.settings.redact)
-            if ctx is not None:
-                with _internal.contain("torch.guard_set"):
-                    fingerprint = guard_set(ctx.guarded_code)
-            if adapters is not None:
-                # A changed torch internal loses this compile's reasons, never the compile itself.
-                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile events"):
-                    texts = adapters.guards.take(*code_key)[1]
-            texts += self._take_pending(code_key)
-            profile = adapters.profile if adapters is not None else None
-            if profile is not None:
-                texts = [t for t in texts if not profile.is_own_reason(t)]
-            texts = reason_texts(m, texts)
-            breaks = self.correlation.compiled(compile_id, frame)
-            counter = adapters.break_counter if adapters is not None else None
-            if counter is not None:
-                with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
-                    breaks += [GraphBreak(time=now, rank=self.rank, step=step, frame=frame, compile_id=compile_id,
-                                          reason=graph_break_text(text, self.settings.redact), count=count)
-                               for text, count in counter.take()]
+            seen = self._forward(m, compile_id, now, step)
         else:
-            frame = self.correlation.frame_of(compile_id) or Frame(name="<backward>", file="<unknown>", line=0)
-        event, hit = compile_events(
-            m, time=now, rank=self.rank, step=step, frame=frame,
-            explained=self.explainer.explain(frame, texts, _resolver(ctx)),
-            graph_breaks=sum(b.count for b in breaks), redact=self.settings.redact,
-            steady_state=step >= self.settings.warmup_steps, call_site=call_site,
+            seen = _Seen(self.correlation.frame_of(compile_id) or Frame(name="<backward>", file="<unknown>", line=0))
+        event, hit = compile_events(m, CompileContext(
+            time=now, rank=self.rank, step=step, frame=seen.frame,
+            explained=self.explainer.explain(seen.frame, seen.texts, _resolver(seen.ctx)),
+            graph_breaks=sum(b.count for b in seen.breaks), redact=self.settings.redact,
+            steady_state=step >= self.settings.warmup_steps, call_site=seen.call_site,
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type or m.fail_reason else None,
-            guard_set=fingerprint, trace_id=new_trace_id() if self.trace_ids else None,
-        )
-        profiler = adapters.dynamo_profiler if adapters is not None else None
-        if m.is_forward and profiler is not None and profiler.live:
-            event = event.model_copy(update={"trace_seconds_by_function": profiler.take()})
-        for out in in_order(event, breaks, hit):
+            guard_set=seen.guard_set, trace_id=new_trace_id() if self.trace_ids else None,
+        ))
+        if m.is_forward and (seconds := self.signals.trace_seconds()) is not None:
+            event = event.model_copy(update={"trace_seconds_by_function": seconds})
+        for out in in_order(event, seen.breaks, hit):
             self._emit(out)
+
+    def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> _Seen:
+        """Name the frame of forward compile ``m`` and gather its reasons, call site, guard set and graph breaks."""
+        ctx = torch_frames.compiling()
+        frame, code_key = self._name_frame(m, compile_id, ctx)
+        seen = _Seen(frame, call_site=torch_frames.call_site(ctx, self.settings.redact), ctx=ctx)
+        if ctx is not None:
+            with _internal.contain("torch.guard_set"):
+                seen.guard_set = guard_set(ctx.guarded_code)
+        texts: list[str] = []
+        # A changed torch internal loses this compile's reasons, never the compile itself.
+        with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile events"):
+            texts = self.signals.guard_reasons(*code_key)
+        texts += self._take_pending(code_key)
+        own_reason = self.signals.own_reason
+        if own_reason is not None:
+            texts = [t for t in texts if not own_reason(t)]
+        seen.texts = reason_texts(m, texts)
+        seen.breaks = self.correlation.compiled(compile_id, frame)
+        with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
+            seen.breaks += [GraphBreak(time=now, rank=self.rank, step=step, frame=frame, compile_id=compile_id,
+                                       reason=graph_break_text(text, self.settings.redact), count=count)
+                            for text, count in self.signals.counted_breaks()]
+        return seen
+
+    def _name_frame(self, m: CompileRecord, compile_id: str,
+                    ctx: torch_frames.Compiling | None) -> tuple[Frame, tuple[str, str, int]]:
+        """The frame of a forward compile and the code key its reasons are read by."""
+        frame_id = compile_id.split("/")[0]
+        known = self.correlation.frame_of_frame_id(frame_id)
+        if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
+            code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
+            return _frame(code_key, ctx), code_key
+        if m.co_name is None and known is not None:
+            frame, code_key = known
+            return frame, code_key
+        code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
+        frame = _frame(code_key, ctx)
+        self.correlation.name_frame_id(frame_id, frame, code_key)
+        return frame, code_key
 
 
 def new_trace_id() -> str:

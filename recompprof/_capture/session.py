@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from recompprof import _internal
 from recompprof._bootstrap import lineage
 from recompprof._capture import exporting, forks, settings as settings_module
-from recompprof._capture.adapters import Adapters
+from recompprof._capture.adapters import Adapters, Readings
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
@@ -110,9 +110,11 @@ class Session:
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._closed = False
         self._started = time.time()
-        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed)
-        self._adapters = Adapters(settings, self._recorder, self.identity.rank, self._emit, self._lock)
-        self._recorder.adapters = self._adapters
+        # The recorder reads the adapters that never call it (readings); the others call it.
+        readings = Readings(settings)
+        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed,
+                                         readings)
+        self._adapters = Adapters(settings, readings, self._recorder, self.identity.rank, self._emit, self._lock)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _start(self) -> None:
@@ -121,12 +123,13 @@ class Session:
         exporters = [exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)]
         self._open_event_log()
         self._undo.extend(self._adapters.install())
+        view = exporting.View(self.identity, self.versions, self.snapshot, self.tracer_provider)
         for exporter in exporters:
             with _internal.contain(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
-                exporter.start(self)
+                exporter.start(view)
                 self._exporters.append(exporter)
         # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
-        self._recorder.trace_ids = any(getattr(e, "traces", False) for e in self._exporters)
+        self._recorder.trace_ids = any(exporting.sends_traces(e) for e in self._exporters)
         self._emit(self._session_start())
         atexit.register(self.detach)
         self._undo.append(("atexit", lambda: atexit.unregister(self.detach)))
@@ -242,11 +245,9 @@ class Session:
         if self._writer is not None and self._writer.dropped:  # events the log lacks: readers reconcile with it
             dropped[DROPPED] = self._writer.dropped
         for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
-            counts = getattr(exporter, "dropped", None)
-            if callable(counts):
-                with _internal.contain(f"exporter.{exporter.name}"):
-                    for reason, n in counts().items():
-                        dropped[f"{exporter.name}_{reason}"] = n
+            with _internal.contain(f"exporter.{exporter.name}"):
+                for reason, n in exporting.dropped_by(exporter).items():
+                    dropped[f"{exporter.name}_{reason}"] = n
         return dataclasses.replace(snap, events_dropped=dropped)
 
     def add_exemplar(self, seconds: float, trace_id: str) -> None:

@@ -1,0 +1,199 @@
+"""Which guard failure explains a recompile, and whether torch's automatic dynamic caused it.
+
+:class:`ReasonExplainer` parses a compile's reason texts, marks the one that explains the change and
+caps what an event keeps; :func:`automatic_dynamic` tells a one-time automatic-dynamic warm-up from a
+recompile that repeats (docs/steady-state.md). Live capture and ``ingest`` share both.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Callable
+from typing import Any
+
+from recompprof._model.compile_record import CompileRecord
+from recompprof._model.events import Frame, Reason
+from recompprof._model.reasons import parse_guard_failure, resolvable_subjects
+
+MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
+MAX_FRAMES_REMEMBERED = 256
+MAX_REASONS_PER_EVENT = 64
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
+_SIZE_OF = re.compile(r"^(.*)\.size\(\)\[(\d+)\]$")
+# A scalar's equality guard: "k == 2", "self.param_groups[0]['lr'] == 0.01" (before a source comment).
+_SCALAR_LITERAL = re.compile(r"\s==\s(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|inf|nan))\s*(?:#|$)")
+_SCALAR_CATEGORIES = frozenset({"python_constant", "global", "module_attribute"})
+
+
+def changed_subject(reason: Reason) -> str | None:
+    """What a reason says changed, as the unit torch's automatic dynamic decides on, or None.
+
+    A tensor dim (``"dim 0 of L['x']"``) for a size mismatch or a dynamic-shape guard on ``x.size()[0]``;
+    a scalar's value (``"value of L['lr']"``) for an int or float equality guard. Under ``redact`` a
+    size text keeps no index: ``"a dim of L['x']"``.
+    """
+    subject = reason.subject
+    if not subject:
+        return None
+    if reason.category == "size":
+        match = _SIZE_MISMATCH.search(reason.text)
+        if match is not None:
+            return f"dim {match.group(1)} of {subject}"
+        return f"a dim of {subject}" if reason.text.startswith("size guard failed") else None  # redacted text
+    if reason.category == "symbolic_shape":
+        match = _SIZE_OF.match(subject)
+        return f"dim {match.group(2)} of {match.group(1)}" if match else None
+    if reason.category in _SCALAR_CATEGORIES and _scalar_literal(reason) is not None:
+        return f"value of {subject}"
+    return None
+
+
+def _scalar_literal(reason: Reason) -> str | None:
+    """The int or float literal a scalar equality guard compared with (None: another guard, or redacted)."""
+    match = _SCALAR_LITERAL.search(reason.text)
+    return match.group(1) if match else None
+
+
+class Explained(tuple[Any, ...]):
+    """``(kept reasons, omitted counts by category)``, plus ``first_change``: False when what the explaining
+    reason changed (a tensor dim, a scalar's value: :func:`changed_subject`) already changed on this frame,
+    so it is not automatic dynamic warming up: that happens once per dim or scalar."""
+
+    first_change: bool = True
+
+
+class ReasonExplainer:
+    """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
+
+    A new input fails every cached entry of the frame, and torch lists one reason per entry, most
+    recently used entry first, each the *first* guard of that entry that failed (so an entry of
+    another variant, a decode step against a prefill, fails on what tells the variants apart, not
+    on what changed). The reason that explains the change is, in this order: the subject that failed
+    against every entry; else the first reason (most recently used entry first) whose subject never
+    failed on this frame before (the variants' own differences have failed before); else the first
+    reason whose text is new; else the first. docs/steady-state.md has the rule and its grounds.
+    An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
+    rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
+    and in frames (least recently compiled dropped).
+    """
+
+    def __init__(self, redact: bool = False) -> None:
+        self.redact = redact
+        self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = collections.OrderedDict()
+
+    def explain(
+        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
+    ) -> tuple[list[Reason], dict[str, int]]:
+        """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
+
+        ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
+        tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
+        """
+        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
+        if resolve is not None and parsed:
+            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
+            if kinds:
+                parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
+        if not parsed:
+            return Explained(([], {}))
+        seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
+        self._seen[frame.key] = seen
+        if len(self._seen) > MAX_FRAMES_REMEMBERED:
+            self._seen.popitem(last=False)
+        explaining = _explaining(parsed, seen)
+        for reason in parsed:
+            for key in (hash((reason.category, reason.subject, reason.text)), hash(("subject", reason.subject))):
+                seen[key] = None
+                seen.move_to_end(key)
+        first_change = True
+        changed = changed_subject(parsed[explaining])
+        if changed is not None:  # remembered in the same bounded history, once per dim or scalar
+            key = hash(("changed", changed))
+            first_change = key not in seen
+            seen[key] = None
+            seen.move_to_end(key)
+        while len(seen) > MAX_SEEN_REASONS:
+            seen.popitem(last=False)
+        kept = [parsed[explaining].model_copy(update={"explains_change": True})]
+        omitted: collections.Counter[str] = collections.Counter()
+        for i, reason in enumerate(parsed):
+            if i == explaining:
+                continue
+            if len(kept) < MAX_REASONS_PER_EVENT:
+                kept.append(reason)
+            else:
+                omitted[reason.category] += 1
+        explained = Explained((kept, dict(omitted)))
+        explained.first_change = first_change
+        return explained
+
+
+def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) -> int:
+    """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
+    entries: dict[str | None, set[str]] = {}
+    for reason in parsed:
+        entries.setdefault(reason.entry, set()).add(reason.subject)
+    if len(entries) > 1:  # the subject every entry failed on
+        common = set.intersection(*entries.values()) - {""}
+        if common:
+            return next(i for i, r in enumerate(parsed) if r.subject in common)
+    new_subject = next((i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen), None)
+    if new_subject is not None:
+        return new_subject
+    return next((i for i, r in enumerate(parsed) if hash((r.category, r.subject, r.text)) not in seen), 0)
+
+
+def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_change: bool = True) -> str | None:
+    """What torch's automatic dynamic made dynamic with this recompile (``"dim 0 of L['x']"``,
+    ``"value of L['lr']"``), or None.
+
+    With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
+    tensor dim, or an int or float torch does not specialise, changes on a frame, torch records it as
+    dynamic and recompiles once with a symbol; later values reuse that graph. So a recompile explained
+    by that first change is a one-time warm-up, as the compile's own ``dynamo_config`` decides (see
+    docs/steady-state.md): not when the same dim or scalar changed before on this frame
+    (``first_change`` False: it stayed static, or the code specialised it again), unless the cached
+    graph held the dim at size 0 or 1, which torch never makes dynamic.
+    """
+    reason = next((r for r in reasons if r.explains_change), None)
+    if reason is None or reason.category == "symbolic_shape" or not (first_change or _from_zero_or_one(reason)):
+        return None
+    changed = changed_subject(reason)
+    config = m.dynamo_config
+    if changed is None or config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
+        return None
+    if reason.category == "size":
+        if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
+            return None
+        return changed
+    return changed if _scalar_made_dynamic(reason, config) else None
+
+
+_FROM_ZERO_OR_ONE = re.compile(r"size mismatch at index \d+\. expected [01],")
+
+
+def _from_zero_or_one(reason: Reason) -> bool:
+    """A size mismatch from an expected 0 or 1: torch compiles sizes 0 and 1 static even in a dynamic dim, so
+    a graph traced at that size recompiles once for the first other size, which takes the dim dynamic."""
+    return reason.category == "size" and _FROM_ZERO_OR_ONE.search(reason.text) is not None
+
+
+def _scalar_made_dynamic(reason: Reason, config: dict[str, Any]) -> bool:
+    """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
+
+    Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,
+    a global, an ``nn.Module`` attribute (unless ``allow_unspec_int_on_nn_module``) or a default argument.
+    """
+    literal = _scalar_literal(reason)
+    if literal is None:
+        return False
+    subject = reason.subject
+    if any(c in literal for c in ".ein"):
+        return config.get("specialize_float") is False and literal.lstrip("-") not in ("inf", "nan")
+    if config.get("specialize_int") is not False or subject.startswith("G[") or "__defaults__" in subject \
+            or "__kwdefaults__" in subject:
+        return False
+    return reason.category != "module_attribute" or config.get("allow_unspec_int_on_nn_module") is True

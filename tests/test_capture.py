@@ -20,6 +20,7 @@ from recompprof._analysis.text import render_text
 from recompprof._cli.main import main as cli_main
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd, SignalChange
+from recompprof.testing import raise_internal_errors
 
 WORKLOADS = Path(__file__).parent / "workloads"
 
@@ -94,7 +95,7 @@ def test_bypassed_compile_hook_is_recovered_and_a_lost_stretch_goes_dark(tmp_pat
     """If the compile-record hook is bypassed mid-run, records are recovered at the next compile; if some are lost, the signal is marked dark and check exits 2."""
     import torch._dynamo.utils as utils
 
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
     fn = torch.compile(lambda x, tag: x * len(tag), backend="eager")
     with recompprof.attach(run_dir=tmp_path / "run") as session:
         fn(torch.ones(2), "a")

@@ -31,6 +31,7 @@ from recompprof._model.events import (
     Reason,
     RecompileLimitHit,
 )
+from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import SnapshotCollector
 
 # docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
@@ -251,7 +252,7 @@ def test_exemplars_carry_the_trace_id_in_openmetrics_only() -> None:
 def test_internal_errors_come_from_the_snapshot() -> None:
     """An internal error recorded by any component is exported in recompprof_internal_errors_total{component}."""
     session = make_session()
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
     with _internal.contain("prometheus.textfile"):
         raise OSError("disk full")
     with _internal.contain("eventlog"):

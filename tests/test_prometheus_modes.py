@@ -14,6 +14,7 @@ from test_prometheus_collector import compile_event, feed, frame, make_session
 from test_prometheus_e2e import read_summary
 
 from recompprof import _internal
+from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import PrometheusExporter
 
 pytestmark = pytest.mark.servers
@@ -65,7 +66,7 @@ def test_textfile_is_read_by_node_exporter(tmp_path: Path) -> None:
 
 def test_unwritable_textfile_dir_is_logged_once_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A textfile directory that cannot be created is one warning and a count per failed write, never an exception."""
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
     caplog.set_level(logging.WARNING, logger="recompprof")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -111,7 +112,7 @@ def test_pushgateway_push_repush_and_delete(tmp_path: Path) -> None:
 
 def test_unreachable_pushgateway_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
     """Pushing to a port nobody listens on is one warning and a count per failed push, and shutdown still returns."""
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
     caplog.set_level(logging.WARNING, logger="recompprof")
     session = make_session(prometheus_mode="pushgateway", prometheus_pushgateway_url=f"http://127.0.0.1:{free_port()}",
                            prometheus_push_interval=0.1)

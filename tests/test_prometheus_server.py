@@ -20,6 +20,7 @@ from test_prometheus_collector import feed, make_session
 
 from recompprof import _internal
 from recompprof._capture.settings import ConfigError
+from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import PortInUse, PrometheusExporter
 
 
@@ -78,7 +79,7 @@ def test_taken_port_raises_a_config_error_in_strict_mode() -> None:
 
 def test_taken_port_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
     """In production a taken port leaves no endpoint, logs one warning for two failures and counts both."""
-    _internal.raise_internal_errors(False)
+    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
     port = free_port()
     caplog.set_level(logging.WARNING, logger="recompprof")
     with occupied(port):

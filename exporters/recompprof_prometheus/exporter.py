@@ -12,7 +12,7 @@ constructor, i.e. at ``attach()`` and in ``recompprof run`` before the program s
 Port-taken policy: attach never fails because of the metrics port. By default the error (naming the
 port and ``prometheus_port``) is logged once and counted in ``recompprof_internal_errors_total``
 and training goes on without an endpoint; ``prometheus_port_search`` takes the next free port
-instead. Under ``_internal.raise_internal_errors(True)`` (the test suite's strict mode) the same
+instead. Under ``recompprof.testing.raise_internal_errors(True)`` (the strict mode tests run in) the same
 error is raised as a ``ConfigError``.
 """
 

@@ -30,6 +30,7 @@ from recompprof._capture.recorder import CompileRecorder
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import Event, SessionEnd, SessionStart
+from recompprof._model.status import Status, running
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
@@ -237,6 +238,12 @@ class Session:
         global step; returns the new step."""
         return self._adapters.steps.advance(to)
 
+    def status(self) -> Status:
+        """This rank now: its step and the compile running on it (``compiling``: frame, compile id, start,
+        seconds so far, the guard failure that triggered it), or ``compiling=None``."""
+        return Status(rank=self.identity.rank, step=self._adapters.steps.step,
+                      compiling=running(self._recorder.running, time.time()))
+
     def snapshot(self) -> Snapshot:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
@@ -335,4 +342,4 @@ class Session:
             totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions", "reenabled") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
-                          signals_off=dict(self.signals_off))
+                          signals_off=dict(self.signals_off), compiling=running(self._recorder.running, time.time()))

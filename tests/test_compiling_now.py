@@ -1,0 +1,192 @@
+"""Compiling now: a ``compile_start`` for every compile, the running compile in ``Session.status()`` and in
+``session_end.compiling`` when a session ends during a compile (real torch.compile, real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from test_merging import assert_same, figures
+
+import recompprof
+from recompprof._analysis.fold import build_report
+from recompprof._analysis.text import render_text
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile, CompileStart, Running, SessionEnd
+
+REPO = Path(__file__).resolve().parents[1]
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+class Model(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+
+class HeldBackend:
+    """A backend that holds its second compile (the recompile) open until released: Dynamo's compile
+    stays running meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls > 1:
+            self.entered.set()
+            self.release.wait(60)
+        return gm.forward
+
+    def __deepcopy__(self, memo: dict[int, object]) -> HeldBackend:
+        return self  # one backend, shared (Lightning, once imported, deep-copies torch.compile's arguments)
+
+
+def _wait(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := predicate()) is not None:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def held() -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]:
+    """A session, and a compiled model whose recompile runs (held) in a background thread."""
+    session = recompprof.attach()
+    backend = HeldBackend()
+    model = torch.compile(Model(), backend=backend, dynamic=False)
+    model(torch.ones(4))
+    worker = threading.Thread(target=model, args=(torch.ones(6),))
+    worker.start()
+    try:
+        yield session, backend, worker
+    finally:
+        backend.release.set()
+        worker.join(60)
+
+
+def test_status_shows_the_running_compile_until_it_ends(held) -> None:  # type: ignore[no-untyped-def]
+    """While a recompile runs, ``status().compiling`` names its frame, compile id and triggering guard
+    failure with a growing age; once it ends, ``compiling`` is None."""
+    session, backend, worker = held
+    assert backend.entered.wait(60)
+    first = session.status().compiling
+    assert first is not None
+    assert (first.frame.name, first.compile_id) == ("Model.forward", "0/1")
+    assert first.reason is not None and first.reason.category == "size" and first.reason.subject == "L['x']"
+    time.sleep(0.3)
+    later = session.status().compiling
+    assert later is not None and later.started == first.started and later.seconds >= first.seconds + 0.25
+    backend.release.set()
+    worker.join(60)
+    assert session.status().compiling is None
+    assert session.status().rank == 0
+
+
+def test_compile_start_precedes_and_matches_its_compile(tmp_path: Path) -> None:
+    """Every compile has a ``compile_start`` before it in the event log with the same frame (name and
+    identity) and compile id; the recompile's start carries the reason that explains the finished
+    compile, which keeps its reasons."""
+    session = recompprof.attach()
+    model = torch.compile(Model(), backend="eager", dynamic=False)
+    model(torch.ones(4))
+    model(torch.ones(6))
+    session.detach()
+    assert session.event_log_path is not None
+    events = list(read_file(session.event_log_path))
+    starts = [(i, e) for i, e in enumerate(events) if isinstance(e, CompileStart)]
+    compiles = [(i, e) for i, e in enumerate(events) if isinstance(e, Compile)]
+    assert [s.compile_id for _, s in starts] == [c.compile_id for _, c in compiles] == ["0/0", "0/1"]
+    for (i, start), (j, done) in zip(starts, compiles, strict=True):
+        assert i < j
+        assert start.frame == done.frame and start.is_recompile == done.is_recompile
+    assert starts[0][1].reason is None
+    explaining = [r for r in compiles[1][1].reasons if r.explains_change]
+    assert starts[1][1].reason == explaining[0]
+    assert not session.status().compiling
+
+
+def _without_starts(src: Path, dst: Path) -> None:
+    dst.mkdir()
+    for path in src.glob("*.jsonl"):
+        lines = [line for line in path.read_text().splitlines(keepends=True) if '"compile_start"' not in line]
+        (dst / path.name).write_text("".join(lines))
+
+
+def test_a_run_with_compile_starts_folds_to_the_same_report(tmp_path: Path) -> None:
+    """``compile_start`` events change no count: a real run folds to the same report, and ``report``
+    and ``check`` print the same, with and without them."""
+    session = recompprof.attach()
+    model = torch.compile(Model(), backend="eager", dynamic=False)
+    for n in (4, 6, 8):
+        model(torch.ones(n))
+    session.detach()
+    assert session.event_log_path is not None
+    run = session.event_log_path.parent
+    bare = tmp_path / "bare"
+    _without_starts(run, bare)
+    assert any('"compile_start"' in p.read_text() for p in run.glob("*.jsonl"))
+    with_starts = build_report(read_file(session.event_log_path))
+    without = build_report(read_file(bare / session.event_log_path.name))
+    assert_same(figures(with_starts), figures(without))
+    assert render_text(with_starts) == render_text(without)
+    for command in (["report", "--width", "100"], ["check"]):
+        outs = [subprocess.run([sys.executable, "-m", "recompprof", *command, str(d)], capture_output=True,
+                               text=True, timeout=120) for d in (run, bare)]
+        assert (outs[0].returncode, outs[0].stdout.replace(str(run), "RUN")) == \
+               (outs[1].returncode, outs[1].stdout.replace(str(bare), "RUN")), command
+
+
+def test_session_end_names_the_compile_running_at_sigterm(tmp_path: Path) -> None:
+    """A job killed with SIGTERM during a slow recompile writes ``session_end.compiling``: the frame,
+    compile id, start, how long it had run and the guard failure that triggered it."""
+    run = tmp_path / "run"
+    env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
+    proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def started() -> CompileStart | None:
+            for path in run.glob("*.jsonl"):
+                for line in path.read_text().splitlines():
+                    if '"compile_start"' in line and '"0/1"' in line:
+                        return CompileStart.model_validate_json(line)
+            return None
+
+        start = _wait(started, 120)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ends = [json.loads(line) for p in run.glob("*.jsonl") for line in p.read_text().splitlines() if '"session_end"' in line]
+    assert len(ends) == 1, proc.stdout.read() if proc.stdout else ""
+    end = SessionEnd.model_validate(ends[0])
+    assert isinstance(end.compiling, Running)
+    assert (end.compiling.frame, end.compiling.compile_id, end.compiling.started) == (start.frame, "0/1", start.time)
+    assert end.compiling.frame.name == "Model.forward"
+    assert end.compiling.seconds >= 1.0
+    assert end.compiling.reason is not None and end.compiling.reason.subject == "L['x']"
+
+
+def test_session_end_has_no_compiling_after_a_finished_compile() -> None:
+    """A session that ends between compiles writes ``session_end.compiling`` as None."""
+    session = recompprof.attach()
+    torch.compile(Model(), backend="eager")(torch.ones(2))
+    session.detach()
+    assert session.event_log_path is not None
+    end = [e for e in read_file(session.event_log_path) if isinstance(e, SessionEnd)]
+    assert len(end) == 1 and end[0].compiling is None

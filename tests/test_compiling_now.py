@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from prometheus_client.parser import text_string_to_metric_families
+from servers import free_port, http_get
 from test_merging import assert_same, figures
 
 import recompprof
@@ -61,10 +64,10 @@ def _wait(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
     raise AssertionError("timed out")
 
 
-@pytest.fixture
-def held() -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]:
+@contextlib.contextmanager
+def held_compile(**settings: object) -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]:
     """A session, and a compiled model whose recompile runs (held) in a background thread."""
-    session = recompprof.attach()
+    session = recompprof.attach(**settings)
     backend = HeldBackend()
     model = torch.compile(Model(), backend=backend, dynamic=False)
     model(torch.ones(4))
@@ -75,6 +78,12 @@ def held() -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]
     finally:
         backend.release.set()
         worker.join(60)
+
+
+@pytest.fixture
+def held() -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]:
+    with held_compile() as value:
+        yield value
 
 
 def test_status_shows_the_running_compile_until_it_ends(held) -> None:  # type: ignore[no-untyped-def]
@@ -190,3 +199,32 @@ def test_session_end_has_no_compiling_after_a_finished_compile() -> None:
     assert session.event_log_path is not None
     end = [e for e in read_file(session.event_log_path) if isinstance(e, SessionEnd)]
     assert len(end) == 1 and end[0].compiling is None
+
+
+def _gauges(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
+    return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)
+            if f.name in ("torch_compile_compiling", "torch_compile_compile_running_seconds")}
+
+
+def test_prometheus_gauges_show_the_running_compile() -> None:
+    """Scraped from the real endpoint during a recompile: ``torch_compile_compiling`` is 1 and
+    ``torch_compile_compile_running_seconds{frame}`` grows between scrapes; after it, 0 and no age series."""
+    port = free_port()
+    with held_compile(exporters=["prometheus"], prometheus_port=port) as (session, backend, worker):
+        assert backend.entered.wait(60)
+        first = _gauges(port)
+        assert first["torch_compile_compiling"] == [({"rank": "0"}, 1.0)]
+        [(labels, age)] = first["torch_compile_compile_running_seconds"]
+        assert labels["rank"] == "0" and labels["frame"].startswith("Model.forward")
+        time.sleep(0.5)
+        [(_, later)] = _gauges(port)["torch_compile_compile_running_seconds"]
+        assert later >= age + 0.4
+        backend.release.set()
+        worker.join(60)
+        after = _gauges(port)
+        assert after["torch_compile_compiling"] == [({"rank": "0"}, 0.0)]
+        assert after["torch_compile_compile_running_seconds"] == []
+        text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
+        assert f'torch_compile_compiles_total{{frame="{labels["frame"]}",rank="0"}} 2.0' in text  # the same frame label
+        session.detach()

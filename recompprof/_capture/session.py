@@ -248,6 +248,9 @@ class Session:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
             snap = self.aggregates.snapshot(step=self._adapters.steps.step, internal_errors=_internal.counts())
+            running = self._recorder.running
+            if running is not None:
+                snap = dataclasses.replace(snap, compiling=(self.aggregates.frame_label(running.frame), running.time))
         dropped = dict(snap.events_dropped)
         if self._writer is not None and self._writer.dropped:  # events the log lacks: readers reconcile with it
             dropped[DROPPED] = self._writer.dropped

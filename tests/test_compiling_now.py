@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,9 +152,10 @@ def test_a_run_with_compile_starts_folds_to_the_same_report(tmp_path: Path) -> N
     without = build_report(read_file(bare / session.event_log_path.name))
     assert_same(figures(with_starts), figures(without))
     assert render_text(with_starts) == render_text(without)
-    for command in (["report", "--width", "100"], ["check"]):
-        outs = [subprocess.run([sys.executable, "-m", "recompprof", *command, str(d)], capture_output=True,
+    for command in (["report", "--width", "100"], ["check", "--max-recompiles", "1", "--max-compile-seconds", "600"]):
+        outs = [subprocess.run([sys.executable, "-m", "recompprof._cli.main", *command, str(d)], capture_output=True,
                                text=True, timeout=120) for d in (run, bare)]
+        assert outs[0].returncode in (0, 1) and "compile" in outs[0].stdout, outs[0].stderr  # it ran and read the run
         assert (outs[0].returncode, outs[0].stdout.replace(str(run), "RUN")) == \
                (outs[1].returncode, outs[1].stdout.replace(str(bare), "RUN")), command
 
@@ -228,3 +230,72 @@ def test_prometheus_gauges_show_the_running_compile() -> None:
         text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
         assert f'torch_compile_compiles_total{{frame="{labels["frame"]}",rank="0"}} 2.0' in text  # the same frame label
         session.detach()
+
+
+def _job_env(run: Path, **settings: str) -> dict[str, str]:
+    env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
+    env.pop("RECOMPPROF_STATUS_LINE", None)
+    env.update({f"RECOMPPROF_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
+def test_off_a_terminal_a_long_compile_is_logged_after_the_threshold_and_periodically(tmp_path: Path) -> None:
+    """Piped stderr: a recompile running past ``compile_status_after`` is logged once then every
+    ``compile_status_every`` seconds, naming rank, frame, trigger and age; the fast first compile is not."""
+    proc = subprocess.run([sys.executable, str(WORKLOADS / "slow_compile.py"), "3"], capture_output=True, text=True,
+                          timeout=180, env=_job_env(tmp_path / "run", compile_status_after="0.5", compile_status_every="1"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "compiling `" in line]
+    assert 2 <= len(lines) <= 4, proc.stderr
+    for line in lines:
+        assert re.fullmatch(r"recompprof: rank 0 compiling `Model\.forward` \(recompile: size of `L\['x'\]` dim 0 "
+                            r"changed\), \d+ s", line), line
+    ages = [int(line.rsplit(", ", 1)[1].split()[0]) for line in lines]
+    assert ages == sorted(ages) and ages[-1] - ages[0] >= len(lines) - 2
+    assert "\r" not in proc.stderr
+
+
+def test_recompprof_run_draws_a_status_line_on_a_terminal(tmp_path: Path) -> None:
+    """``recompprof run`` on a terminal (a pty): while the slow recompile runs, one status line is redrawn in
+    place (carriage return, erase line) with a growing age, and cleared when the compile ends; no log line."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = _job_env(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "run", "--run-dir", str(tmp_path / "run"), "--",
+                             sys.executable, str(WORKLOADS / "slow_compile.py"), "3"],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the pty closes when the job exits
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text
+    drawn = re.findall(r"\r\x1b\[Krank 0 compiling `Model\.forward` \(recompile: size of `L\['x'\]` dim 0 changed\), (\d+) s",
+                       text)
+    assert len(drawn) >= 2 and int(drawn[-1]) >= 2, text
+    assert [int(a) for a in drawn] == sorted(int(a) for a in drawn)
+    done = text.index("DONE")
+    assert text.rfind("\r\x1b[K", 0, done) > text.rfind("compiling `", 0, done)  # cleared before the job went on
+    assert "recompprof: rank 0 compiling" not in text
+
+
+def test_the_status_thread_stops_at_detach() -> None:
+    """The status thread runs while the session is attached and is gone after detach."""
+    session = recompprof.attach()
+    assert any(t.name == "recompprof-compile-status" for t in threading.enumerate())
+    session.detach()
+    assert not any(t.name == "recompprof-compile-status" for t in threading.enumerate())

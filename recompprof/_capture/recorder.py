@@ -89,6 +89,7 @@ class CompileRecorder:
         self.explainer = ReasonExplainer(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
+        self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
         self._emit, self._lock, self._closed = emit, lock, closed
 
     # -- adapter callbacks ---------------------------------------------------------------------
@@ -118,6 +119,8 @@ class CompileRecorder:
     def on_compile_end(self) -> None:
         """torch's compile ended, failed or not."""
         self.running = None
+        if self.ended is not None:
+            self.ended()
 
     def on_torch_record(self, metrics: Any) -> None:
         """One ``CompilationMetrics`` record from torch."""

@@ -27,6 +27,7 @@ from recompprof._capture import exporting, forks, settings as settings_module
 from recompprof._capture.adapters import Adapters, Readings
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
+from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import Event, SessionEnd, SessionStart
@@ -138,6 +139,10 @@ class Session:
         previous, value = lineage.mark(lineage.ATTACHED)
         self._undo.append(("lineage", lambda: lineage.restore(previous, value)))
         self._install_sigterm()
+        ticker = CompileTicker(self.status, self.settings)
+        ticker.start()
+        self._recorder.ended = ticker.compile_ended
+        self._undo.append(("ticker", ticker.stop))
         live = ", ".join(name for name, on in self.signals.items() if on)
         off = "; ".join(f"{name} ({why})" for name, why in self.signals_off.items())
         log.info("recompprof attached (%s mode, rank %d/%d): signals live: %s%s", self.settings.mode,

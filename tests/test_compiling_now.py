@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from otlp_receiver import OtlpReceiver, attributes, clear_otel_env
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, http_get
 from test_merging import assert_same, figures
@@ -299,3 +300,44 @@ def test_the_status_thread_stops_at_detach() -> None:
     assert any(t.name == "recompprof-compile-status" for t in threading.enumerate())
     session.detach()
     assert not any(t.name == "recompprof-compile-status" for t in threading.enumerate())
+
+
+def _otel_gauges(receiver: OtlpReceiver) -> list[dict[str, list[tuple[dict[str, object], float]]]]:
+    """The two compiling gauges of each metrics export the receiver got, in order."""
+    exports = []
+    for req in list(receiver.metrics):
+        got: dict[str, list[tuple[dict[str, object], float]]] = {"torch_compile.compiling": [],
+                                                                 "torch_compile.compile_running": []}
+        for rm in req.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name in got:
+                        got[m.name] += [(attributes(p.attributes), p.as_double if p.HasField("as_double") else p.as_int)
+                                        for p in m.gauge.data_points]
+        exports.append(got)
+    return exports
+
+
+def test_otel_gauges_show_the_running_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With otel_metrics, exports during a recompile carry ``torch_compile.compiling`` 1 and a growing
+    ``torch_compile.compile_running`` for the frame; exports after it carry 0 and no age."""
+    clear_otel_env(monkeypatch)
+    with OtlpReceiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        with held_compile(exporters=["otel"], otel_metrics=True) as (session, backend, worker):
+            assert backend.entered.wait(60)
+            during = _wait(lambda: (e := [x for x in _otel_gauges(receiver) if x["torch_compile.compile_running"]])
+                           and len(e) >= 2 and e or None, 30)
+            assert all(x["torch_compile.compiling"] == [({"rank": "0"}, 1)] for x in during)
+            ages = [x["torch_compile.compile_running"][0][1] for x in during]
+            assert ages[-1] > ages[0]
+            frame = during[0]["torch_compile.compile_running"][0][0]["frame"]
+            assert isinstance(frame, str) and frame.startswith("Model.forward")
+            backend.release.set()
+            worker.join(60)
+            seen = len(receiver.metrics)
+            after = _wait(lambda: (e := _otel_gauges(receiver)[seen + 1:]) and e or None, 30)
+            assert after[-1]["torch_compile.compiling"] == [({"rank": "0"}, 0)]
+            assert after[-1]["torch_compile.compile_running"] == []
+            session.detach()

@@ -90,6 +90,7 @@ class CompileRecorder:
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
         self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
+        self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
         self._emit, self._lock, self._closed = emit, lock, closed
 
     # -- adapter callbacks ---------------------------------------------------------------------
@@ -103,7 +104,9 @@ class CompileRecorder:
                 return
             code = ctx.code
             compile_id = compile_id or ctx.compile_id or "?"
-            frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
+            code_key = (code.co_name, code.co_filename, code.co_firstlineno)
+            frame = _frame(code_key, ctx)
+            self._named = (compile_id, code_key, frame)  # its record names the same frame: named once
             texts: list[str] = []
             with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile starts"):
                 texts = self.signals.pending_reasons(code)
@@ -245,7 +248,8 @@ class CompileRecorder:
             frame, code_key = known
             return frame, code_key
         code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-        frame = _frame(code_key, ctx)
+        named = self._named
+        frame = named[2] if named is not None and named[:2] == (compile_id, code_key) else _frame(code_key, ctx)
         self.correlation.name_frame_id(frame_id, frame, code_key)
         return frame, code_key
 

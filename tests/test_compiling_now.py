@@ -341,3 +341,28 @@ def test_otel_gauges_show_the_running_compile(monkeypatch: pytest.MonkeyPatch) -
             assert after[-1]["torch_compile.compiling"] == [({"rank": "0"}, 0)]
             assert after[-1]["torch_compile.compile_running"] == []
             session.detach()
+
+
+def _minus_one(x: torch.Tensor) -> torch.Tensor:
+    return x - 1
+
+
+def test_the_running_compile_frame_label_is_bounded_by_the_frame_cap() -> None:
+    """Past ``max_frames`` the age series of a running compile carries the ``other`` frame, like every
+    per-frame metric; ``status()`` still names the frame itself."""
+    port = free_port()
+    session = recompprof.attach(exporters=["prometheus"], prometheus_port=port, max_frames=1)
+    backend = HeldBackend()
+    torch.compile(Model(), backend=backend)(torch.ones(2))
+    worker = threading.Thread(target=torch.compile(_minus_one, backend=backend), args=(torch.ones(2),))
+    worker.start()
+    try:
+        assert backend.entered.wait(60)
+        [(labels, _)] = _gauges(port)["torch_compile_compile_running_seconds"]
+        assert labels["frame"] == "other"
+        running = session.status().compiling
+        assert running is not None and running.frame.name == "_minus_one"
+    finally:
+        backend.release.set()
+        worker.join(60)
+    session.detach()

@@ -37,6 +37,7 @@ from recompprof._torch.guard_failures import guard_set
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
 from recompprof._torch.sources import type_name
+from recompprof._torch.versions import torch_info
 
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
@@ -90,6 +91,7 @@ class CompileRecorder:
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
         self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
+        self.reasons_at_start = torch_info().has("reasons_before_compile_start")
         self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
         self._emit, self._lock, self._closed = emit, lock, closed
 
@@ -108,8 +110,9 @@ class CompileRecorder:
             frame = _frame(code_key, ctx)
             self._named = (compile_id, code_key, frame)  # its record names the same frame: named once
             texts: list[str] = []
-            with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile starts"):
-                texts = self.signals.pending_reasons(code)
+            if self.reasons_at_start:
+                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile starts"):
+                    texts = self.signals.pending_reasons(code)
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]

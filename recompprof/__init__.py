@@ -20,15 +20,18 @@ from recompprof._model.events import (
     CATEGORIES,
     PHASES,
     Compile,
+    CompileStart,
     Event,
     Frame,
     GraphBreak,
     Reason,
     RecompileLimitHit,
+    Running,
     SessionEnd,
     SessionStart,
     SignalChange,
 )
+from recompprof._model.status import Status
 from recompprof._version import __version__
 
 if TYPE_CHECKING:
@@ -96,6 +99,7 @@ __all__ = [
     # capture
     "Session",
     "Settings",
+    "Status",
     "__version__",
     "attach",
     "current",
@@ -105,6 +109,7 @@ __all__ = [
     "CUDAGRAPH_SKIPS",
     "CUDAGRAPH_SKIP_HINTS",
     "Compile",
+    "CompileStart",
     "Event",
     "FIX_HINTS",
     "Frame",
@@ -112,6 +117,7 @@ __all__ = [
     "PHASES",
     "Reason",
     "RecompileLimitHit",
+    "Running",
     "SessionEnd",
     "SessionStart",
     "SignalChange",

@@ -54,6 +54,8 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "torch_compile_recompile_limit": ("gauge", {"rank", "limit"}),
     "torch_compile_last_compile_timestamp_seconds": ("gauge", {"rank"}),
     "torch_compile_training_step": ("gauge", {"rank"}),
+    "torch_compile_compiling": ("gauge", {"rank"}),
+    "torch_compile_compile_running_seconds": ("gauge", {"rank", "frame"}),
     "recompprof_build_info": ("gauge", {"rank", "version", "torch_version", "triton_version", "python_version"}),
     "recompprof_process_info": ("gauge", {"rank", "local_rank", "world_size"}),
     "recompprof_events_dropped": ("counter", {"rank", "reason"}),

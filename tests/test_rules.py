@@ -31,6 +31,7 @@ CONTRACT = {
     "recompprof_build_info", "recompprof_process_info", "recompprof_events_dropped_total",
     "recompprof_internal_errors_total", "torch_compile_frame_compile_seconds_total",
     "torch_compile_recompile_seconds_total", "torch_compile_cache_lookups_total", "torch_compile_cache_saved_seconds_total",
+    "torch_compile_compiling", "torch_compile_compile_running_seconds",
 }
 
 

@@ -153,6 +153,30 @@ def _parks_and_reenables() -> bool:
     return mode.parking and mode.stats["reenabled"] == 1 and mode.stats["traces"] == 2
 
 
+def _reasons_at_compile_start() -> bool:
+    """Whether a recompile's guard failures are in ``guard_failures`` when torch's start callbacks run."""
+    from torch._dynamo.callback import callback_handler
+
+    def shift(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    seen: list[int] = []
+
+    def on_start(*_: object) -> None:
+        seen.append(len(torch._dynamo.utils.guard_failures.get(shift.__code__, ())))
+
+    callback_handler.register_start_callback(on_start)
+    try:
+        compiled = torch.compile(shift, backend="eager", dynamic=False)
+        compiled(torch.ones(2))
+        compiled(torch.ones(3))
+    finally:
+        if on_start in callback_handler.start_callbacks:
+            callback_handler.remove_start_callback(on_start)
+        torch._dynamo.reset()
+    return len(seen) == 2 and seen[1] > 0
+
+
 # What torch has, observed directly (never from the version number).
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
@@ -174,6 +198,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "user_stack_in_reasons": lambda: all("\nUser stack trace:" in t for t in _reason_strings("global")),
     "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),
     "backend_in_reasons": lambda: all("BACKEND_MATCH" in t for t in _reason_strings("backend_mismatch")),
+    "reasons_before_compile_start": _reasons_at_compile_start,
 }
 
 

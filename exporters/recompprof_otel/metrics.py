@@ -10,6 +10,7 @@ Send these *or* scrape the Prometheus exporter into one Prometheus, never both (
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +104,8 @@ class OtelMetrics:
             names.RECOMPILE_LIMIT: self._limits,
             names.LAST_COMPILE: self._last_compile,
             names.TRAINING_STEP: lambda s: iter([Observation(s.step, self._rank)]),
+            names.COMPILING: lambda s: iter([Observation(0 if s.compiling is None else 1, self._rank)]),
+            names.COMPILE_RUNNING: self._compile_running,
         }
         for metric, read in counters.items():
             meter.create_observable_counter(metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit)
@@ -188,6 +191,11 @@ class OtelMetrics:
         for limit, value in snap.limits.items():
             if value is not None:
                 yield Observation(value, {**self._rank, "limit": limit})
+
+    def _compile_running(self, snap: Snapshot) -> Obs:
+        seconds = snap.compiling_seconds(time.time())
+        if snap.compiling is not None and seconds is not None:
+            yield Observation(seconds, {**self._rank, "frame": snap.compiling[0]})
 
     def _last_compile(self, snap: Snapshot) -> Obs:
         if snap.last_compile_time is not None:

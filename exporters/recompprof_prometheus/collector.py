@@ -8,6 +8,7 @@ closed sets (rank, capped frame labels with ``other``, reason category, phase, l
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,7 @@ class SnapshotCollector(Collector):
                                      "Unix time the last compile finished.", labels=("rank",))
             last.add_metric((rank,), snap.last_compile_time)
             fams.append(last)
+        fams.extend(self._compiling(snap))
         fams.append(step)
         fams.extend(self._self_metrics(snap))
         return fams
@@ -172,6 +174,18 @@ class SnapshotCollector(Collector):
                 lost.add_metric((rank, label, category), seconds)
 
         return [compiles, recompiles, steady, guards, limit_hits, cache_entries, frame_seconds, lost]
+
+    def _compiling(self, snap: Snapshot) -> list[Metric]:
+        """Whether a compile runs now (a 0 series between compiles) and, while one does, its age at this scrape."""
+        compiling = GaugeMetricFamily(names.COMPILING.family, "1 while a compile runs on this rank, else 0.",
+                                      labels=("rank",))
+        compiling.add_metric((self._rank,), 0 if snap.compiling is None else 1)
+        running = GaugeMetricFamily(names.COMPILE_RUNNING.family, "How long the running compile has run, by frame "
+                                    "(no series between compiles).", labels=("rank", "frame"), unit="seconds")
+        seconds = snap.compiling_seconds(time.time())
+        if snap.compiling is not None and seconds is not None:
+            running.add_metric((self._rank, snap.compiling[0]), seconds)
+        return [compiling, running]
 
     def _duration(self, snap: Snapshot) -> HistogramMetricFamily:
         buckets: list[tuple[str, float] | tuple[str, float, PromExemplar]] = []

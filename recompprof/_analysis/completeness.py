@@ -34,6 +34,7 @@ from recompprof._eventlog.writer import DROPPED as WRITER_DROPPED  # events the 
 from recompprof._model.counting import COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
     Compile,
+    CompileStart,
     Event,
     GraphBreak,
     RecompileLimitHit,
@@ -179,7 +180,8 @@ def _tally_other(fold: SessionFold, event: Event) -> None:
 
 
 _TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type({Compile: _tally_compile, GraphBreak: _tally_break, RecompileLimitHit: _tally_limit_hit,
-                  SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other})
+                  SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other,
+                  CompileStart: _tally_other})
 
 
 # Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).

@@ -17,6 +17,7 @@ from recompprof._eventlog.fastread import by_type
 from recompprof._model.counting import COSTS, verdict
 from recompprof._model.events import (
     Compile,
+    CompileStart,
     Event,
     GraphBreak,
     RecompileLimitHit,
@@ -40,11 +41,14 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
     handlers = _HANDLERS
     folded, last_step = 0, 0
     for event in events:
+        handler = handlers[type(event)]
+        if handler is None:  # a compile start: its compile, when it finished, counts it
+            continue
         folded += 1
         step = event.step
         if step is not None and step > last_step:
             last_step = step
-        handlers[type(event)](report, event)
+        handler(report, event)
     report.events, report.last_step = folded, last_step
     report.finish()
     return report
@@ -99,7 +103,7 @@ def _add_session_end(report: Report, event: SessionEnd) -> None:
 
 
 # Handlers take the event their type names; the table is keyed by the event's class (model or view).
-_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type({
+_HANDLERS: dict[type, Callable[[Report, Any], None] | None] = by_type({CompileStart: None,
     Compile: _add_compile, SessionStart: _add_session_start, SignalChange: _add_signal,
     RecompileLimitHit: _add_limit_hit, GraphBreak: _add_graph_break, SessionEnd: _add_session_end,
 })

@@ -57,6 +57,10 @@ class CompileSink(Protocol):
 
     def on_graph_break(self, payload: str, compile_id: str | None) -> None: ...
 
+    def on_compile_start(self, compile_id: str | None) -> None: ...
+
+    def on_compile_end(self) -> None: ...
+
     def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
 
     def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
@@ -90,6 +94,10 @@ class Readings:
         """The guard-failure texts torch computed for the code ``(name, file, line)`` since the last call."""
         return self.guards.take(name, file, line)[1]
 
+    def pending_reasons(self, code: CodeType) -> list[str]:
+        """The guard-failure texts of ``code`` not yet taken (a compile start reads them; its record takes them)."""
+        return self.guards.peek(code)
+
     def counted_breaks(self) -> list[tuple[str, int]]:
         """``(reason, count)`` of the graph breaks counted since the last call (only with the fallback counter)."""
         return self.break_counter.take() if self.break_counter is not None else []
@@ -114,7 +122,8 @@ class Adapters:
         self.step_in_trace = StepInTrace(self.steps)
         self.breaks = GraphBreakTap(sink.on_graph_break)
         self.metrics = CompileMetricsTap(sink.on_torch_record, on_late=self._on_metrics_late,
-                                         on_lost=lambda why: self.lost("compile_metrics", why))
+                                         on_lost=lambda why: self.lost("compile_metrics", why),
+                                         on_start=sink.on_compile_start, on_end=sink.on_compile_end)
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode

@@ -30,13 +30,14 @@ from recompprof._model.compiles import (
     in_order,
     reason_texts,
 )
-from recompprof._model.events import Compile, Event, Frame, GraphBreak
+from recompprof._model.events import Compile, CompileStart, Event, Frame, GraphBreak
 from recompprof._model.reasons import clean_text, graph_break_text
 from recompprof._torch import frames as torch_frames
 from recompprof._torch.guard_failures import guard_set
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
 from recompprof._torch.sources import type_name
+from recompprof._torch.versions import torch_info
 
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
@@ -55,6 +56,9 @@ class CompileSignals(Protocol):
         """Tells profile mode's own reasons from the job's (None outside profile mode)."""
 
     def guard_reasons(self, name: str, file: str, line: int) -> list[str]: ...
+
+    def pending_reasons(self, code: CodeType) -> list[str]:
+        """The guard-failure texts of ``code`` not yet taken, left untaken."""
 
     def counted_breaks(self) -> list[tuple[str, int]]: ...
 
@@ -85,9 +89,45 @@ class CompileRecorder:
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
+        self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
+        self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
+        self.reasons_at_start = torch_info().has("reasons_before_compile_start")
+        self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
         self._emit, self._lock, self._closed = emit, lock, closed
 
     # -- adapter callbacks ---------------------------------------------------------------------
+    def on_compile_start(self, compile_id: str | None) -> None:
+        """torch began compiling a frame: record what is known now (a ``compile_start``)."""
+        ctx = torch_frames.compiling()
+        if ctx is None:  # a lazily compiled backward: no frame of its own, its forward's compile is over
+            return
+        with self._lock:
+            if self._closed():
+                return
+            code = ctx.code
+            compile_id = compile_id or ctx.compile_id or "?"
+            code_key = (code.co_name, code.co_filename, code.co_firstlineno)
+            frame = _frame(code_key, ctx)
+            self._named = (compile_id, code_key, frame)  # its record names the same frame: named once
+            texts: list[str] = []
+            if self.reasons_at_start:
+                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile starts"):
+                    texts = self.signals.pending_reasons(code)
+            own_reason = self.signals.own_reason
+            if own_reason is not None:
+                texts = [t for t in texts if not own_reason(t)]
+            event = CompileStart(time=time.time(), rank=self.rank, step=self.signals.step, frame=frame,
+                                 compile_id=compile_id, is_recompile=bool(texts) or _later_compile(compile_id),
+                                 reason=self.explainer.trigger(frame, texts, _resolver(ctx)))
+            self.running = event
+            self._emit(event)
+
+    def on_compile_end(self) -> None:
+        """torch's compile ended, failed or not."""
+        self.running = None
+        if self.ended is not None:
+            self.ended()
+
     def on_torch_record(self, metrics: Any) -> None:
         """One ``CompilationMetrics`` record from torch."""
         with self._lock:
@@ -154,6 +194,9 @@ class CompileRecorder:
     def record_compile(self, m: CompileRecord) -> None:
         now, step = time.time(), self.signals.step
         compile_id = m.compile_id if m.compile_id is not None else "?"
+        running = self.running
+        if running is not None and running.compile_id == compile_id:  # its end was not seen (callbacks reset)
+            self.running = None
         if m.is_forward:
             seen = self._forward(m, compile_id, now, step)
         else:
@@ -208,7 +251,8 @@ class CompileRecorder:
             frame, code_key = known
             return frame, code_key
         code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
-        frame = _frame(code_key, ctx)
+        named = self._named
+        frame = named[2] if named is not None and named[:2] == (compile_id, code_key) else _frame(code_key, ctx)
         self.correlation.name_frame_id(frame_id, frame, code_key)
         return frame, code_key
 
@@ -227,6 +271,12 @@ def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -
     return Frame(name=clean_text(named.name, 1000), file=clean_text(named.file, 1000), line=named.line,
                  code_file=clean_text(code_key[1], 1000), code_line=code_key[2],
                  owner=clean_text(named.owner, 1000) if named.owner is not None else None)
+
+
+def _later_compile(compile_id: str) -> bool:
+    """Whether ``compile_id`` ("0/1", "0/1_1", "!0/0/1") is not its frame's first compile."""
+    number = compile_id.rsplit("/", 1)[-1].split("_", 1)[0]
+    return number.isdigit() and int(number) > 0
 
 
 def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:

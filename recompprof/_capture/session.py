@@ -27,9 +27,11 @@ from recompprof._capture import exporting, forks, settings as settings_module
 from recompprof._capture.adapters import Adapters, Readings
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
+from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import Event, SessionEnd, SessionStart
+from recompprof._model.status import Status, running
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
@@ -137,6 +139,10 @@ class Session:
         previous, value = lineage.mark(lineage.ATTACHED)
         self._undo.append(("lineage", lambda: lineage.restore(previous, value)))
         self._install_sigterm()
+        ticker = CompileTicker(self.status, self.settings)
+        ticker.start()
+        self._recorder.ended = ticker.compile_ended
+        self._undo.append(("ticker", ticker.stop))
         live = ", ".join(name for name, on in self.signals.items() if on)
         off = "; ".join(f"{name} ({why})" for name, why in self.signals_off.items())
         log.info("recompprof attached (%s mode, rank %d/%d): signals live: %s%s", self.settings.mode,
@@ -237,10 +243,19 @@ class Session:
         global step; returns the new step."""
         return self._adapters.steps.advance(to)
 
+    def status(self) -> Status:
+        """This rank now: its step and the compile running on it (``compiling``: frame, compile id, start,
+        seconds so far, the guard failure that triggered it), or ``compiling=None``."""
+        return Status(rank=self.identity.rank, step=self._adapters.steps.step,
+                      compiling=running(self._recorder.running, time.time()))
+
     def snapshot(self) -> Snapshot:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
             snap = self.aggregates.snapshot(step=self._adapters.steps.step, internal_errors=_internal.counts())
+            running = self._recorder.running
+            if running is not None:
+                snap = dataclasses.replace(snap, compiling=(self.aggregates.frame_label(running.frame), running.time))
         dropped = dict(snap.events_dropped)
         if self._writer is not None and self._writer.dropped:  # events the log lacks: readers reconcile with it
             dropped[DROPPED] = self._writer.dropped
@@ -335,4 +350,4 @@ class Session:
             totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions", "reenabled") if k in stats})
         return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
                           events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
-                          signals_off=dict(self.signals_off))
+                          signals_off=dict(self.signals_off), compiling=running(self._recorder.running, time.time()))

@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     prometheus_keyfile: Path | None = None
     prometheus_basic_auth: str | None = None  # "user:password"
     otel_metrics: bool = False
+    # A compile running this long is logged (off a terminal), and again every compile_status_every seconds.
+    compile_status_after: float = Field(default=30.0, ge=0, le=86_400)
+    compile_status_every: float = Field(default=60.0, gt=0, le=86_400)
+    # A one-line status of the running compile on stderr when it is a terminal (recompprof run / demo set it).
+    status_line: bool = False
 
     @field_validator("exporters", mode="before")
     @classmethod

@@ -79,6 +79,21 @@ def _exporters() -> tuple[list[str], str]:
     return [], "metrics not served: the Prometheus exporter is not installed (pip install 'recompprof[prometheus]')"
 
 
+def _compiling_column(session: Any) -> Any:
+    """A progress column naming the compile running now (rich redraws it while the training loop waits in one)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from recompprof._model.status import describe
+
+    class Compiling(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            status = session.status()
+            return Text(describe(status.rank, status.compiling) if status.compiling is not None else "", style="yellow")
+
+    return Compiling()
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
     console.print(f"  event log: {run_dir}")
     with recompprof.attach(**settings) as session:
         columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), _compiling_column(session))
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("training", total=args.steps, status="")
             for step in range(args.steps):

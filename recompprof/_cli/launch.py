@@ -57,6 +57,7 @@ def child_environment(base: Mapping[str, str], overrides: Mapping[str, Any], run
     env["RECOMPPROF_RUN_DIR"] = str(run_dir)
     env.setdefault("RECOMPPROF_RUN_ID", run_id)
     env["RECOMPPROF_ATTACH"] = "1"
+    env.setdefault("RECOMPPROF_STATUS_LINE", "1")  # drawn only where the child's stderr is a terminal
     paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env

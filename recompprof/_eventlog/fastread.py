@@ -37,8 +37,9 @@ try:
 except ImportError:  # optional at runtime: without it the offline commands use the validated reader
     msgspec = None  # type: ignore[assignment]
 
+NESTED_MODELS: tuple[type[events._Model], ...] = (events.Frame, events.Reason, events.Running)  # fields of events
 EVENT_MODELS: tuple[type[events._Event], ...] = (
-    events.SessionStart, events.Compile, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
+    events.SessionStart, events.Compile, events.CompileStart, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
     events.SessionEnd,
 )
 
@@ -114,18 +115,18 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
 
 
 def _views() -> tuple[type, ...]:
-    """The views of Frame, Reason and every event model, nested models first."""
+    """The views of Frame, Reason, Running and every event model, nested models first."""
     if msgspec is None:
         return ()
     views: dict[type, type] = {}
-    models: tuple[type[events._Model], ...] = (events.Frame, events.Reason, *EVENT_MODELS)
+    models: tuple[type[events._Model], ...] = (*NESTED_MODELS, *EVENT_MODELS)
     for model in models:
         views[model] = _view(model, views)
     return tuple(views.values())
 
 
 VIEWS = _views()
-VIEW_OF: dict[type, type] = dict(zip((events.Frame, events.Reason, *EVENT_MODELS), VIEWS, strict=False))  # model -> its view
+VIEW_OF: dict[type, type] = dict(zip((*NESTED_MODELS, *EVENT_MODELS), VIEWS, strict=False))  # model -> its view
 
 H = TypeVar("H")
 
@@ -140,4 +141,4 @@ def by_type(handlers: Mapping[type[events._Event], H]) -> dict[type, H]:
             table[VIEW_OF[model]] = handler
     return table
 # Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
-DECODER = msgspec.json.Decoder(Union[VIEWS[2:]]) if msgspec is not None else None  # noqa: UP007
+DECODER = msgspec.json.Decoder(Union[VIEWS[len(NESTED_MODELS):]]) if msgspec is not None else None  # noqa: UP007

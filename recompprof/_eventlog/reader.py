@@ -289,13 +289,17 @@ def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, torn: bool) -> 
         stats.corrupt += 1
 
 
-def _float_fields(model: type[BaseModel]) -> tuple[tuple[str, bool], ...]:
-    """The fields of ``model`` that hold floats, each with whether it is a mapping to floats.
+_FloatFields = tuple[tuple[str, Any], ...]  # (name, False: a float, True: a mapping to floats, or a nested model's)
+
+
+def _float_fields(model: type[BaseModel]) -> _FloatFields:
+    """The fields of ``model`` that hold floats, each with how: a float (False), a mapping to floats (True),
+    or an optional nested model's own float fields.
 
     Derived from the model, so a float field added later is checked too; a float in a shape this
-    does not read (a list, a nested model) fails the import instead of going unchecked.
+    does not read (a list, a mapping to models) fails the import instead of going unchecked.
     """
-    fields = []
+    fields: list[tuple[str, Any]] = []
     for name, info in model.model_fields.items():
         annotation, args = info.annotation, get_args(info.annotation)
         if annotation is float or (get_origin(annotation) in (Union, types.UnionType) and float in args
@@ -303,9 +307,20 @@ def _float_fields(model: type[BaseModel]) -> tuple[tuple[str, bool], ...]:
             fields.append((name, False))
         elif get_origin(annotation) is dict and args[1] is float and not _holds_float(args[0]):
             fields.append((name, True))
+        elif (nested := _nested_model(annotation)) is not None and _holds_float(nested):
+            fields.append((name, _float_fields(nested)))
         elif _holds_float(annotation):
             raise TypeError(f"{model.__name__}.{name}: the reader cannot check this field's floats are finite; extend it")
     return tuple(fields)
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a nested-model field, optional or not (``Running | None``)."""
+    args = [a for a in get_args(annotation) if a is not type(None)] \
+        if get_origin(annotation) in (Union, types.UnionType) else [annotation]
+    if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0]
+    return None
 
 
 def _holds_float(annotation: Any) -> bool:
@@ -321,13 +336,20 @@ _FLOAT_FIELDS = {model.model_fields["kind"].default: _float_fields(model) for mo
 
 def _finite(event: Event) -> bool:
     """Every number of ``event`` is finite: no NaN or infinity can pass, or fail, a threshold."""
+    return _all_finite(event, _FLOAT_FIELDS[event.kind])
+
+
+def _all_finite(value: Any, fields: _FloatFields) -> bool:
     isfinite = math.isfinite
-    for name, mapping in _FLOAT_FIELDS[event.kind]:
-        value = getattr(event, name)
-        if mapping:
-            if value and not all(map(isfinite, value.values())):
+    for name, how in fields:
+        field = getattr(value, name)
+        if how is True:
+            if field and not all(map(isfinite, field.values())):
                 return False
-        elif value is not None and not isfinite(value):
+        elif how is False:
+            if field is not None and not isfinite(field):
+                return False
+        elif field is not None and not _all_finite(field, how):
             return False
     return True
 

@@ -92,6 +92,12 @@ class Snapshot:
     cache_lookups: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (cache, result)
     cache_seconds_saved: float = 0.0
     cudagraph_skips: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> compiles
+    # The compile running now: its bounded frame label and its start (Unix seconds); None between compiles.
+    compiling: tuple[str, float] | None = None
+
+    def compiling_seconds(self, now: float) -> float | None:
+        """How long the running compile has run at ``now`` (None between compiles)."""
+        return None if self.compiling is None else max(0.0, now - self.compiling[1])
 
     def totals(self) -> dict[str, float]:
         """The run totals a ``SessionEnd`` carries (live and ingested runs both take them from here)."""

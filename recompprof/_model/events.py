@@ -184,6 +184,27 @@ class Compile(_Event):
     trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
 
+class CompileStart(_Event):
+    """A compile began: what is known then. Its finished ``compile`` has the same ``(rank, compile_id)``;
+    a start without one is a compile that was still running when the log ended."""
+
+    kind: Literal["compile_start"] = "compile_start"
+    frame: Frame
+    compile_id: str
+    is_recompile: bool
+    reason: Reason | None = None  # the guard failure that triggered a recompile (None for a first compile)
+
+
+class Running(_Model):
+    """The compile still running when a session ended."""
+
+    frame: Frame
+    compile_id: str
+    started: float
+    seconds: float
+    reason: Reason | None = None
+
+
 class GraphBreak(_Event):
     kind: Literal["graph_break"] = "graph_break"
     frame: Frame | None = None
@@ -220,15 +241,16 @@ class SessionEnd(_Event):
     events_dropped: dict[str, int] = {}
     internal_errors: dict[str, int] = {}
     signals_off: dict[str, str] = {}  # signals that were off or went dark, with why
+    compiling: Running | None = None  # the compile that was running when the session ended
 
 
 Event = Annotated[
-    SessionStart | Compile | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
+    SessionStart | Compile | CompileStart | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KINDS: tuple[str, ...] = (
-    "session_start", "compile", "graph_break", "recompile_limit_hit", "signal", "session_end",
+    "session_start", "compile", "compile_start", "graph_break", "recompile_limit_hit", "signal", "session_end",
 )
 
 

@@ -84,6 +84,25 @@ class ReasonExplainer:
         self.redact = redact
         self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = collections.OrderedDict()
 
+    def trigger(
+        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
+    ) -> Reason | None:
+        """The reason that will explain the compile of ``frame`` that ``texts`` trigger, by the same rule as
+        :meth:`explain`, remembering nothing (a compile start reads it before its compile's record does)."""
+        parsed = self._parse(texts, resolve)
+        if not parsed:
+            return None
+        reason = parsed[_explaining(parsed, self._seen.get(frame.key) or collections.OrderedDict())]
+        return reason.model_copy(update={"explains_change": True})
+
+    def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> list[Reason]:
+        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
+        if resolve is not None and parsed:
+            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
+            if kinds:
+                parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
+        return parsed
+
     def explain(
         self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
     ) -> tuple[list[Reason], dict[str, int]]:
@@ -92,11 +111,7 @@ class ReasonExplainer:
         ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
         tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
         """
-        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
-        if resolve is not None and parsed:
-            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
-            if kinds:
-                parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
+        parsed = self._parse(texts, resolve)
         if not parsed:
             return Explained(([], {}))
         seen = self._seen.pop(frame.key, None) or collections.OrderedDict()

@@ -45,6 +45,8 @@ CACHE_ENTRIES = MetricName("torch_compile_cache_entries", "gauge", "torch_compil
 RECOMPILE_LIMIT = MetricName("torch_compile_recompile_limit", "gauge", "torch_compile.recompile_limit", "{recompile}")
 LAST_COMPILE = MetricName("torch_compile_last_compile_timestamp_seconds", "gauge",
                           "torch_compile.last_compile_timestamp", "s")
+COMPILING = MetricName("torch_compile_compiling", "gauge", "torch_compile.compiling", "{compile}")
+COMPILE_RUNNING = MetricName("torch_compile_compile_running_seconds", "gauge", "torch_compile.compile_running", "s")
 TRAINING_STEP = MetricName("torch_compile_training_step", "gauge", "torch_compile.training_step", "{step}")
 BUILD_INFO = MetricName("recompprof_build_info", "gauge", "recompprof.build_info")
 PROCESS_INFO = MetricName("recompprof_process_info", "gauge")
@@ -54,6 +56,6 @@ INTERNAL_ERRORS = MetricName("recompprof_internal_errors", "counter", "recomppro
 ALL: tuple[MetricName, ...] = (
     COMPILES, RECOMPILES, STEADY_STATE_RECOMPILES, GUARD_FAILURES, LIMIT_HITS, COMPILE_FAILURES, GRAPH_BREAKS,
     PHASE_SECONDS, DURATION, FRAME_COMPILE_SECONDS, RECOMPILE_SECONDS, CACHE_LOOKUPS, CACHE_SAVED_SECONDS,
-    CUDAGRAPH_SKIPS, CACHE_ENTRIES, RECOMPILE_LIMIT, LAST_COMPILE, TRAINING_STEP, BUILD_INFO, PROCESS_INFO,
+    CUDAGRAPH_SKIPS, CACHE_ENTRIES, RECOMPILE_LIMIT, LAST_COMPILE, COMPILING, COMPILE_RUNNING, TRAINING_STEP, BUILD_INFO, PROCESS_INFO,
     EVENTS_DROPPED, INTERNAL_ERRORS,
 )

@@ -43,13 +43,17 @@ class CompileMetricsTap:
         on_metrics: Callable[[Any], None],
         on_late: Callable[[int, str], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
+        on_start: Callable[[str | None], None] | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self._on_metrics = on_metrics
+        self._on_start, self._on_end = on_start, on_end  # a compile began (its compile id) / ended, failed or not
         self._on_late = on_late
         self._on_lost = on_lost
         self._undo: list[Callable[[], None]] = []
         self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()  # id -> record (kept alive)
         self._start_callback: Callable[..., None] | None = None
+        self._end_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped
         self.live = False
         self.reason_off = ""
@@ -117,16 +121,28 @@ class CompileMetricsTap:
         except ImportError:  # no compile callbacks: reconcile runs at detach only
             return
 
-        def on_compile_start(*_: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
+        def on_compile_start(*args: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
             with _internal.contain("torch.compile_metrics.reconcile"):
                 self.reconcile()
+            if self._on_start is not None:
+                with _internal.contain("torch.compile_start"):
+                    compile_id = getattr(args[0], "compile_id", None) if args else None
+                    self._on_start(str(compile_id) if compile_id is not None else None)
+
+        def on_compile_end(*_: Any) -> None:
+            if self._on_end is not None:
+                with _internal.contain("torch.compile_end"):
+                    self._on_end()
 
         callback_handler.register_start_callback(on_compile_start)
-        self._start_callback = on_compile_start
+        callback_handler.register_end_callback(on_compile_end)
+        self._start_callback, self._end_callback = on_compile_start, on_compile_end
 
         def remove() -> None:
             if on_compile_start in callback_handler.start_callbacks:
                 callback_handler.remove_start_callback(on_compile_start)
+            if on_compile_end in callback_handler.end_callbacks:
+                callback_handler.remove_end_callback(on_compile_end)
 
         self._undo.append(remove)
 
@@ -155,6 +171,8 @@ class CompileMetricsTap:
 
         if self._start_callback not in callback_handler.start_callbacks:
             callback_handler.register_start_callback(self._start_callback)
+        if self._end_callback is not None and self._end_callback not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(self._end_callback)
 
     def reconcile(self) -> int:
         """Feed records torch buffered that never reached the hook; returns how many."""

@@ -68,6 +68,17 @@ class GuardFailureReader:
         for code, reasons in list(guard_failures.items()):
             self._read[code] = len(reasons)
 
+    def peek(self, code: CodeType) -> list[str]:
+        """New reasons of ``code`` since the last :meth:`take`, left unread (a compile start reads them
+        before its compile's record takes them)."""
+        if not self.live:
+            return []
+        from torch._dynamo.utils import guard_failures
+
+        reasons = list(guard_failures.get(code, ()))
+        start = self._read.get(code, 0)
+        return reasons[start:] if start <= len(reasons) else reasons
+
     def take(self, name: str, filename: str, firstlineno: int) -> tuple[CodeType | None, list[str]]:
         """New reasons of the code object named by ``name``, ``filename``, ``firstlineno``."""
         if not self.live:

@@ -46,6 +46,9 @@ GATES: dict[str, Gate] = {
     "guard_failures": Gate(
         (2, 4), "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
         "recompiles carry only CompilationMetrics.recompile_reason"),
+    "reasons_before_compile_start": Gate(
+        (2, 6), "guard failures computed (torch._dynamo.utils.guard_failures) before the compile-start callbacks run",
+        "compile_start events carry no reason (is_recompile is still set from the compile id)"),
     "graph_breaks": Gate((2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"),
     "graph_break_trace": Gate(
         (2, 6), "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",

@@ -97,13 +97,13 @@ def _compiling_ranks(cfg: Config) -> str:
     """An annotation fragment naming each rank of the alerting job that is compiling, its frame and for how long.
 
     Rendered from ``torch_compile_compile_running_seconds`` when Prometheus renders the annotation; the
-    longest-running compiles first, at most ``top_n`` of them.
+    longest-running compiles first, at most ``top_n`` of them; "unknown" when no rank of the job reports one.
     """
     running, args = _alert_scoped(cfg, "torch_compile_compile_running_seconds", cfg.job_labels)
     promql = f"sort_desc(topk({cfg.top_n}, max by (rank, frame) ({running})))"
     return (f"{{{{ range $i, $c := printf `{promql}` {args} | query }}}}{{{{ if $i }}}}; {{{{ end }}}}"
             f"rank {{{{ $c.Labels.rank }}}} on {{{{ $c.Labels.frame }}}} for {{{{ $c.Value | humanizeDuration }}}}"
-            f"{{{{ end }}}}")
+            f"{{{{ else }}}}unknown{{{{ end }}}}")
 
 
 def _top_cause(cfg: Config) -> str:
@@ -184,9 +184,9 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
                f"count by ({job}) ({compiling} == 1)\n  and on ({job})\ncount by ({job}) ({compiling} == 0)",
                "warning",
                "Some ranks of a job are compiling while the others are not.",
-               f"{value} of the ranks of {_job(cfg)} are compiling while the others are not, for more than "
-               f"{cfg.out_of_step_for}; the others wait at their next collective until it completes or "
-               f"times out. Compiling: {_compiling_ranks(cfg)}.",
+               f"Ranks of {_job(cfg)} out of step for more than {cfg.out_of_step_for}: {value} compiling while "
+               f"the others are not, which wait at their next collective until it completes or times out. "
+               f"Compiling: {_compiling_ranks(cfg)}.",
                cfg.out_of_step_for),
     ]
 

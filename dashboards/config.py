@@ -32,6 +32,13 @@ class Config:
     # TorchCompileGraphBreaksIncreasing: new graph breaks after the first `graph_breaks_window`.
     graph_breaks_window: str = "30m"
     graph_breaks_for: str = "15m"
+    # TorchCompileLongCompile: one compile has run on a rank for more than `long_compile_seconds`,
+    # held for `long_compile_for`.
+    long_compile_seconds: int = 300
+    long_compile_for: str = "1m"
+    # TorchCompileRanksOutOfStep: some ranks of a job compiling while the others are not, for
+    # `out_of_step_for` (keep it well under the job's collective timeout, 10m for NCCL by default).
+    out_of_step_for: str = "3m"
 
     # The runbook every alert links to; the alert's anchor is appended.
     runbook_url: str = "https://github.com/recompprof/recompprof/blob/main/docs/alerts.md"

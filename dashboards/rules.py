@@ -17,6 +17,8 @@ ALERTS = (
     "TorchCompileTimeShareHigh",
     "TorchCompileRankDivergence",
     "TorchCompileGraphBreaksIncreasing",
+    "TorchCompileLongCompile",
+    "TorchCompileRanksOutOfStep",
 )
 
 
@@ -80,19 +82,38 @@ def _alert(cfg: Config, name: str, expr: str, severity: str, summary: str, descr
     return rule
 
 
+def _alert_scoped(cfg: Config, metric: str, labels: tuple[str, ...]) -> tuple[str, str]:
+    """A selector for an annotation's template query, matching the alert's own ``labels``, and its printf arguments.
+
+    Indexed verbs, so the selector may appear several times in the query while the arguments are given once.
+    """
+    matchers = ", ".join(f"{label}=%[{i}]q" for i, label in enumerate(labels, start=1))
+    if cfg.selector:
+        matchers = f"{cfg.selector}, {matchers}"
+    return f"{metric}{{{matchers}}}", " ".join(f"$labels.{label}" for label in labels)
+
+
+def _compiling_ranks(cfg: Config) -> str:
+    """An annotation fragment naming each rank of the alerting job that is compiling, its frame and for how long.
+
+    Rendered from ``torch_compile_compile_running_seconds`` when Prometheus renders the annotation; the
+    longest-running compiles first, at most ``top_n`` of them; "unknown" when no rank of the job reports one.
+    """
+    running, args = _alert_scoped(cfg, "torch_compile_compile_running_seconds", cfg.job_labels)
+    promql = f"sort_desc(topk({cfg.top_n}, max by (rank, frame) ({running})))"
+    return (f"{{{{ range $i, $c := printf `{promql}` {args} | query }}}}{{{{ if $i }}}}; {{{{ end }}}}"
+            f"rank {{{{ $c.Labels.rank }}}} on {{{{ $c.Labels.frame }}}} for {{{{ $c.Value | humanizeDuration }}}}"
+            f"{{{{ else }}}}unknown{{{{ end }}}}")
+
+
 def _top_cause(cfg: Config) -> str:
     """An annotation fragment naming the cause that cost the alerting rank the most compile seconds.
 
     Prometheus runs the query when it renders the annotation (template ``query``); the alert's own job
     labels and rank select the series. Without recompile seconds (only first compiles) it renders nothing.
     """
-    # Indexed verbs: the selector appears three times in increase_with_new, the arguments once.
-    matchers = ", ".join(f"{label}=%[{i}]q" for i, label in enumerate((*cfg.job_labels, "rank"), start=1))
-    if cfg.selector:
-        matchers = f"{cfg.selector}, {matchers}"
-    lost = f"torch_compile_recompile_seconds_total{{{matchers}}}"
+    lost, args = _alert_scoped(cfg, "torch_compile_recompile_seconds_total", (*cfg.job_labels, "rank"))
     promql = f"topk(1, sum by (frame, reason) ({increase_with_new(lost, cfg.compile_time_window)}))"
-    args = " ".join(f"$labels.{label}" for label in (*cfg.job_labels, "rank"))
     return (f"{{{{ with printf `{promql}` {args} | query }}}}{{{{ with first . }}}} Top cause: {{{{ .Labels.reason }}}} "
             f"in {{{{ .Labels.frame }}}}, {{{{ .Value | humanizeDuration }}}} lost to recompiles; see the "
             f"report's \"fix these first\" list.{{{{ end }}}}{{{{ end }}}}")
@@ -109,6 +130,8 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
         return f"sum by ({by(*cfg.job_labels, *labels)}) ({increase_with_new(selector(cfg, metric), event)}) > 0"
 
     breaks = selector(cfg, "torch_compile_graph_breaks_total")
+    running = selector(cfg, "torch_compile_compile_running_seconds")
+    compiling = selector(cfg, "torch_compile_compiling")
     return [
         _alert(cfg, "TorchCompileRecompilesHigh",
                f"{names['recompiles']} > {cfg.recompiles_threshold}", "warning",
@@ -150,6 +173,21 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
                f"{where_start} had {value} new graph breaks in the last {cfg.graph_breaks_window}, after its "
                f"first {cfg.graph_breaks_window}.",
                cfg.graph_breaks_for),
+        _alert(cfg, "TorchCompileLongCompile",
+               f"max by ({job}, rank, frame) ({running}) > {cfg.long_compile_seconds}", "warning",
+               "One torch.compile compile has been running for a long time.",
+               f"{where_start} has been compiling frame {{{{ $labels.frame }}}} for "
+               f"{{{{ $value | humanizeDuration }}}} (threshold {cfg.long_compile_seconds}s); the rank does "
+               "not train meanwhile, and the other ranks wait for it at their next collective.",
+               cfg.long_compile_for),
+        _alert(cfg, "TorchCompileRanksOutOfStep",
+               f"count by ({job}) ({compiling} == 1)\n  and on ({job})\ncount by ({job}) ({compiling} == 0)",
+               "warning",
+               "Some ranks of a job are compiling while the others are not.",
+               f"Ranks of {_job(cfg)} out of step for more than {cfg.out_of_step_for}: {value} compiling while "
+               f"the others are not, which wait at their next collective until it completes or times out. "
+               f"Compiling: {_compiling_ranks(cfg)}.",
+               cfg.out_of_step_for),
     ]
 
 

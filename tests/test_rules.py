@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import promql_parser
+import pytest
 import yaml
 from servers import REPO, need
 
@@ -78,16 +79,22 @@ def test_unit_tests_cover_every_alert_firing_and_silent() -> None:
     assert silent == set(rules.ALERTS)
 
 
-def test_unit_tests_catch_a_threshold_off_by_one(tmp_path: Path) -> None:
-    """Rules generated with the recompile threshold one lower fail the unit tests (the edge is tested)."""
+@pytest.mark.parametrize(("change", "alert"), [
+    ({"recompiles_threshold": DEFAULT.recompiles_threshold - 1}, "TorchCompileRecompilesHigh"),
+    ({"long_compile_seconds": DEFAULT.long_compile_seconds - 1}, "TorchCompileLongCompile"),
+    ({"long_compile_for": "0s"}, "TorchCompileLongCompile"),
+    ({"out_of_step_for": "2m"}, "TorchCompileRanksOutOfStep"),
+    ({"out_of_step_for": "4m"}, "TorchCompileRanksOutOfStep"),
+])
+def test_unit_tests_catch_a_threshold_off_by_one(tmp_path: Path, change: dict[str, object], alert: str) -> None:
+    """Rules generated with a threshold or `for` one step off fail the unit tests (the edges are tested)."""
     (tmp_path / "tests").mkdir()
     unit_tests = tmp_path / "tests" / UNIT_TESTS.name
     unit_tests.write_text(UNIT_TESTS.read_text())
-    lower = DEFAULT.replace(recompiles_threshold=DEFAULT.recompiles_threshold - 1)
-    (tmp_path / RULES.name).write_text(rules.render(lower))
+    (tmp_path / RULES.name).write_text(rules.render(DEFAULT.replace(**change)))
     result = _promtool("test", "rules", str(unit_tests))
     assert result.returncode != 0
-    assert "TorchCompileRecompilesHigh" in result.stdout + result.stderr
+    assert alert in result.stdout + result.stderr
 
 
 def test_alerts_are_named_labelled_and_annotated() -> None:

@@ -14,7 +14,9 @@ from dashboards.panels import (
     query,
     series,
     stat_panel,
+    state_panel,
     table_panel,
+    threshold_line,
     timeseries_panel,
     variables,
 )
@@ -41,6 +43,7 @@ def build(cfg: Config) -> dashboard.Dashboard:
     hits = s("torch_compile_cache_lookups_total", 'result="hit"')
     decided = s("torch_compile_cache_lookups_total", 'result=~"hit|miss"')  # a bypass could not have hit
     who = "namespace, job, rank"
+    compiling = f"max by ({who}) ({s('torch_compile_compiling')})"
     frame_link = (dashboard.DashboardLink("Frame drill-down")
                   .url(f"/d/{cfg.frame_uid}?${{__url_time_range}}&${{datasource:queryparam}}"
                        "&${namespace:queryparam}&${job:queryparam}&${rank:queryparam}"
@@ -77,6 +80,25 @@ def build(cfg: Config) -> dashboard.Dashboard:
         .with_panel(stat_panel(
             "Ranks", "Processes reporting (recompprof_process_info) right now.", "short",
             [query(f"count({s('recompprof_process_info')})", instant=True)]))
+        .with_row(dashboard.Row("Compiling now"))
+        .with_panel(stat_panel(
+            "Ranks compiling now",
+            "Selected ranks with a compile running right now (torch_compile_compiling).", "short",
+            [query(f"sum({compiling}) or vector(0)", instant=True)], h=8))
+        .with_panel(state_panel(
+            "Compiling now by rank",
+            "When each rank was compiling. One rank compiling while the others are not is the stall that "
+            "ends in a collective timeout: the others wait for it at their next collective "
+            "(alert TorchCompileRanksOutOfStep).",
+            {0: ("not compiling", "transparent"), 1: ("compiling", "orange")},
+            [query(compiling, "{{job}} rank {{rank}}")], w=10))
+        .with_panel(threshold_line(timeseries_panel(
+            "Running compile age by rank and frame",
+            "How long the compile running on each rank has run, by frame (every frame, whatever the frame "
+            f"variable: a first compile's frame has no other series yet). The dashed line is the "
+            f"TorchCompileLongCompile threshold ({cfg.long_compile_seconds} s).", "s",
+            [query(f"max by ({who}, frame) ({s('torch_compile_compile_running_seconds')})",
+                   "{{job}} rank {{rank}} {{frame}}")], w=10), cfg.long_compile_seconds))
         .with_row(dashboard.Row("Recompiles"))
         .with_panel(timeseries_panel(
             "Recompiles per minute by job, rank and frame",

@@ -9,11 +9,21 @@ from grafana_foundation_sdk.builders import (
     heatmap,
     prometheus,
     stat,
+    statetimeline,
     table,
     timeseries,
 )
 from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models.dashboard import DashboardLinkType, DataSourceRef, VariableRefresh, VariableSort
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardLinkType,
+    DataSourceRef,
+    Threshold,
+    ThresholdsMode,
+    ValueMap,
+    ValueMappingResult,
+    VariableRefresh,
+    VariableSort,
+)
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
@@ -65,6 +75,25 @@ def timeseries_panel(title: str, description: str, unit: str, queries: list[prom
         panel = panel.draw_style(common.GraphDrawStyle.BARS).fill_opacity(80)
     return panel.legend(common_builders.VizLegendOptions().display_mode(common.LegendDisplayMode.TABLE)
                         .placement(common.LegendPlacement.BOTTOM).show_legend(True).calcs(["max", "lastNotNull"]))
+
+
+def state_panel(title: str, description: str, states: dict[int, tuple[str, str]],
+                queries: list[prometheus.Dataquery], *, w: int = 12, h: int = 8) -> statetimeline.Panel:
+    """A state timeline whose values are ``states``: value -> (text, colour)."""
+    mapping = ValueMap({str(value): ValueMappingResult(text=text, color=color, index=index)
+                        for index, (value, (text, color)) in enumerate(states.items())})
+    return (_common(statetimeline.Panel(), title, description, "none", queries, w, h)
+            .mappings([mapping]).merge_values(True).show_value(common.VisibilityMode.NEVER)
+            .legend(common_builders.VizLegendOptions().show_legend(True)
+                    .placement(common.LegendPlacement.BOTTOM)))
+
+
+def threshold_line(panel: timeseries.Panel, value: float) -> timeseries.Panel:
+    """Draw ``value`` (an alert's threshold) as a dashed red line across a time series panel."""
+    return (panel.thresholds(dashboard.ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE)
+                             .steps([Threshold(None, "green"), Threshold(value, "red")]))
+            .thresholds_style(common_builders.GraphThresholdsStyleConfig()
+                              .mode(common.GraphThresholdsStyleMode.DASHED)))
 
 
 def stat_panel(title: str, description: str, unit: str, queries: list[prometheus.Dataquery], *,

@@ -30,6 +30,7 @@ JSON_DIR = REPO / "dashboards/json"
 VARIABLES = ("datasource", "namespace", "job", "rank", "frame")
 SCOPE = {"namespace", "job", "rank"}
 ALLOWED_RANGES = {"$__rate_interval", "$__range"}
+SLOW_COMPILE = 4.0
 
 
 def _committed() -> dict[str, dict[str, Any]]:
@@ -145,6 +146,7 @@ def test_duration_panels_request_exemplars() -> None:
 def scraped_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two ranks of one job scraped from their start under namespace "ml": rank 0 changes four things
     and hits a recompile limit of 2, rank 1 never recompiles (so the frame diverges across ranks).
+    Rank 0's first recompile is slow (SLOW_COMPILE seconds), so scrapes catch it running.
     Rank 0 also exports spans (to a sink that accepts them), which gives its histogram exemplars."""
     tmp = tmp_path_factory.mktemp("dash")
     sink = _otlp_sink()
@@ -160,8 +162,9 @@ def scraped_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             if rank == 0:
                 env |= {"RECOMPPROF_EXPORTERS": "prometheus,otel", "OTEL_BSP_SCHEDULE_DELAY": "200",
                         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}"}
+            slow = ("--slow-compile", str(SLOW_COMPILE)) if rank == 0 else ()
             procs.append(train_process(env, "--steps", "12", "--hold", "120", "--backend", "eager",
-                                       "--changes", changes, "--recompile-limit", "2"))
+                                       "--changes", changes, "--recompile-limit", "2", *slow))
         try:
             for proc in procs:
                 wait_for_line(proc, "TRAINING DONE")
@@ -207,18 +210,46 @@ def _resolve_variables(prom: Any, board: dict[str, Any]) -> dict[str, str]:
     return values
 
 
+def _over_the_run(prom: Any, expr: str) -> list[dict[str, Any]]:
+    """``expr`` as Grafana runs a range query, over the whole life of the fixture's Prometheus (1s steps)."""
+    end = time.time()
+    return prom.api("query_range", query=expr, start=end - 900, end=end, step=1)["result"]
+
+
 @pytest.mark.servers
 def test_every_dashboard_query_returns_data(scraped_runs: Any) -> None:
-    """Every variable and panel query of both dashboards returns data from Prometheus scraping real runs."""
+    """Every variable and panel query of both dashboards returns data from Prometheus scraping real runs:
+    an instant query now, a range query (a panel over time) somewhere over the runs."""
     prom = scraped_runs
     empty = []
     for name, board in _committed().items():
         values = _resolve_variables(prom, board)
         for panel, target in _targets(board):
             expr = _substitute(target["expr"], values)
-            if not prom.query(expr):
+            if not (prom.query(expr) if target["instant"] else _over_the_run(prom, expr)):
                 empty.append(f"{name}: {panel['title']}: {expr}")
     assert not empty, "queries without data:\n" + "\n".join(empty)
+
+
+@pytest.mark.servers
+def test_compiling_now_panels_show_the_slow_compile_on_its_rank(scraped_runs: Any) -> None:
+    """'Compiling now by rank' shows rank 0 compiling during its slow recompile and both ranks not compiling
+    at the end; 'Running compile age' shows that compile's frame on rank 0, seconds old, and nothing now."""
+    board = _committed()["recompprof-overview.json"]
+    everything = {v: ".*" for v in VARIABLES}
+
+    def expr(title: str) -> str:
+        return _substitute(next(t for p, t in _targets(board) if p["title"] == title)["expr"], everything)
+
+    states = {r["metric"]["rank"]: [float(v) for _, v in r["values"]]
+              for r in _over_the_run(scraped_runs, expr("Compiling now by rank"))}
+    assert set(states) == {"0", "1"}
+    assert 1.0 in states["0"]
+    assert states["0"][-1] == states["1"][-1] == 0.0
+    ages = _over_the_run(scraped_runs, expr("Running compile age by rank and frame"))
+    slow = [r for r in ages if r["metric"]["rank"] == "0" and max(float(v) for _, v in r["values"]) >= 2]
+    assert slow and all(r["metric"]["frame"].startswith("Net.forward (") for r in slow), ages
+    assert scraped_runs.query(expr("Running compile age by rank and frame")) == []
 
 
 @pytest.mark.servers

@@ -38,6 +38,21 @@ class Net(torch.nn.Module):
         return self.fc2(h)
 
 
+def slowed(name: str, seconds: float):  # type: ignore[no-untyped-def]
+    """Backend ``name`` whose second call (the first recompile) first sleeps ``seconds``, inside the compile."""
+    inner = torch._dynamo.lookup_backend(name)
+    calls = 0
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            time.sleep(seconds)
+        return inner(gm, example_inputs)
+
+    return backend
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
@@ -46,6 +61,8 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=4, help="how many kinds of change to apply (0-4)")
     parser.add_argument("--recompile-limit", type=int, default=None, help="torch's recompile_limit for this job")
     parser.add_argument("--summary", default=None, help="write the session's totals as JSON here")
+    parser.add_argument("--slow-compile", type=float, default=0.0,
+                        help="seconds the backend sleeps in the first recompile (a compile seen running)")
     args = parser.parse_args()
     global SCALE
 
@@ -54,7 +71,8 @@ def main() -> int:
         torch._dynamo.config.recompile_limit = args.recompile_limit
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    compiled = torch.compile(model, backend=args.backend)
+    backend = slowed(args.backend, args.slow_compile) if args.slow_compile else args.backend
+    compiled = torch.compile(model, backend=backend)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with recompprof.attach() as session:
         for step in range(args.steps):

@@ -22,7 +22,7 @@ from recompprof._analysis.check import Rules, check
 from recompprof._analysis.runs import load
 from recompprof._eventlog.reader import ReadStats, read_file, scan_file
 from recompprof._eventlog.writer import write_events
-from recompprof._model.events import Compile, Frame, SessionEnd, SessionStart, to_json
+from recompprof._model.events import Compile, Frame, Running, SessionEnd, SessionStart, to_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recorded_runs import clean_env, cli
@@ -33,12 +33,15 @@ START = SessionStart(time=1.0, rank=0, step=0, run_id="r", host="h", pid=1, vers
 COMPILE = Compile(time=2.0, rank=0, step=1, frame=FRAME, compile_id="0/0", is_recompile=False, start_time=1.5, duration=0.25,
                   phases={"dynamo_trace": 0.25}, cache_seconds_saved=0.5, trace_seconds_by_function={"f": 0.125})
 END = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0, "compile_seconds": 0.25})
+END_COMPILING = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0},
+                           compiling=Running(frame=FRAME, compile_id="0/1", started=2.5, seconds=0.5))
 
 # Each numeric field holding a float, as (event, a JSON path to it).
 FIELDS: list[tuple[Any, tuple[str, ...]]] = [
     (COMPILE, ("time",)), (COMPILE, ("start_time",)), (COMPILE, ("duration",)), (COMPILE, ("phases", "dynamo_trace")),
     (COMPILE, ("cache_seconds_saved",)), (COMPILE, ("trace_seconds_by_function", "f")), (START, ("time",)),
     (END, ("totals", "compile_seconds")), (END, ("time",)),
+    (END_COMPILING, ("compiling", "started")), (END_COMPILING, ("compiling", "seconds")),
 ]
 LITERALS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"]
 

@@ -140,5 +140,7 @@ def by_type(handlers: Mapping[type[events._Event], H]) -> dict[type, H]:
         if model in VIEW_OF:
             table[VIEW_OF[model]] = handler
     return table
+
+
 # Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
 DECODER = msgspec.json.Decoder(Union[VIEWS[len(NESTED_MODELS):]]) if msgspec is not None else None  # noqa: UP007

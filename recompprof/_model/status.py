@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from recompprof._model.events import CompileStart, Reason, Running
+from recompprof._model.events import Compile, CompileStart, Event, Reason, Running, SessionEnd
 from recompprof._model.explaining import changed_subject
 
 
@@ -23,6 +23,38 @@ def running(start: CompileStart | None, now: float) -> Running | None:
         return None
     return Running(frame=start.frame, compile_id=start.compile_id, started=start.time,
                    seconds=max(0.0, now - start.time), reason=start.reason)
+
+
+class OpenCompile:
+    """Which compile one session's log leaves running, read event by event in log order.
+
+    A session's compiles run one at a time, so only its latest ``compile_start`` can be open: it closes
+    with the ``compile`` of the same compile id. A ``session_end`` is authoritative: its ``compiling`` is
+    the compile that was running when the session ended (or none). A log without a ``session_end``
+    (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
+    is then known only up to the last moment the run is known to have been alive (``ended_at``).
+    """
+
+    def __init__(self) -> None:
+        self.start: CompileStart | None = None  # the latest compile_start not yet matched by its compile
+        self.ended: SessionEnd | None = None  # the session_end, once read
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, CompileStart):
+            self.start = event
+        elif isinstance(event, Compile):
+            if self.start is not None and event.compile_id == self.start.compile_id:
+                self.start = None
+        elif isinstance(event, SessionEnd):
+            self.ended = event
+            self.start = None
+
+    def at_end(self, ended_at: float) -> Running | None:
+        """The compile left running when the log ends: the ``session_end``'s, else the open start's, run
+        until ``ended_at`` (a lower bound on how long it ran: the process may have lived on after it)."""
+        if self.ended is not None:
+            return self.ended.compiling
+        return running(self.start, ended_at)
 
 
 def describe(rank: int, compiling: Running) -> str:

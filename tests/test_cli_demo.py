@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
@@ -61,3 +62,30 @@ def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -
                  str(tmp_path / "run")):
         assert text in output, output
     assert re.search(r"demo finished in \d+\.\d s", output)
+
+
+def test_demo_progress_line_names_the_compile_running_now() -> None:
+    """The demo's progress line has a column naming the compile running now (rank, frame, what triggered
+    the recompile, its age) while a recompile is held open, and is empty once the compile ends."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from test_compiling_now import held_compile
+
+    from recompprof._cli.demo import _compiling_column
+
+    with held_compile() as (session, backend, worker):
+        assert backend.entered.wait(60)
+        buffer = io.StringIO()
+        with Progress(_compiling_column(session), console=Console(file=buffer, width=200, force_terminal=False)) as bar:
+            bar.add_task("training", total=10)
+            bar.refresh()
+            time.sleep(1.1)
+            bar.refresh()
+        drawn = buffer.getvalue()
+        assert re.search(r"rank 0 compiling `Model\.forward` \(recompile: size of `L\['x'\]` dim 0 changed\), [1-9]\d* s",
+                         drawn), drawn
+        backend.release.set()
+        worker.join(60)
+        assert not session.status().compiling
+        assert _compiling_column(session).render(None).plain == ""
+    session.detach()

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -192,6 +193,20 @@ def test_once_on_a_finished_run_gives_the_counts_report_gives(finished_run: Path
     assert _report_counts(finished_run, 1)[2] > 0
 
 
+def _rest(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """All ``proc`` prints from here to its exit, and its stderr (``communicate`` would lose what ``readline``
+    has buffered); killed after ``timeout`` seconds."""
+    assert proc.stdout is not None and proc.stderr is not None
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        rest, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait()
+    finally:
+        timer.cancel()
+    return rest, err
+
+
 def _lines_until(stream: Any, pattern: str, timeout: float) -> str:
     """What ``stream`` printed up to and including the first line matching ``pattern``."""
     seen = ""
@@ -231,7 +246,7 @@ def test_a_log_appearing_later_is_followed_and_a_torn_line_waits_for_its_end(fin
             time.sleep(1.0)  # several refreshes with the line still torn
             assert watch.poll() is None
             out.write(data[cut:])
-        rest, err = watch.communicate(timeout=60)
+        rest, err = _rest(watch, 60)
     finally:
         if watch.poll() is None:
             watch.kill()

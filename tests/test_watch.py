@@ -308,3 +308,40 @@ def test_once_with_nothing_to_show_and_bad_options_exit_2(args: list[str], messa
     assert done.returncode == 2 and done.stdout == ""
     [line] = done.stderr.splitlines()
     assert line.startswith("recompprof: error: ") and message in line
+
+
+def _line(event: Any) -> bytes:
+    return event.model_dump_json().encode() + b"\n"
+
+
+def test_the_tail_reads_whole_lines_only_and_starts_a_replaced_log_again(tmp_path: Path) -> None:
+    """The run directory's tail yields each line once it is whole, never a part of one; counts a line longer than
+    the reader's limit as corrupt without holding it; reads a log deleted and written again from its start; and
+    at the end reads a last line without newline as the reader does (an event, else a torn last line)."""
+    from recompprof._eventlog.reader import MAX_LINE
+    from recompprof._eventlog.tail import RunTail
+    from recompprof._model.events import Compile, Frame, SessionStart
+
+    start = SessionStart(time=1.0, run_id="r", host="h", pid=1, versions={}, mode="monitor")
+    compiles = [_line(Compile(time=2.0 + i, frame=Frame(name="f", file="/x/f.py", line=3), compile_id=f"0/{i}",
+                              is_recompile=i > 0)) for i in range(4)]
+    log = tmp_path / "rank00000-1.jsonl"
+    tail = RunTail(tmp_path)
+    log.write_bytes(_line(start) + compiles[0][:10])
+    assert [e.kind for _, e in tail.poll()] == ["session_start"]
+    with log.open("ab") as out:
+        out.write(compiles[0][10:-1])
+        out.flush()
+        assert list(tail.poll()) == []  # all but its newline
+        out.write(b"\n" + b"x" * (MAX_LINE // 2))
+        out.flush()
+        assert [e.compile_id for _, e in tail.poll()] == ["0/0"]  # type: ignore[union-attr]
+        out.write(b"x" * (MAX_LINE // 2) + b"\n" + compiles[1])
+    assert [e.compile_id for _, e in tail.poll()] == ["0/1"]  # type: ignore[union-attr]
+    assert (tail.stats.corrupt, tail.stats.torn_tail) == (1, 0)
+    log.unlink()
+    log.write_bytes(compiles[2] + compiles[3][:-1])
+    (tmp_path / "rank00001-2.jsonl").write_bytes(b'{"kind": "comp')
+    assert [e.compile_id for _, e in tail.poll()] == ["0/2"]  # type: ignore[union-attr]
+    assert [e.compile_id for _, e in tail.finish()] == ["0/3"]  # type: ignore[union-attr]
+    assert (tail.stats.files, tail.stats.corrupt, tail.stats.torn_tail) == (2, 1, 1)

@@ -171,7 +171,9 @@ def render(follower: _Follower, now: float, width: int, *, height: int | None = 
         shown = _shown(ranks, now, room)
         out.print(_table([_row(r, now) for r in shown], expand=height is not None))
         if len(shown) < len(ranks):
-            out.print(f"({len(ranks) - len(shown)} more rank(s) not shown: none of them compiling)")
+            hidden = [r for r in ranks if r.rank not in {s.rank for s in shown}]
+            busy = sum(1 for r in hidden if r.now(now).state == "compiling")
+            out.print(f"({len(hidden)} more rank(s) not shown, {busy} of them compiling)")
         out.print(_summary(watch, now))
         room = CAUSES_SHOWN if height is None else min(CAUSES_SHOWN, height - 10 - len(notes) - len(shown))
         _print_causes(out, watch, room, width)
@@ -180,7 +182,7 @@ def render(follower: _Follower, now: float, width: int, *, height: int | None = 
 
 def _table(rows: list[tuple[str, ...]], *, expand: bool) -> Table:
     """The ranks' table: counts never wrap; the "now" column takes the rest, wrapped between words."""
-    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=expand)
+    grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, expand=expand)
     for column in COLUMNS[:-1]:
         grid.add_column(Text(column), justify="left" if column == "last\nevent" else "right", no_wrap=True)
     grid.add_column(COLUMNS[-1], overflow="fold", ratio=1)

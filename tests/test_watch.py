@@ -345,3 +345,18 @@ def test_the_tail_reads_whole_lines_only_and_starts_a_replaced_log_again(tmp_pat
     assert [e.compile_id for _, e in tail.poll()] == ["0/2"]  # type: ignore[union-attr]
     assert [e.compile_id for _, e in tail.finish()] == ["0/3"]  # type: ignore[union-attr]
     assert (tail.stats.files, tail.stats.corrupt, tail.stats.torn_tail) == (2, 1, 1)
+
+
+def test_sigterm_ends_watch_like_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM ends a watch that is waiting for its run directory with exit status 0 and nothing on stderr."""
+    watch = subprocess.Popen([*WATCH, str(tmp_path / "run"), "--interval", "0.2"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    try:
+        assert watch.stdout is not None
+        _lines_until(watch.stdout, "waiting for ", 60)
+        watch.terminate()
+        rest, err = _rest(watch, 30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0 and err == "", err

@@ -21,7 +21,7 @@ from recompprof._model.status import OpenCompile, running
 
 MAX_CAUSES = 1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
 MAX_RANKS_LISTED = 64  # ranks named per cause
-OTHER_CAUSES = ("", "other", "(other causes)")
+OTHER_CAUSES = ("", "other", "")  # the key of the causes past MAX_CAUSES, summed
 
 
 @dataclasses.dataclass
@@ -136,13 +136,13 @@ class Watch:
         if cause is None:
             if len(self.causes) >= MAX_CAUSES:
                 key = OTHER_CAUSES
-                cause = self.causes.setdefault(key, SteadyCause("(other causes)", "other", ""))
+                cause = self.causes.setdefault(key, SteadyCause(f"(causes past the first {MAX_CAUSES})", "other", ""))
             else:
                 cause = self.causes[key] = SteadyCause(found.frame.label, found.category, found.subject)
         cause.recompiles += 1
         if len(cause.ranks) < MAX_RANKS_LISTED:
             cause.ranks.add(event.rank)
-        if not cause.example:
+        if not cause.example and key != OTHER_CAUSES:
             reason = explaining_reason(event.reasons)
             cause.example = reason.text[:300] if reason is not None else ""
 

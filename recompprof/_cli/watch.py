@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="print the current state once and exit")
     parser.add_argument("--follow", action="store_true",
                         help="keep watching after every rank has ended (a restarted job writes new logs)")
-    parser.add_argument("--width", type=int, default=None, help="text width (default: the terminal's, else $COLUMNS, else 120)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="text width (default: the terminal's; piped, lines are not wrapped)")
 
 
 class _Follower:
@@ -200,7 +201,8 @@ def _print_causes(out: Any, watch: Watch, room: int, width: int) -> None:
     for cause in causes:
         ranks = sorted(cause.ranks)
         where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))}" + (" ..." if len(ranks) > 8 else "")
-        line = f"{cause.recompiles:>5}  {cause.frame} · {cause.category} · {cause.subject} ({where}): {cause.example}"
+        what = f"{cause.frame} · {cause.category} · {cause.subject}" if cause.subject else cause.frame
+        line = f"{cause.recompiles:>5}  {what} ({where})" + (f": {cause.example}" if cause.example else "")
         out.print(line if len(line) <= width else line[:width - 3] + "...")
 
 
@@ -245,7 +247,8 @@ def _live(follower: _Follower, args: argparse.Namespace) -> int:
     from rich.live import Live
 
     screen = Console(highlight=False, markup=False, emoji=False)
-    with Live(Text(""), console=screen, auto_refresh=False, transient=False, redirect_stdout=False,
+    reading = Text(escape(f"recompprof watch {follower.run_dir}: reading its event logs ..."))  # a large run takes seconds
+    with Live(reading, console=screen, auto_refresh=False, transient=False, redirect_stdout=False,
               redirect_stderr=False, vertical_overflow="crop") as live:
         while True:
             follower.refresh()
@@ -290,14 +293,13 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
         time.sleep(args.interval)
 
 
-
-
 def _once(follower: _Follower, args: argparse.Namespace) -> int:
     follower.refresh()
     follower.finish()
-    if follower.waiting:
-        raise RunError(f"{args.run_dir}: no recompprof event logs ({LOG_GLOB}) found" if not follower.tail.logs
-                       else follower.waiting)
+    if not follower.tail.logs:
+        raise RunError(f"{args.run_dir}: no recompprof event logs ({LOG_GLOB}) found")
+    if not follower.watch.ranks:
+        raise RunError(f"{args.run_dir}: no events in its {follower.tail.logs} event log(s)")
     for path, why in follower.tail.unreadable.items():
         print(escape(f"recompprof: warning: cannot read {path}: {why}"), file=sys.stderr)
     if follower.tail.stats.skipped:

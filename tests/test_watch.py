@@ -64,16 +64,16 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def tmux(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """Runs a command in a detached tmux session of 160 x 40 cells (its own server); yields a function that
-    starts it and returns the pane's capture function."""
+    """Runs a command in a detached tmux session of 160 columns, 40 rows unless told (its own server); yields a
+    function that starts it and returns the pane's capture function."""
     if TMUX is None:
         pytest.fail("tmux is needed for the terminal tests (apt-get install tmux)")
     socket = tmp_path / "tmux.sock"
 
-    def start(command: list[str]) -> Callable[[], str]:
+    def start(command: list[str], rows: int = 40) -> Callable[[], str]:
         quoted = " ".join(_quote(part) for part in command)
         env = f"env PYTHONPATH={_quote(PYTHONPATH)} TERM=xterm-256color"
-        subprocess.run([TMUX, "-S", str(socket), "new-session", "-d", "-s", "w", "-x", "160", "-y", "40",
+        subprocess.run([TMUX, "-S", str(socket), "new-session", "-d", "-s", "w", "-x", "160", "-y", str(rows),
                         f"{env} {quoted}; echo EXIT $?; sleep 120"], check=True)
         return lambda: subprocess.run([TMUX, "-S", str(socket), "capture-pane", "-p", "-t", "w"], capture_output=True,
                                       text=True, check=True).stdout
@@ -360,3 +360,33 @@ def test_sigterm_ends_watch_like_ctrl_c(tmp_path: Path) -> None:
         if watch.poll() is None:
             watch.kill()
     assert watch.returncode == 0 and err == "", err
+
+
+def test_a_terminal_too_short_for_every_rank_keeps_the_compiling_ones(tmux: Any, tmp_path: Path) -> None:
+    """On a terminal with fewer rows than ranks, the ranks compiling are shown even when their numbers come
+    last, the others fill the rest in rank order, and the ranks left out are counted above the table."""
+    from recompprof._eventlog.writer import write_events
+    from recompprof._model.events import Compile, CompileStart, Frame, Reason, SessionStart
+
+    run = tmp_path / "run"
+    run.mkdir()
+    now = time.time()
+    frame = Frame(name="Block.forward", file="/m/block.py", line=10)
+    for rank in range(30):
+        events: list[Any] = [
+            SessionStart(time=now - 100, rank=rank, run_id="big", host="h", pid=100 + rank, versions={}, mode="monitor",
+                         world_size=30),
+            Compile(time=now - 90, rank=rank, step=0, frame=frame, compile_id="0/0", is_recompile=False)]
+        if rank in (25, 28):
+            events.append(CompileStart(time=now - 30, rank=rank, step=50, frame=frame, compile_id="0/1", is_recompile=True,
+                                       reason=Reason(text="tensor 'x' size mismatch at index 0. expected 4, actual 6",
+                                                     category="size", subject="L['x']", explains_change=True)))
+        write_events(run / f"rank{rank:05d}-{100 + rank}.jsonl", events)
+    screen = tmux([*WATCH, str(run), "--interval", "0.5"], rows=20)
+    shot = _wait(lambda: (s := screen()) and "compiling now" in s and s, 60)
+    shown = sorted(int(row[0]) for row in (line.split() for line in shot.splitlines())
+                   if len(row) > 8 and row[0].isdigit() and row[7:9] in (["s", "ago"], ["min", "ago"]))
+    assert 25 in shown and 28 in shown and len(shown) < 30, shot
+    assert shown[:-2] == list(range(len(shown) - 2)), shot
+    assert f"({30 - len(shown)} more rank(s) not shown, 0 of them compiling)" in shot
+    assert "compiling now: ranks 25, 28 | ended 0 of 30" in shot

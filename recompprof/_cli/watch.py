@@ -168,15 +168,17 @@ def render(follower: _Follower, now: float, width: int, *, height: int | None = 
         out.print(note)
     ranks = sorted(watch.ranks.values(), key=lambda r: r.rank)
     if ranks:
-        room = len(ranks) if height is None else max(1, height - 8 - len(notes))
+        out.print(_summary(watch, now))  # above the table: a terminal too short for every row still shows it
+        # Rows that fit under the header, notes, summary and the table's head (a compiling row may wrap once).
+        busy = sum(1 for r in ranks if r.now(now).state == "compiling")
+        room = len(ranks) if height is None else max(1, height - 7 - len(notes) - busy)
         shown = _shown(ranks, now, room)
-        out.print(_table([_row(r, now) for r in shown], expand=height is not None))
         if len(shown) < len(ranks):
             hidden = [r for r in ranks if r.rank not in {s.rank for s in shown}]
             busy = sum(1 for r in hidden if r.now(now).state == "compiling")
             out.print(f"({len(hidden)} more rank(s) not shown, {busy} of them compiling)")
-        out.print(_summary(watch, now))
-        room = CAUSES_SHOWN if height is None else min(CAUSES_SHOWN, height - 10 - len(notes) - len(shown))
+        out.print(_table([_row(r, now) for r in shown], expand=height is not None))
+        room = CAUSES_SHOWN if height is None else min(CAUSES_SHOWN, height - 9 - len(notes) - len(shown))
         _print_causes(out, watch, room, width)
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 

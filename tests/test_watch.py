@@ -159,6 +159,31 @@ def test_piped_it_prints_plain_blocks_when_something_changes(tmp_path: Path) -> 
     assert ended and out.index(compiling[0]) < ended.start() < out.index("all 1 rank(s) ended"), out
 
 
+def test_a_job_ended_during_a_compile_is_shown_ended_while_compiling(tmp_path: Path) -> None:
+    """Piped: a job that gets SIGTERM during its slow recompile writes a session_end naming that compile, and watch
+    shows the rank ended while compiling it (frame, trigger, how long it had run), then stops."""
+    run = tmp_path / "run"
+    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    job = _slow_job(run, 300)
+    try:
+        assert watch.stdout is not None
+        seen = _lines_until(watch.stdout, COMPILING.pattern, 120)
+        time.sleep(1.5)
+        job.terminate()
+        job.wait(60)
+        rest, err = _rest(watch, 60)
+    finally:
+        for proc in (watch, job):
+            if proc.poll() is None:
+                proc.kill()
+    assert watch.returncode == 0 and err == "", err
+    found = re.search(r"^\s+0\s+\d+\s+1\s+0\s+0\s+0\s+\d+ s ago\s+ended \d\d:\d\d:\d\d UTC while compiling `Model\.forward` "
+                      r"\(recompile: size of `L\['x'\]` dim 0 changed\), (\d+) s$", rest, re.M)
+    assert found and int(found.group(1)) >= 1, seen + rest
+    assert "all 1 rank(s) ended" in rest
+
+
 def _report_counts(run: Path, rank: int) -> tuple[int, int, int]:
     done = subprocess.run([sys.executable, "-m", "recompprof._cli.main", "report", str(run), "--rank", str(rank)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=120)
@@ -390,3 +415,31 @@ def test_a_terminal_too_short_for_every_rank_keeps_the_compiling_ones(tmux: Any,
     assert shown[:-2] == list(range(len(shown) - 2)), shot
     assert f"({30 - len(shown)} more rank(s) not shown, 0 of them compiling)" in shot
     assert "compiling now: ranks 25, 28 | ended 0 of 30" in shot
+
+
+def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_path: Path) -> None:
+    """With ``--follow``, a run whose ranks have all ended is still watched: a log written later (a restarted
+    rank) is read into its rank, and watch ends only when told."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2", "--follow"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    try:
+        assert watch.stdout is not None
+        first = _lines_until(watch.stdout, r"^\s+1\s+\d+\s", 60)  # to rank 1's row
+        time.sleep(1.0)
+        assert watch.poll() is None
+        [log1] = run.glob("rank00001-*.jsonl")
+        shutil.copy(log1, run / "rank00001-999999.jsonl")
+        later = _lines_until(watch.stdout, r"\| logs 3 \|", 30)
+        later += _lines_until(watch.stdout, r"^\s+1\s+\d+\s", 30)
+        watch.terminate()
+        rest, err = _rest(watch, 30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert watch.returncode == 0 and err == "", err
+    assert "ended 2 of 2" in first and "rank(s) ended" not in first + later + rest
+    before, after = _watch_rows(first), _watch_rows(later)
+    assert [int(n) for n in after[1][2:6]] == [2 * int(n) for n in before[1][2:6]]  # rank 1 counts both of its logs
+    assert after[0][2:6] == before[0][2:6]

@@ -108,6 +108,8 @@ COMMANDS = {
                                "--max-recompile-seconds", "0", "--accept-log-gaps"],  # rank 1 lacks a recompile: a real gap
     "check-ok": lambda one, two: ["check", str(one), "--max-recompiles", "100"],
     "diff": lambda one, two: ["diff", str(one), str(two), "--width", "160"],
+    "watch-once": lambda one, two: ["watch", str(two), "--once"],
+    "watch-piped": lambda one, two: ["watch", str(two), "--interval", "0.1"],  # stops: every rank has ended
 }
 
 

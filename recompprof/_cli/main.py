@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
 
-    from recompprof._cli import demo, launch
+    from recompprof._cli import demo, launch, watch
 
     p = sub.add_parser("demo", help="train a small model on CPU that recompiles, with live metrics and a report",
                        formatter_class=_Formatter, description=demo.__doc__)
@@ -109,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also count compile time growing by more than PCT percent as a regression")
     p.add_argument("--allow-skipped", action="store_true", help="accept runs some of whose lines could not be read")
     p.add_argument("--width", type=int, default=None, help="text width (default: the terminal's, else $COLUMNS, else 120)")
+
+    p = sub.add_parser("watch", help="follow a running job's event logs: what each rank compiles now, live",
+                       formatter_class=_Formatter, description=watch.__doc__,
+                       epilog="exit codes: 0 every rank ended, Ctrl-C, or --once; 2 a path that is no readable run directory")
+    watch.add_arguments(p)
 
     p = sub.add_parser("ingest", help="convert TORCH_TRACE logs into recompprof event logs", formatter_class=_Formatter,
                        epilog=_EXIT_CODES)
@@ -315,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from recompprof._cli import launch
 
             return launch.main(args)
+        if args.subcommand == "watch":
+            from recompprof._cli import watch
+
+            return watch.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[args.subcommand](args)
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - every error is one line, never a traceback
         _explain(exc)

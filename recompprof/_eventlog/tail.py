@@ -1,0 +1,113 @@
+"""Following the event logs of a run directory while a job writes them: only the bytes appended since the
+last look are read, a line without its newline yet waits for it, and logs that appear later are picked up.
+
+What a line becomes (an event, or a skipped line counted in :class:`~recompprof._eventlog.reader.ReadStats`)
+is the validated reader's verdict, so a followed log yields what ``read_file`` would. Memory stays bounded:
+per log only its offset and an unfinished line are kept, and an unfinished line is dropped once it passes
+the reader's ``MAX_LINE`` (its line is then counted as corrupt when its newline comes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from recompprof._eventlog.format import LOG_GLOB
+from recompprof._eventlog.reader import MAX_LINE, ReadStats, UnreadableLog, _Interner, _open_log, _parse
+from recompprof._model.events import Event
+
+_BLOCK = 1 << 20  # bytes read at a time
+
+
+@dataclasses.dataclass
+class _Followed:
+    """One log: where reading stopped, the file it was (a log deleted and started again is a new file)."""
+
+    offset: int = 0
+    identity: tuple[int, int] | None = None  # (device, inode)
+    unfinished: bytearray = dataclasses.field(default_factory=bytearray)  # a line still waiting for its newline
+    oversized: bool = False  # the unfinished line passed MAX_LINE: dropped, corrupt once it ends
+    interner: _Interner = dataclasses.field(default_factory=_Interner)
+
+
+class RunTail:
+    """The logs (``rank*.jsonl``) directly in ``run_dir``, read a little more at each :meth:`poll`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.stats = ReadStats()  # what was skipped, over every poll
+        self.unreadable: dict[Path, str] = {}  # files named like a log that cannot be read, and why
+        self._logs: dict[Path, _Followed] = {}
+
+    @property
+    def logs(self) -> int:
+        """How many logs are followed."""
+        return len(self._logs)
+
+    def poll(self) -> Iterator[tuple[Path, Event]]:
+        """The events of the lines completed since the last poll, log by log, each log's in order.
+
+        Raises ``OSError`` when the directory itself cannot be listed (it may not exist yet).
+        """
+        with os.scandir(self.run_dir) as entries:
+            paths = sorted(self.run_dir / entry.name for entry in entries if fnmatch.fnmatchcase(entry.name, LOG_GLOB))
+        for path in paths:
+            followed = self._logs.get(path)
+            if followed is None:
+                followed = self._logs[path] = _Followed()
+                self.stats.files += 1
+            try:
+                yield from ((path, event) for event in self._read(path, followed))
+            except UnreadableLog as exc:
+                if os.path.lexists(path):  # else it was removed since it was listed: nothing to say
+                    self.unreadable[path] = exc.why
+            else:
+                self.unreadable.pop(path, None)
+
+    def finish(self) -> Iterator[tuple[Path, Event]]:
+        """The last lines that never got their newline, read as the reader reads a file's last line:
+        an event if it parses, else a torn last line. Call once, when no more is to come."""
+        for path, followed in self._logs.items():
+            if followed.unfinished or followed.oversized:
+                raw = b"\x00" if followed.oversized else bytes(followed.unfinished)  # \x00: corrupt, as the reader
+                followed.unfinished.clear()
+                followed.oversized = False
+                self.stats.lines += 1
+                yield from ((path, event) for event in _parse(raw, self.stats, followed.interner, torn=True))
+
+    def _read(self, path: Path, followed: _Followed) -> Iterator[Event]:
+        fd = _open_log(path)
+        with open(fd, "rb") as handle:
+            info = os.fstat(fd)
+            identity = (info.st_dev, info.st_ino)
+            if identity != followed.identity or info.st_size < followed.offset:  # a new file at this path
+                followed.offset, followed.identity = 0, identity
+                followed.unfinished.clear()
+                followed.oversized = False
+            handle.seek(followed.offset)
+            while chunk := handle.read(_BLOCK):
+                followed.offset += len(chunk)
+                yield from self._lines(chunk, followed)
+
+    def _lines(self, chunk: bytes, followed: _Followed) -> Iterator[Event]:
+        lines = chunk.split(b"\n")
+        rest = lines.pop()  # after the last newline: the start of a line not yet ended
+        for index, line in enumerate(lines):
+            if index == 0 and (followed.unfinished or followed.oversized):
+                too_long = followed.oversized or len(followed.unfinished) + len(line) >= MAX_LINE
+                line = b"\x00" if too_long else bytes(followed.unfinished) + line
+                followed.unfinished.clear()
+                followed.oversized = False
+            elif len(line) >= MAX_LINE:
+                line = b"\x00"
+            self.stats.lines += 1
+            yield from _parse(line, self.stats, followed.interner, torn=False)
+        if rest:
+            if followed.oversized or len(followed.unfinished) + len(rest) >= MAX_LINE:
+                followed.unfinished.clear()
+                followed.oversized = True
+            else:
+                followed.unfinished += rest

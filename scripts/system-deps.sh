@@ -8,6 +8,7 @@ command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
 command -v chromium >/dev/null || need+=(chromium)
 command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v tmux >/dev/null || need+=(tmux)  # recompprof watch is tested in a real terminal
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "missing system packages: ${need[*]} (run as root: apt-get install ${need[*]})" >&2

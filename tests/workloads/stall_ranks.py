@@ -9,8 +9,9 @@ than the compile, the waiting ranks fail with torch's collective timeout and tor
 without it the recompile ends, the ranks meet, and each prints ``RANK <r> DONE`` and holds (metrics
 endpoint up) until ``--release`` exists or ``--hold`` seconds pass.
 
-``--ready-dir``: before the process group starts, each rank waits there until every rank has
-compiled once, so a short process-group timeout measures the stall, not the ranks' start-up.
+``--ready-dir`` (an empty directory): before the process group starts, each rank waits there until
+every rank has compiled once, so a short process-group timeout measures the stall, not the ranks'
+start-up.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main() -> int:
     parser.add_argument("--stall-rank", type=int, default=1)
     parser.add_argument("--compile-seconds", type=float, default=20.0, help="how long the stalling recompile sleeps")
     parser.add_argument("--pg-timeout", type=float, default=None, help="process group timeout in seconds")
-    parser.add_argument("--ready-dir", type=Path, required=True)
+    parser.add_argument("--ready-dir", type=Path, default=None)
     parser.add_argument("--hold", type=float, default=0.0, help="most seconds to stay up after the stall")
     parser.add_argument("--release", default=None, help="stop holding as soon as this file exists")
     args = parser.parse_args()
@@ -68,7 +69,8 @@ def main() -> int:
     session = recompprof.attach()
     model = torch.compile(Model(), backend=slow_backend, dynamic=False)
     model(torch.ones(4))
-    _wait_for_ranks(args.ready_dir, rank, world)
+    if args.ready_dir is not None:
+        _wait_for_ranks(args.ready_dir, rank, world)
     timeout = {} if args.pg_timeout is None else {"timeout": timedelta(seconds=args.pg_timeout)}
     dist.init_process_group("gloo", **timeout)
     dist.all_reduce(torch.ones(1))  # every rank has compiled: from here on they should stay in step

@@ -109,8 +109,10 @@ def stall_job(tmp: Path, base: int, *args: str) -> Iterator[Job]:
     try:
         yield job
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group: torchrun and its ranks
+        # torchrun starts each rank in a session of its own: kill what is left of each.
+        for pid in [proc.pid, *job.pids().values()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         proc.wait(10)
 
 
@@ -162,6 +164,7 @@ class TimedOut:
     rank0_stderr: str
     output: str
     pids: dict[int, int]
+    left: list[int]  # rank pids still alive once torchrun had exited
     events: dict[int, list[Event]]
     base_port: int
     report: subprocess.CompletedProcess[str]
@@ -190,8 +193,9 @@ def timed_out(tmp_path_factory: pytest.TempPathFactory) -> TimedOut:
         code = job.wait()
         ended = time.time()
         pids = job.pids()
+        left = [pid for pid in pids.values() if alive(pid)]
     run = str(job.run_dir)
-    return TimedOut(code, ended, stalled, job.rank_output(0, "stderr"), job.output(), pids, job.events(),
+    return TimedOut(code, ended, stalled, job.rank_output(0, "stderr"), job.output(), pids, left, job.events(),
                     job.base_port, _recompprof("report", run, "--width", "250"),
                     _recompprof("check", run, "--fail-on-running-compile"),
                     _recompprof("check", run, "--max-recompiles", "5"))
@@ -206,8 +210,7 @@ def test_the_waiting_rank_fails_with_torchs_collective_timeout(timed_out: TimedO
     assert "in all_reduce" in timed_out.rank0_stderr
     killed = rf"exitcode\s*: -{int(signal.SIGTERM)} \(pid: {timed_out.pids[STALL_RANK]}\)"
     assert re.search(killed, timed_out.output), timed_out.output[-3000:]
-    assert sorted(timed_out.pids) == [0, 1]
-    assert not [pid for pid in timed_out.pids.values() if alive(pid)]
+    assert sorted(timed_out.pids) == [0, 1] and timed_out.left == []
     assert all(refused(timed_out.base_port + rank) for rank in (0, 1))
 
 
@@ -290,6 +293,7 @@ class Alerted:
     exit_code: int
     stdout: dict[int, str]
     pids: dict[int, int]
+    left: list[int]  # rank pids still alive once torchrun had exited
     base_port: int
 
 
@@ -313,7 +317,7 @@ def alerted(tmp_path_factory: pytest.TempPathFactory) -> Alerted:
             stall_job(tmp / "job", base, "--compile-seconds", str(COMPILE_SECONDS), "--hold", str(JOB_TIMEOUT),
                       "--release", str(tmp / "release")) as job:
         fired: dict[str, tuple[float, dict[str, Any]]] = {}
-        deadline = time.monotonic() + JOB_TIMEOUT
+        deadline, compiled = time.monotonic() + JOB_TIMEOUT, None
         while True:
             assert time.monotonic() < deadline and job.proc.poll() is None, (fired, job.output()[-3000:])
             active, now = _active(prom), time.time()
@@ -322,16 +326,21 @@ def alerted(tmp_path_factory: pytest.TempPathFactory) -> Alerted:
                     fired[name] = (now, alert)
             if len(fired) == len(STALL_ALERTS) and not active:
                 break
+            if compiled is None and f"RANK {STALL_RANK} DONE" in job.rank_output(STALL_RANK, "stdout"):
+                compiled = time.monotonic()
+            # Once the compile is over, the alerts have a few scrapes to resolve, and none left to fire.
+            assert compiled is None or time.monotonic() < compiled + 20, ("not fired and resolved", fired, active)
             time.sleep(0.25)
         resolved = time.time()
         (tmp / "release").touch()
         code = job.wait()
         pids = job.pids()
+        left = [pid for pid in pids.values() if alive(pid)]
     events = job.events()[STALL_RANK]
     start = _recompile_start(events)
     (done,) = [e for e in events if isinstance(e, Compile) and e.compile_id == start.compile_id]
     return Alerted(fired, resolved, start, done.start_time + done.duration, code,
-                   {rank: job.rank_output(rank, "stdout") for rank in (0, 1)}, pids, job.base_port)
+                   {rank: job.rank_output(rank, "stdout") for rank in (0, 1)}, pids, left, job.base_port)
 
 
 def _since_epoch(stamp: str) -> float:
@@ -378,6 +387,5 @@ def test_stall_alerts_resolve_once_the_compile_ends_and_the_job_exits_cleanly(al
     assert alerted.compile_end - alerted.compile_start.time >= COMPILE_SECONDS
     assert all(f"RANK {rank} DONE" in alerted.stdout[rank] for rank in (0, 1)), alerted.stdout
     assert alerted.exit_code == 0
-    assert sorted(alerted.pids) == [0, 1]
-    assert not [pid for pid in alerted.pids.values() if alive(pid)]
+    assert sorted(alerted.pids) == [0, 1] and alerted.left == []
     assert all(refused(alerted.base_port + rank) for rank in (0, 1))

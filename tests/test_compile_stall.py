@@ -217,7 +217,7 @@ def test_the_waiting_rank_fails_with_torchs_collective_timeout(timed_out: TimedO
 def test_live_gauges_during_the_stall_name_the_compiling_rank_and_frame(timed_out: TimedOut) -> None:
     """Scraped during the stall: rank 1 exports compiling 1 and the running seconds of its one compile,
     under the model's frame label, growing between scrapes; rank 0 exports compiling 0 and no running compile."""
-    (first_one, first_zero), (later_one, later_zero) = timed_out.stalled
+    (first_one, _), (later_one, _) = timed_out.stalled
     for one, zero in timed_out.stalled:
         assert (one.compiling, zero.compiling) == (1, 0)
         assert zero.running == {}

@@ -24,7 +24,7 @@ from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import merge
 from recompprof._analysis.report import Report
 from recompprof._analysis.text import render_text
-from recompprof._model.events import Compile, Event, GraphBreak, SessionEnd, SessionStart
+from recompprof._model.events import Compile, CompileStart, Event, GraphBreak, Running, SessionEnd, SessionStart
 
 # Figures a mergeable part never holds: a part that dropped a frame past MAX_FRAMES makes the merge
 # decline (test_merging's bound tests hold that).
@@ -33,8 +33,9 @@ NEVER_MERGED = {"Report.frames_dropped"}
 
 def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
     """One rank's log: a session start (none on rank 5: a log started again after it was deleted), ``n``
-    random events of every kind, and a session end (none on rank 1: the session was killed) whose
-    totals count more compiles than the log holds on rank 2 (a gap)."""
+    random events of every kind, and a session end (none on rank 1: the session was killed, during a
+    compile) whose totals count more compiles than the log holds on rank 2 (a gap), and which names the
+    compile still running on rank 3."""
     start = SessionStart(time=0.5, rank=rank, run_id=f"run{rank % 2}", host="h", pid=rank, versions={"torch": "2.13.0"},
                          mode="profile" if rank % 2 else "monitor", recompile_limit=8, warmup_steps=1 + rank % 3,
                          profile_mechanism="evict" if rank % 2 else None,
@@ -43,13 +44,21 @@ def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
     events += [e.model_copy(update={"rank": rank}) for e in random_events(rng, n) if not isinstance(e, (SessionStart, SessionEnd))]
     events.append(GraphBreak(time=1e5, rank=rank, step=1, frame=FRAMES[rank % 4], reason="Unsupported: print",
                              user_location=f"/job/m.py:{rank}", hints=["use torch._dynamo.graph_break()"]))
+    trigger = POOL[0].model_copy(update={"explains_change": True})
+    events.append(CompileStart(time=1e5 - 1, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/7",
+                               is_recompile=True, reason=trigger))
     events.append(Compile(time=1e5, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/7", is_recompile=True,
                           reasons=[POOL[0].model_copy(update={"explains_change": True})], duration=0.5,
                           automatic_dynamic="dim 0 of L['x']", call_site=["train.py:3 in step"], steady_state=True,
                           cudagraph_skip="cpu_device", guard_set="g9"))
+    if rank in (1, 3):  # a compile that never finished
+        events.append(CompileStart(time=2e5, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/8",
+                                   is_recompile=True, reason=trigger))
     if rank != 1:
         totals = {"wall_seconds": 10.0 + rank, "compiles": 1e6 if rank == 2 else 0}
-        events.append(SessionEnd(time=1e6, rank=rank, totals=totals, internal_errors={"e": 1},
+        compiling = Running(frame=FRAMES[rank % 4], compile_id="0/8", started=2e5, seconds=8e5, reason=trigger) \
+            if rank == 3 else None
+        events.append(SessionEnd(time=1e6, rank=rank, totals=totals, internal_errors={"e": 1}, compiling=compiling,
                                  signals_off={"graph_breaks": f"gone on {rank}"} if rank % 2 == 0 else {}))
     return events
 

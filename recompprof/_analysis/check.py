@@ -21,6 +21,7 @@ from recompprof._analysis.report import FrameReport, Report
 from recompprof._analysis.text import completeness_warnings
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
+from recompprof._model.status import describe_at_end
 
 
 class CheckInputError(RecompprofError, ValueError):
@@ -40,6 +41,7 @@ class Rules:
     max_limit_hits: int | None = None  # per rank
     max_graph_breaks: int | None = None  # per rank
     max_failures: int | None = None  # per rank
+    fail_on_running_compile: bool = False  # a rank whose run ended with a compile running
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.forbid if c not in CATEGORIES]
@@ -48,7 +50,8 @@ class Rules:
 
     @property
     def empty(self) -> bool:
-        return all(getattr(self, f.name) in (None, ()) for f in dataclasses.fields(self) if f.name != "after_step")
+        return all(getattr(self, f.name) in (None, ()) or getattr(self, f.name) is False
+                   for f in dataclasses.fields(self) if f.name != "after_step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,9 +231,18 @@ def _max_counts(scope: _Scope) -> Iterator[Violation]:
                             f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}")
 
 
+def _running_compile(scope: _Scope) -> Iterator[Violation]:
+    """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling."""
+    if not scope.rules.fail_on_running_compile:
+        return
+    for rank, end in scope.report.compiling_at_end.items():
+        yield Violation("compile_running_at_end", rank, end.running.frame.label,
+                        describe_at_end(rank, end.running, lower_bound=end.lower_bound))
+
+
 # Every rule, in the order its violations are listed.
 _RULES: tuple[Callable[[_Scope], Iterator[Violation]], ...] = (
-    _untrusted_counts, _max_recompiles, _max_total_recompiles, _forbidden, _max_compile_seconds, _max_recompile_seconds,
+    _untrusted_counts, _running_compile, _max_recompiles, _max_total_recompiles, _forbidden, _max_compile_seconds, _max_recompile_seconds,
     _max_counts,
 )
 

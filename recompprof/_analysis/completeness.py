@@ -20,6 +20,12 @@ own, reconciled at its end; with no end they get no verdict, since nothing says 
 The report's fold (``recompprof._analysis.fold.build_report``) counts each session as it reads (a list
 increment per compile, no second pass); ``check --after-step`` counts the events it leaves out of the
 figures through :meth:`SessionFold.tally`.
+
+Each rank's latest session also says whether it ended with a compile running
+(:class:`~recompprof._model.status.OpenCompile`): its ``session_end.compiling``, or, for a session
+without ``session_end``, its last ``compile_start`` without its ``compile``, run until the session's
+last logged event (a lower bound: only that process's own events show it was still alive; another
+rank's later events do not).
 """
 
 from __future__ import annotations
@@ -38,10 +44,14 @@ from recompprof._model.events import (
     Event,
     GraphBreak,
     RecompileLimitHit,
+    Running,
     SessionEnd,
     SessionStart,
     SignalChange,
 )
+from recompprof._model.status import OpenCompile, describe_at_end, running
+
+_LISTED_RANKS = 16  # ranks named in a line; more are counted
 
 # session_end totals -> what they count, as the report says it.
 _COUNTS = (("compiles", "compile(s)"), ("recompiles", "recompile(s)"), ("graph_breaks", "graph break(s)"),
@@ -55,6 +65,16 @@ class Incomplete:
     sessions: int
     time: float
     step: int | None
+    compiling: Running | None = None  # the compile the latest one left running (how long: up to its last event)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningAtEnd:
+    """The compile a rank's latest session ended with: ``lower_bound`` when the session has no
+    ``session_end`` (killed outright), so ``running.seconds`` only counts up to its last logged event."""
+
+    running: Running
+    lower_bound: bool = False
 
 
 @dataclasses.dataclass
@@ -68,7 +88,7 @@ class LogGap:
 class _Session:
     """The counts of one session's logged events, by the live totals' rules."""
 
-    __slots__ = ("graph_breaks", "last", "limit_hits", "started", "verdicts")
+    __slots__ = ("compiling", "graph_breaks", "last", "limit_hits", "started", "verdicts")
 
     def __init__(self, started: bool, last: Any) -> None:
         self.started = started  # opened by a session_start (else by the rank's first event after none or an end)
@@ -78,6 +98,7 @@ class _Session:
         self.verdicts = [0] * (LIMIT_HIT << 1)
         self.graph_breaks = 0
         self.limit_hits = 0
+        self.compiling: OpenCompile | None = None  # from its first compile_start (older logs have none)
 
     def compiles(self, bit: int) -> int:
         """Compile events whose verdict has ``bit``."""
@@ -93,6 +114,8 @@ class SessionFold:
         self.gaps: dict[int, LogGap] = {}
         self.seen: set[int] = set()
         self.unopened: set[int] = set()  # ranks whose first event here is not a session_start
+        self.ends: dict[int, RunningAtEnd | None] = {}  # what each rank's latest closed session left compiling
+        self.records_starts: set[int] = set()  # ranks whose log records compile starts (so "not compiling" is known)
 
     def unstarted(self, event: Any) -> _Session:
         """A session opened by ``event``, for a rank with none open: its events before any
@@ -110,10 +133,24 @@ class SessionFold:
         self._close_unended(self.open.get(rank), rank)
         self.open[rank] = _Session(True, event)
 
+    def compile_start(self, event: Any) -> None:
+        """A compile began; it counts nothing, and is not the session's latest event (its figures stop at
+        the events that count), but the session leaves it running until its ``compile`` comes."""
+        rank = event.rank
+        session = self.open.get(rank) or self.unstarted(event)
+        if session.compiling is None:
+            session.compiling = OpenCompile()
+        session.compiling.started(event)
+        self.records_starts.add(rank)
+
     def end(self, event: Any) -> None:
         """Close the rank's session; a ``session_end`` with none open closes an empty one."""
         rank = event.rank
         session = self.open.pop(rank, None)
+        compiling = event.compiling
+        self.ends[rank] = RunningAtEnd(_model(compiling)) if compiling is not None else None
+        if compiling is not None:
+            self.records_starts.add(rank)
         if session is None:
             if rank not in self.seen:
                 self.seen.add(rank)
@@ -141,10 +178,31 @@ class SessionFold:
         return set(self.open)
 
     def _close_unended(self, session: _Session | None, rank: int) -> None:
-        if session is None or not session.started:
+        if session is None:
+            return
+        left = _left_running(session)
+        self.ends[rank] = RunningAtEnd(left, lower_bound=True) if left is not None else None
+        if not session.started:
             return
         known = self.incomplete.get(rank)
-        self.incomplete[rank] = Incomplete((known.sessions if known else 0) + 1, session.last.time, session.last.step)
+        self.incomplete[rank] = Incomplete((known.sessions if known else 0) + 1, session.last.time, session.last.step, left)
+
+
+def _left_running(session: _Session) -> Running | None:
+    """The compile a session without ``session_end`` leaves running, as of its last logged event."""
+    start = session.compiling.start if session.compiling is not None else None
+    if start is None:
+        return None
+    return running(_model_start(start), max(start.time, session.last.time))
+
+
+def _model(value: Any) -> Running:
+    """A ``Running`` model of a fast-read view (which does not pickle: a worker hands reports back)."""
+    return value if isinstance(value, Running) else Running.model_validate(value, from_attributes=True)
+
+
+def _model_start(value: Any) -> CompileStart:
+    return value if isinstance(value, CompileStart) else CompileStart.model_validate(value, from_attributes=True)
 
 
 def _missing(session: _Session, totals: dict[str, float], dropped: int) -> str:
@@ -164,7 +222,10 @@ def _number(value: float) -> str:
 
 
 def _tally_compile(fold: SessionFold, event: Compile) -> None:
-    fold.session_of(event).verdicts[verdict(event)] += 1
+    session = fold.session_of(event)
+    session.verdicts[verdict(event)] += 1
+    if session.compiling is not None:  # a compile left out of the figures still ends its start
+        session.compiling.finished(event)
 
 
 def _tally_break(fold: SessionFold, event: GraphBreak) -> None:
@@ -196,6 +257,10 @@ class SessionFigures:
     # event here is not a session_start (it may continue an earlier part's session).
     sessions_open: set[int] = dataclasses.field(default_factory=set, repr=False)
     sessions_unopened: set[int] = dataclasses.field(default_factory=set, repr=False)
+    # What each rank's latest session ended with: the compile it left running (RunningAtEnd), or None;
+    # and the ranks whose log records compile starts (the others' "not compiling" is not known).
+    session_ends: dict[int, RunningAtEnd | None] = dataclasses.field(default_factory=dict)
+    records_starts: set[int] = dataclasses.field(default_factory=set)
     session_fold: SessionFold = dataclasses.field(default_factory=SessionFold, repr=False, metadata={"fold_state": True})
 
     def finish_sessions(self) -> None:
@@ -205,6 +270,27 @@ class SessionFigures:
         self.sessions_unopened = set(sessions.unopened)
         self.incomplete = dict(sorted(sessions.incomplete.items()))
         self.log_gaps = dict(sorted(sessions.gaps.items()))
+        self.session_ends = dict(sorted(sessions.ends.items()))
+        self.records_starts = set(sessions.records_starts)
+
+    @property
+    def compiling_at_end(self) -> dict[int, RunningAtEnd]:
+        """The ranks whose run ended with a compile running, and that compile, in rank order."""
+        return {rank: end for rank, end in self.session_ends.items() if end is not None}
+
+    @property
+    def not_compiling_at_end(self) -> list[int]:
+        """The ranks whose run ended with no compile running, as far as their log can say."""
+        return [rank for rank, end in self.session_ends.items() if end is None and rank in self.records_starts]
+
+    def running_at_end(self) -> list[str]:
+        """One line per rank whose run ended with a compile running, naming the ranks that were not:
+        ``rank 1 was compiling `Model.forward` (recompile: ...) for 612 s when the run ended; rank 0 was
+        not compiling``."""
+        idle = self.not_compiling_at_end
+        others = f"; {_ranks(idle)} {'was' if len(idle) == 1 else 'were'} not compiling" if idle else ""
+        return [describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
+                for rank, end in self.compiling_at_end.items()]
 
     def merge_sessions(self, part: SessionFigures, started: set[int], touched: set[int]) -> None:
         """``started``: ranks with a ``session_start`` before ``part``; ``touched``: every rank with an event in it."""
@@ -215,6 +301,15 @@ class SessionFigures:
         self.sessions_open = (self.sessions_open - touched) | part.sessions_open
         self.incomplete = dict(sorted(self.incomplete.items()))
         self.log_gaps = dict(sorted(self.log_gaps.items()))
+        self.session_ends = dict(sorted({**self.session_ends, **part.session_ends}.items()))  # its sessions are later
+        self.records_starts |= part.records_starts
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 0`` / ``ranks 0, 2, 3`` (the first few of many, and how many more)."""
+    shown = ", ".join(map(str, ranks[:_LISTED_RANKS]))
+    more = f" (+{len(ranks) - _LISTED_RANKS} more)" if len(ranks) > _LISTED_RANKS else ""
+    return ("rank " if len(ranks) == 1 else "ranks ") + shown + more
 
 
 def merge_verdicts(into: dict[int, Any], part: dict[int, Any]) -> None:

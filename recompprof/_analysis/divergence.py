@@ -175,12 +175,13 @@ if TYPE_CHECKING:  # what this module reads of a report, as types only
 
 
     class RankedReport(Protocol):
-        """What this module reads of a report: its ranks and frames."""
+        """What this module reads of a report: its ranks and frames, and which rank it ended compiling on."""
 
         @property
         def ranks(self) -> set[int]: ...
         @property
         def frames(self) -> Mapping[str, RankedFrame]: ...
+        def running_at_end(self) -> list[str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,8 +360,15 @@ def _diverging_table(found: list[Divergence]) -> Table:
 def print_divergence(console: Console, report: RankedReport) -> None:
     """Print the per-rank matrix and the diverging section on ``console`` (nothing for a one-rank report)."""
     ranks = all_ranks(report)
-    if len(ranks) < 2 or not report.frames:
+    if len(ranks) < 2:
         return
+    stalled = report.running_at_end()  # the rank a collective waited on when the job ended, if it was compiling
+    for line in stalled:
+        console.print(f"At the end: {line}", soft_wrap=True)
+    if not report.frames:
+        return
+    if stalled:
+        console.line()
     found = find(report)
     console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
     if not found:

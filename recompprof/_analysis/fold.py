@@ -39,10 +39,12 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
     if sessions is not None:
         report.session_fold = sessions
     handlers = _HANDLERS
+    compile_start: Callable[[Report, Any], None] = _add_compile_start
     folded, last_step = 0, 0
     for event in events:
         handler = handlers[type(event)]
-        if handler is None:  # a compile start: its compile, when it finished, counts it
+        if handler is compile_start:  # counts nothing (its compile, when it finished, counts it)
+            handler(report, event)
             continue
         folded += 1
         step = event.step
@@ -70,6 +72,13 @@ def _add_compile(report: Report, event: Compile) -> None:
     session = sessions.open.get(event.rank) or sessions.unstarted(event)
     session.last = event
     session.verdicts[counted] += 1  # what it counts as (recompprof._analysis.completeness)
+    if session.compiling is not None:  # the compile it finishes is no longer running
+        session.compiling.finished(event)
+
+
+def _add_compile_start(report: Report, event: CompileStart) -> None:
+    """Only which compile a session leaves running, should its log end before the compile's does."""
+    report.session_fold.compile_start(event)
 
 
 def _add_session_start(report: Report, event: SessionStart) -> None:
@@ -103,7 +112,7 @@ def _add_session_end(report: Report, event: SessionEnd) -> None:
 
 
 # Handlers take the event their type names; the table is keyed by the event's class (model or view).
-_HANDLERS: dict[type, Callable[[Report, Any], None] | None] = by_type({CompileStart: None,
+_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type({CompileStart: _add_compile_start,
     Compile: _add_compile, SessionStart: _add_session_start, SignalChange: _add_signal,
     RecompileLimitHit: _add_limit_hit, GraphBreak: _add_graph_break, SessionEnd: _add_session_end,
 })

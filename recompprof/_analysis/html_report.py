@@ -173,6 +173,7 @@ def render_html(report: Report, *, title: str = "recompprof report", warnings: I
     frames = frames_in_order(report)
     return _PAGE.format(
         title=_e(title), meta=_e(_meta(report)), cards=_kpi_cards(report, frames), notes=_notes(report, warnings),
+        compiling=_compiling_at_end(report),
         steps=html_charts.steps_chart(report, frames), categories=html_charts.category_chart(report),
         phases=html_charts.phase_chart(report, frames), table=_frames_section(report, frames, FIX_HINTS),
         limits=_limits(frames), limit=_e(report.recompile_limit), breaks=_breaks(report), failures=_failures(report),
@@ -216,6 +217,13 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
             for f in diverging[:5]))
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else ""
+
+
+def _compiling_at_end(report: Report) -> str:
+    """The compile the run ended with, above everything else: it is what stalled or ended the job."""
+    lines = "".join(f"<li>{_e(line)}</li>" for line in report.running_at_end())
+    return f'<section class="stalled" id="compiling-at-end"><h2>The run ended while compiling</h2><ul>{lines}</ul></section>' \
+        if lines else ""
 
 
 def _meta(report: Report) -> str:
@@ -268,6 +276,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#c0392b;font-
 ul.reasons{margin:0;padding-left:0;list-style:none}ul.reasons li{margin-bottom:6px}
 .chip{color:#fff;border-radius:10px;padding:1px 8px;font-size:12px}.hint{color:#5a6273;font-size:12px}
 pre{white-space:pre-wrap;font-size:11px;background:#f5f6f8;padding:6px;max-height:200px;overflow:auto}
+.stalled{border-left:4px solid #c0392b}.stalled h2{color:#c0392b}.stalled ul{margin:0;padding-left:18px;font-weight:600}
 .notes{background:#fff8e1;border-left:4px solid #f2b600;padding:8px 8px 8px 28px;margin:0 0 18px}
 .meter{height:4px;background:#e15759;margin-bottom:2px}#fix-first-table td.lost{min-width:90px}
 .empty{color:#5a6273}#filter{margin-bottom:8px;padding:5px 8px;width:280px}.frame{font-family:ui-monospace,monospace;overflow-wrap:anywhere;min-width:200px}
@@ -301,6 +310,7 @@ _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>{title}</title><style>{css}</style></head>
 <body><header><h1>{title}</h1><div class="meta">{meta}</div></header><main>
+{compiling}
 <div class="kpis">{cards}</div>
 {notes}
 <section id="fix-first"><h2>Fix these first: compile time lost per cause</h2>{fix_first}</section>

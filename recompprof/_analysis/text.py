@@ -12,6 +12,7 @@ from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
+from recompprof._model.status import describe_at_end
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
@@ -164,8 +165,10 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
     for rank, ended in report.incomplete.items():
         step = "unknown" if ended.step is None else ended.step
         more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
+        compiling = "" if ended.compiling is None else \
+            "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
         lines.append(("incomplete", f"rank {rank} ended without session_end: killed, crashed or still running "
-                                    f"(last event at {_when(ended.time)}, step {step}{more})"))
+                                    f"(last event at {_when(ended.time)}, step {step}{more}){compiling}"))
     for rank, gap in report.log_gaps.items():
         more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
         lines.append(("log_gap", f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
@@ -257,7 +260,10 @@ def _run_line(report: Report) -> str:
 
 
 def _print_warnings(console: Console, report: Report) -> None:
-    """What the figures cannot vouch for: dark signals, sessions without an end, gaps in a log."""
+    """A compile the run ended with (first: it is what stalled or ended the job), then what the figures
+    cannot vouch for: dark signals, sessions without an end, gaps in a log."""
+    for line in report.running_at_end():
+        console.print(line, soft_wrap=True)
     for name, why in report.signals_dark.items():
         console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
     for _, line in completeness_warnings(report):

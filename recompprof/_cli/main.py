@@ -93,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-limit-hits", type=int, metavar="N", help="most recompile-limit hits")
     p.add_argument("--max-graph-breaks", type=int, metavar="N", help="most graph breaks")
     p.add_argument("--max-failures", type=int, metavar="N", help="most compile failures")
+    p.add_argument("--fail-on-running-compile", action="store_true",
+                   help="fail when a rank's run ended with a compile still running (a stall, or a job stopped mid-compile)")
     p.add_argument("--allow-skipped", action="store_true", help="accept a run some of whose lines could not be read")
     p.add_argument("--accept-dark-signals", action="store_true",
                    help="accept a run in which a capture signal was off or went dark (its counts are incomplete)")
@@ -247,13 +249,14 @@ def _check(args: argparse.Namespace) -> int:
         rules = Rules(max_recompiles=args.max_recompiles, max_total_recompiles=args.max_total_recompiles,
                       after_step=args.after_step, max_compile_seconds=args.max_compile_seconds,
                       max_recompile_seconds=args.max_recompile_seconds, forbid=tuple(args.forbid), max_limit_hits=args.max_limit_hits,
-                      max_graph_breaks=args.max_graph_breaks, max_failures=args.max_failures)
+                      max_graph_breaks=args.max_graph_breaks, max_failures=args.max_failures,
+                      fail_on_running_compile=args.fail_on_running_compile)
     except CheckInputError as exc:
         raise CheckInputError(f"--forbid: {exc}") from exc
     if rules.empty:
         raise CommandError("no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
                            "--max-compile-seconds, --max-recompile-seconds, --forbid, --max-limit-hits, "
-                           "--max-graph-breaks, --max-failures")
+                           "--max-graph-breaks, --max-failures, --fail-on-running-compile")
     negative = [name for name in ("max_recompiles", "max_total_recompiles", "after_step", "max_compile_seconds",
                                   "max_recompile_seconds", "max_limit_hits", "max_graph_breaks", "max_failures")
                 if (getattr(args, name) or 0) < 0]

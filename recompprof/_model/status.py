@@ -40,14 +40,25 @@ class OpenCompile:
         self.ended: SessionEnd | None = None  # the session_end, once read
 
     def add(self, event: Event) -> None:
-        if isinstance(event, CompileStart):
-            self.start = event
-        elif isinstance(event, Compile):
-            if self.start is not None and event.compile_id == self.start.compile_id:
-                self.start = None
-        elif isinstance(event, SessionEnd):
-            self.ended = event
+        """Read the next event of the session (any kind; only these three matter)."""
+        kind = event.kind  # not isinstance: the offline commands' fast-read views are not the models
+        if kind == "compile_start":
+            self.started(event)  # type: ignore[arg-type]
+        elif kind == "compile":
+            self.finished(event)  # type: ignore[arg-type]
+        elif kind == "session_end":
+            self.session_ended(event)  # type: ignore[arg-type]
+
+    def started(self, event: CompileStart) -> None:
+        self.start = event
+
+    def finished(self, event: Compile) -> None:
+        if self.start is not None and event.compile_id == self.start.compile_id:
             self.start = None
+
+    def session_ended(self, event: SessionEnd) -> None:
+        self.ended = event
+        self.start = None
 
     def at_end(self, ended_at: float) -> Running | None:
         """The compile left running when the log ends: the ``session_end``'s, else the open start's, run
@@ -59,8 +70,21 @@ class OpenCompile:
 
 def describe(rank: int, compiling: Running) -> str:
     """One line for people: ``rank 1 compiling `Model.forward` (recompile: size of `L['x']` dim 0 changed), 42 s``."""
-    why = f" (recompile: {_trigger(compiling.reason)})" if compiling.reason is not None else ""
-    return f"rank {rank} compiling `{compiling.frame.name}`{why}, {compiling.seconds:.0f} s"
+    return f"rank {rank} compiling `{compiling.frame.name}`{_why(compiling)}, {compiling.seconds:.0f} s"
+
+
+def describe_at_end(rank: int, compiling: Running, *, lower_bound: bool = False, ended: str = "the run") -> str:
+    """The same for a compile a run ended with: ``rank 1 was compiling `Model.forward` (recompile: size of
+    `L['x']` dim 0 changed) for 612 s when the run ended``; ``lower_bound``: the log ended without its
+    ``session_end`` (the process was killed outright), so it ran "for at least" that long; ``ended``: what
+    ended then ("its log", for a session that may not be the rank's last)."""
+    at_least = "at least " if lower_bound else ""
+    return (f"rank {rank} was compiling `{compiling.frame.name}`{_why(compiling)} for {at_least}"
+            f"{compiling.seconds:.0f} s when {ended} ended")
+
+
+def _why(compiling: Running) -> str:
+    return f" (recompile: {_trigger(compiling.reason)})" if compiling.reason is not None else ""
 
 
 def _trigger(reason: Reason) -> str:

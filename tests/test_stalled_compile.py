@@ -22,11 +22,13 @@ from recompprof._analysis.check import Rules, check
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report
 from recompprof._analysis.runs import load
+from recompprof._model.events import HEARTBEAT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 CAUSE = "(recompile: size of `L['x']` dim 0 changed)"
 HELD = 2.5  # seconds the slow recompile has run when the job is stopped
+HELD_KILLED = HEARTBEAT_SECONDS + 2.5  # a killed rank: past its first compile_running
 
 
 def _env(run: Path, rank: int, world: int) -> dict[str, str]:
@@ -41,8 +43,8 @@ def _finished_rank(run: Path, rank: int, world: int) -> None:
     assert done.returncode == 0 and "DONE" in done.stdout, done.stdout + done.stderr
 
 
-def _stopped_rank(run: Path, rank: int, world: int, how: signal.Signals) -> None:
-    """A rank stopped by ``how`` while its recompile has run ``HELD`` seconds (of 300)."""
+def _stopped_rank(run: Path, rank: int, world: int, how: signal.Signals, held: float = HELD) -> None:
+    """A rank stopped by ``how`` while its recompile has run ``held`` seconds (of 300)."""
     proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=_env(run, rank, world),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -51,7 +53,7 @@ def _stopped_rank(run: Path, rank: int, world: int, how: signal.Signals) -> None
                       for path in run.glob(f"rank{rank:05d}-*.jsonl") for line in path.read_text().splitlines()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
             time.sleep(0.05)
-        time.sleep(HELD)
+        time.sleep(held)
         proc.send_signal(how)
         proc.wait(60)
     finally:
@@ -73,10 +75,11 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two ranks of one run: rank 0 finished; rank 1 got SIGKILL during its slow recompile (no session_end)."""
+    """Two ranks of one run: rank 0 finished; rank 1 got SIGKILL during its slow recompile (no session_end),
+    after the recompile had run long enough to write a ``compile_running``."""
     run = tmp_path_factory.mktemp("killed") / "run"
     _finished_rank(run, 0, 2)
-    _stopped_rank(run, 1, 2, signal.SIGKILL)
+    _stopped_rank(run, 1, 2, signal.SIGKILL, HELD_KILLED)
     return run
 
 
@@ -123,7 +126,8 @@ def test_check_fails_on_the_compile_a_sigterm_interrupted_only_when_asked(termin
 
 def test_report_gives_a_lower_bound_for_a_rank_killed_outright(killed: Path) -> None:
     """A rank killed with SIGKILL mid-recompile has no ``session_end``: its last ``compile_start`` without its
-    ``compile`` names the compile, run "for at least" as long as its own log shows it alive."""
+    ``compile`` names the compile, run "for at least" as long as its own log shows it alive: up to its last
+    ``compile_running`` (the heartbeat a long compile writes), not to another rank's events."""
     done = cli("report", str(killed), "--width", "200")
     assert done.returncode == 0, done.stderr
     found = _line(done.stdout, at_least=True)
@@ -132,6 +136,10 @@ def test_report_gives_a_lower_bound_for_a_rank_killed_outright(killed: Path) -> 
              if '"compile_start"' in line][-1]
     last = max(json.loads(line)["time"] for path in killed.glob("rank00001-*.jsonl") for line in path.read_text().splitlines())
     assert int(found.group(1)) == round(last - start["time"])  # up to its log's last event, not another rank's
+    beats = [json.loads(line) for path in killed.glob("rank00001-*.jsonl") for line in path.read_text().splitlines()
+             if '"compile_running"' in line]
+    assert beats and beats[-1]["compile_id"] == start["compile_id"] and beats[-1]["time"] == last, beats
+    assert HEARTBEAT_SECONDS <= int(found.group(1)) <= HELD_KILLED + 1
 
 
 def test_check_refuses_a_killed_rank_and_its_refusal_names_the_compile(killed: Path) -> None:

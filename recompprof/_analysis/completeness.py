@@ -40,6 +40,7 @@ from recompprof._eventlog.writer import DROPPED as WRITER_DROPPED  # events the 
 from recompprof._model.counting import COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
     Compile,
+    CompileRunning,
     CompileStart,
     Event,
     GraphBreak,
@@ -143,6 +144,12 @@ class SessionFold:
         session.compiling.started(event)
         self.records_starts.add(rank)
 
+    def compile_running(self, event: Any) -> None:
+        """A compile was still running at ``event.time``; like its start, it counts nothing."""
+        session = self.open.get(event.rank)
+        if session is not None and session.compiling is not None:
+            session.compiling.still_running(event)
+
     def end(self, event: Any) -> None:
         """Close the rank's session; a ``session_end`` with none open closes an empty one."""
         rank = event.rank
@@ -193,7 +200,7 @@ def _left_running(session: _Session) -> Running | None:
     start = session.compiling.start if session.compiling is not None else None
     if start is None:
         return None
-    return running(_model_start(start), max(start.time, session.last.time))
+    return running(_model_start(start), max(start.time, session.last.time, session.compiling.alive))  # type: ignore[union-attr]
 
 
 def _model(value: Any) -> Running:
@@ -236,13 +243,21 @@ def _tally_limit_hit(fold: SessionFold, event: RecompileLimitHit) -> None:
     fold.session_of(event).limit_hits += 1
 
 
+def _tally_start(fold: SessionFold, event: CompileStart) -> None:
+    fold.compile_start(event)
+
+
+def _tally_running(fold: SessionFold, event: CompileRunning) -> None:
+    fold.compile_running(event)
+
+
 def _tally_other(fold: SessionFold, event: Event) -> None:
     fold.session_of(event)
 
 
 _TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type({Compile: _tally_compile, GraphBreak: _tally_break, RecompileLimitHit: _tally_limit_hit,
                   SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other,
-                  CompileStart: _tally_other})
+                  CompileStart: _tally_start, CompileRunning: _tally_running})
 
 
 # Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).

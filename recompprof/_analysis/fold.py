@@ -17,6 +17,7 @@ from recompprof._eventlog.fastread import by_type
 from recompprof._model.counting import COSTS, verdict
 from recompprof._model.events import (
     Compile,
+    CompileRunning,
     CompileStart,
     Event,
     GraphBreak,
@@ -40,10 +41,11 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
         report.session_fold = sessions
     handlers = _HANDLERS
     compile_start: Callable[[Report, Any], None] = _add_compile_start
+    compile_running: Callable[[Report, Any], None] = _add_compile_running
     folded, last_step = 0, 0
     for event in events:
         handler = handlers[type(event)]
-        if handler is compile_start:  # counts nothing (its compile, when it finished, counts it)
+        if handler is compile_start or handler is compile_running:  # count nothing (the compile counts)
             handler(report, event)
             continue
         folded += 1
@@ -81,6 +83,11 @@ def _add_compile_start(report: Report, event: CompileStart) -> None:
     report.session_fold.compile_start(event)
 
 
+def _add_compile_running(report: Report, event: CompileRunning) -> None:
+    """Only that the compile was still running then (how long it ran, should its log end during it)."""
+    report.session_fold.compile_running(event)
+
+
 def _add_session_start(report: Report, event: SessionStart) -> None:
     report.session_fold.start(event)
     report.add_session_start(event)
@@ -112,7 +119,7 @@ def _add_session_end(report: Report, event: SessionEnd) -> None:
 
 
 # Handlers take the event their type names; the table is keyed by the event's class (model or view).
-_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type({CompileStart: _add_compile_start,
+_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type({CompileStart: _add_compile_start, CompileRunning: _add_compile_running,
     Compile: _add_compile, SessionStart: _add_session_start, SignalChange: _add_signal,
     RecompileLimitHit: _add_limit_hit, GraphBreak: _add_graph_break, SessionEnd: _add_session_end,
 })

@@ -30,7 +30,7 @@ from recompprof._capture.recorder import CompileRecorder
 from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
-from recompprof._model.events import Event, SessionEnd, SessionStart
+from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
 from recompprof._model.status import Status, running
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
@@ -139,7 +139,7 @@ class Session:
         previous, value = lineage.mark(lineage.ATTACHED)
         self._undo.append(("lineage", lambda: lineage.restore(previous, value)))
         self._install_sigterm()
-        ticker = CompileTicker(self.status, self.settings)
+        ticker = CompileTicker(self.status, self.settings, still_running=self._still_running)
         ticker.start()
         self._recorder.ended = ticker.compile_ended
         self._undo.append(("ticker", ticker.stop))
@@ -298,6 +298,11 @@ class Session:
         report = build_report(events)
         report.renderer = render_text  # print(recompprof.report()) draws the terminal report
         return report
+
+    def _still_running(self, compiling: Running) -> None:
+        """The status thread's heartbeat while a compile runs long (see ``CompileRunning``)."""
+        self._emit(CompileRunning(time=time.time(), rank=self.identity.rank, step=self._adapters.steps.step,
+                                  compile_id=compiling.compile_id, seconds=compiling.seconds))
 
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:

@@ -5,7 +5,9 @@ the compile path holds) a few times a second; nothing runs on the training step 
 without ``status_line``) it logs one WARNING line when a compile has run ``compile_status_after`` seconds
 and one every ``compile_status_every`` seconds after. With ``status_line`` (set by ``recompprof run`` and
 ``recompprof demo``) and stderr a terminal, it redraws one status line in place each second while a
-compile runs and clears it when the compile ends.
+compile runs and clears it when the compile ends. Either way, once a compile has run
+``HEARTBEAT_SECONDS`` and every ``HEARTBEAT_SECONDS`` after, it has the session write a small
+``compile_running`` event: a log whose process is then killed outright still says how long it compiled.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from recompprof import _internal
+from recompprof._model.events import HEARTBEAT_SECONDS
 from recompprof._model.status import Status, describe
 
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
+    from recompprof._model.events import Running
 
 log = logging.getLogger("recompprof")
 
@@ -30,8 +34,10 @@ _CLEAR = "\r\x1b[K"  # carriage return, erase to the end of the line
 class CompileTicker:
     """The thread that tells people which compile is running and for how long."""
 
-    def __init__(self, status: Callable[[], Status], settings: Settings, stream: TextIO | None = None) -> None:
+    def __init__(self, status: Callable[[], Status], settings: Settings, stream: TextIO | None = None,
+                 still_running: Callable[[Running], None] | None = None) -> None:
         self._status = status
+        self._still_running = still_running  # records a long compile as still running (the event log's heartbeat)
         self._after, self._every = settings.compile_status_after, settings.compile_status_every
         self._stream = stream if stream is not None else sys.stderr
         self._line = settings.status_line and _is_terminal(self._stream)
@@ -42,6 +48,7 @@ class CompileTicker:
         self._lock = threading.Lock()  # the thread draws, the compile path clears (compile_ended)
         self._compile: tuple[str, float] | None = None  # (compile id, start) of the compile being watched
         self._next_log = 0.0
+        self._next_beat = HEARTBEAT_SECONDS
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="recompprof-compile-status", daemon=True)
@@ -69,29 +76,40 @@ class CompileTicker:
                 self.tick()
 
     def tick(self) -> None:
-        """Look once: draw, clear or log."""
+        """Look once: record a long compile as still running; draw, clear or log."""
         status = self._status()
         running = status.compiling
         if running is None:
             self._compile = None
             self.compile_ended()
             return
+        if self._compile != (running.compile_id, running.started):
+            self._compile = (running.compile_id, running.started)
+            self._next_log, self._next_beat = self._after, HEARTBEAT_SECONDS
+        if running.seconds >= self._next_beat:
+            if self._still_running is not None:
+                self._still_running(running)
+            self._next_beat = _after(self._next_beat, running.seconds, HEARTBEAT_SECONDS)
         if self._line:
             with self._lock:
                 if self._status().compiling is not None:  # not ended meanwhile
                     self._write(_CLEAR + describe(status.rank, running))
                     self._drawn = True
             return
-        if self._compile != (running.compile_id, running.started):
-            self._compile, self._next_log = (running.compile_id, running.started), self._after
         if running.seconds >= self._next_log:
             log.warning("recompprof: %s", describe(status.rank, running))
-            while self._next_log <= running.seconds:
-                self._next_log += self._every
+            self._next_log = _after(self._next_log, running.seconds, self._every)
 
     def _write(self, text: str) -> None:
         self._stream.write(text)
         self._stream.flush()
+
+
+def _after(due: float, now: float, every: float) -> float:
+    """The next time due after ``now``, on the schedule ``due``, ``due + every``, ..."""
+    while due <= now:
+        due += every
+    return due
 
 
 def _is_terminal(stream: TextIO) -> bool:

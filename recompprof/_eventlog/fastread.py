@@ -39,7 +39,7 @@ except ImportError:  # optional at runtime: without it the offline commands use 
 
 NESTED_MODELS: tuple[type[events._Model], ...] = (events.Frame, events.Reason, events.Running)  # fields of events
 EVENT_MODELS: tuple[type[events._Event], ...] = (
-    events.SessionStart, events.Compile, events.CompileStart, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
+    events.SessionStart, events.Compile, events.CompileStart, events.CompileRunning, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
     events.SessionEnd,
 )
 

@@ -205,6 +205,18 @@ class Running(_Model):
     reason: Reason | None = None
 
 
+class CompileRunning(_Event):
+    """A compile is still running: written while a compile runs long (after ``HEARTBEAT_SECONDS``, then each
+    ``HEARTBEAT_SECONDS``), so a log whose process was killed outright still says how long it compiled."""
+
+    kind: Literal["compile_running"] = "compile_running"
+    compile_id: str
+    seconds: float  # how long it had run when this was written
+
+
+HEARTBEAT_SECONDS = 10.0
+
+
 class GraphBreak(_Event):
     kind: Literal["graph_break"] = "graph_break"
     frame: Frame | None = None
@@ -245,12 +257,12 @@ class SessionEnd(_Event):
 
 
 Event = Annotated[
-    SessionStart | Compile | CompileStart | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
+    SessionStart | Compile | CompileStart | CompileRunning | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KINDS: tuple[str, ...] = (
-    "session_start", "compile", "compile_start", "graph_break", "recompile_limit_hit", "signal", "session_end",
+    "session_start", "compile", "compile_start", "compile_running", "graph_break", "recompile_limit_hit", "signal", "session_end",
 )
 
 

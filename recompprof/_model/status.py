@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from recompprof._model.events import Compile, CompileStart, Event, Reason, Running, SessionEnd
+from recompprof._model.events import Compile, CompileRunning, CompileStart, Event, Reason, Running, SessionEnd
 from recompprof._model.explaining import changed_subject
 
 
@@ -32,12 +32,14 @@ class OpenCompile:
     with the ``compile`` of the same compile id. A ``session_end`` is authoritative: its ``compiling`` is
     the compile that was running when the session ended (or none). A log without a ``session_end``
     (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
-    is then known only up to the last moment the run is known to have been alive (``ended_at``).
+    is then known only up to the last moment the log shows it alive: ``ended_at``, or the compile's
+    latest ``compile_running`` (written every ``HEARTBEAT_SECONDS`` while a compile runs long).
     """
 
     def __init__(self) -> None:
         self.start: CompileStart | None = None  # the latest compile_start not yet matched by its compile
         self.ended: SessionEnd | None = None  # the session_end, once read
+        self.alive = 0.0  # the latest time a compile_running says the open compile was still running
 
     def add(self, event: Event) -> None:
         """Read the next event of the session (any kind; only these three matter)."""
@@ -46,11 +48,17 @@ class OpenCompile:
             self.started(event)  # type: ignore[arg-type]
         elif kind == "compile":
             self.finished(event)  # type: ignore[arg-type]
+        elif kind == "compile_running":
+            self.still_running(event)  # type: ignore[arg-type]
         elif kind == "session_end":
             self.session_ended(event)  # type: ignore[arg-type]
 
     def started(self, event: CompileStart) -> None:
-        self.start = event
+        self.start, self.alive = event, event.time
+
+    def still_running(self, event: CompileRunning) -> None:
+        if self.start is not None and event.compile_id == self.start.compile_id:
+            self.alive = max(self.alive, event.time)
 
     def finished(self, event: Compile) -> None:
         if self.start is not None and event.compile_id == self.start.compile_id:
@@ -62,10 +70,11 @@ class OpenCompile:
 
     def at_end(self, ended_at: float) -> Running | None:
         """The compile left running when the log ends: the ``session_end``'s, else the open start's, run
-        until ``ended_at`` (a lower bound on how long it ran: the process may have lived on after it)."""
+        until ``ended_at`` or its last ``compile_running``, whichever is later (a lower bound on how long it
+        ran: the process may have lived on after it)."""
         if self.ended is not None:
             return self.ended.compiling
-        return running(self.start, ended_at)
+        return running(self.start, max(ended_at, self.alive))
 
 
 def describe(rank: int, compiling: Running) -> str:

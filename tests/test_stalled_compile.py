@@ -276,3 +276,18 @@ def test_an_older_log_says_nothing_about_running_compiles(which: str, request: p
     assert text.returncode == 0 and "compiling" not in text.stdout, text.stdout
     checked = cli("check", str(older), "--fail-on-running-compile", "--accept-incomplete-runs")
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_recompile_without_its_guard_failure_still_reads_as_a_recompile() -> None:
+    """torch before 2.6 names no guard failure when a compile starts: a recompile running then says
+    "(recompile)", a first compile nothing, live and at the run's end alike."""
+    from recompprof._model.events import CompileStart, Frame
+    from recompprof._model.status import describe, describe_at_end, running
+
+    frame = Frame(name="Model.forward", file="m.py", line=3)
+    later = running(CompileStart(time=100.0, frame=frame, compile_id="0/1", is_recompile=True), 142.0)
+    first = running(CompileStart(time=100.0, frame=frame, compile_id="0/0", is_recompile=False), 142.0)
+    assert later is not None and first is not None
+    assert describe(1, later) == "rank 1 compiling `Model.forward` (recompile), 42 s"
+    assert describe_at_end(1, later) == "rank 1 was compiling `Model.forward` (recompile) for 42 s when the run ended"
+    assert describe_at_end(1, first, lower_bound=True) == "rank 1 was compiling `Model.forward` for at least 42 s when the run ended"

@@ -203,6 +203,7 @@ class Running(_Model):
     started: float
     seconds: float
     reason: Reason | None = None
+    is_recompile: bool = False  # as in its compile_start (torch before 2.6 gives no reason at the start)
 
 
 class CompileRunning(_Event):

@@ -22,7 +22,7 @@ def running(start: CompileStart | None, now: float) -> Running | None:
     if start is None:
         return None
     return Running(frame=start.frame, compile_id=start.compile_id, started=start.time,
-                   seconds=max(0.0, now - start.time), reason=start.reason)
+                   seconds=max(0.0, now - start.time), reason=start.reason, is_recompile=start.is_recompile)
 
 
 class OpenCompile:
@@ -93,7 +93,10 @@ def describe_at_end(rank: int, compiling: Running, *, lower_bound: bool = False,
 
 
 def _why(compiling: Running) -> str:
-    return f" (recompile: {_trigger(compiling.reason)})" if compiling.reason is not None else ""
+    """What triggered it: the guard failure of a recompile; "recompile" alone when torch named none then."""
+    if compiling.reason is not None:
+        return f" (recompile: {_trigger(compiling.reason)})"
+    return " (recompile)" if compiling.is_recompile else ""
 
 
 def _trigger(reason: Reason) -> str:

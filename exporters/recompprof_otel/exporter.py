@@ -1,7 +1,8 @@
 """``OtelExporter``: every compile as an OpenTelemetry trace, sent over OTLP off the training thread.
 
 Lifecycle: ``start`` builds (or borrows) a tracer provider, ``on_event`` turns compile events into
-spans and hands them to a bounded queue (microseconds, never I/O), ``shutdown`` flushes within its
+spans (a compile's root span opens at its ``compile_start`` and ends at its ``compile``) and hands
+finished spans to a bounded queue (microseconds, never I/O), ``shutdown`` flushes within its
 deadline. The session calls ``shutdown`` at detach, at interpreter exit and on SIGTERM. A forked child
 (DataLoader workers) emits nothing. The global tracer provider is never touched.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from recompprof import _internal
 from recompprof._capture import forks
-from recompprof._model.events import Compile, RecompileLimitHit
+from recompprof._model.events import Compile, CompileStart, RecompileLimitHit, SessionEnd
 from recompprof_otel import environment, resource, transport
 from recompprof_otel.ids import PrivateRandomIdGenerator
 from recompprof_otel.processor import BoundedBatchProcessor
@@ -135,14 +137,26 @@ class OtelExporter:
                         self._ids.next_trace_id = None  # a duplicate (no span) must not pass its id on
                 if root is not None and self.metrics is not None:
                     self.metrics.record_compile(event, trace.set_span_in_context(root))
+            elif isinstance(event, CompileStart):
+                if self._ids is not None and event.trace_id is not None:  # the trace its compile will name
+                    self._ids.next_trace_id = int(event.trace_id, 16)
+                    try:
+                        self._builder.start_compile(event)
+                    finally:
+                        self._ids.next_trace_id = None
             elif isinstance(event, RecompileLimitHit):
                 self._builder.limit_hit_span(event)
+            elif isinstance(event, SessionEnd):
+                self._builder.end_open(round(event.time * 1e9), event.compiling)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""
         if not self._active or self._owner.forked():
             return
         self._active = False
+        if self._builder is not None:
+            with _internal.contain("otel.span"):
+                self._builder.end_open(time.time_ns())  # no session_end came: the open spans' ends are unknown
         provider = self.tracer_provider
         if self._owns_provider and self.processor is not None:
             processor = self.processor

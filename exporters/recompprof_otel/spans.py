@@ -1,6 +1,9 @@
 """Turn compile events into spans: one trace per compile, one child span per phase.
 
-Spans are created after the fact with explicit times. Torch reports each phase as an exclusive total,
+A compile's root span starts at its ``compile_start`` (with that event's time) and ends at its ``compile``
+(``open_spans``); a compile that had no start (a lazily compiled backward, a profile-mode re-use, a limit
+hit) gets its root span from the ``compile`` alone, with the start time torch reported. The phase
+children are created at the compile with explicit times. Torch reports each phase as an exclusive total,
 not as intervals, so the child spans are *reconstructed*: laid end to end from the compile's start in
 ``events.PHASES`` order, each as long as its exclusive total. They sum to the compile's duration but
 do not claim the real interleaving (Dynamo and AOT autograd can alternate within one compile).
@@ -9,6 +12,7 @@ do not claim the real interleaving (Dynamo and AOT autograd can alternate within
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +25,8 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import is_limit_hit
-from recompprof._model.events import PHASES, Compile, Frame, Reason, RecompileLimitHit
+from recompprof._model.events import PHASES, Compile, CompileStart, Frame, Reason, RecompileLimitHit, Running
+from recompprof_otel.open_spans import OpenSpan, OpenSpans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
@@ -34,6 +39,8 @@ MAX_REASONS = 32
 MAX_STATUS_TEXT = 1024
 MAX_TRACKED_FRAMES = 1024
 LIMIT_HIT_ERROR = "recompile_limit_hit"
+RUN_ENDED_ERROR = "run_ended_while_compiling"  # the session ended while the compile ran
+END_LOST_ERROR = "compile_end_not_recorded"  # the compile's record never came
 MAX_CALL_SITE = 8
 
 FrameKey = tuple[str, bool]  # (events.Frame.key, backward)
@@ -101,6 +108,16 @@ def _bounds(event: Compile) -> tuple[int, int]:
     return start_ns, start_ns + duration_ns
 
 
+def _end_unfinished(opened: OpenSpan, end_ns: int, error_type: str, outcome: str, text: str) -> None:
+    """End a root span whose compile record never came, with ERROR ``text`` and the trigger its start named."""
+    reason = opened.start.reason
+    attrs: dict[str, Any] = {"recompprof.outcome": outcome, "error.type": error_type,
+                             **reason_attributes([reason] if reason is not None else [])}
+    opened.span.set_attributes(attrs)
+    opened.span.set_status(Status(StatusCode.ERROR, text[:MAX_STATUS_TEXT]))
+    opened.span.end(end_time=max(end_ns, opened.start_ns))
+
+
 def _sdk_tracer(tracer: object) -> bool:
     """Whether ``tracer`` has everything ``SpanBuilder._phase_spans`` reads (the SDK's Tracer does)."""
     return all(hasattr(tracer, name) for name in (
@@ -124,6 +141,7 @@ class SpanBuilder:
         # compile outcome and as its own event, in either order, and each hit must give one span.
         self._limit_hits: collections.OrderedDict[tuple[FrameKey, str], None] = collections.OrderedDict()
         self._causes = CauseTracker()
+        self._open = OpenSpans()
 
     @staticmethod
     def _key(frame: Frame, backward: bool) -> FrameKey:
@@ -153,20 +171,61 @@ class SpanBuilder:
             self._limit_hits.popitem(last=False)
         return False
 
-    def compile_span(self, event: Compile) -> Span | None:
-        """Emit the span tree of one compile; returns the (ended) root span, or None if it was a duplicate."""
-        key = self._key(event.frame, event.backward)
-        limit_hit = is_limit_hit(event)
-        if limit_hit and self._seen_limit_hit(key, event.compile_id):
-            return None
-        start_ns, end_ns = _bounds(event)
-        attrs = self._compile_attributes(event)
-        links = self._link(key) if event.is_recompile or limit_hit else []
+    def start_compile(self, start: CompileStart) -> Span:
+        """Start the root span of a compile that is beginning, at its start (ended by its ``compile``)."""
+        key = self._key(start.frame, False)
+        attrs: dict[str, object] = {
+            **_frame_attributes(start.frame), "recompprof.compile_id": start.compile_id, "recompprof.rank": start.rank,
+            "recompprof.is_recompile": start.is_recompile, "recompprof.backward": False,
+            "recompprof.frame": start.frame.label,
+        }
+        if start.step is not None:
+            attrs["recompprof.step"] = start.step
+        start_ns = round(start.time * 1e9)
         # An empty context: a compile is its own trace even if the training loop has a span open.
         root = self._tracer.start_span(
             ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
-            links=links, start_time=start_ns,
+            links=self._link(key) if start.is_recompile else [], start_time=start_ns,
         )
+        for stale in self._open.add(start.trace_id or "", OpenSpan(root, start, start_ns, threading.get_ident())):
+            _end_unfinished(stale, start_ns, END_LOST_ERROR, "unknown", "recompprof saw no end of this compile: no "
+                            f"compile record came before compile {start.compile_id} started (the span ends there)")
+        return root
+
+    def end_open(self, end_ns: int, running: Running | None = None) -> None:
+        """End every span still open when the session ends (at ``end_ns``), with ERROR: the compile the
+        ``session_end`` names as ``running`` ran until then; the others' records were lost."""
+        for opened in self._open.drain():
+            start = opened.start
+            if running is not None and (running.compile_id, running.started) == (start.compile_id, start.time):
+                _end_unfinished(opened, round((running.started + running.seconds) * 1e9), RUN_ENDED_ERROR,
+                                "running_at_end", f"the run ended while this compile was running "
+                                f"({running.seconds:.1f} s after it started)")
+            else:
+                _end_unfinished(opened, end_ns, END_LOST_ERROR, "unknown", "recompprof saw no end of this compile: "
+                                "no compile record came before the session ended (the span ends there)")
+
+    def compile_span(self, event: Compile) -> Span | None:
+        """Emit the span tree of one compile; returns the (ended) root span, or None if it was a duplicate.
+
+        A compile whose ``compile_start`` opened a root span (same trace id) ends that span; the others get
+        a root span of their own."""
+        key = self._key(event.frame, event.backward)
+        limit_hit = is_limit_hit(event)
+        opened = self._open.take(event.trace_id)
+        if limit_hit and self._seen_limit_hit(key, event.compile_id) and opened is None:
+            return None
+        start_ns, end_ns = _bounds(event)
+        attrs = self._compile_attributes(event)
+        if opened is not None:
+            root, start_ns, end_ns = opened.span, opened.start_ns, max(end_ns, opened.start_ns)
+            root.set_attributes(attrs)  # type: ignore[arg-type]
+        else:
+            links = self._link(key) if event.is_recompile or limit_hit else []
+            root = self._tracer.start_span(
+                ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
+                links=links, start_time=start_ns,
+            )
         intervals = phase_intervals(start_ns, dict(event.phases.items()), end_ns)
         if intervals:
             if self._processor is not None and root.is_recording():

@@ -62,8 +62,9 @@ class Exporter(Protocol):
     ``session.snapshot()`` at scrape or push time instead of counting on the compile path, and never write
     into the session: what they need to share travels with the event. The session reads two things back:
     ``traces``, True by the end of ``start`` when the exporter sends each compile as a trace named by
-    ``Compile.trace_id`` (the session then gives every compile a trace id), and ``dropped()``, what the
-    exporter could not deliver, by reason (reported as ``events_dropped`` ``<name>_<reason>``). Both are
+    ``Compile.trace_id`` (the session then gives every compile a trace id, chosen at its ``compile_start``),
+    and ``dropped()``, what the exporter could not deliver, by reason (reported as ``events_dropped``
+    ``<name>_<reason>``). Both are
     optional for an exporter that neither sends traces nor drops anything: the session reads them through
     :func:`sends_traces` and :func:`dropped_by`, which take an exporter without them as False and nothing.
     """

@@ -10,6 +10,7 @@ the live adapters (the step, torch's guard failures, ...) it is given as :class:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import threading
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
 
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
+MAX_STARTED_TRACES = 8  # trace ids of started compiles held until their records come
 
 
 class CompileSignals(Protocol):
@@ -92,6 +94,9 @@ class CompileRecorder:
         self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
         self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
         self.reasons_at_start = torch_info().has("reasons_before_compile_start")
+        # Compile id -> the trace id its compile_start carried, taken by its forward compile record (bounded:
+        # a start whose record never comes is forgotten after MAX_STARTED_TRACES later starts).
+        self._start_traces: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
         self._emit, self._lock, self._closed = emit, lock, closed
 
@@ -116,11 +121,20 @@ class CompileRecorder:
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
+            trace_id = self._start_trace(compile_id) if self.trace_ids else None
             event = CompileStart(time=time.time(), rank=self.rank, step=self.signals.step, frame=frame,
                                  compile_id=compile_id, is_recompile=bool(texts) or _later_compile(compile_id),
-                                 reason=self.explainer.trigger(frame, texts, _resolver(ctx)))
+                                 reason=self.explainer.trigger(frame, texts, _resolver(ctx)), trace_id=trace_id)
             self.running = event
             self._emit(event)
+
+    def _start_trace(self, compile_id: str) -> str:
+        """A trace id for the compile starting now, kept for its compile record (the span opens under it)."""
+        trace_id = self._start_traces[compile_id] = new_trace_id()
+        self._start_traces.move_to_end(compile_id)
+        if len(self._start_traces) > MAX_STARTED_TRACES:
+            self._start_traces.popitem(last=False)
+        return trace_id
 
     def on_compile_end(self) -> None:
         """torch's compile ended, failed or not."""
@@ -208,12 +222,20 @@ class CompileRecorder:
             steady_state=step >= self.settings.warmup_steps, call_site=seen.call_site,
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type or m.fail_reason else None,
-            guard_set=seen.guard_set, trace_id=new_trace_id() if self.trace_ids else None,
+            guard_set=seen.guard_set, trace_id=self._trace_id(compile_id, m.is_forward),
         ))
         if m.is_forward and (seconds := self.signals.trace_seconds()) is not None:
             event = event.model_copy(update={"trace_seconds_by_function": seconds})
         for out in in_order(event, seen.breaks, hit):
             self._emit(out)
+
+    def _trace_id(self, compile_id: str, forward: bool) -> str | None:
+        """The trace id of a compile: the one its start opened (a forward), else a new one (a backward,
+        which shares its forward's compile id, a limit hit, a compile whose start was not seen)."""
+        if not self.trace_ids:
+            return None
+        started = self._start_traces.pop(compile_id, None) if forward else None
+        return started or new_trace_id()
 
     def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> _Seen:
         """Name the frame of forward compile ``m`` and gather its reasons, call site, guard set and graph breaks."""

@@ -193,6 +193,9 @@ class CompileStart(_Event):
     compile_id: str
     is_recompile: bool
     reason: Reason | None = None  # the guard failure that triggered a recompile (None for a first compile)
+    # W3C trace id its compile will carry as ``Compile.trace_id`` (set only while an exporter sends traces):
+    # the OpenTelemetry exporter opens the compile's root span under it now.
+    trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
 
 
 class Running(_Model):

@@ -443,3 +443,29 @@ def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_pa
     before, after = _watch_rows(first), _watch_rows(later)
     assert [int(n) for n in after[1][2:6]] == [2 * int(n) for n in before[1][2:6]]  # rank 1 counts both of its logs
     assert after[0][2:6] == before[0][2:6]
+
+
+def test_a_compiling_rank_that_falls_silent_is_said_to_be_maybe_gone(tmp_path: Path) -> None:
+    """A long compile writes a ``compile_running`` every 10 s: a rank shown compiling whose log has said nothing
+    for 30 s (here: killed outright mid-compile) is flagged "its process may be gone"; one heard from lately is not."""
+    from recompprof._analysis.watch_text import SILENT_SECONDS, render
+    from recompprof._analysis.watching import Watch
+    from recompprof._eventlog.tail import RunTail
+
+    run = tmp_path / "run"
+    job = _slow_job(run, 300)
+    try:
+        _wait(lambda: any('"compile_start"' in line and '"0/1"' in line
+                          for log in run.glob("rank*.jsonl") for line in log.read_text().splitlines()) or None, 120)
+    finally:
+        job.kill()
+        job.wait()
+    tail, watch = RunTail(run), Watch()
+    for log, event in tail.poll():
+        watch.add(log, event)
+    last = watch.ranks[0].last_time
+    heard = render(watch, tail, last + SILENT_SECONDS - 5, 400)
+    assert re.search(r"rank 0 compiling `Model\.forward` \(recompile: [^)]*\), \d+ s\s*$", heard, re.M), heard
+    assert "may be gone" not in heard
+    silent = render(watch, tail, last + SILENT_SECONDS + 1, 400)
+    assert re.search(r"rank 0 compiling `Model\.forward` .*; nothing from it for 31 s .*its process may be gone", silent), silent

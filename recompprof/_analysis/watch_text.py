@@ -17,9 +17,12 @@ from rich.text import Text
 from recompprof._analysis.plaintext import Wrapped, console
 from recompprof._analysis.watching import RankState, Watch
 from recompprof._eventlog.tail import RunTail
+from recompprof._model.events import HEARTBEAT_SECONDS
 from recompprof._model.status import describe
 
 CAUSES_SHOWN = 5
+# A compile writes a compile_running every HEARTBEAT_SECONDS: this long without one, its process may be gone.
+SILENT_SECONDS = 3 * HEARTBEAT_SECONDS
 COLUMNS = ("rank", "step", "compiles", "recompiles", "steady\nstate", "limit\nhits", "last\nevent", "now")
 
 
@@ -40,7 +43,11 @@ def _doing(rank: RankState, now: float) -> str:
     """The "now" cell: the live status line while a compile runs (the one ``recompprof run`` draws)."""
     state = rank.now(now)
     if state.state == "compiling" and state.compiling is not None:
-        return describe(rank.rank, state.compiling)
+        silent = now - rank.last_time
+        if silent < SILENT_SECONDS:
+            return describe(rank.rank, state.compiling)
+        return (f"{describe(rank.rank, state.compiling)}; nothing from it for {silent:.0f} s "
+                "(a running compile says so every 10 s): its process may be gone")
     if state.state == "idle":
         return "idle"
     ended = f"ended {_clock(state.ended_at or 0.0)} UTC"

@@ -291,3 +291,29 @@ def test_a_recompile_without_its_guard_failure_still_reads_as_a_recompile() -> N
     assert describe(1, later) == "rank 1 compiling `Model.forward` (recompile), 42 s"
     assert describe_at_end(1, later) == "rank 1 was compiling `Model.forward` (recompile) for 42 s when the run ended"
     assert describe_at_end(1, first, lower_bound=True) == "rank 1 was compiling `Model.forward` for at least 42 s when the run ended"
+
+
+def test_recompprof_run_stopped_mid_compile_names_the_compile_in_its_summary(tmp_path: Path) -> None:
+    """``recompprof run`` passes a SIGTERM on to its program; when that stops it during a recompile, the summary
+    ``run`` prints at the end names the compile the run ended with."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "run", "--run-dir", str(run), "--",
+                             sys.executable, str(WORKLOADS / "slow_compile.py"), "300"],
+                            env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any('"compile_start"' in line and '"0/1"' in line
+                      for path in run.glob("rank*.jsonl") for line in path.read_text().splitlines()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(HELD)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    summary = [line for line in err.splitlines() if line.startswith("rank 0 was compiling")]
+    assert len(summary) == 1, err
+    assert re.fullmatch(r"rank 0 was compiling `Model\.forward` " + re.escape(CAUSE) + r" for \d+ s when the run ended",
+                        summary[0]), summary[0]

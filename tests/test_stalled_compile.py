@@ -114,7 +114,7 @@ def test_a_one_rank_report_names_no_other_ranks(terminated: Path) -> None:
 
 def test_check_fails_on_the_compile_a_sigterm_interrupted_only_when_asked(terminated: Path) -> None:
     """``check --fail-on-running-compile`` exits 1 with one FAIL line for the rank that was compiling; without
-    the flag the same run passes."""
+    the flag the same run passes, with a warning line naming the compile."""
     failed = cli("check", str(terminated), "--fail-on-running-compile")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     fails = [line for line in failed.stdout.splitlines() if line.startswith("FAIL")]
@@ -122,6 +122,10 @@ def test_check_fails_on_the_compile_a_sigterm_interrupted_only_when_asked(termin
     assert fails[0] == "FAIL compile_running_at_end: " + _line(fails[0], at_least=False).group(0)
     passed = cli("check", str(terminated), "--max-recompiles", "5")
     assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "FAIL" not in passed.stdout  # said, not failed: one warning line names it
+    warned = [line for line in passed.stderr.splitlines() if line.startswith("recompprof: warning: rank 1 was compiling")]
+    assert warned == [f"recompprof: warning: {_line(passed.stderr, at_least=False).group(0)} "
+                      "(pass --fail-on-running-compile to fail on it)"], passed.stderr
 
 
 def test_report_gives_a_lower_bound_for_a_rank_killed_outright(killed: Path) -> None:

@@ -231,12 +231,15 @@ def _max_counts(scope: _Scope) -> Iterator[Violation]:
                             f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}")
 
 
+RUNNING_COMPILE_NOTE = "compile_running_note"  # not a rule: a fact the CLI says without failing
+
+
 def _running_compile(scope: _Scope) -> Iterator[Violation]:
-    """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling."""
-    if not scope.rules.fail_on_running_compile:
-        return
+    """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling. A violation
+    under ``fail_on_running_compile``, else a note (the CLI says it in a warning line and passes)."""
+    rule = "compile_running_at_end" if scope.rules.fail_on_running_compile else RUNNING_COMPILE_NOTE
     for rank, end in scope.report.compiling_at_end.items():
-        yield Violation("compile_running_at_end", rank, end.running.frame.label,
+        yield Violation(rule, rank, end.running.frame.label,
                         describe_at_end(rank, end.running, lower_bound=end.lower_bound))
 
 

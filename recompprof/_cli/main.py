@@ -243,7 +243,7 @@ _INCOMPLETE_COUNTS = {"signal_dark": "--accept-dark-signals", "incomplete": "--a
 
 
 def _check(args: argparse.Namespace) -> int:
-    from recompprof._analysis.check import CheckInputError, Rules, check
+    from recompprof._analysis.check import RUNNING_COMPILE_NOTE, CheckInputError, Rules, check
 
     try:
         rules = Rules(max_recompiles=args.max_recompiles, max_total_recompiles=args.max_total_recompiles,
@@ -274,7 +274,10 @@ def _check(args: argparse.Namespace) -> int:
     options = list(dict.fromkeys(refused[v.rule] for v in violations if v.rule in refused))
     if options:
         raise CheckInputError(f"this run's counts are incomplete; pass {' and '.join(options)} to check it anyway")
-    violations = [v for v in violations if v.rule not in _INCOMPLETE_COUNTS]
+    for violation in violations:
+        if violation.rule == RUNNING_COMPILE_NOTE:
+            _err(f"warning: {violation} (pass --fail-on-running-compile to fail on it)")
+    violations = [v for v in violations if v.rule not in _INCOMPLETE_COUNTS and v.rule != RUNNING_COMPILE_NOTE]
     for violation in violations:
         _say(f"FAIL {violation.rule}: {violation}")
     if violations:

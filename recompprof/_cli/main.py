@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
+    from recompprof._analysis.check import Violation
     from recompprof._analysis.runs import Run
 
 EXIT_OK = 0
@@ -242,8 +243,25 @@ _INCOMPLETE_COUNTS = {"signal_dark": "--accept-dark-signals", "incomplete": "--a
                       "log_gap": "--accept-log-gaps"}
 
 
+def _warn(violations: list[Violation], refused: dict[str, str]) -> list[Violation]:
+    """Say what is not a rule's verdict on stderr (counts the run cannot vouch for: errors unless accepted; a
+    compile the run ended with, without its rule: a warning); raise if any is refused; the rules' violations."""
+    from recompprof._analysis.check import RUNNING_COMPILE_NOTE, CheckInputError
+
+    for violation in violations:
+        if violation.rule in _INCOMPLETE_COUNTS:
+            _err(("error: " if violation.rule in refused else "warning: ") + str(violation))
+    options = list(dict.fromkeys(refused[v.rule] for v in violations if v.rule in refused))
+    if options:
+        raise CheckInputError(f"this run's counts are incomplete; pass {' and '.join(options)} to check it anyway")
+    for violation in violations:
+        if violation.rule == RUNNING_COMPILE_NOTE:
+            _err(f"warning: {violation} (pass --fail-on-running-compile to fail on it)")
+    return [v for v in violations if v.rule not in _INCOMPLETE_COUNTS and v.rule != RUNNING_COMPILE_NOTE]
+
+
 def _check(args: argparse.Namespace) -> int:
-    from recompprof._analysis.check import RUNNING_COMPILE_NOTE, CheckInputError, Rules, check
+    from recompprof._analysis.check import CheckInputError, Rules, check
 
     try:
         rules = Rules(max_recompiles=args.max_recompiles, max_total_recompiles=args.max_total_recompiles,
@@ -268,16 +286,7 @@ def _check(args: argparse.Namespace) -> int:
     # Counts that cannot be trusted whole: refused unless accepted (then still said, as warnings).
     refused = {rule: option for rule, option in _INCOMPLETE_COUNTS.items()
                if not getattr(args, option[2:].replace("-", "_"))}
-    for violation in violations:
-        if violation.rule in _INCOMPLETE_COUNTS:
-            _err(("error: " if violation.rule in refused else "warning: ") + str(violation))
-    options = list(dict.fromkeys(refused[v.rule] for v in violations if v.rule in refused))
-    if options:
-        raise CheckInputError(f"this run's counts are incomplete; pass {' and '.join(options)} to check it anyway")
-    for violation in violations:
-        if violation.rule == RUNNING_COMPILE_NOTE:
-            _err(f"warning: {violation} (pass --fail-on-running-compile to fail on it)")
-    violations = [v for v in violations if v.rule not in _INCOMPLETE_COUNTS and v.rule != RUNNING_COMPILE_NOTE]
+    violations = _warn(violations, refused)
     for violation in violations:
         _say(f"FAIL {violation.rule}: {violation}")
     if violations:

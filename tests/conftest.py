@@ -1,10 +1,11 @@
-"""Suite-wide fixtures: internal errors fail tests, and every test starts from a clean torch and session."""
+"""Suite-wide fixtures: internal errors fail tests, every test starts from a clean torch and session, and a real OTLP receiver for the tests that ask for one."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,13 @@ def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Non
         import torch
 
         torch._dynamo.reset()
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real OTLP/HTTP receiver, with the standard endpoint variable pointing at it."""
+    from otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        yield rx

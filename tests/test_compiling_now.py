@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import torch
 from otlp_receiver import OtlpReceiver, attributes, clear_otel_env
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, http_get
+from slow_jobs import stop_during_recompile
 from test_merging import assert_same, figures
 
 import recompprof
@@ -170,22 +170,7 @@ def test_session_end_names_the_compile_running_at_sigterm(tmp_path: Path) -> Non
     env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
     proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        def started() -> CompileStart | None:
-            for path in run.glob("*.jsonl"):
-                for line in path.read_text().splitlines():
-                    if '"compile_start"' in line and '"0/1"' in line:
-                        return CompileStart.model_validate_json(line)
-            return None
-
-        start = _wait(started, 120)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    start = stop_during_recompile(proc, run, held=1.0)
     ends = [json.loads(line) for p in run.glob("*.jsonl") for line in p.read_text().splitlines() if '"session_end"' in line]
     assert len(ends) == 1, proc.stdout.read() if proc.stdout else ""
     end = SessionEnd.model_validate(ends[0])
@@ -368,3 +353,23 @@ def test_the_running_compile_frame_label_is_bounded_by_the_frame_cap() -> None:
         backend.release.set()
         worker.join(60)
     session.detach()
+
+
+def test_a_long_compile_writes_heartbeats_to_the_event_log_only(tmp_path: Path) -> None:
+    """A compile running past ``HEARTBEAT_SECONDS`` gets a ``compile_running`` line in the event log naming it,
+    with how long it had run; ``recent_events()`` and ``capture_events()`` listeners never get one."""
+    from recompprof._model.events import HEARTBEAT_SECONDS, CompileRunning
+    from recompprof.testing import capture_events
+
+    with held_compile(run_dir=str(tmp_path)) as (session, backend, worker), capture_events() as captured:
+        assert backend.entered.wait(60)
+        time.sleep(HEARTBEAT_SECONDS + 1.5)
+        backend.release.set()
+        worker.join(60)
+    recent, path = session.recent_events(), session.event_log_path
+    session.detach()
+    assert path is not None
+    beats = [CompileRunning.model_validate_json(line) for line in path.read_text().splitlines() if '"compile_running"' in line]
+    assert [b.compile_id for b in beats] == ["0/1"] and HEARTBEAT_SECONDS <= beats[0].seconds < HEARTBEAT_SECONDS + 1.5
+    assert not [e for e in [*recent, *captured] if e.kind == "compile_running"]
+    assert [(e.kind, e.compile_id) for e in captured if e.kind == "compile"] == [("compile", "0/1")]  # it listened

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +29,6 @@ def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_otel_env(monkeypatch)
     # Long delay: spans must arrive through the flush at detach/exit/SIGTERM, not a lucky timer.
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
-        yield rx
 
 
 class _Net(torch.nn.Module):

@@ -5,18 +5,17 @@ torch.compile, real OTLP over HTTP)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from otel_helpers import FRAME, StandInSession
 from otlp_receiver import OtlpReceiver, clear_otel_env, tree
+from slow_jobs import stop_during_recompile
 
 import recompprof
 from recompprof._model.events import Compile, CompileStart, Event, Reason, SessionEnd
@@ -32,13 +31,6 @@ ROOT = "torch_compile.frame"
 def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_otel_env(monkeypatch)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
-        yield rx
 
 
 class Model(torch.nn.Module):
@@ -202,27 +194,18 @@ def test_a_run_that_ends_during_a_compile_sends_its_span_with_error(receiver: Ot
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
     proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any('"compile_start"' in line and '"0/1"' in line
-                      for p in run.glob("*.jsonl") for line in p.read_text().splitlines()):
-            assert time.monotonic() < deadline and proc.poll() is None, "the recompile did not start"
-            time.sleep(0.05)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    start = stop_during_recompile(proc, run, held=1.0)
     lines = [line for p in run.glob("*.jsonl") for line in p.read_text().splitlines()]
-    start = next(CompileStart.model_validate_json(x) for x in lines if '"compile_start"' in x and '"0/1"' in x)
     end = next(SessionEnd.model_validate_json(x) for x in lines if '"session_end"' in x)
     assert end.compiling is not None and end.compiling.compile_id == "0/1" and start.trace_id is not None
     root = _roots(receiver.wait_for(lambda s: start.trace_id in _roots(s), timeout=20))[start.trace_id]
     assert root["start_ns"] == _ns(start.time)
     assert root["end_ns"] == _ns(end.compiling.started + end.compiling.seconds) >= root["start_ns"] + 1e9
     assert root["status"] == "ERROR" and "the run ended while this compile was running" in root["status_message"]
+    attrs = root["attributes"]  # what its start said: the frame, the compile and what triggered it
+    assert (attrs["code.function.name"], attrs["recompprof.compile_id"], attrs["recompprof.outcome"]) == \
+        ("Model.forward", "0/1", "running_at_end")
+    assert attrs["error.type"] == "run_ended_while_compiling" and attrs["recompprof.guard_failure.subject"] == "L['x']"
     attrs = root["attributes"]
     assert attrs["error.type"] == "run_ended_while_compiling" and attrs["recompprof.outcome"] == "running_at_end"
     assert attrs["recompprof.compile_id"] == "0/1" and attrs["code.function.name"] == "Model.forward"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -20,13 +18,6 @@ from recompprof_otel import OtelExporter, SpanBuilder, phase_intervals
 def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_otel_env(monkeypatch)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
-        yield rx
 
 
 def _export(events: list, session: StandInSession | None = None) -> tuple[OtelExporter, StandInSession]:

@@ -11,11 +11,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from recorded_runs import clean_env, cli
+from slow_jobs import stop_during_recompile
 from test_merging import assert_same, figures
 
 from recompprof._analysis.check import Rules, check
@@ -47,21 +47,8 @@ def _stopped_rank(run: Path, rank: int, world: int, how: signal.Signals, held: f
     """A rank stopped by ``how`` while its recompile has run ``held`` seconds (of 300)."""
     proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=_env(run, rank, world),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any('"compile_start"' in line and '"0/1"' in line
-                      for path in run.glob(f"rank{rank:05d}-*.jsonl") for line in path.read_text().splitlines()):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.05)
-        time.sleep(held)
-        proc.send_signal(how)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+    with proc:
+        stop_during_recompile(proc, run, held=held, how=how, logs=f"rank{rank:05d}-*.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -304,19 +291,8 @@ def test_recompprof_run_stopped_mid_compile_names_the_compile_in_its_summary(tmp
     proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "run", "--run-dir", str(run), "--",
                              sys.executable, str(WORKLOADS / "slow_compile.py"), "300"],
                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any('"compile_start"' in line and '"0/1"' in line
-                      for path in run.glob("rank*.jsonl") for line in path.read_text().splitlines()):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(HELD)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    stop_during_recompile(proc, run, held=HELD)
+    _, err = proc.communicate(timeout=60)
     summary = [line for line in err.splitlines() if line.startswith("rank 0 was compiling")]
     assert len(summary) == 1, err
     assert re.fullmatch(r"rank 0 was compiling `Model\.forward` " + re.escape(CAUSE) + r" for \d+ s when the run ended",

@@ -38,6 +38,12 @@ def _slow_job(run: Path, seconds: float) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _piped(run: Path | str, *options: str) -> subprocess.Popen[str]:
+    """``recompprof watch RUN OPTIONS`` with its output to pipes (not a terminal)."""
+    return subprocess.Popen([*WATCH, str(run), *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": PYTHONPATH})
+
+
 def _wait(what: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -139,8 +145,7 @@ def test_piped_it_prints_plain_blocks_when_something_changes(tmp_path: Path) -> 
     """Piped, watch writes no escape sequence, a plain block each time something changed (not each refresh):
     one naming the running recompile on one line, then one saying the rank ended; then it exits 0."""
     run = tmp_path / "run"
-    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    watch = _piped(run, "--interval", "0.2")
     job = _slow_job(run, 3)
     try:
         out, err = watch.communicate(timeout=120)
@@ -163,8 +168,7 @@ def test_a_job_ended_during_a_compile_is_shown_ended_while_compiling(tmp_path: P
     """Piped: a job that gets SIGTERM during its slow recompile writes a session_end naming that compile, and watch
     shows the rank ended while compiling it (frame, trigger, how long it had run), then stops."""
     run = tmp_path / "run"
-    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    watch = _piped(run, "--interval", "0.2")
     job = _slow_job(run, 300)
     try:
         assert watch.stdout is not None
@@ -254,8 +258,7 @@ def test_a_log_appearing_later_is_followed_and_a_torn_line_waits_for_its_end(fin
     [log0] = finished_run.glob("rank00000-*.jsonl")
     [log1] = finished_run.glob("rank00001-*.jsonl")
     shutil.copy(log0, run / log0.name)
-    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    watch = _piped(run, "--interval", "0.2")
     try:
         assert watch.stdout is not None
         first = _lines_until(watch.stdout, r"^total: ", 60)
@@ -374,8 +377,7 @@ def test_the_tail_reads_whole_lines_only_and_starts_a_replaced_log_again(tmp_pat
 
 def test_sigterm_ends_watch_like_ctrl_c(tmp_path: Path) -> None:
     """SIGTERM ends a watch that is waiting for its run directory with exit status 0 and nothing on stderr."""
-    watch = subprocess.Popen([*WATCH, str(tmp_path / "run"), "--interval", "0.2"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    watch = _piped(tmp_path / "run", "--interval", "0.2")
     try:
         assert watch.stdout is not None
         _lines_until(watch.stdout, "waiting for ", 60)
@@ -422,8 +424,7 @@ def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_pa
     rank) is read into its rank, and watch ends only when told."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    watch = subprocess.Popen([*WATCH, str(run), "--interval", "0.2", "--follow"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    watch = _piped(run, "--interval", "0.2", "--follow")
     try:
         assert watch.stdout is not None
         first = _lines_until(watch.stdout, r"^\s+1\s+\d+\s", 60)  # to rank 1's row

@@ -108,11 +108,21 @@ def _bounds(event: Compile) -> tuple[int, int]:
     return start_ns, start_ns + duration_ns
 
 
+def _start_attributes(start: CompileStart) -> dict[str, Any]:
+    """What a compile's start says of it: its frame, id, rank, step and the guard failure that triggered it."""
+    attrs: dict[str, Any] = {
+        **_frame_attributes(start.frame), "recompprof.compile_id": start.compile_id, "recompprof.rank": start.rank,
+        "recompprof.is_recompile": start.is_recompile, "recompprof.backward": False, "recompprof.frame": start.frame.label,
+        **reason_attributes([start.reason] if start.reason is not None else []),
+    }
+    if start.step is not None:
+        attrs["recompprof.step"] = start.step
+    return attrs
+
+
 def _end_unfinished(opened: OpenSpan, end_ns: int, error_type: str, outcome: str, text: str) -> None:
-    """End a root span whose compile record never came, with ERROR ``text`` and the trigger its start named."""
-    reason = opened.start.reason
-    attrs: dict[str, Any] = {"recompprof.outcome": outcome, "error.type": error_type,
-                             **reason_attributes([reason] if reason is not None else [])}
+    """End a root span whose compile record never came, with ERROR ``text`` and what its start said."""
+    attrs = {**_start_attributes(opened.start), "recompprof.outcome": outcome, "error.type": error_type}
     opened.span.set_attributes(attrs)
     opened.span.set_status(Status(StatusCode.ERROR, text[:MAX_STATUS_TEXT]))
     opened.span.end(end_time=max(end_ns, opened.start_ns))
@@ -172,21 +182,13 @@ class SpanBuilder:
         return False
 
     def start_compile(self, start: CompileStart) -> Span:
-        """Start the root span of a compile that is beginning, at its start (ended by its ``compile``)."""
+        """Start the root span of a compile that is beginning, at its start (ended by its ``compile``). Its
+        attributes are set once, when it ends: from the ``compile`` (all of them), else from this start."""
         key = self._key(start.frame, False)
-        attrs: dict[str, object] = {
-            **_frame_attributes(start.frame), "recompprof.compile_id": start.compile_id, "recompprof.rank": start.rank,
-            "recompprof.is_recompile": start.is_recompile, "recompprof.backward": False,
-            "recompprof.frame": start.frame.label,
-        }
-        if start.step is not None:
-            attrs["recompprof.step"] = start.step
         start_ns = round(start.time * 1e9)
         # An empty context: a compile is its own trace even if the training loop has a span open.
-        root = self._tracer.start_span(
-            ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
-            links=self._link(key) if start.is_recompile else [], start_time=start_ns,
-        )
+        root = self._tracer.start_span(ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL,
+                                       links=self._link(key) if start.is_recompile else [], start_time=start_ns)
         for stale in self._open.add(start.trace_id or "", OpenSpan(root, start, start_ns, threading.get_ident())):
             _end_unfinished(stale, start_ns, END_LOST_ERROR, "unknown", "recompprof saw no end of this compile: no "
                             f"compile record came before compile {start.compile_id} started (the span ends there)")

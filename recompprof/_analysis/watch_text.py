@@ -47,7 +47,7 @@ def _doing(rank: RankState, now: float) -> str:
         if silent < SILENT_SECONDS:
             return describe(rank.rank, state.compiling)
         return (f"{describe(rank.rank, state.compiling)}; nothing from it for {silent:.0f} s "
-                "(a running compile says so every 10 s): its process may be gone")
+                f"(a running compile says so every {HEARTBEAT_SECONDS:g} s): its process may be gone")
     if state.state == "idle":
         return "idle"
     ended = f"ended {_clock(state.ended_at or 0.0)} UTC"

@@ -300,9 +300,13 @@ class Session:
         return report
 
     def _still_running(self, compiling: Running) -> None:
-        """The status thread's heartbeat while a compile runs long (see ``CompileRunning``)."""
-        self._emit(CompileRunning(time=time.time(), rank=self.identity.rank, step=self._adapters.steps.step,
-                                  compile_id=compiling.compile_id, seconds=compiling.seconds))
+        """The status thread's heartbeat while a compile runs long (see ``CompileRunning``). It is for the event
+        log alone: a multi-hour compile's beats must not push real events out of ``recent_events()``, and
+        sinks and listeners have the running compile already (``status()``, the gauges)."""
+        with self._lock:
+            if not self._closed and not forks.forked_from(self.identity.pid):
+                self._write(CompileRunning(time=time.time(), rank=self.identity.rank, step=self._adapters.steps.step,
+                                           compile_id=compiling.compile_id, seconds=compiling.seconds))
 
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
@@ -313,20 +317,25 @@ class Session:
             self._recent.append(event)
             with _internal.contain("aggregates"):
                 self.aggregates.add(event)
-            if self._writer is not None:
-                with _internal.contain("eventlog", f"the event log {self._writer.path} could not be written; check that "
-                                     "its directory exists, is writable and has free space"):
-                    if self._writer.reopen_if_deleted():
-                        _internal.record("eventlog.deleted", FileNotFoundError(f"{self._writer.path} was deleted"),
-                                         "the event log was deleted while the job ran; recompprof started a new one at "
-                                         "the same path (events before that are lost): do not clean up a live run directory")
-                    self._writer.write(event)
+            self._write(event)
             for exporter in self._exporters:
                 with _internal.contain(f"exporter.{exporter.name}"):
                     exporter.on_event(event)
             for listener in self._listeners:
                 with _internal.contain("listener"):
                     listener(event)
+
+    def _write(self, event: Event) -> None:
+        """Append ``event`` to the event log, if there is one (the caller holds the lock)."""
+        if self._writer is None:
+            return
+        with _internal.contain("eventlog", f"the event log {self._writer.path} could not be written; check that "
+                             "its directory exists, is writable and has free space"):
+            if self._writer.reopen_if_deleted():
+                _internal.record("eventlog.deleted", FileNotFoundError(f"{self._writer.path} was deleted"),
+                                 "the event log was deleted while the job ran; recompprof started a new one at "
+                                 "the same path (events before that are lost): do not clean up a live run directory")
+            self._writer.write(event)
 
     # -- bookends ---------------------------------------------------------------------------------
     @property

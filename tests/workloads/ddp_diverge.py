@@ -47,7 +47,8 @@ def _init(method: str | None) -> None:
                                 world_size=int(os.environ["SLURM_NTASKS"]))
 
 
-def _hold(args: argparse.Namespace) -> None:
+def hold(args: argparse.Namespace) -> None:
+    """Stay up ``--hold`` seconds at most, or until the ``--release`` file exists."""
     deadline = time.monotonic() + args.hold
     while time.monotonic() < deadline and not (args.release and Path(args.release).exists()):
         time.sleep(0.1)
@@ -96,7 +97,7 @@ def main() -> int:
             tmp.replace(args.summary_dir / f"rank{rank}.json")  # readers never see half a file
         print(f"RANK {rank} TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}",
               flush=True)
-        _hold(args)
+        hold(args)
     dist.destroy_process_group()
     print(f"RANK {rank} DETACHED", flush=True)
     return 0

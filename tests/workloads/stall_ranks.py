@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from ddp_diverge import hold  # the script directory is on sys.path
 
 import recompprof
 
@@ -39,12 +40,6 @@ def _wait_for_ranks(ready_dir: Path, rank: int, world: int) -> None:
     (ready_dir / f"rank{rank}").touch()
     while len(list(ready_dir.glob("rank*"))) < world:
         time.sleep(0.05)
-
-
-def _hold(args: argparse.Namespace) -> None:
-    deadline = time.monotonic() + args.hold
-    while time.monotonic() < deadline and not (args.release and Path(args.release).exists()):
-        time.sleep(0.1)
 
 
 def main() -> int:
@@ -79,7 +74,7 @@ def main() -> int:
         model(torch.ones(6))  # a batch of another size: this rank alone recompiles
     dist.all_reduce(torch.ones(1))  # the others wait here for the recompiling rank
     print(f"RANK {rank} DONE", flush=True)
-    _hold(args)
+    hold(args)
     session.detach()
     dist.destroy_process_group()
     return 0

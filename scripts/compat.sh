@@ -43,6 +43,17 @@ done
 mkdir -p "$OUT" "$VENVS"
 OUT="$(cd "$OUT" && pwd)"
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # ~5 GB per version: never fill the pip cache
+# A machine-wide pip configuration may cap torch (a `constraint` file in /etc/xdg/pip or pip.conf; this
+# project's machines cap torch<=2.14.1), which makes `pip install torch==2.15.0` unresolvable. The matrix
+# must install exactly the release it is asked for, so its own venvs get an empty constraint: the
+# environment variable replaces the configured file for this script's pip calls only, and the machine's
+# configuration is left as it is (its index, find-links and certificates still apply).
+export PIP_CONSTRAINT=/dev/null
+# recompprof's own runtime and test tools at the versions the suite last passed with (constraints/tested.txt);
+# torch's dependencies stay as each torch release wants them (its pins differ from release to release).
+TOOL_PINS="$VENVS/tool-constraints.txt"
+grep -i -E '^(pydantic|pydantic[-_]core|pydantic[-_]settings|annotated[-_]types|typing[-_]inspection|python[-_]dotenv|rich|markdown[-_]it[-_]py|mdurl|pygments|msgspec|pytest|pluggy|iniconfig|hypothesis|attrs|sortedcontainers)==' \
+    "$ROOT/constraints/tested.txt" >"$TOOL_PINS"
 
 log() { echo "compat.sh [$(date -u +%H:%M:%S)] $*" >&2; }
 
@@ -61,7 +72,7 @@ setup_venv() {  # $1 version, $2 venv; returns non-zero on failure
         "$venv/bin/python" -m pip install -q "torch==$v" || return 1
     fi
     # recompprof (from this checkout) and what the torch-facing tests import; torch is already satisfied.
-    "$venv/bin/python" -m pip install -q -e "$ROOT" "pytest>=8" "hypothesis>=6.100" || return 1
+    "$venv/bin/python" -m pip install -q -c "$TOOL_PINS" -e "$ROOT" "pytest>=8" "hypothesis>=6.100" || return 1
 }
 
 install_version() {  # $1 version: the venv, with install.log, install.rc and install.s in $OUT/<v>

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -146,16 +146,60 @@ def train():
 if style == "context":
     with recompprof.attach():
         train()
-else:
+elif style == "plain":
     recompprof.attach()
+    train()
+else:  # "none": the same job without recompprof, for the machine's own exit time
     train()
 """
 
 
+def _stop(proc: subprocess.Popen[str], signum: int, before: Callable[[], None] = lambda: None) -> float:
+    """Wait for the job to say it trained, send it `signum`, and return the seconds it took to exit.
+
+    The wait is long (300 s, still below the 600 s span-export delay the jobs set, so a timer can never
+    pass for the stop): the bound is asserted by the caller against the machine's own pace.
+    """
+    assert proc.stdout is not None
+    assert "TRAINING DONE" in proc.stdout.readline()
+    time.sleep(0.3)
+    before()
+    started = time.monotonic()
+    proc.send_signal(signum)
+    try:
+        proc.wait(300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return time.monotonic() - started
+
+
+def _assert_no_spans_yet(receiver: OtlpReceiver) -> None:
+    assert not receiver.spans  # the span queue only drains at exit
+
+
+@pytest.fixture(scope="module")
+def plain_exit_seconds() -> float:
+    """How long this machine, loaded as it is now, takes to exit the same job without recompprof on Ctrl-C.
+
+    Interpreter teardown of a torch process is most of a stopped job's exit time, and it grows with the
+    machine's load (30 s and more at load 9): a fixed bound measured the machine, not recompprof.
+    """
+    proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, "none"], env=clean_env(RECOMPPROF_ATTACH="0"),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return _stop(proc, signal.SIGINT)
+
+
 @pytest.mark.parametrize(("signum", "style"), [(signal.SIGTERM, "plain"), (signal.SIGINT, "context"),
                                                (signal.SIGINT, "plain")])
-def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, signum: int, style: str) -> None:
-    """SIGTERM or Ctrl-C writes session_end, the final textfile and every span within 10 s, with or without a context manager."""
+def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, plain_exit_seconds: float, signum: int,
+                                                       style: str) -> None:
+    """SIGTERM or Ctrl-C writes session_end, the final textfile and every span at once, with or without a context manager.
+
+    "At once": within 10 s, or on a loaded machine within 3x the time the same job takes to exit without
+    recompprof (plus 5 s); the sinks' own timers (1 h, 10 min) would take far longer.
+    """
     textdir, run_dir = tmp_path / "textfile", tmp_path / "run"
     with OtlpReceiver() as receiver:
         env = clean_env(RECOMPPROF_ATTACH="0", RECOMPPROF_RUN_DIR=str(run_dir), RECOMPPROF_EXPORTERS="prometheus,otel",
@@ -164,21 +208,10 @@ def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, signum: i
                         OTEL_BSP_SCHEDULE_DELAY="600000", PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, style], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None
-            assert "TRAINING DONE" in proc.stdout.readline()
-            time.sleep(0.3)
-            assert not receiver.spans  # the span queue only drains at exit
-            started = time.monotonic()
-            proc.send_signal(signum)
-            proc.wait(30)
-            elapsed = time.monotonic() - started
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        elapsed = _stop(proc, signum, before=lambda: _assert_no_spans_yet(receiver))
         stderr = proc.stderr.read() if proc.stderr else ""
-        assert elapsed < 10, f"took {elapsed:.1f}s to exit"
+        bound = max(10.0, 3 * plain_exit_seconds + 5)
+        assert elapsed < bound, f"took {elapsed:.1f}s to exit (without recompprof: {plain_exit_seconds:.1f}s)"
         assert proc.returncode in (-signum, 128 + signum, 1), stderr
         events = list(read_file(next(run_dir.glob("*.jsonl"))))
         compiles = [e for e in events if isinstance(e, Compile) and not e.backward]

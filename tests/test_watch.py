@@ -346,7 +346,7 @@ def test_the_tail_reads_whole_lines_only_and_starts_a_replaced_log_again(tmp_pat
     """The run directory's tail yields each line once it is whole, never a part of one; counts a line longer than
     the reader's limit as corrupt without holding it; reads a log deleted and written again from its start; and
     at the end reads a last line without newline as the reader does (an event, else a torn last line)."""
-    from recompprof._eventlog.reader import MAX_LINE
+    from recompprof._eventlog.lines import MAX_LINE
     from recompprof._eventlog.tail import RunTail
     from recompprof._model.events import Compile, Frame, SessionStart
 

@@ -50,7 +50,7 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof._model.status import OpenCompile, describe_at_end, running
+from recompprof._model.status import OpenCompile, describe_at_end
 
 _LISTED_RANKS = 16  # ranks named in a line; more are counted
 
@@ -197,19 +197,12 @@ class SessionFold:
 
 def _left_running(session: _Session) -> Running | None:
     """The compile a session without ``session_end`` leaves running, as of its last logged event."""
-    start = session.compiling.start if session.compiling is not None else None
-    if start is None:
-        return None
-    return running(_model_start(start), max(start.time, session.last.time, session.compiling.alive))  # type: ignore[union-attr]
+    return session.compiling.left_running(session.last.time) if session.compiling is not None else None
 
 
 def _model(value: Any) -> Running:
     """A ``Running`` model of a fast-read view (which does not pickle: a worker hands reports back)."""
     return value if isinstance(value, Running) else Running.model_validate(value, from_attributes=True)
-
-
-def _model_start(value: Any) -> CompileStart:
-    return value if isinstance(value, CompileStart) else CompileStart.model_validate(value, from_attributes=True)
 
 
 def _missing(session: _Session, totals: dict[str, float], dropped: int) -> str:

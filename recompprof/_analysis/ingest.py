@@ -34,7 +34,6 @@ from recompprof._analysis.trace_records import (
     file_rank,
     read_records,
     recompile_reasons,
-    split_compile_id,
     torch_version,
 )
 from recompprof._errors import RecompprofError
@@ -42,6 +41,7 @@ from recompprof._eventlog.format import LOG_GLOB
 from recompprof._eventlog.reader import find_files
 from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
+from recompprof._model.compile_id import CompileId
 from recompprof._model.compiles import (
     CompileContext,
     CompileRecord,
@@ -126,9 +126,9 @@ class _Process:
         self.accumulated_limit: int | None = None
         self.strings: dict[int, str] = {}
         self.scripts: set[str] = set()  # files run as __main__ (the outermost frame of a compile's stack)
-        self.reasons: dict[tuple[int, int], list[str]] = {}
+        self.reasons: dict[CompileId, list[str]] = {}
         self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
-        self.first_args: dict[tuple[int, int], trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
+        self.first_args: dict[CompileId, trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
@@ -143,17 +143,17 @@ class _Process:
         self.first_time = record.time if self.first_time is None else self.first_time
         self.last_time = max(self.last_time, record.time)
 
-    def name_frame_id(self, frame_id: int, top: dict[str, Any], file: str) -> None:
-        """Name frame id ``frame_id`` by the innermost entry ``top`` of the stack its compile started in."""
+    def name_frame_id(self, key: CompileId, top: dict[str, Any], file: str) -> None:
+        """Name the frame id of compile ``key`` by the innermost entry ``top`` of the stack its compile started in."""
         line = int(top.get("line") or 0)
-        self.correlation.name_frame_id(str(frame_id), Frame(name=str(top.get("name", "<unknown>")), file=file,
+        self.correlation.name_frame_id(str(key.frame_id), Frame(name=str(top.get("name", "<unknown>")), file=file,
                                                             line=line, code_file=file, code_line=line))
 
     def graph_break(self, record: TraceRecord, reason: str) -> None:
         """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
         key = record.key
         event = graph_break_event(reason, time=record.time, rank=self.rank, step=None,
-                                  frame=self.known_frame(key), compile_id=f"{key[0]}/{key[1]}" if key else None,
+                                  frame=self.known_frame(key), compile_id=str(key) if key else None,
                                   redact=self.redact)
         self.events.extend(self.correlation.add_break(event))
 
@@ -165,13 +165,13 @@ class _Process:
         """The events of one compilation metrics record (``fields``), and the breaks held for it."""
         if not isinstance(fields, dict):
             return
-        key = record.key or split_compile_id(fields.get("compile_id"))
-        m = read_record(TraceMetrics(fields if fields.get("compile_id") or not key else {**fields, "compile_id": f"{key[0]}/{key[1]}"}))
+        key = record.key or _compile_of(fields.get("compile_id"))
+        m = read_record(TraceMetrics(fields if fields.get("compile_id") or not key else {**fields, "compile_id": str(key)}))
         frame = self._frame(fields, key)
         self._read_limits(fields)
         texts = reason_texts(m, [] if key is None else self.reasons.pop(key, [])) if not backward else []
         stamp = _end_time(fields, m, record.time)
-        breaks = [] if backward or key is None else self.correlation.compiled(f"{key[0]}/{key[1]}", frame)
+        breaks = [] if backward or key is None else self.correlation.compiled(str(key), frame)
         step = step_of(fields.get("recompile_user_contexts"))
         if step is not None:
             self.steps_read = True
@@ -188,21 +188,21 @@ class _Process:
             self.recompile_limit = config_limit(fields.get("dynamo_config"))
             self.accumulated_limit = config_limit(fields.get("dynamo_config"), accumulated=True)
 
-    def _frame(self, fields: dict[str, Any], key: tuple[int, int] | None) -> Frame:
+    def _frame(self, fields: dict[str, Any], key: CompileId | None) -> Frame:
         if fields.get("co_name"):
             file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
             guarded = self.first_args.pop(key, None) if key is not None else None
             frame = trace_frames.name_frame(str(fields["co_name"]), file, line, guarded,
                                             itertools.chain((file,), self.strings.values()), self.scripts)
             if key is not None:
-                self.correlation.name_frame_id(str(key[0]), frame)
+                self.correlation.name_frame_id(str(key.frame_id), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
         return self.known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
 
-    def known_frame(self, key: tuple[int, int] | None) -> Frame | None:
+    def known_frame(self, key: CompileId | None) -> Frame | None:
         """The frame a frame id was named with, if it was."""
-        known = self.correlation.frame_of_frame_id(str(key[0])) if key is not None else None
+        known = self.correlation.frame_of_frame_id(str(key.frame_id)) if key is not None else None
         return known[0] if known is not None else None
 
     def finish(self, host: str) -> list[Event]:
@@ -218,6 +218,12 @@ class _Process:
             totals.add(event)
         end = SessionEnd(time=self.last_time, rank=self.rank, totals=totals.snapshot().totals())
         return [start, *self.events, end]
+
+
+def _compile_of(value: Any) -> CompileId | None:
+    """The compile (whatever its attempt) a metrics record's ``compile_id`` names, if it names a frame's."""
+    parsed = CompileId.parse(value)
+    return dataclasses.replace(parsed, attempt=0) if parsed is not None and parsed.frame_id is not None else None
 
 
 def _end_time(fields: dict[str, Any], m: CompileRecord, fallback: float) -> float:
@@ -274,8 +280,8 @@ class _DynamoStart(RecordHandler):
         outer = stack[0] if isinstance(stack[0], dict) else {}
         if outer.get("name") == "<module>" and len(process.scripts) < MAX_SCRIPTS:
             process.scripts.add(process.interned(outer, None))
-        if process.correlation.frame_of_frame_id(str(key[0])) is None:
-            process.name_frame_id(key[0], top, file)
+        if process.correlation.frame_of_frame_id(str(key.frame_id)) is None:
+            process.name_frame_id(key, top, file)
 
 
 class _Artifact(RecordHandler):

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from recompprof._model.compile_id import CompileId
+
 TRACE_PREFIX = "dedicated_log_torch_trace"
 _RANK_IN_NAME = re.compile(r"_rank_(\d+)_")
 # "V1121 06:14:19.540000 9596 torch/_dynamo/utils.py:2350] {...}": level, month+day, clock, pid, source.
@@ -55,10 +57,9 @@ class TraceRecord:
     time: float
 
     @property
-    def key(self) -> tuple[int, int] | None:
-        """``(frame id, frame compile id)`` of the compile the record belongs to, if it names one."""
-        frame_id, compile_id = self.meta.get("frame_id"), self.meta.get("frame_compile_id")
-        return (frame_id, compile_id) if isinstance(frame_id, int) and isinstance(compile_id, int) else None
+    def key(self) -> CompileId | None:
+        """The compile the record belongs to, if it names one."""
+        return CompileId.of_record(self.meta)
 
 
 class TraceMetrics:
@@ -179,12 +180,6 @@ def recompile_reasons(payload: str) -> list[str]:
 def torch_version(payload: str) -> str:
     """The version a ``torch_version`` artifact names; empty if it names none."""
     return str((json_object(payload) or {}).get("pytorch_version", ""))
-
-
-def split_compile_id(value: Any) -> tuple[int, int] | None:
-    """``(frame id, frame compile id)`` of a ``"3/1"`` compile id; None for any other value."""
-    match = re.fullmatch(r"(\d+)/(\d+)", str(value or ""))
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def config_limit(dynamo_config: Any, accumulated: bool = False) -> int | None:

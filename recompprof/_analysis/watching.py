@@ -15,9 +15,9 @@ from collections.abc import Hashable
 from typing import Literal
 
 from recompprof._model.causes import explaining_reason, forward_cause
-from recompprof._model.counting import FrameCounts, counts_as_recompile, fold_compile, fold_limit_hit
+from recompprof._model.counting import FrameCounts, fold_compile, fold_limit_hit, steady_state_recompile
 from recompprof._model.events import Compile, Event, RecompileLimitHit, Running, SessionEnd, SessionStart
-from recompprof._model.status import OpenCompile, running
+from recompprof._model.status import OpenCompile
 
 MAX_CAUSES = 1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
 MAX_RANKS_LISTED = 64  # ranks named per cause
@@ -67,7 +67,7 @@ class RankState:
         ended = self.session.ended
         if ended is not None:
             return Now("ended", ended.compiling, ended.time)
-        compiling = running(self.session.open.start, now)
+        compiling = self.session.open.left_running(now)
         return Now("compiling", compiling) if compiling is not None else Now("idle")
 
 
@@ -109,7 +109,7 @@ class Watch:
             rank.last_step = event.step
         if isinstance(event, Compile):
             fold_compile(rank.counts, event)
-            if event.steady_state and counts_as_recompile(event):
+            if steady_state_recompile(event):
                 self._steady(event)
         elif isinstance(event, RecompileLimitHit):
             fold_limit_hit(rank.counts, event)

@@ -20,6 +20,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
+from recompprof._model.compile_id import CompileId
 from recompprof._model.compiles import (
     MAX_REMEMBERED_COMPILES,
     CompileContext,
@@ -122,8 +123,9 @@ class CompileRecorder:
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
             trace_id = self._start_trace(compile_id) if self.trace_ids else None
+            parsed = CompileId.parse(compile_id)
             event = CompileStart(time=time.time(), rank=self.rank, step=self.signals.step, frame=frame,
-                                 compile_id=compile_id, is_recompile=bool(texts) or _later_compile(compile_id),
+                                 compile_id=compile_id, is_recompile=bool(texts) or (parsed is not None and parsed.is_later),
                                  reason=self.explainer.trigger(frame, texts, _resolver(ctx)), trace_id=trace_id)
             self.running = event
             self._emit(event)
@@ -170,7 +172,7 @@ class CompileRecorder:
             # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
             frame = self.correlation.frame_of(compile_id)
             if frame is None:
-                by_id = self.correlation.frame_of_frame_id((compile_id or "").split("/")[0])
+                by_id = self.correlation.frame_of_frame_id(_frame_id(compile_id or ""))
                 frame = by_id[0] if by_id is not None else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
             reasons, omitted = self.explainer.explain(frame, [t for t in texts if not own_reason(t)])
             step = self.signals.step
@@ -264,7 +266,7 @@ class CompileRecorder:
     def _name_frame(self, m: CompileRecord, compile_id: str,
                     ctx: torch_frames.Compiling | None) -> tuple[Frame, tuple[str, str, int]]:
         """The frame of a forward compile and the code key its reasons are read by."""
-        frame_id = compile_id.split("/")[0]
+        frame_id = _frame_id(compile_id)
         known = self.correlation.frame_of_frame_id(frame_id)
         if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
             code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
@@ -295,10 +297,11 @@ def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -
                  owner=clean_text(named.owner, 1000) if named.owner is not None else None)
 
 
-def _later_compile(compile_id: str) -> bool:
-    """Whether ``compile_id`` ("0/1", "0/1_1", "!0/0/1") is not its frame's first compile."""
-    number = compile_id.rsplit("/", 1)[-1].split("_", 1)[0]
-    return number.isdigit() and int(number) > 0
+def _frame_id(compile_id: str) -> str:
+    """The frame id the frames of ``compile_id`` are known by ("3" of "3/1" and "!0/3/1"); an id without one
+    (unknown, "?"; a compiled autograd graph, "!0") is its own key."""
+    parsed = CompileId.parse(compile_id)
+    return str(parsed.frame_id) if parsed is not None and parsed.frame_id is not None else compile_id
 
 
 def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:

@@ -24,6 +24,7 @@ from pydantic_core import from_json
 
 from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
+from recompprof._eventlog.lines import BLOCK, LineSplitter
 from recompprof._model.events import (
     EVENT_ADAPTER,
     KINDS,
@@ -32,9 +33,6 @@ from recompprof._model.events import (
     Frame,
     Reason,
 )
-
-# No real event comes near this; a longer line is skipped as corrupt without ever being held whole in memory.
-MAX_LINE = 16 * 1024 * 1024
 
 
 @dataclasses.dataclass
@@ -84,7 +82,7 @@ _NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSO
                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
 
-def _open_log(path: Path) -> int:
+def open_log(path: Path) -> int:
     """A read-only descriptor of the regular file at ``path``; :class:`UnreadableLog` for anything else.
 
     Opened non-blocking, so a FIFO named like a log is refused at once instead of waiting for a writer.
@@ -109,11 +107,11 @@ def _open_log(path: Path) -> int:
 def read_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
     """Yield the events of one log file, skipping bad lines (counted in ``stats``)."""
     stats = stats if stats is not None else ReadStats()
-    interner = _Interner()
+    interner = Interner()
     for lines, torn in _blocks(path, stats):
         stats.lines += len(lines)
         for raw in lines:
-            yield from _parse(raw, stats, interner, torn=torn)
+            yield from parse_line(raw, stats, interner, torn=torn)
 
 
 def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
@@ -129,7 +127,7 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
         yield from read_file(path, stats)
         return
     stats = stats if stats is not None else ReadStats()
-    interner = _Interner()
+    interner = Interner()
     decode = DECODER.decode
     for lines, torn in _blocks(path, stats):
         stats.lines += len(lines)
@@ -139,52 +137,27 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
                     raw.decode()  # msgspec does not check the UTF-8 of what it skips (unknown fields)
                 event = decode(raw)  # a view only of a supported schema_version (fastread)
             except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
-                yield from _parse(raw, stats, interner, torn=torn)  # the validated reader's verdict, and its count
+                yield from parse_line(raw, stats, interner, torn=torn)  # the validated reader's verdict, and its count
                 continue
             yield event
 
 
-_BLOCK = 1 << 20  # bytes read at a time
-_OVERSIZED = b"\x00"  # stands in for a line of MAX_LINE bytes or more: not JSON, so counted as corrupt
-
-
 def _blocks(path: Path, stats: ReadStats) -> Iterator[tuple[list[bytes], bool]]:
-    """The lines of ``path`` without their newlines, a block at a time, and whether the block is the
-    file's last line, which had no newline (torn, if it does not parse).
-
-    Splitting a megabyte at a time costs a fraction of reading line by line. A line of ``MAX_LINE``
-    bytes or more comes as :data:`_OVERSIZED`, and no more than ``MAX_LINE`` bytes of it are held.
-    """
+    """The lines of ``path`` (:class:`~recompprof._eventlog.lines.LineSplitter`), a block at a time, and
+    whether the block is the file's last line, which had no newline (torn, if it does not parse)."""
     stats.files += 1
-    handle = open(_open_log(path), "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
+    handle = open(open_log(path), "rb")  # noqa: SIM115 - closed below; binary so bad UTF-8 is a corrupt line, not a crash
+    splitter = LineSplitter()
     with handle:
-        head: list[bytes] = []  # the start of a line that earlier blocks cut off (dropped once oversized)
-        held = 0  # its length
-        while chunk := handle.read(_BLOCK):
-            lines = chunk.split(b"\n")
-            if len(lines) == 1:  # no line ends in this block
-                held += len(chunk)
-                if held < MAX_LINE:
-                    head.append(chunk)
-                else:
-                    head.clear()
-                continue
-            if held:
-                held += len(lines[0])
-                lines[0] = _OVERSIZED if held >= MAX_LINE else b"".join(head) + lines[0]
-                head.clear()
-            tail = lines.pop()  # the start of the next line (empty when the block ends with a newline)
-            if max(map(len, lines)) >= MAX_LINE:
-                lines = [_OVERSIZED if len(line) >= MAX_LINE else line for line in lines]
-            held = len(tail)
-            if tail and held < MAX_LINE:
-                head.append(tail)
-            yield lines, False
-        if held:  # a last line without its newline
-            yield ([_OVERSIZED], False) if held >= MAX_LINE else ([b"".join(head)], True)
+        while chunk := handle.read(BLOCK):
+            if lines := splitter.feed(chunk):
+                yield lines, False
+        last = splitter.end()
+        if last is not None:
+            yield [last[0]], last[1]
 
 
-class _Interner:
+class Interner:
     """Validated frames and reasons by value, so each distinct one is validated once per read.
 
     A compile line repeats its frame and (per cache entry) the same reason texts again and again;
@@ -253,7 +226,7 @@ def _loads(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-def _parse(raw: bytes, stats: ReadStats, interner: _Interner, *, torn: bool) -> Iterator[Event]:
+def parse_line(raw: bytes, stats: ReadStats, interner: Interner, *, torn: bool) -> Iterator[Event]:
     """The event of one line, or nothing, and why in ``stats`` (``torn``: a last line without newline).
 
     Lines are counted by the caller, a block at a time.

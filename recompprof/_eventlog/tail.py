@@ -2,9 +2,10 @@
 last look are read, a line without its newline yet waits for it, and logs that appear later are picked up.
 
 What a line becomes (an event, or a skipped line counted in :class:`~recompprof._eventlog.reader.ReadStats`)
-is the validated reader's verdict, so a followed log yields what ``read_file`` would. Memory stays bounded:
-per log only its offset and an unfinished line are kept, and an unfinished line is dropped once it passes
-the reader's ``MAX_LINE`` (its line is then counted as corrupt when its newline comes).
+is the validated reader's verdict, and its lines are the reader's (one
+:class:`~recompprof._eventlog.lines.LineSplitter`), so a followed log yields what ``read_file`` would. Memory
+stays bounded: per log only its offset and an unfinished line are kept, and an unfinished line is dropped
+once it passes ``MAX_LINE`` (its line is then counted as corrupt).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from recompprof._eventlog.format import LOG_GLOB
-from recompprof._eventlog.reader import MAX_LINE, ReadStats, UnreadableLog, _Interner, _open_log, _parse
+from recompprof._eventlog.lines import BLOCK, LineSplitter
+from recompprof._eventlog.reader import Interner, ReadStats, UnreadableLog, open_log, parse_line
 from recompprof._model.events import Event
-
-_BLOCK = 1 << 20  # bytes read at a time
 
 
 @dataclasses.dataclass
@@ -28,9 +28,8 @@ class _Followed:
 
     offset: int = 0
     identity: tuple[int, int] | None = None  # (device, inode)
-    unfinished: bytearray = dataclasses.field(default_factory=bytearray)  # a line still waiting for its newline
-    oversized: bool = False  # the unfinished line passed MAX_LINE: dropped, corrupt once it ends
-    interner: _Interner = dataclasses.field(default_factory=_Interner)
+    lines: LineSplitter = dataclasses.field(default_factory=LineSplitter)  # holds a line still waiting for its newline
+    interner: Interner = dataclasses.field(default_factory=Interner)
 
 
 class RunTail:
@@ -69,45 +68,28 @@ class RunTail:
 
     def finish(self) -> Iterator[tuple[Path, Event]]:
         """The last lines that never got their newline, read as the reader reads a file's last line:
-        an event if it parses, else a torn last line. Call once, when no more is to come."""
+        an event if it parses, else a torn last line (a corrupt one, if oversized). Call once, when no more is to come."""
         for path, followed in self._logs.items():
-            if followed.unfinished or followed.oversized:
-                raw = b"\x00" if followed.oversized else bytes(followed.unfinished)  # \x00: corrupt, as the reader
-                followed.unfinished.clear()
-                followed.oversized = False
+            last = followed.lines.end()
+            if last is not None:
                 self.stats.lines += 1
-                yield from ((path, event) for event in _parse(raw, self.stats, followed.interner, torn=True))
+                yield from ((path, event) for event in parse_line(last[0], self.stats, followed.interner, torn=last[1]))
 
     def _read(self, path: Path, followed: _Followed) -> Iterator[Event]:
-        fd = _open_log(path)
+        fd = open_log(path)
         with open(fd, "rb") as handle:
             info = os.fstat(fd)
             identity = (info.st_dev, info.st_ino)
             if identity != followed.identity or info.st_size < followed.offset:  # a new file at this path
                 followed.offset, followed.identity = 0, identity
-                followed.unfinished.clear()
-                followed.oversized = False
+                followed.lines.reset()
             handle.seek(followed.offset)
-            while chunk := handle.read(_BLOCK):
+            while chunk := handle.read(BLOCK):
                 followed.offset += len(chunk)
                 yield from self._lines(chunk, followed)
 
     def _lines(self, chunk: bytes, followed: _Followed) -> Iterator[Event]:
-        lines = chunk.split(b"\n")
-        rest = lines.pop()  # after the last newline: the start of a line not yet ended
-        for index, line in enumerate(lines):
-            if index == 0 and (followed.unfinished or followed.oversized):
-                too_long = followed.oversized or len(followed.unfinished) + len(line) >= MAX_LINE
-                line = b"\x00" if too_long else bytes(followed.unfinished) + line
-                followed.unfinished.clear()
-                followed.oversized = False
-            elif len(line) >= MAX_LINE:
-                line = b"\x00"
-            self.stats.lines += 1
-            yield from _parse(line, self.stats, followed.interner, torn=False)
-        if rest:
-            if followed.oversized or len(followed.unfinished) + len(rest) >= MAX_LINE:
-                followed.unfinished.clear()
-                followed.oversized = True
-            else:
-                followed.unfinished += rest
+        lines = followed.lines.feed(chunk)
+        self.stats.lines += len(lines)
+        for line in lines:
+            yield from parse_line(line, self.stats, followed.interner, torn=False)

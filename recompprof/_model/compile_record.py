@@ -12,6 +12,7 @@ import dataclasses
 import re
 from typing import Any, Literal
 
+from recompprof._model.compile_id import CompileId
 from recompprof._model.cudagraphs import CudagraphSkip
 from recompprof._model.events import LIMITS, CacheName, CacheResult, Phase
 from recompprof._model.reasons import clean_text
@@ -69,7 +70,8 @@ def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> 
     limits = limits or {}
     if fail_type in _RAISING_LIMIT_HITS:
         accumulated = limits.get("accumulated_recompile_limit")
-        frame_compile = _frame_compile_count(m.compile_id)
+        parsed = CompileId.parse(m.compile_id)
+        frame_compile = parsed.frame_compile_id if parsed is not None else None
         name = ("accumulated_recompile_limit" if accumulated is not None and frame_compile is not None
                 and frame_compile >= accumulated else "recompile_limit")
         return name, limits.get(name)
@@ -102,10 +104,6 @@ def installed_code(m: CompileRecord) -> bool:
         return True
     return m.has_guarded_code and m.guard_count is not None
 
-
-def _frame_compile_count(compile_id: Any) -> int | None:
-    match = re.match(r"!?\d+/(\d+)", str(compile_id or ""))
-    return int(match.group(1)) if match else None
 
 def fail_type_name(value: Any) -> str:
     """The exception's class name; torch before 2.5 records ``str(type(exc))``, "<class 'torch._dynamo.exc.X'>"."""

@@ -59,6 +59,11 @@ def costs_seconds(event: Compile) -> bool:
     return bool(verdict(event) & COSTS)
 
 
+def steady_state_recompile(event: Compile) -> bool:
+    """A recompile past the warm-up: what ``steady_state_recompiles`` counts (a limit hit or a backward is none)."""
+    return event.steady_state and counts_as_recompile(event)
+
+
 def recompile_attempt(event: Compile) -> bool:
     """A forward recompile, or one the recompile limit refused: what ``assert_no_recompiles`` forbids
     (a refused recompile still means the code changed what it was compiled for)."""
@@ -94,7 +99,7 @@ def fold_compile(counts: FrameCounts, event: Compile) -> int:
         counts.compiles += 1
         if found & RECOMPILE:
             counts.recompiles += 1
-            if event.steady_state:
+            if steady_state_recompile(event):
                 counts.steady_state_recompiles += 1
     if event.reasons:
         _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))

@@ -18,11 +18,12 @@ class Status:
 
 
 def running(start: CompileStart | None, now: float) -> Running | None:
-    """The running compile that began with ``start``, as of ``now``."""
+    """The running compile that began with ``start`` (the model, or a fast-read view of it), as of ``now``."""
     if start is None:
         return None
-    return Running(frame=start.frame, compile_id=start.compile_id, started=start.time,
-                   seconds=max(0.0, now - start.time), reason=start.reason, is_recompile=start.is_recompile)
+    return Running.model_validate({"frame": start.frame, "compile_id": start.compile_id, "started": start.time,
+                                   "seconds": max(0.0, now - start.time), "reason": start.reason,
+                                   "is_recompile": start.is_recompile}, from_attributes=True)
 
 
 class OpenCompile:
@@ -68,13 +69,14 @@ class OpenCompile:
         self.ended = event
         self.start = None
 
-    def at_end(self, ended_at: float) -> Running | None:
-        """The compile left running when the log ends: the ``session_end``'s, else the open start's, run
-        until ``ended_at`` or its last ``compile_running``, whichever is later (a lower bound on how long it
-        ran: the process may have lived on after it)."""
+    def left_running(self, now: float) -> Running | None:
+        """The compile the session leaves running as of ``now`` (its log's last event, or the clock while
+        it is followed): the ``session_end``'s, else the open start's, run until ``now`` or its last
+        ``compile_running``, whichever is later (a lower bound on how long it ran when its log ended
+        without a ``session_end``: the process may have lived on after it)."""
         if self.ended is not None:
             return self.ended.compiling
-        return running(self.start, max(ended_at, self.alive))
+        return running(self.start, max(now, self.alive))
 
 
 def describe(rank: int, compiling: Running) -> str:

@@ -32,6 +32,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from recompprof import _internal
+from recompprof._model.compile_id import CompileId
 from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
@@ -131,9 +132,9 @@ class _BreakRecords(logging.Filter):
             artifact = metadata.get("artifact")
             if isinstance(artifact, dict) and artifact.get("name") == ARTIFACT:
                 with _internal.contain("torch.graph_breaks"):
-                    frame_id, compile_id = metadata.get("frame_id"), metadata.get("frame_compile_id")
-                    explicit = f"{frame_id}/{compile_id}" if isinstance(frame_id, int) and isinstance(compile_id, int) else None
-                    self._on_break(str(getattr(record, "payload", None) or ""), _compile_id(None) or explicit)
+                    explicit = CompileId.of_record(metadata)
+                    self._on_break(str(getattr(record, "payload", None) or ""),
+                                   _compile_id(None) or (str(explicit) if explicit is not None else None))
         return True
 
 

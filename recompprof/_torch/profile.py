@@ -38,6 +38,7 @@ from types import CodeType
 from typing import Any
 
 from recompprof._internal import contain
+from recompprof._model.compile_id import CompileId
 from recompprof._torch.patching import replace
 from recompprof._torch.profile_cache import (
     EVICTED_MARK,
@@ -342,7 +343,7 @@ class ProfileMode:
         frame_id = frame_state.get("_id") if isinstance(frame_state, dict) else None
         counter = getattr(convert_frame, "FRAME_COMPILE_COUNTER", None)
         if isinstance(frame_id, int) and counter is not None:
-            return f"{frame_id}/{counter[frame_id]}"
+            return str(CompileId(frame_id, counter[frame_id]))
         return None
 
     # ------------------------------------------------------------------ detach

@@ -19,6 +19,8 @@ from recompprof._capture import session as session_module, settings as settings_
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.session import Session
 from recompprof._errors import RuleBroken
+from recompprof._model.causes import explaining_reason
+from recompprof._model.counting import steady_state_recompile
 from recompprof._model.events import Compile, Event
 
 PREFIX = "recompprof/"
@@ -131,8 +133,9 @@ class Tracker:
 
     def _on_event(self, event: Event) -> None:
         # On torch's compile path: never raise here; the trainer hook raises at the next step.
-        if self.failure is None and isinstance(event, Compile) and event.is_recompile and event.steady_state:
-            reason = event.reasons[0].text if event.reasons else "no reason recorded"
+        if self.failure is None and isinstance(event, Compile) and steady_state_recompile(event):
+            explaining = explaining_reason(event.reasons)
+            reason = explaining.text if explaining is not None else "no reason recorded"
             self.failure = (f"recompprof: steady-state recompile of {event.frame.name} ({event.frame.file}:"
                             f"{event.frame.line}) at step {event.step}, after the warm-up of "
                             f"{self.session.settings.warmup_steps if self.session else '?'} steps: {reason} "

@@ -13,6 +13,7 @@ compile runs and clears it when the compile ends. Either way, once a compile has
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -106,10 +107,11 @@ class CompileTicker:
 
 
 def _after(due: float, now: float, every: float) -> float:
-    """The next time due after ``now``, on the schedule ``due``, ``due + every``, ..."""
-    while due <= now:
-        due += every
-    return due
+    """The next time due after ``now``, on the schedule ``due``, ``due + every``, ...: computed, not stepped to, so
+    no period (however small) and no jump of the clock can keep the thread in a loop."""
+    if due > now:
+        return due
+    return max(due + (math.floor((now - due) / every) + 1) * every, math.nextafter(now, math.inf))
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -289,6 +289,23 @@ def test_the_status_thread_stops_at_detach() -> None:
     assert not any(t.name == "recompprof-compile-status" for t in threading.enumerate())
 
 
+def test_the_status_thread_is_joined_at_detach_whatever_its_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a period the settings refuse (1e-20 s, forced past validation) while a long compile is logged, the
+    status thread is still gone after detach, instead of spinning on its schedule and outliving the session."""
+    from recompprof._capture import settings as settings_module
+
+    load = settings_module.load
+    monkeypatch.setattr(settings_module, "load",
+                        lambda **kw: load(**kw).model_copy(update={"compile_status_after": 0.0, "compile_status_every": 1e-20}))
+    with held_compile() as (session, backend, worker):
+        assert backend.entered.wait(60)
+        time.sleep(0.5)  # the thread looks every 0.05 s: it has seen the running compile and logged it
+        backend.release.set()
+        worker.join(60)
+        session.detach()
+    assert not [t for t in threading.enumerate() if t.name == "recompprof-compile-status"]
+
+
 def _otel_gauges(receiver: OtlpReceiver) -> list[dict[str, list[tuple[dict[str, object], float]]]]:
     """The two compiling gauges of each metrics export the receiver got, in order."""
     exports = []

@@ -128,3 +128,19 @@ def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(tmp_path: Path
         assert "DEBUG recompprof: traceback of the error in prometheus.server" in done.stderr
     else:
         assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 2, done.stderr
+
+
+@pytest.mark.parametrize("source", ["argument", "environment"])
+def test_a_status_period_below_its_minimum_fails_at_attach_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     source: str) -> None:
+    """``compile_status_every=1e-20`` (which made the status thread spin forever) is one ConfigError line at attach
+    naming the setting, its source and its minimum, and nothing is left attached."""
+    if source == "environment":
+        monkeypatch.setenv("RECOMPPROF_COMPILE_STATUS_EVERY", "1e-20")
+    with pytest.raises(ConfigError) as error:
+        recompprof.attach(**({"compile_status_every": 1e-20} if source == "argument" else {}))
+    [line] = str(error.value).splitlines()
+    assert line.startswith("recompprof setting 'compile_status_every' (")
+    assert ("RECOMPPROF_COMPILE_STATUS_EVERY" in line) == (source == "environment")
+    assert "float >= 1" in line and "1e-20" in line, line
+    assert recompprof._capture.session.current() is None

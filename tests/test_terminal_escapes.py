@@ -203,3 +203,48 @@ def test_escape_shows_every_dangerous_character_and_keeps_the_rest() -> None:
     table.add_row("f\nFAKE ROW\x1b[2J")
     con.print(table)
     assert not _forged(out.getvalue()) and "\\nFAKE ROW\\x1b[2J" in out.getvalue()
+
+
+HOSTILE_JOB = ROOT / "tests" / "workloads" / "hostile_names.py"
+CLEAR = "\r\x1b[K"  # the status line's own redraw: carriage return, erase to the end of the line
+
+
+def test_the_long_compile_log_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
+    """Piped, the WARNING line a long compile logs from inside the job shows a function name and file full of
+    terminal controls escaped as the offline commands show them, and stderr holds no control but newlines."""
+    from workloads.hostile_names import EVIL as NAME
+
+    proc = subprocess.run([sys.executable, str(HOSTILE_JOB), "2.5"], capture_output=True, timeout=300, cwd=ROOT,
+                          env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_COMPILE_STATUS_AFTER="0.5",
+                                        RECOMPPROF_COMPILE_STATUS_EVERY="1"))
+    err = proc.stderr.decode(errors="strict")
+    assert proc.returncode == 0, err
+    lines = [line for line in err.split("\n") if "compiling `" in line]
+    assert lines and all(line.startswith(f"recompprof: rank 0 compiling `{escape(NAME)}` (recompile: ") for line in lines), err
+    assert not _raw(err), f"raw control characters on stderr: {_raw(err)}\n{err!r}"
+
+
+def test_the_status_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
+    """On a real pseudo-terminal the status line a long compile draws shows the hostile name escaped: the only
+    controls written are the line's own carriage return and erase-line, and newlines."""
+    from workloads.hostile_names import EVIL as NAME
+
+    master, slave = pty.openpty()
+    tty.setraw(slave)  # no newline translation: the bytes seen are the bytes written
+    proc = subprocess.Popen([sys.executable, str(HOSTILE_JOB), "3"], stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
+                            env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_STATUS_LINE="1"))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    text = b"".join(chunks).decode(errors="strict")
+    assert proc.wait(300) == 0, text
+    assert any(part.startswith(f"rank 0 compiling `{escape(NAME)}` (recompile: ") for part in text.split(CLEAR)), repr(text)
+    assert not _raw(text.replace(CLEAR, "")), f"raw control characters on the terminal: {_raw(text)}\n{text!r}"

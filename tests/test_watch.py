@@ -323,7 +323,7 @@ def test_an_unreadable_run_dir_is_one_error_line_and_exit_2(finished_run: Path, 
 @pytest.mark.parametrize(("args", "message"), [
     (["--once"], "no such directory"),
     (["--once", "EMPTY"], "no recompprof event logs (rank*.jsonl) found"),
-    (["--interval", "0"], "--interval must be a positive number of seconds"),
+    (["--interval", "0"], "--interval must be a number of seconds from 0.1 to 86400 (got 0.0)"),
 ])
 def test_once_with_nothing_to_show_and_bad_options_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
     """``--once`` on a directory that does not exist or holds no log, and a non-positive ``--interval``,
@@ -336,6 +336,16 @@ def test_once_with_nothing_to_show_and_bad_options_exit_2(args: list[str], messa
     assert done.returncode == 2 and done.stdout == ""
     [line] = done.stderr.splitlines()
     assert line.startswith("recompprof: error: ") and message in line
+
+
+@pytest.mark.parametrize("interval", ["inf", "-inf", "nan", "1e-20", "1e30"])
+def test_an_interval_out_of_range_is_one_error_line_naming_it(interval: str, tmp_path: Path) -> None:
+    """``--interval`` infinite, not a number, too small or too large (inf used to end in "unexpected OverflowError
+    ... a recompprof bug") exits 2 with one line naming ``--interval`` and what it allows, and no traceback."""
+    done = _watch(f"--interval={interval}", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == [
+        f"recompprof: error: --interval must be a number of seconds from 0.1 to 86400 (got {float(interval)})"]
 
 
 def _line(event: Any) -> bytes:

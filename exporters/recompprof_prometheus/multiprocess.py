@@ -37,7 +37,8 @@ log = logging.getLogger("recompprof")
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Gauges here carry a rank label, so each series has one writer and "max" is simply its value.
 GAUGE_MODE = "max"
-_OURS = re.compile(r"^(counter|histogram|gauge_max)_recompprof-r(\d+)\.db$")
+_OURS = re.compile(r"^(counter|histogram|gauge_max)_recompprof-r(\d+)\.db(?:\.new)?$")
+_PREFIXES = {"counter": "counter", "gauge": f"gauge_{GAUGE_MODE}", "histogram": "histogram"}
 
 
 def directory(identity: Identity) -> Path:
@@ -121,45 +122,55 @@ def _held(path: Path, rank: int) -> bool:
 
 
 class MmapMirror:
-    """Writes families into this rank's mmap files; only changed values are rewritten."""
+    """Writes families into this rank's mmap files; only changed values are rewritten.
+
+    An mmap file cannot forget a key, so when a series ends (the running compile's age, once the compile is
+    over) its file is written anew beside it and renamed over it: a reader sees the old file or the new one,
+    never a series the families no longer hold.
+    """
 
     def __init__(self, path: Path, rank: int, claim: int | None = None) -> None:
         self.path = path
         self._rank = rank
         self._claim = claim  # the descriptor whose lock makes this rank's files ours; closed last
         self._files: dict[str, MmapedDict] = {}
-        self._last: dict[str, float] = {}
+        self._last: dict[str, dict[str, float]] = {}  # by file prefix: each key's value as last written
+
+    def _name(self, prefix: str) -> Path:
+        return self.path / f"{prefix}_recompprof-r{self._rank}.db"
 
     def _file(self, prefix: str) -> MmapedDict:
         f = self._files.get(prefix)
         if f is None:
-            f = self._files[prefix] = MmapedDict(str(self.path / f"{prefix}_recompprof-r{self._rank}.db"))
+            f = self._files[prefix] = MmapedDict(str(self._name(prefix)))
         return f
 
     def write(self, families: list[Metric]) -> None:
-        for fam in families:
-            if fam.type == "counter":
-                prefix = "counter"
-            elif fam.type == "gauge":
-                prefix = f"gauge_{GAUGE_MODE}"
-            elif fam.type == "histogram":
-                prefix = "histogram"
-            else:
+        values = _values(families)
+        for prefix in sorted(values.keys() | self._last.keys()):
+            now, last = values.get(prefix, {}), self._last.setdefault(prefix, {})
+            if last.keys() - now.keys():
+                self._replace(prefix, now)
                 continue
-            f = self._file(prefix)
-            previous = 0.0
-            for sample in fam.samples:
-                if sample.name.endswith("_count") and fam.type == "histogram":
-                    continue  # the collector derives _count from the buckets
-                value = sample.value
-                if fam.type == "histogram" and sample.name.endswith("_bucket"):
-                    # The files hold per-bucket counts; the collector accumulates them again.
-                    value, previous = sample.value - previous, sample.value
-                names, values = zip(*sorted(sample.labels.items())) if sample.labels else ((), ())
-                key = mmap_key(fam.name, sample.name, list(names), list(values), fam.documentation)
-                if self._last.get(key) != value:
-                    f.write_value(key, value, 0.0)
-                    self._last[key] = value
+            for key, value in now.items():
+                if last.get(key) != value:
+                    self._file(prefix).write_value(key, value, 0.0)
+                    last[key] = value
+
+    def _replace(self, prefix: str, values: dict[str, float]) -> None:
+        """Make ``prefix``'s file hold exactly ``values``, replacing it whole (rename is atomic)."""
+        final = self._name(prefix)
+        fresh_path = final.with_name(final.name + ".new")  # not *.db: MultiProcessCollector never reads it
+        fresh_path.unlink(missing_ok=True)
+        fresh = MmapedDict(str(fresh_path))
+        for key, value in values.items():
+            fresh.write_value(key, value, 0.0)
+        os.replace(fresh_path, final)
+        old = self._files.pop(prefix, None)
+        self._files[prefix] = fresh
+        self._last[prefix] = dict(values)
+        if old is not None:
+            old.close()
 
     def close(self) -> None:
         for f in self._files.values():
@@ -168,3 +179,24 @@ class MmapMirror:
         if self._claim is not None:
             os.close(self._claim)
             self._claim = None
+
+
+def _values(families: list[Metric]) -> dict[str, dict[str, float]]:
+    """Each sample of ``families`` as the mmap files hold it: by file prefix, then by mmap key."""
+    values: dict[str, dict[str, float]] = {}
+    for fam in families:
+        prefix = _PREFIXES.get(fam.type)
+        if prefix is None:
+            continue
+        file_values = values.setdefault(prefix, {})
+        previous = 0.0
+        for sample in fam.samples:
+            if sample.name.endswith("_count") and fam.type == "histogram":
+                continue  # the collector derives _count from the buckets
+            value = sample.value
+            if fam.type == "histogram" and sample.name.endswith("_bucket"):
+                # The files hold per-bucket counts; the collector accumulates them again.
+                value, previous = sample.value - previous, sample.value
+            names, label_values = zip(*sorted(sample.labels.items())) if sample.labels else ((), ())
+            file_values[mmap_key(fam.name, sample.name, list(names), list(label_values), fam.documentation)] = value
+    return values

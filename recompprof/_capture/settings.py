@@ -65,9 +65,10 @@ class Settings(BaseSettings):
     prometheus_keyfile: Path | None = None
     prometheus_basic_auth: str | None = None  # "user:password"
     otel_metrics: bool = False
-    # A compile running this long is logged (off a terminal), and again every compile_status_every seconds.
+    # A compile running this long is logged (off a terminal), and again every compile_status_every seconds
+    # (at least 1: a log line per second is the most a person reads, and the status thread looks ~20 times a second).
     compile_status_after: float = Field(default=30.0, ge=0, le=86_400)
-    compile_status_every: float = Field(default=60.0, gt=0, le=86_400)
+    compile_status_every: float = Field(default=60.0, ge=1, le=86_400)
     # A one-line status of the running compile on stderr when it is a terminal (recompprof run / demo set it).
     status_line: bool = False
 
@@ -79,7 +80,8 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("recompile_limit", "warmup_steps", "max_frames", "recent_events", "prometheus_port",
-                     "prometheus_push_interval", "prometheus_linger_seconds", mode="before")
+                     "prometheus_push_interval", "prometheus_linger_seconds", "compile_status_after",
+                     "compile_status_every", mode="before")
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True as 1

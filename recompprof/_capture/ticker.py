@@ -5,7 +5,8 @@ the compile path holds) a few times a second; nothing runs on the training step 
 without ``status_line``) it logs one WARNING line when a compile has run ``compile_status_after`` seconds
 and one every ``compile_status_every`` seconds after. With ``status_line`` (set by ``recompprof run`` and
 ``recompprof demo``) and stderr a terminal, it redraws one status line in place each second while a
-compile runs and clears it when the compile ends. Either way, once a compile has run
+compile runs and clears it when the compile ends. Frame names and reasons are shown escaped
+(:func:`recompprof._model.texts.escape`, as the offline commands show them). Either way, once a compile has run
 ``HEARTBEAT_SECONDS`` and every ``HEARTBEAT_SECONDS`` after, it has the session write a small
 ``compile_running`` event: a log whose process is then killed outright still says how long it compiled.
 """
@@ -13,6 +14,7 @@ compile runs and clears it when the compile ends. Either way, once a compile has
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from recompprof import _internal
 from recompprof._model.events import HEARTBEAT_SECONDS
 from recompprof._model.status import Status, describe
+from recompprof._model.texts import escape
 
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
@@ -93,11 +96,11 @@ class CompileTicker:
         if self._line:
             with self._lock:
                 if self._status().compiling is not None:  # not ended meanwhile
-                    self._write(_CLEAR + describe(status.rank, running))
+                    self._write(_CLEAR + escape(describe(status.rank, running)))
                     self._drawn = True
             return
         if running.seconds >= self._next_log:
-            log.warning("recompprof: %s", describe(status.rank, running))
+            log.warning("recompprof: %s", escape(describe(status.rank, running)))
             self._next_log = _after(self._next_log, running.seconds, self._every)
 
     def _write(self, text: str) -> None:
@@ -106,10 +109,11 @@ class CompileTicker:
 
 
 def _after(due: float, now: float, every: float) -> float:
-    """The next time due after ``now``, on the schedule ``due``, ``due + every``, ..."""
-    while due <= now:
-        due += every
-    return due
+    """The next time due after ``now``, on the schedule ``due``, ``due + every``, ...: computed, not stepped to, so
+    no period (however small) and no jump of the clock can keep the thread in a loop."""
+    if due > now:
+        return due
+    return max(due + (math.floor((now - due) / every) + 1) * every, math.nextafter(now, math.inf))
 
 
 def _is_terminal(stream: TextIO) -> bool:

@@ -28,6 +28,7 @@ from recompprof._eventlog.format import LOG_GLOB
 # imported when watch runs.
 
 PIPED_REPEAT = 60.0  # seconds: piped, the view is printed again this often while a compile runs
+MIN_INTERVAL, MAX_INTERVAL = 0.1, 86_400.0  # seconds between refreshes: no busy loop, and time.sleep can take it
 PIPED_WIDTH = 10_000  # piped: no line is wrapped or cut (a log is read with grep), unless --width says otherwise
 
 
@@ -192,8 +193,9 @@ def _once(follower: _Follower, args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.interval > 0:
-        raise CommandError("--interval must be a positive number of seconds")
+    if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:  # NaN and infinities too (time.sleep(inf) overflows)
+        raise CommandError(f"--interval must be a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL:.0f} "
+                           f"(got {args.interval})")
     if args.width is not None and args.width < 40:
         raise CommandError("--width must be at least 40")
     _check_path(args.run_dir, once=args.once)

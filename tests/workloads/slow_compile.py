@@ -1,7 +1,7 @@
 """A job whose recompile is deliberately slow: its backend sleeps while Dynamo's compile is open.
 
-``python slow_compile.py SECONDS``: attaches, compiles ``Model.forward`` for a batch of 4 (fast), then
-calls it with a batch of 6, whose recompile sleeps SECONDS in the backend; prints ``DONE`` after.
+``python slow_compile.py SECONDS [HOLD]``: attaches, compiles ``Model.forward`` for a batch of 4 (fast), then calls it
+with a batch of 6, whose recompile sleeps SECONDS in the backend; prints ``DONE``, then waits for the file HOLD (<= 2 min).
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ def main() -> None:
     print("FIRST", flush=True)
     model(torch.ones(6))
     print("DONE", flush=True)
+    deadline = time.monotonic() + 120  # with HOLD: stay attached, between compiles, until that file exists
+    while len(sys.argv) > 2 and time.monotonic() < deadline:
+        try:
+            open(sys.argv[2]).close()
+            break
+        except FileNotFoundError:
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":

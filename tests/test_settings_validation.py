@@ -144,3 +144,14 @@ def test_a_status_period_below_its_minimum_fails_at_attach_naming_it(monkeypatch
     assert ("RECOMPPROF_COMPILE_STATUS_EVERY" in line) == (source == "environment")
     assert "float >= 1" in line and "1e-20" in line, line
     assert recompprof._capture.session.current() is None
+
+
+def test_a_push_period_below_its_minimum_fails_at_attach_naming_it() -> None:
+    """``prometheus_push_interval=1e-20`` (a flush thread writing without pause beside training) is one ConfigError
+    line at attach naming the setting and its minimum, and nothing is left attached."""
+    with pytest.raises(ConfigError) as error:
+        recompprof.attach(exporters=["prometheus"], prometheus_mode="textfile", prometheus_push_interval=1e-20)
+    [line] = str(error.value).splitlines()
+    assert line.startswith("recompprof setting 'prometheus_push_interval' (")
+    assert "float >= 0.1" in line and "1e-20" in line, line
+    assert recompprof._capture.session.current() is None

@@ -56,7 +56,9 @@ class Settings(BaseSettings):
     prometheus_port_search: bool = False
     prometheus_textfile_dir: Path | None = None
     prometheus_pushgateway_url: str | None = None
-    prometheus_push_interval: float = Field(default=15.0, gt=0, le=86_400)
+    # At least 0.1 s: a period near zero would rewrite the textfile, push or refresh the mmap files
+    # without pause, a busy thread beside training.
+    prometheus_push_interval: float = Field(default=15.0, ge=0.1, le=86_400)
     prometheus_job: str = "recompprof"
     # Seconds the pull endpoint keeps serving after detach for a scrape of the final values (and a
     # Pushgateway group is kept before it is deleted); None: one scrape (push) interval, 0: off.

@@ -70,14 +70,14 @@ def test_every_compile_across_resets_has_its_start_in_its_generation() -> None:
     events = _events(session)
     starts = [e for e in events if isinstance(e, CompileStart)]
     compiles = [e for e in events if isinstance(e, Compile)]
-    key = [(e.generation, e.compile_id, e.frame.name) for e in compiles]
+    key = [(e.generation or 0, e.compile_id, e.frame.name) for e in compiles]
     assert key == [(0, "0/0", "Model.forward"), (0, "0/1", "Model.forward"), (1, "0/0", "_broken"),
                    (1, "1/0", key[3][2]), (2, "0/0", "Model.forward")]
-    assert [(e.generation, e.compile_id, e.frame.name) for e in starts] == key
+    assert [(e.generation or 0, e.compile_id, e.frame.name) for e in starts] == key
     for start, done in zip(starts, compiles, strict=True):
         assert events.index(start) < events.index(done) and start.is_recompile == done.is_recompile
     breaks = [e for e in events if isinstance(e, GraphBreak)]
-    assert [(b.generation, b.compile_id, b.frame and b.frame.name) for b in breaks] == [(1, "0/0", "_broken")]
+    assert [(b.generation or 0, b.compile_id, b.frame and b.frame.name) for b in breaks] == [(1, "0/0", "_broken")]
 
 
 def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None:
@@ -92,8 +92,8 @@ def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None
     assert done.stdout.strip().endswith("OK"), done.stdout + done.stderr
     (log,) = run.glob("*.jsonl")
     events = list(read_file(log))
-    starts = sorted((e.generation, e.compile_id) for e in events if isinstance(e, CompileStart))
-    compiles = sorted((e.generation, e.compile_id) for e in events if isinstance(e, Compile))
+    starts = sorted((e.generation or 0, e.compile_id) for e in events if isinstance(e, CompileStart))
+    compiles = sorted((e.generation or 0, e.compile_id) for e in events if isinstance(e, Compile))
     assert len(compiles) == 11 and starts == compiles
     assert len(set(compiles)) == 11  # 0/0 of one test is not 0/0 of another
     breaks = [e for e in events if isinstance(e, GraphBreak)]

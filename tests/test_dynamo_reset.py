@@ -131,3 +131,26 @@ def test_reset_keeps_the_callbacks_only_while_attached() -> None:
     torch._dynamo.reset()
     assert (callback_handler.start_callbacks, callback_handler.end_callbacks) == ([], [])
     assert before == ([], [])
+
+
+@pytest.mark.skipif("isolate_recompiles" not in inspect.signature(torch.compile).parameters,
+                    reason="this torch has no torch.compile(isolate_recompiles=...)")
+def test_an_isolated_regions_first_compile_links_no_recompile_of(receiver, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The OpenTelemetry root span of a new ``isolate_recompiles`` region's first compile (opened at its
+    ``compile_start``) has no ``recompile_of`` link; a recompile inside a region links the compile before it."""
+    from otlp_receiver import clear_otel_env
+
+    clear_otel_env(monkeypatch)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    with recompprof.attach(exporters=["otel"]) as session:
+        for _ in range(2):
+            region = torch.compile(Model(), backend="eager", dynamic=False, isolate_recompiles=True)
+            region(torch.ones(4))
+            region(torch.ones(6))
+    compiles = {e.compile_id: e for e in session.recent_events() if isinstance(e, Compile)}
+    spans = receiver.wait_for(lambda s: len([x for x in s if x["name"] == "torch_compile.frame"]) == 4)
+    roots = {s["attributes"]["recompprof.compile_id"]: s for s in spans if s["name"] == "torch_compile.frame"}
+    linked = {i: [link["attributes"]["recompprof.compile_id"] for link in roots[i]["links"]] for i in sorted(roots)}
+    assert linked == {"0/0": [], "0/1": ["0/0"], "0/2": [], "0/3": ["0/2"]}
+    assert all(compiles[i].trace_id == roots[i]["trace_id"] for i in roots)

@@ -82,8 +82,8 @@ def test_every_compile_across_resets_has_its_start_in_its_generation() -> None:
 
 def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None:
     """torch's own Dynamo ``TestCase`` resets before and after every test; with recompprof attached every
-    compile of such a test file has its ``compile_start`` (same generation and compile id), and its graph
-    break names the frame that broke."""
+    compile of such a test file has its ``compile_start`` (same generation and compile id; a refusal at the
+    recompile limit is no compile and has none), and its graph break names the frame that broke."""
     run = tmp_path / "run"
     env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run),
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
@@ -93,9 +93,12 @@ def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None
     (log,) = run.glob("*.jsonl")
     events = list(read_file(log))
     starts = sorted((e.generation or 0, e.compile_id) for e in events if isinstance(e, CompileStart))
-    compiles = sorted((e.generation or 0, e.compile_id) for e in events if isinstance(e, Compile))
-    assert len(compiles) == 11 and starts == compiles
-    assert len(set(compiles)) == 11  # 0/0 of one test is not 0/0 of another
+    compiles = sorted((e.generation or 0, e.compile_id) for e in events
+                      if isinstance(e, Compile) and e.outcome != "limit_hit")
+    assert len(compiles) == 12 and starts == compiles
+    assert len(set(compiles)) == 12  # 0/0 of one test is not 0/0 of another
+    # torch refuses a compile at the recompile limit before its compile callbacks run: no start, not a compile
+    assert [e.compile_id for e in events if isinstance(e, Compile) and e.outcome == "limit_hit"] == ["0/1"]
     breaks = [e for e in events if isinstance(e, GraphBreak)]
     assert [b.frame and b.frame.name for b in breaks] == ["broken"]
 

@@ -1,7 +1,7 @@
 """Dynamo's own ``TestCase`` (which runs ``torch._dynamo.reset()`` in ``setUp`` and ``tearDown``) with recompprof
 attached: ``python dynamo_testcases.py`` runs the cases below with unittest and prints ``OK`` when all pass.
 
-Each case compiles with ``backend="eager"``, some recompile, one breaks its graph; compile ids restart at
+Each case compiles with ``backend="eager"``, some recompile, one hits the recompile limit, one breaks its graph; compile ids restart at
 ``0/0`` in every case. torch's test helpers import ``expecttest``; where it is not installed a stand-in
 base class is put in its place (the cases use none of its assertions).
 """
@@ -58,6 +58,14 @@ class Recompiles(torch._dynamo.test_case.TestCase):
         f = torch.compile(double, backend="eager", dynamic=False)
         for size in (2, 3, 4):
             f(torch.ones(size))
+
+
+class RecompileLimit(torch._dynamo.test_case.TestCase):
+    def test_limit_hit(self) -> None:
+        f = torch.compile(shifted, backend="eager", dynamic=False)
+        with torch._dynamo.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):
+            for n in range(3):
+                f(torch.ones(3), n)
 
 
 class GraphBreaks(torch._dynamo.test_case.TestCase):

@@ -186,8 +186,8 @@ class Compile(_Event):
 
 
 class CompileStart(_Event):
-    """A compile began: what is known then. Its finished ``compile`` has the same ``(rank, compile_id)``;
-    a start without one is a compile that was still running when the log ended."""
+    """A compile began: what is known then. Its finished ``compile`` has the same ``(rank, generation,
+    compile_id)``; a start without one is a compile that was still running when the log ended."""
 
     kind: Literal["compile_start"] = "compile_start"
     frame: Frame

@@ -31,8 +31,9 @@ class OpenCompile:
     """Which compile one session's log leaves running, read event by event in log order.
 
     A session's compiles run one at a time, so only its latest ``compile_start`` can be open: it closes
-    with the ``compile`` of the same compile id and generation (compile ids restart after a reset). A ``session_end`` is authoritative: its ``compiling`` is
-    the compile that was running when the session ended (or none). A log without a ``session_end``
+    with the ``compile`` of the same compile id and generation (ids restart after a reset). A
+    ``session_end`` is authoritative: its ``compiling`` is the compile that was running when the session
+    ended (or none). A log without a ``session_end``
     (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
     is then known only up to the last moment the log shows it alive: ``ended_at``, or the compile's
     latest ``compile_running`` (written every ``HEARTBEAT_SECONDS`` while a compile runs long).

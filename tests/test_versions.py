@@ -177,6 +177,27 @@ def _reasons_at_compile_start() -> bool:
     return len(seen) == 2 and seen[1] > 0
 
 
+def _reset_clears_callbacks() -> bool:
+    """Whether ``torch._dynamo.reset()`` empties ``callback_handler`` through its ``clear()``."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:
+        return False
+    cleared: list[bool] = []
+    original = callback_handler.clear
+
+    def clear() -> None:
+        cleared.append(True)
+        original()
+
+    callback_handler.clear = clear  # type: ignore[method-assign]
+    try:
+        torch._dynamo.reset()
+    finally:
+        del callback_handler.clear
+    return cleared == [True]
+
+
 # What torch has, observed directly (never from the version number).
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
@@ -199,6 +220,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),
     "backend_in_reasons": lambda: all("BACKEND_MATCH" in t for t in _reason_strings("backend_mismatch")),
     "reasons_before_compile_start": _reasons_at_compile_start,
+    "reset_clears_callbacks": _reset_clears_callbacks,
 }
 
 
@@ -298,6 +320,25 @@ def test_profile_mode_sees_every_change_on_this_torch(tmp_path: Path) -> None:
     explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
     assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
     assert getattr(config, INFO.limit_config_name) == before
+
+
+def test_below_the_reset_gate_a_reset_degrades_to_late_callbacks(tmp_path: Path) -> None:
+    """Below the ``reset_clears_callbacks`` gate a reset is not watched: it raises nothing, events carry no
+    generation, and the callbacks come back at the next compile record as before."""
+    from torch._dynamo.callback import callback_handler
+
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    with _gate_moved("reset_clears_callbacks", FUTURE):
+        session = recompprof.attach(run_dir=str(tmp_path))
+        assert "clear" not in vars(callback_handler)
+        torch._dynamo.reset()
+        torch.compile(double, backend="eager")(torch.ones(2))
+        assert len(callback_handler.start_callbacks) == 1
+        session.detach()
+    events = [e for e in session.recent_events() if isinstance(e, Compile)]
+    assert [(e.compile_id, e.generation) for e in events] == [("0/0", None)]
 
 
 def test_limit_config_names_follow_the_table() -> None:

@@ -170,10 +170,10 @@ class SpanBuilder:
         context, compile_id = previous
         return [Link(context, {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": compile_id})]
 
-    def _seen_limit_hit(self, key: FrameKey, compile_id: str | None) -> bool:
-        if compile_id is None:
+    def _seen_limit_hit(self, key: FrameKey, event: Compile | RecompileLimitHit) -> bool:
+        if event.compile_id is None:
             return False
-        marker = (key, compile_id)
+        marker = (key, f"{event.generation or 0}:{event.compile_id}")  # ids restart after torch._dynamo.reset()
         if marker in self._limit_hits:
             return True
         self._limit_hits[marker] = None
@@ -215,7 +215,7 @@ class SpanBuilder:
         key = self._key(event.frame, event.backward)
         limit_hit = is_limit_hit(event)
         opened = self._open.take(event.trace_id)
-        if limit_hit and self._seen_limit_hit(key, event.compile_id) and opened is None:
+        if limit_hit and self._seen_limit_hit(key, event) and opened is None:
             return None
         start_ns, end_ns = _bounds(event)
         attrs = self._compile_attributes(event)
@@ -331,7 +331,7 @@ class SpanBuilder:
     def limit_hit_span(self, event: RecompileLimitHit) -> Span | None:
         """A zero-length error span for a limit hit that no compile event reported."""
         key = self._key(event.frame, False)
-        if self._seen_limit_hit(key, event.compile_id):
+        if self._seen_limit_hit(key, event):
             return None
         at = round(event.time * 1e9)
         reasons = [event.last_reason] if event.last_reason is not None else []

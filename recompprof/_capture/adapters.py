@@ -61,6 +61,8 @@ class CompileSink(Protocol):
 
     def on_compile_end(self) -> None: ...
 
+    def on_reset(self) -> None: ...
+
     def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
 
     def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
@@ -123,7 +125,8 @@ class Adapters:
         self.breaks = GraphBreakTap(sink.on_graph_break)
         self.metrics = CompileMetricsTap(sink.on_torch_record, on_late=self._on_metrics_late,
                                          on_lost=lambda why: self.lost("compile_metrics", why),
-                                         on_start=sink.on_compile_start, on_end=sink.on_compile_end)
+                                         on_start=sink.on_compile_start, on_end=sink.on_compile_end,
+                                         on_reset=sink.on_reset)
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode

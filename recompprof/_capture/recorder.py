@@ -30,9 +30,10 @@ from recompprof._model.compiles import (
     compile_events,
     graph_break_event,
     in_order,
+    is_recompile,
     reason_texts,
 )
-from recompprof._model.events import Compile, CompileStart, Event, Frame, GraphBreak
+from recompprof._model.events import Compile, CompileStart, Event, Frame, GraphBreak, RecompileLimitHit
 from recompprof._model.reasons import clean_text, graph_break_text
 from recompprof._torch import frames as torch_frames
 from recompprof._torch.guard_failures import guard_set
@@ -99,7 +100,13 @@ class CompileRecorder:
         # a start whose record never comes is forgotten after MAX_STARTED_TRACES later starts).
         self._start_traces: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
-        self._emit, self._lock, self._closed = emit, lock, closed
+        self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
+        self._send, self._lock, self._closed = emit, lock, closed
+
+    def _emit(self, event: Event) -> None:
+        if self.generation is not None and isinstance(event, (Compile, GraphBreak, RecompileLimitHit)):
+            event = event.model_copy(update={"generation": self.generation})
+        self._send(event)
 
     # -- adapter callbacks ---------------------------------------------------------------------
     def on_compile_start(self, compile_id: str | None) -> None:
@@ -123,9 +130,9 @@ class CompileRecorder:
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
             trace_id = self._start_trace(compile_id) if self.trace_ids else None
-            parsed = CompileId.parse(compile_id)
             event = CompileStart(time=time.time(), rank=self.rank, step=self.signals.step, frame=frame,
-                                 compile_id=compile_id, is_recompile=bool(texts) or (parsed is not None and parsed.is_later),
+                                 compile_id=compile_id, generation=self.generation,
+                                 is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
                                  reason=self.explainer.trigger(frame, texts, _resolver(ctx)), trace_id=trace_id)
             self.running = event
             self._emit(event)
@@ -143,6 +150,20 @@ class CompileRecorder:
         self.running = None
         if self.ended is not None:
             self.ended()
+
+    def on_reset(self) -> None:
+        """``torch._dynamo.reset()`` ran (no compile can be running then): compile ids restart at ``0/0``, so what
+        was correlated by compile id is let go (graph breaks still held are emitted first) and the next
+        events carry the next generation."""
+        with self._lock:
+            if not self._closed():
+                self.flush()
+            self.correlation = Correlation()
+            self._start_traces.clear()
+            self._named = None
+            self.pending_reasons.clear()
+            self.running = None
+            self.generation = (self.generation or 0) + 1
 
     def on_torch_record(self, metrics: Any) -> None:
         """One ``CompilationMetrics`` record from torch."""
@@ -295,6 +316,15 @@ def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -
     return Frame(name=clean_text(named.name, 1000), file=clean_text(named.file, 1000), line=named.line,
                  code_file=clean_text(code_key[1], 1000), code_line=code_key[2],
                  owner=clean_text(named.owner, 1000) if named.owner is not None else None)
+
+
+def _starts_recompile(ctx: torch_frames.Compiling, compile_id: str, guard_failures: bool) -> bool:
+    """``is_recompile`` of a compile that is starting, by its compile record's rule; where torch's compile
+    frame holds no cache-entry count, a later compile of its frame id."""
+    if ctx.cache_entries is not None:
+        return is_recompile(ctx.cache_entries, guard_failures)
+    parsed = CompileId.parse(compile_id)
+    return guard_failures or (parsed is not None and parsed.is_later)
 
 
 def _frame_id(compile_id: str) -> str:

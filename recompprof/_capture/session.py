@@ -306,7 +306,8 @@ class Session:
         with self._lock:
             if not self._closed and not forks.forked_from(self.identity.pid):
                 self._write(CompileRunning(time=time.time(), rank=self.identity.rank, step=self._adapters.steps.step,
-                                           compile_id=compiling.compile_id, seconds=compiling.seconds))
+                                           compile_id=compiling.compile_id, generation=compiling.generation,
+                                           seconds=compiling.seconds))
 
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:

@@ -71,6 +71,13 @@ class CompileContext:
     trace_id: str | None = None
 
 
+def is_recompile(cache_entries: int | None, guard_failures: bool) -> bool:
+    """Whether a forward compile is a recompile: its frame already had cache entries that torch counts it
+    against (in its ``isolate_recompiles`` region), or torch reported guard failures for it. The one rule of
+    a ``compile`` and of its ``compile_start``."""
+    return bool(cache_entries) or guard_failures
+
+
 def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
     reasons, omitted = ctx.explained
@@ -81,7 +88,7 @@ def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, Reco
         **{name: getattr(m, name) for name in SHARED_FIELDS},
         time=ctx.time, rank=ctx.rank, step=ctx.step, frame=ctx.frame,
         compile_id=m.compile_id if m.compile_id is not None else "?",
-        is_recompile=m.is_forward and (bool(m.cache_size) or bool(reasons)),
+        is_recompile=m.is_forward and is_recompile(m.cache_size, bool(reasons)),
         cache_entries=m.cache_size,
         outcome="limit_hit" if hit else ("failed" if m.fail_type else "ok"),
         fail_type=fail_type_name(m.fail_type) if m.fail_type else None,

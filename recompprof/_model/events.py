@@ -141,6 +141,7 @@ class Compile(_Event):
     kind: Literal["compile"] = "compile"
     frame: Frame
     compile_id: str
+    generation: int | None = None  # resets seen before it, as in its compile_start
     is_recompile: bool
     cache_entries: int | None = None
     outcome: Outcome = "ok"
@@ -185,12 +186,15 @@ class Compile(_Event):
 
 
 class CompileStart(_Event):
-    """A compile began: what is known then. Its finished ``compile`` has the same ``(rank, compile_id)``;
-    a start without one is a compile that was still running when the log ended."""
+    """A compile began: what is known then. Its finished ``compile`` has the same ``(rank, generation,
+    compile_id)``; a start without one is a compile that was still running when the log ended."""
 
     kind: Literal["compile_start"] = "compile_start"
     frame: Frame
     compile_id: str
+    # How many torch._dynamo.reset() calls the session had seen (absent: none). Compile ids restart at "0/0"
+    # after a reset, so a compile is named by (generation, compile_id).
+    generation: int | None = None
     is_recompile: bool
     reason: Reason | None = None  # the guard failure that triggered a recompile (None for a first compile)
     # W3C trace id its compile will carry as ``Compile.trace_id`` (set only while an exporter sends traces):
@@ -203,6 +207,7 @@ class Running(_Model):
 
     frame: Frame
     compile_id: str
+    generation: int | None = None  # as in its compile_start
     started: float
     seconds: float
     reason: Reason | None = None
@@ -215,6 +220,7 @@ class CompileRunning(_Event):
 
     kind: Literal["compile_running"] = "compile_running"
     compile_id: str
+    generation: int | None = None  # as in its compile_start
     seconds: float  # how long it had run when this was written
 
 
@@ -225,6 +231,7 @@ class GraphBreak(_Event):
     kind: Literal["graph_break"] = "graph_break"
     frame: Frame | None = None
     compile_id: str | None = None
+    generation: int | None = None  # as in its compile's
     reason: str = Field(max_length=MAX_TEXT)  # torch's graph-break type, e.g. "Failed to trace builtin operator"
     user_location: str | None = None  # file:line of the user code that broke the graph
     explanation: str | None = Field(default=None, max_length=MAX_TEXT)
@@ -237,6 +244,7 @@ class RecompileLimitHit(_Event):
     kind: Literal["recompile_limit_hit"] = "recompile_limit_hit"
     frame: Frame
     compile_id: str | None = None
+    generation: int | None = None  # as in its compile's
     limit: LimitName
     value: int | None
     last_reason: Reason | None = None

@@ -21,7 +21,8 @@ def running(start: CompileStart | None, now: float) -> Running | None:
     """The running compile that began with ``start`` (the model, or a fast-read view of it), as of ``now``."""
     if start is None:
         return None
-    return Running.model_validate({"frame": start.frame, "compile_id": start.compile_id, "started": start.time,
+    return Running.model_validate({"frame": start.frame, "compile_id": start.compile_id,
+                                   "generation": start.generation, "started": start.time,
                                    "seconds": max(0.0, now - start.time), "reason": start.reason,
                                    "is_recompile": start.is_recompile}, from_attributes=True)
 
@@ -30,8 +31,9 @@ class OpenCompile:
     """Which compile one session's log leaves running, read event by event in log order.
 
     A session's compiles run one at a time, so only its latest ``compile_start`` can be open: it closes
-    with the ``compile`` of the same compile id. A ``session_end`` is authoritative: its ``compiling`` is
-    the compile that was running when the session ended (or none). A log without a ``session_end``
+    with the ``compile`` of the same compile id and generation (ids restart after a reset). A
+    ``session_end`` is authoritative: its ``compiling`` is the compile that was running when the session
+    ended (or none). A log without a ``session_end``
     (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
     is then known only up to the last moment the log shows it alive: ``ended_at``, or the compile's
     latest ``compile_running`` (written every ``HEARTBEAT_SECONDS`` while a compile runs long).
@@ -58,11 +60,11 @@ class OpenCompile:
         self.start, self.alive = event, event.time
 
     def still_running(self, event: CompileRunning) -> None:
-        if self.start is not None and event.compile_id == self.start.compile_id:
+        if self.start is not None and _same(event, self.start):
             self.alive = max(self.alive, event.time)
 
     def finished(self, event: Compile) -> None:
-        if self.start is not None and event.compile_id == self.start.compile_id:
+        if self.start is not None and _same(event, self.start):
             self.start = None
 
     def session_ended(self, event: SessionEnd) -> None:
@@ -77,6 +79,11 @@ class OpenCompile:
         if self.ended is not None:
             return self.ended.compiling
         return running(self.start, max(now, self.alive))
+
+
+def _same(event: Compile | CompileRunning, start: CompileStart) -> bool:
+    """Whether ``event`` is of the compile ``start`` began."""
+    return (event.compile_id, event.generation) == (start.compile_id, start.generation)
 
 
 def describe(rank: int, compiling: Running) -> str:

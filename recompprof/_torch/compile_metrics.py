@@ -45,9 +45,11 @@ class CompileMetricsTap:
         on_lost: Callable[[str], None] | None = None,
         on_start: Callable[[str | None], None] | None = None,
         on_end: Callable[[], None] | None = None,
+        on_reset: Callable[[], None] | None = None,
     ) -> None:
         self._on_metrics = on_metrics
         self._on_start, self._on_end = on_start, on_end  # a compile began (its compile id) / ended, failed or not
+        self._on_reset = on_reset  # torch._dynamo.reset() ran
         self._on_late = on_late
         self._on_lost = on_lost
         self._undo: list[Callable[[], None]] = []
@@ -145,6 +147,35 @@ class CompileMetricsTap:
                 callback_handler.remove_end_callback(on_compile_end)
 
         self._undo.append(remove)
+        self._watch_resets(callback_handler)
+
+    def _watch_resets(self, handler: Any) -> None:
+        """``torch._dynamo.reset()`` clears every compile callback (``callback_handler.clear()``), ours included,
+        and restarts compile ids: put ours back as it clears them, before any compile can start, and report
+        the reset. torch has no reset hook; this wraps the one handler's ``clear`` (an instance attribute,
+        removed at uninstall)."""
+        original = getattr(handler, "clear", None)
+        if not torch_info().has("reset_clears_callbacks") or not callable(original) or "clear" in vars(handler):
+            return
+        tap = self
+
+        def clear(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            finally:
+                with _internal.contain("torch.reset"):
+                    tap._ensure_start_callback()
+                    if tap._on_reset is not None:
+                        tap._on_reset()
+
+        clear.__wrapped__ = original  # type: ignore[attr-defined]
+        handler.clear = clear
+
+        def unwatch() -> None:
+            if vars(handler).get("clear") is clear:
+                del handler.clear
+
+        self._undo.append(unwatch)
 
     def _skip_buffered(self, utils: Any) -> None:
         for record in list(getattr(utils, "_compilation_metrics", ())):

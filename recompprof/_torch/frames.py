@@ -48,6 +48,9 @@ class Compiling:
     compile_id: str | None
     caller: types.FrameType | None  # the frame that called into the compiled code (and torch's wrappers)
     guarded_code: Any = None  # what the compile produced, once it has (None while tracing or on failure)
+    # The frame's cache entries torch counts this compile against (its CompilationMetrics.cache_size: those of
+    # its isolate_recompiles region, with the same ID_MATCH'd objects); None where torch holds no such count.
+    cache_entries: int | None = None
 
 
 def is_torch_wrapper(filename: str) -> bool:
@@ -75,9 +78,15 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
                 compile_id=str(compile_id) if compile_id is not None else None,
                 caller=frame.f_back,
                 guarded_code=f.get("guarded_code"),
+                cache_entries=_cache_entries(f.get("cache_size")),
             )
         frame = frame.f_back
     return None
+
+
+def _cache_entries(cache_size: Any) -> int | None:
+    count = getattr(cache_size, "num_cache_entries_with_same_id_matched_objs", None)
+    return count if isinstance(count, int) else None
 
 
 @dataclass(frozen=True)

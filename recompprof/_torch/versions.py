@@ -49,6 +49,10 @@ GATES: dict[str, Gate] = {
     "reasons_before_compile_start": Gate(
         (2, 6), "guard failures computed (torch._dynamo.utils.guard_failures) before the compile-start callbacks run",
         "compile_start events carry no reason (is_recompile is still set from the compile id)"),
+    "reset_clears_callbacks": Gate(
+        (2, 5), "torch._dynamo.callback.callback_handler, whose clear() torch._dynamo.reset() calls (recompprof puts its "
+        "compile callbacks back there and counts the reset)",
+        "a reset is not seen: the first compile after it has no compile_start, and events carry no reset generation"),
     "graph_breaks": Gate((2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"),
     "graph_break_trace": Gate(
         (2, 6), "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",

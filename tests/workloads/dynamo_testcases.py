@@ -2,22 +2,12 @@
 attached: ``python dynamo_testcases.py`` runs the cases below with unittest and prints ``OK`` when all pass.
 
 Each case compiles with ``backend="eager"``, some recompile, one hits the recompile limit, one breaks its graph; compile ids restart at
-``0/0`` in every case. torch's test helpers import ``expecttest``; where it is not installed a stand-in
-base class is put in its place (the cases use none of its assertions).
+``0/0`` in every case. torch's test helpers import ``expecttest`` (a test dependency of this repo).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 import unittest
-
-try:
-    import expecttest  # noqa: F401
-except ImportError:
-    stand_in = types.ModuleType("expecttest")
-    stand_in.TestCase = unittest.TestCase  # type: ignore[attr-defined]
-    sys.modules["expecttest"] = stand_in
 
 import torch
 import torch._dynamo.test_case

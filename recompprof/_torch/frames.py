@@ -249,13 +249,30 @@ def _attr(value: Any, name: str) -> Any:
 def _global_function(code: types.CodeType, f_globals: dict[str, Any],
                      closure: tuple[Any, ...] | None) -> tuple[str, Any] | None:
     """``(name, function)``: the module-level function whose code this is, or whose decorators' wrappers hold
-    it (the one whose wrapper holds this call's closure, when one decorator wraps several)."""
+    it (the one whose wrapper holds this call's closure, when one decorator wraps several). Looked up in the
+    decorator's module and in the modules of the functions its closure holds (a decorator imported from
+    another module: the decorated function is a global of its own module, not of the decorator's)."""
     if "<locals>" not in getattr(code, "co_qualname", "<locals>"):
         return None  # not a closure: the code's own qualified name is the user's
-    found = tuple((key, value, holder) for key, value in list(f_globals.items())
-                  if (holder := _holding(value, code)) is not None)
-    chosen = _this_call(found, code, closure)
-    return chosen if chosen is not None and chosen[1] is not None else None
+    namespaces = [f_globals]
+    for cell in closure or ():
+        held = _attr(_cell_contents(cell), "__globals__")
+        if isinstance(held, dict) and all(held is not n for n in namespaces):
+            namespaces.append(held)
+    for namespace in namespaces:
+        found = tuple((key, value, holder) for key, value in list(namespace.items())
+                      if (holder := _holding(value, code)) is not None)
+        chosen = _this_call(found, code, closure)
+        if chosen is not None and chosen[1] is not None:
+            return chosen
+    return None
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except (ValueError, AttributeError):  # an empty cell, or not a cell
+        return None
 
 
 def _unwrap(function: Any) -> Any:

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .shape_decorators import imported_bare_decorator, imported_decorator
+
 USER: set[types.CodeType] = set()  # the code of every function the user wrote
 BARE: set[types.CodeType] = set()  # wrappers that do not say what they wrap (no functools.wraps)
 
@@ -49,7 +51,7 @@ def bare_decorator(func: Any) -> Any:
     return wrapper
 
 
-BARE.add(bare_decorator(print).__code__)
+BARE.update(decorate(print).__code__ for decorate in (bare_decorator, imported_bare_decorator))
 
 
 @user
@@ -237,6 +239,34 @@ def bare_decorated(x: torch.Tensor) -> torch.Tensor:
     return x.exp()
 
 
+@imported_decorator
+@user
+def first_imported(x: torch.Tensor) -> torch.Tensor:
+    return x + 2
+
+
+@imported_decorator
+@user
+def second_imported(x: torch.Tensor) -> torch.Tensor:
+    _break()
+    return x.tanh() * 2
+
+
+@imported_bare_decorator
+@user
+def bare_imported(x: torch.Tensor) -> torch.Tensor:
+    _break()
+    return x.exp() * 2
+
+
+class Masked(Linear):
+    """A module calling decorated functions from the same module (as a model calls ``create_causal_mask``)."""
+
+    @user
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return second_imported(self.proj(x)) + bare_imported(x)
+
+
 @user
 def scaled_sum(scale: float, x: torch.Tensor) -> torch.Tensor:
     return x.sum() * scale
@@ -269,6 +299,9 @@ SHAPES: dict[str, Builder] = {
     "plain function": lambda: (plain, (_x(),)),
     "wraps decorator, two functions, second compiled": lambda: (second_decorated, (_x(),)),
     "bare decorator on a function": lambda: (bare_decorated, (_x(),)),
+    "imported decorator, two functions, second compiled": lambda: (second_imported, (_x(),)),
+    "imported bare decorator on a function": lambda: (bare_imported, (_x(),)),
+    "imported decorators on functions a module calls": lambda: (Masked(), (_x(),)),
     "one decorator on two methods, second compiled": lambda: (Clip(), (_x(),)),
     "one decorator on two methods, both run": lambda: (ClipCalling(), (_x(),)),
     "named-argument decorator on two methods": lambda: (ClipNamed(), (_x(),)),

@@ -22,7 +22,7 @@ from workloads.frame_shapes import BARE, SHAPES, USER
 import recompprof
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, Frame
-from recompprof._torch.frames import is_torch_wrapper
+from recompprof._torch.frames import Compiling, is_torch_wrapper, resolve
 
 _TORCH_WRAPPER = ("<torch's wrapper>", 0)
 _HELPER = frame_shapes.SyncedModule.no_sync.__code__  # contextlib's helper, one code object for every such method
@@ -124,3 +124,24 @@ def test_a_contextmanager_method_is_named_after_the_one_entered(tmp_path: Path) 
     frames = _frames(frame_shapes.SyncedModule(), (torch.randn(2, 4),), tmp_path / "run")
     helper = {f.name for f in frames if (f.code_file, f.code_line) == (_HELPER.co_filename, _HELPER.co_firstlineno)}
     assert helper == {"SyncedModule.inside_forward"}, [f.label for f in frames]
+
+
+@pytest.mark.parametrize(("method", "closure_of", "expected"), [
+    ("forward", "forward", "Clip.forward"),
+    ("forward", "get_text_features", "Clip.get_text_features"),
+    ("forward", None, "Clip.wrapper"),
+])
+def test_a_shared_wrapper_is_named_by_its_closure_or_honestly(method: str, closure_of: str | None, expected: str) -> None:
+    """The shared wrapper's code is named after the method whose wrapper holds the compile's closure cells; with
+    no closure to tell, it is the wrapper's own name at the wrapper's own line, never one of the methods."""
+    model = frame_shapes.Clip()
+    code = getattr(frame_shapes.Clip, method).__code__
+    closure = getattr(frame_shapes.Clip, closure_of).__closure__ if closure_of else None
+    ctx = Compiling(code=code, f_locals={"args": (model, torch.ones(1)), "kwargs": {}}, f_globals={},
+                    closure=closure, compile_id=None, caller=None)
+    named = resolve(code.co_name, code.co_filename, code.co_firstlineno, ctx)
+    assert (named.name, named.owner) == (expected, "Clip")
+    function = getattr(frame_shapes.Clip, closure_of).__wrapped__ if closure_of else None
+    where = (function.__code__.co_filename, function.__code__.co_firstlineno) if function else (
+        code.co_filename, code.co_firstlineno)
+    assert (named.file, named.line) == where

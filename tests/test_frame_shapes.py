@@ -9,6 +9,7 @@ instance's class for a method, at that function's file and line; the expectation
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from pathlib import Path
@@ -16,15 +17,18 @@ from typing import Any
 
 import pytest
 import torch
+from agreement import Recorded, record
 from workloads import frame_shapes, shape_decorators
 from workloads.frame_shapes import BARE, SHAPES, USER
 
 import recompprof
-from recompprof._eventlog.reader import read_file
+from recompprof._analysis.ingest import read_trace
+from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Frame
 from recompprof._torch.frames import Compiling, is_torch_wrapper, resolve
 
 _TORCH_WRAPPER = ("<torch's wrapper>", 0)
+_WRAPPERS = {"wrapper", "checked", "outer", "wrapped_func", "helper", "inner"}  # the shapes' and torch's wrappers' names
 _HELPER = frame_shapes.SyncedModule.no_sync.__code__  # contextlib's helper, one code object for every such method
 
 
@@ -108,7 +112,7 @@ def test_each_compiled_frame_is_named_after_the_function_its_call_wraps(shape: s
         assert _is_subsequence(got, expected), (where, got, expected)
         checked += len(got)
     assert checked, [f.label for f in frames]
-    assert not [f.label for f in frames if f.name.split(".")[-1] in ("wrapper", "helper", "checked", "outer", "inner", "wrapped_func")]
+    assert not [f.label for f in frames if f.name.split(".")[-1] in _WRAPPERS]
 
 
 def test_the_clip_shape_names_the_compiled_method(tmp_path: Path) -> None:
@@ -145,3 +149,34 @@ def test_a_shared_wrapper_is_named_by_its_closure_or_honestly(method: str, closu
     where = (function.__code__.co_filename, function.__code__.co_firstlineno) if function else (
         code.co_filename, code.co_firstlineno)
     assert (named.file, named.line) == where
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    run = record(Path(frame_shapes.__file__), [], tmp_path_factory.mktemp("shapes"), timeout=600)
+    assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
+    return run
+
+
+def _classes(name: str | None) -> list[str]:
+    """The class named ``name`` (a shape's or contextlib's) and its bases, by name."""
+    found = getattr(frame_shapes, name or "", None) or getattr(contextlib, name or "", None)
+    return [k.__name__ for k in getattr(found, "__mro__", ())]
+
+
+def test_ingest_of_the_shapes_trace_never_names_another_function(recorded: Recorded) -> None:
+    """Ingest of the shapes' ``TORCH_TRACE`` gives every compile the live code object, and a class that is live's
+    or, where the trace cannot tell (docs/frames.md), none or a base class; the names agree, except that a wrapper
+    ingest cannot place keeps its own name: never another function's."""
+    live = {e.compile_id: e.frame for e in read_run(recorded.run_dir) if isinstance(e, Compile) and not e.backward}
+    traced = {e.compile_id: e.frame for events in read_trace(recorded.trace_dir).events for e in events
+              if isinstance(e, Compile) and not e.backward}
+    assert live.keys() == traced.keys() and len(live) >= 40
+    for cid, frame in live.items():
+        other = traced[cid]
+        assert (other.code_file, other.code_line) == (frame.code_file, frame.code_line), cid
+        assert other.owner == frame.owner or other.owner in [None, *_classes(frame.owner)], (cid, frame, other)
+        if "resume" in frame.name or other.owner != frame.owner:
+            continue
+        # The function live found, or (a wrapper ingest cannot place) the wrapper's own name.
+        assert other.name == frame.name or other.name.split(".")[-1] in _WRAPPERS, (cid, frame.label, other.label)

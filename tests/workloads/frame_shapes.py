@@ -4,19 +4,28 @@ Every function the user wrote is marked ``@user`` (the mark returns the function
 wrapper is written here too, so a test can tell from the code objects that ran which user function each compiled
 frame wraps. ``SHAPES`` maps a shape's name to a builder returning ``(callable, args)``; a graph break inside a
 user function makes Dynamo compile the functions on the way down (wrappers included) as frames of their own.
+
+Run as a script, it compiles every shape once under ``recompprof.attach()`` (settings from ``RECOMPPROF_*``), so
+one run is also recorded by ``TORCH_TRACE``::
+
+    RECOMPPROF_RUN_DIR=run TORCH_TRACE=trace python tests/workloads/frame_shapes.py
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .shape_decorators import imported_bare_decorator, imported_decorator
+try:
+    from .shape_decorators import imported_bare_decorator, imported_decorator
+except ImportError:  # run as a script
+    from shape_decorators import imported_bare_decorator, imported_decorator  # type: ignore[no-redef]
 
 USER: set[types.CodeType] = set()  # the code of every function the user wrote
 BARE: set[types.CodeType] = set()  # wrappers that do not say what they wrap (no functools.wraps)
@@ -319,3 +328,19 @@ SHAPES: dict[str, Builder] = {
     "overridden forward calling super": lambda: (Overrides(), (_x(),)),
     "forward hook": lambda: (_hooked(), (_x(),)),
 }
+
+
+def main() -> int:
+    import recompprof
+
+    torch.manual_seed(0)
+    with recompprof.attach():
+        for shape in sorted(SHAPES):
+            function, args = SHAPES[shape]()
+            torch.compile(function, backend="eager")(*args)
+    print("WORKLOAD DONE", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

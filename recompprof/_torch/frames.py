@@ -12,8 +12,10 @@ and holds the code, its frame's locals and globals, and its closure. From those 
   is an instance whose class has an attribute that is this code's function, or a decorated function
   whose ``__wrapped__`` chain holds it (stacked decorators included): ``<InstanceClass>.<attribute>``,
   so two classes sharing one decorated code object are two frames, and an ``AdamW`` running the
-  ``step`` it inherits from ``Adam`` is ``AdamW.step``;
-- a decorated function: the wrapped function's qualified name;
+  ``step`` it inherits from ``Adam`` is ``AdamW.step``. One decorator on several methods is one wrapper code
+  object for all of them: the method is the one whose wrapper holds this compile's closure cells (never the
+  first decorated attribute), or, when nothing tells, the wrapper's own name;
+- a decorated function: the wrapped function's qualified name (chosen by the closure the same way);
 - anything else: the code's qualified name.
 
 File and line are those of the function the user wrote (the innermost decorator target, not the

@@ -12,8 +12,10 @@ and holds the code, its frame's locals and globals, and its closure. From those 
   is an instance whose class has an attribute that is this code's function, or a decorated function
   whose ``__wrapped__`` chain holds it (stacked decorators included): ``<InstanceClass>.<attribute>``,
   so two classes sharing one decorated code object are two frames, and an ``AdamW`` running the
-  ``step`` it inherits from ``Adam`` is ``AdamW.step``;
-- a decorated function: the wrapped function's qualified name;
+  ``step`` it inherits from ``Adam`` is ``AdamW.step``. One decorator on several methods is one wrapper code
+  object for all of them: the method is the one whose wrapper holds this compile's closure cells (never the
+  first decorated attribute), or, when nothing tells, the wrapper's own name;
+- a decorated function: the wrapped function's qualified name (chosen by the closure the same way);
 - anything else: the code's qualified name.
 
 File and line are those of the function the user wrote (the innermost decorator target, not the
@@ -23,6 +25,7 @@ decorator); the code object's own file and line stay the frame's identity (``eve
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import os
 import sys
@@ -106,16 +109,20 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
     code = ctx.code
     if is_torch_wrapper(filename):
         return _torch_wrapper_target(ctx) or Named(name, filename, line)
-    owner = _method_owner(code, ctx.f_locals)
+    owner = _method_owner(code, ctx.f_locals, ctx.closure)
     if owner is not None:
         cls, attr, function = owner
+        if function is None:  # one of several methods, and which one this call wraps is unknown
+            return Named(f"{cls.__name__}.{code.co_name}", filename, line, cls.__name__)
         target = _unwrap(function)
         return Named(f"{cls.__name__}.{attr}", target.__code__.co_filename, target.__code__.co_firstlineno,
                      cls.__name__)
-    function = _global_function(code, ctx.f_globals)
-    if function is not None:
+    found = _global_function(code, ctx.f_globals, ctx.closure)
+    if found is not None:
+        key, function = found
         target = _unwrap(function)
-        return Named(_short(target.__qualname__), target.__code__.co_filename, target.__code__.co_firstlineno)
+        shown = _short(target.__qualname__) if target is not function else key  # a bare wrapper: its global's name
+        return Named(shown, target.__code__.co_filename, target.__code__.co_firstlineno)
     return Named(_short(getattr(code, "co_qualname", name)), filename, line)
 
 
@@ -132,6 +139,10 @@ def _torch_wrapper_target(ctx: Compiling) -> Named | None:
         target = ctx.closure[names.index("fn")].cell_contents
     except ValueError:  # empty cell
         return None
+    for _ in range(16):
+        if not isinstance(target, functools.partial):
+            break
+        target = target.func
     if hasattr(target, "forward") and not hasattr(target, "__code__"):  # an nn.Module
         forward = _unwrap(getattr(type(target), "forward", None))
         code = getattr(forward, "__code__", None)
@@ -145,7 +156,8 @@ def _torch_wrapper_target(ctx: Compiling) -> Named | None:
     return None
 
 
-_owners: collections.OrderedDict[tuple[type, types.CodeType], tuple[str, Any] | None] = collections.OrderedDict()
+_Found = tuple[tuple[str, Any, Any], ...]  # (attribute, the attribute's function, the function with the code)
+_owners: collections.OrderedDict[tuple[type, types.CodeType], _Found] = collections.OrderedDict()
 
 
 def _first_argument(code: types.CodeType, f_locals: dict[str, Any]) -> Any:
@@ -160,10 +172,11 @@ def _first_argument(code: types.CodeType, f_locals: dict[str, Any]) -> Any:
     return None
 
 
-def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type, str, Any] | None:
+def _method_owner(code: types.CodeType, f_locals: dict[str, Any],
+                  closure: tuple[Any, ...] | None) -> tuple[type, str, Any] | None:
     """``(class, attribute, function)`` when the code runs as a method of its first argument's class: an
     attribute of that class is the code's function, or a decorator's wrapper whose ``__wrapped__`` chain
-    reaches it."""
+    reaches it. ``function`` is None when several attributes hold this code and the closure cannot tell which."""
     instance = _first_argument(code, f_locals)
     if instance is None or isinstance(instance, (type, types.ModuleType, types.FunctionType)):
         return None
@@ -173,35 +186,67 @@ def _method_owner(code: types.CodeType, f_locals: dict[str, Any]) -> tuple[type,
         _owners[key] = _find_in_class(cls, code)
         while len(_owners) > _MAX_CACHED:
             _owners.popitem(last=False)
-    found = _owners[key]
-    return (cls, found[0], found[1]) if found else None
+    found = _this_call(_owners[key], code, closure)
+    if found is None:
+        return None
+    return (cls, found[0], found[1]) if found[1] is not None else (cls, code.co_name, None)
 
 
-def _find_in_class(cls: type, code: types.CodeType) -> tuple[str, Any] | None:
+def _this_call(found: _Found, code: types.CodeType, closure: tuple[Any, ...] | None) -> tuple[str, Any] | None:
+    """Of the attributes whose functions hold ``code``, the one whose function is this call's: one shared
+    decorator's wrapper is one code object for every method it decorates, and only the wrapper's closure
+    (the cells holding the function it wraps) says which method this call runs. ``(attribute, None)`` when
+    it stays undecided."""
+    if code.co_freevars and closure is not None and len(closure) == len(code.co_freevars):
+        found = tuple(f for f in found if _same_cells(_attr(f[2], "__closure__"), closure))
+    functions = {id(f[2]) for f in found}
+    if not found:
+        return None
+    if len(functions) > 1:
+        return found[0][0], None
+    named = [f for f in found if f[0] == _attr(_unwrap(f[1]), "__name__")]  # an alias: the name it was defined by
+    return (named or found)[0][:2]
+
+
+def _same_cells(cells: Any, closure: tuple[Any, ...]) -> bool:
+    return isinstance(cells, tuple) and len(cells) == len(closure) and all(a is b for a, b in zip(cells, closure))
+
+
+def _find_in_class(cls: type, code: types.CodeType) -> _Found:
+    found: list[tuple[str, Any, Any]] = []
+    seen: set[str] = set()
     mro = getattr(cls, "__mro__", ())
     for klass in mro:
         for attr, value in list(vars(klass).items()):
+            if attr in seen:  # shadowed by a class earlier in the MRO
+                continue
+            seen.add(attr)
             # A function, classmethod / staticmethod, property accessor or cached_property.
             for function in (_attr(value, "__func__"), _attr(value, "fget"), _attr(value, "fset"), _attr(value, "func"), value):
-                if function is not None and _reaches(function, code):
-                    return attr, function
+                holder = _holding(function, code)
+                if holder is not None:
+                    found.append((attr, function, holder))
+                    break
+    if found:
+        return tuple(found)
     # Defined in the body of one of these classes but no attribute holds it (replaced, or wrapped without
     # __wrapped__): the code's own function.
     defining = getattr(code, "co_qualname", "").rpartition(".")[0]
     if defining and any(getattr(klass, "__qualname__", None) == defining for klass in mro):
-        return code.co_name, types.SimpleNamespace(__code__=code)
-    return None
+        function = types.SimpleNamespace(__code__=code)
+        return ((code.co_name, function, function),)
+    return ()
 
 
-def _reaches(function: Any, code: types.CodeType) -> bool:
-    """``function``, or a function its ``__wrapped__`` chain leads to, has ``code``."""
+def _holding(function: Any, code: types.CodeType) -> Any:
+    """``function``, or the function in its ``__wrapped__`` chain, whose code is ``code``."""
     for _ in range(16):
         if function is None:
-            return False
+            return None
         if _attr(function, "__code__") is code:
-            return True
+            return function
         function = _attr(function, "__wrapped__")
-    return False
+    return None
 
 
 def _attr(value: Any, name: str) -> Any:
@@ -212,14 +257,33 @@ def _attr(value: Any, name: str) -> Any:
         return None
 
 
-def _global_function(code: types.CodeType, f_globals: dict[str, Any]) -> Any:
-    """The module-level function whose code this is, or whose decorators' wrappers hold it."""
+def _global_function(code: types.CodeType, f_globals: dict[str, Any],
+                     closure: tuple[Any, ...] | None) -> tuple[str, Any] | None:
+    """``(name, function)``: the module-level function whose code this is, or whose decorators' wrappers hold
+    it (the one whose wrapper holds this call's closure, when one decorator wraps several). Looked up in the
+    decorator's module and in the modules of the functions its closure holds (a decorator imported from
+    another module: the decorated function is a global of its own module, not of the decorator's)."""
     if "<locals>" not in getattr(code, "co_qualname", "<locals>"):
         return None  # not a closure: the code's own qualified name is the user's
-    for value in list(f_globals.values()):
-        if _reaches(value, code):
-            return value
+    namespaces = [f_globals]
+    for cell in closure or ():
+        held = _attr(_cell_contents(cell), "__globals__")
+        if isinstance(held, dict) and all(held is not n for n in namespaces):
+            namespaces.append(held)
+    for namespace in namespaces:
+        found = tuple((key, value, holder) for key, value in list(namespace.items())
+                      if (holder := _holding(value, code)) is not None)
+        chosen = _this_call(found, code, closure)
+        if chosen is not None and chosen[1] is not None:
+            return chosen
     return None
+
+
+def _cell_contents(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except (ValueError, AttributeError):  # an empty cell, or not a cell
+        return None
 
 
 def _unwrap(function: Any) -> Any:

@@ -145,17 +145,7 @@ def test_output_on_a_forced_colour_terminal_holds_no_escape(hostile_runs: tuple[
     proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "report", str(two)], stdin=slave, stdout=slave,
                             stderr=slave, cwd=ROOT,
                             env=clean_env(FORCE_COLOR="1", TERM="xterm-256color", COLUMNS="160"))
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: every writer closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
+    chunks = _read_until_closed(master, slave)
     assert proc.wait(300) == 0
     text = b"".join(chunks).decode()
     assert "Frames" in text and "\\x1b[2J" in text, text
@@ -233,7 +223,16 @@ def test_the_status_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
     tty.setraw(slave)  # no newline translation: the bytes seen are the bytes written
     proc = subprocess.Popen([sys.executable, str(HOSTILE_JOB), "3"], stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
                             env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_STATUS_LINE="1"))
-    os.close(slave)
+    chunks = _read_until_closed(master, slave)
+    text = b"".join(chunks).decode(errors="strict")
+    assert proc.wait(300) == 0, text
+    assert any(part.startswith(f"rank 0 compiling `{escape(NAME)}` (recompile: ") for part in text.split(CLEAR)), repr(text)
+    assert not _raw(text.replace(CLEAR, "")), f"raw control characters on the terminal: {_raw(text)}\n{text!r}"
+
+
+def _read_until_closed(master: int, slave: int) -> list[bytes]:
+    """Everything written to the pseudo-terminal until every writer has closed it; closes both ends."""
+    os.close(slave)  # the child holds its own copy: EIO on the master then means the child is done
     chunks = []
     while True:
         try:
@@ -244,7 +243,4 @@ def test_the_status_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
             break
         chunks.append(data)
     os.close(master)
-    text = b"".join(chunks).decode(errors="strict")
-    assert proc.wait(300) == 0, text
-    assert any(part.startswith(f"rank 0 compiling `{escape(NAME)}` (recompile: ") for part in text.split(CLEAR)), repr(text)
-    assert not _raw(text.replace(CLEAR, "")), f"raw control characters on the terminal: {_raw(text)}\n{text!r}"
+    return chunks

@@ -9,7 +9,6 @@ colour sequence, a carriage return, a C1 CSI and a right-to-left override. It is
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import torch
@@ -21,15 +20,8 @@ SOURCE = "def step(x):\n    return x * 2 + 1\n"
 
 
 def main() -> None:
-    seconds = float(sys.argv[1])
-    calls = 0
-
-    def slow_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            time.sleep(seconds)
-        return gm.forward
+    # Imported here, run as a script (its folder on the path): the tests import this module only for EVIL.
+    from slow_compile import slow_after_first
 
     namespace: dict[str, Any] = {}
     exec(compile(SOURCE, f"/tmp/{EVIL}.py", "exec"), namespace)  # a file name no real source would have
@@ -38,7 +30,7 @@ def main() -> None:
     step.__name__ = step.__qualname__ = EVIL
 
     recompprof.attach()
-    compiled = torch.compile(step, backend=slow_backend, dynamic=False)
+    compiled = torch.compile(step, backend=slow_after_first(float(sys.argv[1])), dynamic=False)
     compiled(torch.ones(4))
     print("FIRST", flush=True)
     compiled(torch.ones(6))

@@ -19,8 +19,8 @@ class Model(torch.nn.Module):
         return x * 2 + 1
 
 
-def main() -> None:
-    seconds = float(sys.argv[1])
+def slow_after_first(seconds: float):  # type: ignore[no-untyped-def]
+    """A backend that compiles its first graph at once and sleeps ``seconds`` in every later one."""
     calls = 0
 
     def slow_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
@@ -30,8 +30,12 @@ def main() -> None:
             time.sleep(seconds)
         return gm.forward
 
+    return slow_backend
+
+
+def main() -> None:
     recompprof.attach()
-    model = torch.compile(Model(), backend=slow_backend, dynamic=False)
+    model = torch.compile(Model(), backend=slow_after_first(float(sys.argv[1])), dynamic=False)
     model(torch.ones(4))
     print("FIRST", flush=True)
     model(torch.ones(6))

@@ -18,7 +18,11 @@ SOURCE = os.path.join("recompprof", "_bootstrap", PTH)
 class build_py_with_pth(build_py):
     def run(self) -> None:
         super().run()
-        target = self.get_finalized_command("install").install_lib if self.editable_mode else self.build_lib
+        target = (
+            self.get_finalized_command("install").install_lib
+            if self.editable_mode
+            else self.build_lib
+        )
         self.mkpath(target)
         self.copy_file(SOURCE, os.path.join(target, PTH), preserve_mode=False)
 

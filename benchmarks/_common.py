@@ -38,8 +38,10 @@ s.serve_forever()
 """
 
 # What Prometheus 2.42 sends as Accept: OpenMetrics preferred, text 0.0.4 accepted.
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 def start_receiver() -> tuple[subprocess.Popen[str], int]:

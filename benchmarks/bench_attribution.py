@@ -64,8 +64,13 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        session = recompprof.attach(run_dir=Path(tmp), exporters=["prometheus"], prometheus_port=0,
-                                    recompile_limit=args.recompiles + 2, step_source="manual")
+        session = recompprof.attach(
+            run_dir=Path(tmp),
+            exporters=["prometheus"],
+            prometheus_port=0,
+            recompile_limit=args.recompiles + 2,
+            step_source="manual",
+        )
         inner = session._adapters.metrics._on_metrics
 
         def timed(metrics):  # type: ignore[no-untyped-def]
@@ -100,14 +105,22 @@ def main() -> None:
     per_event = sorted(replay() for _ in range(args.repeat))
     attribution = statistics.median(per_event)
     handler = statistics.median(handler_seconds)
-    print(f"job: {len(events)} compile events ({recompiles} recompiles, {backward} backward), "
-          f"mean compile duration {compile_seconds * 1e3:.1f} ms; {args.steps} steady-state steps")
-    print(f"per step: CauseTracker.cause_of calls during steady-state steps = {steady_calls} "
-          f"(during compiles: {compile_calls})")
-    print(f"compile path: aggregate update with attribution {attribution * 1e6:.2f} us per event (median of {args.repeat} replays, "
-          f"min {per_event[0] * 1e6:.2f} us); whole recompprof handler {handler * 1e6:.0f} us per record (median)")
-    print(f"compile-time ratio added by the attribution: {1 + attribution / compile_seconds:.6f} (target <= 1.03); "
-          f"whole handler: {1 + handler / compile_seconds:.4f}")
+    print(
+        f"job: {len(events)} compile events ({recompiles} recompiles, {backward} backward), "
+        f"mean compile duration {compile_seconds * 1e3:.1f} ms; {args.steps} steady-state steps"
+    )
+    print(
+        f"per step: CauseTracker.cause_of calls during steady-state steps = {steady_calls} "
+        f"(during compiles: {compile_calls})"
+    )
+    print(
+        f"compile path: aggregate update with attribution {attribution * 1e6:.2f} us per event (median of {args.repeat} replays, "
+        f"min {per_event[0] * 1e6:.2f} us); whole recompprof handler {handler * 1e6:.0f} us per record (median)"
+    )
+    print(
+        f"compile-time ratio added by the attribution: {1 + attribution / compile_seconds:.6f} (target <= 1.03); "
+        f"whole handler: {1 + handler / compile_seconds:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -52,10 +52,23 @@ class FrontDeleting(CauseTracker):
 def compiles(count: int, distinct: int | None) -> list[Compile]:
     """Forward recompiles of one frame; ids cycle through ``distinct`` values (None: all distinct)."""
     frame = Frame(name="forward", file="/job/model.py", line=10)
-    reason = Reason(text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size",
-                    subject="L['x']", explains_change=True)
-    return [Compile(time=1.0, frame=frame, compile_id=f"{i % distinct if distinct else i}/1", is_recompile=True,
-                    duration=0.1, reasons=[reason]) for i in range(count)]
+    reason = Reason(
+        text="tensor 'x' size mismatch at index 0. expected 2, actual 3",
+        category="size",
+        subject="L['x']",
+        explains_change=True,
+    )
+    return [
+        Compile(
+            time=1.0,
+            frame=frame,
+            compile_id=f"{i % distinct if distinct else i}/1",
+            is_recompile=True,
+            duration=0.1,
+            reasons=[reason],
+        )
+        for i in range(count)
+    ]
 
 
 def per_compile_ns(tracker: CauseTracker, events: list[Compile]) -> float:
@@ -71,7 +84,9 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(f"{args.compiles} forward compiles per round, {args.rounds} rounds, interleaved; ns per compile (thread CPU)")
+    print(
+        f"{args.compiles} forward compiles per round, {args.rounds} rounds, interleaved; ns per compile (thread CPU)"
+    )
     for load, distinct in (("full", None), ("repeating", 360)):
         events = compiles(args.compiles, distinct)
         times: dict[str, list[float]] = {"current": [], "baseline": []}
@@ -79,9 +94,14 @@ def main() -> None:
             order = (("current", CauseTracker), ("baseline", FrontDeleting))
             for name, tracker in order if r % 2 == 0 else order[::-1]:
                 times[name].append(per_compile_ns(tracker(), events))
-        current, baseline = statistics.median(times["current"]), statistics.median(times["baseline"])
-        print(f"{load:10} current {current:7.0f} ns  baseline {baseline:7.0f} ns  current/baseline {current / baseline:.2f}x"
-              f"  (rounds: current {[round(t) for t in times['current']]}, baseline {[round(t) for t in times['baseline']]})")
+        current, baseline = (
+            statistics.median(times["current"]),
+            statistics.median(times["baseline"]),
+        )
+        print(
+            f"{load:10} current {current:7.0f} ns  baseline {baseline:7.0f} ns  current/baseline {current / baseline:.2f}x"
+            f"  (rounds: current {[round(t) for t in times['current']]}, baseline {[round(t) for t in times['baseline']]})"
+        )
 
 
 if __name__ == "__main__":

@@ -73,11 +73,13 @@ def hook_cost_ns(n: int = 50_000) -> dict[str, float]:
     tap.install()
     hooked = torch_logging.trace_structured
     out: dict[str, list[float]] = {"artifact": [], "other": []}
+
     def metadata() -> dict[str, str]:
         return {"name": "inductor_output_code", "filename": "x.py"}
 
     def payload() -> str:
         return "..."
+
     try:
         for _ in range(5):
             for kind, name in (("artifact", "artifact"), ("other", "inductor_post_grad_graph")):
@@ -95,14 +97,25 @@ def hook_cost_ns(n: int = 50_000) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs both variants")
-    parser.add_argument("--shapes", type=int, default=3, help="compiling steps (batch sizes) per variant and round")
+    parser.add_argument(
+        "--shapes", type=int, default=3, help="compiling steps (batch sizes) per variant and round"
+    )
     parser.add_argument("--backend", default="inductor")
-    parser.add_argument("--profile", action="store_true", help="also print a cProfile of the recorder's handler")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also time the recorder's own steps (read_record, frames, guard set, reasons, ...)")
-    parser.add_argument("--profile-out", metavar="FILE", help="with --profile: also save the pstats data to FILE")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print a cProfile of the recorder's handler"
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the recorder's own steps (read_record, frames, guard set, reasons, ...)",
+    )
+    parser.add_argument(
+        "--profile-out", metavar="FILE", help="with --profile: also save the pstats data to FILE"
+    )
     args = parser.parse_args()
 
     receiver = otel_to_receiver()
@@ -137,6 +150,7 @@ def main() -> None:
                 return fn(*a, **k)
             finally:
                 booked["trace_inner"] += clock() - t0
+
         return inner_trace
 
     inner_trace = wrap_inner(torch_logging.trace_structured, spent)
@@ -155,7 +169,9 @@ def main() -> None:
                 depth["gc_start"] = 0
 
     gc.callbacks.append(on_gc)
-    profiler = cProfile.Profile(time.thread_time_ns, 1e-9) if args.profile else None  # CPU time, as above
+    profiler = (
+        cProfile.Profile(time.thread_time_ns, 1e-9) if args.profile else None
+    )  # CPU time, as above
 
     # The fan-out (emit, exporters, event log) runs inside the record hook and inside the compile start:
     # booked under "start." while the compile start is on the stack, so each entry point's parts add up.
@@ -181,19 +197,24 @@ def main() -> None:
                 starting["n"] -= name == "compile_start"
                 if name == "record":
                     per_record.append((sessions["n"], took))
+
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper
 
-    if args.breakdown:  # module-level names the recorder calls: wrapped once, nested inside "record"
+    if (
+        args.breakdown
+    ):  # module-level names the recorder calls: wrapped once, nested inside "record"
         import recompprof._capture.recorder as recorder_module
         import recompprof._model.aggregates as aggregates_module
         import recompprof._model.compiles as compiles_module
         import recompprof._torch.frames as frames_module
 
-        for module, names in ((recorder_module, ("read_record", "guard_set", "configured_limits", "compile_events")),
-                              (frames_module, ("compiling", "call_site", "resolve")),
-                              (compiles_module.ReasonExplainer, ("explain",)),
-                              (aggregates_module.Aggregates, ("add",))):
+        for module, names in (
+            (recorder_module, ("read_record", "guard_set", "configured_limits", "compile_events")),
+            (frames_module, ("compiling", "call_site", "resolve")),
+            (compiles_module.ReasonExplainer, ("explain",)),
+            (aggregates_module.Aggregates, ("add",)),
+        ):
             for fn_name in names:
                 setattr(module, fn_name, timed(f"step.{fn_name}", getattr(module, fn_name)))
 
@@ -203,10 +224,17 @@ def main() -> None:
 
     def attach() -> Any:
         sessions["n"] += 1
-        session = recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0,
-                                    prometheus_linger_seconds=0, recompile_limit=1000)
+        session = recompprof.attach(
+            run_dir=tmp,
+            exporters=["prometheus", "otel"],
+            prometheus_port=0,
+            prometheus_linger_seconds=0,
+            recompile_limit=1000,
+        )
         tap = session._adapters.metrics
-        tap._take = timed("record", tap._take, profile=True)  # instance attributes: the hooks call these
+        tap._take = timed(
+            "record", tap._take, profile=True
+        )  # instance attributes: the hooks call these
         tap.reconcile = timed("start_callback", tap.reconcile)
         # The compile start (the compile_start event, the running compile) and end, called from torch's callbacks.
         tap._on_start = timed("compile_start", tap._on_start)
@@ -224,13 +252,17 @@ def main() -> None:
         return session
 
     def detach(session: Any) -> None:
-        torch_logging.trace_structured = getattr(torch_logging.trace_structured, "__wrapped__", inner_trace)
+        torch_logging.trace_structured = getattr(
+            torch_logging.trace_structured, "__wrapped__", inner_trace
+        )
         session.detach()  # puts inner_trace back
         torch_logging.trace_structured = inner_trace
 
     def job(first_batch: int) -> tuple[float, float, float]:
         """Compiling steps (one new batch size each): wall, this thread's CPU, other threads' CPU."""
-        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)
+        )
         compiled = torch.compile(model, backend=args.backend, dynamic=False)
         w0, c0, p0 = time.perf_counter(), time.thread_time(), process_cpu()
         for i in range(args.shapes):
@@ -250,7 +282,7 @@ def main() -> None:
 
     rows: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     for r in range(args.rounds):
-        for on in ((False, True) if r % 2 == 0 else (True, False)):
+        for on in (False, True) if r % 2 == 0 else (True, False):
             # Reset before attaching: torch._dynamo.reset() also drops the compile callbacks, so the first
             # compile after it would run without its compile start.
             torch._dynamo.reset()
@@ -259,8 +291,11 @@ def main() -> None:
             rows[on].append(job(8))
             if session is not None:
                 for key in ("trace_inner", "kind.artifact", "kind.other"):
-                    spent[key.replace("kind.", "kind_on.") if key.startswith("kind") else "trace_inner_on"] += (
-                        spent[key] - before.get(key, 0))
+                    spent[
+                        key.replace("kind.", "kind_on.")
+                        if key.startswith("kind")
+                        else "trace_inner_on"
+                    ] += spent[key] - before.get(key, 0)
                 detach(session)
     receiver.terminate()
 
@@ -273,52 +308,82 @@ def main() -> None:
     per_kind = hook_cost_ns()
     kinds = {kind: spent[f"kind_on.{kind}"] for kind in per_kind}
     trace_own = sum(kinds[kind] * per_kind[kind] for kind in per_kind)
-    recorder = spent["record"] + spent["start_callback"] + spent["compile_start"] + max(trace_own, 0.0)
+    recorder = (
+        spent["record"] + spent["start_callback"] + spent["compile_start"] + max(trace_own, 0.0)
+    )
     compile_cpu_on = sum(r[1] for r in rows[True])
     per_record_ms = recorder / max(records, 1) / 1e6
     share = recorder / 1e9 / compile_cpu_on
-    print(f"backend {args.backend}; {args.rounds} rounds x {args.shapes} compiling steps per variant; "
-          f"{records} compile records attached ({records / args.rounds:.0f} per round)")
-    print(f"compiling steps, detached: median wall {statistics.median(r[0] for r in rows[False]):.3f} s, "
-          f"CPU {statistics.median(r[1] for r in rows[False]):.3f} s per round")
-    print(f"compiling steps, attached: median wall {statistics.median(r[0] for r in rows[True]):.3f} s, "
-          f"CPU {statistics.median(r[1] for r in rows[True]):.3f} s per round")
-    print(f"recorder CPU on the compile path, per compile record: {per_record_ms * 1e3:.0f} us "
-          f"(record hook {spent['record'] / max(records, 1) / 1e3:.0f} us, trace_structured wrapper "
-          f"{trace_own / max(records, 1) / 1e3:.1f} us: {kinds['artifact']:.0f} artifact calls x {per_kind['artifact']:.0f} ns + "
-          f"{kinds['other']:.0f} others x {per_kind['other']:.0f} ns; timed directly {trace_direct / max(records, 1) / 1e3:.0f} us "
-          f"after subtracting a timer bias of {bias:.0f} ns/call), start callback "
-          f"{spent['start_callback'] / max(records, 1) / 1e3:.1f} us, compile start and end "
-          f"{spent['compile_start'] / max(records, 1) / 1e3:.1f} us over {calls['compile_start'] // 2} starts); "
-          f"target <= 1 ms: "
-          f"{'met' if per_record_ms <= 1 else 'NOT met'}")
-    parts = ", ".join(f"{name} {spent[name] / max(records, 1) / 1e3:.0f} us" for name in sorted(spent)
-                      if name == "emit" or name.startswith(("on_event", "step.")) or name == "eventlog")
-    print(f"  of the record hook, per record: {parts}; cyclic GC pauses that fell inside the recorder "
-          f"{spent['gc_inside_recorder'] / max(records, 1) / 1e3:.0f} us (recorder without them: "
-          f"{(recorder - spent['gc_inside_recorder']) / max(records, 1) / 1e3:.0f} us)")
+    print(
+        f"backend {args.backend}; {args.rounds} rounds x {args.shapes} compiling steps per variant; "
+        f"{records} compile records attached ({records / args.rounds:.0f} per round)"
+    )
+    print(
+        f"compiling steps, detached: median wall {statistics.median(r[0] for r in rows[False]):.3f} s, "
+        f"CPU {statistics.median(r[1] for r in rows[False]):.3f} s per round"
+    )
+    print(
+        f"compiling steps, attached: median wall {statistics.median(r[0] for r in rows[True]):.3f} s, "
+        f"CPU {statistics.median(r[1] for r in rows[True]):.3f} s per round"
+    )
+    print(
+        f"recorder CPU on the compile path, per compile record: {per_record_ms * 1e3:.0f} us "
+        f"(record hook {spent['record'] / max(records, 1) / 1e3:.0f} us, trace_structured wrapper "
+        f"{trace_own / max(records, 1) / 1e3:.1f} us: {kinds['artifact']:.0f} artifact calls x {per_kind['artifact']:.0f} ns + "
+        f"{kinds['other']:.0f} others x {per_kind['other']:.0f} ns; timed directly {trace_direct / max(records, 1) / 1e3:.0f} us "
+        f"after subtracting a timer bias of {bias:.0f} ns/call), start callback "
+        f"{spent['start_callback'] / max(records, 1) / 1e3:.1f} us, compile start and end "
+        f"{spent['compile_start'] / max(records, 1) / 1e3:.1f} us over {calls['compile_start'] // 2} starts); "
+        f"target <= 1 ms: "
+        f"{'met' if per_record_ms <= 1 else 'NOT met'}"
+    )
+    parts = ", ".join(
+        f"{name} {spent[name] / max(records, 1) / 1e3:.0f} us"
+        for name in sorted(spent)
+        if name == "emit" or name.startswith(("on_event", "step.")) or name == "eventlog"
+    )
+    print(
+        f"  of the record hook, per record: {parts}; cyclic GC pauses that fell inside the recorder "
+        f"{spent['gc_inside_recorder'] / max(records, 1) / 1e3:.0f} us (recorder without them: "
+        f"{(recorder - spent['gc_inside_recorder']) / max(records, 1) / 1e3:.0f} us)"
+    )
     # torch runs the start and end callbacks for a lazily compiled backward too, which records nothing: the
     # compile_start events are the emits made inside the compile start.
     events = calls["start.emit"]
-    at_start = ", ".join(f"{name[6:]} {spent[name] / max(events, 1) / 1e3:.1f} us" for name in sorted(spent)
-                         if name.startswith("start."))
-    print(f"  of the compile start and end ({calls['compile_start'] // 2} callback pairs, {events} compile_start "
-          f"events), per compile_start event: {spent['compile_start'] / max(events, 1) / 1e3:.1f} us in all; "
-          f"{at_start or 'no fan-out'}")
+    at_start = ", ".join(
+        f"{name[6:]} {spent[name] / max(events, 1) / 1e3:.1f} us"
+        for name in sorted(spent)
+        if name.startswith("start.")
+    )
+    print(
+        f"  of the compile start and end ({calls['compile_start'] // 2} callback pairs, {events} compile_start "
+        f"events), per compile_start event: {spent['compile_start'] / max(events, 1) / 1e3:.1f} us in all; "
+        f"{at_start or 'no fan-out'}"
+    )
     firsts = [ns for i, (n, ns) in enumerate(per_record) if i == 0 or per_record[i - 1][0] != n]
     later = [ns for i, (n, ns) in enumerate(per_record) if i > 0 and per_record[i - 1][0] == n]
     if firsts and later:
-        print(f"  record hook, first record of each session (one-time costs: OTel export thread start, ...) median "
-              f"{statistics.median(firsts) / 1e3:.0f} us; later records median {statistics.median(later) / 1e3:.0f} us, "
-              f"mean {statistics.mean(later) / 1e3:.0f} us")
-    print(f"recorder CPU / compiling-step CPU: {share * 100:.3f} % (target <= 1 %: {'met' if share <= 0.01 else 'NOT met'})")
-    other = statistics.median(r[2] for r in rows[True]) - statistics.median(r[2] for r in rows[False])
-    print(f"other threads' CPU during the compiling steps, attached - detached: {other * 1e3:+.1f} ms per round "
-          f"({other / max(records / args.rounds, 1) * 1e3:+.2f} ms per record)")
+        print(
+            f"  record hook, first record of each session (one-time costs: OTel export thread start, ...) median "
+            f"{statistics.median(firsts) / 1e3:.0f} us; later records median {statistics.median(later) / 1e3:.0f} us, "
+            f"mean {statistics.mean(later) / 1e3:.0f} us"
+        )
+    print(
+        f"recorder CPU / compiling-step CPU: {share * 100:.3f} % (target <= 1 %: {'met' if share <= 0.01 else 'NOT met'})"
+    )
+    other = statistics.median(r[2] for r in rows[True]) - statistics.median(
+        r[2] for r in rows[False]
+    )
+    print(
+        f"other threads' CPU during the compiling steps, attached - detached: {other * 1e3:+.1f} ms per round "
+        f"({other / max(records / args.rounds, 1) * 1e3:+.2f} ms per record)"
+    )
     wall = [a[0] / b[0] for a, b in zip(rows[True], rows[False])]
     cpu = [a[1] / b[1] for a, b in zip(rows[True], rows[False])]
-    print(f"ratio attached / detached per round: wall median {statistics.median(wall):.4f} "
-          f"[{min(wall):.4f}-{max(wall):.4f}], CPU median {statistics.median(cpu):.4f} [{min(cpu):.4f}-{max(cpu):.4f}]")
+    print(
+        f"ratio attached / detached per round: wall median {statistics.median(wall):.4f} "
+        f"[{min(wall):.4f}-{max(wall):.4f}], CPU median {statistics.median(cpu):.4f} [{min(cpu):.4f}-{max(cpu):.4f}]"
+    )
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         if args.profile_out:

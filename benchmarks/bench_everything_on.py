@@ -68,17 +68,24 @@ def summary(name: str, off: list[float], on: list[float], unit: float = 1e6) -> 
     q = statistics.quantiles(diffs, n=4)
     med_off, med_on = statistics.median(off) * unit, statistics.median(on) * unit
     ratio_text = f"paired ratio {statistics.median(ratios):.4f}, " if ratios else ""
-    print(f"  {name:9s} off {med_off:8.1f}  on {med_on:8.1f}  pooled ratio {med_on / med_off if med_off else float('nan'):.4f}; "
-          f"{ratio_text}paired diff {statistics.median(diffs):+7.1f} us (quartiles {q[0]:+.1f} to {q[2]:+.1f})")
+    print(
+        f"  {name:9s} off {med_off:8.1f}  on {med_on:8.1f}  pooled ratio {med_on / med_off if med_off else float('nan'):.4f}; "
+        f"{ratio_text}paired diff {statistics.median(diffs):+7.1f} us (quartiles {q[0]:+.1f} to {q[2]:+.1f})"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--block", type=int, default=200, help="steps per timed block")
     parser.add_argument("--scrape", type=float, default=0.2, help="scrape interval, seconds")
-    parser.add_argument("--inprocess-scraper", action="store_true",
-                        help="scrape from a thread of this process (the benchmark's first version) instead")
+    parser.add_argument(
+        "--inprocess-scraper",
+        action="store_true",
+        help="scrape from a thread of this process (the benchmark's first version) instead",
+    )
     args = parser.parse_args()
 
     import torch
@@ -101,8 +108,12 @@ def main() -> None:
 
     def attach():  # type: ignore[no-untyped-def]
         # linger 0: detach does not wait for a last scrape (it would sit between blocks, untimed, anyway).
-        return recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=port,
-                                 prometheus_linger_seconds=0)
+        return recompprof.attach(
+            run_dir=tmp,
+            exporters=["prometheus", "otel"],
+            prometheus_port=port,
+            prometheus_linger_seconds=0,
+        )
 
     # Warm-up, attached so the compiles (and a recompile) go through recompprof once.
     session = attach()
@@ -116,6 +127,7 @@ def main() -> None:
     scrapes = {"n": 0}
     scraper = None
     if args.inprocess_scraper:
+
         def scrape_loop() -> None:
             while not stop.wait(args.scrape):
                 try:
@@ -126,7 +138,9 @@ def main() -> None:
 
         threading.Thread(target=scrape_loop, daemon=True).start()
     else:
-        scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url, str(args.scrape), PROMETHEUS_ACCEPT])
+        scraper = subprocess.Popen(
+            [sys.executable, "-c", SCRAPER, url, str(args.scrape), PROMETHEUS_ACCEPT]
+        )
     tid = threading.get_native_id()
 
     def block(on: bool) -> dict[str, float]:
@@ -141,17 +155,29 @@ def main() -> None:
         wall = time.perf_counter() - w0
         c1, q1 = schedstat(tid)
         other = (process_cpu() - p0) - (c1 - c0)
-        served = next(e for e in session.exporters if e.name == "prometheus").server.scrapes.count if session else 0
+        served = (
+            next(e for e in session.exporters if e.name == "prometheus").server.scrapes.count
+            if session
+            else 0
+        )
         if session is not None:
             session.detach()
         n = args.block
         cpu, runq = (c1 - c0) / n, (q1 - q0) / n
-        return {"median": statistics.median(times), "min": min(times), "mean": wall / n, "cpu": cpu, "runq": runq,
-                "blocked": wall / n - cpu - runq, "other": other / n, "scrapes": served}
+        return {
+            "median": statistics.median(times),
+            "min": min(times),
+            "mean": wall / n,
+            "cpu": cpu,
+            "runq": runq,
+            "blocked": wall / n - cpu - runq,
+            "other": other / n,
+            "scrapes": served,
+        }
 
     rows: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     for r in range(args.rounds):
-        for attached in ((False, True) if r % 2 == 0 else (True, False)):
+        for attached in (False, True) if r % 2 == 0 else (True, False):
             rows[attached].append(block(attached))
     stop.set()
     if scraper is not None:
@@ -161,13 +187,19 @@ def main() -> None:
     def col(on: bool, key: str) -> list[float]:
         return [row[key] for row in rows[on]]
 
-    compiles = sum(1 for p in Path(tmp).rglob("*.jsonl") for line in p.open() if '"kind":"compile"' in line)
+    compiles = sum(
+        1 for p in Path(tmp).rglob("*.jsonl") for line in p.open() if '"kind":"compile"' in line
+    )
     served = sum(col(True, "scrapes"))
-    print(f"steps per block {args.block}, rounds {args.rounds}, scrape every {args.scrape} s from "
-          f"{'a thread of this process' if args.inprocess_scraper else 'another process'}; "
-          f"{served:.0f} scrapes served in attached blocks; compiles recorded {compiles}; "
-          f"perf_counter resolution {time.get_clock_info('perf_counter').resolution * 1e9:.0f} ns")
-    print("per step, us (medians over blocks; 'paired' = attached block vs the detached block next to it):")
+    print(
+        f"steps per block {args.block}, rounds {args.rounds}, scrape every {args.scrape} s from "
+        f"{'a thread of this process' if args.inprocess_scraper else 'another process'}; "
+        f"{served:.0f} scrapes served in attached blocks; compiles recorded {compiles}; "
+        f"perf_counter resolution {time.get_clock_info('perf_counter').resolution * 1e9:.0f} ns"
+    )
+    print(
+        "per step, us (medians over blocks; 'paired' = attached block vs the detached block next to it):"
+    )
     summary("wall med", col(False, "median"), col(True, "median"))
     summary("wall min", col(False, "min"), col(True, "min"))
     summary("wall mean", col(False, "mean"), col(True, "mean"))
@@ -178,11 +210,15 @@ def main() -> None:
     d_cpu = statistics.median([b - a for a, b in zip(col(False, "cpu"), col(True, "cpu"))])
     d_blk = statistics.median([b - a for a, b in zip(col(False, "blocked"), col(True, "blocked"))])
     base = statistics.median(col(False, "cpu")) + statistics.median(col(False, "blocked"))
-    print(f"added by recompprof per step (training thread cpu + blocked, load excluded): {(d_cpu + d_blk) * 1e6:+.1f} us "
-          f"= ratio {1 + (d_cpu + d_blk) / base:.4f} (target <= 1.01)")
+    print(
+        f"added by recompprof per step (training thread cpu + blocked, load excluded): {(d_cpu + d_blk) * 1e6:+.1f} us "
+        f"= ratio {1 + (d_cpu + d_blk) / base:.4f} (target <= 1.01)"
+    )
     walls = [b / a for a, b in zip(col(False, "mean"), col(True, "mean"))]
     q = statistics.quantiles(walls, n=4)
-    print(f"wall-time ratio (block means, paired): median {statistics.median(walls):.4f}, quartiles {q[0]:.4f}-{q[2]:.4f}")
+    print(
+        f"wall-time ratio (block means, paired): median {statistics.median(walls):.4f}, quartiles {q[0]:.4f}-{q[2]:.4f}"
+    )
 
 
 if __name__ == "__main__":

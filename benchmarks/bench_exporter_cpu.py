@@ -62,18 +62,39 @@ def fill_frames(session: Any, frames: int) -> None:
     from recompprof._model.events import LIMITS
 
     for i in range(frames):
-        frame = Frame(name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i)
-        session.aggregates.add_compile(Compile(time=time.time(), frame=frame, compile_id=f"{900 + i}/0",
-                                               is_recompile=False, duration=0.5))
+        frame = Frame(
+            name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i
+        )
+        session.aggregates.add_compile(
+            Compile(
+                time=time.time(),
+                frame=frame,
+                compile_id=f"{900 + i}/0",
+                is_recompile=False,
+                duration=0.5,
+            )
+        )
         reasons = [Reason(text=f"{c} changed", category=c) for c in CATEGORIES]
-        session.aggregates.add_compile(Compile(time=time.time(), frame=frame, compile_id=f"{900 + i}/1",
-                                               is_recompile=True, duration=0.5, reasons=reasons))
+        session.aggregates.add_compile(
+            Compile(
+                time=time.time(),
+                frame=frame,
+                compile_id=f"{900 + i}/1",
+                is_recompile=True,
+                duration=0.5,
+                reasons=reasons,
+            )
+        )
         for limit in LIMITS:
-            session.aggregates.add_limit_hit(RecompileLimitHit(time=time.time(), frame=frame, limit=limit, value=8))
+            session.aggregates.add_limit_hit(
+                RecompileLimitHit(time=time.time(), frame=frame, limit=limit, value=8)
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every phase's duration")
     parser.add_argument("--frames", type=int, default=50)
     args = parser.parse_args()
@@ -95,13 +116,20 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
 
     def attach(**extra: Any) -> Any:
-        session = recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0,
-                                    prometheus_linger_seconds=0, **extra)
+        session = recompprof.attach(
+            run_dir=tmp,
+            exporters=["prometheus", "otel"],
+            prometheus_port=0,
+            prometheus_linger_seconds=0,
+            **extra,
+        )
         fill_frames(session, args.frames)
         return session
 
     os.environ["OTEL_METRIC_EXPORT_INTERVAL"] = "1000"
-    session = attach(otel_metrics=True)  # the first metric export imports its encoder: done here, not in a phase
+    session = attach(
+        otel_metrics=True
+    )  # the first metric export imports its encoder: done here, not in a phase
     for _ in range(50):
         step()  # compiles once, through recompprof
     session.detach()
@@ -109,12 +137,25 @@ def main() -> None:
     def url(session: Any) -> str:
         return next(e for e in session.exporters if e.name == "prometheus").url
 
-    def phase(name: str, seconds: float, interval: float | None = None, **extra: Any) -> dict[str, float]:
+    def phase(
+        name: str, seconds: float, interval: float | None = None, **extra: Any
+    ) -> dict[str, float]:
         session = attach(**extra) if name != "detached" else None
         scraper = None
         if interval is not None:
-            scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), str(interval), str(seconds), PROMETHEUS_ACCEPT],
-                                       stdout=subprocess.PIPE, text=True)
+            scraper = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    SCRAPER,
+                    url(session),
+                    str(interval),
+                    str(seconds),
+                    PROMETHEUS_ACCEPT,
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             time.sleep(0.3)  # the client's interpreter start is not part of the phase
         for _ in range(20):
             step()
@@ -131,7 +172,13 @@ def main() -> None:
             if otel is not None and otel.metrics is not None:
                 exports = int(wall)  # one export per second at OTEL_METRIC_EXPORT_INTERVAL=1000
             session.detach()
-        return {"wall": wall, "other": other, "steps": steps, "scrapes": scrapes, "exports": exports}
+        return {
+            "wall": wall,
+            "other": other,
+            "steps": steps,
+            "scrapes": scrapes,
+            "exports": exports,
+        }
 
     s = args.scale
     results: list[tuple[str, dict[str, float]]] = []
@@ -144,9 +191,13 @@ def main() -> None:
     base = results[0][1]["other"] / results[0][1]["wall"]
     base_step = results[0][1]["wall"] / results[0][1]["steps"]
 
-    print(f"frames {args.frames}; other threads' CPU (process CPU - training thread CPU) per second of wall time")
-    print(f"{'phase':30s} {'wall s':>7s} {'% core':>8s} {'vs detached':>12s} {'per scrape/export':>18s} "
-          f"{'step us':>8s} {'step ratio':>10s}")
+    print(
+        f"frames {args.frames}; other threads' CPU (process CPU - training thread CPU) per second of wall time"
+    )
+    print(
+        f"{'phase':30s} {'wall s':>7s} {'% core':>8s} {'vs detached':>12s} {'per scrape/export':>18s} "
+        f"{'step us':>8s} {'step ratio':>10s}"
+    )
     for name, r in results:
         share = r["other"] / r["wall"]
         added = share - base
@@ -154,13 +205,17 @@ def main() -> None:
         idle = results[1][1]["other"] / results[1][1]["wall"]
         per = f"{(share - idle) * r['wall'] / events * 1e3:.2f} ms" if events else "-"
         step_us = r["wall"] / r["steps"] * 1e6
-        print(f"{name:30s} {r['wall']:7.1f} {share * 100:7.3f}% {added * 100:+11.3f}% {per:>18s} "
-              f"{step_us:8.0f} {step_us / (base_step * 1e6):10.3f}")
+        print(
+            f"{name:30s} {r['wall']:7.1f} {share * 100:7.3f}% {added * 100:+11.3f}% {per:>18s} "
+            f"{step_us:8.0f} {step_us / (base_step * 1e6):10.3f}"
+        )
         if r["scrapes"]:
             print(f"{'':30s} ({r['scrapes']} scrapes)")
     at15 = results[2][1]["other"] / results[2][1]["wall"] - base
-    print(f"exporter threads at a 15 s scrape interval: {at15 * 100:.4f} % of one core "
-          f"(target <= 0.1 %: {'met' if at15 <= 0.001 else 'NOT met'})")
+    print(
+        f"exporter threads at a 15 s scrape interval: {at15 * 100:.4f} % of one core "
+        f"(target <= 0.1 %: {'met' if at15 <= 0.001 else 'NOT met'})"
+    )
     gil(attach, url, 3 * s)
     receiver.terminate()
 
@@ -187,11 +242,22 @@ def gil(attach: Any, url: Any, seconds: float) -> None:
 
     rows: dict[bool, list[tuple[float, int, int]]] = {False: [], True: []}
     for r in range(4):
-        for scraping in ((False, True) if r % 2 == 0 else (True, False)):
+        for scraping in (False, True) if r % 2 == 0 else (True, False):
             scraper = None
             if scraping:
-                scraper = subprocess.Popen([sys.executable, "-c", SCRAPER, url(session), "0.2", str(seconds), PROMETHEUS_ACCEPT],
-                                           stdout=subprocess.PIPE, text=True)
+                scraper = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        SCRAPER,
+                        url(session),
+                        "0.2",
+                        str(seconds),
+                        PROMETHEUS_ACCEPT,
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 time.sleep(0.3)
             waited, iterations = spin(seconds)
             scrapes = int(scraper.communicate(timeout=60)[0]) if scraper is not None else 0
@@ -201,9 +267,11 @@ def gil(attach: Any, url: Any, seconds: float) -> None:
     on = sum(r[0] for r in rows[True]) / (len(rows[True]) * seconds)
     scrapes = sum(r[2] for r in rows[True])
     per_scrape = (on - off) * len(rows[True]) * seconds / max(scrapes, 1)
-    print(f"GIL: a busy Python thread waited {off * 1e3:.2f} ms/s for the GIL without scrapes, {on * 1e3:.2f} ms/s with "
-          f"scrapes every 0.2 s ({scrapes} scrapes): {per_scrape * 1e3:.2f} ms per scrape, i.e. "
-          f"{per_scrape / 15 * 100:.4f} % of that thread's time at a 15 s interval, {per_scrape / 0.2 * 100:.2f} % at 0.2 s")
+    print(
+        f"GIL: a busy Python thread waited {off * 1e3:.2f} ms/s for the GIL without scrapes, {on * 1e3:.2f} ms/s with "
+        f"scrapes every 0.2 s ({scrapes} scrapes): {per_scrape * 1e3:.2f} ms per scrape, i.e. "
+        f"{per_scrape / 15 * 100:.4f} % of that thread's time at a 15 s interval, {per_scrape / 0.2 * 100:.2f} % at 0.2 s"
+    )
 
 
 if __name__ == "__main__":

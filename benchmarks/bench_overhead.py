@@ -30,8 +30,13 @@ def child(variant: str, steps: int, out_dir: Path) -> dict[str, float]:
     import torch
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 1),
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     compiled = torch.compile(model, backend="aot_eager")
     session = None
@@ -73,16 +78,25 @@ def child(variant: str, steps: int, out_dir: Path) -> dict[str, float]:
 
 def run_child(variant: str, steps: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RECOMPPROF_", "TORCH_TRACE"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("RECOMPPROF_", "TORCH_TRACE"))
+        }
         if variant == "torch_trace":
             env["TORCH_TRACE"] = tmp
-        out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(steps), "--out", tmp],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", variant, "--steps", str(steps), "--out", tmp],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--child", choices=VARIANTS)
@@ -93,21 +107,31 @@ def main() -> None:
         return
     results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
-        order = VARIANTS[r % 3:] + VARIANTS[: r % 3]  # rotate who goes first
+        order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]  # rotate who goes first
         for variant in order:
             results[variant].append(run_child(variant, args.steps))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"{'metric':22} {'variant':12} {'median':>12} {'min':>12} {'max':>12} {'ratio vs baseline (median of per-round ratios)':>10}")
+    print(
+        f"{'metric':22} {'variant':12} {'median':>12} {'min':>12} {'max':>12} {'ratio vs baseline (median of per-round ratios)':>10}"
+    )
     for metric in ("step_median_s", "compile_s", "peak_rss_mb", "bytes_per_compile"):
         for variant in VARIANTS:
             values = [run[metric] for run in results[variant]]
             base = [run[metric] for run in results["baseline"]]
             ratios = [v / b for v, b in zip(values, base) if b]
-            ratio = f"{statistics.median(ratios):.4f} [{min(ratios):.3f}-{max(ratios):.3f}]" if ratios else "-"
-            print(f"{metric:22} {variant:12} {statistics.median(values):12.6g} {min(values):12.6g} {max(values):12.6g}  {ratio}")
+            ratio = (
+                f"{statistics.median(ratios):.4f} [{min(ratios):.3f}-{max(ratios):.3f}]"
+                if ratios
+                else "-"
+            )
+            print(
+                f"{metric:22} {variant:12} {statistics.median(values):12.6g} {min(values):12.6g} {max(values):12.6g}  {ratio}"
+            )
     ours = statistics.median(run["bytes_per_compile"] for run in results["recompprof"])
     trace = statistics.median(run["bytes_per_compile"] for run in results["torch_trace"])
-    print(f"\nbytes per compile: recompprof {ours:.0f} B, TORCH_TRACE {trace:.0f} B -> {100 * ours / trace:.2f} % of TORCH_TRACE")
+    print(
+        f"\nbytes per compile: recompprof {ours:.0f} B, TORCH_TRACE {trace:.0f} B -> {100 * ours / trace:.2f} % of TORCH_TRACE"
+    )
 
 
 if __name__ == "__main__":

@@ -135,7 +135,9 @@ def run_once(scenario: Callable[[str], int], variant: str) -> dict[str, float]:
             config.recompile_limit = 1
             stance = torch._dynamo.set_stance("default", force_backend=RecompprofObserver())
         else:
-            mode = ProfileMode(None if variant == "unlimited" else 1, lambda code, cid, reasons: ours.append(1))
+            mode = ProfileMode(
+                None if variant == "unlimited" else 1, lambda code, cid, reasons: ours.append(1)
+            )
             if variant == "park":
                 mode.on_reuse = lambda code, cid, reasons: ours.append(1)
             mode.install()
@@ -156,8 +158,12 @@ def run_once(scenario: Callable[[str], int], variant: str) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds after one warm-up round")
-    parser.add_argument("--scenarios", nargs="+", choices=sorted(SCENARIOS), default=sorted(SCENARIOS))
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="measured rounds after one warm-up round"
+    )
+    parser.add_argument(
+        "--scenarios", nargs="+", choices=sorted(SCENARIOS), default=sorted(SCENARIOS)
+    )
     args = parser.parse_args()
     scenarios = {name: SCENARIOS[name] for name in args.scenarios}
     torch.set_num_threads(1)
@@ -169,10 +175,14 @@ def main() -> int:
                 outcome = run_once(scenario, variant)
                 if round_no:
                     results.setdefault((name, variant), []).append(outcome)
-    print(f"torch {torch.__version__}, {args.rounds} rounds (+1 warm-up), interleaved; "
-          "time ratio = median(variant)/median(baseline), spread = min..max of per-round ratios")
-    header = f"{'scenario':<16}{'variant':<14}{'seen/made':>10}{'traces':>8}{'wall s':>8}{'cpu s':>8}" \
-             f"{'wall vs aot_eager':>20}{'wall vs unlimited':>20}{'cpu vs unlimited':>20}"
+    print(
+        f"torch {torch.__version__}, {args.rounds} rounds (+1 warm-up), interleaved; "
+        "time ratio = median(variant)/median(baseline), spread = min..max of per-round ratios"
+    )
+    header = (
+        f"{'scenario':<16}{'variant':<14}{'seen/made':>10}{'traces':>8}{'wall s':>8}{'cpu s':>8}"
+        f"{'wall vs aot_eager':>20}{'wall vs unlimited':>20}{'cpu vs unlimited':>20}"
+    )
     print(header)
     print("-" * len(header))
     for name in scenarios:
@@ -182,9 +192,11 @@ def main() -> int:
         for variant in VARIANTS:
             runs = results[(name, variant)]
             secs, cpus = [r["seconds"] for r in runs], [r["cpu"] for r in runs]
-            print(f"{name:<16}{variant:<14}{int(runs[0]['seen']):>5}/{int(runs[0]['made']):<4}"
-                  f"{int(runs[0]['traces']):>8}{statistics.median(secs):>8.3f}{statistics.median(cpus):>8.3f}"
-                  f"{_ratio(secs, base):>20}{_ratio(secs, unl):>20}{_ratio(cpus, unl_cpu):>20}")
+            print(
+                f"{name:<16}{variant:<14}{int(runs[0]['seen']):>5}/{int(runs[0]['made']):<4}"
+                f"{int(runs[0]['traces']):>8}{statistics.median(secs):>8.3f}{statistics.median(cpus):>8.3f}"
+                f"{_ratio(secs, base):>20}{_ratio(secs, unl):>20}{_ratio(cpus, unl_cpu):>20}"
+            )
     print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     return 0
 

@@ -54,19 +54,44 @@ print(json.dumps({"median": statistics.median(times), "p90": times[int(0.9 * (n 
 
 def full_session(frames: int) -> Session:
     ident = Identity(0, 0, 1, 1, "bench", "host", 1, "single")
-    session = Session(settings_module.load(max_frames=frames, prometheus_port=free_port()), identity=ident)
+    session = Session(
+        settings_module.load(max_frames=frames, prometheus_port=free_port()), identity=ident
+    )
     agg = session.aggregates
     agg.limits.update({"recompile_limit": 8, "accumulated_recompile_limit": 256})
     for i in range(frames):
-        frame = Frame(name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i)
+        frame = Frame(
+            name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i
+        )
         phases = {p: 0.01 * (j + 1) for j, p in enumerate(PHASES)}
-        agg.add_compile(Compile(time=time.time(), frame=frame, compile_id=f"{i}/0", is_recompile=False,
-                                duration=sum(phases.values()), phases=phases, cache_entries=0))  # type: ignore[arg-type]
+        agg.add_compile(
+            Compile(
+                time=time.time(),
+                frame=frame,
+                compile_id=f"{i}/0",
+                is_recompile=False,
+                duration=sum(phases.values()),
+                phases=phases,
+                cache_entries=0,
+            )
+        )  # type: ignore[arg-type]
         reasons = [Reason(text=f"{c} changed", category=c) for c in CATEGORIES]  # type: ignore[arg-type]
-        agg.add_compile(Compile(time=time.time(), frame=frame, compile_id=f"{i}/1", is_recompile=True, duration=2.0,
-                                reasons=reasons, outcome="failed", fail_type=ERROR_TYPES[i % len(ERROR_TYPES)]))
+        agg.add_compile(
+            Compile(
+                time=time.time(),
+                frame=frame,
+                compile_id=f"{i}/1",
+                is_recompile=True,
+                duration=2.0,
+                reasons=reasons,
+                outcome="failed",
+                fail_type=ERROR_TYPES[i % len(ERROR_TYPES)],
+            )
+        )
         for limit in LIMITS:
-            agg.add_limit_hit(RecompileLimitHit(time=time.time(), frame=frame, limit=limit, value=8))  # type: ignore[arg-type]
+            agg.add_limit_hit(
+                RecompileLimitHit(time=time.time(), frame=frame, limit=limit, value=8)
+            )  # type: ignore[arg-type]
     session.add_exemplar(2.0, "4bf92f3577b34da6a3ce929d0e0e4736")
     return session
 
@@ -98,8 +123,13 @@ def main() -> int:
     def http(accept: str, encoding: str = "identity") -> tuple[float, float, int]:
         # The scraper runs in its own process, as Prometheus does: a client thread in this process
         # would compete with the server thread for the GIL and measure the switch interval instead.
-        out = subprocess.run([sys.executable, "-c", CLIENT, url, accept, encoding, str(args.iterations)],
-                             capture_output=True, text=True, check=True, timeout=600).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", CLIENT, url, accept, encoding, str(args.iterations)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+        ).stdout
         result = json.loads(out)
         return result["median"], result["p90"], result["bytes"]
 
@@ -112,9 +142,19 @@ def main() -> int:
 
     def recompile() -> None:
         i = next(counter) % args.frames
-        frame = Frame(name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i)
-        session.aggregates.add_compile(Compile(time=time.time(), frame=frame, compile_id=f"{i}/9", is_recompile=True,
-                                               duration=0.5, reasons=[Reason(text="s", category="size")]))
+        frame = Frame(
+            name=f"forward_{i}", file=f"/workspace/project/models/block_{i}.py", line=100 + i
+        )
+        session.aggregates.add_compile(
+            Compile(
+                time=time.time(),
+                frame=frame,
+                compile_id=f"{i}/9",
+                is_recompile=True,
+                duration=0.5,
+                reasons=[Reason(text="s", category="size")],
+            )
+        )
 
     def after_compile() -> bytes:
         recompile()
@@ -125,13 +165,22 @@ def main() -> int:
         return generate_latest(registry)
 
     try:
-        series = sum(1 for line in generate_latest(registry).decode().splitlines() if not line.startswith("#"))
-        print(f"frames={args.frames} categories={len(CATEGORIES)} phases={len(PHASES)} series={series} "
-              f"iterations={args.iterations}")
+        series = sum(
+            1
+            for line in generate_latest(registry).decode().splitlines()
+            if not line.startswith("#")
+        )
+        print(
+            f"frames={args.frames} categories={len(CATEGORIES)} phases={len(PHASES)} series={series} "
+            f"iterations={args.iterations}"
+        )
         results = [
             ("in process, steady state (step moved)", timed(steady, args.iterations)),
             ("in process, right after a compile", timed(after_compile, args.iterations)),
-            ("  same with prometheus_client's writer", timed(after_compile_generic, args.iterations)),
+            (
+                "  same with prometheus_client's writer",
+                timed(after_compile_generic, args.iterations),
+            ),
             ("HTTP scrape, text/plain 0.0.4", http("text/plain;version=0.0.4")),
             ("HTTP scrape, OpenMetrics 1.0", http(OPENMETRICS)),
             # What Prometheus 2.42 sends: OpenMetrics preferred, gzip accepted.

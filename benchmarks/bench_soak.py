@@ -51,7 +51,9 @@ def structure_sizes(session) -> dict[str, int]:  # type: ignore[no-untyped-def]
         **session._recorder.correlation.sizes(),
         "pending_reasons": len(session._recorder.pending_reasons),
         "explainer_frames": len(session._recorder.explainer._seen),
-        "explainer_seen_max": max((len(s) for s in session._recorder.explainer._seen.values()), default=0),
+        "explainer_seen_max": max(
+            (len(s) for s in session._recorder.explainer._seen.values()), default=0
+        ),
         "agg_frames": len(session.aggregates._frames),
         "agg_frame_keys": len(session.aggregates._frame_keys),
         "recent": len(session._recent),
@@ -73,26 +75,59 @@ def _codes(n: int) -> list:  # type: ignore[type-arg]
     codes = []
     for i in range(n):
         namespace: dict[str, object] = {}
-        exec(compile(  # distinct real code objects, one per simulated frame
-            "\n" * (10 + 7 * i) + f"def layer{i}_forward(x):\n    return x\n", f"/srv/job/model/layer_{i % 9}.py", "exec"), namespace)
+        exec(
+            compile(  # distinct real code objects, one per simulated frame
+                "\n" * (10 + 7 * i) + f"def layer{i}_forward(x):\n    return x\n",
+                f"/srv/job/model/layer_{i % 9}.py",
+                "exec",
+            ),
+            namespace,
+        )
         codes.append(namespace[f"layer{i}_forward"].__code__)  # type: ignore[attr-defined]
     return codes
 
 
-def _record(code, frame_id: int, entry: int, rng, *, backward: bool = False, limit: bool = False, failed: bool = False):  # type: ignore[no-untyped-def]
+def _record(
+    code,
+    frame_id: int,
+    entry: int,
+    rng,
+    *,
+    backward: bool = False,
+    limit: bool = False,
+    failed: bool = False,
+):  # type: ignore[no-untyped-def]
     total = int(rng.uniform(50_000, 3_000_000))
     return SimpleNamespace(
-        compile_id=f"{frame_id}/{entry}", co_name=code.co_name, co_filename=code.co_filename, co_firstlineno=code.co_firstlineno,
-        is_forward=not backward, cache_size=entry, accumulated_cache_size=entry, guard_count=40 + entry, graph_op_count=30,
+        compile_id=f"{frame_id}/{entry}",
+        co_name=code.co_name,
+        co_filename=code.co_filename,
+        co_firstlineno=code.co_firstlineno,
+        is_forward=not backward,
+        cache_size=entry,
+        accumulated_cache_size=entry,
+        guard_count=40 + entry,
+        graph_op_count=30,
         fail_type="BackendCompilerFailed" if failed else None,
-        fail_reason=("Dynamo recompile limit exceeded. Limit type: recompile_limit. This may be caused by ... "
-                     "currently set to 8" if limit else ("backend raised LoweringException" if failed else None)),
-        recompile_reason=None, start_time_us=int(time.time() * 1e6) - total, duration_us=total,
-        dynamo_cumulative_compile_time_us=total, aot_autograd_cumulative_compile_time_us=total * 2 // 3,
-        inductor_cumulative_compile_time_us=total // 2, inductor_code_gen_cumulative_compile_time_us=total // 5,
-        triton_compile_time_us=0, backward_cumulative_compile_time_us=total if backward else None,
-        inductor_fx_local_cache_miss_count=1, inductor_fx_local_cache_hit_count=0,
-        aotautograd_local_cache_miss_count=None, aotautograd_local_cache_hit_count=None,
+        fail_reason=(
+            "Dynamo recompile limit exceeded. Limit type: recompile_limit. This may be caused by ... "
+            "currently set to 8"
+            if limit
+            else ("backend raised LoweringException" if failed else None)
+        ),
+        recompile_reason=None,
+        start_time_us=int(time.time() * 1e6) - total,
+        duration_us=total,
+        dynamo_cumulative_compile_time_us=total,
+        aot_autograd_cumulative_compile_time_us=total * 2 // 3,
+        inductor_cumulative_compile_time_us=total // 2,
+        inductor_code_gen_cumulative_compile_time_us=total // 5,
+        triton_compile_time_us=0,
+        backward_cumulative_compile_time_us=total if backward else None,
+        inductor_fx_local_cache_miss_count=1,
+        inductor_fx_local_cache_hit_count=0,
+        aotautograd_local_cache_miss_count=None,
+        aotautograd_local_cache_hit_count=None,
     )
 
 
@@ -103,7 +138,11 @@ def synthetic(args: argparse.Namespace) -> None:
 
     import recompprof
 
-    texts = [t for s in json.loads(REASON_FIXTURE.read_text())["scenarios"].values() for t in s["guard_failures"]]
+    texts = [
+        t
+        for s in json.loads(REASON_FIXTURE.read_text())["scenarios"].values()
+        for t in s["guard_failures"]
+    ]
     codes = _codes(60)
     receiver = None
     if args.otel == "receiver":
@@ -114,7 +153,9 @@ def synthetic(args: argparse.Namespace) -> None:
     os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
-        session = recompprof.attach(run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0, step_source="manual")
+        session = recompprof.attach(
+            run_dir=tmp, exporters=["prometheus", "otel"], prometheus_port=0, step_source="manual"
+        )
         try:
             prom = next(e for e in session.exporters if e.name == "prometheus")
             url = prom.url
@@ -124,7 +165,10 @@ def synthetic(args: argparse.Namespace) -> None:
             window = time.perf_counter()
             latencies: list[float] = []
             samples: list[tuple[int, float]] = []
-            print(f"{'events':>9} {'RSS MB':>8} {'us/event':>9} {'scrape->visible ms':>18}  sizes", flush=True)
+            print(
+                f"{'events':>9} {'RSS MB':>8} {'us/event':>9} {'scrape->visible ms':>18}  sizes",
+                flush=True,
+            )
             for i in range(1, args.events + 1):
                 if i % 20 == 0:
                     session.step()
@@ -132,32 +176,46 @@ def synthetic(args: argparse.Namespace) -> None:
                 code, n = codes[k], entries[k]
                 roll = rng.random()
                 if roll < 0.15:
-                    session._recorder.on_torch_record(_record(code, k, max(n - 1, 0), rng, backward=True))
+                    session._recorder.on_torch_record(
+                        _record(code, k, max(n - 1, 0), rng, backward=True)
+                    )
                     continue
                 limit = n >= 8
                 reasons = failures[code]
                 for j in range(min(n, 8)):
                     reasons.append(f"{k}/{j}: " + texts[(i + j) % len(texts)].split(": ", 1)[-1])
-                if len(reasons) > 1000:  # bound the simulated torch record (the reader restarts on a shrink)
+                if (
+                    len(reasons) > 1000
+                ):  # bound the simulated torch record (the reader restarts on a shrink)
                     del reasons[:]
-                session._recorder.on_torch_record(_record(code, k, n, rng, limit=limit, failed=not limit and roll > 0.99))
+                session._recorder.on_torch_record(
+                    _record(code, k, n, rng, limit=limit, failed=not limit and roll > 0.99)
+                )
                 entries[k] = 0 if limit else n + 1
                 if i % args.sample == 0:
                     elapsed = time.perf_counter() - window
                     before = session.snapshot().compiles_total
                     t0 = time.perf_counter()
-                    session._recorder.on_torch_record(_record(codes[0], 0, 0, rng))  # a fresh compile of frame 0
+                    session._recorder.on_torch_record(
+                        _record(codes[0], 0, 0, rng)
+                    )  # a fresh compile of frame 0
                     body = urllib.request.urlopen(url, timeout=10).read().decode()
                     latency = time.perf_counter() - t0
-                    total = sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-                                if line.startswith("torch_compile_compiles_total{"))
+                    total = sum(
+                        float(line.rsplit(" ", 1)[1])
+                        for line in body.splitlines()
+                        if line.startswith("torch_compile_compiles_total{")
+                    )
                     visible = total >= before + 1
                     latencies.append(latency if visible else float("inf"))
                     rss = rss_mb()
                     samples.append((i, rss))
                     sizes = structure_sizes(session)
-                    print(f"{i:9d} {rss:8.1f} {elapsed / args.sample * 1e6:9.1f} {latency * 1e3:18.1f}  "
-                          + " ".join(f"{k}={v}" for k, v in sizes.items()), flush=True)
+                    print(
+                        f"{i:9d} {rss:8.1f} {elapsed / args.sample * 1e6:9.1f} {latency * 1e3:18.1f}  "
+                        + " ".join(f"{k}={v}" for k, v in sizes.items()),
+                        flush=True,
+                    )
                     window = time.perf_counter()
             wall = time.perf_counter() - t_start
         finally:
@@ -167,19 +225,30 @@ def synthetic(args: argparse.Namespace) -> None:
         warm = [rss for i, rss in samples if i >= args.warmup]
         growth = max(warm) - warm[0] if warm else float("nan")
         dropped = session.snapshot().events_dropped
-        log_mb = sum(p.stat().st_size for p in Path(tmp).rglob("*.jsonl")) / 2**20 if Path(tmp).exists() else 0.0
-    print(f"\nsynthetic: {args.events} events in {wall:.0f} s ({args.events / wall:.0f} events/s, {wall / args.events * 1e6:.0f} us/event), "
-          f"otel {args.otel}, event log {log_mb:.0f} MB")
-    print(f"RSS after warm-up ({args.warmup} events): first {warm[0]:.1f} MB, max {max(warm):.1f} MB, last {warm[-1]:.1f} MB "
-          f"-> growth {growth:.1f} MB (target < 20 MB: {'met' if growth < 20 else 'NOT met'})")
+        log_mb = (
+            sum(p.stat().st_size for p in Path(tmp).rglob("*.jsonl")) / 2**20
+            if Path(tmp).exists()
+            else 0.0
+        )
+    print(
+        f"\nsynthetic: {args.events} events in {wall:.0f} s ({args.events / wall:.0f} events/s, {wall / args.events * 1e6:.0f} us/event), "
+        f"otel {args.otel}, event log {log_mb:.0f} MB"
+    )
+    print(
+        f"RSS after warm-up ({args.warmup} events): first {warm[0]:.1f} MB, max {max(warm):.1f} MB, last {warm[-1]:.1f} MB "
+        f"-> growth {growth:.1f} MB (target < 20 MB: {'met' if growth < 20 else 'NOT met'})"
+    )
     finite = [x for x in latencies if x != float("inf")]
-    print(f"event-to-scrape latency over {len(latencies)} samples: median {statistics.median(finite) * 1e3:.1f} ms, "
-          f"max {max(latencies) * 1e3:.1f} ms, not visible {len(latencies) - len(finite)} "
-          f"(target < 1 s: {'met' if max(latencies) < 1 else 'NOT met'})")
+    print(
+        f"event-to-scrape latency over {len(latencies)} samples: median {statistics.median(finite) * 1e3:.1f} ms, "
+        f"max {max(latencies) * 1e3:.1f} ms, not visible {len(latencies) - len(finite)} "
+        f"(target < 1 s: {'met' if max(latencies) < 1 else 'NOT met'})"
+    )
     print(f"dropped: {dropped}")
 
 
 # -- a real frame recompiling thousands of times -------------------------------------------------------
+
 
 def real_child(compiles: int, attach: bool, sample: int) -> None:
     import torch
@@ -206,9 +275,16 @@ def real_child(compiles: int, attach: bool, sample: int) -> None:
         if (k + 1) % sample == 0:
             torch_reasons = sum(len(v) for v in dynamo_utils.guard_failures.values())
             torch_chars = sum(len(r) for v in dynamo_utils.guard_failures.values() for r in v)
-            rows.append({"compiles": k + 1, "rss_mb": rss_mb(), "seconds": time.perf_counter() - t0,
-                         "torch_guard_failures": torch_reasons, "torch_guard_failure_mb": torch_chars / 2**20,
-                         "ours": structure_sizes(session) if session is not None else {}})
+            rows.append(
+                {
+                    "compiles": k + 1,
+                    "rss_mb": rss_mb(),
+                    "seconds": time.perf_counter() - t0,
+                    "torch_guard_failures": torch_reasons,
+                    "torch_guard_failure_mb": torch_chars / 2**20,
+                    "ours": structure_sizes(session) if session is not None else {},
+                }
+            )
     if session is not None:
         session.detach()
     print(json.dumps(rows))
@@ -217,36 +293,71 @@ def real_child(compiles: int, attach: bool, sample: int) -> None:
 def real(args: argparse.Namespace) -> None:
     results: dict[str, list[list[dict]]] = {"baseline": [], "recompprof": []}  # type: ignore[type-arg]
     for r in range(args.rounds):
-        for variant in (("baseline", "recompprof") if r % 2 == 0 else ("recompprof", "baseline")):
-            out = subprocess.run([sys.executable, __file__, "real-child", "--compiles", str(args.compiles), "--sample",
-                                  str(args.sample), *(["--attach"] if variant == "recompprof" else [])],
-                                 capture_output=True, text=True, check=True, env={k: v for k, v in os.environ.items()
-                                                                                  if not k.startswith(("RECOMPPROF_", "TORCH_TRACE"))})
+        for variant in ("baseline", "recompprof") if r % 2 == 0 else ("recompprof", "baseline"):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "real-child",
+                    "--compiles",
+                    str(args.compiles),
+                    "--sample",
+                    str(args.sample),
+                    *(["--attach"] if variant == "recompprof" else []),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={
+                    k: v
+                    for k, v in os.environ.items()
+                    if not k.startswith(("RECOMPPROF_", "TORCH_TRACE"))
+                },
+            )
             results[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"{'compiles':>8} {'base RSS':>9} {'ours RSS':>9} {'ours-base':>9} {'base s':>7} {'ours s':>7} {'ratio':>6} "
-          f"{'torch gf':>9} {'torch gf MB':>11}  our structures (last round)")
+    print(
+        f"{'compiles':>8} {'base RSS':>9} {'ours RSS':>9} {'ours-base':>9} {'base s':>7} {'ours s':>7} {'ratio':>6} "
+        f"{'torch gf':>9} {'torch gf MB':>11}  our structures (last round)"
+    )
     for i, row in enumerate(results["recompprof"][-1]):
         base = [rows[i] for rows in results["baseline"]]
         ours = [rows[i] for rows in results["recompprof"]]
-        b_rss, o_rss = statistics.median(x["rss_mb"] for x in base), statistics.median(x["rss_mb"] for x in ours)
-        b_s, o_s = statistics.median(x["seconds"] for x in base), statistics.median(x["seconds"] for x in ours)
-        print(f"{row['compiles']:8d} {b_rss:9.1f} {o_rss:9.1f} {o_rss - b_rss:9.1f} {b_s:7.1f} {o_s:7.1f} {o_s / b_s:6.3f} "
-              f"{row['torch_guard_failures']:9d} {row['torch_guard_failure_mb']:11.2f}  "
-              + " ".join(f"{k}={v}" for k, v in row["ours"].items()))
-    diffs = [[o["rss_mb"] - b["rss_mb"] for o, b in zip(ro, rb)] for ro, rb in zip(results["recompprof"], results["baseline"])]
+        b_rss, o_rss = (
+            statistics.median(x["rss_mb"] for x in base),
+            statistics.median(x["rss_mb"] for x in ours),
+        )
+        b_s, o_s = (
+            statistics.median(x["seconds"] for x in base),
+            statistics.median(x["seconds"] for x in ours),
+        )
+        print(
+            f"{row['compiles']:8d} {b_rss:9.1f} {o_rss:9.1f} {o_rss - b_rss:9.1f} {b_s:7.1f} {o_s:7.1f} {o_s / b_s:6.3f} "
+            f"{row['torch_guard_failures']:9d} {row['torch_guard_failure_mb']:11.2f}  "
+            + " ".join(f"{k}={v}" for k, v in row["ours"].items())
+        )
+    diffs = [
+        [o["rss_mb"] - b["rss_mb"] for o, b in zip(ro, rb)]
+        for ro, rb in zip(results["recompprof"], results["baseline"])
+    ]
     growth = [d[-1] - d[0] for d in diffs]
-    print(f"\nour RSS on top of the baseline grew by {statistics.median(growth):.1f} MB from {results['recompprof'][0][0]['compiles']} "
-          f"to {args.compiles} compiles (per round: {', '.join(f'{g:.1f}' for g in growth)}; target < 20 MB)")
+    print(
+        f"\nour RSS on top of the baseline grew by {statistics.median(growth):.1f} MB from {results['recompprof'][0][0]['compiles']} "
+        f"to {args.compiles} compiles (per round: {', '.join(f'{g:.1f}' for g in growth)}; target < 20 MB)"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("synthetic")
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--sample", type=int, default=50_000)
-    p.add_argument("--warmup", type=int, default=100_000, help="RSS growth is measured from this event on")
+    p.add_argument(
+        "--warmup", type=int, default=100_000, help="RSS growth is measured from this event on"
+    )
     p.add_argument("--otel", choices=("receiver", "down"), default="receiver")
     p = sub.add_parser("real")
     p.add_argument("--compiles", type=int, default=3000)

@@ -31,13 +31,18 @@ import time
 from collections.abc import Callable
 
 
-def interleaved(a: Callable[[int], None], b: Callable[[int], None], calls: int, blocks: int,
-                setup: Callable[[bool], None] | None = None) -> dict[str, list[float]]:
+def interleaved(
+    a: Callable[[int], None],
+    b: Callable[[int], None],
+    calls: int,
+    blocks: int,
+    setup: Callable[[bool], None] | None = None,
+) -> dict[str, list[float]]:
     """Per-call CPU and wall ns of ``a`` and ``b`` (each runs ``calls`` calls in ``blocks`` blocks, ABBA...)."""
     per_block = max(calls // blocks, 1)
     out: dict[str, list[float]] = {"a_cpu": [], "b_cpu": [], "a_wall": [], "b_wall": []}
     for r in range(blocks):
-        for which in (("a", "b") if r % 2 == 0 else ("b", "a")):
+        for which in ("a", "b") if r % 2 == 0 else ("b", "a"):
             if setup is not None:
                 setup(which == "b")
                 gc.collect()  # what attach()/detach() allocated or freed is not collected inside the next block
@@ -52,7 +57,9 @@ def interleaved(a: Callable[[int], None], b: Callable[[int], None], calls: int, 
     return out
 
 
-def report(title: str, label_a: str, label_b: str, res: dict[str, list[float]], calls: int) -> float:
+def report(
+    title: str, label_a: str, label_b: str, res: dict[str, list[float]], calls: int
+) -> float:
     """Print medians, the median of paired differences (b - a) and the fastest blocks (the least disturbed
     by other load); returns the paired CPU difference in ns."""
     print(f"\n{title} ({calls:,} calls per variant, {len(res['a_cpu'])} block pairs)")
@@ -61,10 +68,12 @@ def report(title: str, label_a: str, label_b: str, res: dict[str, list[float]], 
         a, b = res[f"a_{clock}"], res[f"b_{clock}"]
         diffs = [y - x for x, y in zip(a, b)]
         q = statistics.quantiles(diffs, n=4)
-        print(f"  {clock:4}: {label_a} {statistics.median(a):8.1f} ns/call, {label_b} {statistics.median(b):8.1f} ns/call; "
-              f"added {statistics.median(diffs):+7.1f} ns (paired median; quartiles {q[0]:+.1f} to {q[2]:+.1f}), "
-              f"ratio {statistics.median(b) / statistics.median(a):.4f}; fastest blocks {min(a):.1f} vs {min(b):.1f} "
-              f"({min(b) - min(a):+.1f} ns)")
+        print(
+            f"  {clock:4}: {label_a} {statistics.median(a):8.1f} ns/call, {label_b} {statistics.median(b):8.1f} ns/call; "
+            f"added {statistics.median(diffs):+7.1f} ns (paired median; quartiles {q[0]:+.1f} to {q[2]:+.1f}), "
+            f"ratio {statistics.median(b) / statistics.median(a):.4f}; fastest blocks {min(a):.1f} vs {min(b):.1f} "
+            f"({min(b) - min(a):+.1f} ns)"
+        )
         if clock == "cpu":
             diff_cpu = statistics.median(diffs)
     return diff_cpu
@@ -76,10 +85,16 @@ class _Empty:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=2_000_000, help="hook-alone calls per variant")
-    parser.add_argument("--torch-calls", type=int, default=400_000, help="optimizer.step() calls per variant")
-    parser.add_argument("--compiled-calls", type=int, default=100_000, help="compiled-function calls per variant")
+    parser.add_argument(
+        "--torch-calls", type=int, default=400_000, help="optimizer.step() calls per variant"
+    )
+    parser.add_argument(
+        "--compiled-calls", type=int, default=100_000, help="compiled-function calls per variant"
+    )
     parser.add_argument("--blocks", type=int, default=20)
     args = parser.parse_args()
 
@@ -106,7 +121,9 @@ def main() -> None:
 
     # 1. The hook alone, against an empty call of the same shape.
     counter, empty = StepCounter(), _Empty()
-    counter._on_step(opt, call_args, call_kwargs)  # adopt the optimizer, as the first real step does
+    counter._on_step(
+        opt, call_args, call_kwargs
+    )  # adopt the optimizer, as the first real step does
 
     def run_empty(n: int) -> None:
         f = empty._on_step
@@ -118,8 +135,13 @@ def main() -> None:
         for _ in range(n):
             f(opt, call_args, call_kwargs)
 
-    hook_ns = report("1. hook alone: StepCounter._on_step vs an empty method", "empty", "hook",
-                     interleaved(run_empty, run_hook, args.calls, args.blocks), args.calls)
+    hook_ns = report(
+        "1. hook alone: StepCounter._on_step vs an empty method",
+        "empty",
+        "hook",
+        interleaved(run_empty, run_hook, args.calls, args.blocks),
+        args.calls,
+    )
 
     # 2. optimizer.step() through torch, with the step counter's hook registered vs not.
     installed = StepCounter()
@@ -134,9 +156,13 @@ def main() -> None:
         for _ in range(n):
             s()
 
-    torch_ns = report("2. optimizer.step() (no-op update): hook not registered vs registered", "without", "with",
-                      interleaved(run_steps, run_steps, args.torch_calls, args.blocks * 10, setup=hook_on),
-                      args.torch_calls)
+    torch_ns = report(
+        "2. optimizer.step() (no-op update): hook not registered vs registered",
+        "without",
+        "with",
+        interleaved(run_steps, run_steps, args.torch_calls, args.blocks * 10, setup=hook_on),
+        args.torch_calls,
+    )
     assert installed.step > 0 and installed._owner is not None and installed._owner() is opt
 
     # 3. A compiled call, detached vs attached (the whole of attach(), not just the step hook).
@@ -159,13 +185,19 @@ def main() -> None:
         for _ in range(n):
             fn(x)
 
-    compiled_ns = report("3. compiled call (eager backend): detached vs attached", "detached", "attached",
-                         interleaved(run_compiled, run_compiled, args.compiled_calls, args.blocks * 2, setup=attach),
-                         args.compiled_calls)
+    compiled_ns = report(
+        "3. compiled call (eager backend): detached vs attached",
+        "detached",
+        "attached",
+        interleaved(run_compiled, run_compiled, args.compiled_calls, args.blocks * 2, setup=attach),
+        args.compiled_calls,
+    )
 
-    print(f"\nadded per training step (CPU): hook alone {hook_ns:+.0f} ns, through optimizer.step() {torch_ns:+.0f} ns, "
-          f"per compiled call {compiled_ns:+.0f} ns (target <= 1000 ns per step: "
-          f"{'met' if max(hook_ns, torch_ns) <= 1000 else 'NOT met'})")
+    print(
+        f"\nadded per training step (CPU): hook alone {hook_ns:+.0f} ns, through optimizer.step() {torch_ns:+.0f} ns, "
+        f"per compiled call {compiled_ns:+.0f} ns (target <= 1000 ns per step: "
+        f"{'met' if max(hook_ns, torch_ns) <= 1000 else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Write (or check) every generated file of the mixin from one :class:`Config`.
 
-    python -m dashboards.generate           # rewrite the committed files
-    python -m dashboards.generate --check   # exit 1 and list the files that differ
+python -m dashboards.generate           # rewrite the committed files
+python -m dashboards.generate --check   # exit 1 and list the files that differ
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ def files(cfg: Config = DEFAULT) -> dict[Path, str]:
 
 def stale(root: Path = REPO, cfg: Config = DEFAULT) -> list[Path]:
     """Generated files whose committed content differs from a fresh generation."""
-    return [path for path, text in files(cfg).items()
-            if not (root / path).is_file() or (root / path).read_text() != text]
+    return [
+        path
+        for path, text in files(cfg).items()
+        if not (root / path).is_file() or (root / path).read_text() != text
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

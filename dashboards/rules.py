@@ -68,8 +68,15 @@ def _job(cfg: Config) -> str:
     return "/".join(f"{{{{ $labels.{label} }}}}" for label in cfg.job_labels)
 
 
-def _alert(cfg: Config, name: str, expr: str, severity: str, summary: str, description: str,
-           for_: str = "0s") -> dict[str, Any]:
+def _alert(
+    cfg: Config,
+    name: str,
+    expr: str,
+    severity: str,
+    summary: str,
+    description: str,
+    for_: str = "0s",
+) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_ not in ("0s", "0m", "0"):
         rule["for"] = for_
@@ -101,9 +108,11 @@ def _compiling_ranks(cfg: Config) -> str:
     """
     running, args = _alert_scoped(cfg, "torch_compile_compile_running_seconds", cfg.job_labels)
     promql = f"sort_desc(topk({cfg.top_n}, max by (rank, frame) ({running})))"
-    return (f"{{{{ range $i, $c := printf `{promql}` {args} | query }}}}{{{{ if $i }}}}; {{{{ end }}}}"
-            f"rank {{{{ $c.Labels.rank }}}} on {{{{ $c.Labels.frame }}}} for {{{{ $c.Value | humanizeDuration }}}}"
-            f"{{{{ else }}}}unknown{{{{ end }}}}")
+    return (
+        f"{{{{ range $i, $c := printf `{promql}` {args} | query }}}}{{{{ if $i }}}}; {{{{ end }}}}"
+        f"rank {{{{ $c.Labels.rank }}}} on {{{{ $c.Labels.frame }}}} for {{{{ $c.Value | humanizeDuration }}}}"
+        f"{{{{ else }}}}unknown{{{{ end }}}}"
+    )
 
 
 def _top_cause(cfg: Config) -> str:
@@ -112,11 +121,15 @@ def _top_cause(cfg: Config) -> str:
     Prometheus runs the query when it renders the annotation (template ``query``); the alert's own job
     labels and rank select the series. Without recompile seconds (only first compiles) it renders nothing.
     """
-    lost, args = _alert_scoped(cfg, "torch_compile_recompile_seconds_total", (*cfg.job_labels, "rank"))
+    lost, args = _alert_scoped(
+        cfg, "torch_compile_recompile_seconds_total", (*cfg.job_labels, "rank")
+    )
     promql = f"topk(1, sum by (frame, reason) ({increase_with_new(lost, cfg.compile_time_window)}))"
-    return (f"{{{{ with printf `{promql}` {args} | query }}}}{{{{ with first . }}}} Top cause: {{{{ .Labels.reason }}}} "
-            f"in {{{{ .Labels.frame }}}}, {{{{ .Value | humanizeDuration }}}} lost to recompiles; see the "
-            f"report's \"fix these first\" list.{{{{ end }}}}{{{{ end }}}}")
+    return (
+        f"{{{{ with printf `{promql}` {args} | query }}}}{{{{ with first . }}}} Top cause: {{{{ .Labels.reason }}}} "
+        f"in {{{{ .Labels.frame }}}}, {{{{ .Value | humanizeDuration }}}} lost to recompiles; see the "
+        f'report\'s "fix these first" list.{{{{ end }}}}{{{{ end }}}}'
+    )
 
 
 def alert_rules(cfg: Config) -> list[dict[str, Any]]:
@@ -133,61 +146,96 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
     running = selector(cfg, "torch_compile_compile_running_seconds")
     compiling = selector(cfg, "torch_compile_compiling")
     return [
-        _alert(cfg, "TorchCompileRecompilesHigh",
-               f"{names['recompiles']} > {cfg.recompiles_threshold}", "warning",
-               "torch.compile keeps recompiling.",
-               f"{where_start} recompiled {value} times in the last {cfg.recompiles_window} "
-               f"(threshold {cfg.recompiles_threshold}).",
-               cfg.recompiles_for),
-        _alert(cfg, "TorchCompileSteadyStateRecompiles",
-               new_events("torch_compile_steady_state_recompiles_total", "rank", "frame"), "warning",
-               "torch.compile recompiles after warm-up.",
-               f"Frame {{{{ $labels.frame }}}} on {where} recompiled {value} times after the warm-up "
-               f"steps in the last {event}."),
-        _alert(cfg, "TorchCompileRecompileLimitHit",
-               new_events("torch_compile_recompile_limit_hits_total", "rank", "frame", "limit"), "warning",
-               "A frame hit the torch.compile recompile limit and now runs eagerly.",
-               f"Frame {{{{ $labels.frame }}}} on {where} hit {{{{ $labels.limit }}}} {value} times in the "
-               f"last {event}; it falls back to eager execution."),
-        _alert(cfg, "TorchCompileCompileFailures",
-               new_events("torch_compile_compile_failures_total", "rank", "error_type"), "warning",
-               "torch.compile failed to compile.",
-               f"{{{{ $labels.error_type }}}} failed {value} compiles on {where} in the last {event}."),
-        _alert(cfg, "TorchCompileTimeShareHigh",
-               f"{names['compile_share']} > {cfg.compile_time_share}", "warning",
-               "A training job spends a large share of its time compiling.",
-               f"{where_start} spent {{{{ $value | humanizePercentage }}}} of the last {cfg.compile_time_window} "
-               f"compiling (threshold {cfg.compile_time_share:.0%})." + _top_cause(cfg),
-               cfg.compile_time_for),
-        _alert(cfg, "TorchCompileRankDivergence",
-               f"count by ({job}, frame) ({names['frame_recompiles']} > 0)\n"
-               f"  < on ({job}) group_left\n{names['ranks']}", "warning",
-               "A frame recompiles on some ranks of a job but not on all.",
-               f"Frame {{{{ $labels.frame }}}} recompiled on {value} ranks of {_job(cfg)} in the last "
-               f"{cfg.divergence_window}, not on all of them.",
-               cfg.divergence_for),
-        _alert(cfg, "TorchCompileGraphBreaksIncreasing",
-               f"sum by ({job}, rank) (increase({breaks}[{cfg.graph_breaks_window}]) "
-               f"and {breaks} offset {cfg.graph_breaks_window}) > 0", "info",
-               "torch.compile graph breaks keep increasing.",
-               f"{where_start} had {value} new graph breaks in the last {cfg.graph_breaks_window}, after its "
-               f"first {cfg.graph_breaks_window}.",
-               cfg.graph_breaks_for),
-        _alert(cfg, "TorchCompileLongCompile",
-               f"max by ({job}, rank, frame) ({running}) > {cfg.long_compile_seconds}", "warning",
-               "One torch.compile compile has been running for a long time.",
-               f"{where_start} has been compiling frame {{{{ $labels.frame }}}} for "
-               f"{{{{ $value | humanizeDuration }}}} (threshold {cfg.long_compile_seconds}s); the rank does "
-               "not train meanwhile, and the other ranks wait for it at their next collective.",
-               cfg.long_compile_for),
-        _alert(cfg, "TorchCompileRanksOutOfStep",
-               f"count by ({job}) ({compiling} == 1)\n  and on ({job})\ncount by ({job}) ({compiling} == 0)",
-               "warning",
-               "Some ranks of a job are compiling while the others are not.",
-               f"Ranks of {_job(cfg)} out of step for more than {cfg.out_of_step_for}: {value} compiling while "
-               f"the others are not, which wait at their next collective until it completes or times out. "
-               f"Compiling: {_compiling_ranks(cfg)}.",
-               cfg.out_of_step_for),
+        _alert(
+            cfg,
+            "TorchCompileRecompilesHigh",
+            f"{names['recompiles']} > {cfg.recompiles_threshold}",
+            "warning",
+            "torch.compile keeps recompiling.",
+            f"{where_start} recompiled {value} times in the last {cfg.recompiles_window} "
+            f"(threshold {cfg.recompiles_threshold}).",
+            cfg.recompiles_for,
+        ),
+        _alert(
+            cfg,
+            "TorchCompileSteadyStateRecompiles",
+            new_events("torch_compile_steady_state_recompiles_total", "rank", "frame"),
+            "warning",
+            "torch.compile recompiles after warm-up.",
+            f"Frame {{{{ $labels.frame }}}} on {where} recompiled {value} times after the warm-up "
+            f"steps in the last {event}.",
+        ),
+        _alert(
+            cfg,
+            "TorchCompileRecompileLimitHit",
+            new_events("torch_compile_recompile_limit_hits_total", "rank", "frame", "limit"),
+            "warning",
+            "A frame hit the torch.compile recompile limit and now runs eagerly.",
+            f"Frame {{{{ $labels.frame }}}} on {where} hit {{{{ $labels.limit }}}} {value} times in the "
+            f"last {event}; it falls back to eager execution.",
+        ),
+        _alert(
+            cfg,
+            "TorchCompileCompileFailures",
+            new_events("torch_compile_compile_failures_total", "rank", "error_type"),
+            "warning",
+            "torch.compile failed to compile.",
+            f"{{{{ $labels.error_type }}}} failed {value} compiles on {where} in the last {event}.",
+        ),
+        _alert(
+            cfg,
+            "TorchCompileTimeShareHigh",
+            f"{names['compile_share']} > {cfg.compile_time_share}",
+            "warning",
+            "A training job spends a large share of its time compiling.",
+            f"{where_start} spent {{{{ $value | humanizePercentage }}}} of the last {cfg.compile_time_window} "
+            f"compiling (threshold {cfg.compile_time_share:.0%})." + _top_cause(cfg),
+            cfg.compile_time_for,
+        ),
+        _alert(
+            cfg,
+            "TorchCompileRankDivergence",
+            f"count by ({job}, frame) ({names['frame_recompiles']} > 0)\n"
+            f"  < on ({job}) group_left\n{names['ranks']}",
+            "warning",
+            "A frame recompiles on some ranks of a job but not on all.",
+            f"Frame {{{{ $labels.frame }}}} recompiled on {value} ranks of {_job(cfg)} in the last "
+            f"{cfg.divergence_window}, not on all of them.",
+            cfg.divergence_for,
+        ),
+        _alert(
+            cfg,
+            "TorchCompileGraphBreaksIncreasing",
+            f"sum by ({job}, rank) (increase({breaks}[{cfg.graph_breaks_window}]) "
+            f"and {breaks} offset {cfg.graph_breaks_window}) > 0",
+            "info",
+            "torch.compile graph breaks keep increasing.",
+            f"{where_start} had {value} new graph breaks in the last {cfg.graph_breaks_window}, after its "
+            f"first {cfg.graph_breaks_window}.",
+            cfg.graph_breaks_for,
+        ),
+        _alert(
+            cfg,
+            "TorchCompileLongCompile",
+            f"max by ({job}, rank, frame) ({running}) > {cfg.long_compile_seconds}",
+            "warning",
+            "One torch.compile compile has been running for a long time.",
+            f"{where_start} has been compiling frame {{{{ $labels.frame }}}} for "
+            f"{{{{ $value | humanizeDuration }}}} (threshold {cfg.long_compile_seconds}s); the rank does "
+            "not train meanwhile, and the other ranks wait for it at their next collective.",
+            cfg.long_compile_for,
+        ),
+        _alert(
+            cfg,
+            "TorchCompileRanksOutOfStep",
+            f"count by ({job}) ({compiling} == 1)\n  and on ({job})\ncount by ({job}) ({compiling} == 0)",
+            "warning",
+            "Some ranks of a job are compiling while the others are not.",
+            f"Ranks of {_job(cfg)} out of step for more than {cfg.out_of_step_for}: {value} compiling while "
+            f"the others are not, which wait at their next collective until it completes or times out. "
+            f"Compiling: {_compiling_ranks(cfg)}.",
+            cfg.out_of_step_for,
+        ),
     ]
 
 
@@ -203,7 +251,9 @@ def rules_document(cfg: Config) -> dict[str, Any]:
 
 def render(cfg: Config) -> str:
     """The rules file as YAML text."""
-    header = "# Generated by `python -m dashboards.generate` from dashboards/config.py; do not edit.\n"
+    header = (
+        "# Generated by `python -m dashboards.generate` from dashboards/config.py; do not edit.\n"
+    )
     return header + dump(rules_document(cfg))
 
 

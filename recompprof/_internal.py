@@ -51,12 +51,21 @@ def record(component: str, exc: BaseException, hint: str = "") -> None:
         return
     if isinstance(exc, (OSError, RecompprofError)):  # expected: the message says what to do
         detail = "; ".join(part for part in (hint, str(exc).removeprefix("recompprof: ")) if part)
-        log.warning("recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
-                    "later ones are only counted): %s", component, detail)
+        log.warning(
+            "recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
+            "later ones are only counted): %s",
+            component,
+            detail,
+        )
         log.debug("recompprof: traceback of the error in %s", component, exc_info=exc)
     else:
-        log.warning("recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
-                    "later ones are only counted)%s", component, f": {hint}" if hint else "", exc_info=exc)
+        log.warning(
+            "recompprof: internal error in %s (counted in recompprof_internal_errors_total; "
+            "later ones are only counted)%s",
+            component,
+            f": {hint}" if hint else "",
+            exc_info=exc,
+        )
 
 
 class contain:
@@ -75,8 +84,12 @@ class contain:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
-        if exc is None or not isinstance(exc, Exception):  # the whole point is to contain errors, not exits
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if exc is None or not isinstance(
+            exc, Exception
+        ):  # the whole point is to contain errors, not exits
             return False
         record(self.component, exc, self.hint)
         return not _raise

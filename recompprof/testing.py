@@ -38,8 +38,13 @@ from recompprof._model.events import Compile, Event
 if TYPE_CHECKING:
     from recompprof._capture.session import Session
 
-__all__ = ["RecompileWatch", "RecompiledError", "assert_no_recompiles", "capture_events",
-           "raise_internal_errors"]
+__all__ = [
+    "RecompileWatch",
+    "RecompiledError",
+    "assert_no_recompiles",
+    "capture_events",
+    "raise_internal_errors",
+]
 
 # Enough to hold every event of one test block; a longer block still gets exact counts.
 _RECENT = 10_000
@@ -112,7 +117,9 @@ def describe(recompiles: list[Compile], allowed: int) -> str:
     for event in recompiles[:20]:
         reason = explaining_reason(event.reasons)
         limit = " (refused by the recompile limit: ran eagerly)" if is_limit_hit(event) else ""
-        where = f"  {event.frame.label} compile {event.compile_id}" + (f" at step {event.step}" if event.step else "")
+        where = f"  {event.frame.label} compile {event.compile_id}" + (
+            f" at step {event.step}" if event.step else ""
+        )
         if reason is None:
             lines.append(f"{where}{limit}: no guard-failure reason recorded")
             continue
@@ -166,5 +173,7 @@ class raise_internal_errors:  # lower case: used like a function, as torch.set_g
     def __enter__(self) -> raise_internal_errors:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         _internal.raise_internal_errors(self.previous)

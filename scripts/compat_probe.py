@@ -26,16 +26,23 @@ def _job() -> None:
 
 def _observe(mode: str) -> dict[str, Any]:
     torch._dynamo.reset()
-    with tempfile.TemporaryDirectory() as run_dir, recompprof.attach(mode=mode, run_dir=run_dir) as session:
+    with (
+        tempfile.TemporaryDirectory() as run_dir,
+        recompprof.attach(mode=mode, run_dir=run_dir) as session,
+    ):
         _job()
-    compiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.frame.name == "probe_fn"]
+    compiles = [
+        e for e in session.recent_events() if isinstance(e, Compile) and e.frame.name == "probe_fn"
+    ]
     return {
         "signals": session.signals,
         "signals_off": session.signals_off,
         "mechanism": getattr(session._profile, "mechanism", None),
         "why_off": getattr(session._profile, "why_off", ""),
         "compiles": len(compiles),
-        "recompile_categories": [r.category for c in compiles if c.is_recompile for r in c.reasons if r.explains_change],
+        "recompile_categories": [
+            r.category for c in compiles if c.is_recompile for r in c.reasons if r.explains_change
+        ],
     }
 
 
@@ -58,13 +65,23 @@ def _park() -> dict[str, Any]:
     finally:
         mode.uninstall()
     stats = mode.stats
-    return {"parking": mode.parking, "why_no_parking": mode.why_no_parking, "switches_seen": len(switches),
-            "traces": stats["traces"], "reenabled": stats.get("reenabled", 0)}
+    return {
+        "parking": mode.parking,
+        "why_no_parking": mode.why_no_parking,
+        "switches_seen": len(switches),
+        "traces": stats["traces"],
+        "reenabled": stats.get("reenabled", 0),
+    }
 
 
 def main() -> None:
-    out = {"torch": torch.__version__, "python": sys.version.split()[0],
-           "monitor": _observe("monitor"), "profile": _observe("profile"), "park": _park()}
+    out = {
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "monitor": _observe("monitor"),
+        "profile": _observe("profile"),
+        "park": _park(),
+    }
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()
 

@@ -15,13 +15,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SIGNALS = ("compile_metrics", "phase_times", "guard_failures", "graph_breaks", "recompile_limit_hits", "backward_compiles",
-           "optimizer_steps")
+SIGNALS = (
+    "compile_metrics",
+    "phase_times",
+    "guard_failures",
+    "graph_breaks",
+    "recompile_limit_hits",
+    "backward_compiles",
+    "optimizer_steps",
+)
 
 
 def _versions_module() -> Any:
     # Loaded by path: this runs outside any venv, without torch or recompprof's dependencies.
-    spec = importlib.util.spec_from_file_location("_versions", ROOT / "recompprof" / "_torch" / "versions.py")
+    spec = importlib.util.spec_from_file_location(
+        "_versions", ROOT / "recompprof" / "_torch" / "versions.py"
+    )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -51,9 +60,19 @@ def main(argv: list[str]) -> int:
     out, versions = Path(argv[0]), argv[1:]
     versions_module = _versions_module()
     supported, parse = versions_module.SUPPORTED, versions_module.parse
-    header = ["torch", *SIGNALS, "profile", "tests passed/failed/skipped", "install s", "tests s", "recompprof"]
+    header = [
+        "torch",
+        *SIGNALS,
+        "profile",
+        "tests passed/failed/skipped",
+        "install s",
+        "tests s",
+        "recompprof",
+    ]
     rows, notes, bad = [], [], []
-    for version in sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())):
+    for version in sorted(
+        versions, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())
+    ):
         d = out / version
         run, probe = _load(d / "run.json"), _load(d / "probe.json")
         monitor, profile = probe.get("monitor", {}), probe.get("profile", {})
@@ -66,9 +85,13 @@ def main(argv: list[str]) -> int:
         mechanism = profile.get("mechanism") or "?"
         if profile.get("signals", {}).get("profile_backend") is False:
             mechanism += " (backend not forced)"
-            notes.append(f"- {version} profile backend: {profile.get('signals_off', {}).get('profile_backend', '')}")
+            notes.append(
+                f"- {version} profile backend: {profile.get('signals_off', {}).get('profile_backend', '')}"
+            )
         if profile.get("why_off"):
-            notes.append(f"- {version} profile mechanism `{profile.get('mechanism')}`: {profile['why_off']}")
+            notes.append(
+                f"- {version} profile mechanism `{profile.get('mechanism')}`: {profile['why_off']}"
+            )
         cells.append(mechanism)
         counts = _junit(d / "junit.xml")
         if run.get("install_rc"):
@@ -77,15 +100,28 @@ def main(argv: list[str]) -> int:
             cells.append("no test results")
         else:
             cells.append("{} / {} / {}".format(*counts))
-        cells += [str(run.get("install_s", "?")), str(run.get("tests_s", "?")), run.get("commit") or "?"]
+        cells += [
+            str(run.get("install_s", "?")),
+            str(run.get("tests_s", "?")),
+            run.get("commit") or "?",
+        ]
         rows.append(cells)
-        failed = bool(run.get("install_rc")) or counts is None or counts[1] > 0 or run.get("tests_rc") not in (0, None)
+        failed = (
+            bool(run.get("install_rc"))
+            or counts is None
+            or counts[1] > 0
+            or run.get("tests_rc") not in (0, None)
+        )
         if failed and parse(version) >= supported:
             bad.append(version)
-    lines = [f"torch compatibility matrix, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-             f"Python {sys.version.split()[0]}; "
-             f"supported: torch >= {'.'.join(map(str, supported))}", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"torch compatibility matrix, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"Python {sys.version.split()[0]}; "
+        f"supported: torch >= {'.'.join(map(str, supported))}",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if notes:
         lines += ["", *notes]

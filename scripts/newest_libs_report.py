@@ -40,13 +40,18 @@ def read_outcomes(path: Path) -> dict[str, tuple[str, str]]:
 
 
 def main(out: Path, libs: list[str]) -> int:
-    needed = [out / name for name in ("pinned.xml", "newest.xml", "pinned-versions.txt", "newest-versions.txt")]
+    needed = [
+        out / name
+        for name in ("pinned.xml", "newest.xml", "pinned-versions.txt", "newest-versions.txt")
+    ]
     missing = [str(p) for p in needed if not p.is_file()]
     if missing:
         print(f"newest_libs_report: missing {', '.join(missing)}", file=sys.stderr)
         return 2
     pinned_v, newest_v = read_versions(needed[2]), read_versions(needed[3])
-    moved = sorted(n for n in pinned_v.keys() | newest_v.keys() if pinned_v.get(n) != newest_v.get(n))
+    moved = sorted(
+        n for n in pinned_v.keys() | newest_v.keys() if pinned_v.get(n) != newest_v.get(n)
+    )
     moved.sort(key=lambda n: n not in libs)  # the tried libraries first
     print("## Versions that moved (pinned → newest)\n")
     print("| package | pinned | newest |\n|---|---|---|")
@@ -56,7 +61,11 @@ def main(out: Path, libs: list[str]) -> int:
         print("| (none) | | |")
 
     pinned, newest = read_outcomes(needed[0]), read_outcomes(needed[1])
-    changed = sorted(t for t in pinned.keys() | newest.keys() if pinned.get(t, ("absent",))[0] != newest.get(t, ("absent",))[0])
+    changed = sorted(
+        t
+        for t in pinned.keys() | newest.keys()
+        if pinned.get(t, ("absent",))[0] != newest.get(t, ("absent",))[0]
+    )
     counts = {side: _tally(results) for side, results in (("pinned", pinned), ("newest", newest))}
     print(f"\n## Tests: pinned {counts['pinned']}; newest {counts['newest']}\n")
     if not changed:

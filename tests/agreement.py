@@ -34,15 +34,27 @@ from recompprof._model.events import Compile, Event, GraphBreak, RecompileLimitH
 from recompprof._model.reasons import parse_guard_failure, parse_recompiles_log
 
 SOURCES = ("live", "logs", "trace")
-ASPECTS = ("recompiles", "reasons", "categories", "limit_hits", "graph_breaks", "graph_break_locations")
+ASPECTS = (
+    "recompiles",
+    "reasons",
+    "categories",
+    "limit_hits",
+    "graph_breaks",
+    "graph_break_locations",
+)
 
 # "V1123 00:04:40.537000 9517 torch/_dynamo/guards.py:5396] [0/1] [__recompiles] message"
-_LOG_LINE = re.compile(r"^([VIWEDC]\d{4} [\d:.]+ +\d+ \S+\]) (?:\[(!?\d+/\d+)(?:_\d+)?\] )?(?:\[(__\w+)\] )?(.*)$")
+_LOG_LINE = re.compile(
+    r"^([VIWEDC]\d{4} [\d:.]+ +\d+ \S+\]) (?:\[(!?\d+/\d+)(?:_\d+)?\] )?(?:\[(__\w+)\] )?(.*)$"
+)
 _RECOMPILING = re.compile(r"^Recompiling function (\S+) in (.*):(\d+)$")
 _LIMIT = re.compile(r"^torch\._dynamo hit config\.(\w+) \((\d+)\)")
 _BREAK = re.compile(r"^Graph break (?:\([^)]*\) )?in user code at (.*)$")
 _BREAK_REASON = "Graph Break Reason: "
-_LIMIT_NAMES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
+_LIMIT_NAMES = {
+    "cache_size_limit": "recompile_limit",
+    "accumulated_cache_size_limit": "accumulated_recompile_limit",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,13 +72,25 @@ class Summary:
     """What one source says about a run, by compile id (forward compiles only)."""
 
     recompiles: list[str] = dataclasses.field(default_factory=list)  # compile ids, in order
-    reasons: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # id -> sorted (entry, text)
-    categories: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # id -> sorted (text, category)
+    reasons: dict[str, list[tuple[str, str]]] = dataclasses.field(
+        default_factory=dict
+    )  # id -> sorted (entry, text)
+    categories: dict[str, list[tuple[str, str]]] = dataclasses.field(
+        default_factory=dict
+    )  # id -> sorted (text, category)
     limit_hits: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> limit name
-    graph_breaks: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # id -> sorted reason headlines
-    graph_break_locations: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # id -> sorted file:line
-    frames: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> frame name as this source names it
-    compile_failures: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> fail type (recompprof sources)
+    graph_breaks: dict[str, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # id -> sorted reason headlines
+    graph_break_locations: dict[str, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # id -> sorted file:line
+    frames: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # id -> frame name as this source names it
+    compile_failures: dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # id -> fail type (recompprof sources)
 
     def totals(self) -> dict[str, int]:
         return {
@@ -87,7 +111,9 @@ class Job:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def record(script: Path, args: Iterable[str], where: Path, *, timeout: float = 600, **env: str) -> Recorded:
+def record(
+    script: Path, args: Iterable[str], where: Path, *, timeout: float = 600, **env: str
+) -> Recorded:
     """Run ``python script *args`` once with all three recorders on."""
     return record_all([Job(script, tuple(args), where, env)], timeout=timeout)[0]
 
@@ -97,11 +123,21 @@ def record_all(jobs: list[Job], *, timeout: float = 600) -> list[Recorded]:
     started = []
     for job in jobs:
         job.where.mkdir(parents=True, exist_ok=True)
-        env = clean_env(RECOMPPROF_RUN_DIR=str(job.where / "run"), TORCH_TRACE=str(job.where / "trace"),
-                        TORCH_LOGS="recompiles,graph_breaks", **job.env)
+        env = clean_env(
+            RECOMPPROF_RUN_DIR=str(job.where / "run"),
+            TORCH_TRACE=str(job.where / "trace"),
+            TORCH_LOGS="recompiles,graph_breaks",
+            **job.env,
+        )
         out, err = open(job.where / "stdout.txt", "w+"), open(job.where / "stderr.txt", "w+")  # noqa: SIM115
-        proc = subprocess.Popen([sys.executable, str(job.script), *job.args], env=env, cwd=job.where,
-                                stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(job.script), *job.args],
+            env=env,
+            cwd=job.where,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
         started.append((job, proc, out, err))
     done: list[Recorded] = []
     deadline = time.monotonic() + timeout
@@ -114,16 +150,26 @@ def record_all(jobs: list[Job], *, timeout: float = 600) -> list[Recorded]:
         with out, err:
             out.seek(0)
             err.seek(0)
-            done.append(Recorded(job.where, job.where / "run", job.where / "trace", err.read(), out.read(), proc.returncode))
+            done.append(
+                Recorded(
+                    job.where,
+                    job.where / "run",
+                    job.where / "trace",
+                    err.read(),
+                    out.read(),
+                    proc.returncode,
+                )
+            )
     return done
-
 
 
 def record_workloads(jobs: dict[str, Job], *, timeout: float = 900) -> dict[str, Recorded]:
     """``record_all`` by name, each job required to have run to its ``WORKLOAD DONE`` line."""
     runs = dict(zip(jobs, record_all(list(jobs.values()), timeout=timeout)))
     for name, run in runs.items():
-        assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, f"{name} failed:\n{run.stderr[-4000:]}"
+        assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, (
+            f"{name} failed:\n{run.stderr[-4000:]}"
+        )
     return runs
 
 
@@ -134,12 +180,15 @@ def headline(reason: str) -> str:
     """The first line of a graph-break reason that names the break (torch's wrapper lines removed)."""
     text = reason.strip()
     if text.startswith(_BREAK_REASON):
-        text = text[len(_BREAK_REASON):]
+        text = text[len(_BREAK_REASON) :]
     lines = [line.strip() for line in text.splitlines()]
     # "Encountered graph break when attempting to trace X:" / "... cannot resume from ... encountered:" / "Failed to
     # handle graph break gracefully. Skipping the function ... Graph break encountered:" wrap the reason.
-    while lines and (not lines[0] or (lines[0].startswith("Encountered graph break") and lines[0].endswith(":"))
-                     or lines[0].endswith("Graph break encountered:")):
+    while lines and (
+        not lines[0]
+        or (lines[0].startswith("Encountered graph break") and lines[0].endswith(":"))
+        or lines[0].endswith("Graph break encountered:")
+    ):
         lines.pop(0)
     return lines[0] if lines else text
 
@@ -150,7 +199,9 @@ def _short(location: str | None) -> str:
 
 def _reason_rows(texts: Iterable[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     parsed = [r for text in texts for r in parse_guard_failure(text)]
-    return sorted((r.entry or "", r.text) for r in parsed), sorted((r.text, r.category) for r in parsed)
+    return sorted((r.entry or "", r.text) for r in parsed), sorted(
+        (r.text, r.category) for r in parsed
+    )
 
 
 def summarise_events(events: Iterable[Event]) -> Summary:
@@ -172,7 +223,9 @@ def summarise_events(events: Iterable[Event]) -> Summary:
         elif isinstance(event, GraphBreak):
             cid = event.compile_id or "?"
             out.graph_breaks.setdefault(cid, []).extend([headline(event.reason)] * event.count)
-            out.graph_break_locations.setdefault(cid, []).extend([_short(event.user_location)] * event.count)
+            out.graph_break_locations.setdefault(cid, []).extend(
+                [_short(event.user_location)] * event.count
+            )
     for table in (out.graph_breaks, out.graph_break_locations):
         for cid in table:
             table[cid].sort()
@@ -184,7 +237,9 @@ def summarise_live(recorded: Recorded) -> Summary:
 
 
 def summarise_trace(recorded: Recorded) -> Summary:
-    return summarise_events(e for per_file in read_trace(recorded.trace_dir).events for e in per_file)
+    return summarise_events(
+        e for per_file in read_trace(recorded.trace_dir).events for e in per_file
+    )
 
 
 def log_records(stderr: str) -> list[tuple[str | None, str | None, str]]:
@@ -240,13 +295,19 @@ def summarise_logs(recorded: Recorded) -> Summary:
 
 
 def summarise(recorded: Recorded) -> dict[str, Summary]:
-    return {"live": summarise_live(recorded), "logs": summarise_logs(recorded), "trace": summarise_trace(recorded)}
+    return {
+        "live": summarise_live(recorded),
+        "logs": summarise_logs(recorded),
+        "trace": summarise_trace(recorded),
+    }
 
 
 # -- comparing ----------------------------------------------------------------------------------
 
 
-def diff(summaries: dict[str, Summary], aspects: Iterable[str] = ASPECTS) -> dict[str, dict[str, dict[str, Any]]]:
+def diff(
+    summaries: dict[str, Summary], aspects: Iterable[str] = ASPECTS
+) -> dict[str, dict[str, dict[str, Any]]]:
     """``{aspect: {compile id: {source: value}}}`` for every compile id where the sources disagree."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for aspect in aspects:
@@ -288,7 +349,9 @@ def torch_compiles(recorded: Recorded) -> dict[str, dict[str, Any]]:
                 continue
             metrics = json.loads(line.split("] ", 1)[1])["compilation_metrics"]
             config = metrics.get("dynamo_config")
-            metrics["dynamo_config"] = json.loads(config) if isinstance(config, str) else (config or {})
+            metrics["dynamo_config"] = (
+                json.loads(config) if isinstance(config, str) else (config or {})
+            )
             out[metrics["compile_id"]] = metrics
     return out
 

@@ -25,7 +25,7 @@ def generated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("generated") / "run"
     generate(where, ranks=3, per_rank=3000, seed=5)
     with next(where.glob("rank00001-*.jsonl")).open("ab") as f:
-        f.write(b"{not json}\n{\"schema_version\": 1, \"kind\": \"comp")
+        f.write(b'{not json}\n{"schema_version": 1, "kind": "comp')
     return where
 
 

@@ -55,7 +55,11 @@ def _span_dict(span: Any, resource: dict[str, Any], scope: Any) -> dict[str, Any
         "end_ns": span.end_time_unix_nano,
         "attributes": attributes(span.attributes),
         "links": [
-            {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex(), "attributes": attributes(link.attributes)}
+            {
+                "trace_id": link.trace_id.hex(),
+                "span_id": link.span_id.hex(),
+                "attributes": attributes(link.attributes),
+            }
             for link in span.links
         ],
         "status": STATUS_CODES.get(span.status.code, str(span.status.code)),
@@ -102,7 +106,13 @@ class OtlpReceiver:
 
     def _accept(self, path: str, headers: dict[str, str], body: bytes) -> bytes:
         with self._lock:
-            self.requests.append({"path": path, "headers": {k.lower(): v for k, v in headers.items()}, "size": len(body)})
+            self.requests.append(
+                {
+                    "path": path,
+                    "headers": {k.lower(): v for k, v in headers.items()},
+                    "size": len(body),
+                }
+            )
             if self.status != 200:
                 self._lock.notify_all()
                 return b""
@@ -121,21 +131,30 @@ class OtlpReceiver:
             self._lock.notify_all()
             return b""
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
         """Wait until ``predicate(spans)`` holds; returns a copy of the spans."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while not predicate(self.spans):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"receiver never saw the expected spans; got {[s['name'] for s in self.spans]}")
+                    raise TimeoutError(
+                        f"receiver never saw the expected spans; got {[s['name'] for s in self.spans]}"
+                    )
                 self._lock.wait(remaining)
             return list(self.spans)
 
     def metric_names(self) -> set[str]:
         with self._lock:
-            return {m.name for req in self.metrics for rm in req.resource_metrics for sm in rm.scope_metrics
-                    for m in sm.metrics}
+            return {
+                m.name
+                for req in self.metrics
+                for rm in req.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            }
 
     def __enter__(self) -> OtlpReceiver:
         self._thread.start()
@@ -189,7 +208,6 @@ def tree(spans: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         if span["parent_span_id"]:
             children.setdefault(span["parent_span_id"], []).append(span)
     return children
-
 
 
 def clear_otel_env(monkeypatch: Any) -> None:

@@ -1,6 +1,6 @@
 """Real runs recorded for the CLI tests: the CPU workload under ``attach()`` and ``TORCH_TRACE`` at once.
 
-    RECOMPPROF_RUN_DIR=<dir>/run TORCH_TRACE=<dir>/trace python tests/workloads/train_recompiles.py --steps 12
+RECOMPPROF_RUN_DIR=<dir>/run TORCH_TRACE=<dir>/trace python tests/workloads/train_recompiles.py --steps 12
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ class RecordedRun:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment with no RECOMPPROF_* or TORCH_TRACE leaking in, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOMPPROF_") and k not in ("TORCH_TRACE", "TORCH_LOGS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RECOMPPROF_") and k not in ("TORCH_TRACE", "TORCH_LOGS")
+    }
     env.update(extra)
     return env
 
@@ -32,14 +36,30 @@ def clean_env(**extra: str) -> dict[str, str]:
 def record(where: Path, *args: str, trace: bool = True) -> RecordedRun:
     """Run the workload once with both recorders on; raise with its output if it fails."""
     run_dir, trace_dir = where / "run", where / "trace"
-    env = clean_env(RECOMPPROF_RUN_DIR=str(run_dir), **({"TORCH_TRACE": str(trace_dir)} if trace else {}))
-    proc = subprocess.run([sys.executable, str(WORKLOAD), "--backend", "eager", *args], env=env, cwd=where,
-                          capture_output=True, text=True, timeout=300)
+    env = clean_env(
+        RECOMPPROF_RUN_DIR=str(run_dir), **({"TORCH_TRACE": str(trace_dir)} if trace else {})
+    )
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOAD), "--backend", "eager", *args],
+        env=env,
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return RecordedRun(run_dir, trace_dir)
 
 
-def cli(*args: str, cwd: Path | None = None, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``recompprof`` command (as ``python -m recompprof._cli.main``)."""
-    return subprocess.run([sys.executable, "-m", "recompprof._cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, env=clean_env(**env), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "recompprof._cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=clean_env(**env),
+        timeout=timeout,
+    )

@@ -38,7 +38,9 @@ class Older:
     logged: bool = True  # torch logs the recompile under TORCH_LOGS=recompiles
     subject: str | None = None  # None: as declared
     since: tuple[int, int] = (0, 0)  # applies from this version up to (not including) ``version``
-    text_category: str | None = None  # from the text alone in another process (ingest), where that differs
+    text_category: str | None = (
+        None  # from the text alone in another process (ingest), where that differs
+    )
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class Scenario:
     subject: str
     # invalidated entries never reach guard_failures (torch returns before appending); only the log has them
     in_guard_failures: bool = True
-    older: tuple[Older, ...] = ()  # oldest first: the first whose range holds the running torch applies
+    older: tuple[
+        Older, ...
+    ] = ()  # oldest first: the first whose range holds the running torch applies
     # What the text alone gives (``recompprof ingest``: no live objects), where only the live objects tell.
     text_category: str | None = None
 
@@ -66,14 +70,18 @@ class Scenario:
         scenario (its True/False/None ids still name them) or in another one (a recording, ``ingest``)."""
         older = self.on(version)
         if older is not None:
-            return (None if same_process else older.text_category) or older.category or self.category
+            return (
+                (None if same_process else older.text_category) or older.category or self.category
+            )
         return self.text_category or self.category
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
-EXTRA: dict[str, Scenario] = {}  # not one-reason scenarios; used for the recompiles_verbose recording
+EXTRA: dict[
+    str, Scenario
+] = {}  # not one-reason scenarios; used for the recompiles_verbose recording
 
 
 def _scenario(
@@ -81,7 +89,9 @@ def _scenario(
 ) -> Callable[[Callable[[Compile], None]], Callable[[Compile], None]]:
     def register(fn: Callable[[Compile], None]) -> Callable[[Compile], None]:
         name = fn.__name__.removeprefix("scenario_")
-        (SCENARIOS if registry else EXTRA)[name] = Scenario(name, fn, category, recompiles, frame, subject, **kw)
+        (SCENARIOS if registry else EXTRA)[name] = Scenario(
+            name, fn, category, recompiles, frame, subject, **kw
+        )
         return fn
 
     return register
@@ -324,9 +334,20 @@ def scenario_grad_mode(compile: Compile) -> None:
         f(torch.ones(2))
 
 
-@_scenario("autocast", "autocast_fn", "autocast(cpu)_enabled", older=(
-    Older((2, 11), "autocast", "torch 2.7-2.10 write 'GLOBAL_STATE changed: autocast' without the device",
-          subject="autocast", since=(2, 7)),))
+@_scenario(
+    "autocast",
+    "autocast_fn",
+    "autocast(cpu)_enabled",
+    older=(
+        Older(
+            (2, 11),
+            "autocast",
+            "torch 2.7-2.10 write 'GLOBAL_STATE changed: autocast' without the device",
+            subject="autocast",
+            since=(2, 7),
+        ),
+    ),
+)
 def scenario_autocast(compile: Compile) -> None:
     def autocast_fn(x: torch.Tensor) -> torch.Tensor:
         return x * 2
@@ -373,9 +394,19 @@ def scenario_mark_dynamic(compile: Compile) -> None:
     f(marked)
 
 
-@_scenario("backend_mismatch", "backend_fn", "", older=(
-    Older((2, 10), "backend_mismatch", "torch < 2.10 writes no text for an entry refused for its backend (every "
-          "guard passed): the reason is empty, and its log lists no entry"),))
+@_scenario(
+    "backend_mismatch",
+    "backend_fn",
+    "",
+    older=(
+        Older(
+            (2, 10),
+            "backend_mismatch",
+            "torch < 2.10 writes no text for an entry refused for its backend (every "
+            "guard passed): the reason is empty, and its log lists no entry",
+        ),
+    ),
+)
 def scenario_backend_mismatch(compile: Compile) -> None:
     """Ignores ``compile``: the point is a backend callable created anew for each torch.compile."""
 
@@ -393,10 +424,26 @@ def _make_class() -> type:
     return Config
 
 
-@_scenario("invalidated", "invalidated_fn", "L['cfg']", in_guard_failures=False, older=(
-    Older((2, 6), None, "torch < 2.6 drops an invalidated entry without a recompile or a reason", recompiles=0, logged=False),
-    Older((2, 7), None, "torch < 2.7 logs the invalidated entry but records no reason (no CompilationMetrics.recompile_reason)"),
-))
+@_scenario(
+    "invalidated",
+    "invalidated_fn",
+    "L['cfg']",
+    in_guard_failures=False,
+    older=(
+        Older(
+            (2, 6),
+            None,
+            "torch < 2.6 drops an invalidated entry without a recompile or a reason",
+            recompiles=0,
+            logged=False,
+        ),
+        Older(
+            (2, 7),
+            None,
+            "torch < 2.7 logs the invalidated entry but records no reason (no CompilationMetrics.recompile_reason)",
+        ),
+    ),
+)
 def scenario_invalidated(compile: Compile) -> None:
     def invalidated_fn(x: torch.Tensor, cfg: type) -> torch.Tensor:
         return x * cfg.factor  # type: ignore[attr-defined]
@@ -421,9 +468,20 @@ def scenario_type_kwarg(compile: Compile) -> None:
     f(torch.ones(2), attention_mask=None)
 
 
-@_scenario("type", "none_to_tensor_fn", "L['mask']", older=(
-    Older((2, 8), "type", "torch < 2.8 guards None by id (___check_obj_id): the id names None only in the process "
-          "that ran it; from the text alone in another process it is an unknown object", text_category="object_identity"),))
+@_scenario(
+    "type",
+    "none_to_tensor_fn",
+    "L['mask']",
+    older=(
+        Older(
+            (2, 8),
+            "type",
+            "torch < 2.8 guards None by id (___check_obj_id): the id names None only in the process "
+            "that ran it; from the text alone in another process it is an unknown object",
+            text_category="object_identity",
+        ),
+    ),
+)
 def scenario_type_none_to_tensor(compile: Compile) -> None:
     """An argument that was None is a tensor now (torch 2.8+ guards it ``mask is None``)."""
 
@@ -442,9 +500,21 @@ class Reduction(enum.Enum):
     SUM = "sum"
 
 
-@_scenario("python_constant", "enum_fn", "L['reduction']", text_category="object_identity", older=(
-    Older((2, 13), "python_constant", "torch 2.10-2.12 annotate the guarded member with its repr, "
-          "type=<Reduction.MEAN: 'mean'>, which names an enum member", since=(2, 10)),))
+@_scenario(
+    "python_constant",
+    "enum_fn",
+    "L['reduction']",
+    text_category="object_identity",
+    older=(
+        Older(
+            (2, 13),
+            "python_constant",
+            "torch 2.10-2.12 annotate the guarded member with its repr, "
+            "type=<Reduction.MEAN: 'mean'>, which names an enum member",
+            since=(2, 10),
+        ),
+    ),
+)
 def scenario_enum_member(compile: Compile) -> None:
     """An enum member argument changes (an identity guard): a constant, whatever the enum class is called."""
 
@@ -463,7 +533,12 @@ class _KVCache:
         self.is_updated = {0: False}
 
 
-@_scenario("python_constant", "cache_flag_fn", "L['kwargs']['past_key_values'].is_updated[0]", text_category="other")
+@_scenario(
+    "python_constant",
+    "cache_flag_fn",
+    "L['kwargs']['past_key_values'].is_updated[0]",
+    text_category="other",
+)
 def scenario_cache_flag(compile: Compile) -> None:
     """A flag on a cache object passed as a keyword argument flips (prefill, then decode)."""
 
@@ -519,7 +594,9 @@ def _recompiles_log(frame: str, into: list[str], verbose: bool = False) -> Itera
     """Turn on TORCH_LOGS=recompiles (or recompiles_verbose) for the block, collecting one frame's messages."""
     internal = torch._logging._internal
     state = copy.deepcopy(internal._get_log_state())
-    logger = logging.getLogger("torch._dynamo.guards.__recompiles" + ("_verbose" if verbose else ""))
+    logger = logging.getLogger(
+        "torch._dynamo.guards.__recompiles" + ("_verbose" if verbose else "")
+    )
     handler = _Collect(frame, into)
     torch._logging.set_logs(**{"recompiles_verbose" if verbose else "recompiles": True})
     propagate, logger.propagate = logger.propagate, False
@@ -533,7 +610,9 @@ def _recompiles_log(frame: str, into: list[str], verbose: bool = False) -> Itera
         torch._logging._init_logs()
 
 
-def run_scenario(scenario: Scenario, compile: Compile = eager, verbose: bool = False) -> Observation:
+def run_scenario(
+    scenario: Scenario, compile: Compile = eager, verbose: bool = False
+) -> Observation:
     """Run one scenario from a clean Dynamo state and return torch's own reports for its frame.
 
     ``verbose`` turns on recompiles_verbose, which makes torch report every failing guard of an

@@ -36,7 +36,9 @@ def free_port() -> int:
 def need(binary: str, package: str) -> str:
     path = shutil.which(binary)
     if path is None:
-        pytest.skip(f"{binary} not installed (apt-get install {package}; scripts/system-deps.sh does it)")
+        pytest.skip(
+            f"{binary} not installed (apt-get install {package}; scripts/system-deps.sh does it)"
+        )
     return path
 
 
@@ -69,7 +71,9 @@ def _process(args: Sequence[str], log: Path, ready_url: str) -> Iterator[subproc
         try:
             wait_http(ready_url, proc=proc)
         except Exception:  # noqa: BLE001 - whatever kept it from starting, show the server's own log
-            raise RuntimeError(f"{args[0]} failed to start:\n{log.read_text(errors='replace')[-3000:]}") from None
+            raise RuntimeError(
+                f"{args[0]} failed to start:\n{log.read_text(errors='replace')[-3000:]}"
+            ) from None
         yield proc
     finally:
         proc.terminate()
@@ -102,7 +106,9 @@ class Prometheus:
         result = self.query(expr)
         return float(result[0]["value"][1]) if result else 0.0
 
-    def wait_for(self, expr: str, timeout: float = 60.0, predicate: Any = bool) -> list[dict[str, Any]]:
+    def wait_for(
+        self, expr: str, timeout: float = 60.0, predicate: Any = bool
+    ) -> list[dict[str, Any]]:
         """Poll ``expr`` until ``predicate(result)`` holds."""
         deadline = time.monotonic() + timeout
         result: list[dict[str, Any]] = []
@@ -137,7 +143,11 @@ def prometheus(
     config: dict[str, Any] = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
         "scrape_configs": [
-            {"job_name": job, "honor_labels": honor_labels, "static_configs": [{"targets": list(targets)}]},
+            {
+                "job_name": job,
+                "honor_labels": honor_labels,
+                "static_configs": [{"targets": list(targets)}],
+            },
             *extra_scrape_configs,
         ],
     }
@@ -167,8 +177,16 @@ def alertmanager(tmp: Path, webhook_url: str) -> Iterator[str]:
     workdir = tmp / f"alertmanager-{free_port()}"
     workdir.mkdir(parents=True)
     config = {
-        "route": {"receiver": "hook", "group_by": ["alertname"], "group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"},
-        "receivers": [{"name": "hook", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+        "route": {
+            "receiver": "hook",
+            "group_by": ["alertname"],
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [
+            {"name": "hook", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}
+        ],
     }
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
     port, cluster = free_port(), free_port()
@@ -238,7 +256,9 @@ def wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 180
         line = proc.stdout.readline()
         if not line:
             if proc.poll() is not None:
-                raise RuntimeError(f"workload exited {proc.returncode} before {marker!r}:\n{''.join(lines)[-4000:]}")
+                raise RuntimeError(
+                    f"workload exited {proc.returncode} before {marker!r}:\n{''.join(lines)[-4000:]}"
+                )
             continue
         lines.append(line)
         if marker in line:

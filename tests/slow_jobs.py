@@ -19,14 +19,23 @@ def recompile_start(run: Path, logs: str = "*.jsonl") -> CompileStart | None:
     return None
 
 
-def stop_during_recompile(proc: subprocess.Popen[str], run: Path, *, held: float, how: signal.Signals = signal.SIGTERM,
-                          logs: str = "*.jsonl", timeout: float = 120) -> CompileStart:
+def stop_during_recompile(
+    proc: subprocess.Popen[str],
+    run: Path,
+    *,
+    held: float,
+    how: signal.Signals = signal.SIGTERM,
+    logs: str = "*.jsonl",
+    timeout: float = 120,
+) -> CompileStart:
     """Send ``how`` to ``proc`` once its recompile has run ``held`` seconds, wait for it to end (killing it if it
     outlives that by a minute) and return the recompile's ``compile_start``. ``proc``'s output is left unread."""
     try:
         deadline = time.monotonic() + timeout
         while (start := recompile_start(run, logs)) is None:
-            assert proc.poll() is None and time.monotonic() < deadline, "the recompile did not start"
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                "the recompile did not start"
+            )
             time.sleep(0.05)
         time.sleep(held)
         proc.send_signal(how)

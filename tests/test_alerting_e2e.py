@@ -25,9 +25,18 @@ from dashboards import DEFAULT, rules
 
 pytestmark = pytest.mark.servers
 
-FAST = DEFAULT.replace(recompiles_threshold=2, recompiles_window="1m", recompiles_for="0s", event_window="1m",
-                       compile_time_window="1m", compile_time_for="0s", divergence_window="1m",
-                       divergence_for="0s", graph_breaks_window="1m", graph_breaks_for="0s")
+FAST = DEFAULT.replace(
+    recompiles_threshold=2,
+    recompiles_window="1m",
+    recompiles_for="0s",
+    event_window="1m",
+    compile_time_window="1m",
+    compile_time_for="0s",
+    divergence_window="1m",
+    divergence_for="0s",
+    graph_breaks_window="1m",
+    graph_breaks_for="0s",
+)
 
 
 class Webhook:
@@ -69,13 +78,24 @@ def stack(tmp_path: Path) -> Iterator[tuple[Any, Webhook, int]]:
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(rules.render(FAST))
     port = free_port()
-    scrape = {"job_name": "train", "scrape_interval": "1s",
-              "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "ml"}}]}
+    scrape = {
+        "job_name": "train",
+        "scrape_interval": "1s",
+        "static_configs": [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "ml"}}],
+    }
     hook = Webhook()
     try:
-        with alertmanager(tmp_path, hook.url) as am, prometheus(
-            tmp_path, (), job="unused", extra_scrape_configs=[scrape], rule_files=[rules_file], alertmanager=am
-        ) as prom:
+        with (
+            alertmanager(tmp_path, hook.url) as am,
+            prometheus(
+                tmp_path,
+                (),
+                job="unused",
+                extra_scrape_configs=[scrape],
+                rule_files=[rules_file],
+                alertmanager=am,
+            ) as prom,
+        ):
             yield prom, hook, port
     finally:
         hook.server.shutdown()
@@ -83,9 +103,15 @@ def stack(tmp_path: Path) -> Iterator[tuple[Any, Webhook, int]]:
 
 def _train(tmp: Path, port: int, changes: int) -> tuple[Any, int]:
     """Start a real training run and return it (holding its endpoint) with the recompiles it reports."""
-    env = {"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(port),
-           "RECOMPPROF_RUN_DIR": str(tmp / "run"), "RECOMPPROF_WARMUP_STEPS": "1000"}
-    proc = train_process(env, "--steps", "12", "--hold", "90", "--backend", "eager", "--changes", str(changes))
+    env = {
+        "RECOMPPROF_EXPORTERS": "prometheus",
+        "RECOMPPROF_PROMETHEUS_PORT": str(port),
+        "RECOMPPROF_RUN_DIR": str(tmp / "run"),
+        "RECOMPPROF_WARMUP_STEPS": "1000",
+    }
+    proc = train_process(
+        env, "--steps", "12", "--hold", "90", "--backend", "eager", "--changes", str(changes)
+    )
     lines = wait_for_line(proc, "TRAINING DONE")
     match = re.search(r"recompiles=(\d+)", lines[-1])
     assert match, lines[-1]
@@ -98,7 +124,8 @@ def _recorded(prom: Any) -> float:
 
 
 def test_recompiles_over_threshold_reach_the_webhook_with_labels_and_annotations(
-        stack: tuple[Any, Webhook, int], tmp_path: Path) -> None:
+    stack: tuple[Any, Webhook, int], tmp_path: Path
+) -> None:
     """A run recompiling more than the threshold fires TorchCompileRecompilesHigh through Alertmanager."""
     prom, hook, port = stack
     proc, recompiles = _train(tmp_path, port, changes=4)
@@ -108,12 +135,21 @@ def test_recompiles_over_threshold_reach_the_webhook_with_labels_and_annotations
     finally:
         proc.terminate()
         proc.wait(30)
-    assert alert["labels"] == {"alertname": "TorchCompileRecompilesHigh", "severity": "warning",
-                               "namespace": "ml", "job": "train", "rank": "0"}
+    assert alert["labels"] == {
+        "alertname": "TorchCompileRecompilesHigh",
+        "severity": "warning",
+        "namespace": "ml",
+        "job": "train",
+        "rank": "0",
+    }
     # The alert fires at the first evaluation over the threshold: a scrape may have caught the job mid-way.
-    described = re.fullmatch(r"Rank 0 of ml/train recompiled (\d+) times in the last 1m \(threshold 2\)\.",
-                             alert["annotations"]["description"])
-    assert described and FAST.recompiles_threshold < int(described.group(1)) <= recompiles, alert["annotations"]
+    described = re.fullmatch(
+        r"Rank 0 of ml/train recompiled (\d+) times in the last 1m \(threshold 2\)\.",
+        alert["annotations"]["description"],
+    )
+    assert described and FAST.recompiles_threshold < int(described.group(1)) <= recompiles, alert[
+        "annotations"
+    ]
     assert alert["annotations"] == {
         "summary": "torch.compile keeps recompiling.",
         "description": described.group(0),
@@ -121,7 +157,9 @@ def test_recompiles_over_threshold_reach_the_webhook_with_labels_and_annotations
     }
 
 
-def test_run_at_the_threshold_sends_nothing(stack: tuple[Any, Webhook, int], tmp_path: Path) -> None:
+def test_run_at_the_threshold_sends_nothing(
+    stack: tuple[Any, Webhook, int], tmp_path: Path
+) -> None:
     """A run recompiling exactly the threshold number of times fires no alert and Alertmanager sends nothing."""
     prom, hook, port = stack
     proc, recompiles = _train(tmp_path, port, changes=2)

@@ -19,7 +19,13 @@ from recompprof._analysis.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._cli.main import main as cli_main
 from recompprof._eventlog.reader import read_file, read_run
-from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd, SignalChange
+from recompprof._model.events import (
+    Compile,
+    GraphBreak,
+    RecompileLimitHit,
+    SessionEnd,
+    SignalChange,
+)
 from recompprof.testing import raise_internal_errors
 
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -59,7 +65,9 @@ def test_user_logging_of_compile_records_is_untouched(tmp_path: Path) -> None:
     before = logger.level
     fn = torch.compile(lambda x, tag: x + len(tag), backend="eager")
     with recompprof.attach(run_dir=tmp_path) as session:
-        assert logger.level == before and not logger.filters  # attach changes nothing about this logger
+        assert (
+            logger.level == before and not logger.filters
+        )  # attach changes nothing about this logger
         with _assert_logs(logger) as seen:
             for k in range(5):
                 fn(torch.ones(2), "x" * k)
@@ -95,18 +103,24 @@ def test_bypassed_compile_hook_is_recovered_and_a_lost_stretch_goes_dark(tmp_pat
     """If the compile-record hook is bypassed mid-run, records are recovered at the next compile; if some are lost, the signal is marked dark and check exits 2."""
     import torch._dynamo.utils as utils
 
-    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
+    raise_internal_errors(
+        False
+    )  # production mode for this test (the autouse fixture restores strict)
     fn = torch.compile(lambda x, tag: x * len(tag), backend="eager")
     with recompprof.attach(run_dir=tmp_path / "run") as session:
         fn(torch.ones(2), "a")
         hooked = utils.add_compilation_metrics_to_chromium
-        utils.add_compilation_metrics_to_chromium = hooked.__wrapped__  # another tool replaces the function
+        utils.add_compilation_metrics_to_chromium = (
+            hooked.__wrapped__
+        )  # another tool replaces the function
         try:
             fn(torch.ones(2), "bb")  # missed by the hook, recovered at the next compile start
             fn(torch.ones(2), "ccc")
             assert len(_forward_compiles(session.recent_events())) >= 2
             assert session.signals["compile_metrics"] is True
-            utils.set_compilation_metrics_limit(1)  # torch keeps one record: the next misses overflow it
+            utils.set_compilation_metrics_limit(
+                1
+            )  # torch keeps one record: the next misses overflow it
             for tag in ("dddd", "eeeee", "ffffff"):
                 fn(torch.ones(2), tag)
         finally:
@@ -120,7 +134,12 @@ def test_bypassed_compile_hook_is_recovered_and_a_lost_stretch_goes_dark(tmp_pat
     assert "compile_metrics" in end.signals_off
     assert "signal compile_metrics was dark" in render_text(build_report(events))
     assert cli_main(["check", str(tmp_path / "run"), "--max-recompiles", "100"]) == 2
-    assert cli_main(["check", str(tmp_path / "run"), "--max-recompiles", "100", "--accept-dark-signals"]) == 0
+    assert (
+        cli_main(
+            ["check", str(tmp_path / "run"), "--max-recompiles", "100", "--accept-dark-signals"]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("how", ["fullgraph", "fail_on_recompile_limit_hit", "accumulated"])
@@ -133,7 +152,11 @@ def test_raising_limit_hits_are_limit_hits(tmp_path: Path, how: str) -> None:
     if how == "fail_on_recompile_limit_hit":
         patches["fail_on_recompile_limit_hit"] = True
     if how == "accumulated":
-        patches = {"recompile_limit": 100, "accumulated_recompile_limit": 2, "fail_on_recompile_limit_hit": True}
+        patches = {
+            "recompile_limit": 100,
+            "accumulated_recompile_limit": 2,
+            "fail_on_recompile_limit_hit": True,
+        }
 
     def scale(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x * len(tag)
@@ -164,28 +187,49 @@ import sys
 sys.path.insert(0, {str(WORKLOADS)!r})
 import unresumable, recompprof, torch
 from torch._dynamo.utils import counters
-with recompprof.attach(run_dir={str(tmp_path / 'live')!r}):
+with recompprof.attach(run_dir={str(tmp_path / "live")!r}):
     unresumable.run()
 print("COUNTERS", sum(counters["graph_break"].values()))
 """)
     trace = tmp_path / "trace"
-    out = subprocess.run([sys.executable, str(script)], env={**_env(), "TORCH_TRACE": str(trace)},
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env={**_env(), "TORCH_TRACE": str(trace)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     counters_total = int(out.split("COUNTERS ")[1].split()[0])
     assert cli_main(["ingest", str(trace), "-o", str(tmp_path / "ingested")]) == 0
     live = [e for e in read_run(tmp_path / "live") if isinstance(e, GraphBreak)]
     ingested = [e for e in read_run(tmp_path / "ingested") if isinstance(e, GraphBreak)]
-    key = lambda e: (e.compile_id, e.reason, e.user_location, e.skipped_frame, e.frame.label if e.frame else None)  # noqa: E731
+
+    def key(e: GraphBreak) -> tuple[object, ...]:
+        return (
+            e.compile_id,
+            e.reason,
+            e.user_location,
+            e.skipped_frame,
+            e.frame.label if e.frame else None,
+        )
+
     assert sorted(map(key, live)) == sorted(map(key, ingested))
     assert any(e.skipped_frame for e in live) and counters_total < len(live)
     skipped = next(e for e in live if e.skipped_frame)
-    assert skipped.explanation and skipped.user_location and "unresumable.py" in skipped.user_location
+    assert (
+        skipped.explanation and skipped.user_location and "unresumable.py" in skipped.user_location
+    )
 
 
 def _env() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_LOGS", "TORCH_TRACE", "RECOMPPROF_"))}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TORCH_LOGS", "TORCH_TRACE", "RECOMPPROF_"))
+    }
 
 
 def _returns_tuple(func: Any) -> Any:
@@ -218,7 +262,10 @@ class Student(_Base):
 
 def test_decorated_methods_are_named_by_class(tmp_path: Path) -> None:
     """Two classes sharing one decorated forward are two frames named Teacher.forward and Student.forward, at the forward the user wrote, with the user's call site."""
-    teacher, student = torch.compile(Teacher(4), backend="eager"), torch.compile(Student(4), backend="eager")
+    teacher, student = (
+        torch.compile(Teacher(4), backend="eager"),
+        torch.compile(Student(4), backend="eager"),
+    )
     with recompprof.attach(run_dir=tmp_path) as session:
         for batch in (2, 3):
             teacher(torch.ones(batch, 4))
@@ -227,12 +274,18 @@ def test_decorated_methods_are_named_by_class(tmp_path: Path) -> None:
     names = {c.frame.name for c in compiles}
     assert names == {"Teacher.forward", "Student.forward"}
     forward = _Base.forward.__wrapped__.__code__  # type: ignore[attr-defined]
-    assert {(c.frame.file, c.frame.line) for c in compiles} == {(forward.co_filename, forward.co_firstlineno)}
+    assert {(c.frame.file, c.frame.line) for c in compiles} == {
+        (forward.co_filename, forward.co_firstlineno)
+    }
     report = build_report(_events(session))
     assert {f.name for f in report.frames.values()} == names
     this_file = __file__
     for c in compiles:
-        assert c.call_site and c.call_site[-1].startswith(f"{this_file}:") and "test_decorated_methods" in c.call_site[-1]
+        assert (
+            c.call_site
+            and c.call_site[-1].startswith(f"{this_file}:")
+            and "test_decorated_methods" in c.call_site[-1]
+        )
         assert len(c.call_site) <= 5
 
 
@@ -258,11 +311,16 @@ def test_redacted_call_sites_keep_only_short_paths(tmp_path: Path) -> None:
     with recompprof.attach(run_dir=tmp_path, redact=True) as session:
         fn(torch.ones(2))
     (compile_,) = _forward_compiles(_events(session))
-    assert compile_.call_site and all(line.split(":")[0].count("/") <= 1 for line in compile_.call_site)
+    assert compile_.call_site and all(
+        line.split(":")[0].count("/") <= 1 for line in compile_.call_site
+    )
 
 
-def test_profile_mode_after_user_resets_the_stance(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_profile_mode_after_user_resets_the_stance(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """When user code resets the compile stance in profile mode, recompprof notices at the next compile, releases its limit so fullgraph code keeps working, and says so once."""
+
     def step(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x * len(tag)
 
@@ -271,18 +329,25 @@ def test_profile_mode_after_user_resets_the_stance(tmp_path: Path, caplog: pytes
     with recompprof.attach(run_dir=tmp_path, mode="profile") as session:
         fn(torch.ones(2), "a")
         torch.compiler.set_stance("default")
-        outs = [fn(torch.ones(2), tag).sum().item() for tag in ("bb", "ccc", "dddd")]  # limit 1 would raise here
+        outs = [
+            fn(torch.ones(2), tag).sum().item() for tag in ("bb", "ccc", "dddd")
+        ]  # limit 1 would raise here
         assert torch._dynamo.config.recompile_limit == limit_before
     assert outs == [4.0, 6.0, 8.0]
     assert session.signals["profile_backend"] is False
     events = _events(session)
     changes = [e for e in events if isinstance(e, SignalChange)]
-    assert len(changes) == 1 and changes[0].signal == "profile_backend" and "set_stance" in changes[0].reason
+    assert (
+        len(changes) == 1
+        and changes[0].signal == "profile_backend"
+        and "set_stance" in changes[0].reason
+    )
     assert torch._dynamo.config.recompile_limit == limit_before
 
 
-def test_exception_in_torchs_reason_helper_is_torchs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_exception_in_torchs_reason_helper_is_torchs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """An exception raised inside torch's get_guard_fail_reason_helper is reported as torch's, not as a recompprof internal error."""
     import torch._dynamo.guards as guards
 
@@ -296,7 +361,9 @@ def test_exception_in_torchs_reason_helper_is_torchs(tmp_path: Path, monkeypatch
         for tag in ("a", "bb", "ccc"):
             fn(torch.ones(2), tag)
     assert not _internal.counts()
-    warnings = [r.getMessage() for r in caplog.records if "get_guard_fail_reason_helper" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "get_guard_fail_reason_helper" in r.getMessage()
+    ]
     assert len(warnings) == 1 and "torch error, not a recompprof one" in warnings[0]
     recompiles = [c for c in _forward_compiles(_events(session)) if c.is_recompile]
     assert recompiles and all("KeyError" in r.text for c in recompiles for r in c.reasons)
@@ -304,6 +371,7 @@ def test_exception_in_torchs_reason_helper_is_torchs(tmp_path: Path, monkeypatch
 
 def test_profile_mode_reports_the_variants_the_job_needs(tmp_path: Path) -> None:
     """Profile mode retraces evicted variants (A, B, C, A, B, C ...); the report counts the distinct guard sets the job needs, not the retraces."""
+
     def f(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x * len(tag)
 
@@ -342,7 +410,9 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
     assert type_name("G['table']['mode']", f_locals, f_globals) == "str"
     assert type_name("G['helper']", f_locals, f_globals) == "function"
     assert type_name("L['missing'].x", f_locals, f_globals) is None
-    assert type_name("L['self'].__class__.__mro__", f_locals, f_globals) is None  # no descriptors are run
+    assert (
+        type_name("L['self'].__class__.__mro__", f_locals, f_globals) is None
+    )  # no descriptors are run
 
     frame = Frame(name="Block.forward", file="m.py", line=1)
     texts = ["0/0: ___check_obj_id(L['self'].act, 140000000000)"]
@@ -352,44 +422,71 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
     assert by_text.category == "module_attribute" and by_object.category == "object_identity"
 
 
-@pytest.mark.parametrize(("payload", "reason", "location", "explanation", "skipped"), [
-    # torch 2.13's shape (recorded from this suite's unresumable workload, traceback trimmed)
-    ("Graph break in user code at /w/t.py:8\nGraph Break Reason: Failed to handle graph break gracefully. Skipping the "
-     "function and falling back to eager. Graph break encountered:\n\nFailed to trace builtin operator\n  Explanation: "
-     "Dynamo does not know how to trace builtin operator `print`\n  Hint: Avoid calling builtin `print`.\n\n  Developer "
-     "debug context: builtin print\n\nUser code traceback:\n  File \"/w/t.py\", line 8, in f\n",
-     "Failed to trace builtin operator", "/w/t.py:8", "Dynamo does not know how to trace builtin operator `print`", True),
-    # torch 2.6's shape: "Reason:" and the exception's text, no type line
-    ("Graph break in user code at /w/t.py:63\nReason: Unsupported: builtin: print [<class 'x'>] False\nUser code "
-     "traceback:\n  File \"/w/t.py\", line 63, in breaks\n",
-     "Unsupported: builtin: print [<class 'x'>] False", "/w/t.py:63", None, False),
-    # the frame torch cannot resume from, reported from convert_frame
-    ("Graph break: torch.compile cannot properly resume from this graph break, which results in a skip.\ntorch.compile "
-     "will skip tracing the frame f (/w/t.py line 3) and fall back to eager.\nThe graph break occurred in the following "
-     "user code:\n  File \"/w/t.py\", line 5, in f\n    g()\n\nTraceback (most recent call last):\n  File \"x.py\", line 1"
-     ", in y\ntorch._dynamo.exc.Unsupported: Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph "
-     "break.\n  Hint: Remove the call.\n",
-     "Call to `torch._dynamo.graph_break()`", "/w/t.py:5", "User-inserted graph break.", True),
-    ("", "graph break", None, None, False),
-])
-def test_graph_break_texts_of_every_shape(payload: str, reason: str, location: str | None, explanation: str | None,
-                                          skipped: bool) -> None:
+@pytest.mark.parametrize(
+    ("payload", "reason", "location", "explanation", "skipped"),
+    [
+        # torch 2.13's shape (recorded from this suite's unresumable workload, traceback trimmed)
+        (
+            "Graph break in user code at /w/t.py:8\nGraph Break Reason: Failed to handle graph break gracefully. Skipping the "
+            "function and falling back to eager. Graph break encountered:\n\nFailed to trace builtin operator\n  Explanation: "
+            "Dynamo does not know how to trace builtin operator `print`\n  Hint: Avoid calling builtin `print`.\n\n  Developer "
+            'debug context: builtin print\n\nUser code traceback:\n  File "/w/t.py", line 8, in f\n',
+            "Failed to trace builtin operator",
+            "/w/t.py:8",
+            "Dynamo does not know how to trace builtin operator `print`",
+            True,
+        ),
+        # torch 2.6's shape: "Reason:" and the exception's text, no type line
+        (
+            "Graph break in user code at /w/t.py:63\nReason: Unsupported: builtin: print [<class 'x'>] False\nUser code "
+            'traceback:\n  File "/w/t.py", line 63, in breaks\n',
+            "Unsupported: builtin: print [<class 'x'>] False",
+            "/w/t.py:63",
+            None,
+            False,
+        ),
+        # the frame torch cannot resume from, reported from convert_frame
+        (
+            "Graph break: torch.compile cannot properly resume from this graph break, which results in a skip.\ntorch.compile "
+            "will skip tracing the frame f (/w/t.py line 3) and fall back to eager.\nThe graph break occurred in the following "
+            'user code:\n  File "/w/t.py", line 5, in f\n    g()\n\nTraceback (most recent call last):\n  File "x.py", line 1'
+            ", in y\ntorch._dynamo.exc.Unsupported: Call to `torch._dynamo.graph_break()`\n  Explanation: User-inserted graph "
+            "break.\n  Hint: Remove the call.\n",
+            "Call to `torch._dynamo.graph_break()`",
+            "/w/t.py:5",
+            "User-inserted graph break.",
+            True,
+        ),
+        ("", "graph break", None, None, False),
+    ],
+)
+def test_graph_break_texts_of_every_shape(
+    payload: str, reason: str, location: str | None, explanation: str | None, skipped: bool
+) -> None:
     """Each shape of torch's graph-break text yields its type, the user's file:line, the explanation and whether the frame was skipped."""
     from recompprof._model.breaks import parse_graph_break
 
     parsed = parse_graph_break(payload)
     assert (parsed.reason, parsed.user_location, parsed.explanation, parsed.skipped_frame) == (
-        reason, location, explanation, skipped)
+        reason,
+        location,
+        explanation,
+        skipped,
+    )
     redacted = parse_graph_break(payload, redact=True)
     assert redacted.explanation is None and redacted.hints == () and "'x'" not in redacted.reason
 
 
 def test_call_site_of_the_built_in_demo_is_its_training_loop(tmp_path: Path) -> None:
     """The demo's own loop (recompprof/_cli/demo.py) is user code: its recompiles name the loop's line as the call site."""
-    assert cli_main(["demo", "--steps", "8", "--run-dir", str(tmp_path / "run"), "--port", "0"]) == 0
+    assert (
+        cli_main(["demo", "--steps", "8", "--run-dir", str(tmp_path / "run"), "--port", "0"]) == 0
+    )
     compiles = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and not e.backward]
-    assert compiles and all(c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/_cli/demo.py")
-                            for c in compiles), [c.call_site for c in compiles]
+    assert compiles and all(
+        c.call_site and c.call_site[-1].split(":")[0].endswith("recompprof/_cli/demo.py")
+        for c in compiles
+    ), [c.call_site for c in compiles]
 
 
 def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
@@ -399,18 +496,50 @@ def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
     from recompprof._model.events import Frame
 
     record = CompileRecord(
-        compile_id="2/1", co_name="forward", co_filename="/src/net.py", co_firstlineno=7, cache_size=1,
-        start_time=1_700_000_000.5, duration=0.75, phases={"dynamo_trace": 0.5, "code_gen": 0.25}, guard_count=12,
-        graph_op_count=40, has_guarded_code=True, cache="miss", cache_lookups={"fx_graph": {"miss": 2}},
+        compile_id="2/1",
+        co_name="forward",
+        co_filename="/src/net.py",
+        co_firstlineno=7,
+        cache_size=1,
+        start_time=1_700_000_000.5,
+        duration=0.75,
+        phases={"dynamo_trace": 0.5, "code_gen": 0.25},
+        guard_count=12,
+        graph_op_count=40,
+        has_guarded_code=True,
+        cache="miss",
+        cache_lookups={"fx_graph": {"miss": 2}},
         cache_seconds_saved=0.0,
     )
     frame = Frame(name="forward", file="/src/net.py", line=7)
-    event, hit = compile_events(record, CompileContext(time=1_700_000_001.0, rank=3, step=9, frame=frame,
-                                                       explained=([], {}), graph_breaks=2, call_site=["a.py:1 in f"]))
-    measured = {"start_time": 1_700_000_000.5, "duration": 0.75, "phases": {"dynamo_trace": 0.5, "code_gen": 0.25},
-                "guard_count": 12, "graph_op_count": 40, "cache": "miss", "cache_lookups": {"fx_graph": {"miss": 2}},
-                "cache_seconds_saved": 0.0}
+    event, hit = compile_events(
+        record,
+        CompileContext(
+            time=1_700_000_001.0,
+            rank=3,
+            step=9,
+            frame=frame,
+            explained=([], {}),
+            graph_breaks=2,
+            call_site=["a.py:1 in f"],
+        ),
+    )
+    measured = {
+        "start_time": 1_700_000_000.5,
+        "duration": 0.75,
+        "phases": {"dynamo_trace": 0.5, "code_gen": 0.25},
+        "guard_count": 12,
+        "graph_op_count": 40,
+        "cache": "miss",
+        "cache_lookups": {"fx_graph": {"miss": 2}},
+        "cache_seconds_saved": 0.0,
+    }
     assert {name: getattr(event, name) for name in measured} == measured
-    assert (event.compile_id, event.cache_entries, event.is_recompile, event.graph_breaks, event.call_site) == (
-        "2/1", 1, True, 2, ["a.py:1 in f"])
+    assert (
+        event.compile_id,
+        event.cache_entries,
+        event.is_recompile,
+        event.graph_breaks,
+        event.call_site,
+    ) == ("2/1", 1, True, 2, ["a.py:1 in f"])
     assert hit is None and event.outcome == "ok" and event.installed_code

@@ -48,37 +48,53 @@ def _recompile_three_times(**compile_kw: Any) -> None:
 def _not_silent(session: Session, caplog: pytest.LogCaptureFixture, what: str) -> None:
     """Either the compiles were captured, or recompprof said loudly (a WARNING) that it lost them."""
     captured = len(_compiles(session))
-    warned = [r for r in caplog.records if r.name.startswith("recompprof") and r.levelno >= logging.WARNING
-              and what in r.getMessage()]
+    warned = [
+        r
+        for r in caplog.records
+        if r.name.startswith("recompprof")
+        and r.levelno >= logging.WARNING
+        and what in r.getMessage()
+    ]
     assert captured == 3 or (warned and session.signals.get("compile_metrics") is False), (
-        f"captured {captured} of 3 compiles, signals {session.signals}, no recompprof warning naming {what!r}")
+        f"captured {captured} of 3 compiles, signals {session.signals}, no recompprof warning naming {what!r}"
+    )
 
 
 # -- capture going dark without a word ----------------------------------------------------------
 
 
-def test_metrics_turned_off_after_attach_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
+def test_metrics_turned_off_after_attach_is_not_silent(
+    caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
     """With ``log_compilation_metrics = False`` set after attach (as Dynamo's own TestCase does, with
     RECOMPPROF_ATTACH=1), recompprof still captures every compile, or warns that it lost them and marks the
     compile signal off."""
     caplog.set_level(logging.INFO)
-    with recompprof.attach(run_dir=str(tmp_path / "run")) as session, \
-            torch._dynamo.config.patch(log_compilation_metrics=False):
+    with (
+        recompprof.attach(run_dir=str(tmp_path / "run")) as session,
+        torch._dynamo.config.patch(log_compilation_metrics=False),
+    ):
         _recompile_three_times()
         _not_silent(session, caplog, "log_compilation_metrics")
 
 
-def test_metrics_off_before_attach_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
+def test_metrics_off_before_attach_is_not_silent(
+    caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
     """With ``log_compilation_metrics = False`` already set at attach, recompprof still captures every
     compile, or warns (not only at INFO) that it cannot and marks the compile signal off."""
     caplog.set_level(logging.INFO)
-    with torch._dynamo.config.patch(log_compilation_metrics=False), \
-            recompprof.attach(run_dir=str(tmp_path / "run")) as session:
+    with (
+        torch._dynamo.config.patch(log_compilation_metrics=False),
+        recompprof.attach(run_dir=str(tmp_path / "run")) as session,
+    ):
         _recompile_three_times()
         _not_silent(session, caplog, "log_compilation_metrics")
 
 
-def test_logging_disabled_by_the_user_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
+def test_logging_disabled_by_the_user_is_not_silent(
+    caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
     """With ``logging.disable(logging.INFO)`` in the user's program (which drops torch's INFO metrics record
     before any filter sees it), recompprof still captures every compile, or warns and marks the signal off."""
     caplog.set_level(logging.INFO)
@@ -91,7 +107,9 @@ def test_logging_disabled_by_the_user_is_not_silent(caplog: pytest.LogCaptureFix
         _not_silent(session, caplog, "logging")
 
 
-def test_user_quietening_torch_loggers_is_not_silent(caplog: pytest.LogCaptureFixture, tmp_path: Any) -> None:
+def test_user_quietening_torch_loggers_is_not_silent(
+    caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
     """With ``torch._utils_internal``'s logger set to WARNING after attach (the user quietening torch's
     loggers), recompprof still captures every compile, or warns and marks the signal off."""
     caplog.set_level(logging.INFO)
@@ -111,10 +129,25 @@ def test_user_quietening_torch_loggers_is_not_silent(caplog: pytest.LogCaptureFi
 RAISING_LIMITS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # name: (dynamo config, torch.compile kwargs, the limit torch reports in its warning)
     "fullgraph": ({"recompile_limit": 1}, {"fullgraph": True}, "recompile_limit"),
-    "fail_on_recompile_limit_hit": ({"recompile_limit": 1, "fail_on_recompile_limit_hit": True}, {}, "recompile_limit"),
-    "recompile_limit_kwarg_fullgraph": ({}, {"fullgraph": True, "recompile_limit": 1}, "recompile_limit"),
-    "accumulated": ({"recompile_limit": 8, "accumulated_recompile_limit": 2, "fail_on_recompile_limit_hit": True},
-                    {"isolate_recompiles": True}, "accumulated_recompile_limit"),
+    "fail_on_recompile_limit_hit": (
+        {"recompile_limit": 1, "fail_on_recompile_limit_hit": True},
+        {},
+        "recompile_limit",
+    ),
+    "recompile_limit_kwarg_fullgraph": (
+        {},
+        {"fullgraph": True, "recompile_limit": 1},
+        "recompile_limit",
+    ),
+    "accumulated": (
+        {
+            "recompile_limit": 8,
+            "accumulated_recompile_limit": 2,
+            "fail_on_recompile_limit_hit": True,
+        },
+        {"isolate_recompiles": True},
+        "accumulated_recompile_limit",
+    ),
 }
 
 
@@ -127,10 +160,17 @@ def test_raising_limit_hit_is_a_limit_hit(case: str, tmp_path: Any) -> None:
     def raising_fn(x: torch.Tensor) -> torch.Tensor:
         return x.sin()
 
-    with torch._dynamo.config.patch(**config), recompprof.attach(run_dir=str(tmp_path / "run")) as session:
-        first, second = (torch.compile(raising_fn, backend="eager", dynamic=False, **kw) for _ in range(2))
+    with (
+        torch._dynamo.config.patch(**config),
+        recompprof.attach(run_dir=str(tmp_path / "run")) as session,
+    ):
+        first, second = (
+            torch.compile(raising_fn, backend="eager", dynamic=False, **kw) for _ in range(2)
+        )
         first(torch.ones(3))
-        if case == "accumulated":  # a second isolated region fills the code object's accumulated limit
+        if (
+            case == "accumulated"
+        ):  # a second isolated region fills the code object's accumulated limit
             second(torch.ones(4))
         with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
             first(torch.ones(5))
@@ -194,10 +234,14 @@ def test_graph_break_keeps_explanation_hints_and_user_location(tmp_path: Any) ->
 # -- type reasons ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("before", "after"), [
-    (torch.ones(2), 1),
-    (torch.nn.Parameter(torch.ones(2)), torch.ones(2)),
-], ids=["tensor_to_int", "parameter_to_tensor"])
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (torch.ones(2), 1),
+        (torch.nn.Parameter(torch.ones(2)), torch.ones(2)),
+    ],
+    ids=["tensor_to_int", "parameter_to_tensor"],
+)
 def test_type_change_reason_is_type(before: Any, after: Any, tmp_path: Any) -> None:
     """Torch's "expected type of 'y' to be a tensor type, ' but found <class 'int'>" (and the same for a
     Parameter replaced by a plain tensor) is a ``type`` reason on ``L['y']``, not ``symbolic_shape``."""
@@ -217,7 +261,9 @@ def test_type_change_reason_is_type(before: Any, after: Any, tmp_path: Any) -> N
 
 def test_type_reason_text_parses_as_type() -> None:
     """The parser alone: torch 2.13's wording of a tensor-to-other type change is categorised ``type``."""
-    (reason,) = parse_guard_failure("0/0: expected type of 'b' to be a tensor type, ' but found <class 'int'>")
+    (reason,) = parse_guard_failure(
+        "0/0: expected type of 'b' to be a tensor type, ' but found <class 'int'>"
+    )
     assert (reason.category, reason.subject) == ("type", "L['b']")
 
 
@@ -264,7 +310,10 @@ def test_decorated_forward_is_named_by_class(tmp_path: Any) -> None:
     with recompprof.attach(run_dir=str(tmp_path / "run")) as session:
         teacher(torch.ones(2, 4))
         teacher(torch.ones(3, 4))
-    assert {e.compile_id: e.frame.name for e in _compiles(session)} == {"0/0": "Teacher.forward", "0/1": "Teacher.forward"}
+    assert {e.compile_id: e.frame.name for e in _compiles(session)} == {
+        "0/0": "Teacher.forward",
+        "0/1": "Teacher.forward",
+    }
 
 
 def test_two_classes_sharing_decorated_code_are_two_frames(tmp_path: Any) -> None:
@@ -360,8 +409,10 @@ def test_closed_over_int_is_python_constant(tmp_path: Any) -> None:
     def applies(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         return fn(x)
 
-    with torch._dynamo.config.patch(automatic_dynamic_shapes=False), \
-            recompprof.attach(run_dir=str(tmp_path / "run")) as session:
+    with (
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+        recompprof.attach(run_dir=str(tmp_path / "run")) as session,
+    ):
         compiled = torch.compile(applies, backend="eager")
         compiled(torch.ones(2), adder(0))
         compiled(torch.ones(2), adder(1))
@@ -374,7 +425,9 @@ def test_closed_over_int_is_python_constant(tmp_path: Any) -> None:
 def test_resumed_loop_bound_is_python_constant() -> None:
     """The parser: torch's reason for a changed ``range`` bound held on a resume function's stack (from
     torch's test_loop_torture) is a ``python_constant``, not a ``module_attribute``."""
-    text = ("0/0: ___stack0.stop == 575  # for _ in range(iters):  # test_recompile_ux.py:77 in "
-            "torch_dynamo_resume_in_loop_torture_at_77")
+    text = (
+        "0/0: ___stack0.stop == 575  # for _ in range(iters):  # test_recompile_ux.py:77 in "
+        "torch_dynamo_resume_in_loop_torture_at_77"
+    )
     (reason,) = parse_guard_failure(text)
     assert reason.category == "python_constant", reason

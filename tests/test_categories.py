@@ -25,7 +25,9 @@ def test_scenario_recorded_with_count_frame_and_category(name: str, tmp_path: Pa
     compiles = [e for e in session.recent_events() if isinstance(e, Compile) and not e.backward]
     mine = [c for c in compiles if c.frame.name.endswith(scenario.frame)]
     recompiles = [c for c in mine if c.is_recompile]
-    older = scenario.on(torch_info().major_minor)  # older torch reports less: what it yields there, and why
+    older = scenario.on(
+        torch_info().major_minor
+    )  # older torch reports less: what it yields there, and why
     expected = older.recompiles if older and older.recompiles is not None else scenario.recompiles
     assert len(recompiles) == expected, [c.frame for c in compiles]
     explained = [next((r for r in c.reasons if r.explains_change), None) for c in recompiles]
@@ -49,9 +51,14 @@ def test_compile_failure_recorded_with_error_type(tmp_path: Path) -> None:
     def fails(x: torch.Tensor) -> torch.Tensor:
         return x.sin()
 
-    with recompprof.attach(run_dir=tmp_path) as session, pytest.raises(Exception, match="backend exploded"):
+    with (
+        recompprof.attach(run_dir=tmp_path) as session,
+        pytest.raises(Exception, match="backend exploded"),
+    ):
         torch.compile(fails, backend=exploding_backend)(torch.ones(2))
-    failed = [e for e in session.recent_events() if isinstance(e, Compile) and e.outcome == "failed"]
+    failed = [
+        e for e in session.recent_events() if isinstance(e, Compile) and e.outcome == "failed"
+    ]
     assert len(failed) == 1 and failed[0].frame.name == "fails"
     assert failed[0].fail_type == "BackendCompilerFailed"
     assert session.snapshot().compile_failures["BackendCompilerFailed"] == 1
@@ -71,8 +78,14 @@ def test_graph_break_recorded_with_reason(tmp_path: Path) -> None:
     assert len(graph_breaks) == 1 and graph_breaks[0].frame is not None
     gb = graph_breaks[0]
     assert gb.frame.name == "breaks"
-    if gb.explanation is not None:  # torch >= 2.7 writes a graph-break type, an explanation and hints
-        assert gb.reason == "Failed to trace builtin operator" and "print" in gb.explanation and gb.hints
+    if (
+        gb.explanation is not None
+    ):  # torch >= 2.7 writes a graph-break type, an explanation and hints
+        assert (
+            gb.reason == "Failed to trace builtin operator"
+            and "print" in gb.explanation
+            and gb.hints
+        )
     else:  # older torch: the exception's text
         assert "print" in gb.reason
     line = breaks.__code__.co_firstlineno + 2  # the print
@@ -106,16 +119,23 @@ def test_skipped_resume_frame_is_not_a_compile(tmp_path: Path) -> None:
             model(torch.ones(2, 4)).sum().backward()
             train_step()
             scheduler.step()
-    resumed = {code.co_name: len(_debug_get_cache_entry_list(code))
-               for codes in list(ContinueExecutionCache.cache.values.values()) for code in codes.values()}
+    resumed = {
+        code.co_name: len(_debug_get_cache_entry_list(code))
+        for codes in list(ContinueExecutionCache.cache.values.values())
+        for code in codes.values()
+    }
     skipped = {name for name, entries in resumed.items() if entries == 0 and "_in_wrapper_" in name}
     assert skipped, resumed  # torch installed nothing for the resumed hook frame
     compiles = [e for e in session.recent_events() if isinstance(e, Compile)]
-    assert [e.frame.name for e in compiles if e.frame.name in skipped and counts_as_compile(e)] == []
+    assert [
+        e.frame.name for e in compiles if e.frame.name in skipped and counts_as_compile(e)
+    ] == []
     [record] = [e for e in compiles if e.frame.name in skipped]
     assert not record.installed_code and costs_seconds(record)
     counted = [e for e in compiles if counts_as_compile(e)]
-    assert session.snapshot().compiles_total == len(counted) and all(e.installed_code for e in counted)
+    assert session.snapshot().compiles_total == len(counted) and all(
+        e.installed_code for e in counted
+    )
 
 
 _OPTIMIZER_JOB = """
@@ -155,17 +175,29 @@ def test_skipped_frame_is_no_compile_in_ingest_too(tmp_path: Path) -> None:
 
     script = tmp_path / "job.py"
     script.write_text(_OPTIMIZER_JOB)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=clean_env(TORCH_TRACE=str(tmp_path / "trace")),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        env=clean_env(TORCH_TRACE=str(tmp_path / "trace")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     live = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile)]
-    traced = [e for per_file in read_trace(tmp_path / "trace").events for e in per_file if isinstance(e, Compile)]
+    traced = [
+        e
+        for per_file in read_trace(tmp_path / "trace").events
+        for e in per_file
+        if isinstance(e, Compile)
+    ]
 
     def skipped(events: list[Compile]) -> list[str]:
         return sorted(e.compile_id for e in events if not e.installed_code)
 
     assert skipped(live) == skipped(traced) and len(skipped(live)) == 1
-    assert sorted(e.compile_id for e in live if counts_as_compile(e)) == sorted(e.compile_id for e in traced if counts_as_compile(e))
+    assert sorted(e.compile_id for e in live if counts_as_compile(e)) == sorted(
+        e.compile_id for e in traced if counts_as_compile(e)
+    )
 
 
 def test_resolver_names_enum_members_and_modules_by_isinstance() -> None:
@@ -175,7 +207,11 @@ def test_resolver_names_enum_members_and_modules_by_isinstance() -> None:
 
     from recompprof._torch.sources import type_name
 
-    f_locals = {"reduction": Reduction.SUM, "kwargs": {"past_key_values": _KVCache()}, "self": torch.nn.Linear(1, 1)}
+    f_locals = {
+        "reduction": Reduction.SUM,
+        "kwargs": {"past_key_values": _KVCache()},
+        "self": torch.nn.Linear(1, 1),
+    }
     assert type_name("L['reduction']", f_locals, {}) == "Reduction:enum"
     assert type_name("L['self']", f_locals, {}) == "Linear:module"
     assert type_name("L['kwargs']['past_key_values']", f_locals, {}) == "_KVCache"
@@ -186,7 +222,10 @@ def test_resolver_names_enum_members_and_modules_by_isinstance() -> None:
 def test_flag_of_a_real_encoder_decoder_cache_is_a_constant(tmp_path: Path) -> None:
     """transformers' EncoderDecoderCache (T5/BART generate) is no nn.Module: its per-layer is_updated flag flipping
     from prefill to decode is a python_constant on that object, resolved live, not a module attribute."""
-    pytest.importorskip("transformers", reason="the transformers extra is not installed (pip install recompprof[transformers])")
+    pytest.importorskip(
+        "transformers",
+        reason="the transformers extra is not installed (pip install recompprof[transformers])",
+    )
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
     def cross_attention(x: torch.Tensor, **kwargs: object) -> torch.Tensor:
@@ -203,7 +242,10 @@ def test_flag_of_a_real_encoder_decoder_cache_is_a_constant(tmp_path: Path) -> N
         compiled(torch.ones(2), past_key_values=cache)
     [recompile] = [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile]
     [explaining] = [r for r in recompile.reasons if r.explains_change]
-    assert (explaining.category, explaining.subject) == ("python_constant", "L['kwargs']['past_key_values'].is_updated[0]")
+    assert (explaining.category, explaining.subject) == (
+        "python_constant",
+        "L['kwargs']['past_key_values'].is_updated[0]",
+    )
 
 
 def test_profile_mode_hides_a_backend_mismatch(tmp_path: Path) -> None:
@@ -216,8 +258,13 @@ def test_profile_mode_hides_a_backend_mismatch(tmp_path: Path) -> None:
         torch._dynamo.reset()
         with recompprof.attach(mode=mode, run_dir=tmp_path / mode) as session:
             scenario.run(eager)
-        seen[mode] = [r.category for e in session.recent_events() if isinstance(e, Compile)
-                      and e.frame.name == scenario.frame and e.is_recompile for r in e.reasons if r.explains_change]
+        seen[mode] = [
+            r.category
+            for e in session.recent_events()
+            if isinstance(e, Compile) and e.frame.name == scenario.frame and e.is_recompile
+            for r in e.reasons
+            if r.explains_change
+        ]
         forced = bool(session.signals.get("profile_backend"))
     assert seen["monitor"] == ["backend_mismatch"]
     assert seen["profile"] == ([] if forced else ["backend_mismatch"])

@@ -11,24 +11,44 @@ from recompprof._model.causes import CauseTracker, forward_cause
 from recompprof._model.events import Compile, Frame, Reason
 
 FRAME = Frame(name="forward", file="/job/model.py", line=10)
-SIZE = Reason(text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size", subject="L['x']",
-              explains_change=True)
+SIZE = Reason(
+    text="tensor 'x' size mismatch at index 0. expected 2, actual 3",
+    category="size",
+    subject="L['x']",
+    explains_change=True,
+)
 
 
-def _compile(compile_id: str, *, recompile: bool = True, backward: bool = False, outcome: str = "ok") -> Compile:
-    return Compile(time=1.0, frame=FRAME, compile_id=compile_id, is_recompile=recompile, backward=backward,
-                   outcome=outcome, duration=0.5, reasons=[SIZE] if recompile and not backward else [])
+def _compile(
+    compile_id: str, *, recompile: bool = True, backward: bool = False, outcome: str = "ok"
+) -> Compile:
+    return Compile(
+        time=1.0,
+        frame=FRAME,
+        compile_id=compile_id,
+        is_recompile=recompile,
+        backward=backward,
+        outcome=outcome,
+        duration=0.5,
+        reasons=[SIZE] if recompile and not backward else [],
+    )
 
 
-@pytest.mark.parametrize(("outcome", "backward", "recompile"),
-                         list(itertools.product(("ok", "failed", "limit_hit"), (False, True), (False, True))))
+@pytest.mark.parametrize(
+    ("outcome", "backward", "recompile"),
+    list(itertools.product(("ok", "failed", "limit_hit"), (False, True), (False, True))),
+)
 def test_verdict_bits_are_the_predicates(outcome: str, backward: bool, recompile: bool) -> None:
     """Each bit of the verdict is the predicate of the same name, for every kind of compile."""
     event = _compile("0/1", recompile=recompile, backward=backward, outcome=outcome)
     found = counting.verdict(event)
     limit_hit = outcome == "limit_hit"
     assert counting.is_limit_hit(event) is limit_hit is bool(found & counting.LIMIT_HIT)
-    assert counting.counts_as_compile(event) is (not backward and not limit_hit) is bool(found & counting.COUNTED)
+    assert (
+        counting.counts_as_compile(event)
+        is (not backward and not limit_hit)
+        is bool(found & counting.COUNTED)
+    )
     assert counting.counts_as_recompile(event) is (not backward and not limit_hit and recompile)
     assert counting.counts_as_recompile(event) is bool(found & counting.RECOMPILE)
     assert counting.costs_seconds(event) is (not limit_hit) is bool(found & counting.COSTS)
@@ -38,8 +58,13 @@ def test_verdict_bits_are_the_predicates(outcome: str, backward: bool, recompile
 def test_cause_of_with_or_without_the_callers_verdict_agree() -> None:
     """A caller that passes the verdict it has gets the cause the tracker would find alone."""
     alone, told = CauseTracker(), CauseTracker()
-    events = [_compile("0/0", recompile=False), _compile("0/1"), _compile("0/1", backward=True),
-              _compile("0/2", outcome="limit_hit"), _compile("0/0", recompile=False, backward=True)]
+    events = [
+        _compile("0/0", recompile=False),
+        _compile("0/1"),
+        _compile("0/1", backward=True),
+        _compile("0/2", outcome="limit_hit"),
+        _compile("0/0", recompile=False, backward=True),
+    ]
     for event in events:
         assert alone.cause_of(event) == told.cause_of(event, counting.verdict(event))
     assert alone.cause_of(events[2]) == forward_cause(events[1]) == (FRAME, "size", "L['x']")
@@ -70,7 +95,12 @@ def test_a_forward_seen_again_becomes_the_newest() -> None:
         tracker.cause_of(_compile(f"0/{i}"))
     tracker.cause_of(_compile("0/0"))  # known: nothing is forgotten, and 0/0 is now the newest
     tracker.cause_of(_compile("0/4"))  # full: the oldest (0/1) goes
-    assert [i for i in range(5) if tracker.remembers(_compile(f"0/{i}", backward=True))] == [0, 2, 3, 4]
+    assert [i for i in range(5) if tracker.remembers(_compile(f"0/{i}", backward=True))] == [
+        0,
+        2,
+        3,
+        4,
+    ]
 
 
 def test_a_tracker_that_could_remember_nothing_is_refused() -> None:

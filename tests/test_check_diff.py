@@ -47,7 +47,10 @@ def test_after_step_ignores_warm_up(full: RecordedRun) -> None:
     late = cli("check", str(full.run_dir), "--max-recompiles", "0", "--after-step", "7")
     assert late.returncode == 1
     assert "2 recompile(s) after step 7" in late.stdout and "size" not in late.stdout
-    assert cli("check", str(full.run_dir), "--max-recompiles", "0", "--after-step", "12").returncode == 0
+    assert (
+        cli("check", str(full.run_dir), "--max-recompiles", "0", "--after-step", "12").returncode
+        == 0
+    )
     assert cli("check", str(full.run_dir), "--forbid", "size", "--after-step", "2").returncode == 0
 
 
@@ -56,12 +59,25 @@ def test_forbid_time_and_other_rules(full: RecordedRun) -> None:
     forbid = cli("check", str(full.run_dir), "--forbid", "size", "--forbid", "global")
     assert forbid.returncode == 1
     lines = [line for line in forbid.stdout.splitlines() if line.startswith("FAIL forbid")]
-    assert len(lines) == 2 and any("L['x']" in line for line in lines) and any("SCALE" in line for line in lines)
+    assert (
+        len(lines) == 2
+        and any("L['x']" in line for line in lines)
+        and any("SCALE" in line for line in lines)
+    )
     assert cli("check", str(full.run_dir), "--forbid", "dtype").returncode == 0
     slow = cli("check", str(full.run_dir), "--max-compile-seconds", "0.001")
     assert slow.returncode == 1 and "s compiling > max 0.001 s" in slow.stdout
     assert cli("check", str(full.run_dir), "--max-compile-seconds", "1000").returncode == 0
-    clean = cli("check", str(full.run_dir), "--max-limit-hits", "0", "--max-graph-breaks", "0", "--max-failures", "0")
+    clean = cli(
+        "check",
+        str(full.run_dir),
+        "--max-limit-hits",
+        "0",
+        "--max-graph-breaks",
+        "0",
+        "--max-failures",
+        "0",
+    )
     assert clean.returncode == 0
 
 
@@ -75,7 +91,15 @@ def test_max_recompile_seconds_names_the_causes_to_fix_first(full: RecordedRun) 
     (line,) = [ln for ln in bad.stdout.splitlines() if ln.startswith("FAIL")]
     assert f"{report.recompile_seconds:.2f} s lost to recompiles > max 0 s" in line
     assert f"(fix first: {top.frame} {top.category} {top.subject}: {top.seconds:.2f} s" in line
-    assert cli("check", str(full.run_dir), "--max-recompile-seconds", f"{report.recompile_seconds + 1:.2f}").returncode == 0
+    assert (
+        cli(
+            "check",
+            str(full.run_dir),
+            "--max-recompile-seconds",
+            f"{report.recompile_seconds + 1:.2f}",
+        ).returncode
+        == 0
+    )
     assert cli("check", str(full.run_dir), "--max-recompile-seconds", "-1").returncode == 2
 
 
@@ -89,7 +113,9 @@ def test_check_rules_per_rank(full: RecordedRun) -> None:
         Rules(forbid=("not-a-category",))
 
 
-def test_diff_reports_regressions_and_improvements(full: RecordedRun, sizes_only: RecordedRun) -> None:
+def test_diff_reports_regressions_and_improvements(
+    full: RecordedRun, sizes_only: RecordedRun
+) -> None:
     """diff exits 1 when a run gains recompiles or categories, and 0 (with improvements) the other way round."""
     worse = cli("diff", str(sizes_only.run_dir), str(full.run_dir))
     assert worse.returncode == 1, worse.stdout + worse.stderr
@@ -98,7 +124,9 @@ def test_diff_reports_regressions_and_improvements(full: RecordedRun, sizes_only
         assert what in worse.stdout
     assert "regression(s)" in worse.stdout
     better = cli("diff", str(full.run_dir), str(sizes_only.run_dir))
-    assert better.returncode == 0 and "no regressions" in better.stdout and "better" in better.stdout
+    assert (
+        better.returncode == 0 and "no regressions" in better.stdout and "better" in better.stdout
+    )
     same = cli("diff", str(full.run_dir), str(full.run_dir))
     assert same.returncode == 0 and "no regressions (0 improvement(s))" in same.stdout
 
@@ -107,8 +135,10 @@ def test_diff_time_threshold(full: RecordedRun, tmp_path: Path) -> None:
     """Compile time only regresses past --max-time-increase, and never by less than the noise floor."""
     slower = tmp_path / "slower"
     slower.mkdir()
-    events = [e.model_copy(update={"duration": e.duration * 3 + 1}) if isinstance(e, Compile) else e
-              for e in read_run(full.run_dir)]
+    events = [
+        e.model_copy(update={"duration": e.duration * 3 + 1}) if isinstance(e, Compile) else e
+        for e in read_run(full.run_dir)
+    ]
     from recompprof._eventlog.writer import write_events
 
     write_events(slower / "rank00000-1.jsonl", events)
@@ -129,7 +159,10 @@ def test_diff_compares_seconds_lost_per_cause(full: RecordedRun, sizes_only: Rec
             assert not change.regression
     assert any(c.category == "global" for c in before.causes.values())
     text = render(result)
-    assert f"lost to recompiles {before.recompile_seconds:.2f} s -> {after.recompile_seconds:.2f} s" in text
+    assert (
+        f"lost to recompiles {before.recompile_seconds:.2f} s -> {after.recompile_seconds:.2f} s"
+        in text
+    )
     assert "seconds lost to global" in text
 
 
@@ -160,7 +193,8 @@ def test_capture_events_collects_compiles() -> None:
 
 def test_pytest_plugin_fails_a_recompiling_test(tmp_path: Path) -> None:
     """The no_recompiles fixture fails only the test whose body recompiles, as a test failure with the reason."""
-    (tmp_path / "test_model.py").write_text(textwrap.dedent('''
+    (tmp_path / "test_model.py").write_text(
+        textwrap.dedent("""
         import torch
 
         def test_stable(no_recompiles):
@@ -178,12 +212,27 @@ def test_pytest_plugin_fails_a_recompiling_test(tmp_path: Path) -> None:
             f(torch.ones(3)); f(torch.ones(3, 3))
             no_recompiles.reset()
             f(torch.ones(3, 3))
-    '''))
+    """)
+    )
     # The plugin is found through the installed pytest11 entry point, as in a user's project.
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
-                           "test_model.py"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env=clean_env(PYTHONPATH=str(ROOT)))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:logging",
+            "test_model.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(PYTHONPATH=str(ROOT)),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 failed, 2 passed" in proc.stdout
     assert "FAILED test_model.py::test_unstable" in proc.stdout
@@ -201,15 +250,27 @@ def test_check_names_a_grad_mode_cause_once(tmp_path: Path) -> None:
     (violation,) = check(events, Rules(max_recompiles=0))
     assert "(grad_mode x1)" in violation.message and "grad_mode grad_mode" not in violation.message
     (forbidden,) = check(events, Rules(forbid=("grad_mode",)))
-    assert forbidden.message.endswith("forbidden category grad_mode: 1 recompile(s)"), forbidden.message
+    assert forbidden.message.endswith("forbidden category grad_mode: 1 recompile(s)"), (
+        forbidden.message
+    )
 
 
 def test_diff_warns_when_modes_differ(full: RecordedRun, tmp_path: Path) -> None:
     """diff of a monitor run against a profile run says so, and why the figures then differ; same modes: no warning."""
     where = tmp_path / "profile"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "workloads" / "train_recompiles.py"), "--steps", "12"],
-                          env=clean_env(RECOMPPROF_RUN_DIR=str(where), RECOMPPROF_MODE="profile"), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "workloads" / "train_recompiles.py"),
+            "--steps",
+            "12",
+        ],
+        env=clean_env(RECOMPPROF_RUN_DIR=str(where), RECOMPPROF_MODE="profile"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     done = cli("diff", str(full.run_dir), str(where))
     flat = " ".join(done.stdout.split())
@@ -229,13 +290,17 @@ def _as_ingest_would_see_it(events: list, *, keep_owner: bool = False) -> list:
         if frame is not None and not keep_owner:
             update["frame"] = frame.model_copy(update={"owner": None})
         if isinstance(event, Compile) and event.reasons:
-            update["reasons"] = [r.model_copy(update={"category": "other"}) if r.category in by_object else r
-                                 for r in event.reasons]
+            update["reasons"] = [
+                r.model_copy(update={"category": "other"}) if r.category in by_object else r
+                for r in event.reasons
+            ]
         out.append(event.model_copy(update=update) if update else event)
     return out
 
 
-def test_diff_matches_unknown_classes_and_categories_to_what_the_other_run_knows(full: RecordedRun) -> None:
+def test_diff_matches_unknown_classes_and_categories_to_what_the_other_run_knows(
+    full: RecordedRun,
+) -> None:
     """A run that could not tell a frame's class, nor the categories only live objects decide (as an ingested trace),
     compared with the run that could, either way round: the same frames and recompiles, so no regression; the
     categories move between ``other`` and the known ones and are listed as changed."""
@@ -245,17 +310,34 @@ def test_diff_matches_unknown_classes_and_categories_to_what_the_other_run_knows
     for before, after in ((known, unknown), (unknown, known)):
         diff = compare(before, after)
         assert diff.regressions == [], render(diff)
-        moved = {c.what.removeprefix("seconds lost to ").removeprefix("category ").split(" ")[0] for c in diff.changes}
-        assert "other" in moved and moved <= {"other", "python_constant", "global", "module_attribute"}, moved
+        moved = {
+            c.what.removeprefix("seconds lost to ").removeprefix("category ").split(" ")[0]
+            for c in diff.changes
+        }
+        assert "other" in moved and moved <= {
+            "other",
+            "python_constant",
+            "global",
+            "module_attribute",
+        }, moved
 
 
-def test_diff_still_flags_unknown_recompiles_beyond_what_was_known(full: RecordedRun, sizes_only: RecordedRun) -> None:
+def test_diff_still_flags_unknown_recompiles_beyond_what_was_known(
+    full: RecordedRun, sizes_only: RecordedRun
+) -> None:
     """More recompiles of unknown cause than the known categories lost is a regression; so is a known category
     growing with no unknown ones to account for it."""
-    grown = compare(_as_ingest_would_see_it(list(read_run(sizes_only.run_dir))), _as_ingest_would_see_it(list(read_run(full.run_dir))))
-    assert any(c.what == "category other" and c.regression for c in grown.regressions), render(grown)
+    grown = compare(
+        _as_ingest_would_see_it(list(read_run(sizes_only.run_dir))),
+        _as_ingest_would_see_it(list(read_run(full.run_dir))),
+    )
+    assert any(c.what == "category other" and c.regression for c in grown.regressions), render(
+        grown
+    )
     known = compare(read_run(sizes_only.run_dir), read_run(full.run_dir))
-    assert any(c.what == "category python_constant" and c.regression for c in known.regressions), render(known)
+    assert any(c.what == "category python_constant" and c.regression for c in known.regressions), (
+        render(known)
+    )
 
 
 def test_check_reads_an_event_log_run_rank_by_rank(generated_run: Path) -> None:

@@ -18,10 +18,26 @@ from recompprof._model.events import Compile, SessionStart
 
 
 def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "demo", "--steps", "12", "--port", "0",
-                             "--run-dir", str(tmp_path / "run"), *args],
-                            cwd=tmp_path, env=clean_env(COLUMNS="200"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "recompprof._cli.main",
+            "demo",
+            "--steps",
+            "12",
+            "--port",
+            "0",
+            "--run-dir",
+            str(tmp_path / "run"),
+            *args,
+        ],
+        cwd=tmp_path,
+        env=clean_env(COLUMNS="200"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
@@ -43,10 +59,15 @@ def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
     proc.wait(timeout=120)
     output = "".join(lines)
     assert time.monotonic() - began < 120
-    assert re.search(r'torch_compile_recompiles_total\{[^}]*frame="TinyLM\.forward \(_cli/demo\.py:\d+\)"[^}]*\} [4-9]', scraped), scraped
+    assert re.search(
+        r'torch_compile_recompiles_total\{[^}]*frame="TinyLM\.forward \(_cli/demo\.py:\d+\)"[^}]*\} [4-9]',
+        scraped,
+    ), scraped
     assert "torch_compile_guard_failures_total" in scraped
     events = list(read_run(tmp_path / "run"))
-    explained = {r.category for e in events if isinstance(e, Compile) for r in e.reasons if r.explains_change}
+    explained = {
+        r.category for e in events if isinstance(e, Compile) for r in e.reasons if r.explains_change
+    }
     assert {"size", "python_constant", "grad_mode", "module_attribute"} <= explained, output
     assert "training" in output and "12/12" in output
 
@@ -58,8 +79,14 @@ def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -
     assert proc.returncode == 0, output
     (start,) = [e for e in read_run(tmp_path / "run") if isinstance(e, SessionStart)]
     assert start.mode == "profile"
-    for text in ("recompprof report", "Why they recompiled", "grad_mode", "recompprof check", "--html",
-                 str(tmp_path / "run")):
+    for text in (
+        "recompprof report",
+        "Why they recompiled",
+        "grad_mode",
+        "recompprof check",
+        "--html",
+        str(tmp_path / "run"),
+    ):
         assert text in output, output
     assert re.search(r"demo finished in \d+\.\d s", output)
 
@@ -76,14 +103,19 @@ def test_demo_progress_line_names_the_compile_running_now() -> None:
     with held_compile() as (session, backend, worker):
         assert backend.entered.wait(60)
         buffer = io.StringIO()
-        with Progress(_compiling_column(session), console=Console(file=buffer, width=200, force_terminal=False)) as bar:
+        with Progress(
+            _compiling_column(session),
+            console=Console(file=buffer, width=200, force_terminal=False),
+        ) as bar:
             bar.add_task("training", total=10)
             bar.refresh()
             time.sleep(1.1)
             bar.refresh()
         drawn = buffer.getvalue()
-        assert re.search(r"rank 0 compiling `Model\.forward` \(recompile: size of `L\['x'\]` dim 0 changed\), [1-9]\d* s",
-                         drawn), drawn
+        assert re.search(
+            r"rank 0 compiling `Model\.forward` \(recompile: size of `L\['x'\]` dim 0 changed\), [1-9]\d* s",
+            drawn,
+        ), drawn
         backend.release.set()
         worker.join(60)
         assert not session.status().compiling

@@ -46,7 +46,10 @@ def _instance(cls: type[BaseException]) -> BaseException:
 
 
 def _documented() -> dict[str, int]:
-    return {f"{module}.{name}": int(code) for module, name, code in _ROW.findall(DOC.read_text(encoding="utf-8"))}
+    return {
+        f"{module}.{name}": int(code)
+        for module, name, code in _ROW.findall(DOC.read_text(encoding="utf-8"))
+    }
 
 
 def test_every_error_has_the_common_base_and_keeps_its_builtin_base() -> None:
@@ -79,7 +82,9 @@ def test_exit_codes_of_what_is_not_a_recompprof_error() -> None:
     assert cli_module.exit_code(CommandError("x")) == 2
 
 
-def test_main_prints_one_error_line_and_returns_the_table_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_prints_one_error_line_and_returns_the_table_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A RunError (missing path) and a CommandError (no rule) each end main() with one stderr line and code 2."""
     missing = tmp_path / "absent"
     assert cli_module.main(["report", str(missing)]) == 2
@@ -99,7 +104,6 @@ def test_diff_names_both_unreadable_runs(tmp_path: Path) -> None:
     assert all(line.startswith("recompprof: error:") for line in lines)
 
 
-
 def _trace_dir_without_logs(tmp_path: Path) -> Path:
     """A directory whose only entry named like a TORCH_TRACE log is a directory: no log can be read."""
     from recompprof._analysis.ingest import TRACE_PREFIX
@@ -108,13 +112,30 @@ def _trace_dir_without_logs(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("make", "cause", "message"), [
-    (lambda tmp: tmp / "absent", "recompprof._eventlog.reader.EventLogError", "{path}: no such file or directory"),
-    (_trace_dir_without_logs, "recompprof._analysis.ingest.IngestError", "{path}: no TORCH_TRACE logs"),
-    (lambda tmp: tmp / ("x" * 5000), "builtins.OSError", "cannot read {path}: File name too long"),
-], ids=["event-log", "torch-trace", "os"])
-def test_a_run_error_keeps_the_error_that_caused_it(make: Any, cause: str, message: str, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("make", "cause", "message"),
+    [
+        (
+            lambda tmp: tmp / "absent",
+            "recompprof._eventlog.reader.EventLogError",
+            "{path}: no such file or directory",
+        ),
+        (
+            _trace_dir_without_logs,
+            "recompprof._analysis.ingest.IngestError",
+            "{path}: no TORCH_TRACE logs",
+        ),
+        (
+            lambda tmp: tmp / ("x" * 5000),
+            "builtins.OSError",
+            "cannot read {path}: File name too long",
+        ),
+    ],
+    ids=["event-log", "torch-trace", "os"],
+)
+def test_a_run_error_keeps_the_error_that_caused_it(
+    make: Any, cause: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A path that cannot be read as a run raises RunError whose cause is the reader's own error (its class and
     fields reachable as ``__cause__``), while main() still prints the one documented line and exits 2."""
     from recompprof._analysis.runs import RunError, load

@@ -27,7 +27,13 @@ def test_report_prints_frames_reasons_and_hints(recorded: RecordedRun) -> None:
     done = cli("report", str(recorded.run_dir), "--width", "400")
     assert done.returncode == 0, done.stderr
     assert "compiles 5 | recompiles 4" in done.stdout
-    for text in ("Net.forward (workloads/train_recompiles.py", "size", "python_constant", "mark_dynamic", "dynamo_trace"):
+    for text in (
+        "Net.forward (workloads/train_recompiles.py",
+        "size",
+        "python_constant",
+        "mark_dynamic",
+        "dynamo_trace",
+    ):
         assert text in done.stdout
     assert done.stderr == ""
 
@@ -44,18 +50,64 @@ def test_report_of_one_log_file_and_rank_filter(recorded: RecordedRun) -> None:
 CASES = {
     "missing": (lambda d, log: shutil.rmtree(d), 2, 2, 2, "no such file"),
     "empty_dir": (lambda d, log: log.unlink(), 2, 2, 2, "no recompprof event logs"),
-    "only_foreign_files": (lambda d, log: (log.unlink(), (d / "notes.txt").write_text("x")), 2, 2, 2, "no recompprof event logs"),
-    "foreign_jsonl": (lambda d, log: log.write_text('{"a": 1}\n{"b": 2}\n'), 2, 2, 2, "no readable recompprof events"),
-    "unknown_schema": (lambda d, log: log.write_text("".join(
-        json.dumps({**json.loads(line), "schema_version": 99}) + "\n" for line in log.read_text().splitlines())),
-        2, 2, 2, "unknown schema_version"),
+    "only_foreign_files": (
+        lambda d, log: (log.unlink(), (d / "notes.txt").write_text("x")),
+        2,
+        2,
+        2,
+        "no recompprof event logs",
+    ),
+    "foreign_jsonl": (
+        lambda d, log: log.write_text('{"a": 1}\n{"b": 2}\n'),
+        2,
+        2,
+        2,
+        "no readable recompprof events",
+    ),
+    "unknown_schema": (
+        lambda d, log: log.write_text(
+            "".join(
+                json.dumps({**json.loads(line), "schema_version": 99}) + "\n"
+                for line in log.read_text().splitlines()
+            )
+        ),
+        2,
+        2,
+        2,
+        "unknown schema_version",
+    ),
     "empty_file": (lambda d, log: log.write_text(""), 2, 2, 2, "empty"),
     "binary_file": (lambda d, log: log.write_bytes(bytes(range(256)) * 8), 2, 2, 2, "corrupt"),
-    "torn_tail": (lambda d, log: log.write_text(log.read_text() + '{"schema_version": 1, "kind": "comp'), 0, 0, 0, "torn"),
-    "corrupt_line": (lambda d, log: log.write_text("not json at all\n" + log.read_text()), 0, 2, 2, "corrupt"),
-    "foreign_file_beside": (lambda d, log: (d / "other.jsonl").write_text('{"hello": "world"}\n'), 0, 2, 2, "hold no recompprof events"),
-    "newer_kind": (lambda d, log: log.write_text(log.read_text() + '{"schema_version": 1, "kind": "future", "time": 1}\n'),
-                   0, 0, 0, "kind"),
+    "torn_tail": (
+        lambda d, log: log.write_text(log.read_text() + '{"schema_version": 1, "kind": "comp'),
+        0,
+        0,
+        0,
+        "torn",
+    ),
+    "corrupt_line": (
+        lambda d, log: log.write_text("not json at all\n" + log.read_text()),
+        0,
+        2,
+        2,
+        "corrupt",
+    ),
+    "foreign_file_beside": (
+        lambda d, log: (d / "other.jsonl").write_text('{"hello": "world"}\n'),
+        0,
+        2,
+        2,
+        "hold no recompprof events",
+    ),
+    "newer_kind": (
+        lambda d, log: log.write_text(
+            log.read_text() + '{"schema_version": 1, "kind": "future", "time": 1}\n'
+        ),
+        0,
+        0,
+        0,
+        "kind",
+    ),
 }
 
 
@@ -101,7 +153,9 @@ def test_usage_errors_exit_2(recorded: RecordedRun) -> None:
 
 def test_html_write_failure_is_one_line(recorded: RecordedRun, tmp_path: Path) -> None:
     """An HTML path that cannot be written is a one-line error with exit 2."""
-    done = cli("report", str(recorded.run_dir), "--html", str(tmp_path / "no" / "such" / "dir" / "r.html"))
+    done = cli(
+        "report", str(recorded.run_dir), "--html", str(tmp_path / "no" / "such" / "dir" / "r.html")
+    )
     assert done.returncode == 2 and "cannot write" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -114,6 +168,16 @@ def test_piped_report_follows_columns_and_never_splits_header_words(recorded: Re
         lines = done.stdout.splitlines()
         assert max(len(line) for line in lines) == width, (columns, done.stdout)
         words = {w for line in lines for w in line.split()}
-        for header in ("Compiles", "Recompiles", "Steady-state", "Recompile", "steps", "Failures", "Category",
-                       "Subject", "Changes", "Example"):
+        for header in (
+            "Compiles",
+            "Recompiles",
+            "Steady-state",
+            "Recompile",
+            "steps",
+            "Failures",
+            "Category",
+            "Subject",
+            "Changes",
+            "Example",
+        ):
             assert header in words, (columns, header, done.stdout)

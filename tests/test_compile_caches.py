@@ -39,8 +39,14 @@ def _run(tmp_path: Path, name: str, cache_dir: Path, trace: Path | None = None) 
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir)}
     if trace is not None:
         env["TORCH_TRACE"] = str(trace)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
-                          text=True, timeout=540, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [e for e in read_run(tmp_path / name) if isinstance(e, Compile)]
 
@@ -51,7 +57,9 @@ def test_warm_restart_hits_the_caches_and_reports_seconds_saved(tmp_path: Path) 
     yields the same cache fields as the live event log."""
     cache_dir = tmp_path / "inductor-cache"
     cold = _run(tmp_path, "cold", cache_dir)
-    assert [e.cache_lookups for e in cold] == [{"fx_graph": {"miss": 1}, "aot_autograd": {"miss": 1}}]
+    assert [e.cache_lookups for e in cold] == [
+        {"fx_graph": {"miss": 1}, "aot_autograd": {"miss": 1}}
+    ]
     assert cold[0].cache_seconds_saved is None
     warm = _run(tmp_path, "warm", cache_dir, trace=tmp_path / "trace")
     assert [e.cache_lookups for e in warm] == [{"fx_graph": {"hit": 1}, "aot_autograd": {"hit": 1}}]
@@ -61,6 +69,12 @@ def test_warm_restart_hits_the_caches_and_reports_seconds_saved(tmp_path: Path) 
     assert report.cache_seconds_saved == pytest.approx(warm[0].cache_seconds_saved)
     text = render_text(report)
     assert "Compile caches (seconds saved by hits:" in text and "100 %" in text
-    ingested = [e for events in read_trace(tmp_path / "trace").events for e in events if isinstance(e, Compile)]
-    assert [(e.cache_lookups, e.cache_seconds_saved) for e in ingested] == \
-        [(e.cache_lookups, e.cache_seconds_saved) for e in warm]
+    ingested = [
+        e
+        for events in read_trace(tmp_path / "trace").events
+        for e in events
+        if isinstance(e, Compile)
+    ]
+    assert [(e.cache_lookups, e.cache_seconds_saved) for e in ingested] == [
+        (e.cache_lookups, e.cache_seconds_saved) for e in warm
+    ]

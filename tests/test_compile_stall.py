@@ -51,8 +51,10 @@ JOB_TIMEOUT = 180.0  # seconds for a whole job, start to exit, on a busy 2-core 
 STALL_RULES = FAST.replace(long_compile_seconds=3, long_compile_for="1s", out_of_step_for="3s")
 STALL_ALERTS = ("TorchCompileLongCompile", "TorchCompileRanksOutOfStep")
 # The report's and check's line for a rank whose log ends with a compile running.
-RUNNING_AT_END = re.compile(r"rank 1 was compiling `Model\.forward` \(recompile: (?P<cause>[^)]*)\) "
-                            r"for (?P<bound>at least )?(?P<seconds>\d+) s when the run ended")
+RUNNING_AT_END = re.compile(
+    r"rank 1 was compiling `Model\.forward` \(recompile: (?P<cause>[^)]*)\) "
+    r"for (?P<bound>at least )?(?P<seconds>\d+) s when the run ended"
+)
 
 
 @dataclasses.dataclass
@@ -78,7 +80,9 @@ class Job:
 
     def pids(self) -> dict[int, int]:
         """Each rank's pid, from its event log's name (``rank<r>-<pid>.jsonl``)."""
-        return {int(p.stem[4:9]): int(p.stem.split("-")[1]) for p in self.run_dir.glob("rank*.jsonl")}
+        return {
+            int(p.stem[4:9]): int(p.stem.split("-")[1]) for p in self.run_dir.glob("rank*.jsonl")
+        }
 
     def events(self) -> dict[int, list[Event]]:
         """Every rank's events, read back with the public reader."""
@@ -91,7 +95,9 @@ class Job:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the job did not end within {timeout} s:\n{self.output()[-3000:]}") from None
+            raise AssertionError(
+                f"the job did not end within {timeout} s:\n{self.output()[-3000:]}"
+            ) from None
 
 
 @contextlib.contextmanager
@@ -99,12 +105,33 @@ def stall_job(tmp: Path, base: int, *args: str) -> Iterator[Job]:
     """``torchrun --standalone --nproc-per-node 2`` running the stall workload with ``args``; both ranks
     export Prometheus metrics (rank r on ``base`` + r) and log into ``tmp/run``."""
     tmp.mkdir(parents=True, exist_ok=True)
-    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp / "logs"), "--redirects", "3",
-           str(WORKLOADS / "stall_ranks.py"), "--stall-rank", str(STALL_RANK), "--ready-dir", str(tmp / "ready"), *args]
-    env = _env({"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(base),
-                "RECOMPPROF_RUN_DIR": str(tmp / "run")})
+    cmd = [
+        TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        str(tmp / "logs"),
+        "--redirects",
+        "3",
+        str(WORKLOADS / "stall_ranks.py"),
+        "--stall-rank",
+        str(STALL_RANK),
+        "--ready-dir",
+        str(tmp / "ready"),
+        *args,
+    ]
+    env = _env(
+        {
+            "RECOMPPROF_EXPORTERS": "prometheus",
+            "RECOMPPROF_PROMETHEUS_PORT": str(base),
+            "RECOMPPROF_RUN_DIR": str(tmp / "run"),
+        }
+    )
     with open(tmp / "torchrun.log", "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     job = Job(proc, tmp, base)
     try:
         yield job
@@ -133,9 +160,14 @@ def gauges(job: Job, rank: int) -> Gauges | None:
         samples = scrape(f"http://127.0.0.1:{job.base_port + rank}/metrics")
     except OSError:
         return None
-    (compiling,) = [s.value for s in samples["torch_compile_compiling"] if s.labels["rank"] == str(rank)]
-    running = {s.labels["frame"]: s.value for s in samples.get("torch_compile_compile_running_seconds", [])
-               if s.labels["rank"] == str(rank)}
+    (compiling,) = [
+        s.value for s in samples["torch_compile_compiling"] if s.labels["rank"] == str(rank)
+    ]
+    running = {
+        s.labels["frame"]: s.value
+        for s in samples.get("torch_compile_compile_running_seconds", [])
+        if s.labels["rank"] == str(rank)
+    }
     return Gauges(at, time.time(), compiling, running)
 
 
@@ -150,11 +182,18 @@ def _session_end(events: list[Event]) -> SessionEnd:
 
 
 def _recompprof(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recompprof._cli.main", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "recompprof._cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
 
 
 # -- a short process-group timeout: the job dies of torch's collective timeout -------------------------
+
 
 @dataclasses.dataclass
 class TimedOut:
@@ -177,11 +216,14 @@ def timed_out(tmp_path_factory: pytest.TempPathFactory) -> TimedOut:
     """The job with a process-group timeout of PG_TIMEOUT seconds and a recompile of 60 s on rank 1,
     scraped twice, a second apart, as soon as rank 1 reports the compile."""
     tmp = tmp_path_factory.mktemp("timed-out")
-    with stall_job(tmp, free_port_pair(), "--pg-timeout", str(PG_TIMEOUT), "--compile-seconds", "60") as job:
+    with stall_job(
+        tmp, free_port_pair(), "--pg-timeout", str(PG_TIMEOUT), "--compile-seconds", "60"
+    ) as job:
         deadline = time.monotonic() + JOB_TIMEOUT
         # Past the warm-up compile: the ranks met in their first all-reduce, and rank 1 compiles again.
         while "IN STEP" not in job.rank_output(STALL_RANK, "stdout") or (
-                (status := gauges(job, STALL_RANK)) is None or status.compiling != 1):
+            (status := gauges(job, STALL_RANK)) is None or status.compiling != 1
+        ):
             assert time.monotonic() < deadline and job.proc.poll() is None, job.output()[-3000:]
             time.sleep(0.1)
         stalled = []
@@ -195,18 +237,30 @@ def timed_out(tmp_path_factory: pytest.TempPathFactory) -> TimedOut:
         pids = job.pids()
         left = [pid for pid in pids.values() if alive(pid)]
     run = str(job.run_dir)
-    return TimedOut(code, ended, stalled, job.rank_output(0, "stderr"), job.output(), pids, left, job.events(),
-                    job.base_port, _recompprof("report", run, "--width", "250"),
-                    _recompprof("check", run, "--fail-on-running-compile"),
-                    _recompprof("check", run, "--max-recompiles", "5"))
+    return TimedOut(
+        code,
+        ended,
+        stalled,
+        job.rank_output(0, "stderr"),
+        job.output(),
+        pids,
+        left,
+        job.events(),
+        job.base_port,
+        _recompprof("report", run, "--width", "250"),
+        _recompprof("check", run, "--fail-on-running-compile"),
+        _recompprof("check", run, "--max-recompiles", "5"),
+    )
 
 
 def test_the_waiting_rank_fails_with_torchs_collective_timeout(timed_out: TimedOut) -> None:
     """Rank 0 fails in the all-reduce with torch's (gloo's) own timeout after PG_TIMEOUT seconds, torchrun
     stops rank 1 with SIGTERM, the job exits non-zero and no process of it is left."""
     assert timed_out.exit_code != 0
-    assert re.search(rf"RuntimeError: .*Timed out waiting {PG_TIMEOUT * 1000}ms for recv operation",
-                     timed_out.rank0_stderr), timed_out.rank0_stderr[-3000:]
+    assert re.search(
+        rf"RuntimeError: .*Timed out waiting {PG_TIMEOUT * 1000}ms for recv operation",
+        timed_out.rank0_stderr,
+    ), timed_out.rank0_stderr[-3000:]
     assert "in all_reduce" in timed_out.rank0_stderr
     killed = rf"exitcode\s*: -{int(signal.SIGTERM)} \(pid: {timed_out.pids[STALL_RANK]}\)"
     assert re.search(killed, timed_out.output), timed_out.output[-3000:]
@@ -214,7 +268,9 @@ def test_the_waiting_rank_fails_with_torchs_collective_timeout(timed_out: TimedO
     assert all(refused(timed_out.base_port + rank) for rank in (0, 1))
 
 
-def test_live_gauges_during_the_stall_name_the_compiling_rank_and_frame(timed_out: TimedOut) -> None:
+def test_live_gauges_during_the_stall_name_the_compiling_rank_and_frame(
+    timed_out: TimedOut,
+) -> None:
     """Scraped during the stall: rank 1 exports compiling 1 and the running seconds of its one compile,
     under the model's frame label, growing between scrapes; rank 0 exports compiling 0 and no running compile."""
     (first_one, _), (later_one, _) = timed_out.stalled
@@ -239,14 +295,23 @@ def test_the_compiling_ranks_log_names_the_compile_the_job_died_in(timed_out: Ti
     assert not [e for e in events if isinstance(e, Compile) and e.compile_id == start.compile_id]
     compiling = _session_end(events).compiling
     assert compiling is not None
-    assert (compiling.frame, compiling.compile_id, compiling.started) == (start.frame, start.compile_id, start.time)
+    assert (compiling.frame, compiling.compile_id, compiling.started) == (
+        start.frame,
+        start.compile_id,
+        start.time,
+    )
     assert compiling.frame.name == "Model.forward"
-    assert compiling.reason is not None and (compiling.reason.category, compiling.reason.subject) == ("size", "L['x']")
+    assert compiling.reason is not None and (
+        compiling.reason.category,
+        compiling.reason.subject,
+    ) == ("size", "L['x']")
     zero_end = _session_end(timed_out.events[0])
     assert zero_end.compiling is None
     last_scraped = max(one.running[f] for one, _ in timed_out.stalled for f in one.running)
     assert compiling.seconds >= last_scraped
-    assert compiling.seconds >= zero_end.time - start.time >= PG_TIMEOUT - 1  # rank 0 waited out its timeout
+    assert (
+        compiling.seconds >= zero_end.time - start.time >= PG_TIMEOUT - 1
+    )  # rank 0 waited out its timeout
     assert compiling.seconds <= timed_out.ended - start.time
 
 
@@ -264,14 +329,18 @@ def test_report_names_the_rank_frame_cause_and_stall_length(timed_out: TimedOut)
     assert found, timed_out.report.stdout
     assert "size of `L['x']` dim 0" in found["cause"]
     assert not found["bound"] and abs(int(found["seconds"]) - _stall_seconds(timed_out)) <= 1
-    assert timed_out.report.stdout[found.end():].startswith("; rank 0 was not compiling")
+    assert timed_out.report.stdout[found.end() :].startswith("; rank 0 was not compiling")
 
 
 def test_check_fails_on_the_compile_running_at_the_end(timed_out: TimedOut) -> None:
     """``check --fail-on-running-compile`` exits 1 with one FAIL line naming rank 1, the frame, the cause
     and the stall length; without the flag the running compile fails nothing."""
     assert timed_out.check.returncode == 1, timed_out.check.stdout + timed_out.check.stderr
-    fails = [line for line in timed_out.check.stdout.splitlines() if line.startswith("FAIL compile_running_at_end: ")]
+    fails = [
+        line
+        for line in timed_out.check.stdout.splitlines()
+        if line.startswith("FAIL compile_running_at_end: ")
+    ]
     assert len(fails) == 1, timed_out.check.stdout
     found = RUNNING_AT_END.search(fails[0])
     assert found and "size of `L['x']` dim 0" in found["cause"], fails[0]
@@ -286,7 +355,9 @@ COMPILE_SECONDS = 20.0  # the stalling recompile of the second job
 
 @dataclasses.dataclass
 class Alerted:
-    fired: dict[str, tuple[float, dict[str, Any]]]  # alert name -> (time.time() first seen firing, the alert)
+    fired: dict[
+        str, tuple[float, dict[str, Any]]
+    ]  # alert name -> (time.time() first seen firing, the alert)
     resolved: float  # time.time() once neither stall alert was active any more
     compile_start: CompileStart
     compile_end: float  # time.time() at which rank 1's recompile ended (its compile event)
@@ -299,7 +370,11 @@ class Alerted:
 
 def _active(prom: Any) -> dict[str, dict[str, Any]]:
     """The stall alerts Prometheus holds active (pending or firing), by name."""
-    return {a["labels"]["alertname"]: a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] in STALL_ALERTS}
+    return {
+        a["labels"]["alertname"]: a
+        for a in prom.api("alerts")["alerts"]
+        if a["labels"]["alertname"] in STALL_ALERTS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -311,25 +386,54 @@ def alerted(tmp_path_factory: pytest.TempPathFactory) -> Alerted:
     rules_file = tmp / "rules.yaml"
     rules_file.write_text(rules.render(STALL_RULES))
     base = free_port_pair()
-    scrape_config = {"job_name": "train", "scrape_interval": "1s", "static_configs": [
-        {"targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], "labels": {"namespace": "ml"}}]}
-    with prometheus(tmp, (), job="unused", extra_scrape_configs=[scrape_config], rule_files=[rules_file]) as prom, \
-            stall_job(tmp / "job", base, "--compile-seconds", str(COMPILE_SECONDS), "--hold", str(JOB_TIMEOUT),
-                      "--release", str(tmp / "release")) as job:
+    scrape_config = {
+        "job_name": "train",
+        "scrape_interval": "1s",
+        "static_configs": [
+            {
+                "targets": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"],
+                "labels": {"namespace": "ml"},
+            }
+        ],
+    }
+    with (
+        prometheus(
+            tmp, (), job="unused", extra_scrape_configs=[scrape_config], rule_files=[rules_file]
+        ) as prom,
+        stall_job(
+            tmp / "job",
+            base,
+            "--compile-seconds",
+            str(COMPILE_SECONDS),
+            "--hold",
+            str(JOB_TIMEOUT),
+            "--release",
+            str(tmp / "release"),
+        ) as job,
+    ):
         fired: dict[str, tuple[float, dict[str, Any]]] = {}
         deadline, compiled = time.monotonic() + JOB_TIMEOUT, None
         while True:
-            assert time.monotonic() < deadline and job.proc.poll() is None, (fired, job.output()[-3000:])
+            assert time.monotonic() < deadline and job.proc.poll() is None, (
+                fired,
+                job.output()[-3000:],
+            )
             active, now = _active(prom), time.time()
             for name, alert in active.items():
                 if alert["state"] == "firing" and name not in fired:
                     fired[name] = (now, alert)
             if len(fired) == len(STALL_ALERTS) and not active:
                 break
-            if compiled is None and f"RANK {STALL_RANK} DONE" in job.rank_output(STALL_RANK, "stdout"):
+            if compiled is None and f"RANK {STALL_RANK} DONE" in job.rank_output(
+                STALL_RANK, "stdout"
+            ):
                 compiled = time.monotonic()
             # Once the compile is over, the alerts have a few scrapes to resolve, and none left to fire.
-            assert compiled is None or time.monotonic() < compiled + 20, ("not fired and resolved", fired, active)
+            assert compiled is None or time.monotonic() < compiled + 20, (
+                "not fired and resolved",
+                fired,
+                active,
+            )
             time.sleep(0.25)
         resolved = time.time()
         (tmp / "release").touch()
@@ -339,8 +443,17 @@ def alerted(tmp_path_factory: pytest.TempPathFactory) -> Alerted:
     events = job.events()[STALL_RANK]
     start = _recompile_start(events)
     (done,) = [e for e in events if isinstance(e, Compile) and e.compile_id == start.compile_id]
-    return Alerted(fired, resolved, start, done.start_time + done.duration, code,
-                   {rank: job.rank_output(rank, "stdout") for rank in (0, 1)}, pids, left, job.base_port)
+    return Alerted(
+        fired,
+        resolved,
+        start,
+        done.start_time + done.duration,
+        code,
+        {rank: job.rank_output(rank, "stdout") for rank in (0, 1)},
+        pids,
+        left,
+        job.base_port,
+    )
 
 
 def _since_epoch(stamp: str) -> float:
@@ -350,17 +463,30 @@ def _since_epoch(stamp: str) -> float:
 
 
 @pytest.mark.servers
-def test_long_compile_alert_fires_for_rank_1_and_the_frame_while_it_compiles(alerted: Alerted) -> None:
+def test_long_compile_alert_fires_for_rank_1_and_the_frame_while_it_compiles(
+    alerted: Alerted,
+) -> None:
     """TorchCompileLongCompile fires for rank 1 and the model's frame after the compile passed the threshold
     and before it ended, with the compile's age as its value."""
     seen, alert = alerted.fired["TorchCompileLongCompile"]
     assert alerted.compile_start.time < seen < alerted.compile_end
     labels = alert["labels"]
-    assert (labels["namespace"], labels["job"], labels["rank"], labels["severity"]) == ("ml", "train", "1", "warning")
+    assert (labels["namespace"], labels["job"], labels["rank"], labels["severity"]) == (
+        "ml",
+        "train",
+        "1",
+        "warning",
+    )
     assert labels["frame"].startswith(FRAME)
     assert STALL_RULES.long_compile_seconds < float(alert["value"]) < COMPILE_SECONDS
-    assert _since_epoch(alert["activeAt"]) >= alerted.compile_start.time + STALL_RULES.long_compile_seconds - 1
-    assert f"Rank 1 of ml/train has been compiling frame {labels['frame']} for " in alert["annotations"]["description"]
+    assert (
+        _since_epoch(alert["activeAt"])
+        >= alerted.compile_start.time + STALL_RULES.long_compile_seconds - 1
+    )
+    assert (
+        f"Rank 1 of ml/train has been compiling frame {labels['frame']} for "
+        in alert["annotations"]["description"]
+    )
 
 
 @pytest.mark.servers
@@ -370,17 +496,23 @@ def test_ranks_out_of_step_alert_names_rank_1_while_it_compiles(alerted: Alerted
     seen, alert = alerted.fired["TorchCompileRanksOutOfStep"]
     assert alerted.compile_start.time < seen < alerted.compile_end
     assert {k: alert["labels"][k] for k in ("namespace", "job", "severity")} == {
-        "namespace": "ml", "job": "train", "severity": "warning"}
+        "namespace": "ml",
+        "job": "train",
+        "severity": "warning",
+    }
     assert "rank" not in alert["labels"]
     assert float(alert["value"]) == 1
     assert _since_epoch(alert["activeAt"]) >= alerted.compile_start.time - 1
-    assert re.search(rf"Compiling: rank 1 on {re.escape(FRAME)}\d+\) for \d", alert["annotations"]["description"]), \
-        alert["annotations"]
+    assert re.search(
+        rf"Compiling: rank 1 on {re.escape(FRAME)}\d+\) for \d", alert["annotations"]["description"]
+    ), alert["annotations"]
     assert "rank 0" not in alert["annotations"]["description"]
 
 
 @pytest.mark.servers
-def test_stall_alerts_resolve_once_the_compile_ends_and_the_job_exits_cleanly(alerted: Alerted) -> None:
+def test_stall_alerts_resolve_once_the_compile_ends_and_the_job_exits_cleanly(
+    alerted: Alerted,
+) -> None:
     """Both alerts resolve after the compile ended (within a few scrapes), the ranks meet in their all-reduce,
     and the job exits 0 leaving no process."""
     assert alerted.compile_end < alerted.resolved < alerted.compile_end + 15

@@ -21,16 +21,26 @@ from recorded_runs import clean_env
 import recompprof
 from recompprof._analysis.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
-from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS, classify_skip, cudagraph_skip, runtime_work
+from recompprof._model.cudagraphs import (
+    CUDAGRAPH_SKIPS,
+    SKIP_HINTS,
+    classify_skip,
+    cudagraph_skip,
+    runtime_work,
+)
 from recompprof._model.events import Compile, Reason
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (none here)"
+)
 needs_two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
 
 def _compiles(session: recompprof._capture.session.Session) -> list[Compile]:
     assert session.event_log_path is not None
-    return [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]
+    return [
+        e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward
+    ]
 
 
 def _scale(x: torch.Tensor) -> torch.Tensor:
@@ -60,14 +70,11 @@ TORCH_TEXTS = {
     "skipping cudagraphs due to disabling cudagraphs due to incompatible op aten._local_scalar_dense.default "
     f"{_STACK}": "incompatible_ops",
     "skipping cudagraphs due to skipping cudagraphs due to incompatible op (item)": "incompatible_ops",
-    "skipping cudagraphs due to index_put_ fallback with boolean indexing is not compatible with CUDA graphs":
-        "incompatible_ops",
+    "skipping cudagraphs due to index_put_ fallback with boolean indexing is not compatible with CUDA graphs": "incompatible_ops",
     "skipping cudagraphs due to control flow operator: torch.cond.": "control_flow",
     "skipping cudagraphs due to control flow operator: torch.while_loop.": "control_flow",
-    "skipping cudagraphs due to sparsity not handled. Please file issue for sparse inference weights.":
-        "sparse_tensors",
-    "skipping cudagraphs due to cudagraph capture requires the caching allocator; current allocator is uncached":
-        "uncached_allocator",
+    "skipping cudagraphs due to sparsity not handled. Please file issue for sparse inference weights.": "sparse_tensors",
+    "skipping cudagraphs due to cudagraph capture requires the caching allocator; current allocator is uncached": "uncached_allocator",
     "skipping cudagraph due to function 3 exceeding max re-recording limit (=128) on cudagraph node 7 due to "
     "static input data pointer changed.\ninput name: arg1_1. data pointer changed from 1 to 2.": "rerecord_limit",
     "skipping cudagraphs due to bisector": "disabled_by_config",
@@ -91,8 +98,18 @@ def test_vocabulary_is_closed_and_hinted() -> None:
     assert set(TORCH_TEXTS.values()) == set(CUDAGRAPH_SKIPS) - {"other"}
 
 
-@pytest.mark.parametrize("text", ["", "skipping cudagraphs due to", "x" * 200_000, "\udcff\x00 skipping", None, 42,
-                                  "skipping cudagraphs due to something new in torch 3.0"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "skipping cudagraphs due to",
+        "x" * 200_000,
+        "\udcff\x00 skipping",
+        None,
+        42,
+        "skipping cudagraphs due to something new in torch 3.0",
+    ],
+)
 def test_unknown_or_hostile_text_is_other(text: Any) -> None:
     """Empty, unknown, huge, non-string or surrogate-laden input is 'other', never an exception."""
     assert classify_skip(text) == "other"
@@ -100,15 +117,24 @@ def test_unknown_or_hostile_text_is_other(text: Any) -> None:
 
 def test_record_fields_and_runtime_records() -> None:
     """A record's skip is read from an object or a trace dict and bounded; runtime records are told apart from compiles."""
-    skip = cudagraph_skip({"cudagraph_skip_reason": "skipping cudagraphs due to cpu device (x)" + "y" * 10_000})
+    skip = cudagraph_skip(
+        {"cudagraph_skip_reason": "skipping cudagraphs due to cpu device (x)" + "y" * 10_000}
+    )
     assert skip is not None and skip.category == "cpu_device" and len(skip.text) == 4096
     assert cudagraph_skip({"cudagraph_skip_reason": None}) is None
-    assert runtime_work({"is_runtime": True, "runtime_cudagraphify_time_us": 2500}) == ("cudagraph_record", 0.0025)
-    assert runtime_work({"is_runtime": True, "runtime_triton_autotune_time_us": 10}) == ("autotune", 1e-05)
+    assert runtime_work({"is_runtime": True, "runtime_cudagraphify_time_us": 2500}) == (
+        "cudagraph_record",
+        0.0025,
+    )
+    assert runtime_work({"is_runtime": True, "runtime_triton_autotune_time_us": 10}) == (
+        "autotune",
+        1e-05,
+    )
     assert runtime_work({"is_runtime": False, "runtime_cudagraphify_time_us": 5}) is None
 
 
 # -- real torch on CPU ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("redact", [False, True])
 def test_cudagraphs_backend_on_cpu_records_cpu_device_skip(tmp_path: Path, redact: bool) -> None:
@@ -146,14 +172,21 @@ def test_runtime_records_reach_the_session_and_are_not_compiles(tmp_path: Path) 
     from torch._dynamo.utils import dynamo_timed, get_runtime_metrics_context
 
     fn = torch.compile(_scale, backend="eager")
-    before = {id(m) for m in torch._dynamo.utils._compilation_metrics}  # a bounded buffer: compare by identity
+    before = {
+        id(m) for m in torch._dynamo.utils._compilation_metrics
+    }  # a bounded buffer: compare by identity
     with recompprof.attach(run_dir=tmp_path) as session:
         fn(torch.randn(8))
-        with dynamo_timed("CUDAGraphNode.record", log_pt2_compile_event=True,
-                          dynamo_compile_column_us="runtime_cudagraphify_time_us"):
+        with dynamo_timed(
+            "CUDAGraphNode.record",
+            log_pt2_compile_event=True,
+            dynamo_compile_column_us="runtime_cudagraphify_time_us",
+        ):
             torch.randn(256, 256).sum()
         get_runtime_metrics_context().finish()
-    runtime = [r for r in torch._dynamo.utils._compilation_metrics if id(r) not in before and r.is_runtime]
+    runtime = [
+        r for r in torch._dynamo.utils._compilation_metrics if id(r) not in before and r.is_runtime
+    ]
     assert len(runtime) == 1 and runtime_work(runtime[0])[0] == "cudagraph_record"  # type: ignore[index]
     assert len(_compiles(session)) == 1
 
@@ -171,18 +204,28 @@ with recompprof.attach():
 def test_ingest_carries_the_skip_as_attach_does(tmp_path: Path) -> None:
     """One process under attach() and TORCH_TRACE: ingest of the trace gives the same cudagraph skip and text as the live log."""
     run_dir, trace_dir = tmp_path / "run", tmp_path / "trace"
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_TRACED)], capture_output=True, text=True, timeout=300,
-                          env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir), TORCH_TRACE=str(trace_dir)), cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_TRACED)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir), TORCH_TRACE=str(trace_dir)),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     live = [e for e in read_run(run_dir) if isinstance(e, Compile)]
-    traced = [e for per_file in read_trace(trace_dir).events for e in per_file if isinstance(e, Compile)]
-    assert [(e.compile_id, e.cudagraph_skip, e.cudagraph_skip_reason) for e in traced] == \
-        [(e.compile_id, e.cudagraph_skip, e.cudagraph_skip_reason) for e in live]
+    traced = [
+        e for per_file in read_trace(trace_dir).events for e in per_file if isinstance(e, Compile)
+    ]
+    assert [(e.compile_id, e.cudagraph_skip, e.cudagraph_skip_reason) for e in traced] == [
+        (e.compile_id, e.cudagraph_skip, e.cudagraph_skip_reason) for e in live
+    ]
     assert [e.cudagraph_skip for e in live] == ["cpu_device"]
     assert "skipping cudagraphs due to" in (live[0].cudagraph_skip_reason or "")
 
 
 # -- on a GPU (skipped without one) ---------------------------------------------------------------
+
 
 def _device_reasons(compiles: list[Compile]) -> list[Reason]:
     return [r for c in compiles for r in c.reasons if r.explains_change]
@@ -232,13 +275,16 @@ def test_gpu_reduce_overhead_with_a_cpu_input_records_cpu_device(tmp_path: Path)
 @needs_cuda
 def test_gpu_reduce_overhead_input_mutation_records_mutated_inputs(tmp_path: Path) -> None:
     """With input-mutation support off, reduce-overhead on a function mutating its input records 'mutated_inputs' at compile."""
+
     def bump(x: torch.Tensor) -> torch.Tensor:
         x.add_(1)
         return x * 2
 
     fn = torch.compile(bump, mode="reduce-overhead")
-    with torch._inductor.config.patch({"triton.cudagraph_support_input_mutation": False}), \
-            recompprof.attach(run_dir=tmp_path) as session:
+    with (
+        torch._inductor.config.patch({"triton.cudagraph_support_input_mutation": False}),
+        recompprof.attach(run_dir=tmp_path) as session,
+    ):
         fn(torch.randn(8, device="cuda"))
     (compile_event,) = _compiles(session)
     assert compile_event.cudagraph_skip == "mutated_inputs"
@@ -279,14 +325,24 @@ def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> Non
         registry = CollectorRegistry()
         registry.register(SnapshotCollector(session.snapshot, session.identity, session.versions))
         text = generate_latest(registry).decode()
-    lines = [line for line in text.splitlines() if line.startswith("torch_compile_cudagraph_skips_total{")]
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith("torch_compile_cudagraph_skips_total{")
+    ]
     assert len(lines) == len(CUDAGRAPH_SKIPS)
     assert any('reason="cpu_device"' in line and line.endswith(" 1.0") for line in lines), lines
     report = render_text(build_report(_compiles(session)), width=400)
-    assert "CUDA graphs skipped" in report and "cpu_device" in report and SKIP_HINTS["cpu_device"][:40] in report
+    assert (
+        "CUDA graphs skipped" in report
+        and "cpu_device" in report
+        and SKIP_HINTS["cpu_device"][:40] in report
+    )
 
 
-def test_skip_classifier_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_skip_classifier_errors_go_through_the_internal_error_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bug in the skip classifier raises in strict mode and, in production, is counted as an internal error
     while the skip is filed as 'other' (it never raises into torch)."""
     from recompprof import _internal

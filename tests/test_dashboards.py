@@ -111,7 +111,12 @@ def test_every_query_parses_and_selects_job_and_rank() -> None:
         for panel, target in _targets(board):
             expr = target["expr"]
             parsed = promql_parser.parse(_substitute(expr, {v: ".*" for v in VARIABLES}))
-            assert metric_names(target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")) <= CONTRACT
+            assert (
+                metric_names(
+                    target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
+                )
+                <= CONTRACT
+            )
 
             def check(node: object, where: str = f"{name}: {panel['title']}") -> None:
                 if isinstance(node, promql_parser.VectorSelector) and node.name:
@@ -135,7 +140,9 @@ def test_range_selectors_use_grafana_intervals() -> None:
 def test_duration_panels_request_exemplars() -> None:
     """Panels over the compile-duration histogram ask for exemplars, which link to the compile's trace."""
     for board in _committed().values():
-        duration = [t for _, t in _targets(board) if "torch_compile_duration_seconds_bucket" in t["expr"]]
+        duration = [
+            t for _, t in _targets(board) if "torch_compile_duration_seconds_bucket" in t["expr"]
+        ]
         assert duration and all(t["exemplar"] for t in duration)
 
 
@@ -152,26 +159,61 @@ def scraped_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     sink = _otlp_sink()
     ports = [free_port(), free_port()]
     procs: list[Any] = []
-    scrape = {"job_name": "train", "scrape_interval": "1s",
-              "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports], "labels": {"namespace": "ml"}}]}
+    scrape = {
+        "job_name": "train",
+        "scrape_interval": "1s",
+        "static_configs": [
+            {"targets": [f"127.0.0.1:{p}" for p in ports], "labels": {"namespace": "ml"}}
+        ],
+    }
     with prometheus(tmp, (), job="unused", extra_scrape_configs=[scrape]) as prom:
         for rank, (port, changes) in enumerate(zip(ports, ("4", "0"))):
-            env = {"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(port),
-                   "RECOMPPROF_RUN_DIR": str(tmp / f"run{rank}"), "RANK": str(rank), "LOCAL_RANK": "0",
-                   "WORLD_SIZE": "2", "RECOMPPROF_WARMUP_STEPS": "2"}
+            env = {
+                "RECOMPPROF_EXPORTERS": "prometheus",
+                "RECOMPPROF_PROMETHEUS_PORT": str(port),
+                "RECOMPPROF_RUN_DIR": str(tmp / f"run{rank}"),
+                "RANK": str(rank),
+                "LOCAL_RANK": "0",
+                "WORLD_SIZE": "2",
+                "RECOMPPROF_WARMUP_STEPS": "2",
+            }
             if rank == 0:
-                env |= {"RECOMPPROF_EXPORTERS": "prometheus,otel", "OTEL_BSP_SCHEDULE_DELAY": "200",
-                        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}"}
+                env |= {
+                    "RECOMPPROF_EXPORTERS": "prometheus,otel",
+                    "OTEL_BSP_SCHEDULE_DELAY": "200",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}",
+                }
             slow = ("--slow-compile", str(SLOW_COMPILE)) if rank == 0 else ()
-            procs.append(train_process(env, "--steps", "12", "--hold", "120", "--backend", "eager",
-                                       "--changes", changes, "--recompile-limit", "2", *slow))
+            procs.append(
+                train_process(
+                    env,
+                    "--steps",
+                    "12",
+                    "--hold",
+                    "120",
+                    "--backend",
+                    "eager",
+                    "--changes",
+                    changes,
+                    "--recompile-limit",
+                    "2",
+                    *slow,
+                )
+            )
         try:
             for proc in procs:
                 wait_for_line(proc, "TRAINING DONE")
-            prom.wait_for('count(recompprof_process_info{job="train"})', 30, lambda r: r and r[0]["value"][1] == "2")
+            prom.wait_for(
+                'count(recompprof_process_info{job="train"})',
+                30,
+                lambda r: r and r[0]["value"][1] == "2",
+            )
             # Enough samples after training for rate() over 30s windows.
-            prom.wait_for('count_over_time(torch_compile_training_step{rank="0"}[30s])', 30,
-                          lambda r: r and float(r[0]["value"][1]) >= 8)
+            prom.wait_for(
+                'count_over_time(torch_compile_training_step{rank="0"}[30s])',
+                30,
+                lambda r: r and float(r[0]["value"][1]) >= 8,
+            )
             yield prom
         finally:
             for proc in procs:
@@ -239,15 +281,21 @@ def test_compiling_now_panels_show_the_slow_compile_on_its_rank(scraped_runs: An
     everything = {v: ".*" for v in VARIABLES}
 
     def expr(title: str) -> str:
-        return _substitute(next(t for p, t in _targets(board) if p["title"] == title)["expr"], everything)
+        return _substitute(
+            next(t for p, t in _targets(board) if p["title"] == title)["expr"], everything
+        )
 
-    states = {r["metric"]["rank"]: [float(v) for _, v in r["values"]]
-              for r in _over_the_run(scraped_runs, expr("Compiling now by rank"))}
+    states = {
+        r["metric"]["rank"]: [float(v) for _, v in r["values"]]
+        for r in _over_the_run(scraped_runs, expr("Compiling now by rank"))
+    }
     assert set(states) == {"0", "1"}
     assert 1.0 in states["0"]
     assert states["0"][-1] == states["1"][-1] == 0.0
     ages = _over_the_run(scraped_runs, expr("Running compile age by rank and frame"))
-    slow = [r for r in ages if r["metric"]["rank"] == "0" and max(float(v) for _, v in r["values"]) >= 2]
+    slow = [
+        r for r in ages if r["metric"]["rank"] == "0" and max(float(v) for _, v in r["values"]) >= 2
+    ]
     assert slow and all(r["metric"]["frame"].startswith("Net.forward (") for r in slow), ages
     assert scraped_runs.query(expr("Running compile age by rank and frame")) == []
 
@@ -256,8 +304,12 @@ def test_compiling_now_panels_show_the_slow_compile_on_its_rank(scraped_runs: An
 def test_duration_exemplars_carry_trace_ids(scraped_runs: Any) -> None:
     """The compile-duration histogram the dashboards plot has exemplars with a trace_id for Grafana to link."""
     end = time.time()
-    data = scraped_runs.api("query_exemplars", query='torch_compile_duration_seconds_bucket{job="train"}',
-                            start=end - 600, end=end)
+    data = scraped_runs.api(
+        "query_exemplars",
+        query='torch_compile_duration_seconds_bucket{job="train"}',
+        start=end - 600,
+        end=end,
+    )
     trace_ids = {e["labels"].get("trace_id") for series in data for e in series["exemplars"]}
     assert trace_ids and all(t and re.fullmatch(r"[0-9a-f]{32}", t) for t in trace_ids)
 

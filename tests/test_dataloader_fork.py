@@ -139,8 +139,15 @@ def _run(tmp: Path, script: str, ending: str) -> tuple[subprocess.CompletedProce
     run_dir = tmp / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECOMPPROF_")}
     env.update(RECOMPPROF_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, str(path), str(tmp), str(port), ending], env=env, cwd=tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(path), str(tmp), str(port), ending],
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, _ = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -161,7 +168,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _loader_run(tmp: Path, ending: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], list[dict[str, Any]]]:
+def _loader_run(
+    tmp: Path, ending: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], list[dict[str, Any]]]:
     done, _, _ = _run(tmp, _LOADER_JOB, ending)
     assert done.returncode == 0 and "PARENT DONE" in done.stdout, done.stdout[-3000:]
     result = json.loads((tmp / "result.json").read_text())
@@ -181,12 +190,21 @@ def test_dataloader_workers_record_nothing_and_serve_nothing(tmp_path: Path) -> 
     (log,) = (tmp_path / "run").iterdir()  # one log, the parent's
     assert log.name == f"rank00000-{result['pid']}.jsonl"
     events = list(read_file(log))
-    assert [type(e) for e in events if isinstance(e, (SessionStart, SessionEnd))] == [SessionStart, SessionEnd]
+    assert [type(e) for e in events if isinstance(e, (SessionStart, SessionEnd))] == [
+        SessionStart,
+        SessionEnd,
+    ]
     compiles = [e for e in events if isinstance(e, Compile) and not e.backward]
     assert len(compiles) == len({e.compile_id for e in compiles}) == result["compiles"] == 2
-    assert {e.frame.name for e in compiles} == {"Linear.forward"}  # the workers' `scale` compiles are not recorded
+    assert {e.frame.name for e in compiles} == {
+        "Linear.forward"
+    }  # the workers' `scale` compiles are not recorded
     assert [e.step for e in compiles if e.is_recompile] == [4]
-    served = [ln for ln in result["metrics"].splitlines() if ln.startswith("torch_compile_compiles_total{")]
+    served = [
+        ln
+        for ln in result["metrics"].splitlines()
+        if ln.startswith("torch_compile_compiles_total{")
+    ]
     assert len(served) == 1 and served[0].endswith(" 2.0")
 
 

@@ -29,7 +29,9 @@ SETTING_ENV = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | {"
 
 def _kustomize(path: Path) -> dict[str, dict[str, Any]]:
     kubectl = need("kubectl", "kubectl (https://kubernetes.io/docs/tasks/tools/)")
-    out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(out.stdout)}
 
@@ -41,7 +43,11 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
 def test_kustomize_base_renders_podmonitor_rules_and_dashboards() -> None:
     """The base renders a PodMonitor, a PrometheusRule and a grafana_dashboard ConfigMap, selectable by the release."""
     objects = _kustomize(KUBE / "base")
-    assert set(objects) == {"PodMonitor/recompprof", "PrometheusRule/recompprof", "ConfigMap/recompprof-dashboards"}
+    assert set(objects) == {
+        "PodMonitor/recompprof",
+        "PrometheusRule/recompprof",
+        "ConfigMap/recompprof-dashboards",
+    }
     monitor = objects["PodMonitor/recompprof"]
     rule = objects["PrometheusRule/recompprof"]
     for obj in (monitor, rule):
@@ -55,7 +61,9 @@ def test_kustomize_base_renders_podmonitor_rules_and_dashboards() -> None:
     assert rule["spec"] == yaml.safe_load((REPO / RULES_FILE).read_text())
     dashboards = objects["ConfigMap/recompprof-dashboards"]
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
-    committed = {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards/json").glob("*.json")}
+    committed = {
+        p.name: json.loads(p.read_text()) for p in (REPO / "dashboards/json").glob("*.json")
+    }
     assert {k: json.loads(v) for k, v in dashboards["data"].items()} == committed
 
 
@@ -88,7 +96,9 @@ def test_example_job_is_scraped_by_the_podmonitor_and_sets_the_environment() -> 
     assert env["RECOMPPROF_PROMETHEUS_PORT"]["value"] == str(BASE_PORT)
     assert "otel" in env["RECOMPPROF_EXPORTERS"]["value"]
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    attributes = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"]["value"].split(","))
+    attributes = dict(
+        kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"]["value"].split(",")
+    )
     assert attributes["k8s.pod.name"] == "$(POD_NAME)"
     assert attributes["k8s.namespace.name"] == "$(POD_NAMESPACE)"
     for name in re.findall(r"\$\((\w+)\)", env["OTEL_RESOURCE_ATTRIBUTES"]["value"]):
@@ -122,7 +132,8 @@ def test_compose_images_are_pinned_and_mounts_exist() -> None:
             assert (COMPOSE / source).exists(), f"{name}: {source} missing"
     prometheus_volumes = [v.split(":")[0] for v in services["prometheus"]["volumes"]]
     assert (COMPOSE / "../prometheus/recompprof-rules.yaml").resolve() in {
-        (COMPOSE / v).resolve() for v in prometheus_volumes}
+        (COMPOSE / v).resolve() for v in prometheus_volumes
+    }
     assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
 
 
@@ -130,18 +141,24 @@ def test_compose_prometheus_and_alertmanager_configs_validate() -> None:
     """promtool and amtool accept the stack's Prometheus and Alertmanager configurations."""
     out = _run(need("promtool", "prometheus"), "check", "config", str(COMPOSE / "prometheus.yml"))
     assert out.returncode == 0, out.stdout + out.stderr
-    out = _run(need("amtool", "prometheus-alertmanager"), "check-config", str(COMPOSE / "alertmanager.yml"))
+    out = _run(
+        need("amtool", "prometheus-alertmanager"), "check-config", str(COMPOSE / "alertmanager.yml")
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_grafana_provisioning_links_exemplars_to_traces_and_loads_the_dashboards() -> None:
     """Grafana's Prometheus datasource sends exemplar trace_ids to the provisioned Tempo, and the dashboards load."""
     provisioning = COMPOSE / "grafana/provisioning"
-    sources = yaml.safe_load((provisioning / "datasources/datasources.yaml").read_text())["datasources"]
+    sources = yaml.safe_load((provisioning / "datasources/datasources.yaml").read_text())[
+        "datasources"
+    ]
     by_type = {s["type"]: s for s in sources}
     destinations = by_type["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
     assert destinations == [{"name": "trace_id", "datasourceUid": by_type["tempo"]["uid"]}]
-    provider = yaml.safe_load((provisioning / "dashboards/dashboards.yaml").read_text())["providers"][0]
+    provider = yaml.safe_load((provisioning / "dashboards/dashboards.yaml").read_text())[
+        "providers"
+    ][0]
     grafana_mounts = dict(v.split(":")[:2] for v in _compose()["services"]["grafana"]["volumes"])
     host_dir = next(h for h, c in grafana_mounts.items() if c == provider["options"]["path"])
     assert (COMPOSE / host_dir).resolve() == (REPO / "dashboards/json").resolve()
@@ -160,8 +177,11 @@ def test_slurm_recipes_are_valid_and_use_real_settings(tmp_path: Path) -> None:
     shutil.copy(REPO / RULES_FILE, tmp_path / "recompprof-rules.yaml")
     out = _run(need("promtool", "prometheus"), "check", "config", str(tmp_path / "prometheus.yml"))
     assert out.returncode == 0, out.stdout + out.stderr
-    pushgateway = next(j for j in yaml.safe_load((SLURM / "prometheus-slurm.yml").read_text())["scrape_configs"]
-                       if j["job_name"] == "pushgateway")
+    pushgateway = next(
+        j
+        for j in yaml.safe_load((SLURM / "prometheus-slurm.yml").read_text())["scrape_configs"]
+        if j["job_name"] == "pushgateway"
+    )
     assert pushgateway["honor_labels"] is True
 
 

@@ -21,7 +21,9 @@ def step(x: torch.Tensor, k: int) -> torch.Tensor:
     return helper(x).sum() * k
 
 
-def test_trace_time_per_user_function_reaches_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_trace_time_per_user_function_reaches_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Each compile carries Dynamo's exclusive trace seconds per user function (inlined ones included); the report
     ranks them; torch prints nothing; the profiler config is restored at detach."""
     import torch._dynamo.config as config
@@ -36,7 +38,9 @@ def test_trace_time_per_user_function_reaches_the_report(tmp_path: Path, capsys:
     compiles = [e for e in session.recent_events() if e.kind == "compile" and not e.backward]
     assert len(compiles) == 2 and all(e.trace_seconds_by_function for e in compiles)
     labels = set(compiles[0].trace_seconds_by_function)
-    assert any(label.startswith("helper (") for label in labels) and any(label.startswith("step (") for label in labels)
+    assert any(label.startswith("helper (") for label in labels) and any(
+        label.startswith("step (") for label in labels
+    )
     report = recompprof.report()
     top, seconds = report.trace_seconds_by_function.most_common(1)[0]
     assert top.startswith("helper (") and seconds > 0

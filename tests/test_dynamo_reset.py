@@ -51,7 +51,11 @@ def test_the_first_compile_after_a_reset_is_running_in_status() -> None:
         backend.release.set()
         worker.join(60)
     assert compiling is not None
-    assert (compiling.frame.name, compiling.compile_id, compiling.generation) == ("Model.forward", "0/0", 1)
+    assert (compiling.frame.name, compiling.compile_id, compiling.generation) == (
+        "Model.forward",
+        "0/0",
+        1,
+    )
     assert session.status().compiling is None
 
 
@@ -71,13 +75,20 @@ def test_every_compile_across_resets_has_its_start_in_its_generation() -> None:
     starts = [e for e in events if isinstance(e, CompileStart)]
     compiles = [e for e in events if isinstance(e, Compile)]
     key = [(e.generation or 0, e.compile_id, e.frame.name) for e in compiles]
-    assert key == [(0, "0/0", "Model.forward"), (0, "0/1", "Model.forward"), (1, "0/0", "_broken"),
-                   (1, "1/0", key[3][2]), (2, "0/0", "Model.forward")]
+    assert key == [
+        (0, "0/0", "Model.forward"),
+        (0, "0/1", "Model.forward"),
+        (1, "0/0", "_broken"),
+        (1, "1/0", key[3][2]),
+        (2, "0/0", "Model.forward"),
+    ]
     assert [(e.generation or 0, e.compile_id, e.frame.name) for e in starts] == key
     for start, done in zip(starts, compiles, strict=True):
         assert events.index(start) < events.index(done) and start.is_recompile == done.is_recompile
     breaks = [e for e in events if isinstance(e, GraphBreak)]
-    assert [(b.generation or 0, b.compile_id, b.frame and b.frame.name) for b in breaks] == [(1, "0/0", "_broken")]
+    assert [(b.generation or 0, b.compile_id, b.frame and b.frame.name) for b in breaks] == [
+        (1, "0/0", "_broken")
+    ]
 
 
 def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None:
@@ -85,26 +96,44 @@ def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None
     compile of such a test file has its ``compile_start`` (same generation and compile id; a refusal at the
     recompile limit is no compile and has none), and its graph break names the frame that broke."""
     run = tmp_path / "run"
-    env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run),
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
-    done = subprocess.run([sys.executable, str(WORKLOADS / "dynamo_testcases.py")], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "RECOMPPROF_RUN_DIR": str(run),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(WORKLOADS / "dynamo_testcases.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.stdout.strip().endswith("OK"), done.stdout + done.stderr
     (log,) = run.glob("*.jsonl")
     events = list(read_file(log))
-    starts = sorted((e.generation or 0, e.compile_id) for e in events if isinstance(e, CompileStart))
-    compiles = sorted((e.generation or 0, e.compile_id) for e in events
-                      if isinstance(e, Compile) and e.outcome != "limit_hit")
+    starts = sorted(
+        (e.generation or 0, e.compile_id) for e in events if isinstance(e, CompileStart)
+    )
+    compiles = sorted(
+        (e.generation or 0, e.compile_id)
+        for e in events
+        if isinstance(e, Compile) and e.outcome != "limit_hit"
+    )
     assert len(compiles) == 12 and starts == compiles
     assert len(set(compiles)) == 12  # 0/0 of one test is not 0/0 of another
     # torch refuses a compile at the recompile limit before its compile callbacks run: no start, not a compile
-    assert [e.compile_id for e in events if isinstance(e, Compile) and e.outcome == "limit_hit"] == ["0/1"]
+    assert [
+        e.compile_id for e in events if isinstance(e, Compile) and e.outcome == "limit_hit"
+    ] == ["0/1"]
     breaks = [e for e in events if isinstance(e, GraphBreak)]
     assert [b.frame and b.frame.name for b in breaks] == ["broken"]
 
 
-@pytest.mark.skipif("isolate_recompiles" not in inspect.signature(torch.compile).parameters,
-                    reason="this torch has no torch.compile(isolate_recompiles=...)")
+@pytest.mark.skipif(
+    "isolate_recompiles" not in inspect.signature(torch.compile).parameters,
+    reason="this torch has no torch.compile(isolate_recompiles=...)",
+)
 def test_start_and_compile_agree_on_is_recompile_with_isolated_regions() -> None:
     """A function compiled again in a new ``isolate_recompiles`` region is a first compile there for both
     its ``compile_start`` and its ``compile`` (torch counts cache entries per region), and a recompile inside
@@ -136,8 +165,10 @@ def test_reset_keeps_the_callbacks_only_while_attached() -> None:
     assert before == ([], [])
 
 
-@pytest.mark.skipif("isolate_recompiles" not in inspect.signature(torch.compile).parameters,
-                    reason="this torch has no torch.compile(isolate_recompiles=...)")
+@pytest.mark.skipif(
+    "isolate_recompiles" not in inspect.signature(torch.compile).parameters,
+    reason="this torch has no torch.compile(isolate_recompiles=...)",
+)
 def test_an_isolated_regions_first_compile_links_no_recompile_of(receiver, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The OpenTelemetry root span of a new ``isolate_recompiles`` region's first compile (opened at its
     ``compile_start``) has no ``recompile_of`` link; a recompile inside a region links the compile before it."""
@@ -152,8 +183,17 @@ def test_an_isolated_regions_first_compile_links_no_recompile_of(receiver, monke
             region(torch.ones(4))
             region(torch.ones(6))
     compiles = {e.compile_id: e for e in session.recent_events() if isinstance(e, Compile)}
-    spans = receiver.wait_for(lambda s: len([x for x in s if x["name"] == "torch_compile.frame"]) == 4)
-    roots = {s["attributes"]["recompprof.compile_id"]: s for s in spans if s["name"] == "torch_compile.frame"}
-    linked = {i: [link["attributes"]["recompprof.compile_id"] for link in roots[i]["links"]] for i in sorted(roots)}
+    spans = receiver.wait_for(
+        lambda s: len([x for x in s if x["name"] == "torch_compile.frame"]) == 4
+    )
+    roots = {
+        s["attributes"]["recompprof.compile_id"]: s
+        for s in spans
+        if s["name"] == "torch_compile.frame"
+    }
+    linked = {
+        i: [link["attributes"]["recompprof.compile_id"] for link in roots[i]["links"]]
+        for i in sorted(roots)
+    }
     assert linked == {"0/0": [], "0/1": ["0/0"], "0/2": [], "0/3": ["0/2"]}
     assert all(compiles[i].trace_id == roots[i]["trace_id"] for i in roots)

@@ -40,7 +40,9 @@ def _sections() -> dict[str, set[str]]:
         if part.startswith("`") and part.endswith("`") or part == "Reason categories":
             heading = part.strip("`")
             continue
-        words = {word for span in re.findall(r"`([^`]+)`", part) for word in re.findall(r"\w+", span)}
+        words = {
+            word for span in re.findall(r"`([^`]+)`", part) for word in re.findall(r"\w+", span)
+        }
         sections[heading] = sections.get(heading, set()) | words
     return sections
 
@@ -62,7 +64,9 @@ def test_every_event_field_is_documented_under_its_kind() -> None:
     for model in models:
         kind = _kind(model)
         assert kind in sections, f"docs/events.md has no section for `{kind}`"
-        missing += sorted(f"{kind}.{name}" for name in set(model.model_fields) - common - sections[kind])
+        missing += sorted(
+            f"{kind}.{name}" for name in set(model.model_fields) - common - sections[kind]
+        )
     assert not missing, f"event fields docs/events.md does not document: {missing}"
 
 
@@ -75,5 +79,9 @@ def test_every_field_of_a_nested_model_is_documented_where_it_appears() -> None:
             nested.setdefault(inner, []).append(_kind(model))
     assert {model.__name__ for model in nested} >= {"Frame", "Reason"}
     for inner, kinds in nested.items():
-        undocumented = [name for name in inner.model_fields if not any(name in sections[kind] for kind in kinds)]
-        assert not undocumented, f"{inner.__name__} fields not in docs/events.md ({', '.join(kinds)}): {undocumented}"
+        undocumented = [
+            name for name in inner.model_fields if not any(name in sections[kind] for kind in kinds)
+        ]
+        assert not undocumented, (
+            f"{inner.__name__} fields not in docs/events.md ({', '.join(kinds)}): {undocumented}"
+        )

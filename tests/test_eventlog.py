@@ -20,13 +20,27 @@ from recompprof._model.events import SCHEMA_VERSION, Compile, Frame, SessionStar
 
 
 def _start(rank: int = 0) -> SessionStart:
-    return SessionStart(time=1.0, rank=rank, run_id="r1", host="h", pid=1, versions={"torch": "2.13"},
-                        mode="monitor", recompile_limit=8)
+    return SessionStart(
+        time=1.0,
+        rank=rank,
+        run_id="r1",
+        host="h",
+        pid=1,
+        versions={"torch": "2.13"},
+        mode="monitor",
+        recompile_limit=8,
+    )
 
 
 def _compile(i: int) -> Compile:
-    return Compile(time=2.0 + i, step=i, frame=Frame(name="f", file="/x/f.py", line=3), compile_id=f"0/{i}",
-                   is_recompile=i > 0, duration=0.1)
+    return Compile(
+        time=2.0 + i,
+        step=i,
+        frame=Frame(name="f", file="/x/f.py", line=3),
+        compile_id=f"0/{i}",
+        is_recompile=i > 0,
+        duration=0.1,
+    )
 
 
 def test_every_line_has_schema_version_and_kind(tmp_path: Path) -> None:
@@ -37,7 +51,10 @@ def test_every_line_has_schema_version_and_kind(tmp_path: Path) -> None:
     assert len(lines) == 3
     for line in lines:
         data = json.loads(line)
-        assert data["schema_version"] == SCHEMA_VERSION and data["kind"] in {"session_start", "compile"}
+        assert data["schema_version"] == SCHEMA_VERSION and data["kind"] in {
+            "session_start",
+            "compile",
+        }
 
 
 def test_reader_skips_torn_last_line_and_says_so(tmp_path: Path) -> None:
@@ -110,7 +127,9 @@ def test_sigkill_loses_at_most_the_event_being_written(tmp_path: Path) -> None:
         sys.stdin.readline()
         """
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     path = Path(proc.stdout.readline().strip())
     proc.send_signal(signal.SIGKILL)
@@ -140,7 +159,9 @@ def test_writer_notices_a_deleted_log_at_most_once_per_check_interval(tmp_path: 
     assert [e.step for e in read_file(path)] == [1]
 
 
-def test_writer_checks_once_a_second_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writer_checks_once_a_second_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The session's call (no argument) checks at most every REOPEN_CHECK_SECONDS: 1,000 events cost one fstat."""
     calls = []
     real_fstat = os.fstat
@@ -155,4 +176,6 @@ def test_writer_checks_once_a_second_by_default(tmp_path: Path, monkeypatch: pyt
         writer.close()
     elapsed = time.monotonic() - start
     assert eventlog.REOPEN_CHECK_SECONDS == 1.0
-    assert 1 <= len(calls) <= 1 + int(elapsed)  # the first event checks, then one more per second the loop ran
+    assert (
+        1 <= len(calls) <= 1 + int(elapsed)
+    )  # the first event checks, then one more per second the loop ran

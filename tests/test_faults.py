@@ -64,12 +64,23 @@ print(json.dumps({"same_weights": torch.equal(baseline, weights), "errors": sess
 def full_filesystem(where: Path) -> Iterator[tuple[Path, object]]:
     """A directory with no free space: a filled 64 KiB tmpfs where mounting works (root), else RLIMIT_FSIZE=0."""
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     if not mounted:
+
         def no_file_growth() -> None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes fail with EFBIG instead of killing the process
-            resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            signal.signal(
+                signal.SIGXFSZ, signal.SIG_IGN
+            )  # writes fail with EFBIG instead of killing the process
+            resource.setrlimit(
+                resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+            )
 
         yield where, no_file_growth
         return
@@ -88,29 +99,45 @@ def full_filesystem(where: Path) -> Iterator[tuple[Path, object]]:
 def test_full_run_and_textfile_directories_never_stop_training(tmp_path: Path) -> None:
     """With no space left for the event log and the textfile, training ends with the same weights; each sink is logged once and counted."""
     with full_filesystem(tmp_path / "full") as (full, preexec):
-        proc = subprocess.run([sys.executable, "-c", TRAIN, str(full / "run"), str(full / "textfile")],
-                              capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=120, check=False,
-                              preexec_fn=preexec)  # type: ignore[arg-type]
+        proc = subprocess.run(
+            [sys.executable, "-c", TRAIN, str(full / "run"), str(full / "textfile")],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+            preexec_fn=preexec,
+        )  # type: ignore[arg-type]
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["same_weights"]
     for component in ("eventlog", "prometheus.textfile"):
         assert result["errors"].get(component, 0) >= 1, result["errors"]
-        assert f'recompprof_internal_errors_total{{component="{component}",rank="0"}}' in result["exposition"]
+        assert (
+            f'recompprof_internal_errors_total{{component="{component}",rank="0"}}'
+            in result["exposition"]
+        )
         logged = [m for m in result["messages"] if f"internal error in {component} " in m]
         assert len(logged) == 1 and "free space" in logged[0], result["messages"]
-    assert "Traceback" not in proc.stderr.split("internal error in")[0]  # nothing escaped before the first warning
+    assert (
+        "Traceback" not in proc.stderr.split("internal error in")[0]
+    )  # nothing escaped before the first warning
 
 
-def test_event_log_deleted_while_running_is_reopened(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_event_log_deleted_while_running_is_reopened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deleting the live event log is noticed on the next check, logged once with advice, counted, and a new log is started.
 
     The check runs at most once a second (tests/test_eventlog.py times that); here it runs on every event.
     """
     monkeypatch.setattr(eventlog, "REOPEN_CHECK_SECONDS", 0.0)
     caplog.set_level(logging.WARNING, logger="recompprof")
-    fns = [torch.compile(f, backend="eager") for f in (lambda x: x * 2, lambda x: x + 1, lambda x: x - 1)]
+    fns = [
+        torch.compile(f, backend="eager")
+        for f in (lambda x: x * 2, lambda x: x + 1, lambda x: x - 1)
+    ]
     with recompprof.attach(run_dir=tmp_path) as session:
         fns[0](torch.ones(2))
         assert session.event_log_path is not None
@@ -119,7 +146,11 @@ def test_event_log_deleted_while_running_is_reopened(tmp_path: Path, caplog: pyt
         session.event_log_path.unlink()
         fns[2](torch.ones(2))
     events = list(read_file(session.event_log_path))
-    assert [e.kind for e in events] == ["compile_start", "compile", "session_end"]  # the last compile, from its start
+    assert [e.kind for e in events] == [
+        "compile_start",
+        "compile",
+        "session_end",
+    ]  # the last compile, from its start
     assert events[-1].internal_errors["eventlog.deleted"] == 2  # type: ignore[union-attr]
     assert session.snapshot().internal_errors == {"eventlog.deleted": 2}
     warnings = [r.getMessage() for r in caplog.records if "eventlog.deleted" in r.getMessage()]
@@ -154,7 +185,9 @@ else:  # "none": the same job without recompprof, for the machine's own exit tim
 """
 
 
-def _stop(proc: subprocess.Popen[str], signum: int, before: Callable[[], None] = lambda: None) -> float:
+def _stop(
+    proc: subprocess.Popen[str], signum: int, before: Callable[[], None] = lambda: None
+) -> float:
     """Wait for the job to say it trained, send it `signum`, and return the seconds it took to exit.
 
     The wait is long (300 s, still below the 600 s span-export delay the jobs set, so a timer can never
@@ -186,15 +219,24 @@ def plain_exit_seconds() -> float:
     Interpreter teardown of a torch process is most of a stopped job's exit time, and it grows with the
     machine's load (30 s and more at load 9): a fixed bound measured the machine, not recompprof.
     """
-    proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, "none"], env=clean_env(RECOMPPROF_ATTACH="0"),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, "none"],
+        env=clean_env(RECOMPPROF_ATTACH="0"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return _stop(proc, signal.SIGINT)
 
 
-@pytest.mark.parametrize(("signum", "style"), [(signal.SIGTERM, "plain"), (signal.SIGINT, "context"),
-                                               (signal.SIGINT, "plain")])
-def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, plain_exit_seconds: float, signum: int,
-                                                       style: str) -> None:
+@pytest.mark.parametrize(
+    ("signum", "style"),
+    [(signal.SIGTERM, "plain"), (signal.SIGINT, "context"), (signal.SIGINT, "plain")],
+)
+def test_stop_signal_flushes_every_sink_within_a_bound(
+    tmp_path: Path, plain_exit_seconds: float, signum: int, style: str
+) -> None:
     """SIGTERM or Ctrl-C writes session_end, the final textfile and every span at once, with or without a context manager.
 
     "At once": within 10 s, or on a loaded machine within 3x the time the same job takes to exit without
@@ -202,22 +244,39 @@ def test_stop_signal_flushes_every_sink_within_a_bound(tmp_path: Path, plain_exi
     """
     textdir, run_dir = tmp_path / "textfile", tmp_path / "run"
     with OtlpReceiver() as receiver:
-        env = clean_env(RECOMPPROF_ATTACH="0", RECOMPPROF_RUN_DIR=str(run_dir), RECOMPPROF_EXPORTERS="prometheus,otel",
-                        RECOMPPROF_PROMETHEUS_MODE="textfile", RECOMPPROF_PROMETHEUS_TEXTFILE_DIR=str(textdir),
-                        RECOMPPROF_PROMETHEUS_PUSH_INTERVAL="3600", OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-                        OTEL_BSP_SCHEDULE_DELAY="600000", PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen([sys.executable, "-c", STOPPABLE, style], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        env = clean_env(
+            RECOMPPROF_ATTACH="0",
+            RECOMPPROF_RUN_DIR=str(run_dir),
+            RECOMPPROF_EXPORTERS="prometheus,otel",
+            RECOMPPROF_PROMETHEUS_MODE="textfile",
+            RECOMPPROF_PROMETHEUS_TEXTFILE_DIR=str(textdir),
+            RECOMPPROF_PROMETHEUS_PUSH_INTERVAL="3600",
+            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+            OTEL_BSP_SCHEDULE_DELAY="600000",
+            PYTHONUNBUFFERED="1",
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", STOPPABLE, style],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         elapsed = _stop(proc, signum, before=lambda: _assert_no_spans_yet(receiver))
         stderr = proc.stderr.read() if proc.stderr else ""
         bound = max(10.0, 3 * plain_exit_seconds + 5)
-        assert elapsed < bound, f"took {elapsed:.1f}s to exit (without recompprof: {plain_exit_seconds:.1f}s)"
+        assert elapsed < bound, (
+            f"took {elapsed:.1f}s to exit (without recompprof: {plain_exit_seconds:.1f}s)"
+        )
         assert proc.returncode in (-signum, 128 + signum, 1), stderr
         events = list(read_file(next(run_dir.glob("*.jsonl"))))
         compiles = [e for e in events if isinstance(e, Compile) and not e.backward]
         assert isinstance(events[-1], SessionEnd) and events[-1].totals["steps"] == 20
         roots = [s for s in receiver.spans if s["name"] == "torch_compile.frame"]
-        assert len(roots) == len([e for e in events if isinstance(e, Compile)]) and len(compiles) >= 2
+        assert (
+            len(roots) == len([e for e in events if isinstance(e, Compile)]) and len(compiles) >= 2
+        )
     text = next(textdir.glob("*.prom")).read_text()
     assert 'torch_compile_training_step{rank="0"} 20.0' in text  # written only by the final flush
     assert "recompprof" not in stderr.split("KeyboardInterrupt")[0].replace("recompprof.attach", "")
@@ -238,21 +297,35 @@ def _train_steps(fn: object, steps: int = 3) -> torch.Tensor:
     return model.weight.detach().clone()
 
 
-@pytest.mark.parametrize(("missing", "signal_name"), [
-    ([("torch.optim.optimizer", "register_optimizer_step_post_hook")], "optimizer_steps"),
-    # compile records: the unconditional hand-off, and the log call it falls back to
-    ([("torch._dynamo.utils", "add_compilation_metrics_to_chromium"), ("torch._dynamo.utils", "log_compilation_event")],
-     "compile_metrics"),
-])
+@pytest.mark.parametrize(
+    ("missing", "signal_name"),
+    [
+        ([("torch.optim.optimizer", "register_optimizer_step_post_hook")], "optimizer_steps"),
+        # compile records: the unconditional hand-off, and the log call it falls back to
+        (
+            [
+                ("torch._dynamo.utils", "add_compilation_metrics_to_chromium"),
+                ("torch._dynamo.utils", "log_compilation_event"),
+            ],
+            "compile_metrics",
+        ),
+    ],
+)
 def test_missing_torch_internal_turns_its_signal_off(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path, missing: list[tuple[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    missing: list[tuple[str, str]],
     signal_name: str,
 ) -> None:
     """Without the torch internals a signal is read from, attach succeeds, names the signal off and why, and training is unchanged."""
     expected = _train_steps(None)
     torch._dynamo.reset()
     for module, attr in missing:
-        monkeypatch.delattr(sys.modules[module] if module in sys.modules else __import__(module, fromlist=["x"]), attr)
+        monkeypatch.delattr(
+            sys.modules[module] if module in sys.modules else __import__(module, fromlist=["x"]),
+            attr,
+        )
     attr = missing[-1][1]
     caplog.set_level(logging.INFO, logger="recompprof")
     with recompprof.attach(run_dir=tmp_path) as session:
@@ -261,18 +334,28 @@ def test_missing_torch_internal_turns_its_signal_off(
     assert session.signals[signal_name] is False
     assert attr in session.signals_off[signal_name]
     attached = [r.getMessage() for r in caplog.records if "recompprof attached" in r.getMessage()]
-    assert len(attached) == 1 and f"off: {signal_name} (" in attached[0] or f"; {signal_name} (" in attached[0]
+    assert (
+        len(attached) == 1
+        and f"off: {signal_name} (" in attached[0]
+        or f"; {signal_name} (" in attached[0]
+    )
 
 
-def test_altered_guard_failures_keep_the_compile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_altered_guard_failures_keep_the_compile(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """guard_failures of an unexpected shape cost reasons only: every compile is still recorded."""
     from torch._dynamo import utils
 
     raise_internal_errors(False)
     with recompprof.attach(run_dir=tmp_path) as session:
-        monkeypatch.setattr(utils, "guard_failures", ["not", "a", "dict"])  # after attach: the reader is live
+        monkeypatch.setattr(
+            utils, "guard_failures", ["not", "a", "dict"]
+        )  # after attach: the reader is live
         weights = _train_steps(None)
-    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]  # type: ignore[arg-type]
+    compiles = [
+        e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward
+    ]  # type: ignore[arg-type]
     assert [c.is_recompile for c in compiles] == [False, True] and torch.isfinite(weights).all()
     assert "torch.guard_failures" in _internal.counts()
 
@@ -294,7 +377,9 @@ def test_unreadable_recompile_limit_is_counted() -> None:
     assert _internal.counts()["torch.limits"] == 2
 
 
-def test_optimizer_hook_that_raises_is_contained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_optimizer_hook_that_raises_is_contained(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A register_optimizer_step_post_hook that raises turns step counting off; session.step() still counts."""
     from torch.optim import optimizer
 
@@ -306,16 +391,26 @@ def test_optimizer_hook_that_raises_is_contained(monkeypatch: pytest.MonkeyPatch
     with recompprof.attach(run_dir=tmp_path) as session:
         _train_steps(None)
         assert session.step() == 1
-    assert session.signals["optimizer_steps"] is False and "signature changed" in session.signals_off["optimizer_steps"]
+    assert (
+        session.signals["optimizer_steps"] is False
+        and "signature changed" in session.signals_off["optimizer_steps"]
+    )
     assert _internal.counts()["torch.optimizer_steps"] == 1
 
 
-@pytest.mark.parametrize(("module", "attr", "mechanism"), [
-    ("torch._C._dynamo.eval_frame", "_debug_get_cache_entry_list", "unlimited"),
-    ("torch._dynamo", "set_stance", "evict"),
-])
+@pytest.mark.parametrize(
+    ("module", "attr", "mechanism"),
+    [
+        ("torch._C._dynamo.eval_frame", "_debug_get_cache_entry_list", "unlimited"),
+        ("torch._dynamo", "set_stance", "evict"),
+    ],
+)
 def test_profile_mode_without_its_torch_hooks_still_attaches(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, module: str, attr: str, mechanism: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    module: str,
+    attr: str,
+    mechanism: str,
 ) -> None:
     """Profile mode missing the callback factory falls back to lifting the limit, and missing set_stance keeps the job's backend; both say so."""
     monkeypatch.delattr(sys.modules[module], attr)
@@ -328,7 +423,9 @@ def test_profile_mode_without_its_torch_hooks_still_attaches(
     assert start.profile_mechanism == mechanism  # type: ignore[union-attr]
     assert session.signals["profile_backend"] is (attr != "set_stance")
     assert attr in session.signals_off.get("profile_backend", attr)
-    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward]  # type: ignore[arg-type]
+    compiles = [
+        e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward
+    ]  # type: ignore[arg-type]
     assert len(compiles) == 2
 
 
@@ -339,7 +436,9 @@ def test_internal_errors_are_visible_in_snapshot_and_metrics(tmp_path: Path) -> 
     raise_internal_errors(False)
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with recompprof.attach(run_dir=blocker / "run", exporters=["prometheus"], prometheus_port=0) as session:
+    with recompprof.attach(
+        run_dir=blocker / "run", exporters=["prometheus"], prometheus_port=0
+    ) as session:
         _train_steps(None)
         text = generate_latest(session.exporters[0].registry).decode()  # type: ignore[attr-defined]
     assert session.snapshot().internal_errors["eventlog"] == 1

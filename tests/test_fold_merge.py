@@ -24,7 +24,15 @@ from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import merge
 from recompprof._analysis.report import Report
 from recompprof._analysis.text import render_text
-from recompprof._model.events import Compile, CompileStart, Event, GraphBreak, Running, SessionEnd, SessionStart
+from recompprof._model.events import (
+    Compile,
+    CompileStart,
+    Event,
+    GraphBreak,
+    Running,
+    SessionEnd,
+    SessionStart,
+)
 
 # Figures a mergeable part never holds: a part that dropped a frame past MAX_FRAMES makes the merge
 # decline (test_merging's bound tests hold that).
@@ -36,30 +44,96 @@ def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
     random events of every kind, and a session end (none on rank 1: the session was killed, during a
     compile) whose totals count more compiles than the log holds on rank 2 (a gap), and which names the
     compile still running on rank 3."""
-    start = SessionStart(time=0.5, rank=rank, run_id=f"run{rank % 2}", host="h", pid=rank, versions={"torch": "2.13.0"},
-                         mode="profile" if rank % 2 else "monitor", recompile_limit=8, warmup_steps=1 + rank % 3,
-                         profile_mechanism="evict" if rank % 2 else None,
-                         signals={"torch_trace": True, "step_in_trace": True} if rank == 4 else {})
+    start = SessionStart(
+        time=0.5,
+        rank=rank,
+        run_id=f"run{rank % 2}",
+        host="h",
+        pid=rank,
+        versions={"torch": "2.13.0"},
+        mode="profile" if rank % 2 else "monitor",
+        recompile_limit=8,
+        warmup_steps=1 + rank % 3,
+        profile_mechanism="evict" if rank % 2 else None,
+        signals={"torch_trace": True, "step_in_trace": True} if rank == 4 else {},
+    )
     events: list[Event] = [start] if rank != 5 else []
-    events += [e.model_copy(update={"rank": rank}) for e in random_events(rng, n) if not isinstance(e, (SessionStart, SessionEnd))]
-    events.append(GraphBreak(time=1e5, rank=rank, step=1, frame=FRAMES[rank % 4], reason="Unsupported: print",
-                             user_location=f"/job/m.py:{rank}", hints=["use torch._dynamo.graph_break()"]))
+    events += [
+        e.model_copy(update={"rank": rank})
+        for e in random_events(rng, n)
+        if not isinstance(e, (SessionStart, SessionEnd))
+    ]
+    events.append(
+        GraphBreak(
+            time=1e5,
+            rank=rank,
+            step=1,
+            frame=FRAMES[rank % 4],
+            reason="Unsupported: print",
+            user_location=f"/job/m.py:{rank}",
+            hints=["use torch._dynamo.graph_break()"],
+        )
+    )
     trigger = POOL[0].model_copy(update={"explains_change": True})
-    events.append(CompileStart(time=1e5 - 1, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/7",
-                               is_recompile=True, reason=trigger))
-    events.append(Compile(time=1e5, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/7", is_recompile=True,
-                          reasons=[POOL[0].model_copy(update={"explains_change": True})], duration=0.5,
-                          automatic_dynamic="dim 0 of L['x']", call_site=["train.py:3 in step"], steady_state=True,
-                          cudagraph_skip="cpu_device", guard_set="g9"))
+    events.append(
+        CompileStart(
+            time=1e5 - 1,
+            rank=rank,
+            step=2,
+            frame=FRAMES[rank % 4],
+            compile_id="0/7",
+            is_recompile=True,
+            reason=trigger,
+        )
+    )
+    events.append(
+        Compile(
+            time=1e5,
+            rank=rank,
+            step=2,
+            frame=FRAMES[rank % 4],
+            compile_id="0/7",
+            is_recompile=True,
+            reasons=[POOL[0].model_copy(update={"explains_change": True})],
+            duration=0.5,
+            automatic_dynamic="dim 0 of L['x']",
+            call_site=["train.py:3 in step"],
+            steady_state=True,
+            cudagraph_skip="cpu_device",
+            guard_set="g9",
+        )
+    )
     if rank in (1, 3):  # a compile that never finished
-        events.append(CompileStart(time=2e5, rank=rank, step=2, frame=FRAMES[rank % 4], compile_id="0/8",
-                                   is_recompile=True, reason=trigger))
+        events.append(
+            CompileStart(
+                time=2e5,
+                rank=rank,
+                step=2,
+                frame=FRAMES[rank % 4],
+                compile_id="0/8",
+                is_recompile=True,
+                reason=trigger,
+            )
+        )
     if rank != 1:
         totals = {"wall_seconds": 10.0 + rank, "compiles": 1e6 if rank == 2 else 0}
-        compiling = Running(frame=FRAMES[rank % 4], compile_id="0/8", started=2e5, seconds=8e5, reason=trigger) \
-            if rank == 3 else None
-        events.append(SessionEnd(time=1e6, rank=rank, totals=totals, internal_errors={"e": 1}, compiling=compiling,
-                                 signals_off={"graph_breaks": f"gone on {rank}"} if rank % 2 == 0 else {}))
+        compiling = (
+            Running(
+                frame=FRAMES[rank % 4], compile_id="0/8", started=2e5, seconds=8e5, reason=trigger
+            )
+            if rank == 3
+            else None
+        )
+        events.append(
+            SessionEnd(
+                time=1e6,
+                rank=rank,
+                totals=totals,
+                internal_errors={"e": 1},
+                compiling=compiling,
+                signals_off={"graph_breaks": f"gone on {rank}"} if rank % 2 == 0 else {},
+            )
+        )
     return events
 
 
@@ -71,7 +145,9 @@ def run_of(seed: int, files: int, per_file: int) -> list[list[Event]]:
 def cut(run: list[list[Event]], cuts: list[int]) -> list[list[Event]]:
     """The run's files joined into consecutive parts, cut before the files at ``cuts``."""
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(run)}), len(run)]
-    return [[e for events in run[a:b] for e in events] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [
+        [e for events in run[a:b] for e in events] for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
 
 
 def folded(events: list[Event]) -> Report:
@@ -80,8 +156,12 @@ def folded(events: list[Event]) -> Report:
     return report
 
 
-@given(seed=st.integers(0, 10**6), files=st.integers(1, 6), per_file=st.integers(0, 120),
-       cuts=st.lists(st.integers(0, 6), max_size=5))
+@given(
+    seed=st.integers(0, 10**6),
+    files=st.integers(1, 6),
+    per_file=st.integers(0, 120),
+    cuts=st.lists(st.integers(0, 6), max_size=5),
+)
 @settings(max_examples=80, deadline=None)
 def test_merging_the_folds_of_any_split_gives_the_whole_fold(seed, files, per_file, cuts):
     """A run cut into parts at any file boundaries: the merge of the parts' reports never declines and
@@ -112,7 +192,10 @@ def unexercised(report: Report) -> set[str]:
                 if field.metadata.get("fold_state") or field.metadata.get("figure") is False:
                     continue
                 item = getattr(value, field.name)
-                if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING:
+                if (
+                    field.default is not dataclasses.MISSING
+                    or field.default_factory is not dataclasses.MISSING
+                ):
                     name = f"{type(value).__name__}.{field.name}"
                     seen[name] = seen.get(name, False) or item != default_of(field)
                 walk(item)

@@ -44,11 +44,15 @@ def test_owner_is_forked_in_a_child_until_the_child_claims_it() -> None:
         return seen and not owner.forked() and owner.pid == os.getpid() != parent
 
     assert _in_child(child_sees_fork_then_claims) == 0
-    assert not owner.forked() and owner.pid == parent  # the child's claim did not touch the parent's object
+    assert (
+        not owner.forked() and owner.pid == parent
+    )  # the child's claim did not touch the parent's object
 
 
 def test_exporters_use_the_helper_for_fork_checks() -> None:
     """No exporter compares os.getpid() itself any more: each fork check goes through recompprof._capture.forks."""
     exporters = Path(__file__).resolve().parents[1] / "exporters"
-    offenders = [str(p) for p in exporters.rglob("*.py") if "os.getpid()" in p.read_text(encoding="utf-8")]
+    offenders = [
+        str(p) for p in exporters.rglob("*.py") if "os.getpid()" in p.read_text(encoding="utf-8")
+    ]
     assert offenders == []

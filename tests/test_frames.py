@@ -41,11 +41,15 @@ def _user_code(function: Any) -> tuple[str, int]:
 
 def _distinct(frames: set[Frame]) -> None:
     """Two identities never share a label, and one identity is always the same frame."""
-    assert len({f.key for f in frames}) == len({f.label for f in frames}) == len(frames), sorted(f.label for f in frames)
+    assert len({f.key for f in frames}) == len({f.label for f in frames}) == len(frames), sorted(
+        f.label for f in frames
+    )
 
 
 @pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW])
-def test_compiled_optimizer_step_named_by_the_instance_class(optimizer: type[torch.optim.Optimizer]) -> None:
+def test_compiled_optimizer_step_named_by_the_instance_class(
+    optimizer: type[torch.optim.Optimizer],
+) -> None:
     """A compiled ``opt.step`` runs torch's ``def wrapper(*args, **kwargs)`` hook, then the step itself: both
     frames are ``<InstanceClass>.step`` (``AdamW.step`` also where AdamW inherits Adam's step) at the line
     of the step as written, and they stay two frames, with two keys and two labels."""
@@ -59,7 +63,9 @@ def test_compiled_optimizer_step_named_by_the_instance_class(optimizer: type[tor
                 group["lr"] = lr
             step()
             opt.zero_grad()
-    frames = {e.frame for e in _forward_compiles(events) if "torch_dynamo_resume" not in e.frame.name}
+    frames = {
+        e.frame for e in _forward_compiles(events) if "torch_dynamo_resume" not in e.frame.name
+    }
     cls = optimizer.__name__
     assert {f.name for f in frames} == {f"{cls}.step"}, sorted(f.label for f in frames)
     assert {f.owner for f in frames} == {cls}
@@ -74,7 +80,10 @@ def test_wraps_decorator_shared_by_two_module_classes_is_two_frames() -> None:
     """One ``def wrapper(*args, **kwargs)`` code object decorating two classes' ``forward`` is two frames, each
     named by its class at its own ``forward``, one code object (the decorator's) behind both; the report keeps
     them apart."""
-    encoder, decoder = torch.compile(Encoder(), backend="eager"), torch.compile(Decoder(), backend="eager")
+    encoder, decoder = (
+        torch.compile(Encoder(), backend="eager"),
+        torch.compile(Decoder(), backend="eager"),
+    )
     with capture_events() as events:
         for rows in (2, 3):
             encoder(torch.randn(rows, 4))
@@ -82,11 +91,19 @@ def test_wraps_decorator_shared_by_two_module_classes_is_two_frames() -> None:
     compiles = _forward_compiles(events)
     wrapper = Encoder.forward.__code__
     named = {(e.frame.name, e.frame.file, e.frame.line) for e in compiles}
-    assert named == {("Encoder.forward", *_user_code(Encoder.forward)), ("Decoder.forward", *_user_code(Decoder.forward))}
-    assert {(e.frame.code_file, e.frame.code_line) for e in compiles} == {(wrapper.co_filename, wrapper.co_firstlineno)}
+    assert named == {
+        ("Encoder.forward", *_user_code(Encoder.forward)),
+        ("Decoder.forward", *_user_code(Decoder.forward)),
+    }
+    assert {(e.frame.code_file, e.frame.code_line) for e in compiles} == {
+        (wrapper.co_filename, wrapper.co_firstlineno)
+    }
     _distinct({e.frame for e in compiles})
     report = build_report(events)
-    assert sorted((f.name, f.compiles) for f in report.frames.values()) == [("Decoder.forward", 2), ("Encoder.forward", 2)]
+    assert sorted((f.name, f.compiles) for f in report.frames.values()) == [
+        ("Decoder.forward", 2),
+        ("Encoder.forward", 2),
+    ]
 
 
 def test_stacked_decorators_each_code_object_its_own_frame() -> None:
@@ -96,14 +113,28 @@ def test_stacked_decorators_each_code_object_its_own_frame() -> None:
     the cache entries torch holds for it, and no label names two identities."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-        shared_expert_intermediate_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-        num_experts=4, num_experts_per_tok=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
-        eos_token_id=2,
-    ))
+    model = transformers.Qwen2MoeForCausalLM(
+        transformers.Qwen2MoeConfig(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_experts=4,
+            num_experts_per_tok=2,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
     # A graph break inside the base model makes Dynamo compile each function on the way down as its own frame.
-    model.model.layers[0].register_forward_pre_hook(lambda module, args: torch._dynamo.graph_break())
+    model.model.layers[0].register_forward_pre_hook(
+        lambda module, args: torch._dynamo.graph_break()
+    )
     model.compile(backend="aot_eager")
     with capture_events() as events:
         for length in (3, 5):
@@ -120,12 +151,21 @@ def test_stacked_decorators_each_code_object_its_own_frame() -> None:
         chains[cls.__name__] = chain
         # transformers 5.24's deprecate_kwarg puts one more wrapper in both chains (and on create_causal_mask): one
         # code object the two classes and the mask functions share, so a frame belongs to a chain by code and class.
-        frames = {e.frame for e in compiles if (e.frame.code_file, e.frame.code_line) in
-                  {(c.co_filename, c.co_firstlineno) for c in chain} and e.frame.owner == cls.__name__}
-        assert {(f.name, f.file, f.line) for f in frames} == {(f"{cls.__name__}.forward", *_user_code(cls.forward))}
+        frames = {
+            e.frame
+            for e in compiles
+            if (e.frame.code_file, e.frame.code_line)
+            in {(c.co_filename, c.co_firstlineno) for c in chain}
+            and e.frame.owner == cls.__name__
+        }
+        assert {(f.name, f.file, f.line) for f in frames} == {
+            (f"{cls.__name__}.forward", *_user_code(cls.forward))
+        }
         assert len(frames) == len(chain)
         _distinct(frames)
-    assert not [e.frame.label for e in compiles if e.frame.name == "wrapped_func"]  # 5.24: create_causal_mask's too
+    assert not [
+        e.frame.label for e in compiles if e.frame.name == "wrapped_func"
+    ]  # 5.24: create_causal_mask's too
     report = build_report(events)
     entries = torch._C._dynamo.eval_frame._debug_get_cache_entry_list
     code_of = {e.frame.key: (e.frame.code_file, e.frame.code_line) for e in compiles}
@@ -140,7 +180,9 @@ def test_stacked_decorators_each_code_object_its_own_frame() -> None:
     # One code object wrapping two functions for one owner is one cache, so one identity under each call's own name
     # (5.24: deprecate_kwarg's wrapper around create_causal_mask and create_sliding_window_causal_mask).
     frames = {e.frame for e in compiles}
-    assert all(len({f.key for f in frames if f.label == label}) == 1 for label in {f.label for f in frames})
+    assert all(
+        len({f.key for f in frames if f.label == label}) == 1 for label in {f.label for f in frames}
+    )
 
 
 class _Tagged(torch.nn.Module):
@@ -152,7 +194,9 @@ class _Tagged(torch.nn.Module):
         return x * self.scale + len(tag)
 
 
-@pytest.mark.skipif(not torch_info().has("profile_evict"), reason=torch_info().why_off("profile_evict"))
+@pytest.mark.skipif(
+    not torch_info().has("profile_evict"), reason=torch_info().why_off("profile_evict")
+)
 def test_profile_mode_names_a_frame_one_way(tmp_path: Path) -> None:
     """Profile mode re-enables a parked variant without a compile: that recompile is the same frame (name and
     identity) as the compiles, never the bare code name."""
@@ -163,13 +207,17 @@ def test_profile_mode_names_a_frame_one_way(tmp_path: Path) -> None:
     assert session.event_log_path is not None
     compiles = _forward_compiles(list(read_file(session.event_log_path)))
     assert any(e.duration == 0.0 and e.is_recompile for e in compiles), "no variant was re-enabled"
-    assert {(e.frame.name, e.frame.key) for e in compiles} == {("_Tagged.forward", compiles[0].frame.key)}
+    assert {(e.frame.name, e.frame.key) for e in compiles} == {
+        ("_Tagged.forward", compiles[0].frame.key)
+    }
     assert compiles[0].frame.owner == "_Tagged"
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    run = record(WORKLOAD, ["optimizer", "decorated", "llama"], tmp_path_factory.mktemp("named"), timeout=600)
+    run = record(
+        WORKLOAD, ["optimizer", "decorated", "llama"], tmp_path_factory.mktemp("named"), timeout=600
+    )
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
     return run
 
@@ -179,21 +227,42 @@ def test_live_and_ingest_give_each_compile_one_identity(recorded: Any) -> None:
     (where the trace names the decorated method) the same display name; graph breaks land on the same frames."""
     live = list(read_run(recorded.run_dir))
     traced = [e for per_file in read_trace(recorded.trace_dir).events for e in per_file]
-    frames = [{e.compile_id: e.frame for e in _forward_compiles(events)} for events in (live, traced)]
+    frames = [
+        {e.compile_id: e.frame for e in _forward_compiles(events)} for events in (live, traced)
+    ]
     assert frames[0].keys() == frames[1].keys() and len(frames[0]) >= 8
-    assert {cid: f.key for cid, f in frames[0].items()} == {cid: f.key for cid, f in frames[1].items()}
+    assert {cid: f.key for cid, f in frames[0].items()} == {
+        cid: f.key for cid, f in frames[1].items()
+    }
     names = {f.name for f in frames[0].values()}
-    assert {"AdamW.step", "Encoder.forward", "Decoder.forward", "Block.forward", "LlamaForCausalLM.forward"} <= names, names
+    assert {
+        "AdamW.step",
+        "Encoder.forward",
+        "Decoder.forward",
+        "Block.forward",
+        "LlamaForCausalLM.forward",
+    } <= names, names
     assert not {n for n in names if n.endswith("wrapper") or n == "Adam.step"}, names
     # The trace names no decorator's target: ingest finds it in the class's source where a decorator is written,
     # so only torch's hook around Optimizer.step (installed at run time, written on no method) is named otherwise.
     hook = inspect.getsourcefile(torch.optim.Optimizer)
     named_otherwise = {cid for cid, f in frames[0].items() if frames[1][cid] != f}
     assert {frames[0][cid].code_file for cid in named_otherwise} <= {hook}
-    assert {f.owner for cid, f in frames[0].items() if cid not in named_otherwise} >= {"Encoder", "Decoder", "Block",
-                                                                                       "LlamaForCausalLM", "AdamW"}
-    breaks = [Counter((e.compile_id, e.frame.key if e.frame else None) for e in events if isinstance(e, GraphBreak))
-              for events in (live, traced)]
+    assert {f.owner for cid, f in frames[0].items() if cid not in named_otherwise} >= {
+        "Encoder",
+        "Decoder",
+        "Block",
+        "LlamaForCausalLM",
+        "AdamW",
+    }
+    breaks = [
+        Counter(
+            (e.compile_id, e.frame.key if e.frame else None)
+            for e in events
+            if isinstance(e, GraphBreak)
+        )
+        for events in (live, traced)
+    ]
     assert breaks[0] == breaks[1] and breaks[0]
 
 
@@ -201,4 +270,6 @@ def test_diff_of_a_run_against_its_own_trace_finds_nothing(recorded: Any) -> Non
     """``recompprof diff <live run> <its TORCH_TRACE>`` matches every frame and reports no change (exit 0)."""
     done = cli("diff", str(recorded.run_dir), str(recorded.trace_dir))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "no regressions (0 improvement(s))" in done.stdout and "Frame" not in done.stdout, done.stdout
+    assert "no regressions (0 improvement(s))" in done.stdout and "Frame" not in done.stdout, (
+        done.stdout
+    )

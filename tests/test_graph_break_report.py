@@ -20,9 +20,13 @@ from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Frame, GraphBreak
 from recompprof._torch.versions import torch_info
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
 # Below this gate torch's counters give breaks with no place, hints or eager flag to show.
-traced_breaks = pytest.mark.skipif(not torch_info().has("graph_break_trace"), reason="torch traces no graph breaks")
+traced_breaks = pytest.mark.skipif(
+    not torch_info().has("graph_break_trace"), reason="torch traces no graph breaks"
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +34,18 @@ def breaks_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real job with a break torch resumes after and two it cannot resume from (tests/workloads/unresumable.py)."""
     where = tmp_path_factory.mktemp("breaks")
     script = where / "job.py"
-    script.write_text("import recompprof, unresumable\nwith recompprof.attach(run_dir='run'):\n    unresumable.run()\n")
+    script.write_text(
+        "import recompprof, unresumable\nwith recompprof.attach(run_dir='run'):\n    unresumable.run()\n"
+    )
     env = clean_env(PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path]))
-    done = subprocess.run([sys.executable, str(script)], env=env, cwd=where, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return where / "run"
 
@@ -56,7 +69,9 @@ def test_terminal_report_shows_where_hints_and_eager_frames(breaks_run: Path) ->
     flat = " ".join(table.split())
     # torch 2.13 skips the frames of the two unresumable breaks (2.10 fails their compile instead)
     rows = flat.split(" Count ", 1)[1]  # past the title and the header
-    assert ("ran eagerly" in rows) == any(e.skipped_frame for e in events) and resumed.hints[0][:40] in rows
+    assert ("ran eagerly" in rows) == any(e.skipped_frame for e in events) and resumed.hints[0][
+        :40
+    ] in rows
 
 
 @traced_breaks
@@ -69,9 +84,21 @@ def test_html_report_shows_where_hints_and_eager_frames(breaks_run: Path, tmp_pa
     dom = page.read_text()
     if CHROMIUM is not None:
         profile = tmp_path / "profile"
-        done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                               f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         dom = done.stdout
         assert 'data-ready="1"' in dom, done.stderr[-2000:]
     table = dom.split('id="graph-breaks-table"')[1].split("</table>")[0]
@@ -80,15 +107,26 @@ def test_html_report_shows_where_hints_and_eager_frames(breaks_run: Path, tmp_pa
     for event in events:
         assert event.user_location and event.user_location in table
         for hint in event.hints:
-            assert hint.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")[:40] in table
+            assert (
+                hint.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")[:40] in table
+            )
 
 
 def test_thousands_of_distinct_breaks_stay_bounded() -> None:
     """Graph breaks at 5,000 distinct places fold into at most MAX_BREAK_GROUPS groups plus one for the rest, every
     break counted; the terminal table shows a bounded number of rows."""
     frame = Frame(name="forward", file="/src/net.py", line=10)
-    events = [GraphBreak(time=0.0, frame=frame, compile_id="0/0", reason=f"Unsupported op {i % 7}",
-                         user_location=f"/src/model.py:{i}", hints=[f"hint {i}"]) for i in range(5000)]
+    events = [
+        GraphBreak(
+            time=0.0,
+            frame=frame,
+            compile_id="0/0",
+            reason=f"Unsupported op {i % 7}",
+            user_location=f"/src/model.py:{i}",
+            hints=[f"hint {i}"],
+        )
+        for i in range(5000)
+    ]
     report = build_report(events)
     assert len(report.graph_break_groups) <= MAX_BREAK_GROUPS + 1
     assert sum(g.count for g in report.graph_break_groups.values()) == 5000 == report.graph_breaks
@@ -96,7 +134,9 @@ def test_thousands_of_distinct_breaks_stay_bounded() -> None:
     assert table.count("model.py:") <= 25 and "more" in table
 
 
-def test_graph_break_parser_errors_go_through_the_internal_error_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_graph_break_parser_errors_go_through_the_internal_error_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bug in the graph-break parser raises in strict mode and, in production, is counted as an internal
     error while the break keeps its first line as the reason (it never raises into torch)."""
     from recompprof import _internal
@@ -112,6 +152,9 @@ def test_graph_break_parser_errors_go_through_the_internal_error_policy(monkeypa
         breaks.parse_graph_break(text)
     with raise_internal_errors(False):
         parsed = breaks.parse_graph_break(text)
-    assert parsed.reason == "Graph break in user code at /w/train.py:7" and parsed.user_location is None
+    assert (
+        parsed.reason == "Graph break in user code at /w/train.py:7"
+        and parsed.user_location is None
+    )
     # counted both times: once raised (strict), once swallowed (production)
     assert _internal.counts()["breaks.parse"] == 2

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a Chromium binary")
 
 
@@ -30,9 +32,24 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     profile = tmp_path / "profile"
     profile.mkdir(exist_ok=True)
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                           f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_page_is_self_contained(page: tuple[RecordedRun, Path]) -> None:
@@ -49,10 +66,14 @@ def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_p
     dom = done.stdout
     assert 'data-ready="1"' in dom, done.stderr[-2000:]
     steps_chart = dom.split('class="chart chart-steps"')[1].split("</svg>")[0]
-    assert steps_chart.count('class="recompile"') == 2  # recompiles at steps 1 and 6; the limit refuses the rest
+    assert (
+        steps_chart.count('class="recompile"') == 2
+    )  # recompiles at steps 1 and 6; the limit refuses the rest
     categories = re.findall(r'class="bar changes" data-category="(\w+)"', dom)
     assert {"size", "python_constant"} <= set(categories)
-    assert len(re.findall(r'class="seg" data-phase="dynamo_trace"', dom)) >= 2  # total row + frame row
+    assert (
+        len(re.findall(r'class="seg" data-phase="dynamo_trace"', dom)) >= 2
+    )  # total row + frame row
     kpi = dict(re.findall(r'id="kpi-([\w-]+)"><div class="v">([^<]+)<', dom))
     assert kpi["recompiles"] == "2" and kpi["limit-hits"] != "0" and kpi["steps"] == "12"
     table = dom.split('id="frames"')[1]
@@ -61,7 +82,9 @@ def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_p
     assert "the recompile limit cut in" in dom
 
 
-def test_page_opens_with_the_causes_to_fix_first(page: tuple[RecordedRun, Path], tmp_path: Path) -> None:
+def test_page_opens_with_the_causes_to_fix_first(
+    page: tuple[RecordedRun, Path], tmp_path: Path
+) -> None:
     """The first section ranks causes by seconds lost with share, fix hint and example; the KPI shows the seconds
     lost; the cache section says this eager run used no compile cache."""
     from recompprof._analysis.fold import build_report
@@ -72,9 +95,14 @@ def test_page_opens_with_the_causes_to_fix_first(page: tuple[RecordedRun, Path],
     assert dom.index('id="fix-first"') < dom.index('id="steps"')
     table = dom.split('id="fix-first-table"')[1].split("</table>")[0]
     rows = re.findall(r'<tr data-cause="(\w+)">', table)
-    assert rows == [c.category for c in report.ranked_causes()] and {"size", "python_constant"} <= set(rows)
+    assert rows == [c.category for c in report.ranked_causes()] and {
+        "size",
+        "python_constant",
+    } <= set(rows)
     seconds = [float(x) for x in re.findall(r'class="n lost" data-sort="([\d.]+)"', table)]
-    assert seconds == sorted(seconds, reverse=True) and sum(seconds) == pytest.approx(report.recompile_seconds, abs=1e-3)
+    assert seconds == sorted(seconds, reverse=True) and sum(seconds) == pytest.approx(
+        report.recompile_seconds, abs=1e-3
+    )
     assert "mark_dynamic" in table and "size mismatch" in table
     kpi = dict(re.findall(r'id="kpi-([\w-]+)"><div class="v">([^<]+)<', dom))
     assert float(kpi["lost-seconds"]) == pytest.approx(round(report.recompile_seconds, 2))
@@ -87,8 +115,8 @@ def _png_size_and_ink(path: Path) -> tuple[int, int, float]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, width, height = 8, b"", 0, 0
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height = struct.unpack(">II", body[:8])
         elif kind == b"IDAT":

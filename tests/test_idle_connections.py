@@ -37,7 +37,9 @@ def _raise_fd_limit(needed: int) -> None:
         target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    assert soft == resource.RLIM_INFINITY or soft >= needed, f"RLIMIT_NOFILE hard limit too low for {needed} sockets"
+    assert soft == resource.RLIM_INFINITY or soft >= needed, (
+        f"RLIMIT_NOFILE hard limit too low for {needed} sockets"
+    )
 
 
 def _count(pid: int, what: str) -> int:
@@ -74,27 +76,44 @@ def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, sec
     them within CONNECTION_SECONDS of its connect (the oldest at once once MAX_WAITING wait)."""
     _raise_fd_limit(IDLE + 256)
     port = free_port()
-    env = {"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(port),
-           "RECOMPPROF_RUN_DIR": str(tmp_path / "run")}
+    env = {
+        "RECOMPPROF_EXPORTERS": "prometheus",
+        "RECOMPPROF_PROMETHEUS_PORT": str(port),
+        "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
+    }
     context: ssl.SSLContext | None = None
     headers: dict[str, str] = {}
     scrape: dict[str, object] = {}
     if secure:
         cert, key = _self_signed(tmp_path)
-        env |= {"RECOMPPROF_PROMETHEUS_CERTFILE": str(cert), "RECOMPPROF_PROMETHEUS_KEYFILE": str(key),
-                "RECOMPPROF_PROMETHEUS_BASIC_AUTH": CREDENTIALS}
+        env |= {
+            "RECOMPPROF_PROMETHEUS_CERTFILE": str(cert),
+            "RECOMPPROF_PROMETHEUS_KEYFILE": str(key),
+            "RECOMPPROF_PROMETHEUS_BASIC_AUTH": CREDENTIALS,
+        }
         context = ssl.create_default_context(cafile=str(cert))
         headers = {"Authorization": "Basic " + base64.b64encode(CREDENTIALS.encode()).decode()}
         user, _, password = CREDENTIALS.partition(":")
-        scrape = {"scheme": "https", "tls_config": {"ca_file": str(cert)},
-                  "basic_auth": {"username": user, "password": password}}
+        scrape = {
+            "scheme": "https",
+            "tls_config": {"ca_file": str(cert)},
+            "basic_auth": {"username": user, "password": password},
+        }
     url = f"{'https' if secure else 'http'}://127.0.0.1:{port}/metrics"
     job = train_process(env, "--steps", "3", "--hold", "120")
     try:
         wait_for_line(job, "TRAINING DONE")
-        with prometheus(tmp_path, extra_scrape_configs=[{"job_name": "job", "scrape_interval": "1s",
-                                                          "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-                                                          **scrape}]) as prom:
+        with prometheus(
+            tmp_path,
+            extra_scrape_configs=[
+                {
+                    "job_name": "job",
+                    "scrape_interval": "1s",
+                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                    **scrape,
+                }
+            ],
+        ) as prom:
             prom.wait_for('up{job="job"} == 1')
             threads, fds = _count(job.pid, "task"), _count(job.pid, "fd")
             idle: list[socket.socket] = []
@@ -108,11 +127,15 @@ def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, sec
                         most_threads = max(most_threads, _count(job.pid, "task"))
                 all_open_at = time.time()
                 still_open = sum(not _closed_by_peer(s) for s in idle)
-                assert still_open > 0, "every idle socket was closed before the scrape: nothing was tested"
+                assert still_open > 0, (
+                    "every idle socket was closed before the scrape: nothing was tested"
+                )
 
                 began = time.monotonic()
                 request = urllib.request.Request(url, headers=headers)
-                with urllib.request.urlopen(request, context=context, timeout=CONNECTION_SECONDS) as resp:
+                with urllib.request.urlopen(
+                    request, context=context, timeout=CONNECTION_SECONDS
+                ) as resp:
                     assert resp.status == 200 and b"torch_compile_compiles_total" in resp.read()
                 answered_in = time.monotonic() - began
                 most_threads = max(most_threads, _count(job.pid, "task"))
@@ -130,13 +153,17 @@ def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, sec
     finally:
         job.terminate()
         job.wait(30)
-    print(f"\njob threads: {threads} before, at most {most_threads} with {IDLE} idle sockets; "
-          f"descriptors {fds} before, {job_fds} with them; scrape answered in {answered_in:.3f} s; "
-          f"idle sockets lived {min(lived):.2f}-{max(lived):.2f} s")
+    print(
+        f"\njob threads: {threads} before, at most {most_threads} with {IDLE} idle sockets; "
+        f"descriptors {fds} before, {job_fds} with them; scrape answered in {answered_in:.3f} s; "
+        f"idle sockets lived {min(lived):.2f}-{max(lived):.2f} s"
+    )
     assert most_threads <= threads + MAX_HANDLERS
     assert job_fds <= fds + MAX_WAITING + MAX_QUEUED + MAX_HANDLERS
     assert answered_in < 5
-    assert min(lived) >= 0, f"{sum(t < 0 for t in lived)} idle socket(s) still open {CONNECTION_SECONDS + 10} s later"
+    assert min(lived) >= 0, (
+        f"{sum(t < 0 for t in lived)} idle socket(s) still open {CONNECTION_SECONDS + 10} s later"
+    )
     assert max(lived) < CONNECTION_SECONDS + 5
     assert sample and sample[0]["value"][1] == "1"
     assert float(stamp[0]["value"][1]) >= all_open_at
@@ -180,8 +207,10 @@ def test_trickling_clients_hold_a_bounded_number_of_threads_until_the_deadline()
             feeder.join()
             for sock in socks:
                 sock.close()
-    print(f"\n{clients} trickling clients: threads {threads} -> {most_threads}; scrape answered in {answered_in:.2f} s; "
-          f"clients cut off after {min(lived):.2f}-{max(lived):.2f} s")
+    print(
+        f"\n{clients} trickling clients: threads {threads} -> {most_threads}; scrape answered in {answered_in:.2f} s; "
+        f"clients cut off after {min(lived):.2f}-{max(lived):.2f} s"
+    )
     assert most_threads <= threads + MAX_HANDLERS
     assert answered_in < CONNECTION_SECONDS + 2
     assert min(lived) >= 0

@@ -39,8 +39,14 @@ DIED = "ended without session_end: killed, crashed or still running"
 
 
 def _start(run_dir: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(WORKLOAD), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir), **env))
+    return subprocess.Popen(
+        [sys.executable, str(WORKLOAD), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir), **env),
+    )
 
 
 def _wait_for(proc: subprocess.Popen[str], line: str) -> None:
@@ -52,7 +58,11 @@ def _wait_for(proc: subprocess.Popen[str], line: str) -> None:
 
 
 def _events(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(run_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    return [
+        json.loads(line)
+        for path in sorted(run_dir.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
 
 
 def _last_event(run_dir: Path, rank: int) -> dict[str, Any]:
@@ -77,11 +87,16 @@ def test_a_rank_killed_with_sigkill_is_reported_and_fails_check(tmp_path: Path) 
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
     last = _last_event(run_dir, 0)
-    assert last["kind"] != "session_end" and last["step"] < 39  # compiles stopped long before the kill
+    assert (
+        last["kind"] != "session_end" and last["step"] < 39
+    )  # compiles stopped long before the kill
 
     report = cli("report", str(run_dir))
     assert report.returncode == 0, report.stderr
-    assert f"WARNING: rank 0 {DIED} (last event at {_when(last)}, step {last['step']})" in report.stdout
+    assert (
+        f"WARNING: rank 0 {DIED} (last event at {_when(last)}, step {last['step']})"
+        in report.stdout
+    )
     assert f"steps >= {last['step']} (last seen)" in report.stdout
 
     checked = cli("check", str(run_dir), "--max-recompiles", "100")
@@ -110,7 +125,10 @@ def test_one_dead_rank_of_a_multi_rank_run_is_named(tmp_path: Path) -> None:
     html = tmp_path / "report.html"
     report = cli("report", str(run_dir), "--html", str(html))
     assert report.returncode == 0, report.stderr
-    assert f"WARNING: rank 1 {DIED} (last event at {_when(last)}, step {last['step']})" in report.stdout
+    assert (
+        f"WARNING: rank 1 {DIED} (last event at {_when(last)}, step {last['step']})"
+        in report.stdout
+    )
     assert "rank 0 ended" not in report.stdout
     assert f"rank 1 {DIED}" in html.read_text()
 
@@ -119,7 +137,9 @@ def test_one_dead_rank_of_a_multi_rank_run_is_named(tmp_path: Path) -> None:
     assert f"rank 1 {DIED}" in checked.stderr and "rank 0 ended" not in checked.stderr
 
 
-def test_a_run_still_being_written_gets_the_same_verdict_and_passes_once_it_ends(tmp_path: Path) -> None:
+def test_a_run_still_being_written_gets_the_same_verdict_and_passes_once_it_ends(
+    tmp_path: Path,
+) -> None:
     """Read while the process is still training, a run is reported as "killed, crashed or still
     running" and ``check`` exits 2; once the process has ended normally the same commands report no
     such thing and ``check`` exits 0."""
@@ -147,9 +167,13 @@ def test_a_run_still_being_written_gets_the_same_verdict_and_passes_once_it_ends
 @contextlib.contextmanager
 def _small_tmpfs(where: Path) -> Iterator[Path]:
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True
+    )
     if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root); the RLIMIT_FSIZE case covers a full disk")
+        pytest.skip(
+            "cannot mount a tmpfs here (needs root); the RLIMIT_FSIZE case covers a full disk"
+        )
     try:
         yield where
     finally:
@@ -168,13 +192,29 @@ def test_a_log_with_a_gap_from_a_full_disk_fails_check(full: str, tmp_path: Path
             starve = ["--fill", str(run_dir.parent / "filler")]
         else:
             run_dir, starve = tmp_path / "run", []
-        proc = _start(run_dir, "--steps", "12", "--recompile-steps", "10", "--starve-after", "2", "--free-after", "6",
-                      *starve)
+        proc = _start(
+            run_dir,
+            "--steps",
+            "12",
+            "--recompile-steps",
+            "10",
+            "--starve-after",
+            "2",
+            "--free-after",
+            "6",
+            *starve,
+        )
         assert proc.wait(180) == 0
         events = _events(run_dir)
         end = events[-1]
         assert end["kind"] == "session_end"
-        logged = sum(1 for e in events if e["kind"] == "compile" and not e.get("backward") and e.get("outcome", "ok") != "limit_hit")
+        logged = sum(
+            1
+            for e in events
+            if e["kind"] == "compile"
+            and not e.get("backward")
+            and e.get("outcome", "ok") != "limit_hit"
+        )
         assert end["events_dropped"]["event_log"] > 0 and end["totals"]["compiles"] > logged
 
         report = cli("report", str(run_dir))
@@ -183,9 +223,13 @@ def test_a_log_with_a_gap_from_a_full_disk_fails_check(full: str, tmp_path: Path
     header = report.stdout.split("\n\n")[0].splitlines()  # the title, the run's line, its warnings
     gap = f"rank 0: the event log has a gap: session_end counts {int(end['totals']['compiles'])} compile(s), the log holds {logged}"
     assert any(line.startswith("WARNING: " + gap) for line in header), report.stdout
-    assert f"the writer could not write {end['events_dropped']['event_log']} event(s)" in report.stdout
+    assert (
+        f"the writer could not write {end['events_dropped']['event_log']} event(s)" in report.stdout
+    )
     assert "torn" not in report.stderr and "corrupt" not in report.stderr
-    assert checked.returncode == 2 and gap in checked.stderr and "--accept-log-gaps" in checked.stderr
+    assert (
+        checked.returncode == 2 and gap in checked.stderr and "--accept-log-gaps" in checked.stderr
+    )
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
@@ -195,17 +239,25 @@ def test_complete_real_runs_get_no_gap_or_death_warning(mode: str, tmp_path: Pat
     breaks counted by their ``count``, profile mode's re-runs of parked variants, which take no compile
     time) reconcile by the live totals' own rule: a complete run gets no warning and ``check`` exits 0."""
     run_dir = tmp_path / "run"
-    args = ["--steps", "16", "--recompile-steps", "12"] + (["--recompile-limit", "4"] if mode == "monitor" else ["--sizes", "2,3"])
+    args = ["--steps", "16", "--recompile-steps", "12"] + (
+        ["--recompile-limit", "4"] if mode == "monitor" else ["--sizes", "2,3"]
+    )
     proc = _start(run_dir, *args, RECOMPPROF_MODE=mode)
     assert proc.wait(180) == 0
     events = _events(run_dir)
     totals = events[-1]["totals"]
-    assert events[-1]["kind"] == "session_end" and totals["compiles"] > 0 and totals["graph_breaks"] > 0
+    assert (
+        events[-1]["kind"] == "session_end"
+        and totals["compiles"] > 0
+        and totals["graph_breaks"] > 0
+    )
     compiles = [e for e in events if e["kind"] == "compile"]
     if mode == "monitor":
         assert totals["recompile_limit_hits"] > 0 and any(e.get("backward") for e in compiles)
     else:  # parked variants run again: recompiles that took no compile time
-        assert totals["profile_reenabled"] > 0 and any(e["is_recompile"] and e.get("duration", 0) == 0 for e in compiles)
+        assert totals["profile_reenabled"] > 0 and any(
+            e["is_recompile"] and e.get("duration", 0) == 0 for e in compiles
+        )
     report = cli("report", str(run_dir))
     checked = cli("check", str(run_dir), "--max-recompiles", "100")
     assert report.returncode == 0 and "WARNING" not in report.stdout, report.stdout
@@ -217,17 +269,52 @@ def test_complete_real_runs_get_no_gap_or_death_warning(mode: str, tmp_path: Pat
 FRAME = Frame(name="fwd", file="/job/m.py", line=3)
 
 
-def _session(rank: int, pid: int, start: float, compiles: int, *, ended: bool, claimed: int | None = None) -> list[Any]:
-    events: list[Any] = [SessionStart(time=start, rank=rank, step=0, run_id="r", host="h", pid=pid, versions={},
-                                      mode="monitor", recompile_limit=8)]
+def _session(
+    rank: int, pid: int, start: float, compiles: int, *, ended: bool, claimed: int | None = None
+) -> list[Any]:
+    events: list[Any] = [
+        SessionStart(
+            time=start,
+            rank=rank,
+            step=0,
+            run_id="r",
+            host="h",
+            pid=pid,
+            versions={},
+            mode="monitor",
+            recompile_limit=8,
+        )
+    ]
     for i in range(compiles):
-        events.append(Compile(time=start + 1 + i, rank=rank, step=i, frame=FRAME, compile_id=f"0/{i}", is_recompile=i > 0,
-                              duration=0.5))
-        events.append(GraphBreak(time=start + 1 + i, rank=rank, step=i, frame=FRAME, reason="x", count=2))
+        events.append(
+            Compile(
+                time=start + 1 + i,
+                rank=rank,
+                step=i,
+                frame=FRAME,
+                compile_id=f"0/{i}",
+                is_recompile=i > 0,
+                duration=0.5,
+            )
+        )
+        events.append(
+            GraphBreak(time=start + 1 + i, rank=rank, step=i, frame=FRAME, reason="x", count=2)
+        )
     if ended:
         n = compiles if claimed is None else claimed
-        events.append(SessionEnd(time=start + 100, rank=rank, step=compiles, totals={
-            "compiles": n, "recompiles": max(0, n - 1), "graph_breaks": 2 * n, "compile_seconds": 0.5 * n}))
+        events.append(
+            SessionEnd(
+                time=start + 100,
+                rank=rank,
+                step=compiles,
+                totals={
+                    "compiles": n,
+                    "recompiles": max(0, n - 1),
+                    "graph_breaks": 2 * n,
+                    "compile_seconds": 0.5 * n,
+                },
+            )
+        )
     return events
 
 
@@ -248,12 +335,21 @@ def test_workers_give_the_same_dead_ranks_and_gaps(tmp_path: Path) -> None:
     same dead ranks and gaps as one fold, and the merge of any cut of the events gives them too."""
     run = _mixed_run(tmp_path)
     whole = build_report(load(run).events)
-    assert sorted(whole.incomplete) == [0, 3] and whole.incomplete[0].sessions == 1 and sorted(whole.log_gaps) == [1]
+    assert (
+        sorted(whole.incomplete) == [0, 3]
+        and whole.incomplete[0].sessions == 1
+        and sorted(whole.log_gaps) == [1]
+    )
     assert_same(figures(build_run_report(load(run).events, workers=2)), figures(whole))
     rules = Rules(max_recompiles=100)
-    assert [str(v) for v in check(load(run).events, rules, workers=2)] == [str(v) for v in check(load(run).events, rules, workers=1)]
-    assert {(v.rule, v.rank) for v in check(load(run).events, rules, workers=1)} == {("incomplete", 0), ("incomplete", 3),
-                                                                                     ("log_gap", 1)}
+    assert [str(v) for v in check(load(run).events, rules, workers=2)] == [
+        str(v) for v in check(load(run).events, rules, workers=1)
+    ]
+    assert {(v.rule, v.rank) for v in check(load(run).events, rules, workers=1)} == {
+        ("incomplete", 0),
+        ("incomplete", 3),
+        ("log_gap", 1),
+    }
     events = list(load(run).events)
     rng = random.Random(1)
     for _ in range(50):
@@ -276,7 +372,9 @@ def test_after_step_does_not_make_a_gap(tmp_path: Path) -> None:
     run.mkdir()
     write_events(run / "rank00000-1.jsonl", _session(0, 1, 1000, 6, ended=True))
     assert check(load(run).events, Rules(max_recompiles=100, after_step=4)) == []
-    assert [v.rule for v in check(load(run).events, Rules(max_recompiles=0, after_step=4))] == ["max_recompiles"]
+    assert [v.rule for v in check(load(run).events, Rules(max_recompiles=0, after_step=4))] == [
+        "max_recompiles"
+    ]
 
 
 def test_a_log_holding_more_than_its_totals_is_not_called_a_gap() -> None:
@@ -285,4 +383,7 @@ def test_a_log_holding_more_than_its_totals_is_not_called_a_gap() -> None:
     more = build_report(_session(0, 1, 1000, 5, ended=True, claimed=4))
     fewer = build_report(_session(0, 1, 1000, 4, ended=True, claimed=5))
     assert more.log_gaps == {} and more.incomplete == {}
-    assert list(fewer.log_gaps) == [0] and "session_end counts 5 compile(s), the log holds 4" in fewer.log_gaps[0].detail
+    assert (
+        list(fewer.log_gaps) == [0]
+        and "session_end counts 5 compile(s), the log holds 4" in fewer.log_gaps[0].detail
+    )

@@ -33,21 +33,35 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
 
 
 def _summary(report: Report) -> dict[str, tuple[int, int, list[str]]]:
-    return {label: (f.compiles, f.recompiles, sorted(g.category for g in f.reasons.values() if g.changes))
-            for label, f in report.frames.items()}
+    return {
+        label: (
+            f.compiles,
+            f.recompiles,
+            sorted(g.category for g in f.reasons.values() if g.changes),
+        )
+        for label, f in report.frames.items()
+    }
 
 
 def test_trace_and_attach_agree(recorded: RecordedRun) -> None:
     """One process recorded by attach() and by TORCH_TRACE gives the same frames, compile ids, recompiles and categories."""
     live = list(read_run(recorded.run_dir))
     traced = [e for per_file in read_trace(recorded.trace_dir).events for e in per_file]
-    ids = [[e.compile_id for e in events if isinstance(e, Compile) and not e.backward] for events in (live, traced)]
+    ids = [
+        [e.compile_id for e in events if isinstance(e, Compile) and not e.backward]
+        for events in (live, traced)
+    ]
     assert ids[0] == ids[1] and len(ids[0]) >= 4
     live_report, trace_report = build_report(live), build_report(traced)
     assert _summary(live_report) == _summary(trace_report)
     assert live_report.recompiles == trace_report.recompiles >= 3
-    assert set(live_report.categories) == set(trace_report.categories) >= {"size", "python_constant"}
-    assert abs(live_report.compile_seconds - trace_report.compile_seconds) < 0.05 * live_report.compile_seconds + 0.01
+    assert (
+        set(live_report.categories) == set(trace_report.categories) >= {"size", "python_constant"}
+    )
+    assert (
+        abs(live_report.compile_seconds - trace_report.compile_seconds)
+        < 0.05 * live_report.compile_seconds + 0.01
+    )
 
 
 def test_ingested_trace_ranks_the_same_causes(recorded: RecordedRun) -> None:
@@ -55,7 +69,9 @@ def test_ingested_trace_ranks_the_same_causes(recorded: RecordedRun) -> None:
     process: same frames, categories, subjects and recompiles, and the same seconds within timer noise."""
     live = build_report(read_run(recorded.run_dir))
     traced = build_report(e for per_file in read_trace(recorded.trace_dir).events for e in per_file)
-    assert {k: c.recompiles for k, c in live.causes.items()} == {k: c.recompiles for k, c in traced.causes.items()}
+    assert {k: c.recompiles for k, c in live.causes.items()} == {
+        k: c.recompiles for k, c in traced.causes.items()
+    }
     assert len(live.causes) >= 3
     for key, cause in live.causes.items():
         assert abs(cause.seconds - traced.causes[key].seconds) < 0.05 * cause.seconds + 0.01, key
@@ -63,8 +79,12 @@ def test_ingested_trace_ranks_the_same_causes(recorded: RecordedRun) -> None:
 
 def _tlparse_compiles(trace_file: Path, out: Path) -> tuple[set[str], int]:
     exe = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
-    subprocess.run([exe, "--no-browser", "--overwrite", "-o", str(out), str(trace_file)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [exe, "--no-browser", "--overwrite", "-o", str(out), str(trace_file)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     directory = json.loads((out / "compile_directory.json").read_text())
     with_metrics: set[str] = set()
     reasons = 0
@@ -77,7 +97,9 @@ def _tlparse_compiles(trace_file: Path, out: Path) -> tuple[set[str], int]:
     return with_metrics, reasons
 
 
-def test_compile_ids_match_tlparse(recorded: RecordedRun, limited: RecordedRun, tmp_path: Path) -> None:
+def test_compile_ids_match_tlparse(
+    recorded: RecordedRun, limited: RecordedRun, tmp_path: Path
+) -> None:
     """Ingest finds the compile ids tlparse lists with compilation metrics, and one set of reasons per recompile_reasons artifact."""
     for index, run in enumerate((recorded, limited)):
         (trace_file,) = trace_files(run.trace_dir)
@@ -111,11 +133,19 @@ def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:
     # An ingested run has no mode: the report says so instead of inventing one. Its steps are the ones recompprof,
     # attached to the recorded run, handed torch (tests/test_trace_steps.py), where this torch keeps them.
     flat = " ".join(report.stdout.split())
-    steps = "recompile steps up to 11" if torch_info().has("recompile_user_context") else "steps unknown"
+    steps = (
+        "recompile steps up to 11"
+        if torch_info().has("recompile_user_context")
+        else "steps unknown"
+    )
     assert f"from TORCH_TRACE (no mode) | {steps}" in flat
     assert "mode monitor" not in flat and "steps 0" not in flat and "0, 0" not in flat
     again = cli("ingest", str(recorded.trace_dir), "-o", str(out))
-    assert again.returncode == 2 and "--overwrite" in again.stderr and len(again.stderr.splitlines()) == 1
+    assert (
+        again.returncode == 2
+        and "--overwrite" in again.stderr
+        and len(again.stderr.splitlines()) == 1
+    )
     assert cli("ingest", str(recorded.trace_dir), "-o", str(out), "--overwrite").returncode == 0
     assert len(list(out.glob("rank*.jsonl"))) == 1
 
@@ -128,9 +158,12 @@ def test_commands_read_trace_dirs_directly(recorded: RecordedRun) -> None:
     live = cli("check", str(recorded.run_dir), "--max-recompiles", "0", "--after-step", "3")
     check = cli("check", str(recorded.trace_dir), "--max-recompiles", "0", "--after-step", "3")
     if torch_info().has("recompile_user_context"):
-        assert report.returncode == 0 and "handed torch for each forward compile" in " ".join(report.stdout.split())
-        assert check.returncode == live.returncode == 1 and check.stdout.replace(str(recorded.trace_dir), "") == \
-            live.stdout.replace(str(recorded.run_dir), "")
+        assert report.returncode == 0 and "handed torch for each forward compile" in " ".join(
+            report.stdout.split()
+        )
+        assert check.returncode == live.returncode == 1 and check.stdout.replace(
+            str(recorded.trace_dir), ""
+        ) == live.stdout.replace(str(recorded.run_dir), "")
     else:
         assert report.returncode == 0 and "no training steps" in report.stdout
         assert check.returncode == 2 and "training steps" in check.stderr
@@ -150,7 +183,9 @@ def test_torn_and_stray_trace_lines_are_counted(recorded: RecordedRun, tmp_path:
     assert run.stats.stray_lines == 1
     assert sum(isinstance(e, Compile) for e in run.events[0]) == len(metrics)
     report = cli("report", str(damaged))
-    assert report.returncode == 0 and "skipped" in report.stderr and "Traceback" not in report.stderr
+    assert (
+        report.returncode == 0 and "skipped" in report.stderr and "Traceback" not in report.stderr
+    )
     gate = cli("check", str(damaged), "--max-recompiles", "10")
     assert gate.returncode == 2 and "--allow-skipped" in gate.stderr
     assert cli("check", str(damaged), "--max-recompiles", "10", "--allow-skipped").returncode == 0
@@ -191,17 +226,25 @@ def test_reason_payload_shapes(recorded: RecordedRun) -> None:
     assert counts[1] >= 1 and any(n > 1 for n in counts)
 
 
-def test_records_of_unexpected_shape_are_counted_by_kind(recorded: RecordedRun, tmp_path: Path) -> None:
+def test_records_of_unexpected_shape_are_counted_by_kind(
+    recorded: RecordedRun, tmp_path: Path
+) -> None:
     """A record of a kind ingest reads, edited to a shape torch never writes, is skipped and counted under its
     kind (and in the total the commands report); every other record of the trace is read as before."""
     (source,) = trace_files(recorded.trace_dir)
     lines = source.read_text().splitlines(keepends=True)
-    edits = {"compilation_metrics": ("co_firstlineno", "line one"), "dynamo_start": ("stack", 5), "artifact": None}
+    edits = {
+        "compilation_metrics": ("co_firstlineno", "line one"),
+        "dynamo_start": ("stack", 5),
+        "artifact": None,
+    }
     for i, line in enumerate(lines):
         prefix, brace, meta_text = line.partition("] {")
         meta = json.loads(brace[-1:] + meta_text) if brace else {}
         kind = next(iter(meta), None)
-        if kind not in edits or (kind == "artifact" and meta[kind].get("name") != "recompile_reasons"):
+        if kind not in edits or (
+            kind == "artifact" and meta[kind].get("name") != "recompile_reasons"
+        ):
             continue
         edit = edits.pop(kind)
         if edit is None:
@@ -215,7 +258,16 @@ def test_records_of_unexpected_shape_are_counted_by_kind(recorded: RecordedRun, 
     (edited / source.name).write_text("".join(lines))
     whole, damaged = read_trace(recorded.trace_dir), read_trace(edited)
     assert whole.stats.bad_records == 0 and whole.stats.bad_record_kinds == {}
-    assert damaged.stats.bad_record_kinds == {"compilation_metrics": 1, "dynamo_start": 1, "artifact": 1}
-    assert damaged.stats.bad_records == 3 and "3 record(s) with fields of unexpected types" in damaged.stats.describe()
-    compiles = [[e.compile_id for e in run.events[0] if isinstance(e, Compile)] for run in (whole, damaged)]
+    assert damaged.stats.bad_record_kinds == {
+        "compilation_metrics": 1,
+        "dynamo_start": 1,
+        "artifact": 1,
+    }
+    assert (
+        damaged.stats.bad_records == 3
+        and "3 record(s) with fields of unexpected types" in damaged.stats.describe()
+    )
+    compiles = [
+        [e.compile_id for e in run.events[0] if isinstance(e, Compile)] for run in (whole, damaged)
+    ]
     assert len(compiles[1]) == len(compiles[0]) - 1 and set(compiles[1]) < set(compiles[0])

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("lightning", reason="the lightning extra is not installed (pip install recompprof[lightning])")
+pytest.importorskip(
+    "lightning", reason="the lightning extra is not installed (pip install recompprof[lightning])"
+)
 
 import lightning.pytorch as pl
 import torch
@@ -33,8 +35,12 @@ from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
 from recompprof.integrations.lightning import RecompprofCallback, SteadyStateRecompileError
 
-SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",
-           "recompprof/recompile_limit_hits")
+SCALARS = (
+    "recompprof/recompiles",
+    "recompprof/steady_state_recompiles",
+    "recompprof/compile_seconds",
+    "recompprof/recompile_limit_hits",
+)
 DDP_TIMEOUT = 240.0  # seconds for the whole 2-process job on a busy 2-core machine
 
 
@@ -71,22 +77,38 @@ class StepProbe(pl.Callback):
         self.seen: list[tuple[Event, int]] = []
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        assert self.callback.session is not None  # the recompprof callback (listed first) has attached
-        self.callback.session.add_listener(lambda event: self.seen.append((event, trainer.global_step)))
+        assert (
+            self.callback.session is not None
+        )  # the recompprof callback (listed first) has attached
+        self.callback.session.add_listener(
+            lambda event: self.seen.append((event, trainer.global_step))
+        )
 
 
-def loaders(train_n: int = 10, train_batch: int = 4, val_n: int = 6, val_batch: int = 3) -> tuple[DataLoader, DataLoader]:
+def loaders(
+    train_n: int = 10, train_batch: int = 4, val_n: int = 6, val_batch: int = 3
+) -> tuple[DataLoader, DataLoader]:
     g = torch.Generator().manual_seed(0)
-    train = TensorDataset(torch.randn(train_n, 4, generator=g), torch.randn(train_n, 1, generator=g))
+    train = TensorDataset(
+        torch.randn(train_n, 4, generator=g), torch.randn(train_n, 1, generator=g)
+    )
     val = TensorDataset(torch.randn(val_n, 4, generator=g), torch.randn(val_n, 1, generator=g))
     return DataLoader(train, batch_size=train_batch), DataLoader(val, batch_size=val_batch)
 
 
 def trainer(root: Path, callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
     options: dict[str, Any] = dict(
-        max_epochs=2, accumulate_grad_batches=2, log_every_n_steps=1, logger=CSVLogger(root), num_sanity_val_steps=0,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
-        devices=1, default_root_dir=root,
+        max_epochs=2,
+        accumulate_grad_batches=2,
+        log_every_n_steps=1,
+        logger=CSVLogger(root),
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=root,
     )
     options.update(kwargs)
     return pl.Trainer(callbacks=callbacks, **options)
@@ -102,8 +124,9 @@ def forward_compiles(events: list[Event]) -> list[Compile]:
     return [e for e in events if isinstance(e, Compile) and not e.backward]
 
 
-def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(tmp_path: Path,
-                                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Events carry trainer.global_step (accumulation 2): the size recompile at step 1, the validation
     recompile at step 2; the default warm-up runs through the first validation (3 steps), so neither is
     steady state; the scalars are in the CSV logger at each logged step and at the end; the report
@@ -115,7 +138,9 @@ def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(tmp_path
     fit.fit(Tiny(), *loaders())
 
     assert recompprof.current() is None and callback.session is None
-    assert fit.global_step == 4  # 2 epochs x 3 batches, accumulation 2, the partial one steps at epoch end
+    assert (
+        fit.global_step == 4
+    )  # 2 epochs x 3 batches, accumulation 2, the partial one steps at epoch end
     compiles = [(e, gs) for e, gs in probe.seen if isinstance(e, Compile)]
     assert compiles and all(e.step == gs for e, gs in compiles)
 
@@ -132,11 +157,23 @@ def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(tmp_path
 
     rows = [r for r in csv_rows(fit) if r.get("recompprof/recompiles")]
     assert all(set(SCALARS) <= {k for k, v in r.items() if v} for r in rows)
-    assert [float(r["recompprof/recompiles"]) for r in rows] == [0.0, 1.0, 2.0, 2.0, 2.0]  # steps 1-4, then the end
-    assert float(rows[-1]["recompprof/compile_seconds"]) == pytest.approx(end.totals["compile_seconds"], rel=1e-4)
+    assert [float(r["recompprof/recompiles"]) for r in rows] == [
+        0.0,
+        1.0,
+        2.0,
+        2.0,
+        2.0,
+    ]  # steps 1-4, then the end
+    assert float(rows[-1]["recompprof/compile_seconds"]) == pytest.approx(
+        end.totals["compile_seconds"], rel=1e-4
+    )
     assert {float(r["recompprof/steady_state_recompiles"]) for r in rows} == {0.0}
 
-    summary = [m for r in caplog.records if r.name == "lightning.pytorch" and "recompprof (rank 0)" in (m := r.getMessage())]
+    summary = [
+        m
+        for r in caplog.records
+        if r.name == "lightning.pytorch" and "recompprof (rank 0)" in (m := r.getMessage())
+    ]
     assert len(summary) == 1 and "2 recompiles" in summary[0] and "recompprof report" in summary[0]
 
 
@@ -146,8 +183,12 @@ def test_fail_on_steady_state_recompiles_stops_fit(tmp_path: Path) -> None:
     (With automatic dynamic on, that first size change is the expected warm-up recompile, never steady state.)"""
     callback = RecompprofCallback(warmup_steps=1, fail_on_steady_state_recompiles=True)
     fit = trainer(tmp_path, [callback], limit_val_batches=0)
-    with pytest.raises(SteadyStateRecompileError, match=r"steady-state recompile of .*forward .* at step 1"), \
-            torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+    with (
+        pytest.raises(
+            SteadyStateRecompileError, match=r"steady-state recompile of .*forward .* at step 1"
+        ),
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+    ):
         fit.fit(Tiny(backend="eager"), *loaders())
     assert fit.global_step == 2  # stopped at the end of the batch that recompiled, not later
     assert recompprof.current() is None
@@ -182,7 +223,9 @@ def test_user_attached_session_is_used_not_attached_twice(tmp_path: Path) -> Non
         assert recompprof.current() is session and session.attached
         assert session.current_step == 2
         compiles = [(e, gs) for e, gs in probe.seen if isinstance(e, Compile)]
-        assert [e.step for e, _ in compiles] == [0, 1, 2] and all(e.step == gs for e, gs in compiles)
+        assert [e.step for e, _ in compiles] == [0, 1, 2] and all(
+            e.step == gs for e, gs in compiles
+        )
     assert len(list((tmp_path / "run").glob("rank*.jsonl"))) == 1
 
 
@@ -198,7 +241,9 @@ class WarmingUp(Tiny):
 def test_default_warmup_from_the_lr_scheduler(tmp_path: Path) -> None:
     """Without validation, the default warm-up is the per-step LR scheduler's (LinearLR, 5 steps), so the
     size recompile at step 1 is not steady state."""
-    trainer(tmp_path, [RecompprofCallback()], limit_val_batches=0).fit(WarmingUp(backend="eager"), *loaders())
+    trainer(tmp_path, [RecompprofCallback()], limit_val_batches=0).fit(
+        WarmingUp(backend="eager"), *loaders()
+    )
     events = list(read_file(next((tmp_path / "run").glob("rank*.jsonl"))))
     assert next(e for e in events if isinstance(e, SessionStart)).warmup_steps == 5
     assert [(e.step, e.steady_state) for e in forward_compiles(events)] == [(0, False), (1, False)]
@@ -212,18 +257,27 @@ def test_scheduler_warmup_reads_real_schedulers() -> None:
     opt = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)
     lr = torch.optim.lr_scheduler
     assert scheduler_warmup(lr.LinearLR(opt, start_factor=0.01, total_iters=7)) == 7
-    assert scheduler_warmup(lr.LinearLR(opt, start_factor=1.0, end_factor=0.1, total_iters=7)) is None
+    assert (
+        scheduler_warmup(lr.LinearLR(opt, start_factor=1.0, end_factor=0.1, total_iters=7)) is None
+    )
     assert scheduler_warmup(lr.CosineAnnealingLR(opt, T_max=10)) is None
-    seq = lr.SequentialLR(opt, [lr.LinearLR(opt, start_factor=0.1, total_iters=20), lr.CosineAnnealingLR(opt, 90)],
-                          milestones=[10])
+    seq = lr.SequentialLR(
+        opt,
+        [lr.LinearLR(opt, start_factor=0.1, total_iters=20), lr.CosineAnnealingLR(opt, 90)],
+        milestones=[10],
+    )
     assert scheduler_warmup(seq) == 10
 
 
 def test_importing_recompprof_imports_no_framework() -> None:
     """``import recompprof`` (and its integrations package) loads neither Lightning nor transformers."""
-    code = ("import sys, recompprof, recompprof.integrations; "
-            "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    code = (
+        "import sys, recompprof, recompprof.integrations; "
+        "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'accelerate') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -237,11 +291,31 @@ def test_ddp_two_processes_write_two_rank_logs(tmp_path: Path) -> None:
     """Lightning launches 2 ddp processes itself (gloo, CPU): each writes its own event log, with its
     rank from the trainer, world size 2 and one run id (rank 0's, broadcast), under one run directory;
     every compile carries a global step of the run; rank 0's CSV logger has the scalars."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOMPPROF_")
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                         "TORCHELASTIC_RUN_ID", "NODE_RANK")}
-    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=DDP_TIMEOUT, start_new_session=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RECOMPPROF_")
+        and k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "TORCHELASTIC_RUN_ID",
+            "NODE_RANK",
+        )
+    }
+    proc = subprocess.run(
+        [sys.executable, __file__, str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DDP_TIMEOUT,
+        start_new_session=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dirs = list((tmp_path / "recompprof-runs").iterdir())
     assert len(run_dirs) == 1  # both ranks under rank 0's run id
@@ -268,9 +342,19 @@ def _ddp_main(root: Path) -> None:
     # 5 samples per rank in batches of 2: 2, 2, 1 (a size recompile), accumulation 2 -> 2 global steps.
     train, val = loaders(train_n=10, train_batch=2, val_n=4, val_batch=2)
     fit = pl.Trainer(
-        max_epochs=1, accumulate_grad_batches=2, log_every_n_steps=1, logger=CSVLogger(root / "logs"),
-        num_sanity_val_steps=0, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        accelerator="cpu", devices=2, strategy="ddp", callbacks=[RecompprofCallback()], default_root_dir=root,
+        max_epochs=1,
+        accumulate_grad_batches=2,
+        log_every_n_steps=1,
+        logger=CSVLogger(root / "logs"),
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        callbacks=[RecompprofCallback()],
+        default_root_dir=root,
     )
     fit.fit(Tiny(backend="eager"), train, val)
 

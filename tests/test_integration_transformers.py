@@ -17,8 +17,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("transformers", reason="the transformers extra is not installed (pip install recompprof[transformers])")
-pytest.importorskip("accelerate", reason="the transformers extra is not installed (pip install recompprof[transformers])")
+pytest.importorskip(
+    "transformers",
+    reason="the transformers extra is not installed (pip install recompprof[transformers])",
+)
+pytest.importorskip(
+    "accelerate",
+    reason="the transformers extra is not installed (pip install recompprof[transformers])",
+)
 
 import torch
 from torch.utils.data import Dataset
@@ -29,8 +35,12 @@ from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
 from recompprof.integrations.transformers import RecompprofCallback, SteadyStateRecompileError
 
-SCALARS = ("recompprof/recompiles", "recompprof/steady_state_recompiles", "recompprof/compile_seconds",
-           "recompprof/recompile_limit_hits")
+SCALARS = (
+    "recompprof/recompiles",
+    "recompprof/steady_state_recompiles",
+    "recompprof/compile_seconds",
+    "recompprof/recompile_limit_hits",
+)
 # Two sequences per micro-batch, two micro-batches per step: steps of length 5, 7, 6, 9.
 TRAIN_LENGTHS = [5, 5, 5, 5, 7, 7, 7, 7, 6, 6, 6, 6, 9, 9, 9, 9]
 
@@ -58,22 +68,46 @@ def pad_to_longest(batch: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
-def build(tmp_path: Path, callbacks: list[TrainerCallback], compile: bool = True, **kwargs: Any) -> Trainer:
+def build(
+    tmp_path: Path, callbacks: list[TrainerCallback], compile: bool = True, **kwargs: Any
+) -> Trainer:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     options: dict[str, Any] = dict(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, per_device_eval_batch_size=2,
-        gradient_accumulation_steps=2, max_steps=4, logging_steps=1, eval_strategy="steps", eval_steps=2,
-        report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-3,
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
         train_sampling_strategy="sequential",
     )
     if compile:
         options.update(torch_compile=True, torch_compile_backend="eager")
     options.update(kwargs)
-    return Trainer(model=LlamaForCausalLM(config), args=TrainingArguments(**options),
-                   train_dataset=Sequences(TRAIN_LENGTHS, 0), eval_dataset=Sequences([4, 6], 1),
-                   data_collator=pad_to_longest, callbacks=callbacks)
+    return Trainer(
+        model=LlamaForCausalLM(config),
+        args=TrainingArguments(**options),
+        train_dataset=Sequences(TRAIN_LENGTHS, 0),
+        eval_dataset=Sequences([4, 6], 1),
+        data_collator=pad_to_longest,
+        callbacks=callbacks,
+    )
 
 
 class StepProbe(TrainerCallback):
@@ -84,12 +118,23 @@ class StepProbe(TrainerCallback):
         self.seen: list[tuple[Event, int]] = []
         self.logged: list[set[str]] = []
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.logged.append(set(logs or {}))
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        assert self.callback.session is not None  # the recompprof callback runs first and has attached
-        self.callback.session.add_listener(lambda event: self.seen.append((event, state.global_step)))
+        assert (
+            self.callback.session is not None
+        )  # the recompprof callback runs first and has attached
+        self.callback.session.add_listener(
+            lambda event: self.seen.append((event, state.global_step))
+        )
 
 
 class Interrupt(TrainerCallback):
@@ -116,7 +161,9 @@ def trainer_log() -> Iterator[list[str]]:
     logger.setLevel(level)
 
 
-def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path: Path, trainer_log: list[str]) -> None:
+def test_train_events_carry_global_steps_and_scalars_reach_log_history(
+    tmp_path: Path, trainer_log: list[str]
+) -> None:
     """Events carry state.global_step (accumulation 2): the padding-length recompile at step 1; the
     default warm-up runs through the first evaluation (eval_steps 2 -> 3 steps), so it is not steady
     state; every log_history entry (each logging step, each evaluation, the final summary) has the
@@ -124,8 +171,12 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path:
     transformers.trainer logger; the session is detached after train."""
     callback = RecompprofCallback()
     probe = StepProbe(callback)
-    trainer = build(tmp_path, [probe, callback])  # the probe stands for a reporting callback listed before
-    assert trainer.callback_handler.callbacks[0] is callback  # moved first, so the others see its scalars
+    trainer = build(
+        tmp_path, [probe, callback]
+    )  # the probe stands for a reporting callback listed before
+    assert (
+        trainer.callback_handler.callbacks[0] is callback
+    )  # moved first, so the others see its scalars
     trainer.train()
 
     assert recompprof.current() is None and callback.session is None
@@ -135,18 +186,31 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(tmp_path:
     events = list(read_file(next((tmp_path / "run").glob("rank00000-*.jsonl"))))
     assert next(e for e in events if isinstance(e, SessionStart)).warmup_steps == 3
     forward = [e for e in events if isinstance(e, Compile) and not e.backward]
-    assert [(e.step, e.is_recompile, e.steady_state) for e in forward] == [(0, False, False), (1, True, False)]
+    assert [(e.step, e.is_recompile, e.steady_state) for e in forward] == [
+        (0, False, False),
+        (1, True, False),
+    ]
     assert {r.category for r in forward[1].reasons} == {"size"}
     end = next(e for e in events if isinstance(e, SessionEnd))
     assert end.step == 4 and end.totals["recompiles"] == 1
 
     history = trainer.state.log_history
-    assert [h["step"] for h in history] == [1, 2, 2, 3, 4, 4, 4]  # 4 training logs, 2 evaluations, the summary
+    assert [h["step"] for h in history] == [
+        1,
+        2,
+        2,
+        3,
+        4,
+        4,
+        4,
+    ]  # 4 training logs, 2 evaluations, the summary
     assert all(set(SCALARS) <= set(h) for h in history)
     assert len(probe.logged) == len(history) and all(set(SCALARS) <= keys for keys in probe.logged)
     assert [h["recompprof/recompiles"] for h in history] == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert "train_runtime" in history[-1]
-    assert history[-1]["recompprof/compile_seconds"] == pytest.approx(end.totals["compile_seconds"], rel=1e-6)
+    assert history[-1]["recompprof/compile_seconds"] == pytest.approx(
+        end.totals["compile_seconds"], rel=1e-6
+    )
     assert {h["recompprof/steady_state_recompiles"] for h in history} == {0.0}
 
     summary = [m for m in trainer_log if m.startswith("recompprof (rank 0)")]
@@ -159,9 +223,14 @@ def test_fail_on_steady_state_recompiles_stops_train(tmp_path: Path) -> None:
     log closed. (With automatic dynamic on, that first size change is the expected warm-up recompile.)"""
     callback = RecompprofCallback(warmup_steps=1, fail_on_steady_state_recompiles=True)
     trainer = build(tmp_path, [callback])
-    with pytest.raises(SteadyStateRecompileError, match=r"steady-state recompile of .* at step 1, after the warm-up "
-                       r"of 1 steps: tensor 'kwargs\['input_ids'\]' size mismatch"), \
-            torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+    with (
+        pytest.raises(
+            SteadyStateRecompileError,
+            match=r"steady-state recompile of .* at step 1, after the warm-up "
+            r"of 1 steps: tensor 'kwargs\['input_ids'\]' size mismatch",
+        ),
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+    ):
         trainer.train()
     assert trainer.state.global_step == 2
     assert recompprof.current() is None

@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof._analysis import bounded, divergence, figures as figures_module, frame_figures, workers
+from recompprof._analysis import (
+    bounded,
+    divergence,
+    figures as figures_module,
+    frame_figures,
+    workers,
+)
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
 from recompprof._analysis.report import Report
@@ -40,14 +46,20 @@ from recompprof._model.events import (
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_scale import reason_pool
 
-POOL = [reason for parsed in reason_pool() for reason in parsed]  # every recorded torch 2.13 reason, parsed
+POOL = [
+    reason for parsed in reason_pool() for reason in parsed
+]  # every recorded torch 2.13 reason, parsed
 FRAMES = [Frame(name=f"fn{i}", file=f"/job/m{i % 2}.py", line=10 * i) for i in range(4)]
 
 
 def figures(value: Any) -> Any:
     """A report (or part of one) as plain data without what only the fold needs; floats as themselves."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: figures(getattr(value, f.name)) for f in dataclasses.fields(value) if not f.metadata.get("fold_state")}
+        return {
+            f.name: figures(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not f.metadata.get("fold_state")
+        }
     if isinstance(value, dict):
         return {repr(k): figures(v) for k, v in value.items()}  # repr: keys of any type, order kept
     if isinstance(value, (list, tuple)):
@@ -82,36 +94,96 @@ def random_events(rng: random.Random, n: int) -> list[Any]:
         step += rng.random() < 0.3
         common = {"time": 1.0 + i, "rank": rank, "step": step}
         if roll < 0.04:
-            events.append(SessionStart(**common, run_id=f"run{rng.randrange(2)}", host="h", pid=rank, versions={"torch": "2.13.0"},
-                                       mode=rng.choice(("monitor", "profile")), recompile_limit=rng.choice((8, 4)),
-                                       warmup_steps=rng.randrange(3), signals={"guard_failures": rng.random() < 0.5}))
+            events.append(
+                SessionStart(
+                    **common,
+                    run_id=f"run{rng.randrange(2)}",
+                    host="h",
+                    pid=rank,
+                    versions={"torch": "2.13.0"},
+                    mode=rng.choice(("monitor", "profile")),
+                    recompile_limit=rng.choice((8, 4)),
+                    warmup_steps=rng.randrange(3),
+                    signals={"guard_failures": rng.random() < 0.5},
+                )
+            )
         elif roll < 0.07:
-            events.append(SessionEnd(**common, totals={"wall_seconds": rng.randrange(100) / 8}, internal_errors={"e": 1},
-                                     signals_off=rng.choice(({}, {"guard_failures": f"off {i}"}, {"graph_breaks": "gone"}))))
+            events.append(
+                SessionEnd(
+                    **common,
+                    totals={"wall_seconds": rng.randrange(100) / 8},
+                    internal_errors={"e": 1},
+                    signals_off=rng.choice(
+                        ({}, {"guard_failures": f"off {i}"}, {"graph_breaks": "gone"})
+                    ),
+                )
+            )
         elif roll < 0.09:
-            events.append(SignalChange(**common, signal=rng.choice(("guard_failures", "graph_breaks")), live=False, reason=f"dark {i}"))
+            events.append(
+                SignalChange(
+                    **common,
+                    signal=rng.choice(("guard_failures", "graph_breaks")),
+                    live=False,
+                    reason=f"dark {i}",
+                )
+            )
         elif roll < 0.16:
-            events.append(GraphBreak(**common, frame=frame if roll < 0.13 else None, reason=rng.choice(("Unsupported: print", "x\ny", "")),
-                                     count=rng.randint(0, 3)))
+            events.append(
+                GraphBreak(
+                    **common,
+                    frame=frame if roll < 0.13 else None,
+                    reason=rng.choice(("Unsupported: print", "x\ny", "")),
+                    count=rng.randint(0, 3),
+                )
+            )
         elif roll < 0.2:
-            events.append(RecompileLimitHit(**common, frame=frame, limit="recompile_limit", value=8, last_reason=rng.choice(POOL)))
+            events.append(
+                RecompileLimitHit(
+                    **common,
+                    frame=frame,
+                    limit="recompile_limit",
+                    value=8,
+                    last_reason=rng.choice(POOL),
+                )
+            )
         else:
             backward = rng.random() < 0.25
-            reasons = [] if backward else [r.model_copy(update={"explains_change": k == 0, "entry": f"0/{k}"})
-                                           for k, r in enumerate(rng.sample(POOL, rng.randint(0, 3)))]
+            reasons = (
+                []
+                if backward
+                else [
+                    r.model_copy(update={"explains_change": k == 0, "entry": f"0/{k}"})
+                    for k, r in enumerate(rng.sample(POOL, rng.randint(0, 3)))
+                ]
+            )
             outcome = rng.choice(("ok", "ok", "ok", "failed", "limit_hit"))
             duration = rng.randrange(40) / 8
-            events.append(Compile(
-                **common, frame=frame, compile_id=f"{FRAMES.index(frame)}/{rng.randrange(4)}", is_recompile=bool(reasons),
-                reasons=reasons, reasons_omitted={"size": 2} if rng.random() < 0.1 else {}, outcome=outcome,
-                fail_type="BackendCompilerFailed" if outcome == "failed" else None, fail_reason="boom\nmore" if outcome == "failed" else None,
-                duration=duration, phases={"dynamo_trace": duration / 2, "other": duration / 2}, backward=backward,
-                guard_set=rng.choice((None, "g1", "g2")), steady_state=rng.random() < 0.5,
-                automatic_dynamic="dim 0 of L['x']" if reasons and rng.random() < 0.2 else None,
-                call_site=["train.py:3 in step"] if rng.random() < 0.5 else [],
-                cache_lookups={"fx_graph": {"hit": 1}} if rng.random() < 0.2 else {}, cache_seconds_saved=0.5 if rng.random() < 0.2 else None,
-                trace_seconds_by_function={f"f{rng.randrange(3)}": 0.125} if rng.random() < 0.2 else {},
-                cudagraph_skip="cpu_device" if rng.random() < 0.05 else None))
+            events.append(
+                Compile(
+                    **common,
+                    frame=frame,
+                    compile_id=f"{FRAMES.index(frame)}/{rng.randrange(4)}",
+                    is_recompile=bool(reasons),
+                    reasons=reasons,
+                    reasons_omitted={"size": 2} if rng.random() < 0.1 else {},
+                    outcome=outcome,
+                    fail_type="BackendCompilerFailed" if outcome == "failed" else None,
+                    fail_reason="boom\nmore" if outcome == "failed" else None,
+                    duration=duration,
+                    phases={"dynamo_trace": duration / 2, "other": duration / 2},
+                    backward=backward,
+                    guard_set=rng.choice((None, "g1", "g2")),
+                    steady_state=rng.random() < 0.5,
+                    automatic_dynamic="dim 0 of L['x']" if reasons and rng.random() < 0.2 else None,
+                    call_site=["train.py:3 in step"] if rng.random() < 0.5 else [],
+                    cache_lookups={"fx_graph": {"hit": 1}} if rng.random() < 0.2 else {},
+                    cache_seconds_saved=0.5 if rng.random() < 0.2 else None,
+                    trace_seconds_by_function={f"f{rng.randrange(3)}": 0.125}
+                    if rng.random() < 0.2
+                    else {},
+                    cudagraph_skip="cpu_device" if rng.random() < 0.05 else None,
+                )
+            )
     return events
 
 
@@ -125,7 +197,11 @@ def parts_of(events: list[Any], cuts: list[int]) -> list[Report]:
     return parts
 
 
-@given(seed=st.integers(0, 10**6), n=st.integers(0, 300), cuts=st.lists(st.integers(0, 300), max_size=5))
+@given(
+    seed=st.integers(0, 10**6),
+    n=st.integers(0, 300),
+    cuts=st.lists(st.integers(0, 300), max_size=5),
+)
 @settings(max_examples=150, deadline=None)
 def test_merged_parts_give_the_one_fold(seed, n, cuts):
     """Any events, cut anywhere into consecutive parts: the merge of the parts' reports is the report of
@@ -144,8 +220,16 @@ def test_parts_with_their_own_ranks_always_merge():
     rng = random.Random(7)
     everything = random_events(rng, 400)
     per_rank = [[e for e in everything if e.rank == rank] for rank in range(3)]
-    per_rank[0].append(SignalChange(time=1e5, rank=0, signal="profile_backend", live=False, reason="stance changed"))
-    per_rank[2].append(SessionEnd(time=1e5, rank=2, totals={}, signals_off={"profile_backend": "the job's set_stance"}))
+    per_rank[0].append(
+        SignalChange(
+            time=1e5, rank=0, signal="profile_backend", live=False, reason="stance changed"
+        )
+    )
+    per_rank[2].append(
+        SessionEnd(
+            time=1e5, rank=2, totals={}, signals_off={"profile_backend": "the job's set_stance"}
+        )
+    )
     parts = []
     for events in per_rank:
         part = build_report(events)
@@ -159,31 +243,68 @@ def test_parts_with_their_own_ranks_always_merge():
     assert whole.recompiles > 0 and len(whole.ranks) == 3
 
 
-@pytest.mark.parametrize("bound", ["MAX_FRAMES", "MAX_GROUPS_PER_FRAME", "MAX_CAUSES", "MAX_LISTED", "MAX_FUNCTIONS"])
+@pytest.mark.parametrize(
+    "bound", ["MAX_FRAMES", "MAX_GROUPS_PER_FRAME", "MAX_CAUSES", "MAX_LISTED", "MAX_FUNCTIONS"]
+)
 def test_a_bound_reached_declines_and_the_run_folds_in_one_process(bound, monkeypatch, tmp_path):
     """With a bound on distinct keys small enough that the parts reach it, the merge declines (the
     parts cannot say which keys one fold would have kept) and ``build_run_report`` folds the run in
     one process: the report is still exactly one fold's."""
-    for module in (bounded, figures_module, frame_figures, divergence):  # the bound as the fold and the merge read it
+    for module in (
+        bounded,
+        figures_module,
+        frame_figures,
+        divergence,
+    ):  # the bound as the fold and the merge read it
         if hasattr(module, bound):
             monkeypatch.setattr(module, bound, 2)
     rng = random.Random(3)
     events = random_events(rng, 600)
-    events += [Compile(time=1e4 + i, rank=0, step=1, frame=FRAMES[0], compile_id="0/9", is_recompile=False,
-                       cudagraph_skip=skip, trace_seconds_by_function={f"g{i}": 0.5})
-               for i, skip in enumerate(("cpu_device", "mutated_inputs", "non_cuda_op"))]
+    events += [
+        Compile(
+            time=1e4 + i,
+            rank=0,
+            step=1,
+            frame=FRAMES[0],
+            compile_id="0/9",
+            is_recompile=False,
+            cudagraph_skip=skip,
+            trace_seconds_by_function={f"g{i}": 0.5},
+        )
+        for i, skip in enumerate(("cpu_device", "mutated_inputs", "non_cuda_op"))
+    ]
     assert merge(parts_of(events, [200, 400])) is None
     run = _write_run(tmp_path, events)
-    assert_same(figures(build_run_report(load(run).events, workers=2)), figures(build_report(load(run).events)))
+    assert_same(
+        figures(build_run_report(load(run).events, workers=2)),
+        figures(build_report(load(run).events)),
+    )
 
 
 def test_a_backward_whose_forward_is_in_an_earlier_file_declines(tmp_path):
     """One rank in two files (a restarted process): a backward compile in the second file charges the
     cause of a forward in the first, which the second part alone cannot know, so the merge declines
     and the run is folded in one process, with those seconds charged."""
-    forward = Compile(time=1, rank=0, step=1, frame=FRAMES[0], compile_id="0/1", is_recompile=True, duration=2.0,
-                      reasons=[POOL[0].model_copy(update={"explains_change": True})])
-    backward = Compile(time=2, rank=0, step=1, frame=FRAMES[0], compile_id="0/1", is_recompile=False, backward=True, duration=1.0)
+    forward = Compile(
+        time=1,
+        rank=0,
+        step=1,
+        frame=FRAMES[0],
+        compile_id="0/1",
+        is_recompile=True,
+        duration=2.0,
+        reasons=[POOL[0].model_copy(update={"explains_change": True})],
+    )
+    backward = Compile(
+        time=2,
+        rank=0,
+        step=1,
+        frame=FRAMES[0],
+        compile_id="0/1",
+        is_recompile=False,
+        backward=True,
+        duration=1.0,
+    )
     assert merge(parts_of([forward, backward], [1])) is None
     run = tmp_path / "run"
     run.mkdir()
@@ -233,6 +354,8 @@ def test_large_runs_default_to_workers(generated_run, monkeypatch):
     assert workers.default_workers([stream], len(stream.files)) == 1
     monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1)
     assert workers.default_workers([stream], len(stream.files)) == 3
-    monkeypatch.setattr(workers, "map_forked", lambda *a: (_ for _ in ()).throw(AssertionError("forked")))
+    monkeypatch.setattr(
+        workers, "map_forked", lambda *a: (_ for _ in ()).throw(AssertionError("forked"))
+    )
     with pytest.raises(AssertionError, match="forked"):
         build_run_report(stream)

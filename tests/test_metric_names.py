@@ -30,18 +30,31 @@ def test_otel_instruments_translate_to_the_table_names() -> None:
     for name, unit, exposed in INSTRUMENTS:
         row = rows[name]
         assert (unit, exposed) == (row.otel_unit, row.exposed)
-        translated = name.replace(".", "_") + ("_seconds" if unit == "s" else "") + ("_total" if row.kind == "counter" else "")
+        translated = (
+            name.replace(".", "_")
+            + ("_seconds" if unit == "s" else "")
+            + ("_total" if row.kind == "counter" else "")
+        )
         assert translated == exposed, name
     # The two families OTel does not send are Prometheus-only by design.
-    assert {m.family for m in names.ALL if not m.otel} == {"torch_compile_cudagraph_skips", "recompprof_process_info"}
+    assert {m.family for m in names.ALL if not m.otel} == {
+        "torch_compile_cudagraph_skips",
+        "recompprof_process_info",
+    }
 
 
 def test_the_otel_docs_table_is_the_table() -> None:
     """docs/opentelemetry.md lists exactly the table's instruments, with their unit, kind and Prometheus name."""
-    text = (DOCS / "opentelemetry.md").read_text(encoding="utf-8").split("## Optional OpenTelemetry metrics")[1]
+    text = (
+        (DOCS / "opentelemetry.md")
+        .read_text(encoding="utf-8")
+        .split("## Optional OpenTelemetry metrics")[1]
+    )
     lines = re.findall(r"^\| `(?:torch_compile|recompprof)\.\w+` \|.*\|$", text, re.MULTILINE)
     rows = [tuple(cell.strip().strip("`") for cell in line.strip("|").split("|")) for line in lines]
-    assert sorted(rows) == sorted((m.otel, m.otel_unit, m.kind, m.exposed) for m in names.ALL if m.otel)
+    assert sorted(rows) == sorted(
+        (m.otel, m.otel_unit, m.kind, m.exposed) for m in names.ALL if m.otel
+    )
 
 
 def test_every_exposed_name_is_documented() -> None:

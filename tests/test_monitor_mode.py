@@ -49,7 +49,9 @@ def _train(backend: str, steps: int = 6) -> dict[str, Any]:
         "frames_ok": utils.counters["frames"]["ok"],
         "unique_graphs": utils.counters["stats"]["unique_graphs"],
         "recompile_limit": getattr(torch._dynamo.config, LIMIT),
-        "accumulated_recompile_limit": getattr(torch._dynamo.config, torch_info().accumulated_limit_config_name),
+        "accumulated_recompile_limit": getattr(
+            torch._dynamo.config, torch_info().accumulated_limit_config_name
+        ),
         "weights": [p.detach().clone() for p in model.parameters()],
     }
 
@@ -69,7 +71,9 @@ def test_monitor_changes_nothing(backend: str, tmp_path: Path) -> None:
     utils.counters.clear()
     without = _train(backend)
     utils.counters.clear()
-    before = {id(m) for m in utils._compilation_metrics}  # torch's own buffer of the records it made
+    before = {
+        id(m) for m in utils._compilation_metrics
+    }  # torch's own buffer of the records it made
     with recompprof.attach(run_dir=tmp_path) as session:
         with_ = _train(backend)
     made = [m for m in utils._compilation_metrics if id(m) not in before]
@@ -79,7 +83,9 @@ def test_monitor_changes_nothing(backend: str, tmp_path: Path) -> None:
     # every forward compile torch recorded is an event (frames_ok is not a compile count on 2.7: it is 6 for these 3)
     assert len(forward) == len([m for m in made if getattr(m, "is_forward", None) is not False]) > 0
     backward = [c for c in compiles if c.backward]
-    if backend == "aot_eager" and torch_info().has("backward_compiles"):  # AOT autograd compiles the backward lazily
+    if backend == "aot_eager" and torch_info().has(
+        "backward_compiles"
+    ):  # AOT autograd compiles the backward lazily
         assert backward and all(b.frame == forward[0].frame for b in backward)
     elif backend == "aot_eager":  # older torch logs no record for it, and the session says so
         assert backward == [] and session.signals["backward_compiles"] is False
@@ -93,7 +99,10 @@ def test_monitor_observes_inductor_and_its_phases(tmp_path: Path) -> None:
     import torch._inductor.config as inductor_config
 
     # Cold compiles, so lowering and code generation really run (a cache hit skips them).
-    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         utils.counters.clear()
         without = _train("inductor", steps=2)
         utils.counters.clear()
@@ -122,11 +131,15 @@ def test_limit_hit_recorded_without_changing_the_fallback(tmp_path: Path) -> Non
 
         compiled = torch.compile(scaled, backend="eager")
         with recompprof.attach(run_dir=tmp_path) as session:
-            outputs = [compiled(torch.ones(2), tag).sum().item() for tag in ("a", "bb", "ccc", "dddd")]
+            outputs = [
+                compiled(torch.ones(2), tag).sum().item() for tag in ("a", "bb", "ccc", "dddd")
+            ]
         assert outputs == [2.0, 4.0, 6.0, 8.0]
         events = list(read_file(session.event_log_path))
         hits = [e for e in events if isinstance(e, RecompileLimitHit)]
-        if not torch_info().has("recompile_limit_hits"):  # older torch logs no record of the hit; the session says so
+        if not torch_info().has(
+            "recompile_limit_hits"
+        ):  # older torch logs no record of the hit; the session says so
             assert hits == [] and session.signals["recompile_limit_hits"] is False
             return
         assert hits and hits[0].limit == "recompile_limit" and hits[0].value == 2

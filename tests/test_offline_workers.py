@@ -23,8 +23,15 @@ from recompprof._analysis.runs import load
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_scale import generate
 
-RULES = Rules(max_recompiles=3, max_total_recompiles=10, forbid=("dtype",), max_limit_hits=0, max_failures=0,
-              max_recompile_seconds=0.01, max_graph_breaks=0)
+RULES = Rules(
+    max_recompiles=3,
+    max_total_recompiles=10,
+    forbid=("dtype",),
+    max_limit_hits=0,
+    max_failures=0,
+    max_recompile_seconds=0.01,
+    max_graph_breaks=0,
+)
 
 
 def _checked(generated_run, workers, rules=RULES):
@@ -41,7 +48,9 @@ def test_workers_give_the_same_verdicts_and_read_stats(generated_run, monkeypatc
     in-process ones in order, and what reading skipped is counted once, the same, before and after finish."""
     in_process = _checked(generated_run, workers=1)
     calls = []
-    monkeypatch.setattr(check_module, "_check_in_workers", _spy(check_module._check_in_workers, calls))
+    monkeypatch.setattr(
+        check_module, "_check_in_workers", _spy(check_module._check_in_workers, calls)
+    )
     in_workers = _checked(generated_run, workers=2)
     assert calls == [2]  # the worker path ran
     assert in_workers == in_process
@@ -54,11 +63,15 @@ def test_workers_give_the_same_verdicts_and_read_stats(generated_run, monkeypatc
 def test_workers_raise_the_same_input_error(generated_run):
     """An --after-step past what ranks recorded is fine, but on events without steps the error a worker
     raises reaches the caller as the same CheckInputError."""
-    assert _checked(generated_run, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
+    assert (
+        _checked(generated_run, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
+    )
     stepless = generated_run.parent / "stepless"
     stepless.mkdir(exist_ok=True)
     for path in generated_run.glob("*.jsonl"):
-        (stepless / path.name).write_bytes(re.sub(rb'"step":\d+', b'"step":null', path.read_bytes()))
+        (stepless / path.name).write_bytes(
+            re.sub(rb'"step":\d+', b'"step":null', path.read_bytes())
+        )
     for workers in (1, 2):
         with pytest.raises(CheckInputError, match="--after-step needs training steps"):
             check(load(stepless).events, Rules(max_recompiles=0, after_step=1), workers=workers)
@@ -68,6 +81,7 @@ def _spy(function, calls):
     def spy(stream, ranks, rules, workers):
         calls.append(workers)
         return function(stream, ranks, rules, workers)
+
     return spy
 
 
@@ -79,7 +93,11 @@ def test_diff_in_workers_renders_the_same(generated_run, tmp_path, monkeypatch):
     generate(other, ranks=3, per_rank=3000, seed=6, worse=True)
     forked = []
     real = workers_module.map_forked
-    monkeypatch.setattr(workers_module, "map_forked", lambda f, streams, tasks, n: forked.append(len(tasks)) or real(f, streams, tasks, n))
+    monkeypatch.setattr(
+        workers_module,
+        "map_forked",
+        lambda f, streams, tasks, n: forked.append(len(tasks)) or real(f, streams, tasks, n),
+    )
     outputs = []
     for workers in (1, 2):
         a, b = load(generated_run), load(other)
@@ -102,14 +120,32 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     from recompprof._analysis.html_report import render_html
     from recompprof._analysis.text import render_text
 
-    full, lean = build_report(load(generated_run).events), build_report(load(generated_run).events, detail=False)
-    assert list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
+    full, lean = (
+        build_report(load(generated_run).events),
+        build_report(load(generated_run).events, detail=False),
+    )
+    assert (
+        list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
+    )
     for label, frame in full.frames.items():
         other = lean.frames[label]
-        for name in ("compiles", "recompiles", "backward_compiles", "compile_seconds", "guard_failures", "limit_hits",
-                     "failures", "graph_breaks", "reasons"):
+        for name in (
+            "compiles",
+            "recompiles",
+            "backward_compiles",
+            "compile_seconds",
+            "guard_failures",
+            "limit_hits",
+            "failures",
+            "graph_breaks",
+            "reasons",
+        ):
             assert getattr(other, name) == getattr(frame, name), (label, name)
-        assert not other.compiles_by_rank and not other.recompile_steps and not any(other.phases.values())
+        assert (
+            not other.compiles_by_rank
+            and not other.recompile_steps
+            and not any(other.phases.values())
+        )
     assert lean.causes == full.causes
     for render_whole in (render_text, render_html):
         with pytest.raises(ValueError, match="detail=False"):
@@ -125,7 +161,9 @@ def _double_or_fail(task: int) -> int:
 
 
 @pytest.mark.parametrize("failing", [False, True])
-def test_workers_end_without_a_signal_under_a_handler_that_returns(generated_run, tmp_path, failing):
+def test_workers_end_without_a_signal_under_a_handler_that_returns(
+    generated_run, tmp_path, failing
+):
     """A parent with a SIGTERM handler that returns (an attached session's chain, a job's own) gets its
     results or its error and leaves no worker behind, and no worker runs that handler: workers that
     finish leave once the queue is drained (no signal), and one still busy when another task failed is
@@ -140,7 +178,9 @@ def test_workers_end_without_a_signal_under_a_handler_that_returns(generated_run
     stream = load(generated_run).events
     tasks = [1, 3] if failing else [1, 2, 4, 5]
     previous = signal.signal(signal.SIGTERM, note_and_return)
-    faulthandler.dump_traceback_later(120, exit=True)  # a hang fails the run loudly instead of stalling it
+    faulthandler.dump_traceback_later(
+        120, exit=True
+    )  # a hang fails the run loudly instead of stalling it
     try:
         if failing:
             with pytest.raises(ValueError, match="task 3 fails"):

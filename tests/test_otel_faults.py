@@ -59,7 +59,9 @@ def test_refused_endpoint_costs_nothing_and_counts_drops(monkeypatch: pytest.Mon
     assert exporter.exported() == 0
 
 
-def test_hanging_endpoint_is_bounded_by_the_shutdown_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hanging_endpoint_is_bounded_by_the_shutdown_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A collector that accepts and never answers cannot hold detach past its timeout; the spans count as dropped."""
     with hanging_endpoint() as url:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
@@ -110,19 +112,36 @@ def test_malformed_otel_values_are_logged_once_counted_and_replaced(
             exporter.shutdown(5.0)
         rx.wait_for(lambda s: len(s) == 4)
     assert _internal.counts()["otel.config"] == 1
-    warnings = [r for r in caplog.records if r.name == "recompprof" and "otel.config" in r.getMessage()]
+    warnings = [
+        r for r in caplog.records if r.name == "recompprof" and "otel.config" in r.getMessage()
+    ]
     assert len(warnings) == 1
     text = warnings[0].getMessage()  # a recompprof error: its message on the one line, no traceback
-    for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_TRACES_SAMPLER", "OTEL_SDK_DISABLED"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_SDK_DISABLED",
+    ):
         assert name in text
 
 
 def test_environment_defaults_to_http_protobuf_and_reads_protocols() -> None:
     """With no protocol set the default is http/protobuf; the signal-specific variable wins over the generic one."""
     assert read({}).traces_protocol == "http/protobuf"
-    env = read({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"})
+    env = read(
+        {
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+        }
+    )
     assert (env.traces_protocol, env.metrics_protocol) == ("http/protobuf", "grpc")
-    assert read({"OTEL_BSP_MAX_QUEUE_SIZE": "4", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "9"}).max_export_batch_size == 4
+    assert (
+        read(
+            {"OTEL_BSP_MAX_QUEUE_SIZE": "4", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "9"}
+        ).max_export_batch_size
+        == 4
+    )
 
 
 def test_sdk_disabled_sends_nothing_and_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +160,9 @@ def test_sdk_disabled_sends_nothing_and_starts_no_thread(monkeypatch: pytest.Mon
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_forked_child_exports_nothing_and_has_no_export_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forked_child_exports_nothing_and_has_no_export_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A child forked after spans were sent (a DataLoader worker) emits no span and runs no export thread."""
     with OtlpReceiver() as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
@@ -171,7 +192,10 @@ def test_forked_child_exports_nothing_and_has_no_export_thread(monkeypatch: pyte
         spans = list(rx.spans)
     assert os.waitstatus_to_exitcode(status) == 0
     assert child_threads == "none"
-    assert sorted({s["attributes"].get("recompprof.compile_id") for s in spans} - {None}) == ["0/0", "0/2"]
+    assert sorted({s["attributes"].get("recompprof.compile_id") for s in spans} - {None}) == [
+        "0/0",
+        "0/2",
+    ]
     assert {s["resource"]["process.pid"] for s in spans} == {os.getpid()}
 
 
@@ -186,7 +210,12 @@ def test_grpc_without_its_package_fails_attach_clearly(monkeypatch: pytest.Monke
 def test_bsp_export_timeout_bounds_each_request_unless_an_otlp_timeout_is_set() -> None:
     """OTEL_BSP_EXPORT_TIMEOUT becomes the OTLP request timeout, and an OTLP exporter timeout takes precedence."""
     assert read({"OTEL_BSP_EXPORT_TIMEOUT": "1500"}).request_timeout_s == 1.5
-    assert read({"OTEL_BSP_EXPORT_TIMEOUT": "1500", "OTEL_EXPORTER_OTLP_TIMEOUT": "20"}).request_timeout_s is None
+    assert (
+        read(
+            {"OTEL_BSP_EXPORT_TIMEOUT": "1500", "OTEL_EXPORTER_OTLP_TIMEOUT": "20"}
+        ).request_timeout_s
+        is None
+    )
     assert read({}).request_timeout_s is None
 
 
@@ -198,7 +227,9 @@ def test_bsp_export_timeout_ends_a_hanging_export(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
         exporter, _ = _started()
         _emit_many(exporter, 1)
-        deadline = time.monotonic() + 5  # the OTLP exporter's own default (10 s) would not fail in time
+        deadline = (
+            time.monotonic() + 5
+        )  # the OTLP exporter's own default (10 s) would not fail in time
         while not exporter.dropped().get("export_failed") and time.monotonic() < deadline:
             time.sleep(0.1)
         exporter.shutdown(1.0)

@@ -74,9 +74,13 @@ def test_root_span_starts_at_compile_start_and_ends_at_the_compile(receiver: Otl
     starts = {e.compile_id: e for e in events if isinstance(e, CompileStart)}
     compiles = {e.compile_id: e for e in events if isinstance(e, Compile)}
     assert sorted(starts) == sorted(compiles) == ["0/0", "0/1"]
-    spans = receiver.wait_for(lambda s: len(_roots(s)) == 2 and all(r["span_id"] in tree(s) for r in _roots(s).values()))
+    spans = receiver.wait_for(
+        lambda s: len(_roots(s)) == 2 and all(r["span_id"] in tree(s) for r in _roots(s).values())
+    )
     roots = _roots(spans)
-    assert arrived_while_compiling == [1]  # only the first compile's span had arrived during the recompile
+    assert arrived_while_compiling == [
+        1
+    ]  # only the first compile's span had arrived during the recompile
     for compile_id, done in compiles.items():
         start = starts[compile_id]
         assert done.trace_id is not None and start.trace_id == done.trace_id
@@ -117,7 +121,10 @@ def test_a_failed_compile_ends_its_open_span_with_error(receiver: OtlpReceiver) 
     root = _roots(receiver.wait_for(lambda s: failed.trace_id in _roots(s)))[failed.trace_id]
     assert root["start_ns"] == _ns(start.time) and root["end_ns"] == _end_ns(failed)
     assert root["status"] == "ERROR" and "backend gave up" in root["status_message"]
-    assert root["attributes"]["error.type"] == failed.fail_type and root["attributes"]["recompprof.outcome"] == "failed"
+    assert (
+        root["attributes"]["error.type"] == failed.fail_type
+        and root["attributes"]["recompprof.outcome"] == "failed"
+    )
 
 
 def test_compiles_without_a_start_get_a_trace_of_their_own(receiver: OtlpReceiver) -> None:
@@ -128,7 +135,9 @@ def test_compiles_without_a_start_get_a_trace_of_their_own(receiver: OtlpReceive
         model(torch.ones(2, 4)).sum().backward()
     events = session.recent_events()
     (start,) = [e for e in events if isinstance(e, CompileStart)]
-    forward, backward = sorted((e for e in events if isinstance(e, Compile)), key=lambda e: e.backward)
+    forward, backward = sorted(
+        (e for e in events if isinstance(e, Compile)), key=lambda e: e.backward
+    )
     assert backward.backward and backward.compile_id == forward.compile_id == start.compile_id
     assert forward.trace_id == start.trace_id and backward.trace_id not in (None, forward.trace_id)
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2))
@@ -142,11 +151,14 @@ def test_profile_mode_reuses_get_their_own_span(receiver: OtlpReceiver, tmp_path
     """Profile mode at limit 1 with inputs alternating A, B: every compile event becomes one root span; the
     compiles that ran open their span at their start, a re-enabled parked variant (no ``compile_start``,
     no trace id) gets its own zero-length span at its event."""
+
     def pick(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x + (1 if tag == "A" else 2)
 
     fn = torch.compile(pick, backend="eager")
-    with recompprof.attach(exporters=["otel"], mode="profile", recompile_limit=1, run_dir=tmp_path) as session:
+    with recompprof.attach(
+        exporters=["otel"], mode="profile", recompile_limit=1, run_dir=tmp_path
+    ) as session:
         for tag in ["A", "B"] * 3:
             fn(torch.zeros(2), tag)
     events = session.recent_events()
@@ -162,13 +174,19 @@ def test_profile_mode_reuses_get_their_own_span(receiver: OtlpReceiver, tmp_path
             assert by_trace[event.trace_id]["start_ns"] == _ns(starts[event.trace_id].time)
     zero = [r for r in by_trace.values() if r["trace_id"] not in starts]
     assert len(zero) == len(reuses)
-    assert sorted(r["start_ns"] for r in zero) == sorted(r["end_ns"] for r in zero) == sorted(_ns(e.time) for e in reuses)
+    assert (
+        sorted(r["start_ns"] for r in zero)
+        == sorted(r["end_ns"] for r in zero)
+        == sorted(_ns(e.time) for e in reuses)
+    )
 
 
-def test_a_compile_start_has_no_trace_id_while_no_exporter_sends_traces(receiver: OtlpReceiver,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compile_start_has_no_trace_id_while_no_exporter_sends_traces(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Without the otel exporter, or with it disabled (``OTEL_SDK_DISABLED``), neither ``compile_start`` nor
     ``compile`` carries a trace id and nothing is sent; with it, both carry the same one."""
+
     def run(**settings: object) -> list[Event]:
         torch._dynamo.reset()
         with recompprof.attach(**settings) as session:
@@ -176,49 +194,101 @@ def test_a_compile_start_has_no_trace_id_while_no_exporter_sends_traces(receiver
         return session.recent_events()
 
     for events in (run(), run(exporters=["prometheus"], prometheus_port=0)):
-        assert [e.trace_id for e in events if isinstance(e, (CompileStart, Compile))] == [None, None]
+        assert [e.trace_id for e in events if isinstance(e, (CompileStart, Compile))] == [
+            None,
+            None,
+        ]
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    assert [e.trace_id for e in run(exporters=["otel"]) if isinstance(e, (CompileStart, Compile))] == [None, None]
+    assert [
+        e.trace_id for e in run(exporters=["otel"]) if isinstance(e, (CompileStart, Compile))
+    ] == [None, None]
     monkeypatch.delenv("OTEL_SDK_DISABLED")
     ids = [e.trace_id for e in run(exporters=["otel"]) if isinstance(e, (CompileStart, Compile))]
     assert len(ids) == 2 and ids[0] == ids[1] is not None
     assert list(_roots(receiver.wait_for(lambda s: len(_roots(s)) == 1))) == [ids[0]]
 
 
-def test_a_run_that_ends_during_a_compile_sends_its_span_with_error(receiver: OtlpReceiver, tmp_path: Path) -> None:
+def test_a_run_that_ends_during_a_compile_sends_its_span_with_error(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
     """A job killed with SIGTERM during a slow recompile: the span opened at its ``compile_start`` is sent at
     the session's end, from the start's time to the end ``session_end.compiling`` gives, with ERROR saying
     the run ended while it compiled and the guard failure that triggered it."""
     run = tmp_path / "run"
-    env = {**os.environ, "RECOMPPROF_RUN_DIR": str(run), "RECOMPPROF_EXPORTERS": "otel",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")])}
-    proc = subprocess.Popen([sys.executable, str(WORKLOADS / "slow_compile.py"), "300"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "RECOMPPROF_RUN_DIR": str(run),
+        "RECOMPPROF_EXPORTERS": "otel",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKLOADS / "slow_compile.py"), "300"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     start = stop_during_recompile(proc, run, held=1.0)
     lines = [line for p in run.glob("*.jsonl") for line in p.read_text().splitlines()]
     end = next(SessionEnd.model_validate_json(x) for x in lines if '"session_end"' in x)
-    assert end.compiling is not None and end.compiling.compile_id == "0/1" and start.trace_id is not None
-    root = _roots(receiver.wait_for(lambda s: start.trace_id in _roots(s), timeout=20))[start.trace_id]
+    assert (
+        end.compiling is not None
+        and end.compiling.compile_id == "0/1"
+        and start.trace_id is not None
+    )
+    root = _roots(receiver.wait_for(lambda s: start.trace_id in _roots(s), timeout=20))[
+        start.trace_id
+    ]
     assert root["start_ns"] == _ns(start.time)
-    assert root["end_ns"] == _ns(end.compiling.started + end.compiling.seconds) >= root["start_ns"] + 1e9
-    assert root["status"] == "ERROR" and "the run ended while this compile was running" in root["status_message"]
+    assert (
+        root["end_ns"]
+        == _ns(end.compiling.started + end.compiling.seconds)
+        >= root["start_ns"] + 1e9
+    )
+    assert (
+        root["status"] == "ERROR"
+        and "the run ended while this compile was running" in root["status_message"]
+    )
     attrs = root["attributes"]  # what its start said: the frame, the compile and what triggered it
-    assert (attrs["code.function.name"], attrs["recompprof.compile_id"], attrs["recompprof.outcome"]) == \
-        ("Model.forward", "0/1", "running_at_end")
-    assert attrs["error.type"] == "run_ended_while_compiling" and attrs["recompprof.guard_failure.subject"] == "L['x']"
+    assert (
+        attrs["code.function.name"],
+        attrs["recompprof.compile_id"],
+        attrs["recompprof.outcome"],
+    ) == ("Model.forward", "0/1", "running_at_end")
+    assert (
+        attrs["error.type"] == "run_ended_while_compiling"
+        and attrs["recompprof.guard_failure.subject"] == "L['x']"
+    )
     attrs = root["attributes"]
-    assert attrs["error.type"] == "run_ended_while_compiling" and attrs["recompprof.outcome"] == "running_at_end"
-    assert attrs["recompprof.compile_id"] == "0/1" and attrs["code.function.name"] == "Model.forward"
+    assert (
+        attrs["error.type"] == "run_ended_while_compiling"
+        and attrs["recompprof.outcome"] == "running_at_end"
+    )
+    assert (
+        attrs["recompprof.compile_id"] == "0/1" and attrs["code.function.name"] == "Model.forward"
+    )
     assert attrs["recompprof.guard_failure.subject"] == "L['x']"
 
 
 def _start(n: int, at: float) -> CompileStart:
-    reason = Reason(text="tensor 'x' size mismatch", category="size", subject="L['x']", explains_change=True)
-    return CompileStart(time=at, rank=3, step=1, frame=FRAME, compile_id=f"0/{n}", is_recompile=n > 0,
-                        reason=reason if n else None, trace_id=f"{n + 1:032x}")
+    reason = Reason(
+        text="tensor 'x' size mismatch", category="size", subject="L['x']", explains_change=True
+    )
+    return CompileStart(
+        time=at,
+        rank=3,
+        step=1,
+        frame=FRAME,
+        compile_id=f"0/{n}",
+        is_recompile=n > 0,
+        reason=reason if n else None,
+        trace_id=f"{n + 1:032x}",
+    )
 
 
-def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(receiver: OtlpReceiver) -> None:
+def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(
+    receiver: OtlpReceiver,
+) -> None:
     """A start whose compile never reports is ended, with ERROR saying no end was recorded, at the next start
     on its thread; starts on many threads at once hold at most ``MAX_OPEN_SPANS`` spans (the oldest is
     ended); the session's end ends the rest. Nothing stays open."""
@@ -230,14 +300,19 @@ def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(receiv
     exporter.on_event(_start(1, t0 + 1))  # same thread: 0/0's end was lost
     lost = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 1))[f"{1:032x}"]
     assert (lost["start_ns"], lost["end_ns"]) == (_ns(t0), _ns(t0 + 1))
-    assert lost["status"] == "ERROR" and "no compile record came before compile 0/1 started" in lost["status_message"]
+    assert (
+        lost["status"] == "ERROR"
+        and "no compile record came before compile 0/1 started" in lost["status_message"]
+    )
     assert lost["attributes"]["error.type"] == "compile_end_not_recorded"
     assert lost["attributes"]["recompprof.outcome"] == "unknown"
     numbers = range(2, 2 + 2 * MAX_OPEN_SPANS)
     turns = [threading.Event() for _ in range(len(numbers) + 1)]
     done = threading.Event()
 
-    def compiling(i: int, n: int) -> None:  # starts in turn, on threads that all live on (compiles on each)
+    def compiling(
+        i: int, n: int
+    ) -> None:  # starts in turn, on threads that all live on (compiles on each)
         turns[i].wait(30)
         exporter.on_event(_start(n, t0 + n))
         turns[i + 1].set()
@@ -250,7 +325,9 @@ def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(receiv
     assert turns[-1].wait(30)
     assert len(exporter._builder._open) == MAX_OPEN_SPANS  # type: ignore[union-attr]
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2 + MAX_OPEN_SPANS))
-    assert sorted(roots) == [f"{n + 1:032x}" for n in range(MAX_OPEN_SPANS + 2)]  # 0/0, 0/1 and the oldest
+    assert sorted(roots) == [
+        f"{n + 1:032x}" for n in range(MAX_OPEN_SPANS + 2)
+    ]  # 0/0, 0/1 and the oldest
     done.set()
     for thread in threads:
         thread.join(30)
@@ -258,6 +335,10 @@ def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(receiv
     assert len(exporter._builder._open) == 0  # type: ignore[union-attr]
     exporter.shutdown(5.0)
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2 + 2 * MAX_OPEN_SPANS))
-    assert all(r["status"] == "ERROR" and r["attributes"]["error.type"] == "compile_end_not_recorded"
-               for r in roots.values())
-    assert all(r["end_ns"] == _ns(t0 + 50) for t, r in roots.items() if int(t, 16) > MAX_OPEN_SPANS + 2)
+    assert all(
+        r["status"] == "ERROR" and r["attributes"]["error.type"] == "compile_end_not_recorded"
+        for r in roots.values()
+    )
+    assert all(
+        r["end_ns"] == _ns(t0 + 50) for t, r in roots.items() if int(t, 16) > MAX_OPEN_SPANS + 2
+    )

@@ -42,8 +42,16 @@ class Collect(SpanProcessor):
 class PhaseSampler(Sampler):
     """Drops the aot_autograd phase span, keeps the rest and adds an attribute to the dynamo_trace one."""
 
-    def should_sample(self, parent_context, trace_id, name, kind=None,  # type: ignore[no-untyped-def]
-                      attributes=None, links=None, trace_state=None) -> SamplingResult:
+    def should_sample(
+        self,
+        parent_context,
+        trace_id,
+        name,
+        kind=None,  # type: ignore[no-untyped-def]
+        attributes=None,
+        links=None,
+        trace_state=None,
+    ) -> SamplingResult:
         if name.endswith("aot_autograd"):
             return SamplingResult(Decision.DROP)
         extra = {"sampler.note": "kept"} if name.endswith("dynamo_trace") else {}
@@ -53,14 +61,24 @@ class PhaseSampler(Sampler):
         return "PhaseSampler"
 
 
-def _encoded(fast: bool, sampler: Sampler | None = None, limits: SpanLimits | None = None) -> tuple[bytes, list[str]]:
+def _encoded(
+    fast: bool, sampler: Sampler | None = None, limits: SpanLimits | None = None
+) -> tuple[bytes, list[str]]:
     collect = Collect()
-    provider = TracerProvider(id_generator=SeededIds(), sampler=sampler, span_limits=limits, shutdown_on_exit=False)
+    provider = TracerProvider(
+        id_generator=SeededIds(), sampler=sampler, span_limits=limits, shutdown_on_exit=False
+    )
     provider.add_span_processor(collect)
-    builder = SpanBuilder(provider.get_tracer("recompprof", "0.1.0"), processor=collect if fast else None)
-    events = [compile_event("0/0", start=1000.0),
-              compile_event("0/1", is_recompile=True, start=1001.0, phases={"dynamo_trace": 0.1, "code_gen": 0.5}),
-              compile_event("0/2", is_recompile=True, start=1002.0, outcome="failed", fail_type="Boom")]
+    builder = SpanBuilder(
+        provider.get_tracer("recompprof", "0.1.0"), processor=collect if fast else None
+    )
+    events = [
+        compile_event("0/0", start=1000.0),
+        compile_event(
+            "0/1", is_recompile=True, start=1001.0, phases={"dynamo_trace": 0.1, "code_gen": 0.5}
+        ),
+        compile_event("0/2", is_recompile=True, start=1002.0, outcome="failed", fail_type="Boom"),
+    ]
     for event in events:
         builder.compile_span(event)
     spans: Sequence[ReadableSpan] = collect.spans
@@ -77,7 +95,15 @@ def test_phase_spans_of_an_owned_provider_encode_to_the_same_bytes() -> None:
 def test_the_tracers_sampler_and_limits_still_decide_phase_spans() -> None:
     """A sampler that drops or annotates phase spans, and attribute limits, act the same on both paths."""
     fast, names = _encoded(True, sampler=PhaseSampler())
-    assert "torch_compile.phase aot_autograd" not in names and "torch_compile.phase dynamo_trace" in names
+    assert (
+        "torch_compile.phase aot_autograd" not in names
+        and "torch_compile.phase dynamo_trace" in names
+    )
     assert fast == _encoded(False, sampler=PhaseSampler())[0]
-    limited, _ = _encoded(True, limits=SpanLimits(max_span_attributes=1, max_span_attribute_length=4))
-    assert limited == _encoded(False, limits=SpanLimits(max_span_attributes=1, max_span_attribute_length=4))[0]
+    limited, _ = _encoded(
+        True, limits=SpanLimits(max_span_attributes=1, max_span_attribute_length=4)
+    )
+    assert (
+        limited
+        == _encoded(False, limits=SpanLimits(max_span_attributes=1, max_span_attribute_length=4))[0]
+    )

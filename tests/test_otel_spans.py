@@ -20,7 +20,9 @@ def otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 
 
-def _export(events: list, session: StandInSession | None = None) -> tuple[OtelExporter, StandInSession]:
+def _export(
+    events: list, session: StandInSession | None = None
+) -> tuple[OtelExporter, StandInSession]:
     session = session or StandInSession()
     exporter = OtelExporter(session.settings)
     exporter.start(session)  # type: ignore[arg-type]
@@ -33,7 +35,9 @@ def _export(events: list, session: StandInSession | None = None) -> tuple[OtelEx
 def test_phase_intervals_are_ordered_contiguous_and_sum_to_duration() -> None:
     """Phase spans follow PHASES order end to end from the start and together last the compile's duration."""
     start = 1_000_000_000
-    got = phase_intervals(start, {"other": 0.2, "dynamo_trace": 0.25, "aot_autograd": 0.15}, start + 600_000_000)
+    got = phase_intervals(
+        start, {"other": 0.2, "dynamo_trace": 0.25, "aot_autograd": 0.15}, start + 600_000_000
+    )
     assert [p for p, _, _ in got] == ["dynamo_trace", "aot_autograd", "other"]
     assert got[0][1] == start and got[-1][2] == start + 600_000_000
     assert all(a[2] == b[1] for a, b in zip(got, got[1:]))
@@ -63,7 +67,10 @@ def test_compile_becomes_root_span_with_phase_children(receiver: OtlpReceiver) -
     assert root["end_ns"] - root["start_ns"] == pytest.approx(0.6e9, abs=2)
     children = sorted(tree(spans)[root["span_id"]], key=lambda s: s["start_ns"])
     assert [c["name"] for c in children] == [
-        "torch_compile.phase dynamo_trace", "torch_compile.phase aot_autograd", "torch_compile.phase other"]
+        "torch_compile.phase dynamo_trace",
+        "torch_compile.phase aot_autograd",
+        "torch_compile.phase other",
+    ]
     assert {c["trace_id"] for c in children} == {root["trace_id"]}
     assert children[0]["start_ns"] == root["start_ns"] and children[-1]["end_ns"] == root["end_ns"]
     assert all(a["end_ns"] == b["start_ns"] for a, b in zip(children, children[1:]))
@@ -81,10 +88,14 @@ def test_resource_names_service_and_rank(receiver: OtlpReceiver) -> None:
     assert resource["recompprof.torch.version"] == "2.13.0+cpu"
 
 
-def test_otel_service_name_and_resource_attributes_win(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_otel_service_name_and_resource_attributes_win(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """OTEL_SERVICE_NAME overrides the default name and OTEL_RESOURCE_ATTRIBUTES is merged over ours."""
     monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")
-    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=pod-7,host.name=node-a,service.name=ignored")
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=pod-7,host.name=node-a,service.name=ignored"
+    )
     _export([compile_event()])
     resource = receiver.wait_for(lambda s: len(s) == 4)[0]["resource"]
     assert resource["service.name"] == "trainer"
@@ -96,12 +107,17 @@ def test_recompile_links_to_previous_compile_and_carries_reasons(receiver: OtlpR
     """A recompile is its own trace, linked to the previous compile of the same frame, with its guard failures."""
     _export([compile_event("0/0"), compile_event("0/1", is_recompile=True)])
     roots = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 2)
-    first, second = sorted((s for s in roots if s["name"] == "torch_compile.frame"),
-                           key=lambda s: s["attributes"]["recompprof.compile_id"])
+    first, second = sorted(
+        (s for s in roots if s["name"] == "torch_compile.frame"),
+        key=lambda s: s["attributes"]["recompprof.compile_id"],
+    )
     assert first["trace_id"] != second["trace_id"] and first["links"] == []
     (link,) = second["links"]
     assert (link["trace_id"], link["span_id"]) == (first["trace_id"], first["span_id"])
-    assert link["attributes"] == {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": "0/0"}
+    assert link["attributes"] == {
+        "recompprof.link.reason": "recompile_of",
+        "recompprof.compile_id": "0/0",
+    }
     attrs = second["attributes"]
     assert attrs["recompprof.is_recompile"] is True
     assert attrs["recompprof.guard_failure.reason"] == "size"
@@ -117,19 +133,41 @@ def test_spans_carry_the_attributed_cause_caches_and_call_site(receiver: OtlpRec
     """A recompile span and its backward's span carry the cause (frame, category, subject, seconds) the report
     charges them to; a first compile carries none; cache lookups and the call site are attributes too."""
     call_site = ["train.py:40 in main", "train.py:12 in step"]
-    _export([compile_event("0/0"),
-             compile_event("0/1", is_recompile=True, call_site=call_site,
-                           cache_lookups={"fx_graph": {"hit": 2}}, cache_seconds_saved=0.4),
-             compile_event("0/1", backward=True, frame=Frame(name="<backward>", file="<unknown>", line=0),
-                           duration=0.2, phases={"aot_autograd": 0.2})])
+    _export(
+        [
+            compile_event("0/0"),
+            compile_event(
+                "0/1",
+                is_recompile=True,
+                call_site=call_site,
+                cache_lookups={"fx_graph": {"hit": 2}},
+                cache_seconds_saved=0.4,
+            ),
+            compile_event(
+                "0/1",
+                backward=True,
+                frame=Frame(name="<backward>", file="<unknown>", line=0),
+                duration=0.2,
+                phases={"aot_autograd": 0.2},
+            ),
+        ]
+    )
     spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3)
-    roots = {(s["attributes"]["recompprof.compile_id"], s["attributes"]["recompprof.backward"]): s["attributes"]
-             for s in spans if s["name"] == "torch_compile.frame"}
+    roots = {
+        (s["attributes"]["recompprof.compile_id"], s["attributes"]["recompprof.backward"]): s[
+            "attributes"
+        ]
+        for s in spans
+        if s["name"] == "torch_compile.frame"
+    }
     assert not any(k.startswith("recompprof.cause.") for k in roots[("0/0", False)])
     recompile, backward = roots[("0/1", False)], roots[("0/1", True)]
     for attrs, seconds in ((recompile, 0.6), (backward, 0.2)):
         assert attrs["recompprof.cause.frame"] == FRAME.label
-        assert attrs["recompprof.cause.category"] == "size" and attrs["recompprof.cause.subject"] == "L['x']"
+        assert (
+            attrs["recompprof.cause.category"] == "size"
+            and attrs["recompprof.cause.subject"] == "L['x']"
+        )
         assert attrs["recompprof.cause.seconds"] == pytest.approx(seconds)
     assert recompile["recompprof.cache.fx_graph.hit"] == 2
     assert recompile["recompprof.cache.seconds_saved"] == pytest.approx(0.4)
@@ -168,8 +206,16 @@ def test_link_memory_is_bounded() -> None:
 
 def test_failed_compile_sets_error_status_and_type(receiver: OtlpReceiver) -> None:
     """A failed compile's root span has status ERROR, the failure as description and error.type from fail_type."""
-    _export([compile_event(outcome="failed", fail_type="BackendCompilerFailed", fail_reason="backend raised X")])
-    root = next(s for s in receiver.wait_for(lambda s: len(s) == 4) if s["name"] == "torch_compile.frame")
+    _export(
+        [
+            compile_event(
+                outcome="failed", fail_type="BackendCompilerFailed", fail_reason="backend raised X"
+            )
+        ]
+    )
+    root = next(
+        s for s in receiver.wait_for(lambda s: len(s) == 4) if s["name"] == "torch_compile.frame"
+    )
     assert root["status"] == "ERROR" and root["status_message"] == "backend raised X"
     assert root["attributes"]["error.type"] == "BackendCompilerFailed"
     assert root["attributes"]["recompprof.outcome"] == "failed"
@@ -177,13 +223,41 @@ def test_failed_compile_sets_error_status_and_type(receiver: OtlpReceiver) -> No
 
 def test_limit_hit_gives_one_error_span(receiver: OtlpReceiver) -> None:
     """A limit hit reported as a compile outcome and as its own event gives exactly one ERROR span."""
-    reason = Reason(text="L['factor'] == 1.0", category="python_constant", subject="L['factor']", explains_change=True)
-    hit = compile_event("0/8", is_recompile=True, outcome="limit_hit", fail_type=None,
-                        fail_reason="cache_size_limit reached", duration=0.0, phases={})
-    event = RecompileLimitHit(time=hit.time, rank=3, step=7, frame=FRAME, compile_id="0/8",
-                              limit="recompile_limit", value=8, last_reason=reason)
-    lone = RecompileLimitHit(time=hit.time, rank=3, step=9, frame=FRAME, compile_id="0/9",
-                             limit="recompile_limit", value=8, last_reason=reason)
+    reason = Reason(
+        text="L['factor'] == 1.0",
+        category="python_constant",
+        subject="L['factor']",
+        explains_change=True,
+    )
+    hit = compile_event(
+        "0/8",
+        is_recompile=True,
+        outcome="limit_hit",
+        fail_type=None,
+        fail_reason="cache_size_limit reached",
+        duration=0.0,
+        phases={},
+    )
+    event = RecompileLimitHit(
+        time=hit.time,
+        rank=3,
+        step=7,
+        frame=FRAME,
+        compile_id="0/8",
+        limit="recompile_limit",
+        value=8,
+        last_reason=reason,
+    )
+    lone = RecompileLimitHit(
+        time=hit.time,
+        rank=3,
+        step=9,
+        frame=FRAME,
+        compile_id="0/9",
+        limit="recompile_limit",
+        value=8,
+        last_reason=reason,
+    )
     _export([compile_event("0/7"), hit, event, lone])
     spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3)
     errors = [s for s in spans if s["status"] == "ERROR"]
@@ -192,21 +266,38 @@ def test_limit_hit_gives_one_error_span(receiver: OtlpReceiver) -> None:
         assert span["attributes"]["error.type"] == "recompile_limit_hit"
         assert span["attributes"]["recompprof.outcome"] == "limit_hit"
         assert len(span["links"]) == 1
-    assert next(s for s in errors if s["attributes"]["recompprof.compile_id"] == "0/9")["attributes"][
-        "recompprof.guard_failure.reason"] == "python_constant"
+    assert (
+        next(s for s in errors if s["attributes"]["recompprof.compile_id"] == "0/9")["attributes"][
+            "recompprof.guard_failure.reason"
+        ]
+        == "python_constant"
+    )
 
 
 def test_each_compile_is_sent_under_the_trace_id_it_carries(receiver: OtlpReceiver) -> None:
     """A compile's span tree is sent under the event's own ``trace_id`` (the id the session's duration
     exemplar names), a compile without one gets a fresh id, and the exporter says it sends traces."""
     ids = ["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7a3ce929d0e0e4736"]
-    exporter, _ = _export([compile_event("0/0", trace_id=ids[0]), compile_event("0/1", is_recompile=True, trace_id=ids[1]),
-                           compile_event("1/0", frame=Frame(name="other", file="/src/o.py", line=1))])
-    spans = receiver.wait_for(lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3 and len(s) == 12)
-    by_id = {s["attributes"]["recompprof.compile_id"]: s["trace_id"] for s in spans if s["name"] == "torch_compile.frame"}
+    exporter, _ = _export(
+        [
+            compile_event("0/0", trace_id=ids[0]),
+            compile_event("0/1", is_recompile=True, trace_id=ids[1]),
+            compile_event("1/0", frame=Frame(name="other", file="/src/o.py", line=1)),
+        ]
+    )
+    spans = receiver.wait_for(
+        lambda s: sum(x["name"] == "torch_compile.frame" for x in s) == 3 and len(s) == 12
+    )
+    by_id = {
+        s["attributes"]["recompprof.compile_id"]: s["trace_id"]
+        for s in spans
+        if s["name"] == "torch_compile.frame"
+    }
     assert (by_id["0/0"], by_id["0/1"]) == (ids[0], ids[1])
     assert by_id["1/0"] not in ids and int(by_id["1/0"], 16) != 0
-    assert {s["trace_id"] for s in spans if s["name"] != "torch_compile.frame"} == set(by_id.values())  # phases follow
+    assert {s["trace_id"] for s in spans if s["name"] != "torch_compile.frame"} == set(
+        by_id.values()
+    )  # phases follow
     assert exporter.traces is True
 
 

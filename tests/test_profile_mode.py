@@ -20,13 +20,18 @@ INFO = torch_info()
 LIMIT, ACCUMULATED = INFO.limit_config_name, INFO.accumulated_limit_config_name
 # The mechanism under test needs internals newer than the oldest supported torch; below their gate
 # these tests do not apply, and tests/test_versions.py checks the fallback that runs instead.
-needs_force_backend = pytest.mark.skipif(not INFO.has("force_backend"), reason=INFO.why_off("force_backend"))
-needs_evict = pytest.mark.skipif(not INFO.has("profile_evict"), reason=INFO.why_off("profile_evict"))
+needs_force_backend = pytest.mark.skipif(
+    not INFO.has("force_backend"), reason=INFO.why_off("force_backend")
+)
+needs_evict = pytest.mark.skipif(
+    not INFO.has("profile_evict"), reason=INFO.why_off("profile_evict")
+)
 pytestmark = [pytest.mark.torch_compat, needs_force_backend]
 
 
 def _debug_get_cache_entry_list(code: CodeType) -> list[Any]:
     return torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code)  # type: ignore[no-any-return]
+
 
 Failure = tuple[CodeType, "str | None", list[str]]
 
@@ -53,8 +58,12 @@ def modes() -> Iterator[list[ProfileMode]]:
         mode.uninstall()
 
 
-def make(modes: list[ProfileMode], limit: int | None, recorder: Recorder | None = None,
-         reuse: Recorder | None = None) -> ProfileMode:
+def make(
+    modes: list[ProfileMode],
+    limit: int | None,
+    recorder: Recorder | None = None,
+    reuse: Recorder | None = None,
+) -> ProfileMode:
     mode = ProfileMode(limit, recorder)
     mode.on_reuse = reuse  # set: evicted entries are parked and re-enabled
     modes.append(mode)
@@ -64,8 +73,11 @@ def make(modes: list[ProfileMode], limit: int | None, recorder: Recorder | None 
 
 def live_ours(code: CodeType, mode: ProfileMode) -> int:
     # torch 2.6 cache entries do not name their backend; every entry of these tests is compiled under the mode
-    return sum(1 for entry in _debug_get_cache_entry_list(code)
-               if getattr(entry, "backend", mode.observer) is mode.observer and entry.code is not None)
+    return sum(
+        1
+        for entry in _debug_get_cache_entry_list(code)
+        if getattr(entry, "backend", mode.observer) is mode.observer and entry.code is not None
+    )
 
 
 def code_of(fn: Any) -> CodeType:
@@ -213,7 +225,10 @@ def test_uninstall_restores_torch(modes: list[ProfileMode]) -> None:
         return x - 1
 
     untouched(torch.ones(2))
-    before_entries = [(str(e.compile_id), e.backend, e.code) for e in _debug_get_cache_entry_list(code_of(untouched))]
+    before_entries = [
+        (str(e.compile_id), e.backend, e.code)
+        for e in _debug_get_cache_entry_list(code_of(untouched))
+    ]
     config = torch._dynamo.config
     before = (getattr(config, LIMIT), getattr(config, ACCUMULATED))
     stance, factory = eval_frame._stance, eval_frame._create_wrapped_callback
@@ -224,7 +239,10 @@ def test_uninstall_restores_torch(modes: list[ProfileMode]) -> None:
     assert (getattr(config, LIMIT), getattr(config, ACCUMULATED)) == before
     assert eval_frame._stance is stance
     assert eval_frame._create_wrapped_callback is factory
-    after_entries = [(str(e.compile_id), e.backend, e.code) for e in _debug_get_cache_entry_list(code_of(untouched))]
+    after_entries = [
+        (str(e.compile_id), e.backend, e.code)
+        for e in _debug_get_cache_entry_list(code_of(untouched))
+    ]
     assert after_entries == before_entries
     mode.uninstall()  # idempotent
 
@@ -277,7 +295,8 @@ def test_unlimited_when_limit_is_none(modes: list[ProfileMode]) -> None:
 
 
 def test_falls_back_to_unlimited_when_internals_missing(
-        modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without the internals eviction needs, install logs why and lifts the limit instead."""
     monkeypatch.setattr(profile_module, "evict_mechanism_missing", lambda: "missing torch.thing")
     with caplog.at_level(logging.WARNING, logger="recompprof"):
@@ -293,9 +312,13 @@ def test_is_own_reason_marks_profile_artifacts(modes: list[ProfileMode]) -> None
     """Reasons from evicted or retired entries and from the forced backend are profile mode's own; real changes are not."""
     mode = make(modes, 1)
     assert mode.mechanism == MECHANISM_EVICT
-    assert mode.is_own_reason("0/1: Cache line evicted by recompprof profile mode (recompile_limit=1)")
+    assert mode.is_own_reason(
+        "0/1: Cache line evicted by recompprof profile mode (recompile_limit=1)"
+    )
     assert mode.is_own_reason("0/0: Cache line retired by recompprof profile mode at detach")
-    assert mode.is_own_reason("0/0: BACKEND_MATCH failure: ... New backend: RecompprofObserver (id=0x1).")
+    assert mode.is_own_reason(
+        "0/0: BACKEND_MATCH failure: ... New backend: RecompprofObserver (id=0x1)."
+    )
     assert not mode.is_own_reason("0/0: tag == 'a'")
     assert not mode.is_own_reason("0/0: Cache line invalidated because L['m'] got deallocated")
 
@@ -315,7 +338,9 @@ def test_entry_invalidated_by_torch_does_not_cut_the_frame_off(modes: list[Profi
     scale(x, "a")
     scale(x, "bb")
     (entry,) = [e for e in _debug_get_cache_entry_list(code_of(scale)) if e.code is not None]
-    entry.guard_manager.extra_state.invalidate(entry, DeletedGuardManagerWrapper("Cache line invalidated because X got deallocated"))
+    entry.guard_manager.extra_state.invalidate(
+        entry, DeletedGuardManagerWrapper("Cache line invalidated because X got deallocated")
+    )
     for tag in ["ccc", "dddd", "eeeee"]:
         assert torch.equal(scale(x, tag), x * len(tag))
     assert len(recorder.for_code("scale")) == 3  # bb, then dddd and eeeee; ccc met no live entry
@@ -355,8 +380,12 @@ def test_parked_variants_come_back_without_a_retrace(modes: list[ProfileMode]) -
     assert [cid for _, cid, _ in compiled_switch] == ["0/1"]
     # each re-enabled switch names the variant that runs again and the live entry that failed
     assert [cid for _, cid, _ in reused] == ["0/0", "0/1"] * 3
-    for (_, _, reasons), previous in zip(reused, tags[1:]):  # the live entry that failed was the previous tag's
-        assert len(reasons) == 1 and reasons[0].split("\n")[0].split("#")[0].rstrip().endswith(f"tag == '{previous}'")
+    for (_, _, reasons), previous in zip(
+        reused, tags[1:]
+    ):  # the live entry that failed was the previous tag's
+        assert len(reasons) == 1 and reasons[0].split("\n")[0].split("#")[0].rstrip().endswith(
+            f"tag == '{previous}'"
+        )
     assert mode.stats["traces"] == unlimited_traces == 2
     assert mode.stats["reenabled"] == 6 and mode.stats["evictions"] == 7
     assert live_ours(code_of(compiled), mode) == 1
@@ -391,7 +420,9 @@ def test_parked_flag_flips_while_training(modes: list[ProfileMode]) -> None:
 
 
 @needs_evict
-def test_parked_entry_whose_guarded_object_died_is_never_reenabled(modes: list[ProfileMode]) -> None:
+def test_parked_entry_whose_guarded_object_died_is_never_reenabled(
+    modes: list[ProfileMode],
+) -> None:
     """A parked entry ID-guarding a class is released when torch invalidates it on the class's death, so a later call retraces instead of running it."""
     import gc
 
@@ -412,7 +443,9 @@ def test_parked_entry_whose_guarded_object_died_is_never_reenabled(modes: list[P
     assert not parked.released
     del first
     gc.collect()
-    assert parked.released  # torch's finalizer reached the dead node through the parked guard manager
+    assert (
+        parked.released
+    )  # torch's finalizer reached the dead node through the parked guard manager
     assert parked.guard_manager.cache_entry is None and parked.guard_manager.extra_state is None
     for _ in range(3):  # new classes, possibly at the freed address
         assert torch.equal(scaled(x, make_class(2)), x * 2)
@@ -435,16 +468,24 @@ def test_detach_mid_run_with_parked_entries_leaves_torch_clean(modes: list[Profi
     assert len(parked) == 2
     mode.uninstall()
     assert mode._parked == {}
-    assert all(p.released and p.guard_manager.cache_entry is None and p.guard_manager.extra_state is None for p in parked)
+    assert all(
+        p.released and p.guard_manager.cache_entry is None and p.guard_manager.extra_state is None
+        for p in parked
+    )
     assert _debug_get_cache_entry_list(code_of(pick)) == []
     del parked
     gc.collect()
     _alternate(pick, ["A", "B", "A"])
-    assert [e.backend is mode.observer for e in _debug_get_cache_entry_list(code_of(pick))] == [False, False]
+    assert [e.backend is mode.observer for e in _debug_get_cache_entry_list(code_of(pick))] == [
+        False,
+        False,
+    ]
 
 
 @needs_evict
-def test_detach_from_inside_the_compiled_frame_releases_parked_entries(modes: list[ProfileMode]) -> None:
+def test_detach_from_inside_the_compiled_frame_releases_parked_entries(
+    modes: list[ProfileMode],
+) -> None:
     """Detaching while the frame's compiled code is on the stack invalidates instead of resetting, releases parked entries, and later calls still run correctly."""
     mode = make(modes, 1, Recorder(), Recorder())
 
@@ -495,7 +536,8 @@ def test_parked_variants_are_bounded_per_frame(modes: list[ProfileMode]) -> None
 
 
 def test_evicts_without_parking_when_internals_missing(
-        modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    modes: list[ProfileMode], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without the internals parking needs, install logs why and evicts as before: each return retraces, and every switch is still reported."""
     if not INFO.has("profile_evict"):
         pytest.skip(INFO.why_off("profile_evict"))
@@ -503,7 +545,11 @@ def test_evicts_without_parking_when_internals_missing(
     recorder, reuse = Recorder(), Recorder()
     with caplog.at_level(logging.WARNING, logger="recompprof"):
         mode = make(modes, 1, recorder, reuse)
-    assert mode.mechanism == MECHANISM_EVICT and not mode.parking and mode.why_no_parking == "missing torch.thing"
+    assert (
+        mode.mechanism == MECHANISM_EVICT
+        and not mode.parking
+        and mode.why_no_parking == "missing torch.thing"
+    )
     assert "evicts without parking" in caplog.text
 
     @torch.compile(backend="eager")

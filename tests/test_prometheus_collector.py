@@ -56,7 +56,10 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "torch_compile_training_step": ("gauge", {"rank"}),
     "torch_compile_compiling": ("gauge", {"rank"}),
     "torch_compile_compile_running_seconds": ("gauge", {"rank", "frame"}),
-    "recompprof_build_info": ("gauge", {"rank", "version", "torch_version", "triton_version", "python_version"}),
+    "recompprof_build_info": (
+        "gauge",
+        {"rank", "version", "torch_version", "triton_version", "python_version"},
+    ),
     "recompprof_process_info": ("gauge", {"rank", "local_rank", "world_size"}),
     "recompprof_events_dropped": ("counter", {"rank", "reason"}),
     "recompprof_internal_errors": ("counter", {"rank", "component"}),
@@ -65,7 +68,16 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
 
 def make_session(rank: int = 0, local_rank: int = 0, world: int = 1, **settings: Any) -> Session:
     """A real, unattached Session (no torch hooks) whose aggregates the test feeds with real events."""
-    ident = Identity(rank, local_rank, world, max(world, 1), "run-test", "host", 1234, "single" if world == 1 else "torchrun")
+    ident = Identity(
+        rank,
+        local_rank,
+        world,
+        max(world, 1),
+        "run-test",
+        "host",
+        1234,
+        "single" if world == 1 else "torchrun",
+    )
     session = Session(settings_module.load(**settings), identity=ident)
     session.aggregates.limits.update({"recompile_limit": 8, "accumulated_recompile_limit": 256})
     return session
@@ -75,25 +87,46 @@ def frame(i: int = 0) -> Frame:
     return Frame(name=f"fn{i}", file=f"/src/pkg/model{i}.py", line=10 + i)
 
 
-def compile_event(f: Frame, *, recompile: bool, duration: float = 0.3, categories: tuple[str, ...] = (),
-                  **kw: Any) -> Compile:
+def compile_event(
+    f: Frame, *, recompile: bool, duration: float = 0.3, categories: tuple[str, ...] = (), **kw: Any
+) -> Compile:
     kw.setdefault("compile_id", "0/0")
-    return Compile(time=time.time(), frame=f, is_recompile=recompile, duration=duration,
-                   phases={"dynamo_trace": duration * 0.75, "other": duration * 0.25},
-                   reasons=[Reason(text=f"{c} changed", category=c) for c in categories], **kw)  # type: ignore[arg-type]
+    return Compile(
+        time=time.time(),
+        frame=f,
+        is_recompile=recompile,
+        duration=duration,
+        phases={"dynamo_trace": duration * 0.75, "other": duration * 0.25},
+        reasons=[Reason(text=f"{c} changed", category=c) for c in categories],
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def feed(session: Session) -> None:
     """A small run: one frame compiled, recompiled twice for size/python_constant, one limit hit, one failure."""
     agg, f = session.aggregates, frame()
     agg.add_compile(compile_event(f, recompile=False, cache_entries=0))
-    agg.add_compile(compile_event(f, recompile=True, duration=2.0, categories=("size",), cache_entries=1))
-    agg.add_compile(compile_event(f, recompile=True, duration=0.04, categories=("python_constant", "size", "global"),
-                                  cache_entries=2, graph_breaks=1))
+    agg.add_compile(
+        compile_event(f, recompile=True, duration=2.0, categories=("size",), cache_entries=1)
+    )
+    agg.add_compile(
+        compile_event(
+            f,
+            recompile=True,
+            duration=0.04,
+            categories=("python_constant", "size", "global"),
+            cache_entries=2,
+            graph_breaks=1,
+        )
+    )
     # Graph breaks are counted from GraphBreak events (a break torch cannot resume from comes after its compile).
     agg.add_graph_break(GraphBreak(time=time.time(), frame=f, compile_id="0/0", reason="print()"))
-    agg.add_limit_hit(RecompileLimitHit(time=time.time(), frame=f, limit="recompile_limit", value=8))
-    agg.add_compile(compile_event(frame(1), recompile=False, outcome="failed", fail_type="Unsupported"))
+    agg.add_limit_hit(
+        RecompileLimitHit(time=time.time(), frame=f, limit="recompile_limit", value=8)
+    )
+    agg.add_compile(
+        compile_event(frame(1), recompile=False, outcome="failed", fail_type="Unsupported")
+    )
 
 
 def scrape(session: Session, openmetrics: bool = False) -> str:
@@ -140,14 +173,24 @@ def test_values_follow_the_aggregates() -> None:
     assert value(text, "torch_compile_compiles_total", frame=label) == 3
     assert value(text, "torch_compile_recompiles_total", frame=label) == 2
     assert value(text, "torch_compile_guard_failures_total", frame=label, reason="size") == 2
-    assert value(text, "torch_compile_guard_failures_total", frame=label, reason="python_constant") == 1
+    assert (
+        value(text, "torch_compile_guard_failures_total", frame=label, reason="python_constant")
+        == 1
+    )
     assert value(text, "torch_compile_guard_failures_total", frame=label, reason="global") == 1
-    assert value(text, "torch_compile_recompile_limit_hits_total", frame=label, limit="recompile_limit") == 1
+    assert (
+        value(
+            text, "torch_compile_recompile_limit_hits_total", frame=label, limit="recompile_limit"
+        )
+        == 1
+    )
     assert value(text, "torch_compile_compile_failures_total", error_type="Unsupported") == 1
     assert value(text, "torch_compile_graph_breaks_total") == 1
     assert value(text, "torch_compile_cache_entries", frame=label) == 3
     assert value(text, "torch_compile_recompile_limit", limit="recompile_limit") == 8
-    assert value(text, "torch_compile_phase_seconds_total", phase="dynamo_trace") == pytest.approx(0.75 * (0.3 + 2.0 + 0.04 + 0.3))
+    assert value(text, "torch_compile_phase_seconds_total", phase="dynamo_trace") == pytest.approx(
+        0.75 * (0.3 + 2.0 + 0.04 + 0.3)
+    )
     assert value(text, "torch_compile_duration_seconds_count") == 4
     assert value(text, "torch_compile_duration_seconds_sum") == pytest.approx(2.64)
     assert value(text, "torch_compile_duration_seconds_bucket", le="0.05") == 1
@@ -168,9 +211,17 @@ def test_known_label_values_exist_at_zero() -> None:
     session.aggregates.add_compile(compile_event(frame(), recompile=False))
     text = scrape(session)
     for category in CATEGORIES:
-        assert value(text, "torch_compile_guard_failures_total", frame=frame().label, reason=category) == 0
+        assert (
+            value(text, "torch_compile_guard_failures_total", frame=frame().label, reason=category)
+            == 0
+        )
     for limit in LIMITS:
-        assert value(text, "torch_compile_recompile_limit_hits_total", frame=frame().label, limit=limit) == 0
+        assert (
+            value(
+                text, "torch_compile_recompile_limit_hits_total", frame=frame().label, limit=limit
+            )
+            == 0
+        )
 
 
 def test_recompile_seconds_follow_the_cause_and_the_backward() -> None:
@@ -180,21 +231,51 @@ def test_recompile_seconds_follow_the_cause_and_the_backward() -> None:
     agg, f, label = session.aggregates, frame(), frame().label
     agg.add_compile(compile_event(f, recompile=False, duration=1.0, compile_id="0/0"))
     size = Reason(text="size changed", category="size", subject="L['x']", explains_change=True)
-    agg.add_compile(compile_event(f, recompile=True, duration=2.0, compile_id="0/1").model_copy(
-        update={"reasons": [Reason(text="old", category="dtype"), size]}))
-    agg.add_compile(compile_event(Frame(name="<backward>", file="<unknown>", line=0), recompile=False, duration=0.5,
-                                  compile_id="0/1", backward=True))
-    agg.add_compile(compile_event(f, recompile=True, duration=7.0, compile_id="0/2", outcome="limit_hit",
-                                  categories=("global",)))
+    agg.add_compile(
+        compile_event(f, recompile=True, duration=2.0, compile_id="0/1").model_copy(
+            update={"reasons": [Reason(text="old", category="dtype"), size]}
+        )
+    )
+    agg.add_compile(
+        compile_event(
+            Frame(name="<backward>", file="<unknown>", line=0),
+            recompile=False,
+            duration=0.5,
+            compile_id="0/1",
+            backward=True,
+        )
+    )
+    agg.add_compile(
+        compile_event(
+            f,
+            recompile=True,
+            duration=7.0,
+            compile_id="0/2",
+            outcome="limit_hit",
+            categories=("global",),
+        )
+    )
     text = scrape(session)
-    assert value(text, "torch_compile_recompile_seconds_total", frame=label, reason="size") == pytest.approx(2.5)
-    assert ("torch_compile_recompile_seconds_total", frozenset({"rank": "0", "frame": label, "reason": "dtype"}.items())) \
-        not in samples(text)
-    assert ("torch_compile_recompile_seconds_total", frozenset({"rank": "0", "frame": label, "reason": "global"}.items())) \
-        not in samples(text)
-    assert value(text, "torch_compile_frame_compile_seconds_total", frame=label) == pytest.approx(3.0)
-    reasons = {s.labels["reason"] for fam in text_string_to_metric_families(text)
-               if fam.name == "torch_compile_recompile_seconds" for s in fam.samples}
+    assert value(
+        text, "torch_compile_recompile_seconds_total", frame=label, reason="size"
+    ) == pytest.approx(2.5)
+    assert (
+        "torch_compile_recompile_seconds_total",
+        frozenset({"rank": "0", "frame": label, "reason": "dtype"}.items()),
+    ) not in samples(text)
+    assert (
+        "torch_compile_recompile_seconds_total",
+        frozenset({"rank": "0", "frame": label, "reason": "global"}.items()),
+    ) not in samples(text)
+    assert value(text, "torch_compile_frame_compile_seconds_total", frame=label) == pytest.approx(
+        3.0
+    )
+    reasons = {
+        s.labels["reason"]
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "torch_compile_recompile_seconds"
+        for s in fam.samples
+    }
     assert reasons <= set(CATEGORIES)
 
 
@@ -206,13 +287,27 @@ def test_cache_lookups_are_counted_by_cache_and_result() -> None:
         for result in CACHE_RESULTS:
             assert value(text, "torch_compile_cache_lookups_total", cache=cache, result=result) == 0
     agg = session.aggregates
-    agg.add_compile(compile_event(frame(), recompile=False, cache_lookups={"fx_graph": {"miss": 2}, "aot_autograd": {"miss": 1}}))
-    agg.add_compile(compile_event(frame(), recompile=True, cache_lookups={"fx_graph": {"hit": 2}, "aot_autograd": {"bypass": 1}},
-                                  cache_seconds_saved=1.25))
+    agg.add_compile(
+        compile_event(
+            frame(),
+            recompile=False,
+            cache_lookups={"fx_graph": {"miss": 2}, "aot_autograd": {"miss": 1}},
+        )
+    )
+    agg.add_compile(
+        compile_event(
+            frame(),
+            recompile=True,
+            cache_lookups={"fx_graph": {"hit": 2}, "aot_autograd": {"bypass": 1}},
+            cache_seconds_saved=1.25,
+        )
+    )
     text = scrape(session)
     assert value(text, "torch_compile_cache_lookups_total", cache="fx_graph", result="hit") == 2
     assert value(text, "torch_compile_cache_lookups_total", cache="fx_graph", result="miss") == 2
-    assert value(text, "torch_compile_cache_lookups_total", cache="aot_autograd", result="bypass") == 1
+    assert (
+        value(text, "torch_compile_cache_lookups_total", cache="aot_autograd", result="bypass") == 1
+    )
     assert value(text, "torch_compile_cache_saved_seconds_total") == pytest.approx(1.25)
 
 
@@ -221,8 +316,13 @@ def test_duration_buckets_span_50ms_to_an_hour_without_created_series() -> None:
     session = make_session()
     feed(session)
     text = scrape(session)
-    les = [s.labels["le"] for f in text_string_to_metric_families(text) if f.name == "torch_compile_duration_seconds"
-           for s in f.samples if s.name.endswith("_bucket")]
+    les = [
+        s.labels["le"]
+        for f in text_string_to_metric_families(text)
+        if f.name == "torch_compile_duration_seconds"
+        for s in f.samples
+        if s.name.endswith("_bucket")
+    ]
     assert [float(le) for le in les[:-1]] == list(DURATION_BUCKETS) and les[-1] == "+Inf"
     assert DURATION_BUCKETS[0] == 0.05 and DURATION_BUCKETS[-1] == 3600
     assert "_created" not in text and "_created" not in scrape(session, openmetrics=True)
@@ -234,8 +334,12 @@ def test_frames_past_the_cap_fold_into_other() -> None:
     for i in range(3):
         session.aggregates.add_compile(compile_event(frame(i), recompile=False))
     text = scrape(session)
-    frames = {s.labels["frame"] for f in text_string_to_metric_families(text) if f.name == "torch_compile_compiles"
-              for s in f.samples}
+    frames = {
+        s.labels["frame"]
+        for f in text_string_to_metric_families(text)
+        if f.name == "torch_compile_compiles"
+        for s in f.samples
+    }
     assert frames == {frame(0).label, frame(1).label, "other"}
     assert value(text, "recompprof_events_dropped_total", reason="frame_cap") == 1
 
@@ -254,7 +358,9 @@ def test_exemplars_carry_the_trace_id_in_openmetrics_only() -> None:
 def test_internal_errors_come_from_the_snapshot() -> None:
     """An internal error recorded by any component is exported in recompprof_internal_errors_total{component}."""
     session = make_session()
-    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
+    raise_internal_errors(
+        False
+    )  # production mode for this test (the autouse fixture restores strict)
     with _internal.contain("prometheus.textfile"):
         raise OSError("disk full")
     with _internal.contain("eventlog"):
@@ -269,9 +375,13 @@ def test_promtool_accepts_the_exposition_at_the_frame_cap(tmp_path: Path) -> Non
     promtool = need("promtool", "prometheus")
     session = make_session()
     for i in range(50):
-        session.aggregates.add_compile(compile_event(frame(i), recompile=True, categories=CATEGORIES))
+        session.aggregates.add_compile(
+            compile_event(frame(i), recompile=True, categories=CATEGORIES)
+        )
     text = scrape(session)
-    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -54,8 +54,14 @@ def expected_totals(event_log: Path) -> dict[str, Any]:
             limits[(Frame(**ev["frame"]).label, ev["limit"])] += 1
         elif ev["kind"] == "session_end":
             end = ev
-    return {"compiles": compiles, "recompiles": recompiles, "guards": guards, "limits": limits,
-            "phases": dict(phases), "end": end}
+    return {
+        "compiles": compiles,
+        "recompiles": recompiles,
+        "guards": guards,
+        "limits": limits,
+        "phases": dict(phases),
+        "end": end,
+    }
 
 
 def by(result: list[dict[str, Any]], *labels: str) -> dict[Any, float]:
@@ -66,26 +72,53 @@ def by(result: list[dict[str, Any]], *labels: str) -> dict[Any, float]:
 def test_prometheus_sees_exactly_the_event_log(tmp_path: Path) -> None:
     """Prometheus, scraping a real training job, returns exactly the event log's compiles and recompiles per frame, guard failures per category, limit hits and phase seconds; promtool accepts the exposition."""
     port, summary = free_port(), tmp_path / "summary.json"
-    proc = train_process({"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_PROMETHEUS_PORT": str(port),
-                          "RECOMPPROF_RUN_DIR": str(tmp_path / "run")},
-                         "--steps", "12", "--recompile-limit", "3", "--hold", "60", "--summary", str(summary))
+    proc = train_process(
+        {
+            "RECOMPPROF_EXPORTERS": "prometheus",
+            "RECOMPPROF_PROMETHEUS_PORT": str(port),
+            "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
+        },
+        "--steps",
+        "12",
+        "--recompile-limit",
+        "3",
+        "--hold",
+        "60",
+        "--summary",
+        str(summary),
+    )
     try:
         wait_for_line(proc, "TRAINING DONE", timeout=300)
         info = read_summary(summary)
         want = expected_totals(Path(info["event_log"]))
-        assert sum(want["compiles"].values()) == info["compiles"] >= 3 and sum(want["limits"].values()) >= 1
+        assert (
+            sum(want["compiles"].values()) == info["compiles"] >= 3
+            and sum(want["limits"].values()) >= 1
+        )
         exposition = http_get(f"http://127.0.0.1:{port}/metrics").decode()
         promtool = need("promtool", "prometheus")
-        check = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True, timeout=60)
+        check = subprocess.run(
+            [promtool, "check", "metrics"],
+            input=exposition,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert check.returncode == 0, check.stdout + check.stderr
         with prometheus(tmp_path, [f"127.0.0.1:{port}"]) as prom:
             prom.wait_for(f"sum(torch_compile_compiles_total) == {info['compiles']}", timeout=60)
-            assert by(prom.query("sum by (frame) (torch_compile_compiles_total) > 0"), "frame") == \
-                {k: v for k, v in want["compiles"].items() if v}
-            assert by(prom.query("sum by (frame) (torch_compile_recompiles_total) > 0"), "frame") == \
-                {k: v for k, v in want["recompiles"].items() if v}
-            assert by(prom.query("sum by (reason) (torch_compile_guard_failures_total) > 0"), "reason") == dict(want["guards"])
-            assert by(prom.query("torch_compile_recompile_limit_hits_total > 0"), "frame", "limit") == dict(want["limits"])
+            assert by(prom.query("sum by (frame) (torch_compile_compiles_total) > 0"), "frame") == {
+                k: v for k, v in want["compiles"].items() if v
+            }
+            assert by(
+                prom.query("sum by (frame) (torch_compile_recompiles_total) > 0"), "frame"
+            ) == {k: v for k, v in want["recompiles"].items() if v}
+            assert by(
+                prom.query("sum by (reason) (torch_compile_guard_failures_total) > 0"), "reason"
+            ) == dict(want["guards"])
+            assert by(
+                prom.query("torch_compile_recompile_limit_hits_total > 0"), "frame", "limit"
+            ) == dict(want["limits"])
             phases = by(prom.query("torch_compile_phase_seconds_total"), "phase")
             assert phases == pytest.approx(want["phases"], abs=1e-6)
             assert prom.scalar("torch_compile_recompile_limit{limit='recompile_limit'}") == 3
@@ -98,9 +131,22 @@ def test_prometheus_sees_exactly_the_event_log(tmp_path: Path) -> None:
 
 
 def _bad_run(tmp_path: Path, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
-    proc = train_process({"RECOMPPROF_EXPORTERS": "prometheus", "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
-                          "RECOMPPROF_PROMETHEUS_PUSH_INTERVAL": "0.2", **env},
-                         "--steps", "6", "--changes", "1", "--hold", "1", "--summary", str(tmp_path / "s.json"))
+    proc = train_process(
+        {
+            "RECOMPPROF_EXPORTERS": "prometheus",
+            "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
+            "RECOMPPROF_PROMETHEUS_PUSH_INTERVAL": "0.2",
+            **env,
+        },
+        "--steps",
+        "6",
+        "--changes",
+        "1",
+        "--hold",
+        "1",
+        "--summary",
+        str(tmp_path / "s.json"),
+    )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-4000:]
     assert "TRAINING DONE" in out and "DETACHED" in out
@@ -121,11 +167,21 @@ def test_bad_exporter_input_never_stops_training(tmp_path: Path, case: str) -> N
         blocker = tmp_path / "file"
         blocker.write_text("")
         component = "prometheus.textfile"
-        out, end = _bad_run(tmp_path, {"RECOMPPROF_PROMETHEUS_MODE": "textfile",
-                                       "RECOMPPROF_PROMETHEUS_TEXTFILE_DIR": str(blocker / "prom")})
+        out, end = _bad_run(
+            tmp_path,
+            {
+                "RECOMPPROF_PROMETHEUS_MODE": "textfile",
+                "RECOMPPROF_PROMETHEUS_TEXTFILE_DIR": str(blocker / "prom"),
+            },
+        )
     else:
         component = "prometheus.pushgateway"
-        out, end = _bad_run(tmp_path, {"RECOMPPROF_PROMETHEUS_MODE": "pushgateway",
-                                       "RECOMPPROF_PROMETHEUS_PUSHGATEWAY_URL": f"http://127.0.0.1:{port}"})
+        out, end = _bad_run(
+            tmp_path,
+            {
+                "RECOMPPROF_PROMETHEUS_MODE": "pushgateway",
+                "RECOMPPROF_PROMETHEUS_PUSHGATEWAY_URL": f"http://127.0.0.1:{port}",
+            },
+        )
     assert out.count(f"internal error in {component}") == 1, out[-4000:]
     assert end["internal_errors"].get(component, 0) >= 1, end

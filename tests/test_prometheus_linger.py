@@ -41,8 +41,12 @@ def test_final_totals_are_scraped_after_detach(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(JOB)
     with prometheus(tmp_path, [f"127.0.0.1:{port}"], scrape_interval="1s") as prom:
-        out = subprocess.run([sys.executable, str(script), str(port), "5", str(steps)], capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, str(script), str(port), "5", str(steps)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         lingered = float(out.stdout.split("LINGERED ")[1].split()[0])
         # 0 when a scrape that began after detach's linger started had already finished (on a loaded machine the

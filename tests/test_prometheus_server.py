@@ -35,9 +35,11 @@ def occupied(port: int) -> Iterator[socket.socket]:
 
 @contextlib.contextmanager
 def running(**settings: object) -> Iterator[PrometheusExporter]:
-    session = make_session(**{k: v for k, v in settings.items() if k not in {"local_rank", "world"}},
-                           local_rank=int(settings.get("local_rank", 0)),  # type: ignore[arg-type]
-                           world=int(settings.get("world", 1)))  # type: ignore[arg-type]
+    session = make_session(
+        **{k: v for k, v in settings.items() if k not in {"local_rank", "world"}},
+        local_rank=int(settings.get("local_rank", 0)),  # type: ignore[arg-type]
+        world=int(settings.get("world", 1)),
+    )  # type: ignore[arg-type]
     feed(session)
     exporter = PrometheusExporter(session.settings)
     exporter.start(session)
@@ -79,7 +81,9 @@ def test_taken_port_raises_a_config_error_in_strict_mode() -> None:
 
 def test_taken_port_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
     """In production a taken port leaves no endpoint, logs one warning for two failures and counts both."""
-    raise_internal_errors(False)  # production mode for this test (the autouse fixture restores strict)
+    raise_internal_errors(
+        False
+    )  # production mode for this test (the autouse fixture restores strict)
     port = free_port()
     caplog.set_level(logging.WARNING, logger="recompprof")
     with occupied(port):
@@ -90,26 +94,55 @@ def test_taken_port_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture)
     assert _internal.counts()["prometheus.server"] == 2
     warnings = [r for r in caplog.records if "prometheus.server" in r.getMessage()]
     assert len(warnings) == 1
-    assert f"port {port}" in warnings[0].getMessage() and "prometheus_port" in warnings[0].getMessage()
-    assert warnings[0].exc_info is None  # an expected condition: one line, the traceback only at DEBUG
+    assert (
+        f"port {port}" in warnings[0].getMessage() and "prometheus_port" in warnings[0].getMessage()
+    )
+    assert (
+        warnings[0].exc_info is None
+    )  # an expected condition: one line, the traceback only at DEBUG
 
 
 def test_port_search_takes_the_next_free_port(caplog: pytest.LogCaptureFixture) -> None:
     """With prometheus_port_search a taken port moves the endpoint one local world size up, and says so in the log."""
     base = free_port()
     caplog.set_level(logging.WARNING, logger="recompprof")
-    with occupied(base), running(prometheus_port=base, prometheus_port_search=True, world=1) as exporter:
+    with (
+        occupied(base),
+        running(prometheus_port=base, prometheus_port_search=True, world=1) as exporter,
+    ):
         assert exporter.url == f"http://127.0.0.1:{base + 1}/metrics"
         assert b"torch_compile_compiles_total" in http_get(exporter.url)
-    assert any(f"port {base}" in r.getMessage() and str(base + 1) in r.getMessage() for r in caplog.records)
+    assert any(
+        f"port {base}" in r.getMessage() and str(base + 1) in r.getMessage() for r in caplog.records
+    )
 
 
 def _self_signed(tmp: Path) -> tuple[Path, Path]:
     openssl = need("openssl", "openssl")
     cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -117,16 +150,26 @@ def test_tls_and_basic_auth(tmp_path: Path) -> None:
     """With a certificate and basic auth the endpoint speaks HTTPS, answers 401 without credentials and 200 with them."""
     cert, key = _self_signed(tmp_path)
     ctx = ssl.create_default_context(cafile=str(cert))
-    with running(prometheus_port=free_port(), prometheus_certfile=cert, prometheus_keyfile=key,
-                 prometheus_basic_auth="scraper:s3cret") as exporter:
+    with running(
+        prometheus_port=free_port(),
+        prometheus_certfile=cert,
+        prometheus_keyfile=key,
+        prometheus_basic_auth="scraper:s3cret",
+    ) as exporter:
         assert exporter.url and exporter.url.startswith("https://")
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(exporter.url, context=ctx, timeout=5)
         assert denied.value.code == 401
-        wrong = urllib.request.Request(exporter.url, headers={"Authorization": "Basic " + base64.b64encode(b"scraper:x").decode()})
+        wrong = urllib.request.Request(
+            exporter.url,
+            headers={"Authorization": "Basic " + base64.b64encode(b"scraper:x").decode()},
+        )
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(wrong, context=ctx, timeout=5)
-        good = urllib.request.Request(exporter.url, headers={"Authorization": "Basic " + base64.b64encode(b"scraper:s3cret").decode()})
+        good = urllib.request.Request(
+            exporter.url,
+            headers={"Authorization": "Basic " + base64.b64encode(b"scraper:s3cret").decode()},
+        )
         with urllib.request.urlopen(good, context=ctx, timeout=5) as resp:
             assert resp.status == 200 and b"torch_compile_compiles_total" in resp.read()
         with pytest.raises(OSError):  # plain HTTP is not served
@@ -135,15 +178,19 @@ def test_tls_and_basic_auth(tmp_path: Path) -> None:
 
 def test_half_configured_tls_is_a_config_error() -> None:
     """A certfile without a keyfile fails at attach (the exporter's constructor) with a ConfigError naming both settings."""
-    with pytest.raises(ConfigError, match="prometheus_keyfile"), running(prometheus_port=free_port(),
-                                                                          prometheus_certfile=Path("/nonexistent.pem")):
+    with (
+        pytest.raises(ConfigError, match="prometheus_keyfile"),
+        running(prometheus_port=free_port(), prometheus_certfile=Path("/nonexistent.pem")),
+    ):
         pass
 
 
 def test_malformed_basic_auth_is_a_config_error() -> None:
     """A prometheus_basic_auth value without a colon fails at attach with a ConfigError naming the setting."""
-    with pytest.raises(ConfigError, match="prometheus_basic_auth"), running(prometheus_port=free_port(),
-                                                                             prometheus_basic_auth="nocolon"):
+    with (
+        pytest.raises(ConfigError, match="prometheus_basic_auth"),
+        running(prometheus_port=free_port(), prometheus_basic_auth="nocolon"),
+    ):
         pass
 
 
@@ -163,20 +210,31 @@ def test_exemplars_reach_prometheus(tmp_path: Path) -> None:
             prom.wait_for("torch_compile_duration_seconds_count", timeout=30)
 
             def stored(result: list[dict[str, object]]) -> bool:
-                return any(e["labels"].get("trace_id") == "4bf92f3577b34da6a3ce929d0e0e4736"  # type: ignore[index]
-                           for series in result for e in series["exemplars"])  # type: ignore[attr-defined]
+                return any(
+                    e["labels"].get("trace_id") == "4bf92f3577b34da6a3ce929d0e0e4736"  # type: ignore[index]
+                    for series in result
+                    for e in series["exemplars"]
+                )  # type: ignore[attr-defined]
 
             deadline = time.monotonic() + 30
-            while not stored(prom.api("query_exemplars", query="torch_compile_duration_seconds_bucket",
-                                      start=time.time() - 600, end=time.time() + 60)):
+            while not stored(
+                prom.api(
+                    "query_exemplars",
+                    query="torch_compile_duration_seconds_bucket",
+                    start=time.time() - 600,
+                    end=time.time() + 60,
+                )
+            ):
                 assert time.monotonic() < deadline, "no exemplar stored"
                 time.sleep(0.5)
     finally:
         exporter.shutdown()
 
 
-@pytest.mark.parametrize("mode,setting", [("textfile", "prometheus_textfile_dir"),
-                                          ("pushgateway", "prometheus_pushgateway_url")])
+@pytest.mark.parametrize(
+    "mode,setting",
+    [("textfile", "prometheus_textfile_dir"), ("pushgateway", "prometheus_pushgateway_url")],
+)
 def test_mode_without_its_destination_fails_at_attach(mode: str, setting: str) -> None:
     """textfile without a directory, or pushgateway without a URL, raises a ConfigError naming the missing setting."""
     session = make_session(prometheus_mode=mode)

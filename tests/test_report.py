@@ -85,7 +85,10 @@ def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
         return x * len(tag)
 
     compiled = torch.compile(h, backend="eager")
-    with torch._dynamo.config.patch(recompile_limit=100), recompprof.attach(run_dir=tmp_path) as session:
+    with (
+        torch._dynamo.config.patch(recompile_limit=100),
+        recompprof.attach(run_dir=tmp_path) as session,
+    ):
         for i in range(80):
             compiled(torch.ones(2), f"t{i}")
     events = [e for e in session.recent_events() if e.kind == "compile"]
@@ -110,7 +113,9 @@ def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Pa
     def step(x: torch.Tensor, scale: float) -> torch.Tensor:
         return (model(x) * scale).sum()
 
-    compiled = torch.compile(step, backend="aot_eager", dynamic=False)  # static: each backward compiles lazily
+    compiled = torch.compile(
+        step, backend="aot_eager", dynamic=False
+    )  # static: each backward compiles lazily
     with recompprof.attach(run_dir=tmp_path, recompile_limit=8) as session:
         for batch, scale in ((2, 1.0), (3, 1.0), (3, 2.0), (5, 3.0)):
             compiled(torch.randn(batch, 4), scale).backward()
@@ -126,7 +131,9 @@ def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Pa
         if e.compile_id in cause_of_id:
             key = cause_of_id[e.compile_id]
             expected[key] = expected.get(key, 0.0) + e.duration
-    assert any(e.backward and e.compile_id in cause_of_id for e in events)  # a recompile's backward was charged
+    assert any(
+        e.backward and e.compile_id in cause_of_id for e in events
+    )  # a recompile's backward was charged
     report = session.report()
     got = {(c.category, c.subject): c.seconds for c in report.causes.values()}
     assert got == pytest.approx(expected) and len(got) >= 2
@@ -141,36 +148,63 @@ def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Pa
     assert live == pytest.approx(by_category)
     text = render_text(report)
     assert text.index("Fix these first: compile time lost per cause") < text.index("Frames")
-    assert f"Recompiles cost {report.recompile_seconds:.2f} s of {report.compile_seconds:.2f} s" in text
+    assert (
+        f"Recompiles cost {report.recompile_seconds:.2f} s of {report.compile_seconds:.2f} s"
+        in text
+    )
     assert "mark_dynamic" in text.split("Frames")[0]  # the size cause's fix hint is in the list
 
 
 def test_fix_first_example_shows_reason_and_call_site() -> None:
     """A cause's example is the explaining reason's text and the recompile's user call site (innermost last)."""
     frame = Frame(name="step", file="/src/train.py", line=10)
-    reason = Reason(text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size",
-                    subject="L['x']", explains_change=True)
+    reason = Reason(
+        text="tensor 'x' size mismatch at index 0. expected 2, actual 3",
+        category="size",
+        subject="L['x']",
+        explains_change=True,
+    )
     events = [
         Compile(time=1.0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
-        Compile(time=2.0, step=4, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5, reasons=[reason],
-                call_site=["/src/train.py:80 in main", "/src/train.py:55 in train_step"]),
+        Compile(
+            time=2.0,
+            step=4,
+            frame=frame,
+            compile_id="0/1",
+            is_recompile=True,
+            duration=0.5,
+            reasons=[reason],
+            call_site=["/src/train.py:80 in main", "/src/train.py:55 in train_step"],
+        ),
     ]
     report = build_report(events)
     (cause,) = report.ranked_causes()
-    assert (cause.category, cause.subject, cause.recompiles, cause.steps) == ("size", "L['x']", 1, [4])
+    assert (cause.category, cause.subject, cause.recompiles, cause.steps) == (
+        "size",
+        "L['x']",
+        1,
+        [4],
+    )
     assert cause.example == reason.text and cause.call_site[-1] == "/src/train.py:55 in train_step"
     assert report.recompile_seconds == pytest.approx(0.5)
     text = render_text(report, width=250)
     assert "at /src/train.py:55 in train_step" in text and "33.3 %" in text
     page = render_html(report)
     row = page.split('id="fix-first-table"')[1].split("</table>")[0]
-    assert "/src/train.py:80 in main\n/src/train.py:55 in train_step" in row and "size mismatch at index 0" in row
+    assert (
+        "/src/train.py:80 in main\n/src/train.py:55 in train_step" in row
+        and "size mismatch at index 0" in row
+    )
 
 
-def _size_then_scale(session_kwargs: dict[str, object], compile_kwargs: dict[str, object], tmp_path: Path) -> list[Compile]:
+def _size_then_scale(
+    session_kwargs: dict[str, object], compile_kwargs: dict[str, object], tmp_path: Path
+) -> list[Compile]:
     """Steps 0-5 call one compiled function with a growing batch; at step 4 a bool flag flips too (torch
     never makes a bool dynamic)."""
-    compiled = torch.compile(lambda x, flag: x * 2 if flag else x * 3, backend="eager", **compile_kwargs)
+    compiled = torch.compile(
+        lambda x, flag: x * 2 if flag else x * 3, backend="eager", **compile_kwargs
+    )
     opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
     with recompprof.attach(run_dir=tmp_path, **session_kwargs) as session:
         for step in range(6):
@@ -185,10 +219,16 @@ def test_automatic_dynamic_recompile_is_expected_warmup_not_steady_state(tmp_pat
     compiles = _size_then_scale({}, {}, tmp_path)
     recompiles = [c for c in compiles if c.is_recompile]
     assert [(c.step, c.automatic_dynamic, c.steady_state) for c in recompiles] == [
-        (1, "dim 0 of L['x']", False), (4, None, True)]
+        (1, "dim 0 of L['x']", False),
+        (4, None, True),
+    ]
     report = build_report(compiles)
     frame = next(iter(report.frames.values()))
-    assert (frame.recompiles, frame.steady_state_recompiles, report.automatic_dynamic_recompiles) == (2, 1, 1)
+    assert (
+        frame.recompiles,
+        frame.steady_state_recompiles,
+        report.automatic_dynamic_recompiles,
+    ) == (2, 1, 1)
     text = render_text(report, width=200)
     assert "torch made it dynamic and recompiled once" in text and "This will not recur for" in text
     assert "dim 0 of L['x']" in text
@@ -209,10 +249,19 @@ def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
 
     frame = Frame(name="f", file="/src/f.py", line=1)
     explainer = ReasonExplainer()
-    first = explainer.explain(frame, ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"])
-    again = explainer.explain(frame, ["0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4"])
-    other = explainer.explain(frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"])
-    got = [automatic_dynamic(CompileRecord(), list(e[0]), e.first_change) for e in (first, again, other)]
+    first = explainer.explain(
+        frame, ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 3"]
+    )
+    again = explainer.explain(
+        frame, ["0/1: tensor 'x' size mismatch at index 0. expected 3, actual 4"]
+    )
+    other = explainer.explain(
+        frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"]
+    )
+    got = [
+        automatic_dynamic(CompileRecord(), list(e[0]), e.first_change)
+        for e in (first, again, other)
+    ]
     assert got == ["dim 0 of L['x']", None, "dim 1 of L['x']"]
 
 
@@ -220,16 +269,50 @@ def test_text_report_shows_reason_examples_and_unbroken_headers() -> None:
     """The terminal report shows each reason group's example text, and no header word is split across lines
     at narrow or wide widths (headers wrap only between words)."""
     frame = Frame(name="LlamaForCausalLM.forward", file="/src/models/modeling_llama.py", line=1200)
-    reason = Reason(text="tensor 'input_ids' size mismatch at index 1. expected 128, actual 256", category="size",
-                    subject="L['input_ids']", explains_change=True)
+    reason = Reason(
+        text="tensor 'input_ids' size mismatch at index 1. expected 128, actual 256",
+        category="size",
+        subject="L['input_ids']",
+        explains_change=True,
+    )
     events = [
         Compile(time=1.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
-        Compile(time=2.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True),
-        Compile(time=3.0, step=3, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5, reasons=[reason]),
+        Compile(
+            time=2.0,
+            step=0,
+            frame=frame,
+            compile_id="0/0",
+            is_recompile=False,
+            duration=0.5,
+            backward=True,
+        ),
+        Compile(
+            time=3.0,
+            step=3,
+            frame=frame,
+            compile_id="0/1",
+            is_recompile=True,
+            duration=0.5,
+            reasons=[reason],
+        ),
     ]
     report = build_report(events)
-    headers = ("Compiles", "Recompiles", "Steady-state", "Recompile", "Limit", "Graph", "breaks", "Failures",
-               "Category", "Subject", "Changes", "Guard", "failures", "Example")
+    headers = (
+        "Compiles",
+        "Recompiles",
+        "Steady-state",
+        "Recompile",
+        "Limit",
+        "Graph",
+        "breaks",
+        "Failures",
+        "Category",
+        "Subject",
+        "Changes",
+        "Guard",
+        "failures",
+        "Example",
+    )
     for width in (100, 120, 200):
         text = render_text(report, width=width)
         assert max(len(line) for line in text.splitlines()) <= width
@@ -245,14 +328,37 @@ def test_html_shows_backward_compiles_and_unknown_steps_of_ingested_runs() -> No
     from recompprof._model.events import SessionStart
 
     frame = Frame(name="step", file="/src/train.py", line=10)
-    start = SessionStart(time=0.0, run_id="torch-trace-x", host="h", pid=1, versions={}, mode="monitor",
-                         recompile_limit=8, signals={"torch_trace": True})
+    start = SessionStart(
+        time=0.0,
+        run_id="torch-trace-x",
+        host="h",
+        pid=1,
+        versions={},
+        mode="monitor",
+        recompile_limit=8,
+        signals={"torch_trace": True},
+    )
     events = [
         start,
         Compile(time=1.0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0),
-        Compile(time=2.0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True),
-        Compile(time=3.0, frame=frame, compile_id="0/1", is_recompile=True, duration=0.5,
-                reasons=[Reason(text="k == 1.0", category="python_constant", subject="L['k']", explains_change=True)]),
+        Compile(
+            time=2.0, frame=frame, compile_id="0/0", is_recompile=False, duration=0.5, backward=True
+        ),
+        Compile(
+            time=3.0,
+            frame=frame,
+            compile_id="0/1",
+            is_recompile=True,
+            duration=0.5,
+            reasons=[
+                Reason(
+                    text="k == 1.0",
+                    category="python_constant",
+                    subject="L['k']",
+                    explains_change=True,
+                )
+            ],
+        ),
     ]
     report = build_report(events)
     page = render_html(report)
@@ -270,21 +376,47 @@ def test_text_report_prints_reason_text_verbatim_and_bounds_each_frame() -> None
     summing the rest, and a long example is cut, saying so."""
     frame = Frame(name="Net.forward", file="/src/net.py", line=7)
     texts = [f"L['cfg'][{i}] == 'a[bold]b :warning: c'" for i in range(7)] + ["Z" * 400]
-    events = [Compile(time=1.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0)]
+    events = [
+        Compile(time=1.0, step=0, frame=frame, compile_id="0/0", is_recompile=False, duration=1.0)
+    ]
     for i, text in enumerate(texts):
-        reasons = [Reason(text=text, category="python_constant", subject=f"L['cfg'][{i}]", explains_change=True)]
-        events += [Compile(time=2.0 + i + k, step=i, frame=frame, compile_id=f"0/{i}", is_recompile=True, duration=0.5,
-                           reasons=reasons) for k in range(10 - i)]
+        reasons = [
+            Reason(
+                text=text,
+                category="python_constant",
+                subject=f"L['cfg'][{i}]",
+                explains_change=True,
+            )
+        ]
+        events += [
+            Compile(
+                time=2.0 + i + k,
+                step=i,
+                frame=frame,
+                compile_id=f"0/{i}",
+                is_recompile=True,
+                duration=0.5,
+                reasons=reasons,
+            )
+            for k in range(10 - i)
+        ]
     text = render_text(build_report(events), width=200)
-    why = text[text.index("Why they recompiled"):text.index("Compile time by phase")]
+    why = text[text.index("Why they recompiled") : text.index("Compile time by phase")]
     flat = " ".join(why.split())
     assert "== 'a[bold]b :warning: c'" in flat
     assert "L['cfg'][4]" in flat and "L['cfg'][5]" not in flat
     assert "3 more group(s)" in flat  # groups 5, 6 and the long one: 5 + 4 + 3 recompiles
     row = next(line for line in why.splitlines() if "3 more group(s)" in line)
     assert row.split()[-3:] == ["12", "12", "-"], row  # changes, guard failures, no example
-    long_report = render_text(build_report([events[0], *[e for e in events if e.reasons and e.reasons[0].text.startswith("Z")]]), width=200)
-    long_why = long_report[long_report.index("Why they recompiled"):long_report.index("Compile time by phase")]
+    long_report = render_text(
+        build_report(
+            [events[0], *[e for e in events if e.reasons and e.reasons[0].text.startswith("Z")]]
+        ),
+        width=200,
+    )
+    long_why = long_report[
+        long_report.index("Why they recompiled") : long_report.index("Compile time by phase")
+    ]
     assert long_why.count("Z") == 157 and "..." in long_why
 
 
@@ -312,4 +444,8 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
     renderers = {"recompprof._analysis.text", "recompprof._analysis.html_report"}
     for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
         assert not _imports(f"recompprof._analysis.{module}") & renderers, module
-    assert not {m for m in _imports("recompprof._analysis.divergence") if m.startswith("recompprof._analysis.report")}
+    assert not {
+        m
+        for m in _imports("recompprof._analysis.divergence")
+        if m.startswith("recompprof._analysis.report")
+    }

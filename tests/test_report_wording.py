@@ -20,7 +20,15 @@ from recompprof._eventlog.reader import read_run
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
-    return record(tmp_path_factory.mktemp("limited"), "--steps", "12", "--recompile-limit", "2", "--backend", "aot_eager")
+    return record(
+        tmp_path_factory.mktemp("limited"),
+        "--steps",
+        "12",
+        "--recompile-limit",
+        "2",
+        "--backend",
+        "aot_eager",
+    )
 
 
 def test_a_limit_hit_explains_no_change(limited: RecordedRun) -> None:
@@ -61,10 +69,18 @@ def test_tables_wrap_labels_between_words_and_path_parts(limited: RecordedRun, w
     allowed = whole | {piece for word in whole for piece in _pieces(word)} | {"·"}
     text = render_text(report, width=width)
     assert max(len(line.rstrip()) for line in text.splitlines()) <= width
-    cut = sorted({token for token in text.split() if token not in allowed and set(token) != {"─"}})  # not a rule
+    cut = sorted(
+        {token for token in text.split() if token not in allowed and set(token) != {"─"}}
+    )  # not a rule
     assert cut == [], f"words cut inside at {width} columns: {cut[:10]}"
     labels = [frame.label for frame in report.frames.values()]
-    assert any(label in text for label in labels)  # whole: in a column that holds it, or on a record's first line
-    as_records = re.search(r"^ {4}Compiles \d+ .* · Recompiles \d+ · ", text, re.MULTILINE) is not None
-    if width != 120:  # the frames table fits 160 columns, not 80 (120 depends on the labels' lengths)
+    assert any(
+        label in text for label in labels
+    )  # whole: in a column that holds it, or on a record's first line
+    as_records = (
+        re.search(r"^ {4}Compiles \d+ .* · Recompiles \d+ · ", text, re.MULTILINE) is not None
+    )
+    if (
+        width != 120
+    ):  # the frames table fits 160 columns, not 80 (120 depends on the labels' lengths)
         assert as_records == (width == 80), text

@@ -22,17 +22,31 @@ UNIT_TESTS = REPO / "deploy/prometheus/tests/recompprof-rules-test.yaml"
 RUNBOOK = REPO / "docs/alerts.md"
 # The metrics contract (docs/prometheus.md): the only series the rules may read.
 CONTRACT = {
-    "torch_compile_compiles_total", "torch_compile_recompiles_total",
-    "torch_compile_steady_state_recompiles_total", "torch_compile_guard_failures_total",
-    "torch_compile_recompile_limit_hits_total", "torch_compile_compile_failures_total",
-    "torch_compile_graph_breaks_total", "torch_compile_duration_seconds_bucket",
-    "torch_compile_duration_seconds_sum", "torch_compile_duration_seconds_count",
-    "torch_compile_phase_seconds_total", "torch_compile_cache_entries", "torch_compile_recompile_limit",
-    "torch_compile_last_compile_timestamp_seconds", "torch_compile_training_step",
-    "recompprof_build_info", "recompprof_process_info", "recompprof_events_dropped_total",
-    "recompprof_internal_errors_total", "torch_compile_frame_compile_seconds_total",
-    "torch_compile_recompile_seconds_total", "torch_compile_cache_lookups_total", "torch_compile_cache_saved_seconds_total",
-    "torch_compile_compiling", "torch_compile_compile_running_seconds",
+    "torch_compile_compiles_total",
+    "torch_compile_recompiles_total",
+    "torch_compile_steady_state_recompiles_total",
+    "torch_compile_guard_failures_total",
+    "torch_compile_recompile_limit_hits_total",
+    "torch_compile_compile_failures_total",
+    "torch_compile_graph_breaks_total",
+    "torch_compile_duration_seconds_bucket",
+    "torch_compile_duration_seconds_sum",
+    "torch_compile_duration_seconds_count",
+    "torch_compile_phase_seconds_total",
+    "torch_compile_cache_entries",
+    "torch_compile_recompile_limit",
+    "torch_compile_last_compile_timestamp_seconds",
+    "torch_compile_training_step",
+    "recompprof_build_info",
+    "recompprof_process_info",
+    "recompprof_events_dropped_total",
+    "recompprof_internal_errors_total",
+    "torch_compile_frame_compile_seconds_total",
+    "torch_compile_recompile_seconds_total",
+    "torch_compile_cache_lookups_total",
+    "torch_compile_cache_saved_seconds_total",
+    "torch_compile_compiling",
+    "torch_compile_compile_running_seconds",
 }
 
 
@@ -53,7 +67,9 @@ def metric_names(expr: str) -> set[str]:
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([need("promtool", "prometheus"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [need("promtool", "prometheus"), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_rules_file_passes_promtool_check() -> None:
@@ -79,14 +95,19 @@ def test_unit_tests_cover_every_alert_firing_and_silent() -> None:
     assert silent == set(rules.ALERTS)
 
 
-@pytest.mark.parametrize(("change", "alert"), [
-    ({"recompiles_threshold": DEFAULT.recompiles_threshold - 1}, "TorchCompileRecompilesHigh"),
-    ({"long_compile_seconds": DEFAULT.long_compile_seconds - 1}, "TorchCompileLongCompile"),
-    ({"long_compile_for": "0s"}, "TorchCompileLongCompile"),
-    ({"out_of_step_for": "2m"}, "TorchCompileRanksOutOfStep"),
-    ({"out_of_step_for": "4m"}, "TorchCompileRanksOutOfStep"),
-])
-def test_unit_tests_catch_a_threshold_off_by_one(tmp_path: Path, change: dict[str, object], alert: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "alert"),
+    [
+        ({"recompiles_threshold": DEFAULT.recompiles_threshold - 1}, "TorchCompileRecompilesHigh"),
+        ({"long_compile_seconds": DEFAULT.long_compile_seconds - 1}, "TorchCompileLongCompile"),
+        ({"long_compile_for": "0s"}, "TorchCompileLongCompile"),
+        ({"out_of_step_for": "2m"}, "TorchCompileRanksOutOfStep"),
+        ({"out_of_step_for": "4m"}, "TorchCompileRanksOutOfStep"),
+    ],
+)
+def test_unit_tests_catch_a_threshold_off_by_one(
+    tmp_path: Path, change: dict[str, object], alert: str
+) -> None:
     """Rules generated with a threshold or `for` one step off fail the unit tests (the edges are tested)."""
     (tmp_path / "tests").mkdir()
     unit_tests = tmp_path / "tests" / UNIT_TESTS.name
@@ -111,12 +132,17 @@ def test_alerts_are_named_labelled_and_annotated() -> None:
 
 def test_runbook_links_point_at_sections_of_docs_alerts() -> None:
     """Every runbook_url ends in an anchor that is a section heading of docs/alerts.md."""
-    headings = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
-                for line in RUNBOOK.read_text().splitlines() if line.startswith("## ")}
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in RUNBOOK.read_text().splitlines()
+        if line.startswith("## ")
+    }
     for alert in (r for r in _rules() if "alert" in r):
         url = alert["annotations"]["runbook_url"]
         assert url.startswith(DEFAULT.runbook_url + "#")
-        assert url.split("#", 1)[1] in headings, f"docs/alerts.md has no section for {alert['alert']}"
+        assert url.split("#", 1)[1] in headings, (
+            f"docs/alerts.md has no section for {alert['alert']}"
+        )
 
 
 def test_recording_rules_follow_level_metric_operations() -> None:
@@ -133,8 +159,14 @@ def test_recording_rules_follow_level_metric_operations() -> None:
 
 def test_threshold_and_windows_come_from_the_config(tmp_path: Path) -> None:
     """A config with threshold 2 and 1m windows yields rules with exactly those, still valid for promtool."""
-    fast = DEFAULT.replace(recompiles_threshold=2, recompiles_window="1m", recompiles_for="0s",
-                           event_window="1m", compile_time_window="1m", selector='cluster="a"')
+    fast = DEFAULT.replace(
+        recompiles_threshold=2,
+        recompiles_window="1m",
+        recompiles_for="0s",
+        event_window="1m",
+        compile_time_window="1m",
+        selector='cluster="a"',
+    )
     path = tmp_path / "fast.yaml"
     path.write_text(rules.render(fast))
     by_name = {r.get("alert") or r["record"]: r for r in _rules(path)}
@@ -142,8 +174,10 @@ def test_threshold_and_windows_come_from_the_config(tmp_path: Path) -> None:
     assert high["expr"] == "namespace_job_rank:torch_compile_recompiles:increase1m > 2"
     assert "for" not in high
     assert "[1m]" in by_name["namespace_job_rank:torch_compile_recompiles:increase1m"]["expr"]
-    assert 'torch_compile_recompiles_total{cluster="a"}' in by_name[
-        "namespace_job_rank:torch_compile_recompiles:increase1m"]["expr"]
+    assert (
+        'torch_compile_recompiles_total{cluster="a"}'
+        in by_name["namespace_job_rank:torch_compile_recompiles:increase1m"]["expr"]
+    )
     assert _promtool("check", "rules", str(path)).returncode == 0
 
 

@@ -30,7 +30,9 @@ TOKEN = SECRET + "-global-1"
 
 def _non_loopback_address() -> str | None:
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.254", 9))  # no packet is sent; this picks the outgoing interface's address
+        s.connect(
+            ("192.0.2.254", 9)
+        )  # no packet is sent; this picks the outgoing interface's address
         address = s.getsockname()[0]
         return None if address.startswith("127.") else address
     return None
@@ -39,9 +41,14 @@ def _non_loopback_address() -> str | None:
 def test_metrics_endpoint_binds_loopback_by_default() -> None:
     """With the default address the endpoint listens on 127.0.0.1 only: a non-loopback address of this host is refused."""
     port = free_port()
-    with recompprof.attach(exporters=["prometheus"], prometheus_port=port, event_log=False) as session:
+    with recompprof.attach(
+        exporters=["prometheus"], prometheus_port=port, event_log=False
+    ) as session:
         server = session.exporters[0].server  # type: ignore[attr-defined]
-        assert server.addr == "127.0.0.1" and session.exporters[0].url == f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
+        assert (
+            server.addr == "127.0.0.1"
+            and session.exporters[0].url == f"http://127.0.0.1:{port}/metrics"
+        )  # type: ignore[attr-defined]
         assert b"torch_compile_" in http_get(f"http://127.0.0.1:{port}/metrics")
         other = _non_loopback_address()
         if other is None:
@@ -58,8 +65,13 @@ def test_configured_address_is_reachable_and_basic_auth_guards_it() -> None:
     if other is None:
         pytest.skip("this host has no non-loopback IPv4 address")
     port = free_port()
-    with recompprof.attach(exporters=["prometheus"], prometheus_port=port, prometheus_addr="0.0.0.0",
-                           prometheus_basic_auth="scraper:pw", event_log=False):
+    with recompprof.attach(
+        exporters=["prometheus"],
+        prometheus_port=port,
+        prometheus_addr="0.0.0.0",
+        prometheus_basic_auth="scraper:pw",
+        event_log=False,
+    ):
         with pytest.raises(urllib.error.HTTPError) as denied:
             http_get(f"http://{other}:{port}/metrics")
         assert denied.value.code == 401
@@ -83,7 +95,11 @@ class Holder(torch.nn.Module):
         self.secret = SECRET + "-attr-1"
 
     def forward(self, x: torch.Tensor, word: str) -> torch.Tensor:
-        if self.secret == SECRET + "-attr-1" and word == SECRET + "-arg-1" and TOKEN == SECRET + "-global-1":
+        if (
+            self.secret == SECRET + "-attr-1"
+            and word == SECRET + "-arg-1"
+            and TOKEN == SECRET + "-global-1"
+        ):
             return x + 1  # s3cr3t-comment-in-source
         return x - 1  # s3cr3t-comment-in-source
 
@@ -110,7 +126,9 @@ def test_redact_lets_no_planted_secret_leave_the_process(
     run_dir = tmp_path / "run"
     with RawReceiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        with recompprof.attach(run_dir=run_dir, redact=True, exporters=["prometheus", "otel"], prometheus_port=0) as session:
+        with recompprof.attach(
+            run_dir=run_dir, redact=True, exporters=["prometheus", "otel"], prometheus_port=0
+        ) as session:
             compiled(torch.ones(2), SECRET + "-arg-1")
             TOKEN = SECRET + "-global-2"
             compiled(torch.ones(2), SECRET + "-arg-1")
@@ -123,16 +141,22 @@ def test_redact_lets_no_planted_secret_leave_the_process(
             with torch._dynamo.config.patch(suppress_errors=True):
                 torch.compile(lambda x: x.sin(), backend=leaky_backend)(torch.ones(2))
             metrics = http_get(session.exporters[0].url)  # type: ignore[attr-defined]
-            textfile = TextfileOutput(session.exporters[0].registry, tmp_path / "textfile", "job", 0)  # type: ignore[attr-defined]
+            textfile = TextfileOutput(
+                session.exporters[0].registry, tmp_path / "textfile", "job", 0
+            )  # type: ignore[attr-defined]
             textfile.flush()
-        receiver.wait_for(lambda spans: len([s for s in spans if s["name"] == "torch_compile.frame"]) >= 5)
+        receiver.wait_for(
+            lambda spans: len([s for s in spans if s["name"] == "torch_compile.frame"]) >= 5
+        )
         otlp = b"".join(receiver.bodies)
     TOKEN = SECRET + "-global-1"
 
     events = list(session.recent_events())
     kinds = {e.kind for e in events}
     assert {"compile", "graph_break"} <= kinds
-    assert any(getattr(e, "outcome", None) == "failed" for e in events)  # the backend failure was recorded
+    assert any(
+        getattr(e, "outcome", None) == "failed" for e in events
+    )  # the backend failure was recorded
     assert any(r.category == "global" for e in events for r in getattr(e, "reasons", []))
 
     out, err = io.StringIO(), io.StringIO()
@@ -147,8 +171,10 @@ def test_redact_lets_no_planted_secret_leave_the_process(
         "HTML report": (tmp_path / "report.html").read_bytes(),
         "session report": str(session.report()).encode(),
         # torch's own log lines are torch's business; recompprof's (with any traceback) are ours.
-        "recompprof logs": "\n".join(caplog.handler.format(r) for r in caplog.records
-                                     if r.name.startswith("recompprof")).encode() or b"(none)",
+        "recompprof logs": "\n".join(
+            caplog.handler.format(r) for r in caplog.records if r.name.startswith("recompprof")
+        ).encode()
+        or b"(none)",
     }
     leaks = [where for where, data in outputs.items() if SECRET.encode() in data]
     assert not leaks, f"secret found in: {', '.join(leaks)}"

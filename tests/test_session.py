@@ -24,7 +24,9 @@ def torch_state() -> dict[str, Any]:
 
     # Some of these internals are newer than the oldest supported torch: absent ones compare as None.
     callback_handler = getattr(getattr(torch._dynamo, "callback", None), "callback_handler", None)
-    recompile_hooks = getattr(torch._dynamo.utils, "get_hook_for_recompile_user_context", lambda: None)
+    recompile_hooks = getattr(
+        torch._dynamo.utils, "get_hook_for_recompile_user_context", lambda: None
+    )
     metrics_logger = logging.getLogger("torch._utils_internal")
     return {
         "dynamo_config": dynamo_config.get_config_copy(),
@@ -37,7 +39,9 @@ def torch_state() -> dict[str, Any]:
         "start_callbacks": list(getattr(callback_handler, "start_callbacks", [])),
         "end_callbacks": list(getattr(callback_handler, "end_callbacks", [])),
         "recompile_user_context_hooks": list(recompile_hooks() or []),
-        "compile_metrics_hook": getattr(torch._dynamo.utils, "add_compilation_metrics_to_chromium", None),
+        "compile_metrics_hook": getattr(
+            torch._dynamo.utils, "add_compilation_metrics_to_chromium", None
+        ),
         "trace_structured": torch._logging.trace_structured,
         "set_stance": getattr(torch._dynamo.decorators, "_set_stance", None),
     }
@@ -142,8 +146,10 @@ def test_steps_counted_by_optimizer_hook_and_warmup_split(tmp_path: Path) -> Non
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     compiled = torch.compile(model, backend="eager")
-    with recompprof.attach(run_dir=tmp_path, warmup_steps=3) as session, \
-            torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+    with (
+        recompprof.attach(run_dir=tmp_path, warmup_steps=3) as session,
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+    ):
         for batch in (2, 2, 3, 3, 5):  # recompiles at steps 2 and 4 (sizes 3 and 5)
             compiled(torch.randn(batch, 4)).sum().backward()
             opt.step()
@@ -190,10 +196,16 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
     start = next(iter(read_file(session.event_log_path)))
     info = torch_info()  # the gated signals are off below their torch version
     assert isinstance(start, SessionStart)
-    assert start.signals == {"guard_failures": True, "graph_breaks": True, "optimizer_steps": True, "compile_metrics": True,
-                             "phase_times": True, "recompile_limit_hits": info.has("recompile_limit_hits"),
-                             "backward_compiles": info.has("backward_compiles"),
-                             "step_in_trace": info.has("recompile_user_context")}
+    assert start.signals == {
+        "guard_failures": True,
+        "graph_breaks": True,
+        "optimizer_steps": True,
+        "compile_metrics": True,
+        "phase_times": True,
+        "recompile_limit_hits": info.has("recompile_limit_hits"),
+        "backward_compiles": info.has("backward_compiles"),
+        "step_in_trace": info.has("recompile_user_context"),
+    }
     assert start.versions["torch"] == torch.__version__
 
 
@@ -235,7 +247,10 @@ def test_builtin_exporters_provide_everything_the_exporter_protocol_declares(nam
     from recompprof._capture import exporting, settings
 
     declared = set(exporting.Exporter.__annotations__) | {
-        member for member, value in vars(exporting.Exporter).items() if callable(value) and not member.startswith("_")}
+        member
+        for member, value in vars(exporting.Exporter).items()
+        if callable(value) and not member.startswith("_")
+    }
     assert {"name", "traces", "start", "on_event", "shutdown", "dropped"} <= declared
     exporter = exporting.load(name, settings.load(prometheus_port=0))
     assert {member for member in declared if not hasattr(exporter, member)} == set()

@@ -25,21 +25,47 @@ from recompprof._capture.settings import ConfigError
 NOT_HERE = "192.0.2.1"
 
 
-@pytest.mark.parametrize(("options", "named"), [
-    (["--prometheus-basic-auth", "nocolon"], ["'prometheus_basic_auth'", "user:password"]),
-    (["--prometheus-addr", "no-such-host.invalid"], ["'prometheus_addr'", "cannot resolve 'no-such-host.invalid'"]),
-    (["--prometheus-addr", NOT_HERE], ["'prometheus_addr'", f"cannot listen on '{NOT_HERE}'"]),
-    (["--prometheus-certfile", "missing-cert.pem", "--prometheus-keyfile", "missing-key.pem"],
-     ["'prometheus_certfile'", "missing-cert.pem", "No such file"]),
-], ids=["basic-auth", "unresolvable-addr", "foreign-addr", "missing-cert"])
-def test_run_refuses_a_bad_setting_before_the_program_starts(tmp_path: Path, options: list[str],
-                                                             named: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--prometheus-basic-auth", "nocolon"], ["'prometheus_basic_auth'", "user:password"]),
+        (
+            ["--prometheus-addr", "no-such-host.invalid"],
+            ["'prometheus_addr'", "cannot resolve 'no-such-host.invalid'"],
+        ),
+        (["--prometheus-addr", NOT_HERE], ["'prometheus_addr'", f"cannot listen on '{NOT_HERE}'"]),
+        (
+            [
+                "--prometheus-certfile",
+                "missing-cert.pem",
+                "--prometheus-keyfile",
+                "missing-key.pem",
+            ],
+            ["'prometheus_certfile'", "missing-cert.pem", "No such file"],
+        ),
+    ],
+    ids=["basic-auth", "unresolvable-addr", "foreign-addr", "missing-cert"],
+)
+def test_run_refuses_a_bad_setting_before_the_program_starts(
+    tmp_path: Path, options: list[str], named: list[str]
+) -> None:
     """`recompprof run --exporters prometheus` with a value attach() would refuse exits 2 with one error line
     naming the setting (and the path), never starts the program, and never repeats a password."""
-    done = cli("run", "--exporters", "prometheus", *options, "--", sys.executable, "-c",
-               "open('started', 'w')", cwd=tmp_path)
+    done = cli(
+        "run",
+        "--exporters",
+        "prometheus",
+        *options,
+        "--",
+        sys.executable,
+        "-c",
+        "open('started', 'w')",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("recompprof: error: "), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("recompprof: error: "), (
+        done.stderr
+    )
     for text in named:
         assert text in done.stderr, done.stderr
     assert "nocolon" not in done.stderr
@@ -55,14 +81,24 @@ def test_malformed_basic_auth_fails_at_attach_without_the_prometheus_exporter() 
     assert recompprof._capture.session.current() is None
 
 
-@pytest.mark.parametrize(("settings", "named"), [
-    ({"prometheus_addr": "no-such-host.invalid"}, "prometheus_addr"),
-    ({"prometheus_addr": NOT_HERE}, "prometheus_addr"),
-    ({"prometheus_certfile": "/nonexistent/cert.pem", "prometheus_keyfile": "/nonexistent/key.pem"},
-     "/nonexistent/cert.pem"),
-], ids=["unresolvable-addr", "foreign-addr", "missing-cert"])
-def test_attach_names_the_setting_of_an_address_or_tls_file_it_cannot_use(settings: dict[str, str],
-                                                                          named: str) -> None:
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"prometheus_addr": "no-such-host.invalid"}, "prometheus_addr"),
+        ({"prometheus_addr": NOT_HERE}, "prometheus_addr"),
+        (
+            {
+                "prometheus_certfile": "/nonexistent/cert.pem",
+                "prometheus_keyfile": "/nonexistent/key.pem",
+            },
+            "/nonexistent/cert.pem",
+        ),
+    ],
+    ids=["unresolvable-addr", "foreign-addr", "missing-cert"],
+)
+def test_attach_names_the_setting_of_an_address_or_tls_file_it_cannot_use(
+    settings: dict[str, str], named: str
+) -> None:
     """attach() with an address that does not resolve or is not this host's, or a TLS file that is missing,
     raises a ConfigError naming the setting (and the path), and nothing stays attached."""
     with pytest.raises(ConfigError) as err:
@@ -77,8 +113,12 @@ def test_certificate_and_key_that_do_not_match_name_both_settings(tmp_path: Path
     cert.write_text("not a certificate\n")
     key.write_text("not a key\n")
     with pytest.raises(ConfigError) as err:
-        recompprof.attach(exporters=["prometheus"], prometheus_port=free_port(), prometheus_certfile=cert,
-                          prometheus_keyfile=key)
+        recompprof.attach(
+            exporters=["prometheus"],
+            prometheus_port=free_port(),
+            prometheus_certfile=cert,
+            prometheus_keyfile=key,
+        )
     message = str(err.value)
     assert "'prometheus_certfile'" in message and "'prometheus_keyfile'" in message
     assert str(cert) in message and str(key) in message
@@ -102,7 +142,9 @@ _JOB = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["default", "debug-logging"])
-def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(tmp_path: Path, debug: bool) -> None:
+def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(
+    tmp_path: Path, debug: bool
+) -> None:
     """A job whose metrics port is taken and whose run directory cannot be created trains on; each condition
     is one warning line on stderr (naming the port, or the run directory and its setting) and no traceback,
     unless debug logging is on, where the tracebacks are logged at DEBUG."""
@@ -114,15 +156,25 @@ def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(tmp_path: Path
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
-        done = subprocess.run([sys.executable, str(script), str(port), str(run_dir), "debug" if debug else "quiet"],
-                              capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(script), str(port), str(run_dir), "debug" if debug else "quiet"],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            cwd=tmp_path,
+            timeout=300,
+        )
     assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if "internal error in" in line]
     assert len(warnings) == 2, done.stderr
     (port_line,) = [line for line in warnings if "prometheus.server" in line]
     (log_line,) = [line for line in warnings if "eventlog" in line]
     assert f"port {port}" in port_line and "prometheus_port" in port_line
-    assert str(run_dir) in log_line and "RECOMPPROF_RUN_DIR" in log_line and "Not a directory" in log_line
+    assert (
+        str(run_dir) in log_line
+        and "RECOMPPROF_RUN_DIR" in log_line
+        and "Not a directory" in log_line
+    )
     if debug:
         assert done.stderr.count("Traceback (most recent call last)") == 2, done.stderr
         assert "DEBUG recompprof: traceback of the error in prometheus.server" in done.stderr
@@ -131,8 +183,9 @@ def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(tmp_path: Path
 
 
 @pytest.mark.parametrize("source", ["argument", "environment"])
-def test_a_status_period_below_its_minimum_fails_at_attach_naming_it(monkeypatch: pytest.MonkeyPatch,
-                                                                     source: str) -> None:
+def test_a_status_period_below_its_minimum_fails_at_attach_naming_it(
+    monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
     """``compile_status_every=1e-20`` (which made the status thread spin forever) is one ConfigError line at attach
     naming the setting, its source and its minimum, and nothing is left attached."""
     if source == "environment":
@@ -150,7 +203,9 @@ def test_a_push_period_below_its_minimum_fails_at_attach_naming_it() -> None:
     """``prometheus_push_interval=1e-20`` (a flush thread writing without pause beside training) is one ConfigError
     line at attach naming the setting and its minimum, and nothing is left attached."""
     with pytest.raises(ConfigError) as error:
-        recompprof.attach(exporters=["prometheus"], prometheus_mode="textfile", prometheus_push_interval=1e-20)
+        recompprof.attach(
+            exporters=["prometheus"], prometheus_mode="textfile", prometheus_push_interval=1e-20
+        )
     [line] = str(error.value).splitlines()
     assert line.startswith("recompprof setting 'prometheus_push_interval' (")
     assert "float >= 0.1" in line and "1e-20" in line, line

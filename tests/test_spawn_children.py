@@ -68,24 +68,50 @@ _LOADER_JOB = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(tmp_path: Path, method: str) -> None:
+def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(
+    tmp_path: Path, method: str
+) -> None:
     """Under `recompprof run` with prometheus_mode=multiprocess, DataLoader workers started with spawn or
     forkserver (each importing torch and compiling) write no log and print nothing, and rank 0's served
     torch_compile_compiles_total stays 5 after they exit and becomes 6 after the next compile."""
     script = tmp_path / "job.py"
     script.write_text(_LOADER_JOB)
     port, run_dir = free_port(), tmp_path / "run"
-    done = cli("run", "--run-dir", str(run_dir), "--quiet", "--exporters", "prometheus", "--prometheus-mode",
-               "multiprocess", "--prometheus-port", str(port), "--", sys.executable, str(script), str(tmp_path),
-               str(port), method, cwd=tmp_path, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"), timeout=400)
+    done = cli(
+        "run",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--exporters",
+        "prometheus",
+        "--prometheus-mode",
+        "multiprocess",
+        "--prometheus-port",
+        str(port),
+        "--",
+        sys.executable,
+        str(script),
+        str(tmp_path),
+        str(port),
+        method,
+        cwd=tmp_path,
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"),
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stderr == "", done.stderr  # no PortInUse, no traceback, no "not attached" line per worker
+    assert done.stderr == "", (
+        done.stderr
+    )  # no PortInUse, no traceback, no "not attached" line per worker
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["rows"] == 8
     assert (result["before"], result["after_workers"], result["after_next"]) == (5, 5, 6)
     assert [p.name for p in run_dir.glob("*.jsonl")] == [f"rank00000-{result['pid']}.jsonl"]
     assert sorted(p.name for p in (tmp_path / "prom").iterdir()) == [
-        "counter_recompprof-r0.db", "gauge_max_recompprof-r0.db", "histogram_recompprof-r0.db", "recompprof-r0.lock"]
+        "counter_recompprof-r0.db",
+        "gauge_max_recompprof-r0.db",
+        "histogram_recompprof-r0.db",
+        "recompprof-r0.lock",
+    ]
 
 
 _LINEAGE_JOB = textwrap.dedent("""
@@ -129,18 +155,34 @@ def test_a_child_attaches_only_with_rank_variables_of_its_own(tmp_path: Path) ->
     (tmp_path / "job.py").write_text(_LINEAGE_JOB)
     (tmp_path / "wrapper.py").write_text(_WRAPPER)
     run_dir = tmp_path / "run"
-    env = clean_env(RECOMPPROF_ATTACH="1", RECOMPPROF_RUN_DIR=str(run_dir), RECOMPPROF_RUN_ID="lineage")
-    done = subprocess.run([sys.executable, str(tmp_path / "wrapper.py"), str(tmp_path / "job.py")], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    env = clean_env(
+        RECOMPPROF_ATTACH="1", RECOMPPROF_RUN_DIR=str(run_dir), RECOMPPROF_RUN_ID="lineage"
+    )
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "wrapper.py"), str(tmp_path / "job.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pool [1.0, 2.0]" in done.stdout and "exit codes 0 0" in done.stdout
     assert done.stderr == "", done.stderr
-    starts = sorted((e for e in read_run(run_dir) if isinstance(e, SessionStart)), key=lambda e: e.rank)
-    assert [(s.rank, s.world_size, s.launcher) for s in starts] == [(0, 1, "single"), (1, 2, "torchrun")]
+    starts = sorted(
+        (e for e in read_run(run_dir) if isinstance(e, SessionStart)), key=lambda e: e.rank
+    )
+    assert [(s.rank, s.world_size, s.launcher) for s in starts] == [
+        (0, 1, "single"),
+        (1, 2, "torchrun"),
+    ]
     for start in starts:
         (log,) = run_dir.glob(f"rank{start.rank:05d}-*.jsonl")
         compiles = [e for e in read_file(log) if isinstance(e, Compile)]
-        assert len(compiles) == 1, (start.rank, compiles)  # the parent's own compile; the rank's `work`
+        assert len(compiles) == 1, (
+            start.rank,
+            compiles,
+        )  # the parent's own compile; the rank's `work`
 
 
 _EXPLICIT_JOB = textwrap.dedent("""
@@ -170,11 +212,22 @@ def test_explicit_attach_in_a_spawned_helper_does_not_attach(tmp_path: Path) -> 
     parent's log holds only the parent's compile."""
     (tmp_path / "job.py").write_text(_EXPLICIT_JOB)
     run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, str(tmp_path / "job.py")], cwd=tmp_path, capture_output=True, text=True,
-                          env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir)), timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "job.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=clean_env(RECOMPPROF_RUN_DIR=str(run_dir)),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "child attached: False True" in done.stdout and "parent attached: True child exit 0" in done.stdout
-    assert done.stderr.count("RuntimeWarning: recompprof: not attached in process") == 1, done.stderr
+    assert (
+        "child attached: False True" in done.stdout
+        and "parent attached: True child exit 0" in done.stdout
+    )
+    assert done.stderr.count("RuntimeWarning: recompprof: not attached in process") == 1, (
+        done.stderr
+    )
     (log,) = run_dir.glob("*.jsonl")
     assert len([e for e in read_file(log) if isinstance(e, Compile)]) == 1
 
@@ -184,12 +237,17 @@ def test_rank_key_is_what_the_rank_variables_say() -> None:
     alone (set for mp.spawn workers) or MASTER_PORT is no rank, RANK with WORLD_SIZE or SLURM_PROCID is."""
     single = lineage.rank_key({})
     assert lineage.rank_key({"WORLD_SIZE": "4", "MASTER_PORT": "29500"}) == single == "single"
-    assert lineage.rank_key({"RANK": "1", "WORLD_SIZE": "4"}) != lineage.rank_key({"RANK": "0", "WORLD_SIZE": "4"})
+    assert lineage.rank_key({"RANK": "1", "WORLD_SIZE": "4"}) != lineage.rank_key(
+        {"RANK": "0", "WORLD_SIZE": "4"}
+    )
     assert lineage.rank_key({"SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}) != lineage.rank_key(
-        {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})  # srun inside the batch script
+        {"SLURM_PROCID": "0", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}
+    )  # srun inside the batch script
     env = {"RANK": "0", "WORLD_SIZE": "2"}
     previous, value = lineage.mark(lineage.ATTACHED, env)
-    assert previous is None and lineage.helper_of(env) is None  # its own marker: not a helper of itself
+    assert (
+        previous is None and lineage.helper_of(env) is None
+    )  # its own marker: not a helper of itself
     lineage.restore(previous, value, env)
     assert lineage.VARIABLE not in env
 
@@ -229,20 +287,35 @@ _CLAIMANT = textwrap.dedent("""
 """)
 
 
-def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metric_files(tmp_path: Path) -> None:
+def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metric_files(
+    tmp_path: Path,
+) -> None:
     """Two independent single-process jobs sharing PROMETHEUS_MULTIPROC_DIR both claim rank 0: the second
     writes and serves nothing there and says so in one line naming the first one's pid; the first keeps
     serving its own counts (5 while the second runs and after it ends, 6 after its next compile)."""
     script = tmp_path / "claimant.py"
     script.write_text(_CLAIMANT)
     env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"))
-    first = subprocess.Popen([sys.executable, str(script), str(free_port()), "5", "wait"], env=env, cwd=tmp_path,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, str(script), str(free_port()), "5", "wait"],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert first.stdout is not None and first.stdin is not None
         assert first.stdout.readline().split() == ["ready", "5.0"]
-        second = subprocess.run([sys.executable, str(script), str(free_port()), "2", "go"], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            [sys.executable, str(script), str(free_port()), "2", "go"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         first.stdin.write("go\n")
         first.stdin.flush()
         out, err = first.communicate(timeout=120)
@@ -253,4 +326,7 @@ def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metr
     assert json.loads(out.split("result", 1)[1]) == [5, 6]
     assert err == "", err
     (line,) = second.stderr.splitlines()
-    assert f"rank 0's multiprocess metric files in {tmp_path / 'prom'} belong to live process {first.pid}" in line
+    assert (
+        f"rank 0's multiprocess metric files in {tmp_path / 'prom'} belong to live process {first.pid}"
+        in line
+    )

@@ -24,7 +24,11 @@ GLOBAL_INT = 1
 
 
 def _recompiles(session: recompprof.Session) -> list[Compile]:
-    return [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile and not e.backward]
+    return [
+        e
+        for e in session.recent_events()
+        if isinstance(e, Compile) and e.is_recompile and not e.backward
+    ]
 
 
 def _explaining(event: Compile) -> tuple[str, str, str]:
@@ -54,14 +58,17 @@ def test_compiled_optimizer_under_an_lr_scheduler_recompiles_once_as_warmup(tmp_
     assert len(recompiles) == 1
     (lr,) = recompiles
     assert _explaining(lr)[:2] == ("python_constant", "L['self'].param_groups[0]['lr']")
-    assert (lr.automatic_dynamic, lr.steady_state) == ("value of L['self'].param_groups[0]['lr']", False)
+    assert (lr.automatic_dynamic, lr.steady_state) == (
+        "value of L['self'].param_groups[0]['lr']",
+        False,
+    )
     live = session.snapshot()
     report = session.report()
     assert sum(f.steady_state_recompiles for f in live.frames.values()) == 0
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 0
     assert report.automatic_dynamic_recompiles == 1
     text = " ".join(render_text(report, width=200).split())
-    fix_first = text[text.index("Fix these first"):text.index("Frames")]
+    fix_first = text[text.index("Fix these first") : text.index("Frames")]
     assert "nothing to fix: one-time warm-up" in fix_first and "0-dim tensor" in fix_first
     assert "Turn the changing Python scalar" not in fix_first
     assert "This will not recur for" in text
@@ -104,13 +111,22 @@ def test_scalars_are_warmup_only_where_torch_makes_them_dynamic(tmp_path: Path) 
         return (torch.ones(2),)
 
     ones = torch.ones(2)
-    assert run(lambda x, n: x * n, [lambda v=v: (ones, v) for v in (2, 3, 4, 5)]) == [("value of L['n']", False)]
-    assert run(lambda x, k: x * k, [lambda v=v: (ones, v) for v in (2.0, 3.0, 4.0)]) == [("value of L['k']", False)]
+    assert run(lambda x, n: x * n, [lambda v=v: (ones, v) for v in (2, 3, 4, 5)]) == [
+        ("value of L['n']", False)
+    ]
+    assert run(lambda x, k: x * k, [lambda v=v: (ones, v) for v in (2.0, 3.0, 4.0)]) == [
+        ("value of L['k']", False)
+    ]
     assert run(by_global, [lambda v=v: set_global(v) for v in (2, 3, 4)]) == [(None, True)] * 2
     assert run(module, [lambda v=v: set_offset(v) for v in (2, 3, 4)]) == [(None, True)] * 2
-    assert run(lambda x, b: x * 2 if b else x, [lambda v=v: (ones, v) for v in (True, False)]) == [(None, True)]
+    assert run(lambda x, b: x * 2 if b else x, [lambda v=v: (ones, v) for v in (True, False)]) == [
+        (None, True)
+    ]
     with torch._dynamo.config.patch(specialize_float=True):
-        assert run(lambda x, k: x * k, [lambda v=v: (ones, v) for v in (2.0, 3.0, 4.0)]) == [(None, True)] * 2
+        assert (
+            run(lambda x, k: x * k, [lambda v=v: (ones, v) for v in (2.0, 3.0, 4.0)])
+            == [(None, True)] * 2
+        )
 
 
 class _PosCache(torch.nn.Module):
@@ -128,7 +144,9 @@ class _PosCache(torch.nn.Module):
         return x + self.cache[key]
 
 
-def test_a_dim_specialised_again_recompiles_in_steady_state_and_the_report_says_where(tmp_path: Path) -> None:
+def test_a_dim_specialised_again_recompiles_in_steady_state_and_the_report_says_where(
+    tmp_path: Path,
+) -> None:
     """The first size change of dim 2 is automatic dynamic warm-up; the traced code specialises the dim
     again, so each later size recompiles: those are steady state, and the report names the dim as
     specialised again with the guard that failed, never promising it will not recur."""
@@ -139,7 +157,10 @@ def test_a_dim_specialised_again_recompiles_in_steady_state_and_the_report_says_
             compiled(torch.randn(1, 3, size))
     recompiles = _recompiles(session)
     assert [(e.automatic_dynamic, e.steady_state) for e in recompiles] == [
-        ("dim 2 of L['x']", False), (None, True), (None, True)]
+        ("dim 2 of L['x']", False),
+        (None, True),
+        (None, True),
+    ]
     report = session.report()
     assert sum(f.steady_state_recompiles for f in session.snapshot().frames.values()) == 2
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 2
@@ -150,7 +171,9 @@ def test_a_dim_specialised_again_recompiles_in_steady_state_and_the_report_says_
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
-def test_second_prefill_of_generate_is_explained_by_the_mask_length(family: str, tmp_path: Path) -> None:
+def test_second_prefill_of_generate_is_explained_by_the_mask_length(
+    family: str, tmp_path: Path
+) -> None:
     """Two generate() calls (prompt lengths 7 and 12) on a tiny T5 / BART: the second prefill fails the
     decode entries on the cache's is_updated flag (what tells prefill from decode) and the first prefill's
     entry on the attention mask's length. The mask's length is what changed: it explains the recompile,
@@ -159,43 +182,85 @@ def test_second_prefill_of_generate_is_explained_by_the_mask_length(family: str,
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     if family == "t5":
-        config = transformers.T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
-                                       num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        config = transformers.T5Config(
+            vocab_size=64,
+            d_model=16,
+            d_kv=8,
+            d_ff=32,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=2,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+        )
         model = transformers.T5ForConditionalGeneration(config).eval()
     else:
-        config = transformers.BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
-                                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                                         decoder_ffn_dim=32, max_position_embeddings=64, decoder_start_token_id=2,
-                                         pad_token_id=1, eos_token_id=2, bos_token_id=0, forced_eos_token_id=None)
+        config = transformers.BartConfig(
+            vocab_size=64,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+            max_position_embeddings=64,
+            decoder_start_token_id=2,
+            pad_token_id=1,
+            eos_token_id=2,
+            bos_token_id=0,
+            forced_eos_token_id=None,
+        )
         model = transformers.BartForConditionalGeneration(config).eval()
     torch._dynamo.reset()
     model.forward = torch.compile(model.forward, backend="aot_eager")
     with recompprof.attach(run_dir=tmp_path) as session, torch.no_grad():
         for length in (7, 12):
             ids = torch.randint(3, 64, (1, length))
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4,
-                           do_sample=False)
+            model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=4,
+                min_new_tokens=4,
+                do_sample=False,
+            )
     recompiles = _recompiles(session)
     explained = [_explaining(e)[:2] for e in recompiles]
-    second_prefill = next(e for e in recompiles if any("expected 7, actual 12" in r.text and "attention_mask" in r.subject
-                                                        for r in e.reasons))
+    second_prefill = next(
+        e
+        for e in recompiles
+        if any(
+            "expected 7, actual 12" in r.text and "attention_mask" in r.subject for r in e.reasons
+        )
+    )
     assert _explaining(second_prefill)[:2] == ("size", "L['kwargs']['attention_mask']")
     assert second_prefill.automatic_dynamic == "dim 1 of L['kwargs']['attention_mask']"
     steady = [e for e in recompiles if e.steady_state]
-    assert [("is_updated" in _explaining(e)[1], e.automatic_dynamic) for e in steady] == [(True, None)]
+    assert [("is_updated" in _explaining(e)[1], e.automatic_dynamic) for e in steady] == [
+        (True, None)
+    ]
     assert sum("is_updated" in subject for _, subject in explained) == 1
     assert all(e.automatic_dynamic is not None for e in recompiles if not e.steady_state)
 
 
-def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself(tmp_path: Path) -> None:
+def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself(
+    tmp_path: Path,
+) -> None:
     """BERT trained with dynamic padding, then evaluated: the sequence-length change is automatic dynamic
     warm-up (one-time), the switch to eval recompiles in steady state. "Fix these first" lists the steady
     state cause first, and the warm-up cause says it is one-time and how to avoid even that (mark the dim
     dynamic up front), in the terminal and the HTML report alike."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     model = transformers.BertForSequenceClassification(config)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     torch._dynamo.reset()
@@ -203,7 +268,9 @@ def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself
     with recompprof.attach(run_dir=tmp_path) as session:
         for length in (8, 12, 16):
             ids = torch.randint(1, 64, (2, length))
-            compiled(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1])).loss.backward()
+            compiled(
+                input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1])
+            ).loss.backward()
             opt.step()
             opt.zero_grad()
         model.eval()
@@ -212,22 +279,32 @@ def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself
             compiled(input_ids=ids, attention_mask=torch.ones_like(ids))
     recompiles = _recompiles(session)
     assert [e.steady_state for e in recompiles] == [False, True]
-    assert recompiles[0].automatic_dynamic is not None and recompiles[0].automatic_dynamic.startswith("dim 1 of ")
+    assert recompiles[0].automatic_dynamic is not None and recompiles[
+        0
+    ].automatic_dynamic.startswith("dim 1 of ")
     steady_category = _explaining(recompiles[1])[0]
     report = session.report()
     text = " ".join(render_text(report, width=200).split())
-    fix_first = text[text.index("Fix these first"):text.index("Frames")]
+    fix_first = text[text.index("Fix these first") : text.index("Frames")]
     steady_at, warmup_at = fix_first.index(f"· {steady_category} ·"), fix_first.index("· size ·")
     assert steady_at < warmup_at
-    assert "nothing to fix: one-time warm-up" in fix_first[warmup_at:] and "mark_dynamic" in fix_first[warmup_at:]
+    assert (
+        "nothing to fix: one-time warm-up" in fix_first[warmup_at:]
+        and "mark_dynamic" in fix_first[warmup_at:]
+    )
     assert "Mark the varying dimension dynamic" not in fix_first
-    rows = render_html(report).split('id="fix-first-table"')[1].split("</table>")[0].split("<tr data-cause=")[1:]
+    rows = (
+        render_html(report)
+        .split('id="fix-first-table"')[1]
+        .split("</table>")[0]
+        .split("<tr data-cause=")[1:]
+    )
     assert [row.split('"')[1] for row in rows] == [steady_category, "size"]
     assert "nothing to fix: one-time warm-up" in rows[1] and "nothing to fix" not in rows[0]
     assert [c.tier for c in report.ranked_causes()] == [0, 2]
 
 
-_LR_SCRIPT = '''
+_LR_SCRIPT = """
 import torch, recompprof
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 4)
@@ -239,7 +316,7 @@ with recompprof.attach():
         model(torch.randn(2, 4)).sum().backward()
         step()
         sched.step()
-'''
+"""
 
 
 def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) -> None:
@@ -253,13 +330,26 @@ def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) ->
     script = tmp_path / "lr.py"
     script.write_text(_LR_SCRIPT)
     env = clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), TORCH_TRACE=str(tmp_path / "trace"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     live = [e for e in read_run(tmp_path / "run") if isinstance(e, Compile) and e.is_recompile]
-    traced = [e for events in read_trace(tmp_path / "trace").events for e in events
-              if isinstance(e, Compile) and e.is_recompile]
-    verdicts = [[(e.compile_id, e.automatic_dynamic, _explaining(e)[:2]) for e in events] for events in (live, traced)]
+    traced = [
+        e
+        for events in read_trace(tmp_path / "trace").events
+        for e in events
+        if isinstance(e, Compile) and e.is_recompile
+    ]
+    verdicts = [
+        [(e.compile_id, e.automatic_dynamic, _explaining(e)[:2]) for e in events]
+        for events in (live, traced)
+    ]
     assert verdicts[0] == verdicts[1]
     assert [v[1] for v in verdicts[0]] == ["value of L['self'].param_groups[0]['lr']"]
     assert not live[0].steady_state

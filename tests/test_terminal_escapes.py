@@ -28,7 +28,7 @@ EVIL = "\x1b[2J\x1b]0;pwned\x07\x1b[31m\rFAKE\nFAKE LINE\u202eevil\u2066\x9b1m\x
 # What no output may hold: every C0 control but the newline, DEL, C1, bidirectional controls, line separators.
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
-WORKLOAD = '''
+WORKLOAD = """
 import torch
 
 import recompprof
@@ -67,7 +67,7 @@ with recompprof.attach() as session:
         session.step()
     torch.compile(breaks, backend="eager")(torch.ones(3))
     torch.compile(fails, backend=failing_backend)(torch.ones(3))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +78,33 @@ def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     recorded = where / "recorded"
     script = where / "workload.py"
     script.write_text(WORKLOAD)
-    proc = subprocess.run([sys.executable, str(script)], env=clean_env(RECOMPPROF_RUN_DIR=str(recorded),
-                                                                       RECOMPPROF_RUN_ID="run_MARK"),
-                          cwd=where, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=clean_env(RECOMPPROF_RUN_DIR=str(recorded), RECOMPPROF_RUN_ID="run_MARK"),
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [log] = recorded.glob("rank00000-*.jsonl")
     clean = log.read_text()
-    for field in ("explanation", "fail_reason", "file", "name", "run_id", "subject", "text", "user_location"):
-        assert re.search(f'"{field}":"[^"]*MARK', clean), f"the recorded log has no marker in {field}"
-    hostile = clean.replace("MARK", json.dumps(EVIL)[1:-1]).replace('"host":"', '"host":"' + json.dumps(EVIL)[1:-1])
+    for field in (
+        "explanation",
+        "fail_reason",
+        "file",
+        "name",
+        "run_id",
+        "subject",
+        "text",
+        "user_location",
+    ):
+        assert re.search(f'"{field}":"[^"]*MARK', clean), (
+            f"the recorded log has no marker in {field}"
+        )
+    hostile = clean.replace("MARK", json.dumps(EVIL)[1:-1]).replace(
+        '"host":"', '"host":"' + json.dumps(EVIL)[1:-1]
+    )
     base = where / "runs \x1b[31m\rFAKE\nFAKE LINE"
     one, two = base / "one", base / "two"
     one.mkdir(parents=True)
@@ -95,7 +113,9 @@ def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
     (two / log.name).write_text(hostile)
     lines = hostile.splitlines(keepends=True)
     last_recompile = max(i for i, line in enumerate(lines) if '"is_recompile":true' in line)
-    rank1 = "".join(line.replace('"rank":0', '"rank":1') for i, line in enumerate(lines) if i != last_recompile)
+    rank1 = "".join(
+        line.replace('"rank":0', '"rank":1') for i, line in enumerate(lines) if i != last_recompile
+    )
     (two / log.name.replace("rank00000", "rank00001")).write_text(rank1)
     return one, two, clean
 
@@ -103,13 +123,32 @@ def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
 COMMANDS = {
     "report": lambda one, two: ["report", str(two), "--width", "160"],
     "report-one-rank": lambda one, two: ["report", str(one), "--width", "160"],
-    "check": lambda one, two: ["check", str(two), "--max-recompiles", "0", "--max-graph-breaks", "0",
-                               "--max-failures", "0", "--forbid", "global", "--max-compile-seconds", "0",
-                               "--max-recompile-seconds", "0", "--accept-log-gaps"],  # rank 1 lacks a recompile: a real gap
+    "check": lambda one, two: [
+        "check",
+        str(two),
+        "--max-recompiles",
+        "0",
+        "--max-graph-breaks",
+        "0",
+        "--max-failures",
+        "0",
+        "--forbid",
+        "global",
+        "--max-compile-seconds",
+        "0",
+        "--max-recompile-seconds",
+        "0",
+        "--accept-log-gaps",
+    ],  # rank 1 lacks a recompile: a real gap
     "check-ok": lambda one, two: ["check", str(one), "--max-recompiles", "100"],
     "diff": lambda one, two: ["diff", str(one), str(two), "--width", "160"],
     "watch-once": lambda one, two: ["watch", str(two), "--once"],
-    "watch-piped": lambda one, two: ["watch", str(two), "--interval", "0.1"],  # stops: every rank has ended
+    "watch-piped": lambda one, two: [
+        "watch",
+        str(two),
+        "--interval",
+        "0.1",
+    ],  # stops: every rank has ended
 }
 
 
@@ -122,12 +161,19 @@ def _forged(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_piped_output_holds_no_control_characters(hostile_runs: tuple[Path, Path, str], command: str) -> None:
+def test_piped_output_holds_no_control_characters(
+    hostile_runs: tuple[Path, Path, str], command: str
+) -> None:
     """Piped (no terminal, NO_COLOR), every command's stdout and stderr hold no control character but line-ending
     newlines, no line starts with text that followed a newline in the log, and the hostile text shows escaped."""
     one, two, _ = hostile_runs
-    proc = subprocess.run([sys.executable, "-m", "recompprof._cli.main", *COMMANDS[command](one, two)],
-                          env=clean_env(NO_COLOR="1"), capture_output=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "recompprof._cli.main", *COMMANDS[command](one, two)],
+        env=clean_env(NO_COLOR="1"),
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     out, err = proc.stdout.decode(errors="strict"), proc.stderr.decode(errors="strict")
     assert proc.returncode in (0, 1), out + err
     assert not _raw(out), f"raw control characters on stdout: {_raw(out)}\n{out}"
@@ -136,15 +182,22 @@ def test_piped_output_holds_no_control_characters(hostile_runs: tuple[Path, Path
     assert "\\x1b[31m\\rFAKE\\nFAKE" in out + err, out + err  # in EVIL and in the directory name
 
 
-def test_output_on_a_forced_colour_terminal_holds_no_escape(hostile_runs: tuple[Path, Path, str]) -> None:
+def test_output_on_a_forced_colour_terminal_holds_no_escape(
+    hostile_runs: tuple[Path, Path, str],
+) -> None:
     """On a real pseudo-terminal with FORCE_COLOR set, ``report`` writes no ESC byte at all (the reports use no
     colour, so any ESC would be the log's) and no other control character but newlines."""
     _, two, _ = hostile_runs
     master, slave = pty.openpty()
     tty.setraw(slave)  # no newline translation: the bytes seen are the bytes written
-    proc = subprocess.Popen([sys.executable, "-m", "recompprof._cli.main", "report", str(two)], stdin=slave, stdout=slave,
-                            stderr=slave, cwd=ROOT,
-                            env=clean_env(FORCE_COLOR="1", TERM="xterm-256color", COLUMNS="160"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recompprof._cli.main", "report", str(two)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=clean_env(FORCE_COLOR="1", TERM="xterm-256color", COLUMNS="160"),
+    )
     chunks = _read_until_closed(master, slave)
     assert proc.wait(300) == 0
     text = b"".join(chunks).decode()
@@ -162,10 +215,20 @@ def test_a_clean_run_shows_no_escapes(hostile_runs: tuple[Path, Path, str], tmp_
     run.mkdir()
     for log in two.glob("*.jsonl"):
         name = log.name
-        text = clean if name.startswith("rank00000") else log.read_text().replace(json.dumps(EVIL)[1:-1], "MARK")
+        text = (
+            clean
+            if name.startswith("rank00000")
+            else log.read_text().replace(json.dumps(EVIL)[1:-1], "MARK")
+        )
         (run / name).write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "recompprof._cli.main", "report", str(run), "--width", "160"],
-                          env=clean_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "recompprof._cli.main", "report", str(run), "--width", "160"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Fix these first" in proc.stdout and "DIVERGING" in proc.stdout, proc.stdout
     assert not re.search(r"\\[nrtx]|\\u[0-9a-f]{4}", proc.stdout), proc.stdout
@@ -175,12 +238,23 @@ def test_escape_shows_every_dangerous_character_and_keeps_the_rest() -> None:
     """``escape`` turns each C0/C1 control, DEL, lone surrogate, bidirectional and invisible formatting character
     into its Python escape and leaves printable text (accents, CJK, emoji, backslashes) alone; the console applies
     it to table cells too, so a hostile cell cannot break the table's lines."""
-    dangerous = ([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7F, 0xA0)] + ["\ud800", "\udfff", "\u061c"]
-                 + [chr(c) for c in range(0x200B, 0x2010)] + [chr(c) for c in range(0x2028, 0x202F)]
-                 + [chr(c) for c in range(0x2060, 0x206A)] + ["\ufeff"])
+    dangerous = (
+        [chr(c) for c in range(0x20)]
+        + [chr(c) for c in range(0x7F, 0xA0)]
+        + ["\ud800", "\udfff", "\u061c"]
+        + [chr(c) for c in range(0x200B, 0x2010)]
+        + [chr(c) for c in range(0x2028, 0x202F)]
+        + [chr(c) for c in range(0x2060, 0x206A)]
+        + ["\ufeff"]
+    )
     for char in dangerous:
         shown = escape(f"a{char}b")
-        assert shown.isascii() and shown.isprintable() and shown.startswith("a\\") and shown.endswith("b"), repr(char)
+        assert (
+            shown.isascii()
+            and shown.isprintable()
+            and shown.startswith("a\\")
+            and shown.endswith("b")
+        ), repr(char)
     assert escape("\x1b[2J\n\r\t") == "\\x1b[2J\\n\\r\\t"
     assert escape("\u202e") == "\\u202e"
     kept = "café 東京 🚀 C:\\path\\x.py [bold] :warning:"
@@ -204,13 +278,24 @@ def test_the_long_compile_log_line_shows_a_hostile_name_escaped(tmp_path: Path) 
     terminal controls escaped as the offline commands show them, and stderr holds no control but newlines."""
     from workloads.hostile_names import EVIL as NAME
 
-    proc = subprocess.run([sys.executable, str(HOSTILE_JOB), "2.5"], capture_output=True, timeout=300, cwd=ROOT,
-                          env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_COMPILE_STATUS_AFTER="0.5",
-                                        RECOMPPROF_COMPILE_STATUS_EVERY="1"))
+    proc = subprocess.run(
+        [sys.executable, str(HOSTILE_JOB), "2.5"],
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+        env=clean_env(
+            RECOMPPROF_RUN_DIR=str(tmp_path / "run"),
+            RECOMPPROF_COMPILE_STATUS_AFTER="0.5",
+            RECOMPPROF_COMPILE_STATUS_EVERY="1",
+        ),
+    )
     err = proc.stderr.decode(errors="strict")
     assert proc.returncode == 0, err
     lines = [line for line in err.split("\n") if "compiling `" in line]
-    assert lines and all(line.startswith(f"recompprof: rank 0 compiling `{escape(NAME)}` (recompile: ") for line in lines), err
+    assert lines and all(
+        line.startswith(f"recompprof: rank 0 compiling `{escape(NAME)}` (recompile: ")
+        for line in lines
+    ), err
     assert not _raw(err), f"raw control characters on stderr: {_raw(err)}\n{err!r}"
 
 
@@ -221,13 +306,24 @@ def test_the_status_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
 
     master, slave = pty.openpty()
     tty.setraw(slave)  # no newline translation: the bytes seen are the bytes written
-    proc = subprocess.Popen([sys.executable, str(HOSTILE_JOB), "3"], stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
-                            env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_STATUS_LINE="1"))
+    proc = subprocess.Popen(
+        [sys.executable, str(HOSTILE_JOB), "3"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), RECOMPPROF_STATUS_LINE="1"),
+    )
     chunks = _read_until_closed(master, slave)
     text = b"".join(chunks).decode(errors="strict")
     assert proc.wait(300) == 0, text
-    assert any(part.startswith(f"rank 0 compiling `{escape(NAME)}` (recompile: ") for part in text.split(CLEAR)), repr(text)
-    assert not _raw(text.replace(CLEAR, "")), f"raw control characters on the terminal: {_raw(text)}\n{text!r}"
+    assert any(
+        part.startswith(f"rank 0 compiling `{escape(NAME)}` (recompile: ")
+        for part in text.split(CLEAR)
+    ), repr(text)
+    assert not _raw(text.replace(CLEAR, "")), (
+        f"raw control characters on the terminal: {_raw(text)}\n{text!r}"
+    )
 
 
 def _read_until_closed(master: int, slave: int) -> list[bytes]:

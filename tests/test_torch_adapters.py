@@ -20,7 +20,9 @@ from recompprof.testing import raise_internal_errors
 pytestmark = pytest.mark.torch_compat
 
 
-def test_missing_guard_failures_turns_that_signal_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_guard_failures_turns_that_signal_off(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Without torch's guard_failures record, attach still succeeds, says the signal is off, and compiles are still recorded."""
     import torch._dynamo.utils as utils
 
@@ -32,14 +34,19 @@ def test_missing_guard_failures_turns_that_signal_off(monkeypatch: pytest.Monkey
     assert any(isinstance(e, Compile) for e in read_file(session.event_log_path))
 
 
-def test_altered_metrics_record_is_counted_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_altered_metrics_record_is_counted_not_raised(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A CompilationMetrics record of an unexpected shape is counted as an internal error and never reaches torch."""
     import torch._dynamo.utils as utils
 
     raise_internal_errors(False)
     # the function recompprof takes records from (before 2.6 there is only the log call); torch's own would choke
-    hook = "add_compilation_metrics_to_chromium" if hasattr(utils, "add_compilation_metrics_to_chromium") \
+    hook = (
+        "add_compilation_metrics_to_chromium"
+        if hasattr(utils, "add_compilation_metrics_to_chromium")
         else "log_compilation_event"
+    )
     monkeypatch.setattr(utils, hook, lambda metrics: None)
     with recompprof.attach(run_dir=tmp_path):
         record = type("CompilationMetrics", (), {})()  # no fields at all
@@ -49,7 +56,9 @@ def test_altered_metrics_record_is_counted_not_raised(monkeypatch: pytest.Monkey
     assert _internal.counts().get("torch.compile_metrics") == 1
 
 
-def test_failing_exporter_never_reaches_the_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_failing_exporter_never_reaches_the_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """An exporter that raises on every event is counted and logged once while training goes on."""
     raise_internal_errors(False)
 
@@ -119,7 +128,9 @@ def test_version_gates_follow_the_minimum_table() -> None:
     old = versions.TorchInfo("2.5.1", (2, 5))
     new = versions.TorchInfo("2.13.0", (2, 13))
     assert not old.has("force_backend") and new.has("force_backend")
-    assert old.limit_config_name == "cache_size_limit" and new.limit_config_name == "recompile_limit"
+    assert (
+        old.limit_config_name == "cache_size_limit" and new.limit_config_name == "recompile_limit"
+    )
     assert versions.parse("2.13.0+cpu") == (2, 13) and versions.parse("garbage") == (0, 0)
 
 
@@ -127,33 +138,80 @@ def test_version_gates_follow_the_minimum_table() -> None:
     ("fields", "expected"),
     [
         (  # cold Inductor forward, recorded on torch 2.13 CPU
-            dict(is_forward=True, duration_us=13627299, dynamo_cumulative_compile_time_us=13627299,
-                 aot_autograd_cumulative_compile_time_us=13293167, inductor_cumulative_compile_time_us=12400881,
-                 inductor_code_gen_cumulative_compile_time_us=12282360, triton_compile_time_us=949049),
-            dict(dynamo_trace=0.334132, aot_autograd=0.892286, inductor_lowering=0.118521, code_gen=11.333311,
-                 kernel_compile=0.949049, other=0.0),
+            dict(
+                is_forward=True,
+                duration_us=13627299,
+                dynamo_cumulative_compile_time_us=13627299,
+                aot_autograd_cumulative_compile_time_us=13293167,
+                inductor_cumulative_compile_time_us=12400881,
+                inductor_code_gen_cumulative_compile_time_us=12282360,
+                triton_compile_time_us=949049,
+            ),
+            dict(
+                dynamo_trace=0.334132,
+                aot_autograd=0.892286,
+                inductor_lowering=0.118521,
+                code_gen=11.333311,
+                kernel_compile=0.949049,
+                other=0.0,
+            ),
         ),
         (  # Inductor backward, recorded on torch 2.13 CPU
-            dict(is_forward=False, duration_us=1286977, backward_cumulative_compile_time_us=1286977,
-                 inductor_cumulative_compile_time_us=1280310, inductor_code_gen_cumulative_compile_time_us=1236273,
-                 triton_compile_time_us=1008037),
-            dict(dynamo_trace=0.0, aot_autograd=0.006667, inductor_lowering=0.044037, code_gen=0.228236,
-                 kernel_compile=1.008037, other=0.0),
+            dict(
+                is_forward=False,
+                duration_us=1286977,
+                backward_cumulative_compile_time_us=1286977,
+                inductor_cumulative_compile_time_us=1280310,
+                inductor_code_gen_cumulative_compile_time_us=1236273,
+                triton_compile_time_us=1008037,
+            ),
+            dict(
+                dynamo_trace=0.0,
+                aot_autograd=0.006667,
+                inductor_lowering=0.044037,
+                code_gen=0.228236,
+                kernel_compile=1.008037,
+                other=0.0,
+            ),
         ),
         (  # torch 2.4/2.5 field names (seconds, no duration_us, no kernel compile field); constructed values
-            dict(compile_id="0/0", entire_frame_compile_time_s=2.5, backend_compile_time_s=2.0,
-                 inductor_compile_time_s=1.5, code_gen_time_s=1.0),
-            dict(dynamo_trace=0.5, aot_autograd=0.5, inductor_lowering=0.5, code_gen=1.0, kernel_compile=0.0, other=0.0),
+            dict(
+                compile_id="0/0",
+                entire_frame_compile_time_s=2.5,
+                backend_compile_time_s=2.0,
+                inductor_compile_time_s=1.5,
+                code_gen_time_s=1.0,
+            ),
+            dict(
+                dynamo_trace=0.5,
+                aot_autograd=0.5,
+                inductor_lowering=0.5,
+                code_gen=1.0,
+                kernel_compile=0.0,
+                other=0.0,
+            ),
         ),
         (  # eager backend: no Inductor fields at all
-            dict(is_forward=True, duration_us=29783, dynamo_cumulative_compile_time_us=29783,
-                 aot_autograd_cumulative_compile_time_us=156),
-            dict(dynamo_trace=0.029627, aot_autograd=0.000156, inductor_lowering=0.0, code_gen=0.0,
-                 kernel_compile=0.0, other=0.0),
+            dict(
+                is_forward=True,
+                duration_us=29783,
+                dynamo_cumulative_compile_time_us=29783,
+                aot_autograd_cumulative_compile_time_us=156,
+            ),
+            dict(
+                dynamo_trace=0.029627,
+                aot_autograd=0.000156,
+                inductor_lowering=0.0,
+                code_gen=0.0,
+                kernel_compile=0.0,
+                other=0.0,
+            ),
         ),
     ],
 )
-def test_exclusive_phases_from_nested_cumulative_fields(fields: dict[str, object], expected: dict[str, float]) -> None:
+def test_exclusive_phases_from_nested_cumulative_fields(
+    fields: dict[str, object], expected: dict[str, float]
+) -> None:
     """Nested cumulative torch timings become exclusive phases that sum to the compile's duration."""
     record = SimpleNamespace(**fields)
     total, phases = exclusive_phases(record)
@@ -178,7 +236,11 @@ def test_guard_set_fingerprint_ignores_dynamo_numbering_and_order() -> None:
     def code(parts: list[str]) -> SimpleNamespace:
         return SimpleNamespace(guard_manager=SimpleNamespace(code_parts=parts))
 
-    parts = ["___check_obj_id(G['__builtins_dict___4'], 7)", "L['x'].size()[0] == 3", "caf\u00e9 \ud800"]
+    parts = [
+        "___check_obj_id(G['__builtins_dict___4'], 7)",
+        "L['x'].size()[0] == 3",
+        "caf\u00e9 \ud800",
+    ]
     renumbered = [parts[2], parts[1], "___check_obj_id(G['__builtins_dict___12'], 7)"]
     assert guard_set(code(parts)) == reference(parts)
     assert guard_set(code(renumbered)) == guard_set(code(parts))
@@ -207,7 +269,9 @@ def test_internal_contain_counts_errors_but_not_exits() -> None:
 def test_public_strict_mode_switch() -> None:
     """recompprof.testing.raise_internal_errors switches internal errors between re-raised and counted-only:
     called, the mode stays; as a context manager, the previous mode is back after the block."""
-    assert _internal.raising()  # the suite runs strict, through this same switch (tests/conftest.py)
+    assert (
+        _internal.raising()
+    )  # the suite runs strict, through this same switch (tests/conftest.py)
     with raise_internal_errors(False):
         assert not _internal.raising()
         with _internal.contain("test.switch"):
@@ -215,7 +279,11 @@ def test_public_strict_mode_switch() -> None:
     assert _internal.raising()
     raise_internal_errors(False)
     assert not _internal.raising()
-    with raise_internal_errors(), pytest.raises(ValueError, match="raised"), _internal.contain("test.switch"):
+    with (
+        raise_internal_errors(),
+        pytest.raises(ValueError, match="raised"),
+        _internal.contain("test.switch"),
+    ):
         raise ValueError("raised")
     assert not _internal.raising()
     assert _internal.counts()["test.switch"] == 2

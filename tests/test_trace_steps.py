@@ -18,9 +18,11 @@ from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
 from recompprof._torch.versions import torch_info
 
-needs_hooks = pytest.mark.skipif(not torch_info().has("recompile_user_context"),
-                                 reason="this torch has no recompile user-context hooks (the gate's off path is "
-                                        "tested in tests/test_versions.py)")
+needs_hooks = pytest.mark.skipif(
+    not torch_info().has("recompile_user_context"),
+    reason="this torch has no recompile user-context hooks (the gate's off path is "
+    "tested in tests/test_versions.py)",
+)
 
 
 def _forward_compiles(run: Path) -> dict[str, Compile]:
@@ -36,7 +38,9 @@ def test_ingested_trace_of_attached_run_has_the_steps_of_its_compiles(tmp_path: 
     live, ingested = _forward_compiles(recorded.run_dir), _forward_compiles(tmp_path / "ingested")
     assert len(live) > 2 and live.keys() == ingested.keys()
     assert {cid: e.step for cid, e in ingested.items()} == {cid: e.step for cid, e in live.items()}
-    assert len({e.step for e in live.values()}) > 2  # the steps differ, so a constant would not pass
+    assert (
+        len({e.step for e in live.values()}) > 2
+    )  # the steps differ, so a constant would not pass
     text = render_text(build_report(read_run(tmp_path / "ingested")))
     assert "steps unknown" not in text
     recompile_steps = sorted(e.step or 0 for e in live.values() if e.is_recompile)
@@ -66,11 +70,22 @@ def test_step_hook_lives_while_attached_only(tmp_path: Path) -> None:
 
 def test_trace_of_a_run_without_recompprof_has_no_steps(tmp_path: Path) -> None:
     """A TORCH_TRACE written without recompprof gives compiles with no step, and the report says steps are unknown."""
-    env = clean_env(TORCH_TRACE=str(tmp_path / "trace"), PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path]))
-    done = subprocess.run([sys.executable, str(TESTS / "workloads" / "trace_calls.py")], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    env = clean_env(
+        TORCH_TRACE=str(tmp_path / "trace"),
+        PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path]),
+    )
+    done = subprocess.run(
+        [sys.executable, str(TESTS / "workloads" / "trace_calls.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert cli("ingest", str(tmp_path / "trace"), "-o", str(tmp_path / "ingested")).returncode == 0
     compiles = _forward_compiles(tmp_path / "ingested")
     assert compiles and all(e.step is None for e in compiles.values())
-    assert "from TORCH_TRACE (no mode) | steps unknown" in " ".join(render_text(build_report(read_run(tmp_path / "ingested"))).split())
+    assert "from TORCH_TRACE (no mode) | steps unknown" in " ".join(
+        render_text(build_report(read_run(tmp_path / "ingested"))).split()
+    )

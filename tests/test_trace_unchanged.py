@@ -27,15 +27,25 @@ from recompprof._torch.versions import torch_info
 JOB = TESTS / "workloads" / "trace_calls.py"
 # Tokens that may differ between two runs: addresses, uuids (in compiled functions' names), payload digests and
 # numbers (times, pids, ids).
-_TOKEN = re.compile(r"0x[0-9a-f]+|[0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}|[0-9a-f]{32}|\d+(?:\.\d+)?")
+_TOKEN = re.compile(
+    r"0x[0-9a-f]+|[0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12}|[0-9a-f]{32}|\d+(?:\.\d+)?"
+)
 
 
 def _trace(trace: Path, *args: str) -> list[str]:
     """The TORCH_TRACE lines of one run of the job, times and pids masked (every run in one working directory:
     torch records it)."""
-    env = clean_env(TORCH_TRACE=str(trace), PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path]))
-    proc = subprocess.run([sys.executable, str(JOB), *args], env=env, cwd=trace.parent, capture_output=True, text=True,
-                          timeout=300)
+    env = clean_env(
+        TORCH_TRACE=str(trace), PYTHONPATH=":".join([str(TESTS / "workloads"), *sys.path])
+    )
+    proc = subprocess.run(
+        [sys.executable, str(JOB), *args],
+        env=env,
+        cwd=trace.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [log] = trace.glob("*.log")
     return [_normal(line) for line in log.read_text(encoding="utf-8").splitlines()]
@@ -60,11 +70,19 @@ def _masked(line: str, volatile: set[int]) -> tuple[list[str], list[str]]:
 
 def _differences(a: list[str], b: list[str], attached: list[str]) -> list[str]:
     """Lines where ``attached`` differs from ``a`` outside what differs between ``a`` and ``b`` (two runs without)."""
-    assert len(a) == len(b), "two runs without recompprof differ in length: the job is not deterministic"
-    found = [f"{len(attached)} lines with recompprof, {len(a)} without"] if len(attached) != len(a) else []
+    assert len(a) == len(b), (
+        "two runs without recompprof differ in length: the job is not deterministic"
+    )
+    found = (
+        [f"{len(attached)} lines with recompprof, {len(a)} without"]
+        if len(attached) != len(a)
+        else []
+    )
     for number, (x, y, z) in enumerate(zip(a, b, attached, strict=False)):
         x_tokens, y_tokens = _TOKEN.findall(x), _TOKEN.findall(y)
-        assert _TOKEN.split(x) == _TOKEN.split(y) and len(x_tokens) == len(y_tokens), f"line {number + 1}: {x[:300]!r} vs {y[:300]!r}"
+        assert _TOKEN.split(x) == _TOKEN.split(y) and len(x_tokens) == len(y_tokens), (
+            f"line {number + 1}: {x[:300]!r} vs {y[:300]!r}"
+        )
         volatile = {i for i, (p, q) in enumerate(zip(x_tokens, y_tokens, strict=True)) if p != q}
         if _masked(x, volatile) != _masked(z, volatile):
             found.append(f"line {number + 1}:\n  without: {x[:300]}\n  with:    {z[:300]}")
@@ -86,7 +104,9 @@ def test_torch_trace_is_unchanged_by_recompprof(tmp_path: Path) -> None:
     assert not differences, "\n".join(differences[:5])
     breaks = [e for e in read_run(tmp_path / "run") if isinstance(e, GraphBreak)]
     traced = sum('"name": "dynamo_graph_break_reason"' in line for line in attached)
-    if torch_info().has("graph_break_trace"):  # older torch traces no breaks (they are read from its counters)
+    if torch_info().has(
+        "graph_break_trace"
+    ):  # older torch traces no breaks (they are read from its counters)
         assert traced >= 3 and sum(e.count for e in breaks) == traced
 
 
@@ -100,8 +120,11 @@ class _Records(logging.Handler):
 
 
 def _log_outside_compile() -> None:
-    torch._logging.trace_structured("artifact", metadata_fn=lambda: {"name": "late_handler", "encoding": "string"},
-                                    payload_fn=lambda: "payload")
+    torch._logging.trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": "late_handler", "encoding": "string"},
+        payload_fn=lambda: "payload",
+    )
 
 
 def test_trace_handler_added_after_attach_gets_each_records_own_caller(tmp_path: Path) -> None:
@@ -118,7 +141,9 @@ def test_trace_handler_added_after_attach_gets_each_records_own_caller(tmp_path:
             torch.compile(_breaks, backend="eager")(torch.ones(2))
         finally:
             trace_log.removeHandler(handler)
-    [ours] = [r for r in handler.records if r.metadata.get("artifact", {}).get("name") == "late_handler"]  # type: ignore[attr-defined]
+    [ours] = [
+        r for r in handler.records if r.metadata.get("artifact", {}).get("name") == "late_handler"
+    ]  # type: ignore[attr-defined]
     assert (ours.pathname, ours.funcName) == (__file__, "_log_outside_compile")
     interned = [r for r in handler.records if "str" in r.metadata]  # type: ignore[attr-defined]
     assert interned and all(r.pathname.endswith("structured.py") for r in interned)

@@ -29,19 +29,52 @@ from recorded_runs import clean_env, cli
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "train_until_told.py"
 FRAME = Frame(name="fwd", file="/job/m.py", line=3)
-START = SessionStart(time=1.0, rank=0, step=0, run_id="r", host="h", pid=1, versions={}, mode="monitor", recompile_limit=8)
-COMPILE = Compile(time=2.0, rank=0, step=1, frame=FRAME, compile_id="0/0", is_recompile=False, start_time=1.5, duration=0.25,
-                  phases={"dynamo_trace": 0.25}, cache_seconds_saved=0.5, trace_seconds_by_function={"f": 0.125})
+START = SessionStart(
+    time=1.0,
+    rank=0,
+    step=0,
+    run_id="r",
+    host="h",
+    pid=1,
+    versions={},
+    mode="monitor",
+    recompile_limit=8,
+)
+COMPILE = Compile(
+    time=2.0,
+    rank=0,
+    step=1,
+    frame=FRAME,
+    compile_id="0/0",
+    is_recompile=False,
+    start_time=1.5,
+    duration=0.25,
+    phases={"dynamo_trace": 0.25},
+    cache_seconds_saved=0.5,
+    trace_seconds_by_function={"f": 0.125},
+)
 END = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0, "compile_seconds": 0.25})
-END_COMPILING = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0},
-                           compiling=Running(frame=FRAME, compile_id="0/1", started=2.5, seconds=0.5))
+END_COMPILING = SessionEnd(
+    time=3.0,
+    rank=0,
+    step=2,
+    totals={"compiles": 1.0},
+    compiling=Running(frame=FRAME, compile_id="0/1", started=2.5, seconds=0.5),
+)
 
 # Each numeric field holding a float, as (event, a JSON path to it).
 FIELDS: list[tuple[Any, tuple[str, ...]]] = [
-    (COMPILE, ("time",)), (COMPILE, ("start_time",)), (COMPILE, ("duration",)), (COMPILE, ("phases", "dynamo_trace")),
-    (COMPILE, ("cache_seconds_saved",)), (COMPILE, ("trace_seconds_by_function", "f")), (START, ("time",)),
-    (END, ("totals", "compile_seconds")), (END, ("time",)),
-    (END_COMPILING, ("compiling", "started")), (END_COMPILING, ("compiling", "seconds")),
+    (COMPILE, ("time",)),
+    (COMPILE, ("start_time",)),
+    (COMPILE, ("duration",)),
+    (COMPILE, ("phases", "dynamo_trace")),
+    (COMPILE, ("cache_seconds_saved",)),
+    (COMPILE, ("trace_seconds_by_function", "f")),
+    (START, ("time",)),
+    (END, ("totals", "compile_seconds")),
+    (END, ("time",)),
+    (END_COMPILING, ("compiling", "started")),
+    (END_COMPILING, ("compiling", "seconds")),
 ]
 LITERALS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"]
 
@@ -58,9 +91,12 @@ def _with(event: Any, path: tuple[str, ...], literal: str) -> bytes:
 
 @pytest.mark.parametrize("reader", [read_file, scan_file], ids=["pydantic", "msgspec"])
 @pytest.mark.parametrize("literal", LITERALS)
-@pytest.mark.parametrize(("event", "path"), FIELDS, ids=[f"{e.kind}.{'.'.join(p)}" for e, p in FIELDS])
-def test_non_finite_numbers_are_corrupt_lines_in_both_readers(reader: Any, literal: str, event: Any, path: tuple[str, ...],
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("event", "path"), FIELDS, ids=[f"{e.kind}.{'.'.join(p)}" for e, p in FIELDS]
+)
+def test_non_finite_numbers_are_corrupt_lines_in_both_readers(
+    reader: Any, literal: str, event: Any, path: tuple[str, ...], tmp_path: Path
+) -> None:
     """A non-finite number in any numeric field makes its line a corrupt line (counted), in both
     readers; the lines around it are read as usual."""
     log = tmp_path / "rank00000-1.jsonl"
@@ -68,7 +104,11 @@ def test_non_finite_numbers_are_corrupt_lines_in_both_readers(reader: Any, liter
     log.write_bytes(good + b"\n" + _with(event, path, literal) + b"\n" + good + b"\n")
     stats = ReadStats()
     events = list(reader(log, stats))
-    assert [e.kind for e in events] == ["compile", "compile"] and stats.corrupt == 1 and stats.lines == 3
+    assert (
+        [e.kind for e in events] == ["compile", "compile"]
+        and stats.corrupt == 1
+        and stats.lines == 3
+    )
 
 
 def test_the_fields_tried_are_every_float_field_of_those_events() -> None:
@@ -79,16 +119,23 @@ def test_the_fields_tried_are_every_float_field_of_those_events() -> None:
     tried = {(e.kind, p[0]) for e, p in FIELDS}
     for kind in ("compile", "session_start", "session_end"):
         assert {(kind, name) for name, _ in _FLOAT_FIELDS[kind]} <= tried
-    assert all([name for name, _ in _FLOAT_FIELDS[kind]] == ["time"]
-               for kind in ("graph_break", "recompile_limit_hit", "signal"))
+    assert all(
+        [name for name, _ in _FLOAT_FIELDS[kind]] == ["time"]
+        for kind in ("graph_break", "recompile_limit_hit", "signal")
+    )
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A complete run of the real workload (aot_eager, 6 steps)."""
     where = tmp_path_factory.mktemp("real") / "run"
-    proc = subprocess.run([sys.executable, str(WORKLOAD), "--steps", "6", "--recompile-steps", "4"], capture_output=True,
-                          text=True, timeout=180, env=clean_env(RECOMPPROF_RUN_DIR=str(where)))
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOAD), "--steps", "6", "--recompile-steps", "4"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=clean_env(RECOMPPROF_RUN_DIR=str(where)),
+    )
     assert proc.returncode == 0, proc.stderr
     return where
 
@@ -98,7 +145,9 @@ def test_a_nan_duration_cannot_pass_a_threshold(real_run: Path, tmp_path: Path) 
     ``check --max-compile-seconds 1`` exits 2 (the line is corrupt), not 0."""
     [log] = real_run.glob("*.jsonl")
     lines = log.read_text().splitlines()
-    index = next(i for i, line in enumerate(lines) if '"kind":"compile"' in line and '"duration":' in line)
+    index = next(
+        i for i, line in enumerate(lines) if '"kind":"compile"' in line and '"duration":' in line
+    )
     data = json.loads(lines[index])
     data["duration"] = "@@"
     lines[index] = json.dumps(data).replace('"@@"', "NaN")
@@ -129,8 +178,11 @@ def test_files_named_like_logs_that_are_not_files_are_unreadable_ranks(tmp_path:
     run = _run_with_irregular_files(tmp_path)
     report = cli("report", str(run), timeout=60)
     assert report.returncode == 0, report.stderr
-    for name, why in (("rank00001-2.jsonl", "a FIFO"), ("rank00002-3.jsonl", "a dangling symlink"),
-                      ("rank00003-4.jsonl", "a directory")):
+    for name, why in (
+        ("rank00001-2.jsonl", "a FIFO"),
+        ("rank00002-3.jsonl", "a dangling symlink"),
+        ("rank00003-4.jsonl", "a directory"),
+    ):
         assert f"{name} ({why}, not a regular file)" in report.stderr
     assert "3 event log(s) could not be read" in report.stderr
     checked = cli("check", str(run), "--max-recompiles", "10", timeout=60)

@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise, torch_compiles
+from agreement import (
+    ASPECTS,
+    Job,
+    Recorded,
+    Summary,
+    describe,
+    diff,
+    record_workloads,
+    summarise,
+    torch_compiles,
+)
 
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.ingest import read_trace
@@ -81,8 +91,10 @@ def moe_frames(recorded: Recorded) -> tuple[dict[str, set[str]], set[str]]:
     whose compile failed. Frame numbers move with transformers' decorators; the chains do not."""
     import transformers
 
-    chains = {cls.__name__: decorator_chain(cls.forward)
-              for cls in (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeModel)}
+    chains = {
+        cls.__name__: decorator_chain(cls.forward)
+        for cls in (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeModel)
+    }
     names: dict[str, set[str]] = {}
     failed = set()
     for cid, metrics in torch_compiles(recorded).items():
@@ -98,7 +110,9 @@ def moe_frames(recorded: Recorded) -> tuple[dict[str, set[str]], set[str]]:
 @pytest.fixture(scope="module")
 def frame_names(recorded: dict[str, Recorded]) -> dict[str, dict[str, set[str]]]:
     """The names each workload's frames may have, by frame number."""
-    out = {name: {frame: {shown} for frame, shown in frames.items()} for name, frames in NAMES.items()}
+    out = {
+        name: {frame: {shown} for frame, shown in frames.items()} for name, frames in NAMES.items()
+    }
     out["moe"] = moe_frames(recorded["moe"])[0]
     return out
 
@@ -106,7 +120,10 @@ def frame_names(recorded: dict[str, Recorded]) -> dict[str, dict[str, set[str]]]
 @pytest.fixture(scope="module")
 def trace_names(recorded: dict[str, Recorded]) -> dict[tuple[str, str], tuple[str, str | None]]:
     """``TRACE_NAMES`` with the MoE frames whose compile failed."""
-    return {**TRACE_NAMES, **{("moe", frame): FAILED_TRACE_NAME for frame in moe_frames(recorded["moe"])[1]}}
+    return {
+        **TRACE_NAMES,
+        **{("moe", frame): FAILED_TRACE_NAME for frame in moe_frames(recorded["moe"])[1]},
+    }
 
 
 WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
@@ -128,7 +145,9 @@ def events(recorded: dict[str, Recorded]) -> dict[tuple[str, str], list[Event]]:
     out: dict[tuple[str, str], list[Event]] = {}
     for name, run in recorded.items():
         out[(name, "live")] = list(read_run(run.run_dir))
-        out[(name, "trace")] = [e for per_file in read_trace(run.trace_dir).events for e in per_file]
+        out[(name, "trace")] = [
+            e for per_file in read_trace(run.trace_dir).events for e in per_file
+        ]
     return out
 
 
@@ -139,8 +158,11 @@ def forward(events: list[Event]) -> dict[str, Compile]:
 
 def reasons_of(recorded: Recorded, compile_id: str) -> list[str]:
     """The guard failures ``TORCH_LOGS`` listed for one recompile, one ``"entry: text"`` line each."""
-    lines = [line.split("[__recompiles]", 1)[1].strip() for line in recorded.stderr.splitlines()
-             if f"[{compile_id}] [__recompiles]" in line]
+    lines = [
+        line.split("[__recompiles]", 1)[1].strip()
+        for line in recorded.stderr.splitlines()
+        if f"[{compile_id}] [__recompiles]" in line
+    ]
     return [line[2:] for line in lines if re.match(r"- !?\d+/\d+: ", line)]
 
 
@@ -158,7 +180,9 @@ def short(path: str) -> str:
 # -- what torch did (the ground truth the verdicts below are held to) ------------------------------
 
 
-def test_workloads_do_what_they_claim(recorded: dict[str, Recorded], summaries: dict[str, dict[str, Summary]]) -> None:
+def test_workloads_do_what_they_claim(
+    recorded: dict[str, Recorded], summaries: dict[str, dict[str, Summary]]
+) -> None:
     """By torch's own logs and trace: BERT recompiles once for the first new padding length (later lengths reuse
     the dynamic graph), then for eval (grad mode) and for a mask after ``attention_mask=None``; T5's second prefill
     fails the prefill entry on the attention mask's length 7 -> 12; the LR changes every step but recompiles once
@@ -166,27 +190,51 @@ def test_workloads_do_what_they_claim(recorded: dict[str, Recorded], summaries: 
     on the dim made dynamic; MoE compiles the stacked decorators as frames of their own."""
     logs = {name: s["logs"] for name, s in summaries.items()}
     assert logs["bert"].recompiles == ["0/1", "0/2", "0/3"], logs["bert"].recompiles
-    assert reasons_of(recorded["bert"], "0/1") == ["0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 7"]
-    assert reasons_of(recorded["bert"], "0/3")[0].startswith("0/2: kwargs['attention_mask'] is None")
+    assert reasons_of(recorded["bert"], "0/1") == [
+        "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 7"
+    ]
+    assert reasons_of(recorded["bert"], "0/3")[0].startswith(
+        "0/2: kwargs['attention_mask'] is None"
+    )
     prefill = reasons_of(recorded["t5"], "0/3")
-    assert "0/0: tensor 'kwargs['attention_mask']' size mismatch at index 1. expected 7, actual 12" in prefill, prefill
+    assert (
+        "0/0: tensor 'kwargs['attention_mask']' size mismatch at index 1. expected 7, actual 12"
+        in prefill
+    ), prefill
     assert logs["optim"].recompiles == ["2/1"], logs["optim"].recompiles
     optim = torch_compiles(recorded["optim"])
     assert optim["2/1"]["dynamo_config"]["specialize_float"] is False
     assert optim["2/1"]["dynamo_config"]["automatic_dynamic_shapes"] is True
     assert logs["vit"].recompiles == ["0/1", "0/2"]
-    assert re.search(r"0/1: .*kwargs\['pixel_values'\]\.size\(\)\[2\] // 16", "\n".join(reasons_of(recorded["vit"], "0/2")))
+    assert re.search(
+        r"0/1: .*kwargs\['pixel_values'\]\.size\(\)\[2\] // 16",
+        "\n".join(reasons_of(recorded["vit"], "0/2")),
+    )
     for name, frames in CODE.items():
-        found = {cid.split("/")[0]: (m["co_name"], short(m["co_filename"])) for cid, m in torch_compiles(recorded[name]).items()}
+        found = {
+            cid.split("/")[0]: (m["co_name"], short(m["co_filename"]))
+            for cid, m in torch_compiles(recorded[name]).items()
+        }
         assert {f: found.get(f) for f in frames} == frames
     import transformers
 
-    compiled = {(m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded["moe"]).values()}
-    causal, model = (decorator_chain(cls.forward) for cls in (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeModel))
-    assert {causal[0], causal[-1], model[0], model[1]} <= compiled  # the outer decorators, and the forward they wrap
+    compiled = {
+        (m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded["moe"]).values()
+    }
+    causal, model = (
+        decorator_chain(cls.forward)
+        for cls in (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeModel)
+    )
+    assert {
+        causal[0],
+        causal[-1],
+        model[0],
+        model[1],
+    } <= compiled  # the outer decorators, and the forward they wrap
     for name in ("trainer", "lightning", "moe"):
         assert "0/1" in logs[name].recompiles and reasons_of(recorded[name], "0/1")[0].startswith(
-            "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1"), name
+            "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1"
+        ), name
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -208,29 +256,49 @@ def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
     live, logs, trace = summaries["live"], summaries["logs"], summaries["trace"]
     categories = {}
     for cid, rows in live.categories.items():
-        text_says = {row for row in logs.categories.get(cid, [])} & {row for row in trace.categories.get(cid, [])}
-        categories[cid] = sorted((text, "other") if (text, "other") in text_says and category in BY_OBJECT
-                                 else (text, category) for text, category in rows)
+        text_says = {row for row in logs.categories.get(cid, [])} & {
+            row for row in trace.categories.get(cid, [])
+        }
+        categories[cid] = sorted(
+            (text, "other")
+            if (text, "other") in text_says and category in BY_OBJECT
+            else (text, category)
+            for text, category in rows
+        )
     return {**summaries, "live": dataclasses.replace(live, categories=categories)}
 
 
-@pytest.mark.skipif(shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
-                    reason="tlparse is not installed")
+@pytest.mark.skipif(
+    shutil.which("tlparse") is None and not (Path(sys.executable).parent / "tlparse").exists(),
+    reason="tlparse is not installed",
+)
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_tlparse_finds_the_same_compiles(recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]],
-                                         workload: str, tmp_path: Path) -> None:
+def test_tlparse_finds_the_same_compiles(
+    recorded: dict[str, Recorded],
+    events: dict[tuple[str, str], list[Event]],
+    workload: str,
+    tmp_path: Path,
+) -> None:
     """tlparse's compile directory of the trace holds exactly the forward compile ids recompprof recorded live."""
     tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
     logs = sorted(recorded[workload].trace_dir.glob("*.log"))
     found: set[str] = set()
     for i, log in enumerate(logs):
         out = tmp_path / f"tl{i}"
-        subprocess.run([tlparse, str(log), "--no-browser", "--overwrite", "-o", str(out)], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [tlparse, str(log), "--no-browser", "--overwrite", "-o", str(out)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         directory = json.loads((out / "compile_directory.json").read_text())
         for key, entry in directory.items():
-            if any(str(a.get("name", a) if isinstance(a, dict) else a).startswith("compilation_metrics")
-                   for a in entry.get("artifacts", [])):
+            if any(
+                str(a.get("name", a) if isinstance(a, dict) else a).startswith(
+                    "compilation_metrics"
+                )
+                for a in entry.get("artifacts", [])
+            ):
                 found.add(re.sub(r"_\d+$", "", key.strip("[]")).lstrip("!"))
     assert found == set(forward(events[(workload, "live")]))
 
@@ -240,10 +308,14 @@ def test_tlparse_finds_the_same_compiles(recorded: dict[str, Recorded], events: 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_frame_is_the_code_object(recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]],
-                                  frame_names: dict[str, dict[str, set[str]]],
-                                  trace_names: dict[tuple[str, str], tuple[str, str | None]],
-                                  workload: str, source: str) -> None:
+def test_frame_is_the_code_object(
+    recorded: dict[str, Recorded],
+    events: dict[tuple[str, str], list[Event]],
+    frame_names: dict[str, dict[str, set[str]]],
+    trace_names: dict[tuple[str, str], tuple[str, str | None]],
+    workload: str,
+    source: str,
+) -> None:
     """Every compile's frame carries the code object torch compiled (co_filename, co_firstlineno, as torch's
     compilation metrics say) and the class of the instance it ran for (``AdamW`` for an AdamW, the model's class
     for transformers' decorators); two compile ids share a frame key exactly when they share a code object."""
@@ -252,44 +324,79 @@ def test_frame_is_the_code_object(recorded: dict[str, Recorded], events: dict[tu
     assert set(compiles) == set(truth)
     for cid, event in compiles.items():
         frame = event.frame
-        assert (frame.code_file, frame.code_line) == (truth[cid]["co_filename"], truth[cid]["co_firstlineno"]), cid
+        assert (frame.code_file, frame.code_line) == (
+            truth[cid]["co_filename"],
+            truth[cid]["co_firstlineno"],
+        ), cid
         if (names := frame_names[workload].get(cid.split("/")[0])) is not None:
             limit = trace_names.get((workload, cid.split("/")[0])) if source == "trace" else None
-            assert frame.owner == limit[1] if limit else frame.owner in {n.split(".")[0] for n in names}, (cid, frame)
+            assert (
+                frame.owner == limit[1]
+                if limit
+                else frame.owner in {n.split(".")[0] for n in names}
+            ), (cid, frame)
             assert limit or frame.name == f"{frame.owner}.{frame.name.split('.')[-1]}", (cid, frame)
-    same_code = {(a, b) for a in truth for b in truth
-                 if (truth[a]["co_filename"], truth[a]["co_firstlineno"]) == (truth[b]["co_filename"], truth[b]["co_firstlineno"])}
-    same_key = {(a, b) for a in compiles for b in compiles if compiles[a].frame.key == compiles[b].frame.key}
+    same_code = {
+        (a, b)
+        for a in truth
+        for b in truth
+        if (truth[a]["co_filename"], truth[a]["co_firstlineno"])
+        == (truth[b]["co_filename"], truth[b]["co_firstlineno"])
+    }
+    same_key = {
+        (a, b) for a in compiles for b in compiles if compiles[a].frame.key == compiles[b].frame.key
+    }
     assert same_key == same_code
 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_frames_named_as_the_user_knows_them(events: dict[tuple[str, str], list[Event]],
-                                            frame_names: dict[str, dict[str, set[str]]],
-                                            trace_names: dict[tuple[str, str], tuple[str, str | None]],
-                                            workload: str, source: str) -> None:
+def test_frames_named_as_the_user_knows_them(
+    events: dict[tuple[str, str], list[Event]],
+    frame_names: dict[str, dict[str, set[str]]],
+    trace_names: dict[tuple[str, str], tuple[str, str | None]],
+    workload: str,
+    source: str,
+) -> None:
     """The model's (or optimizer's) frames are named ``<class of the instance>.<method>`` on both paths: never a
     decorator's ``wrapper``, never the base class for an ``AdamW``, the same name live and ingested."""
     names = {cid: e.frame.name for cid, e in forward(events[(workload, source)]).items()}
-    limits = {cid: trace_names[(workload, cid.split("/")[0])][0] for cid in names
-              if source == "trace" and (workload, cid.split("/")[0]) in trace_names}
-    wanted = {cid: {limits[cid]} if cid in limits else frame_names[workload][cid.split("/")[0]] for cid in names
-              if cid.split("/")[0] in frame_names[workload]}
-    assert wanted and not {cid: names[cid] for cid in wanted if names[cid] not in wanted[cid]}, (names, wanted)
-    assert not [n for cid, n in names.items() if n.split(".")[-1] == "wrapper" and cid not in limits], names
+    limits = {
+        cid: trace_names[(workload, cid.split("/")[0])][0]
+        for cid in names
+        if source == "trace" and (workload, cid.split("/")[0]) in trace_names
+    }
+    wanted = {
+        cid: {limits[cid]} if cid in limits else frame_names[workload][cid.split("/")[0]]
+        for cid in names
+        if cid.split("/")[0] in frame_names[workload]
+    }
+    assert wanted and not {cid: names[cid] for cid in wanted if names[cid] not in wanted[cid]}, (
+        names,
+        wanted,
+    )
+    assert not [
+        n for cid, n in names.items() if n.split(".")[-1] == "wrapper" and cid not in limits
+    ], names
 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("workload", ["moe", "optim"])
-def test_distinct_code_objects_are_distinct_rows(recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]],
-                                                 workload: str, source: str) -> None:
+def test_distinct_code_objects_are_distinct_rows(
+    recorded: dict[str, Recorded],
+    events: dict[tuple[str, str], list[Event]],
+    workload: str,
+    source: str,
+) -> None:
     """A report row is one code object: its compiles are the cache entries torch made for that code object (a
     decorator and the function it wraps are two rows, even under one display name), each row with its own label."""
     # A record whose trace was skipped (torch's has_guarded_code with no guard count, e.g. a resume function that
     # only calls the next frame) made no cache entry: torch holds none for that code object.
-    truth = Counter((m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded[workload]).values()
-                    if m.get("fail_type") or m.get("guard_count") is not None)
+    truth = Counter(
+        (m["co_filename"], m["co_firstlineno"])
+        for m in torch_compiles(recorded[workload]).values()
+        if m.get("fail_type") or m.get("guard_count") is not None
+    )
     report = build_report(events[(workload, source)])
     rows = sorted(f.compiles for f in report.frames.values() if f.compiles)
     assert rows == sorted(truth.values()), {label: f.compiles for label, f in report.frames.items()}
@@ -297,25 +404,40 @@ def test_distinct_code_objects_are_distinct_rows(recorded: dict[str, Recorded], 
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_diff_of_a_run_against_its_own_trace_is_empty(recorded: dict[str, Recorded], workload: str, tmp_path: Path) -> None:
+def test_diff_of_a_run_against_its_own_trace_is_empty(
+    recorded: dict[str, Recorded], workload: str, tmp_path: Path
+) -> None:
     """``recompprof ingest`` of the run's TORCH_TRACE, then ``recompprof diff <live> <ingested>``: same frames, same
     figures, so nothing got worse and diff exits 0."""
     cli = [str(Path(sys.executable).parent / "recompprof")]
     ingested = tmp_path / "ingested"
-    done = subprocess.run([*cli, "ingest", str(recorded[workload].trace_dir), "-o", str(ingested)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*cli, "ingest", str(recorded[workload].trace_dir), "-o", str(ingested)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([*cli, "diff", str(recorded[workload].run_dir), str(ingested)], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [*cli, "diff", str(recorded[workload].run_dir), str(ingested)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("workload", ["trainer", "lightning"])
-def test_ingested_recompiles_carry_the_training_step(events: dict[tuple[str, str], list[Event]], workload: str) -> None:
+def test_ingested_recompiles_carry_the_training_step(
+    events: dict[tuple[str, str], list[Event]], workload: str
+) -> None:
     """Attached runs put the training step into torch's compile record (its recompile user-context hook), so the
     recompiles ingest reads from the trace carry the steps the live log has."""
     live = {cid: e.step for cid, e in forward(events[(workload, "live")]).items() if e.is_recompile}
-    traced = {cid: e.step for cid, e in forward(events[(workload, "trace")]).items() if e.is_recompile}
+    traced = {
+        cid: e.step for cid, e in forward(events[(workload, "trace")]).items() if e.is_recompile
+    }
     assert live and traced == live
 
 
@@ -336,18 +458,25 @@ def test_bert_reasons(events: dict[tuple[str, str], list[Event]], source: str) -
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_t5_second_prefill_is_explained_by_the_mask_length(recorded: dict[str, Recorded],
-                                                           events: dict[tuple[str, str], list[Event]], source: str) -> None:
+def test_t5_second_prefill_is_explained_by_the_mask_length(
+    recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]], source: str
+) -> None:
     """T5's second generate() prefill recompiles because the prompt (its attention mask) grew 7 -> 12, failing the
     prefill entry 0/0; the cache flag ``is_updated[0] == True`` failing the decode entry is not the change."""
     reason = explaining_reason(forward(events[("t5", source)])["0/3"].reasons)
     assert reason is not None
-    assert (reason.entry, reason.category, reason.subject) == ("0/0", "size", "L['kwargs']['attention_mask']"), reason
+    assert (reason.entry, reason.category, reason.subject) == (
+        "0/0",
+        "size",
+        "L['kwargs']['attention_mask']",
+    ), reason
     assert "expected 7, actual 12" in reason.text
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_t5_cache_flag_is_a_python_constant(events: dict[tuple[str, str], list[Event]], source: str) -> None:
+def test_t5_cache_flag_is_a_python_constant(
+    events: dict[tuple[str, str], list[Event]], source: str
+) -> None:
     """A KV-cache flag (``kwargs['past_key_values'].is_updated[0] == False``: a bool in a dict of a transformers
     Cache, which is no nn.Module) is a Python constant live, where the object is at hand; never a module attribute.
     Ingested from the trace, where only the text is, it is ``other``: whether the holder is a module is unknown."""
@@ -358,43 +487,68 @@ def test_t5_cache_flag_is_a_python_constant(events: dict[tuple[str, str], list[E
 
 
 @pytest.mark.parametrize("source", SOURCES)
-def test_t5_expected_tensor_found_none_is_type(events: dict[tuple[str, str], list[Event]], source: str) -> None:
+def test_t5_expected_tensor_found_none_is_type(
+    events: dict[tuple[str, str], list[Event]], source: str
+) -> None:
     """``expected type of 'kwargs[...]...' to be a tensor type, but found NoneType`` (a guarded name with quotes in
     it, as every Hugging Face ``kwargs['...']`` has) is a ``type`` change of that name."""
     reasons = [r for e in forward(events[("t5", source)]).values() for r in e.reasons]
-    expected_type = {(r.category, r.subject) for r in reasons if r.text.startswith("expected type of")}
-    assert expected_type == {("type", "L['kwargs']['past_key_values'].self_attention_cache.layers[0].keys")}
+    expected_type = {
+        (r.category, r.subject) for r in reasons if r.text.startswith("expected type of")
+    }
+    assert expected_type == {
+        ("type", "L['kwargs']['past_key_values'].self_attention_cache.layers[0].keys")
+    }
 
 
 # -- steady state or warm-up, and the fix shown first --------------------------------------------------
 
 
 @pytest.mark.parametrize("workload", ["bert", "moe", "trainer", "lightning"])
-def test_first_padding_change_is_warmup(recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]],
-                                        workload: str) -> None:
+def test_first_padding_change_is_warmup(
+    recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]], workload: str
+) -> None:
     """The first new padding length makes torch mark input_ids' dim 1 dynamic (automatic dynamic shapes, on in the
     compile's config); no later length recompiles (TORCH_LOGS), so 0/1 is one-time warm-up, never steady state."""
-    assert torch_compiles(recorded[workload])["0/1"]["dynamo_config"]["automatic_dynamic_shapes"] is True
-    later = [r for cid in summarise(recorded[workload])["logs"].recompiles if cid != "0/1"
-             for r in reasons_of(recorded[workload], cid) if "kwargs['input_ids']" in r]
+    assert (
+        torch_compiles(recorded[workload])["0/1"]["dynamo_config"]["automatic_dynamic_shapes"]
+        is True
+    )
+    later = [
+        r
+        for cid in summarise(recorded[workload])["logs"].recompiles
+        if cid != "0/1"
+        for r in reasons_of(recorded[workload], cid)
+        if "kwargs['input_ids']" in r
+    ]
     assert later == []
     event = forward(events[(workload, "live")])["0/1"]
-    assert (event.automatic_dynamic, event.steady_state) == ("dim 1 of L['kwargs']['input_ids']", False)
+    assert (event.automatic_dynamic, event.steady_state) == (
+        "dim 1 of L['kwargs']['input_ids']",
+        False,
+    )
 
 
-def test_lr_change_is_warmup(recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]]) -> None:
+def test_lr_change_is_warmup(
+    recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]]
+) -> None:
     """A scheduler changes the float LR every step, yet torch recompiles AdamW's step once (``specialize_float``
     off: the float becomes dynamic after its first change): that recompile is warm-up, like a dim's first size
     change, so no steady-state recompile is counted."""
     event = forward(events[("optim", "live")])["2/1"]
     reason = explaining_reason(event.reasons)
-    assert reason is not None and (reason.category, reason.subject) == ("python_constant", "L['self'].param_groups[0]['lr']")
+    assert reason is not None and (reason.category, reason.subject) == (
+        "python_constant",
+        "L['self'].param_groups[0]['lr']",
+    )
     assert event.steady_state is False and event.automatic_dynamic, event
     report = build_report(events[("optim", "live")])
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 0
 
 
-def test_vit_respecialised_dim_recompiles_in_steady_state(events: dict[tuple[str, str], list[Event]]) -> None:
+def test_vit_respecialised_dim_recompiles_in_steady_state(
+    events: dict[tuple[str, str], list[Event]],
+) -> None:
     """ViT: the first new image size is warm-up (the dims become dynamic), but the dynamic graph guards on one
     patch per row not occurring (a flatten), so a 16-pixel image recompiles on the same input: that recompile is
     steady state, and the report says torch specialised the dim again instead of promising it will not recur."""
@@ -412,20 +566,30 @@ def test_vit_respecialised_dim_recompiles_in_steady_state(events: dict[tuple[str
 
 
 @pytest.mark.parametrize("workload", ["bert", "optim", "moe", "trainer", "lightning", "vit"])
-def test_fix_first_never_leads_with_a_warmup(events: dict[tuple[str, str], list[Event]], workload: str) -> None:
-    """"Fix these first" ranks steady-state causes above the others, and a cause torch warmed up (automatic dynamic)
+def test_fix_first_never_leads_with_a_warmup(
+    events: dict[tuple[str, str], list[Event]], workload: str
+) -> None:
+    """ "Fix these first" ranks steady-state causes above the others, and a cause torch warmed up (automatic dynamic)
     says it was one-time: "mark the varying dimension dynamic" is never the no. 1 fix for a recompile that already
     fixed itself."""
     live = events[(workload, "live")]
-    recompiles = [(e, explaining_reason(e.reasons)) for e in forward(live).values() if e.is_recompile]
-    warmup = {(r.category, r.subject) for e, r in recompiles if r is not None and e.automatic_dynamic}
+    recompiles = [
+        (e, explaining_reason(e.reasons)) for e in forward(live).values() if e.is_recompile
+    ]
+    warmup = {
+        (r.category, r.subject) for e, r in recompiles if r is not None and e.automatic_dynamic
+    }
     steady = {(r.category, r.subject) for e, r in recompiles if r is not None and e.steady_state}
     assert warmup, "no recompile was judged torch's one-time warm-up (automatic dynamic)"
     report = build_report(live)
     ranked = report.ranked_causes()
     kinds = ["steady" if (c.category, c.subject) in steady else "other" for c in ranked]
-    assert kinds == sorted(kinds, key=lambda k: k != "steady"), list(zip(kinds, (c.key for c in ranked)))
+    assert kinds == sorted(kinds, key=lambda k: k != "steady"), list(
+        zip(kinds, (c.key for c in ranked))
+    )
     for cause, block in zip(ranked, fix_first_blocks(report)):
-        if (cause.category, cause.subject) in warmup and (cause.category, cause.subject) not in steady:
+        if (cause.category, cause.subject) in warmup and (
+            cause.category,
+            cause.subject,
+        ) not in steady:
             assert WARMUP_WORDS.search(block), block
-

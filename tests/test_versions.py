@@ -37,14 +37,18 @@ def _metrics_fields() -> set[str]:
 
 def _reason_strings(scenario: str) -> list[str]:
     observed = run_scenario(SCENARIOS[scenario])
-    assert observed.guard_failures, f"scenario {scenario} recorded no reason on torch {torch.__version__}"
+    assert observed.guard_failures, (
+        f"scenario {scenario} recorded no reason on torch {torch.__version__}"
+    )
     return observed.guard_failures
 
 
 def _has_compilation_metrics() -> bool:
     import torch._utils_internal as utils_internal
 
-    return callable(getattr(utils_internal, "log_compilation_event", None)) and bool(_metrics_fields())
+    return callable(getattr(utils_internal, "log_compilation_event", None)) and bool(
+        _metrics_fields()
+    )
 
 
 def _metrics_records(job: Callable[[], None]) -> list[object]:
@@ -55,7 +59,11 @@ def _metrics_records(job: Callable[[], None]) -> list[object]:
 
     class Take(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            if isinstance(record.args, tuple) and record.args and type(record.args[0]).__name__ == "CompilationMetrics":
+            if (
+                isinstance(record.args, tuple)
+                and record.args
+                and type(record.args[0]).__name__ == "CompilationMetrics"
+            ):
                 records.append(record.args[0])
             return False
 
@@ -139,7 +147,10 @@ def _parks_and_reenables() -> bool:
     torch._dynamo.reset()
     mode = ProfileMode(1)
     mode.on_reuse = lambda *args: None
-    with _gate_moved("profile_evict", (0, 0)), _gate_moved("profile_park", (0, 0)):  # ask torch, not the table
+    with (
+        _gate_moved("profile_evict", (0, 0)),
+        _gate_moved("profile_park", (0, 0)),
+    ):  # ask torch, not the table
         try:
             mode.install()
             compiled = torch.compile(alternating, backend="eager")
@@ -201,24 +212,43 @@ def _reset_clears_callbacks() -> bool:
 # What torch has, observed directly (never from the version number).
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
-    "phase_times": lambda: {"aot_autograd_cumulative_compile_time_us", "inductor_cumulative_compile_time_us"}
-    <= _metrics_fields() or {"entire_frame_compile_time_s", "backend_compile_time_s"} <= _metrics_fields(),
+    "phase_times": lambda: (
+        {"aot_autograd_cumulative_compile_time_us", "inductor_cumulative_compile_time_us"}
+        <= _metrics_fields()
+        or {"entire_frame_compile_time_s", "backend_compile_time_s"} <= _metrics_fields()
+    ),
     "guard_failures": lambda: hasattr(torch._dynamo.utils, "guard_failures"),
-    "recompile_limit_hits": lambda: any("limit" in str(getattr(r, "fail_reason", "") or "").lower()
-                                        for r in _metrics_records(_limit_hit_job)),
-    "backward_compiles": lambda: any(getattr(r, "is_forward", None) is False for r in _metrics_records(_backward_job)),
-    "graph_breaks": lambda: "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters"),
+    "recompile_limit_hits": lambda: any(
+        "limit" in str(getattr(r, "fail_reason", "") or "").lower()
+        for r in _metrics_records(_limit_hit_job)
+    ),
+    "backward_compiles": lambda: any(
+        getattr(r, "is_forward", None) is False for r in _metrics_records(_backward_job)
+    ),
+    "graph_breaks": lambda: (
+        "graph_break" in torch._dynamo.utils.counters or hasattr(torch._dynamo.utils, "counters")
+    ),
     "graph_break_trace": _traces_graph_breaks,
     "recompile_limit_name": lambda: hasattr(torch._dynamo.config, "recompile_limit"),
-    "recompile_user_context": lambda: hasattr(torch._dynamo.utils, "register_hook_for_recompile_user_context")
-    and "recompile_user_contexts" in _metrics_fields(),
+    "recompile_user_context": lambda: (
+        hasattr(torch._dynamo.utils, "register_hook_for_recompile_user_context")
+        and "recompile_user_contexts" in _metrics_fields()
+    ),
     "force_backend": _has_force_backend,
     "profile_evict": _has_evict_internals,
     "profile_park": _parks_and_reenables,
-    "compile_id_in_reasons": lambda: all(re.match(r"\d+/\d+: ", t) for t in _reason_strings("size")),
-    "user_stack_in_reasons": lambda: all("\nUser stack trace:" in t for t in _reason_strings("global")),
-    "type_in_identity_reasons": lambda: all("type=<class 'code'>" in t for t in _reason_strings("object_identity")),
-    "backend_in_reasons": lambda: all("BACKEND_MATCH" in t for t in _reason_strings("backend_mismatch")),
+    "compile_id_in_reasons": lambda: all(
+        re.match(r"\d+/\d+: ", t) for t in _reason_strings("size")
+    ),
+    "user_stack_in_reasons": lambda: all(
+        "\nUser stack trace:" in t for t in _reason_strings("global")
+    ),
+    "type_in_identity_reasons": lambda: all(
+        "type=<class 'code'>" in t for t in _reason_strings("object_identity")
+    ),
+    "backend_in_reasons": lambda: all(
+        "BACKEND_MATCH" in t for t in _reason_strings("backend_mismatch")
+    ),
     "reasons_before_compile_start": _reasons_at_compile_start,
     "reset_clears_callbacks": _reset_clears_callbacks,
 }
@@ -238,7 +268,8 @@ def test_gate_agrees_with_installed_torch(gate: str) -> None:
     observed = OBSERVED[gate]()
     since = ".".join(map(str, GATES[gate].since))
     assert INFO.has(gate) == observed, (
-        f"torch {torch.__version__}: GATES[{gate!r}] (since {since}) says {INFO.has(gate)}, torch has it: {observed}")
+        f"torch {torch.__version__}: GATES[{gate!r}] (since {since}) says {INFO.has(gate)}, torch has it: {observed}"
+    )
 
 
 class _gate_moved:
@@ -260,10 +291,15 @@ FUTURE = (99, 0)
 
 @pytest.mark.parametrize(
     ("gate", "signal"),
-    [("compilation_metrics", "compile_metrics"), ("guard_failures", "guard_failures"),
-     ("graph_breaks", "graph_breaks"), ("phase_times", "phase_times"),
-     ("recompile_limit_hits", "recompile_limit_hits"), ("backward_compiles", "backward_compiles"),
-     ("recompile_user_context", "step_in_trace")],
+    [
+        ("compilation_metrics", "compile_metrics"),
+        ("guard_failures", "guard_failures"),
+        ("graph_breaks", "graph_breaks"),
+        ("phase_times", "phase_times"),
+        ("recompile_limit_hits", "recompile_limit_hits"),
+        ("backward_compiles", "backward_compiles"),
+        ("recompile_user_context", "step_in_trace"),
+    ],
 )
 def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path) -> None:
     """With a gate moved past the installed torch, attach turns that signal off with the table's reason."""
@@ -274,9 +310,11 @@ def test_monitor_adapters_read_their_gate(gate: str, signal: str, tmp_path: Path
     assert f"< 99.0 has no {GATES[gate].what}" in why and GATES[gate].off in why
 
 
-def test_graph_breaks_fall_back_to_counters_below_the_trace_gate(tmp_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_graph_breaks_fall_back_to_counters_below_the_trace_gate(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Below graph_break_trace, graph breaks are read from counters['graph_break']: still recorded, and the log says what is missed."""
+
     def breaks(x: torch.Tensor) -> torch.Tensor:
         print("", end="")  # a graph break
         return x + 1
@@ -291,10 +329,19 @@ def test_graph_breaks_fall_back_to_counters_below_the_trace_gate(tmp_path: Path,
 
 def test_profile_mode_reads_its_gates(tmp_path: Path) -> None:
     """Profile mode falls back to 'unlimited' below profile_evict and keeps the job's backend below force_backend."""
-    with _gate_moved("profile_evict", FUTURE), recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+    with (
+        _gate_moved("profile_evict", FUTURE),
+        recompprof.attach(mode="profile", run_dir=tmp_path) as session,
+    ):
         pass
-    assert session._profile.mechanism == "unlimited" and GATES["profile_evict"].off in session._profile.why_off
-    with _gate_moved("force_backend", FUTURE), recompprof.attach(mode="profile", run_dir=tmp_path) as session:
+    assert (
+        session._profile.mechanism == "unlimited"
+        and GATES["profile_evict"].off in session._profile.why_off
+    )
+    with (
+        _gate_moved("force_backend", FUTURE),
+        recompprof.attach(mode="profile", run_dir=tmp_path) as session,
+    ):
         pass
     assert session.signals["profile_backend"] is False
     assert GATES["force_backend"].off in session.signals_off["profile_backend"]
@@ -312,10 +359,16 @@ def test_profile_mode_sees_every_change_on_this_torch(tmp_path: Path) -> None:
     compiled = torch.compile(tagged, backend="eager")
     with recompprof.attach(mode="profile", run_dir=tmp_path) as session:
         for i in range(10):
-            assert torch.equal(compiled(torch.ones(2), "a" * (i + 1)), torch.full((2,), float(i + 1)))
+            assert torch.equal(
+                compiled(torch.ones(2), "a" * (i + 1)), torch.full((2,), float(i + 1))
+            )
     expected = "evict" if INFO.has("profile_evict") and INFO.has("force_backend") else "unlimited"
     assert session._profile.mechanism == expected
-    recompiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.frame.name == "tagged" and e.is_recompile]
+    recompiles = [
+        e
+        for e in session.recent_events()
+        if isinstance(e, Compile) and e.frame.name == "tagged" and e.is_recompile
+    ]
     assert len(recompiles) == 9
     explained = [next(r for r in c.reasons if r.explains_change) for c in recompiles]
     assert {(r.category, r.subject) for r in explained} == {("python_constant", "L['tag']")}
@@ -347,7 +400,10 @@ def test_limit_config_names_follow_the_table() -> None:
     assert isinstance(getattr(torch._dynamo.config, name), int)
     assert isinstance(getattr(torch._dynamo.config, accumulated), int)
     old = versions.TorchInfo("2.6.0", (2, 6))
-    assert (old.limit_config_name, old.accumulated_limit_config_name) == ("cache_size_limit", "accumulated_cache_size_limit")
+    assert (old.limit_config_name, old.accumulated_limit_config_name) == (
+        "cache_size_limit",
+        "accumulated_cache_size_limit",
+    )
 
 
 def test_why_off_names_version_internal_and_fallback() -> None:
@@ -362,7 +418,9 @@ def test_why_off_names_version_internal_and_fallback() -> None:
 
 def test_no_version_check_outside_the_table() -> None:
     """No module of recompprof compares torch versions itself: every gate is read from versions.py."""
-    pattern = re.compile(r"torch\.__version__|major_minor|version\.parse|packaging\.version|TorchVersion")
+    pattern = re.compile(
+        r"torch\.__version__|major_minor|version\.parse|packaging\.version|TorchVersion"
+    )
     offenders = []
     for path in (ROOT / "recompprof").rglob("*.py"):
         if path.name == "versions.py":

@@ -10,4 +10,11 @@ from recompprof_otel.exporter import OtelExporter
 from recompprof_otel.processor import BoundedBatchProcessor
 from recompprof_otel.spans import PHASE_SPAN, ROOT_SPAN, SpanBuilder, phase_intervals
 
-__all__ = ["PHASE_SPAN", "ROOT_SPAN", "BoundedBatchProcessor", "OtelExporter", "SpanBuilder", "phase_intervals"]
+__all__ = [
+    "PHASE_SPAN",
+    "ROOT_SPAN",
+    "BoundedBatchProcessor",
+    "OtelExporter",
+    "SpanBuilder",
+    "phase_intervals",
+]

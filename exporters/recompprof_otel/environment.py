@@ -24,10 +24,16 @@ DEFAULT_EXPORT_TIMEOUT_MS = 30000
 DEFAULT_MAX_QUEUE_SIZE = 2048
 DEFAULT_MAX_EXPORT_BATCH_SIZE = 512
 
-_SAMPLERS = frozenset({
-    "always_on", "always_off", "traceidratio",
-    "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio",
-})
+_SAMPLERS = frozenset(
+    {
+        "always_on",
+        "always_off",
+        "traceidratio",
+        "parentbased_always_on",
+        "parentbased_always_off",
+        "parentbased_traceidratio",
+    }
+)
 _COMPRESSIONS = frozenset({"none", "gzip", "deflate"})
 
 
@@ -60,7 +66,9 @@ def _protocol(env: Mapping[str, str], signal: str, problems: list[str]) -> str:
         value = raw.lower()
         if value in PROTOCOLS:
             return value
-        problems.append(f"{name}={raw!r} is not supported (allowed: {', '.join(PROTOCOLS)}); using {HTTP_PROTOBUF}")
+        problems.append(
+            f"{name}={raw!r} is not supported (allowed: {', '.join(PROTOCOLS)}); using {HTTP_PROTOBUF}"
+        )
         return HTTP_PROTOBUF
     # The SDK's auto-configuration would pick grpc here; the specification's default is http/protobuf.
     return HTTP_PROTOBUF
@@ -97,7 +105,9 @@ def read(env: Mapping[str, str] | None = None) -> OtelEnvironment:
     problems: list[str] = []
     disabled_raw = env.get("OTEL_SDK_DISABLED", "").strip().lower()
     if disabled_raw not in {"", "true", "false"}:
-        problems.append(f"OTEL_SDK_DISABLED={disabled_raw!r} is not true or false; treated as false")
+        problems.append(
+            f"OTEL_SDK_DISABLED={disabled_raw!r} is not true or false; treated as false"
+        )
     traces = _protocol(env, "TRACES", problems)
     metrics = _protocol(env, "METRICS", problems)
     delay = _int(env, "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_SCHEDULE_DELAY_MS, problems, 0)
@@ -105,32 +115,44 @@ def read(env: Mapping[str, str] | None = None) -> OtelEnvironment:
     queue = _int(env, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE, problems, 1)
     batch = _int(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_MAX_EXPORT_BATCH_SIZE, problems, 1)
     if batch > queue:
-        problems.append(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} exceeds OTEL_BSP_MAX_QUEUE_SIZE={queue}; using {queue}")
+        problems.append(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch} exceeds OTEL_BSP_MAX_QUEUE_SIZE={queue}; using {queue}"
+        )
         batch = queue
     sampler = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
     if sampler and sampler not in _SAMPLERS:
-        problems.append(f"OTEL_TRACES_SAMPLER={sampler!r} is unknown; the SDK uses parentbased_always_on")
+        problems.append(
+            f"OTEL_TRACES_SAMPLER={sampler!r} is unknown; the SDK uses parentbased_always_on"
+        )
     if sampler.endswith("traceidratio"):
         arg = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
         try:
             if not 0.0 <= float(arg) <= 1.0:
                 raise ValueError
         except ValueError:
-            problems.append(f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio in [0, 1]; the SDK uses 1.0")
+            problems.append(
+                f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not a ratio in [0, 1]; the SDK uses 1.0"
+            )
     for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
         _float(env, name, problems)
     for name in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"):
         raw = env.get(name, "").strip()
         if raw and raw.lower() not in _COMPRESSIONS:
-            problems.append(f"{name}={raw!r} is unknown (allowed: gzip, deflate, none); no compression is used")
+            problems.append(
+                f"{name}={raw!r} is unknown (allowed: gzip, deflate, none); no compression is used"
+            )
     return OtelEnvironment(
         disabled=disabled_raw == "true",
         traces_protocol=traces,
         metrics_protocol=metrics,
         schedule_delay_s=delay / 1000.0,
-        request_timeout_s=timeout / 1000.0 if "OTEL_BSP_EXPORT_TIMEOUT" in env and not any(
-            env.get(name, "").strip() for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-        ) else None,
+        request_timeout_s=timeout / 1000.0
+        if "OTEL_BSP_EXPORT_TIMEOUT" in env
+        and not any(
+            env.get(name, "").strip()
+            for name in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+        )
+        else None,
         max_queue_size=queue,
         max_export_batch_size=batch,
         problems=tuple(problems),

@@ -43,6 +43,7 @@ DOWN_COLLECTOR_FLUSH_S = 0.5
 
 def _bounded(fn: Callable[[], Any], timeout: float, name: str) -> bool:
     """Run ``fn`` on a daemon thread and wait at most ``timeout`` s; True if it finished."""
+
     def run() -> None:
         with _internal.contain(name):
             fn()
@@ -80,8 +81,11 @@ class OtelExporter:
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, session: SessionView) -> None:
         if self.env.problems:
-            _internal.record("otel.config", environment.OtelConfigWarning("; ".join(self.env.problems)),
-                             "bad OTEL_* value(s) replaced by defaults")
+            _internal.record(
+                "otel.config",
+                environment.OtelConfigWarning("; ".join(self.env.problems)),
+                "bad OTEL_* value(s) replaced by defaults",
+            )
         if self.env.disabled:
             log.info("recompprof: OTEL_SDK_DISABLED=true; the otel exporter sends nothing")
             return
@@ -95,7 +99,9 @@ class OtelExporter:
                 schedule_delay_s=self.env.schedule_delay_s,
             )
             # shutdown_on_exit=False: the SDK's own atexit flush is unbounded; the session's detach is not.
-            provider = TracerProvider(resource=res, shutdown_on_exit=False, id_generator=PrivateRandomIdGenerator())
+            provider = TracerProvider(
+                resource=res, shutdown_on_exit=False, id_generator=PrivateRandomIdGenerator()
+            )
             provider.add_span_processor(self.processor)
             self._owns_provider = True
         self.tracer_provider = provider
@@ -103,21 +109,33 @@ class OtelExporter:
         if hasattr(tracer, "id_generator"):
             # Also on a borrowed SDK provider: only recompprof's own tracer gets the private generator.
             self._ids = tracer.id_generator = PrivateRandomIdGenerator()
-        self._builder = SpanBuilder(tracer, processor=self.processor if self._owns_provider else None)
+        self._builder = SpanBuilder(
+            tracer, processor=self.processor if self._owns_provider else None
+        )
         if self.settings.otel_metrics:
             from recompprof_otel.metrics import OtelMetrics
 
             self.metrics = OtelMetrics(
-                transport.metric_exporter(self.env.metrics_protocol), res, session.snapshot,
-                session.identity.rank, self.dropped,
-                {"version": session.versions.get("recompprof", ""), "torch_version": session.versions.get("torch", "")},
+                transport.metric_exporter(self.env.metrics_protocol),
+                res,
+                session.snapshot,
+                session.identity.rank,
+                self.dropped,
+                {
+                    "version": session.versions.get("recompprof", ""),
+                    "torch_version": session.versions.get("torch", ""),
+                },
             )
         self._owner.claim()
         self._active = True
-        self.traces = self._ids is not None  # a tracer that takes no ids of ours cannot name its traces
+        self.traces = (
+            self._ids is not None
+        )  # a tracer that takes no ids of ours cannot name its traces
         # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
         after_fork = weakref.WeakMethod(self._after_fork_in_child)
-        os.register_at_fork(after_in_child=lambda: (method := after_fork()) is not None and method())
+        os.register_at_fork(
+            after_in_child=lambda: (method := after_fork()) is not None and method()
+        )
 
     def _after_fork_in_child(self) -> None:
         # The child shares nothing it could safely use (threads, sockets, locks): it stays silent.
@@ -129,16 +147,22 @@ class OtelExporter:
         with _internal.contain("otel.span"):
             if isinstance(event, Compile):
                 if self._ids is not None and event.trace_id is not None:
-                    self._ids.next_trace_id = int(event.trace_id, 16)  # the trace its duration exemplar names
+                    self._ids.next_trace_id = int(
+                        event.trace_id, 16
+                    )  # the trace its duration exemplar names
                 try:
                     root = self._builder.compile_span(event)
                 finally:
                     if self._ids is not None:
-                        self._ids.next_trace_id = None  # a duplicate (no span) must not pass its id on
+                        self._ids.next_trace_id = (
+                            None  # a duplicate (no span) must not pass its id on
+                        )
                 if root is not None and self.metrics is not None:
                     self.metrics.record_compile(event, trace.set_span_in_context(root))
             elif isinstance(event, CompileStart):
-                if self._ids is not None and event.trace_id is not None:  # the trace its compile will name
+                if (
+                    self._ids is not None and event.trace_id is not None
+                ):  # the trace its compile will name
                     self._ids.next_trace_id = int(event.trace_id, 16)
                     try:
                         self._builder.start_compile(event)
@@ -156,12 +180,17 @@ class OtelExporter:
         self._active = False
         if self._builder is not None:
             with _internal.contain("otel.span"):
-                self._builder.end_open(time.time_ns())  # no session_end came: the open spans' ends are unknown
+                self._builder.end_open(
+                    time.time_ns()
+                )  # no session_end came: the open spans' ends are unknown
         provider = self.tracer_provider
         if self._owns_provider and self.processor is not None:
             processor = self.processor
-            _bounded(lambda: processor.shutdown(int(timeout * 1000), DOWN_COLLECTOR_FLUSH_S), timeout + 0.5,
-                     "otel.shutdown")
+            _bounded(
+                lambda: processor.shutdown(int(timeout * 1000), DOWN_COLLECTOR_FLUSH_S),
+                timeout + 0.5,
+                "otel.shutdown",
+            )
         elif provider is not None and hasattr(provider, "force_flush"):
             # A borrowed provider belongs to the application: flush what we gave it, never shut it down.
             _bounded(lambda: provider.force_flush(int(timeout * 1000)), timeout, "otel.flush")

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
 # (instrument name, unit, the Prometheus name it becomes), from the table both exporters share;
 # tests check the translation.
-INSTRUMENTS: tuple[tuple[str, str, str], ...] = tuple((m.otel, m.otel_unit, m.exposed) for m in names.ALL if m.otel)
+INSTRUMENTS: tuple[tuple[str, str, str], ...] = tuple(
+    (m.otel, m.otel_unit, m.exposed) for m in names.ALL if m.otel
+)
 
 Obs = Iterator[Observation]
 
@@ -51,7 +53,9 @@ class _ParentOnly:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
         if self._owner.forked():
             return MetricExportResult.SUCCESS
         return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
@@ -81,7 +85,9 @@ class OtelMetrics:
         self._rank = {"rank": str(rank)}
         self._build_info = {**self._rank, **build_info}
         reader = PeriodicExportingMetricReader(_ParentOnly(exporter))  # type: ignore[arg-type]
-        self.provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+        self.provider = MeterProvider(
+            resource=resource, metric_readers=[reader], shutdown_on_exit=False
+        )
         meter = self.provider.get_meter("recompprof", build_info.get("version") or None)
         counters: dict[MetricName, Callable[[Snapshot], Obs]] = {
             names.COMPILES: self._per_frame("compiles"),
@@ -95,7 +101,9 @@ class OtelMetrics:
             names.FRAME_COMPILE_SECONDS: self._per_frame("compile_seconds"),
             names.RECOMPILE_SECONDS: self._recompile_seconds,
             names.CACHE_LOOKUPS: self._cache_lookups,
-            names.CACHE_SAVED_SECONDS: lambda s: iter([Observation(s.cache_seconds_saved, self._rank)]),
+            names.CACHE_SAVED_SECONDS: lambda s: iter(
+                [Observation(s.cache_seconds_saved, self._rank)]
+            ),
             names.EVENTS_DROPPED: self._dropped,
             names.INTERNAL_ERRORS: self._internal_errors,
         }
@@ -104,23 +112,34 @@ class OtelMetrics:
             names.RECOMPILE_LIMIT: self._limits,
             names.LAST_COMPILE: self._last_compile,
             names.TRAINING_STEP: lambda s: iter([Observation(s.step, self._rank)]),
-            names.COMPILING: lambda s: iter([Observation(0 if s.compiling is None else 1, self._rank)]),
+            names.COMPILING: lambda s: iter(
+                [Observation(0 if s.compiling is None else 1, self._rank)]
+            ),
             names.COMPILE_RUNNING: self._compile_running,
         }
         for metric, read in counters.items():
-            meter.create_observable_counter(metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit)
+            meter.create_observable_counter(
+                metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit
+            )
         for metric, read in gauges.items():
-            meter.create_observable_gauge(metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit)
+            meter.create_observable_gauge(
+                metric.otel, callbacks=[self._callback(metric.otel, read)], unit=metric.otel_unit
+            )
         meter.create_observable_gauge(
-            names.BUILD_INFO.otel, callbacks=[lambda _o: [Observation(1, self._build_info)]],
+            names.BUILD_INFO.otel,
+            callbacks=[lambda _o: [Observation(1, self._build_info)]],
             description="recompprof and torch versions (value 1)",
         )
         self._duration = meter.create_histogram(
-            names.DURATION.otel, unit=names.DURATION.otel_unit, description="Wall time of one compile",
+            names.DURATION.otel,
+            unit=names.DURATION.otel_unit,
+            description="Wall time of one compile",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
 
-    def _callback(self, name: str, read: Callable[[Snapshot], Obs]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def _callback(
+        self, name: str, read: Callable[[Snapshot], Obs]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
             out: list[Observation] = []
             with _internal.contain(f"otel.metrics.{name}"):
@@ -162,7 +181,9 @@ class OtelMetrics:
     def _limit_hits(self, snap: Snapshot) -> Obs:
         for label, totals in snap.frames.items():
             for limit in LIMITS:  # zeros too, so alerts see the series before the first hit
-                yield Observation(totals.limit_hits.get(limit, 0), {**self._rank, "frame": label, "limit": limit})
+                yield Observation(
+                    totals.limit_hits.get(limit, 0), {**self._rank, "frame": label, "limit": limit}
+                )
 
     def _compile_failures(self, snap: Snapshot) -> Obs:
         for error_type, count in snap.compile_failures.items():

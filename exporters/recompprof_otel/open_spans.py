@@ -44,7 +44,10 @@ class OpenSpans:
 
     def add(self, trace_id: str, opened: OpenSpan) -> list[OpenSpan]:
         """Hold ``opened``; returns the spans it replaces (its thread's earlier one, the oldest past the limit)."""
-        stale = [self._open.pop(key) for key in [k for k, o in self._open.items() if o.thread == opened.thread]]
+        stale = [
+            self._open.pop(key)
+            for key in [k for k, o in self._open.items() if o.thread == opened.thread]
+        ]
         self._open[trace_id] = opened
         while len(self._open) > self._limit:
             stale.append(self._open.popitem(last=False)[1])

@@ -137,8 +137,11 @@ class BoundedBatchProcessor(SpanProcessor):
             self._wake.set()
             thread = self._thread
         if not flushed:
-            log.warning("recompprof: OpenTelemetry collector unreachable or slow at shutdown; %d span(s) not "
-                        "delivered (counted as dropped, reason 'shutdown')", left)
+            log.warning(
+                "recompprof: OpenTelemetry collector unreachable or slow at shutdown; %d span(s) not "
+                "delivered (counted as dropped, reason 'shutdown')",
+                left,
+            )
         try:
             # Interrupts the OTLP exporter's retry back-off; a request blocked on a socket ends at its timeout.
             self._exporter.shutdown()
@@ -149,7 +152,9 @@ class BoundedBatchProcessor(SpanProcessor):
 
     # -- worker ------------------------------------------------------------------------------
     def _start_thread(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="recompprof-otel-export", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="recompprof-otel-export", daemon=True
+        )
         self._thread.start()
 
     def _take(self) -> list[ReadableSpan]:
@@ -186,7 +191,6 @@ class BoundedBatchProcessor(SpanProcessor):
     def _looks_down(self, now: float) -> bool:
         stuck = self._in_flight > 0 and now - self._export_began > SLOW_EXPORT_S
         return self._last_failed or stuck
-
 
     def dropped(self) -> dict[str, int]:
         """Spans that never reached the collector, by reason."""

@@ -37,7 +37,9 @@ def identity_attributes(identity: Identity, versions: Mapping[str, str]) -> dict
     }
     for key, value in versions.items():
         if value:
-            attrs["recompprof.version" if key == "recompprof" else f"recompprof.{key}.version"] = str(value)
+            attrs["recompprof.version" if key == "recompprof" else f"recompprof.{key}.version"] = (
+                str(value)
+            )
     return attrs
 
 

@@ -25,7 +25,15 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import is_limit_hit
-from recompprof._model.events import PHASES, Compile, CompileStart, Frame, Reason, RecompileLimitHit, Running
+from recompprof._model.events import (
+    PHASES,
+    Compile,
+    CompileStart,
+    Frame,
+    Reason,
+    RecompileLimitHit,
+    Running,
+)
 from recompprof_otel.open_spans import OpenSpan, OpenSpans
 
 if TYPE_CHECKING:
@@ -46,11 +54,15 @@ MAX_CALL_SITE = 8
 FrameKey = tuple[str, bool]  # (events.Frame.key, backward)
 # Per phase, built once: the child span's name and attributes never vary.
 _PHASE_NAMES = {phase: f"{PHASE_SPAN} {phase}" for phase in PHASES}
-_PHASE_ATTRS: dict[str, dict[str, Any]] = {phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES}
+_PHASE_ATTRS: dict[str, dict[str, Any]] = {
+    phase: {"recompprof.phase": phase, "recompprof.phase.reconstructed": True} for phase in PHASES
+}
 _UNSET = Status(StatusCode.UNSET)
 
 
-def phase_intervals(start_ns: int, phases: Mapping[str, float], end_ns: int) -> list[tuple[str, int, int]]:
+def phase_intervals(
+    start_ns: int, phases: Mapping[str, float], end_ns: int
+) -> list[tuple[str, int, int]]:
     """``(phase, start_ns, end_ns)`` laid end to end from ``start_ns`` in PHASES order, never past ``end_ns``."""
     out: list[tuple[str, int, int]] = []
     cursor = start_ns
@@ -78,16 +90,18 @@ def reason_attributes(reasons: Sequence[Reason]) -> dict[str, object]:
     if primary is None:
         return attrs
     shown = list(reasons[:MAX_REASONS])
-    attrs.update({
-        "recompprof.guard_failure.reason": primary.category,
-        "recompprof.guard_failure.subject": primary.subject,
-        "recompprof.guard_failure.detail": primary.text,
-        "recompprof.guard_failure.categories": sorted({r.category for r in reasons}),
-        "recompprof.guard_failure.reasons": [r.text for r in shown],
-        "recompprof.guard_failure.reason_categories": [r.category for r in shown],
-        "recompprof.guard_failure.subjects": [r.subject for r in shown],
-        "recompprof.guard_failure.explains_change": [r.explains_change for r in shown],
-    })
+    attrs.update(
+        {
+            "recompprof.guard_failure.reason": primary.category,
+            "recompprof.guard_failure.subject": primary.subject,
+            "recompprof.guard_failure.detail": primary.text,
+            "recompprof.guard_failure.categories": sorted({r.category for r in reasons}),
+            "recompprof.guard_failure.reasons": [r.text for r in shown],
+            "recompprof.guard_failure.reason_categories": [r.category for r in shown],
+            "recompprof.guard_failure.subjects": [r.subject for r in shown],
+            "recompprof.guard_failure.explains_change": [r.explains_change for r in shown],
+        }
+    )
     entries = [r.entry or "" for r in shown]
     if any(entries):
         attrs["recompprof.guard_failure.entries"] = entries
@@ -95,7 +109,11 @@ def reason_attributes(reasons: Sequence[Reason]) -> dict[str, object]:
 
 
 def _frame_attributes(frame: Frame) -> dict[str, object]:
-    return {"code.function.name": frame.name, "code.file.path": frame.file, "code.line.number": frame.line}
+    return {
+        "code.function.name": frame.name,
+        "code.file.path": frame.file,
+        "code.line.number": frame.line,
+    }
 
 
 def _bounds(event: Compile) -> tuple[int, int]:
@@ -111,8 +129,12 @@ def _bounds(event: Compile) -> tuple[int, int]:
 def _start_attributes(start: CompileStart) -> dict[str, Any]:
     """What a compile's start says of it: its frame, id, rank, step and the guard failure that triggered it."""
     attrs: dict[str, Any] = {
-        **_frame_attributes(start.frame), "recompprof.compile_id": start.compile_id, "recompprof.rank": start.rank,
-        "recompprof.is_recompile": start.is_recompile, "recompprof.backward": False, "recompprof.frame": start.frame.label,
+        **_frame_attributes(start.frame),
+        "recompprof.compile_id": start.compile_id,
+        "recompprof.rank": start.rank,
+        "recompprof.is_recompile": start.is_recompile,
+        "recompprof.backward": False,
+        "recompprof.frame": start.frame.label,
         **reason_attributes([start.reason] if start.reason is not None else []),
     }
     if start.step is not None:
@@ -120,9 +142,15 @@ def _start_attributes(start: CompileStart) -> dict[str, Any]:
     return attrs
 
 
-def _end_unfinished(opened: OpenSpan, end_ns: int, error_type: str, outcome: str, text: str) -> None:
+def _end_unfinished(
+    opened: OpenSpan, end_ns: int, error_type: str, outcome: str, text: str
+) -> None:
     """End a root span whose compile record never came, with ERROR ``text`` and what its start said."""
-    attrs = {**_start_attributes(opened.start), "recompprof.outcome": outcome, "error.type": error_type}
+    attrs = {
+        **_start_attributes(opened.start),
+        "recompprof.outcome": outcome,
+        "error.type": error_type,
+    }
     opened.span.set_attributes(attrs)
     opened.span.set_status(Status(StatusCode.ERROR, text[:MAX_STATUS_TEXT]))
     opened.span.end(end_time=max(end_ns, opened.start_ns))
@@ -130,15 +158,28 @@ def _end_unfinished(opened: OpenSpan, end_ns: int, error_type: str, outcome: str
 
 def _sdk_tracer(tracer: object) -> bool:
     """Whether ``tracer`` has everything ``SpanBuilder._phase_spans`` reads (the SDK's Tracer does)."""
-    return all(hasattr(tracer, name) for name in (
-        "sampler", "id_generator", "resource", "instrumentation_info", "_span_limits", "_instrumentation_scope"))
+    return all(
+        hasattr(tracer, name)
+        for name in (
+            "sampler",
+            "id_generator",
+            "resource",
+            "instrumentation_info",
+            "_span_limits",
+            "_instrumentation_scope",
+        )
+    )
 
 
 class SpanBuilder:
     """Builds the span tree of each compile and remembers the last compile of each frame for links."""
 
-    def __init__(self, tracer: Tracer, max_frames: int = MAX_TRACKED_FRAMES,
-                 processor: SpanProcessor | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        max_frames: int = MAX_TRACKED_FRAMES,
+        processor: SpanProcessor | None = None,
+    ) -> None:
         """``processor``: the only span processor of a provider recompprof owns; phase spans then skip the SDK's
         per-span machinery (see ``_phase_spans``). Without it (a borrowed provider) every span goes through
         ``tracer.start_span``, so the application's processors see them as usual."""
@@ -146,10 +187,14 @@ class SpanBuilder:
         self._processor = processor if processor is not None and _sdk_tracer(tracer) else None
         self._phase_attributes: dict[str, BoundedAttributes] = {}
         self._max_frames = max_frames
-        self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = collections.OrderedDict()
+        self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = (
+            collections.OrderedDict()
+        )
         # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
         # compile outcome and as its own event, in either order, and each hit must give one span.
-        self._limit_hits: collections.OrderedDict[tuple[FrameKey, str], None] = collections.OrderedDict()
+        self._limit_hits: collections.OrderedDict[tuple[FrameKey, str], None] = (
+            collections.OrderedDict()
+        )
         self._causes = CauseTracker()
         self._open = OpenSpans()
 
@@ -168,12 +213,20 @@ class SpanBuilder:
         if previous is None:
             return []
         context, compile_id = previous
-        return [Link(context, {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": compile_id})]
+        return [
+            Link(
+                context,
+                {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": compile_id},
+            )
+        ]
 
     def _seen_limit_hit(self, key: FrameKey, event: Compile | RecompileLimitHit) -> bool:
         if event.compile_id is None:
             return False
-        marker = (key, f"{event.generation or 0}:{event.compile_id}")  # ids restart after torch._dynamo.reset()
+        marker = (
+            key,
+            f"{event.generation or 0}:{event.compile_id}",
+        )  # ids restart after torch._dynamo.reset()
         if marker in self._limit_hits:
             return True
         self._limit_hits[marker] = None
@@ -187,11 +240,24 @@ class SpanBuilder:
         key = self._key(start.frame, False)
         start_ns = round(start.time * 1e9)
         # An empty context: a compile is its own trace even if the training loop has a span open.
-        root = self._tracer.start_span(ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL,
-                                       links=self._link(key) if start.is_recompile else [], start_time=start_ns)
-        for stale in self._open.add(start.trace_id or "", OpenSpan(root, start, start_ns, threading.get_ident())):
-            _end_unfinished(stale, start_ns, END_LOST_ERROR, "unknown", "recompprof saw no end of this compile: no "
-                            f"compile record came before compile {start.compile_id} started (the span ends there)")
+        root = self._tracer.start_span(
+            ROOT_SPAN,
+            context=Context(),
+            kind=SpanKind.INTERNAL,
+            links=self._link(key) if start.is_recompile else [],
+            start_time=start_ns,
+        )
+        for stale in self._open.add(
+            start.trace_id or "", OpenSpan(root, start, start_ns, threading.get_ident())
+        ):
+            _end_unfinished(
+                stale,
+                start_ns,
+                END_LOST_ERROR,
+                "unknown",
+                "recompprof saw no end of this compile: no "
+                f"compile record came before compile {start.compile_id} started (the span ends there)",
+            )
         return root
 
     def end_open(self, end_ns: int, running: Running | None = None) -> None:
@@ -199,13 +265,27 @@ class SpanBuilder:
         ``session_end`` names as ``running`` ran until then; the others' records were lost."""
         for opened in self._open.drain():
             start = opened.start
-            if running is not None and (running.compile_id, running.started) == (start.compile_id, start.time):
-                _end_unfinished(opened, round((running.started + running.seconds) * 1e9), RUN_ENDED_ERROR,
-                                "running_at_end", f"the run ended while this compile was running "
-                                f"({running.seconds:.1f} s after it started)")
+            if running is not None and (running.compile_id, running.started) == (
+                start.compile_id,
+                start.time,
+            ):
+                _end_unfinished(
+                    opened,
+                    round((running.started + running.seconds) * 1e9),
+                    RUN_ENDED_ERROR,
+                    "running_at_end",
+                    f"the run ended while this compile was running "
+                    f"({running.seconds:.1f} s after it started)",
+                )
             else:
-                _end_unfinished(opened, end_ns, END_LOST_ERROR, "unknown", "recompprof saw no end of this compile: "
-                                "no compile record came before the session ended (the span ends there)")
+                _end_unfinished(
+                    opened,
+                    end_ns,
+                    END_LOST_ERROR,
+                    "unknown",
+                    "recompprof saw no end of this compile: "
+                    "no compile record came before the session ended (the span ends there)",
+                )
 
     def compile_span(self, event: Compile) -> Span | None:
         """Emit the span tree of one compile; returns the (ended) root span, or None if it was a duplicate.
@@ -225,8 +305,12 @@ class SpanBuilder:
         else:
             links = self._link(key) if event.is_recompile or limit_hit else []
             root = self._tracer.start_span(
-                ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
-                links=links, start_time=start_ns,
+                ROOT_SPAN,
+                context=Context(),
+                kind=SpanKind.INTERNAL,
+                attributes=attrs,  # type: ignore[arg-type]
+                links=links,
+                start_time=start_ns,
             )
         intervals = phase_intervals(start_ns, dict(event.phases.items()), end_ns)
         if intervals:
@@ -237,7 +321,9 @@ class SpanBuilder:
         if event.outcome != "ok":
             error_type = event.fail_type or (LIMIT_HIT_ERROR if limit_hit else "_OTHER")
             root.set_attribute("error.type", error_type)
-            root.set_status(Status(StatusCode.ERROR, (event.fail_reason or error_type)[:MAX_STATUS_TEXT]))
+            root.set_status(
+                Status(StatusCode.ERROR, (event.fail_reason or error_type)[:MAX_STATUS_TEXT])
+            )
         root.end(end_time=end_ns)
         if not limit_hit:
             self._remember(key, root.get_span_context(), event.compile_id)
@@ -267,8 +353,14 @@ class SpanBuilder:
         attrs.update({k: v for k, v in optional.items() if v is not None})
         cause = self._causes.cause_of(event)
         if cause is not None:  # the cause the report and metrics charge this compile's seconds to
-            attrs.update({"recompprof.cause.frame": cause.frame.label, "recompprof.cause.category": cause.category,
-                          "recompprof.cause.subject": cause.subject, "recompprof.cause.seconds": event.duration})
+            attrs.update(
+                {
+                    "recompprof.cause.frame": cause.frame.label,
+                    "recompprof.cause.category": cause.category,
+                    "recompprof.cause.subject": cause.subject,
+                    "recompprof.cause.seconds": event.duration,
+                }
+            )
         for cache, results in event.cache_lookups.items():
             for result, count in results.items():
                 attrs[f"recompprof.cache.{cache}.{result}"] = count
@@ -283,8 +375,11 @@ class SpanBuilder:
         parent = trace.set_span_in_context(root)
         for phase, begin, stop in intervals:
             self._tracer.start_span(
-                _PHASE_NAMES[phase], context=parent, kind=SpanKind.INTERNAL,
-                attributes=_PHASE_ATTRS[phase], start_time=begin,
+                _PHASE_NAMES[phase],
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=_PHASE_ATTRS[phase],
+                start_time=begin,
             ).end(end_time=stop)
 
     def _phase_spans(self, root: Span, intervals: list[tuple[str, int, int]]) -> None:
@@ -303,30 +398,59 @@ class SpanBuilder:
         parent = trace.set_span_in_context(root)
         limits = tracer._span_limits
         trace_id = parent_context.trace_id
-        random_flag = TraceFlags.RANDOM_TRACE_ID if parent_context.trace_flags.random_trace_id else 0
+        random_flag = (
+            TraceFlags.RANDOM_TRACE_ID if parent_context.trace_flags.random_trace_id else 0
+        )
         for phase, begin, stop in intervals:
             name = _PHASE_NAMES[phase]
-            result = tracer.sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL, _PHASE_ATTRS[phase], ())
-            span_id = tracer.id_generator.generate_span_id()  # drawn for a dropped span too, as the SDK does
+            result = tracer.sampler.should_sample(
+                parent, trace_id, name, SpanKind.INTERNAL, _PHASE_ATTRS[phase], ()
+            )
+            span_id = (
+                tracer.id_generator.generate_span_id()
+            )  # drawn for a dropped span too, as the SDK does
             if not result.decision.is_recording():
                 continue
-            flags = TraceFlags((TraceFlags.SAMPLED if result.decision.is_sampled() else 0) | random_flag)
-            context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=result.trace_state)
+            flags = TraceFlags(
+                (TraceFlags.SAMPLED if result.decision.is_sampled() else 0) | random_flag
+            )
+            context = SpanContext(
+                trace_id,
+                span_id,
+                is_remote=False,
+                trace_flags=flags,
+                trace_state=result.trace_state,
+            )
             # A sampler may add or change attributes; those it left alone are cleaned once per phase and
             # shared (immutable, and exporters only read them).
             unchanged = result.attributes == _PHASE_ATTRS[phase]
             attributes = self._phase_attributes.get(phase) if unchanged else None
             if attributes is None:
-                attributes = BoundedAttributes(limits.max_span_attributes, result.attributes, immutable=True,
-                                               max_value_len=limits.max_span_attribute_length)
+                attributes = BoundedAttributes(
+                    limits.max_span_attributes,
+                    result.attributes,
+                    immutable=True,
+                    max_value_len=limits.max_span_attribute_length,
+                )
                 if unchanged:
                     self._phase_attributes[phase] = attributes
-            processor.on_end(ReadableSpan(
-                name=name, context=context, parent=parent_context, resource=tracer.resource, attributes=attributes,
-                events=BoundedList(limits.max_events), links=BoundedList(limits.max_links), kind=SpanKind.INTERNAL,
-                status=_UNSET, start_time=begin, end_time=stop, instrumentation_info=tracer.instrumentation_info,
-                instrumentation_scope=tracer._instrumentation_scope,
-            ))
+            processor.on_end(
+                ReadableSpan(
+                    name=name,
+                    context=context,
+                    parent=parent_context,
+                    resource=tracer.resource,
+                    attributes=attributes,
+                    events=BoundedList(limits.max_events),
+                    links=BoundedList(limits.max_links),
+                    kind=SpanKind.INTERNAL,
+                    status=_UNSET,
+                    start_time=begin,
+                    end_time=stop,
+                    instrumentation_info=tracer.instrumentation_info,
+                    instrumentation_scope=tracer._instrumentation_scope,
+                )
+            )
 
     def limit_hit_span(self, event: RecompileLimitHit) -> Span | None:
         """A zero-length error span for a limit hit that no compile event reported."""
@@ -352,9 +476,18 @@ class SpanBuilder:
         if event.value is not None:
             attrs["recompprof.limit.value"] = event.value
         root = self._tracer.start_span(
-            ROOT_SPAN, context=Context(), kind=SpanKind.INTERNAL, attributes=attrs,  # type: ignore[arg-type]
-            links=self._link(key), start_time=at,
+            ROOT_SPAN,
+            context=Context(),
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,  # type: ignore[arg-type]
+            links=self._link(key),
+            start_time=at,
         )
-        root.set_status(Status(StatusCode.ERROR, f"{event.limit} ({event.value}) reached; the frame runs without compiling"))
+        root.set_status(
+            Status(
+                StatusCode.ERROR,
+                f"{event.limit} ({event.value}) reached; the frame runs without compiling",
+            )
+        )
         root.end(end_time=at)
         return root

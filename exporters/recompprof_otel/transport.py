@@ -39,7 +39,9 @@ def span_exporter(protocol: str, timeout_s: float | None = None) -> SpanExporter
     kwargs: dict[str, Any] = {"timeout": timeout_s} if timeout_s is not None else {}
     if protocol == GRPC:
         try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
         except ImportError as exc:
             raise _grpc_missing(exc) from exc
         return GrpcExporter(**kwargs)
@@ -52,7 +54,9 @@ def metric_exporter(protocol: str) -> MetricExporter:
     """An OTLP metric exporter for ``protocol`` (cumulative temporality, the Prometheus model)."""
     if protocol == GRPC:
         try:
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetrics,
+            )
         except ImportError as exc:
             raise _grpc_missing(exc) from exc
         return GrpcMetrics()

@@ -31,8 +31,10 @@ def check_credentials(credentials: str) -> None:
     """Raise ConfigError unless ``credentials`` is "user:password" with a non-empty user."""
     user, sep, _ = credentials.partition(":")
     if not sep or not user:
-        raise ConfigError("recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
-                          "expected 'user:password'")
+        raise ConfigError(
+            "recompprof setting 'prometheus_basic_auth' (RECOMPPROF_PROMETHEUS_BASIC_AUTH): "
+            "expected 'user:password'"
+        )
 
 
 def basic_auth(app: WSGIApp, credentials: str) -> WSGIApp:
@@ -45,13 +47,16 @@ def basic_auth(app: WSGIApp, credentials: str) -> WSGIApp:
         scheme, _, token = header.partition(" ")
         try:
             ok = scheme.lower() == "basic" and hmac.compare_digest(
-                base64.b64decode(token, validate=True), base64.b64decode(expected))
+                base64.b64decode(token, validate=True), base64.b64decode(expected)
+            )
         except (binascii.Error, ValueError):
             ok = False
         if ok:
             return app(environ, start_response)
-        start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="recompprof"'),
-                                            ("Content-Type", "text/plain")])
+        start_response(
+            "401 Unauthorized",
+            [("WWW-Authenticate", 'Basic realm="recompprof"'), ("Content-Type", "text/plain")],
+        )
         return [b"401 Unauthorized\n"]
 
     return guarded
@@ -114,13 +119,18 @@ def metrics_app(registry: CollectorRegistry, scrapes: ScrapeLog | None = None) -
         return _serve(environ, start_response)
 
     def _serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if (environ["REQUEST_METHOD"] != "GET" or environ.get("PATH_INFO") == "/favicon.ico"
-                or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))):
+        if (
+            environ["REQUEST_METHOD"] != "GET"
+            or environ.get("PATH_INFO") == "/favicon.ico"
+            or "name[]" in parse_qs(environ.get("QUERY_STRING", ""))
+        ):
             return general(environ, start_response)
         encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
         if openmetrics and "version=1." not in content_type:
-            return general(environ, start_response)  # OpenMetrics 2.0 and later: leave it to prometheus_client
+            return general(
+                environ, start_response
+            )  # OpenMetrics 2.0 and later: leave it to prometheus_client
         families = list(registry.collect())
         try:
             body = renderer.openmetrics(families) if openmetrics else renderer.text(families)

@@ -75,9 +75,11 @@ class _Deadline(io.RawIOBase):
     def write(self, data: Any) -> int:  # io's signature: any bytes-like object
         view = memoryview(data).cast("B")
         size = len(view)
-        while view:  # send, not sendall: TLS's sendall would give each of its sends the whole timeout
+        while (
+            view
+        ):  # send, not sendall: TLS's sendall would give each of its sends the whole timeout
             self._arm()
-            view = view[self._sock.send(view):]
+            view = view[self._sock.send(view) :]
         return size
 
 
@@ -91,15 +93,23 @@ class BoundedServer(WSGIServer):
     tls: ssl.SSLContext | None = None
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
-        self.deadline = threading.local()  # the deadline of the connection a handler thread is answering
-        self.waiting: dict[socket.socket, tuple[Any, float]] = {}  # oldest first: (client address, accepted at)
-        self._ready: queue.SimpleQueue[tuple[socket.socket, Any, float] | None] = queue.SimpleQueue()
+        self.deadline = (
+            threading.local()
+        )  # the deadline of the connection a handler thread is answering
+        self.waiting: dict[
+            socket.socket, tuple[Any, float]
+        ] = {}  # oldest first: (client address, accepted at)
+        self._ready: queue.SimpleQueue[tuple[socket.socket, Any, float] | None] = (
+            queue.SimpleQueue()
+        )
         self._handlers: list[threading.Thread] = []
         self._idle = 0  # handler threads waiting for a request
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake_read, self._wake_write = socket.socketpair()
-        super().__init__(address, handler)  # last: a failed bind calls server_close, which closes the pair
+        super().__init__(
+            address, handler
+        )  # last: a failed bind calls server_close, which closes the pair
 
     def run(self) -> None:
         """Accept connections and hand each to a handler once it has sent something, until :meth:`stop`."""
@@ -109,7 +119,11 @@ class BoundedServer(WSGIServer):
             selector.register(self._wake_read, selectors.EVENT_READ)
             while not self._stop.is_set():
                 oldest = next(iter(self.waiting.values()), None)
-                timeout = None if oldest is None else max(oldest[1] + CONNECTION_SECONDS - time.monotonic(), 0.0)
+                timeout = (
+                    None
+                    if oldest is None
+                    else max(oldest[1] + CONNECTION_SECONDS - time.monotonic(), 0.0)
+                )
                 for key, _ in selector.select(timeout):
                     if key.fileobj is self.socket:
                         self._accept(selector)
@@ -126,7 +140,9 @@ class BoundedServer(WSGIServer):
                     self._drop(selector, conn)
             for conn in list(self.waiting):
                 self._drop(selector, conn)
-        for _ in self._handlers:  # run is the only thread that starts handlers: none starts after this
+        for (
+            _
+        ) in self._handlers:  # run is the only thread that starts handlers: none starts after this
             self._ready.put(None)
 
     def stop(self) -> None:
@@ -146,7 +162,9 @@ class BoundedServer(WSGIServer):
                 conn, address = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of file descriptors, or the client gave up already: free one, try later
+            except (
+                OSError
+            ):  # out of file descriptors, or the client gave up already: free one, try later
                 if self.waiting:
                     self._drop(selector, next(iter(self.waiting)))
                 time.sleep(0.05)
@@ -167,8 +185,9 @@ class BoundedServer(WSGIServer):
                 conn.close()
                 return
             if self._ready.qsize() >= self._idle and len(self._handlers) < MAX_HANDLERS:
-                thread = threading.Thread(target=self._handle_requests, name="recompprof-prometheus-handler",
-                                          daemon=True)
+                thread = threading.Thread(
+                    target=self._handle_requests, name="recompprof-prometheus-handler", daemon=True
+                )
                 self._handlers.append(thread)
                 self._idle += 1
                 thread.start()
@@ -196,7 +215,9 @@ class BoundedServer(WSGIServer):
         try:
             conn.settimeout(left)
             if self.tls is not None:
-                conn = self.tls.wrap_socket(conn, server_side=True)  # the handshake, bounded by the timeout
+                conn = self.tls.wrap_socket(
+                    conn, server_side=True
+                )  # the handshake, bounded by the timeout
             self.deadline.at = deadline
             with _internal.contain("prometheus.server"):
                 try:

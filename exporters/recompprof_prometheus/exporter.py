@@ -33,7 +33,13 @@ from recompprof._capture import forks
 from recompprof._capture.settings import ConfigError
 from recompprof_prometheus import app, multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
-from recompprof_prometheus.writers import CallbackOutput, Output, Periodic, PushgatewayOutput, TextfileOutput
+from recompprof_prometheus.writers import (
+    CallbackOutput,
+    Output,
+    Periodic,
+    PushgatewayOutput,
+    TextfileOutput,
+)
 
 if TYPE_CHECKING:
     from recompprof._capture.exporting import SessionView
@@ -52,7 +58,9 @@ class PrometheusExporter:
     traces = False  # it sends no traces: compiles need no trace id for it
 
     def __init__(self, settings: Settings) -> None:
-        _validate(settings)  # runs in attach(), outside the session's guard: bad settings fail there
+        _validate(
+            settings
+        )  # runs in attach(), outside the session's guard: bad settings fail there
         self.settings = settings
         self.collector: SnapshotCollector | None = None
         self.registry: CollectorRegistry | None = None
@@ -73,22 +81,33 @@ class PrometheusExporter:
         self.registry.register(self.collector)
         if s.prometheus_mode == "pull":
             with _internal.contain("prometheus.server"):
-                self.server = self._serve(self.registry, identity.local_rank, identity.local_world_size)
+                self.server = self._serve(
+                    self.registry, identity.local_rank, identity.local_world_size
+                )
         elif s.prometheus_mode == "multiprocess":
             with _internal.contain("prometheus.multiprocess"):
                 self._start_multiprocess(session)
         elif s.prometheus_mode == "textfile":
             with _internal.contain("prometheus.textfile"):
                 assert s.prometheus_textfile_dir is not None
-                self._start_periodic(TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job,
-                                                    identity.rank))
+                self._start_periodic(
+                    TextfileOutput(
+                        self.registry, s.prometheus_textfile_dir, s.prometheus_job, identity.rank
+                    )
+                )
         elif s.prometheus_mode == "pushgateway":
             with _internal.contain("prometheus.pushgateway"):
                 assert s.prometheus_pushgateway_url
                 linger = s.prometheus_linger_seconds
-                self._start_periodic(PushgatewayOutput(self.registry, s.prometheus_pushgateway_url, s.prometheus_job,
-                                                       identity.rank,
-                                                       linger=s.prometheus_push_interval if linger is None else linger))
+                self._start_periodic(
+                    PushgatewayOutput(
+                        self.registry,
+                        s.prometheus_pushgateway_url,
+                        s.prometheus_job,
+                        identity.rank,
+                        linger=s.prometheus_push_interval if linger is None else linger,
+                    )
+                )
         if self.periodic is not None or self.server is not None:
             atexit.register(self._at_exit)
             self._atexit_installed = True
@@ -107,11 +126,17 @@ class PrometheusExporter:
         s = self.settings
         if self.periodic is not None:
             self.periodic.close(clean=True, timeout=timeout)
-        if self.server is not None and s.prometheus_textfile_dir is not None and s.prometheus_mode == "pull":
+        if (
+            self.server is not None
+            and s.prometheus_textfile_dir is not None
+            and s.prometheus_mode == "pull"
+        ):
             # Pull mode with a textfile directory too: the final values also land where node_exporter reads.
             with _internal.contain("prometheus.textfile", TextfileOutput.hint):
                 assert self.registry is not None
-                TextfileOutput(self.registry, s.prometheus_textfile_dir, s.prometheus_job, self._rank).flush()
+                TextfileOutput(
+                    self.registry, s.prometheus_textfile_dir, s.prometheus_job, self._rank
+                ).flush()
         if self.server is not None:
             with _internal.contain("prometheus.server"):
                 waited = self.server.linger(s.prometheus_linger_seconds)
@@ -127,12 +152,31 @@ class PrometheusExporter:
     def _serve(self, registry: CollectorRegistry, offset: int, stride: int) -> server.MetricsServer:
         s = self.settings
         tls = server.tls_context(s.prometheus_certfile, s.prometheus_keyfile)
-        srv = server.serve(registry, s.prometheus_addr, s.prometheus_port, offset, search=s.prometheus_port_search,
-                           stride=stride, tls=tls, credentials=s.prometheus_basic_auth)
-        if s.prometheus_basic_auth and tls is None and s.prometheus_addr not in ("127.0.0.1", "::1", "localhost"):
-            log.warning("recompprof: Prometheus basic auth without TLS sends the password in clear text; "
-                        "set prometheus_certfile and prometheus_keyfile")
-        log.info("recompprof: serving Prometheus metrics on %s://%s:%d/metrics", srv.scheme, srv.addr, srv.port)
+        srv = server.serve(
+            registry,
+            s.prometheus_addr,
+            s.prometheus_port,
+            offset,
+            search=s.prometheus_port_search,
+            stride=stride,
+            tls=tls,
+            credentials=s.prometheus_basic_auth,
+        )
+        if (
+            s.prometheus_basic_auth
+            and tls is None
+            and s.prometheus_addr not in ("127.0.0.1", "::1", "localhost")
+        ):
+            log.warning(
+                "recompprof: Prometheus basic auth without TLS sends the password in clear text; "
+                "set prometheus_certfile and prometheus_keyfile"
+            )
+        log.info(
+            "recompprof: serving Prometheus metrics on %s://%s:%d/metrics",
+            srv.scheme,
+            srv.addr,
+            srv.port,
+        )
         return srv
 
     def _start_multiprocess(self, session: SessionView) -> None:
@@ -142,9 +186,14 @@ class PrometheusExporter:
         assert self.collector is not None
         collector = self.collector
         mirror = multiprocess.MmapMirror(path, identity.rank, claim)
-        self._start_periodic(CallbackOutput("prometheus.multiprocess",
-                                            lambda: mirror.write(collector.families(session.snapshot())),
-                                            mirror.close), min_gap=MIRROR_GAP)
+        self._start_periodic(
+            CallbackOutput(
+                "prometheus.multiprocess",
+                lambda: mirror.write(collector.families(session.snapshot())),
+                mirror.close,
+            ),
+            min_gap=MIRROR_GAP,
+        )
         if identity.local_rank == 0:
             pod = CollectorRegistry(auto_describe=False)
             MultiProcessCollector(pod, path=str(path))
@@ -175,17 +224,22 @@ class PrometheusExporter:
 
 def _validate(s: Settings) -> None:
     """Reject settings combinations that cannot work, naming the setting and its variable."""
+
     def need(name: str) -> None:
-        raise ConfigError(f"recompprof setting {name!r} (RECOMPPROF_{name.upper()}) is required with "
-                          f"prometheus_mode={s.prometheus_mode}")
+        raise ConfigError(
+            f"recompprof setting {name!r} (RECOMPPROF_{name.upper()}) is required with "
+            f"prometheus_mode={s.prometheus_mode}"
+        )
 
     if s.prometheus_mode == "textfile" and s.prometheus_textfile_dir is None:
         need("prometheus_textfile_dir")
     if s.prometheus_mode == "pushgateway" and not s.prometheus_pushgateway_url:
         need("prometheus_pushgateway_url")
     if (s.prometheus_certfile is None) != (s.prometheus_keyfile is None):
-        raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
-                          "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
+        raise ConfigError(
+            "recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
+            "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together"
+        )
     if s.prometheus_certfile is not None and s.prometheus_keyfile is not None:
         _check_tls(s.prometheus_certfile, s.prometheus_keyfile)
     if s.prometheus_basic_auth is not None:
@@ -205,25 +259,36 @@ def _check_tls(certfile: Path, keyfile: Path) -> None:
             with open(path, "rb"):
                 pass
         except OSError as exc:
-            raise ConfigError(f"{_setting(name)}: cannot read {path}: {exc.strerror or exc}") from None
+            raise ConfigError(
+                f"{_setting(name)}: cannot read {path}: {exc.strerror or exc}"
+            ) from None
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(certfile), keyfile=str(keyfile))
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+            certfile=str(certfile), keyfile=str(keyfile)
+        )
     except (ssl.SSLError, OSError) as exc:
-        raise ConfigError(f"recompprof settings 'prometheus_certfile' {str(certfile)!r} and 'prometheus_keyfile' "
-                          f"{str(keyfile)!r}: not a PEM certificate and its private key ({exc})") from None
+        raise ConfigError(
+            f"recompprof settings 'prometheus_certfile' {str(certfile)!r} and 'prometheus_keyfile' "
+            f"{str(keyfile)!r}: not a PEM certificate and its private key ({exc})"
+        ) from None
 
 
 def _check_address(addr: str) -> None:
     """``addr`` resolves and this host can listen on it (probed on a free port)."""
     try:
-        family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, 0, type=socket.SOCK_STREAM,
-                                                              flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            addr, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
     except (socket.gaierror, UnicodeError) as exc:
-        raise ConfigError(f"{_setting('prometheus_addr')}: cannot resolve {addr!r} "
-                          f"({getattr(exc, 'strerror', None) or exc})") from None
+        raise ConfigError(
+            f"{_setting('prometheus_addr')}: cannot resolve {addr!r} "
+            f"({getattr(exc, 'strerror', None) or exc})"
+        ) from None
     try:
         with socket.socket(family, kind, proto) as probe:
             probe.bind(sockaddr)
     except OSError as exc:
-        raise ConfigError(f"{_setting('prometheus_addr')}: cannot listen on {addr!r}, not an address of this host "
-                          f"({exc.strerror or exc}); 127.0.0.1 serves this host only, 0.0.0.0 every address") from None
+        raise ConfigError(
+            f"{_setting('prometheus_addr')}: cannot listen on {addr!r}, not an address of this host "
+            f"({exc.strerror or exc}); 127.0.0.1 serves this host only, 0.0.0.0 every address"
+        ) from None

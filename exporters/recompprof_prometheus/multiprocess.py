@@ -60,12 +60,18 @@ def prepare(path: Path, identity: Identity) -> int:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"recompprof: {ENV} {path} is not a directory (a symlink or file is not accepted)")
+        raise ConfigError(
+            f"recompprof: {ENV} {path} is not a directory (a symlink or file is not accepted)"
+        )
     if st.st_uid != os.getuid():
-        raise ConfigError(f"recompprof: {ENV} {path} belongs to uid {st.st_uid}, not to this user; "
-                          f"set {ENV} to a directory of your own")
+        raise ConfigError(
+            f"recompprof: {ENV} {path} belongs to uid {st.st_uid}, not to this user; "
+            f"set {ENV} to a directory of your own"
+        )
     if st.st_mode & stat.S_IWOTH:
-        log.warning("recompprof: %s %s is world-writable; other users can forge or hide metrics", ENV, path)
+        log.warning(
+            "recompprof: %s %s is world-writable; other users can forge or hide metrics", ENV, path
+        )
     claim = _claim(path, identity.rank, identity.pid)
     first = identity.rank - identity.local_rank
     node_ranks = range(first, first + identity.local_world_size)
@@ -75,8 +81,9 @@ def prepare(path: Path, identity: Identity) -> int:
             if match is None:
                 continue
             rank = int(match.group(2))
-            if rank == identity.rank or (identity.local_rank == 0 and rank not in node_ranks
-                                         and not _held(path, rank)):
+            if rank == identity.rank or (
+                identity.local_rank == 0 and rank not in node_ranks and not _held(path, rank)
+            ):
                 (path / name).unlink(missing_ok=True)
     except BaseException:
         os.close(claim)
@@ -96,9 +103,11 @@ def _claim(path: Path, rank: int, pid: int) -> int:
     except OSError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise ConfigError(f"recompprof: rank {rank}'s multiprocess metric files in {path} belong to live process "
-                          f"{holder}, so this process writes and serves none; two processes claim rank {rank}: "
-                          f"give each job its own {ENV} or RECOMPPROF_RUN_ID") from None
+        raise ConfigError(
+            f"recompprof: rank {rank}'s multiprocess metric files in {path} belong to live process "
+            f"{holder}, so this process writes and serves none; two processes claim rank {rank}: "
+            f"give each job its own {ENV} or RECOMPPROF_RUN_ID"
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(pid).encode(), 0)
     return fd
@@ -134,7 +143,9 @@ class MmapMirror:
         self._rank = rank
         self._claim = claim  # the descriptor whose lock makes this rank's files ours; closed last
         self._files: dict[str, MmapedDict] = {}
-        self._last: dict[str, dict[str, float]] = {}  # by file prefix: each key's value as last written
+        self._last: dict[
+            str, dict[str, float]
+        ] = {}  # by file prefix: each key's value as last written
 
     def _name(self, prefix: str) -> Path:
         return self.path / f"{prefix}_recompprof-r{self._rank}.db"
@@ -160,7 +171,9 @@ class MmapMirror:
     def _replace(self, prefix: str, values: dict[str, float]) -> None:
         """Make ``prefix``'s file hold exactly ``values``, replacing it whole (rename is atomic)."""
         final = self._name(prefix)
-        fresh_path = final.with_name(final.name + ".new")  # not *.db: MultiProcessCollector never reads it
+        fresh_path = final.with_name(
+            final.name + ".new"
+        )  # not *.db: MultiProcessCollector never reads it
         fresh_path.unlink(missing_ok=True)
         fresh = MmapedDict(str(fresh_path))
         for key, value in values.items():
@@ -198,5 +211,7 @@ def _values(families: list[Metric]) -> dict[str, dict[str, float]]:
                 # The files hold per-bucket counts; the collector accumulates them again.
                 value, previous = sample.value - previous, sample.value
             names, label_values = zip(*sorted(sample.labels.items())) if sample.labels else ((), ())
-            file_values[mmap_key(fam.name, sample.name, list(names), list(label_values), fam.documentation)] = value
+            file_values[
+                mmap_key(fam.name, sample.name, list(names), list(label_values), fam.documentation)
+            ] = value
     return values

@@ -74,8 +74,9 @@ class Renderer:
         return (body + "# EOF\n").encode()
 
     @staticmethod
-    def _render(families: Iterable[Metric], cache: _FamilyCache,
-                render: Callable[[Metric], str]) -> tuple[_FamilyCache, str]:
+    def _render(
+        families: Iterable[Metric], cache: _FamilyCache, render: Callable[[Metric], str]
+    ) -> tuple[_FamilyCache, str]:
         # A family object handed in again unchanged (the collector's per-frame families between
         # compiles) reuses its text; the cache keeps only the families of the latest call.
         fresh: _FamilyCache = {}
@@ -110,7 +111,9 @@ class Renderer:
         name = metric.name
         if not _METRIC_NAME.match(name):
             raise Unsupported(name)
-        out = [f"# HELP {name} {_escape_value(metric.documentation)}\n# TYPE {name} {metric.type}\n"]
+        out = [
+            f"# HELP {name} {_escape_value(metric.documentation)}\n# TYPE {name} {metric.type}\n"
+        ]
         if metric.unit:
             out.append(f"# UNIT {name} {metric.unit}\n")
         for s in metric.samples:
@@ -121,7 +124,9 @@ class Renderer:
                 if not s.name.endswith("_bucket"):
                     raise Unsupported(s.name)
                 ex = s.exemplar
-                exlabels = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(ex.labels.items()))
+                exlabels = ",".join(
+                    f'{k}="{_escape_value(v)}"' for k, v in sorted(ex.labels.items())
+                )
                 line += f" # {{{exlabels}}} {floatToGoString(ex.value)}"
                 if ex.timestamp is not None:
                     line += f" {ex.timestamp}"

@@ -44,8 +44,10 @@ def tls_context(certfile: Path | None, keyfile: Path | None) -> ssl.SSLContext |
     if certfile is None and keyfile is None:
         return None
     if certfile is None or keyfile is None:
-        raise ConfigError("recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
-                          "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together")
+        raise ConfigError(
+            "recompprof settings 'prometheus_certfile' and 'prometheus_keyfile' "
+            "(RECOMPPROF_PROMETHEUS_CERTFILE/_KEYFILE) must be set together"
+        )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(certfile=str(certfile), keyfile=str(keyfile))
@@ -55,19 +57,34 @@ def tls_context(certfile: Path | None, keyfile: Path | None) -> ssl.SSLContext |
 class MetricsServer:
     """One HTTP(S) endpoint serving ``registry``; ``port`` is the port actually bound."""
 
-    def __init__(self, registry: CollectorRegistry, addr: str, port: int, *,
-                 tls: ssl.SSLContext | None = None, credentials: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        addr: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        credentials: str | None = None,
+    ) -> None:
         self.scrapes = ScrapeLog()
         app = metrics_app(registry, self.scrapes)
         if credentials:
             app = basic_auth(app, credentials)
-        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        server_class: Any = type("_Server", (BoundedServer,), {"address_family": family, "tls": tls})
-        self._httpd: BoundedServer = make_server(addr, port, app, server_class, handler_class=QuietHandler)
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+            0
+        ][0]
+        server_class: Any = type(
+            "_Server", (BoundedServer,), {"address_family": family, "tls": tls}
+        )
+        self._httpd: BoundedServer = make_server(
+            addr, port, app, server_class, handler_class=QuietHandler
+        )
         self.addr = addr
         self.port: int = self._httpd.server_address[1]
         self.scheme = "https" if tls is not None else "http"
-        self._thread = threading.Thread(target=self._httpd.run, name="recompprof-prometheus", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.run, name="recompprof-prometheus", daemon=True
+        )
         self._thread.start()
         # A forked child (DataLoader worker) inherits the listening socket but not the thread serving it:
         # close its copy, or scrapes queue on it unanswered and the port stays bound after the parent closes.
@@ -84,7 +101,9 @@ class MetricsServer:
         if most == 0 or (most is None and self.scrapes.count == 0):
             return 0.0
         if most is None:
-            interval = self.scrapes.interval if self.scrapes.interval is not None else AUTO_LINGER_UNKNOWN
+            interval = (
+                self.scrapes.interval if self.scrapes.interval is not None else AUTO_LINGER_UNKNOWN
+            )
             most = min(interval * 1.5 + 1.0, AUTO_LINGER_MAX)
         start = time.monotonic()
         self.scrapes.wait_for_scrape_after(start, most)
@@ -100,12 +119,23 @@ def _close_in_child(ref: weakref.ReferenceType[MetricsServer]) -> None:
     server = ref()
     if server is not None:
         server._httpd.socket.close()
-        for conn in list(server._httpd.waiting):  # idle clients would otherwise see no EOF until the child exits
+        for conn in list(
+            server._httpd.waiting
+        ):  # idle clients would otherwise see no EOF until the child exits
             conn.close()
 
 
-def serve(registry: CollectorRegistry, addr: str, base_port: int, offset: int, *, search: bool, stride: int = 1,
-          tls: ssl.SSLContext | None = None, credentials: str | None = None) -> MetricsServer:
+def serve(
+    registry: CollectorRegistry,
+    addr: str,
+    base_port: int,
+    offset: int,
+    *,
+    search: bool,
+    stride: int = 1,
+    tls: ssl.SSLContext | None = None,
+    credentials: str | None = None,
+) -> MetricsServer:
     """Bind ``base_port + offset``; when taken, raise :class:`PortInUse` or, with ``search``, try the next
     candidates ``+ stride`` apart (stride = local world size, so ranks never take each other's ports)."""
     port = base_port + offset
@@ -121,14 +151,22 @@ def serve(registry: CollectorRegistry, addr: str, base_port: int, offset: int, *
                 raise
             continue
         if attempt:
-            log.warning("recompprof: Prometheus port %d on %s was taken; serving metrics on port %d instead "
-                        "(prometheus_port_search is on)", port, addr, server.port)
+            log.warning(
+                "recompprof: Prometheus port %d on %s was taken; serving metrics on port %d instead "
+                "(prometheus_port_search is on)",
+                port,
+                addr,
+                server.port,
+            )
         return server
     where = f"prometheus_port {base_port}" + (f" + local rank {offset}" if offset else "")
     if search:
-        raise PortInUse(f"recompprof: no free Prometheus port on {addr} from {port} ({where}) after {tries} tries; "
-                        f"set prometheus_port / RECOMPPROF_PROMETHEUS_PORT to a free range")
+        raise PortInUse(
+            f"recompprof: no free Prometheus port on {addr} from {port} ({where}) after {tries} tries; "
+            f"set prometheus_port / RECOMPPROF_PROMETHEUS_PORT to a free range"
+        )
     raise PortInUse(
         f"recompprof: Prometheus port {port} ({where}) on {addr} is already in use, so this rank serves no "
         f"metrics; set prometheus_port / RECOMPPROF_PROMETHEUS_PORT to a free base port, or "
-        f"prometheus_port_search / RECOMPPROF_PROMETHEUS_PORT_SEARCH=1 to take the next free one")
+        f"prometheus_port_search / RECOMPPROF_PROMETHEUS_PORT_SEARCH=1 to take the next free one"
+    )

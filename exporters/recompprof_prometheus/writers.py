@@ -59,7 +59,9 @@ class PushgatewayOutput:
     component = "prometheus.pushgateway"
     hint = "cannot push; check prometheus_pushgateway_url and that the Pushgateway is reachable from this host"
 
-    def __init__(self, registry: CollectorRegistry, url: str, job: str, rank: int, linger: float = 0.0) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, url: str, job: str, rank: int, linger: float = 0.0
+    ) -> None:
         self.registry = registry
         self.url = url
         self.job = job
@@ -67,20 +69,26 @@ class PushgatewayOutput:
         self.linger = min(linger, LINGER_MAX)
 
     def flush(self) -> None:
-        push_to_gateway(self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT)
+        push_to_gateway(
+            self.url, self.job, self.registry, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT
+        )
 
     def close(self, clean: bool) -> None:
         # The Pushgateway never forgets a group; a job that ended normally should not linger there, but
         # only once Prometheus had the time to scrape its final values (pushed just before this).
         if clean:
             time.sleep(self.linger)
-            delete_from_gateway(self.url, self.job, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT)
+            delete_from_gateway(
+                self.url, self.job, grouping_key=self.grouping_key, timeout=PUSH_TIMEOUT
+            )
 
 
 class CallbackOutput:
     """Adapts a plain function (the multiprocess mirror) to :class:`Output`."""
 
-    def __init__(self, component: str, flush: Callable[[], None], close: Callable[[], None]) -> None:
+    def __init__(
+        self, component: str, flush: Callable[[], None], close: Callable[[], None]
+    ) -> None:
         self.component = component
         self._flush = flush
         self._close = close
@@ -104,7 +112,9 @@ class Periodic:
         self._lock = threading.Lock()  # one flush at a time (thread, SIGTERM and exit may race)
         self._closed = False
         self._finished = False
-        self._thread = threading.Thread(target=self._run, name=f"recompprof-{output.component}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"recompprof-{output.component}", daemon=True
+        )
 
     def start(self) -> None:
         # The first write happens on the thread too: a black-holed Pushgateway must not hold up attach.
@@ -117,7 +127,9 @@ class Periodic:
 
     def flush(self) -> None:
         with self._lock, _internal.contain(self.output.component, getattr(self.output, "hint", "")):
-            if not self._finished:  # after close() (a pushgateway group is deleted) nothing is written again
+            if (
+                not self._finished
+            ):  # after close() (a pushgateway group is deleted) nothing is written again
                 self.output.flush()
 
     def _run(self) -> None:
@@ -131,7 +143,9 @@ class Periodic:
                 return
             self._dirty.clear()
             last = time.monotonic()
-            with contextlib.suppress(Exception):  # already counted by the guard; the thread must live on
+            with contextlib.suppress(
+                Exception
+            ):  # already counted by the guard; the thread must live on
                 self.flush()
 
     def close(self, clean: bool, timeout: float = 5.0) -> None:

@@ -36,7 +36,9 @@ class Rules:
     max_total_recompiles: int | None = None  # per rank, all frames
     after_step: int | None = None
     max_compile_seconds: float | None = None  # per rank
-    max_recompile_seconds: float | None = None  # per rank: compile seconds lost to recompiles (all causes)
+    max_recompile_seconds: float | None = (
+        None  # per rank: compile seconds lost to recompiles (all causes)
+    )
     forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
     max_limit_hits: int | None = None  # per rank
     max_graph_breaks: int | None = None  # per rank
@@ -46,12 +48,17 @@ class Rules:
     def __post_init__(self) -> None:
         unknown = [c for c in self.forbid if c not in CATEGORIES]
         if unknown:
-            raise CheckInputError(f"unknown category {', '.join(unknown)}; categories: {', '.join(CATEGORIES)}")
+            raise CheckInputError(
+                f"unknown category {', '.join(unknown)}; categories: {', '.join(CATEGORIES)}"
+            )
 
     @property
     def empty(self) -> bool:
-        return all(getattr(self, f.name) in (None, ()) or getattr(self, f.name) is False
-                   for f in dataclasses.fields(self) if f.name != "after_step")
+        return all(
+            getattr(self, f.name) in (None, ()) or getattr(self, f.name) is False
+            for f in dataclasses.fields(self)
+            if f.name != "after_step"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +100,11 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
         per_rank = {rank: events.of_rank(rank) for rank in ranks}
     else:
         per_rank = _by_rank(events)
-    return [violation for rank in sorted(per_rank)
-            for violation in _check_rank(rank, _report(per_rank[rank], rules.after_step), rules)]
+    return [
+        violation
+        for rank in sorted(per_rank)
+        for violation in _check_rank(rank, _report(per_rank[rank], rules.after_step), rules)
+    ]
 
 
 def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
@@ -104,10 +114,16 @@ def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
     return dict(grouped)
 
 
-def _check_in_workers(stream: RankedEvents, ranks: list[int], rules: Rules, workers: int) -> list[Violation]:
+def _check_in_workers(
+    stream: RankedEvents, ranks: list[int], rules: Rules, workers: int
+) -> list[Violation]:
     """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), violations in rank order."""
-    found = parallel.map_forked(lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
-                                [stream], ranks, workers)
+    found = parallel.map_forked(
+        lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
+        [stream],
+        ranks,
+        workers,
+    )
     return [violation for violations in found for violation in violations]
 
 
@@ -127,8 +143,10 @@ def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) 
     for event in events:
         if event.kind in _COUNTED:
             if event.step is None:
-                raise CheckInputError("--after-step needs training steps, and this run has events without one "
-                                      "(ingested from TORCH_TRACE, or recorded without step tracking)")
+                raise CheckInputError(
+                    "--after-step needs training steps, and this run has events without one "
+                    "(ingested from TORCH_TRACE, or recorded without step tracking)"
+                )
             if event.step < step:
                 sessions.tally(event)
                 continue
@@ -154,14 +172,18 @@ class _Scope:
 
 
 def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
-    scope = _Scope(rank, report, rules, sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label)))
+    scope = _Scope(
+        rank, report, rules, sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
+    )
     return [violation for rule in _RULES for violation in rule(scope)]
 
 
 def _untrusted_counts(scope: _Scope) -> Iterator[Violation]:
     """Counts the report cannot vouch for: the CLI exits 2 on these unless told to accept them."""
     for name, why in scope.report.signals_dark.items():
-        yield Violation("signal_dark", scope.rank, None, f"{scope.where}: signal {name} was dark ({why})")
+        yield Violation(
+            "signal_dark", scope.rank, None, f"{scope.where}: signal {name} was dark ({why})"
+        )
     for rule, line in completeness_warnings(scope.report):
         yield Violation(rule, scope.rank, None, line)
 
@@ -172,17 +194,25 @@ def _max_recompiles(scope: _Scope) -> Iterator[Violation]:
         return
     for f in scope.frames:
         if f.recompiles > limit:
-            yield Violation("max_recompiles", scope.rank, f.label,
-                            f"{scope.where} {f.label}: {f.recompiles} recompile(s){scope.after} > max {limit}"
-                            f"{_steps(f)}{_why(f)}")
+            yield Violation(
+                "max_recompiles",
+                scope.rank,
+                f.label,
+                f"{scope.where} {f.label}: {f.recompiles} recompile(s){scope.after} > max {limit}"
+                f"{_steps(f)}{_why(f)}",
+            )
 
 
 def _max_total_recompiles(scope: _Scope) -> Iterator[Violation]:
     limit, report = scope.rules.max_total_recompiles, scope.report
     if limit is not None and report.recompiles > limit:
-        yield Violation("max_total_recompiles", scope.rank, None,
-                        f"{scope.where}: {report.recompiles} recompile(s){scope.after} across {len(report.frames)} "
-                        f"frame(s) > max {limit}")
+        yield Violation(
+            "max_total_recompiles",
+            scope.rank,
+            None,
+            f"{scope.where}: {report.recompiles} recompile(s){scope.after} across {len(report.frames)} "
+            f"frame(s) > max {limit}",
+        )
 
 
 def _forbidden(scope: _Scope) -> Iterator[Violation]:
@@ -191,31 +221,47 @@ def _forbidden(scope: _Scope) -> Iterator[Violation]:
             # Only the reason that explains a recompile counts: failures against older cache entries are not causes.
             groups = [g for g in f.reasons.values() if g.category == category and g.changes]
             if groups:
-                subjects = ", ".join(sorted({g.subject for g in groups if g.subject not in ("", "-", category)})[:5])
-                yield Violation("forbid", scope.rank, f.label,
-                                f"{scope.where} {f.label}: forbidden category {category}{scope.after}: "
-                                f"{sum(g.changes for g in groups)} recompile(s)"
-                                + (f" caused by {subjects}" if subjects else ""))
+                subjects = ", ".join(
+                    sorted({g.subject for g in groups if g.subject not in ("", "-", category)})[:5]
+                )
+                yield Violation(
+                    "forbid",
+                    scope.rank,
+                    f.label,
+                    f"{scope.where} {f.label}: forbidden category {category}{scope.after}: "
+                    f"{sum(g.changes for g in groups)} recompile(s)"
+                    + (f" caused by {subjects}" if subjects else ""),
+                )
 
 
 def _max_compile_seconds(scope: _Scope) -> Iterator[Violation]:
     limit, report = scope.rules.max_compile_seconds, scope.report
     if limit is not None and report.compile_seconds > limit:
         top = max(report.frames.values(), key=lambda f: f.compile_seconds)
-        yield Violation("max_compile_seconds", scope.rank, None,
-                        f"{scope.where}: {report.compile_seconds:.2f} s compiling{scope.after} > max {limit:g} s "
-                        f"(most in {top.label}: {top.compile_seconds:.2f} s)")
+        yield Violation(
+            "max_compile_seconds",
+            scope.rank,
+            None,
+            f"{scope.where}: {report.compile_seconds:.2f} s compiling{scope.after} > max {limit:g} s "
+            f"(most in {top.label}: {top.compile_seconds:.2f} s)",
+        )
 
 
 def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
     limit, report = scope.rules.max_recompile_seconds, scope.report
     if limit is not None and report.recompile_seconds > limit:
         costliest = report.ranked_causes()[:3]
-        causes = "; ".join(f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
-                           for c in costliest)
-        yield Violation("max_recompile_seconds", scope.rank, costliest[0].frame,
-                        f"{scope.where}: {report.recompile_seconds:.2f} s lost to recompiles{scope.after} > max "
-                        f"{limit:g} s (fix first: {causes})")
+        causes = "; ".join(
+            f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
+            for c in costliest
+        )
+        yield Violation(
+            "max_recompile_seconds",
+            scope.rank,
+            costliest[0].frame,
+            f"{scope.where}: {report.recompile_seconds:.2f} s lost to recompiles{scope.after} > max "
+            f"{limit:g} s (fix first: {causes})",
+        )
 
 
 def _max_counts(scope: _Scope) -> Iterator[Violation]:
@@ -227,8 +273,12 @@ def _max_counts(scope: _Scope) -> Iterator[Violation]:
         ("max_failures", report.failures, rules.max_failures, "compile failure(s)"),
     ):
         if limit is not None and value > limit:
-            yield Violation(rule, scope.rank, None,
-                            f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}")
+            yield Violation(
+                rule,
+                scope.rank,
+                None,
+                f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}",
+            )
 
 
 RUNNING_COMPILE_NOTE = "compile_running_note"  # not a rule: a fact the CLI says without failing
@@ -239,13 +289,23 @@ def _running_compile(scope: _Scope) -> Iterator[Violation]:
     under ``fail_on_running_compile``, else a note (the CLI says it in a warning line and passes)."""
     rule = "compile_running_at_end" if scope.rules.fail_on_running_compile else RUNNING_COMPILE_NOTE
     for rank, end in scope.report.compiling_at_end.items():
-        yield Violation(rule, rank, end.running.frame.label,
-                        describe_at_end(rank, end.running, lower_bound=end.lower_bound))
+        yield Violation(
+            rule,
+            rank,
+            end.running.frame.label,
+            describe_at_end(rank, end.running, lower_bound=end.lower_bound),
+        )
 
 
 # Every rule, in the order its violations are listed.
 _RULES: tuple[Callable[[_Scope], Iterator[Violation]], ...] = (
-    _untrusted_counts, _running_compile, _max_recompiles, _max_total_recompiles, _forbidden, _max_compile_seconds, _max_recompile_seconds,
+    _untrusted_counts,
+    _running_compile,
+    _max_recompiles,
+    _max_total_recompiles,
+    _forbidden,
+    _max_compile_seconds,
+    _max_recompile_seconds,
     _max_counts,
 )
 
@@ -259,7 +319,11 @@ def _steps(frame: FrameReport) -> str:
 
 def _why(frame: FrameReport) -> str:
     top = [g for g in frame.top_reasons() if g.changes][:3]
-    return (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")") if top else ""
+    return (
+        (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")")
+        if top
+        else ""
+    )
 
 
 def _cause(category: str, subject: str) -> str:
@@ -273,6 +337,7 @@ def _where(report: Report, rule: str) -> str:
         "max_graph_breaks": lambda f: f.graph_breaks,
         "max_failures": lambda f: sum(f.failures.values()),
     }[rule]
-    worst = sorted(((counts(f), f.label) for f in report.frames.values() if counts(f)), reverse=True)[:3]
+    worst = sorted(
+        ((counts(f), f.label) for f in report.frames.values() if counts(f)), reverse=True
+    )[:3]
     return (" (" + ", ".join(f"{label}: {n}" for n, label in worst) + ")") if worst else ""
-

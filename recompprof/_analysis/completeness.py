@@ -36,7 +36,9 @@ from typing import Any
 
 from recompprof._analysis import bounded
 from recompprof._eventlog.fastread import by_type
-from recompprof._eventlog.writer import DROPPED as WRITER_DROPPED  # events the writer could not write
+from recompprof._eventlog.writer import (
+    DROPPED as WRITER_DROPPED,
+)  # events the writer could not write
 from recompprof._model.counting import COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
     Compile,
@@ -55,8 +57,12 @@ from recompprof._model.status import OpenCompile, describe_at_end
 _LISTED_RANKS = 16  # ranks named in a line; more are counted
 
 # session_end totals -> what they count, as the report says it.
-_COUNTS = (("compiles", "compile(s)"), ("recompiles", "recompile(s)"), ("graph_breaks", "graph break(s)"),
-           ("recompile_limit_hits", "recompile-limit hit(s)"))
+_COUNTS = (
+    ("compiles", "compile(s)"),
+    ("recompiles", "recompile(s)"),
+    ("graph_breaks", "graph break(s)"),
+    ("recompile_limit_hits", "recompile-limit hit(s)"),
+)
 
 
 @dataclasses.dataclass
@@ -66,7 +72,9 @@ class Incomplete:
     sessions: int
     time: float
     step: int | None
-    compiling: Running | None = None  # the compile the latest one left running (how long: up to its last event)
+    compiling: Running | None = (
+        None  # the compile the latest one left running (how long: up to its last event)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +107,9 @@ class _Session:
         self.verdicts = [0] * (LIMIT_HIT << 1)
         self.graph_breaks = 0
         self.limit_hits = 0
-        self.compiling: OpenCompile | None = None  # from its first compile_start (older logs have none)
+        self.compiling: OpenCompile | None = (
+            None  # from its first compile_start (older logs have none)
+        )
 
     def compiles(self, bit: int) -> int:
         """Compile events whose verdict has ``bit``."""
@@ -115,8 +125,12 @@ class SessionFold:
         self.gaps: dict[int, LogGap] = {}
         self.seen: set[int] = set()
         self.unopened: set[int] = set()  # ranks whose first event here is not a session_start
-        self.ends: dict[int, RunningAtEnd | None] = {}  # what each rank's latest closed session left compiling
-        self.records_starts: set[int] = set()  # ranks whose log records compile starts (so "not compiling" is known)
+        self.ends: dict[
+            int, RunningAtEnd | None
+        ] = {}  # what each rank's latest closed session left compiling
+        self.records_starts: set[int] = (
+            set()
+        )  # ranks whose log records compile starts (so "not compiling" is known)
 
     def unstarted(self, event: Any) -> _Session:
         """A session opened by ``event``, for a rank with none open: its events before any
@@ -192,25 +206,38 @@ class SessionFold:
         if not session.started:
             return
         known = self.incomplete.get(rank)
-        self.incomplete[rank] = Incomplete((known.sessions if known else 0) + 1, session.last.time, session.last.step, left)
+        self.incomplete[rank] = Incomplete(
+            (known.sessions if known else 0) + 1, session.last.time, session.last.step, left
+        )
 
 
 def _left_running(session: _Session) -> Running | None:
     """The compile a session without ``session_end`` leaves running, as of its last logged event."""
-    return session.compiling.left_running(session.last.time) if session.compiling is not None else None
+    return (
+        session.compiling.left_running(session.last.time) if session.compiling is not None else None
+    )
 
 
 def _model(value: Any) -> Running:
     """A ``Running`` model of a fast-read view (which does not pickle: a worker hands reports back)."""
-    return value if isinstance(value, Running) else Running.model_validate(value, from_attributes=True)
+    return (
+        value if isinstance(value, Running) else Running.model_validate(value, from_attributes=True)
+    )
 
 
 def _missing(session: _Session, totals: dict[str, float], dropped: int) -> str:
     """What ``totals`` count beyond the session's logged events, said in words ("" when nothing)."""
-    logged = {"compiles": session.compiles(COUNTED), "recompiles": session.compiles(RECOMPILE),
-              "graph_breaks": session.graph_breaks, "recompile_limit_hits": session.limit_hits}
-    parts = [f"{_number(totals[key])} {what}, the log holds {logged[key]}"
-             for key, what in _COUNTS if key in totals and totals[key] > logged[key]]
+    logged = {
+        "compiles": session.compiles(COUNTED),
+        "recompiles": session.compiles(RECOMPILE),
+        "graph_breaks": session.graph_breaks,
+        "recompile_limit_hits": session.limit_hits,
+    }
+    parts = [
+        f"{_number(totals[key])} {what}, the log holds {logged[key]}"
+        for key, what in _COUNTS
+        if key in totals and totals[key] > logged[key]
+    ]
     said = ["session_end counts " + "; ".join(parts)] if parts else []
     if dropped:
         said.append(f"the writer could not write {dropped} event(s)")
@@ -248,9 +275,18 @@ def _tally_other(fold: SessionFold, event: Event) -> None:
     fold.session_of(event)
 
 
-_TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type({Compile: _tally_compile, GraphBreak: _tally_break, RecompileLimitHit: _tally_limit_hit,
-                  SessionStart: _tally_other, SignalChange: _tally_other, SessionEnd: _tally_other,
-                  CompileStart: _tally_start, CompileRunning: _tally_running})
+_TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type(
+    {
+        Compile: _tally_compile,
+        GraphBreak: _tally_break,
+        RecompileLimitHit: _tally_limit_hit,
+        SessionStart: _tally_other,
+        SignalChange: _tally_other,
+        SessionEnd: _tally_other,
+        CompileStart: _tally_start,
+        CompileRunning: _tally_running,
+    }
+)
 
 
 # Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
@@ -269,7 +305,9 @@ class SessionFigures:
     # and the ranks whose log records compile starts (the others' "not compiling" is not known).
     session_ends: dict[int, RunningAtEnd | None] = dataclasses.field(default_factory=dict)
     records_starts: set[int] = dataclasses.field(default_factory=set)
-    session_fold: SessionFold = dataclasses.field(default_factory=SessionFold, repr=False, metadata={"fold_state": True})
+    session_fold: SessionFold = dataclasses.field(
+        default_factory=SessionFold, repr=False, metadata={"fold_state": True}
+    )
 
     def finish_sessions(self) -> None:
         """The verdicts, once every event is folded (sessions still open ended without ``session_end``)."""
@@ -289,27 +327,39 @@ class SessionFigures:
     @property
     def not_compiling_at_end(self) -> list[int]:
         """The ranks whose run ended with no compile running, as far as their log can say."""
-        return [rank for rank, end in self.session_ends.items() if end is None and rank in self.records_starts]
+        return [
+            rank
+            for rank, end in self.session_ends.items()
+            if end is None and rank in self.records_starts
+        ]
 
     def running_at_end(self) -> list[str]:
         """One line per rank whose run ended with a compile running, naming the ranks that were not:
         ``rank 1 was compiling `Model.forward` (recompile: ...) for 612 s when the run ended; rank 0 was
         not compiling``."""
         idle = self.not_compiling_at_end
-        others = f"; {_ranks(idle)} {'was' if len(idle) == 1 else 'were'} not compiling" if idle else ""
-        return [describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
-                for rank, end in self.compiling_at_end.items()]
+        others = (
+            f"; {_ranks(idle)} {'was' if len(idle) == 1 else 'were'} not compiling" if idle else ""
+        )
+        return [
+            describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
+            for rank, end in self.compiling_at_end.items()
+        ]
 
     def merge_sessions(self, part: SessionFigures, started: set[int], touched: set[int]) -> None:
         """``started``: ranks with a ``session_start`` before ``part``; ``touched``: every rank with an event in it."""
-        bounded.check(not part.sessions_unopened & self.sessions_open)  # later events of an earlier part's session
+        bounded.check(
+            not part.sessions_unopened & self.sessions_open
+        )  # later events of an earlier part's session
         merge_verdicts(self.incomplete, part.incomplete)
         merge_verdicts(self.log_gaps, part.log_gaps)
         self.sessions_unopened |= part.sessions_unopened - started - self.sessions_unopened
         self.sessions_open = (self.sessions_open - touched) | part.sessions_open
         self.incomplete = dict(sorted(self.incomplete.items()))
         self.log_gaps = dict(sorted(self.log_gaps.items()))
-        self.session_ends = dict(sorted({**self.session_ends, **part.session_ends}.items()))  # its sessions are later
+        self.session_ends = dict(
+            sorted({**self.session_ends, **part.session_ends}.items())
+        )  # its sessions are later
         self.records_starts |= part.records_starts
 
 
@@ -325,4 +375,6 @@ def merge_verdicts(into: dict[int, Any], part: dict[int, Any]) -> None:
     count too, and its latest one is the latest."""
     for rank, verdict_ in part.items():
         known = into.get(rank)
-        into[rank] = dataclasses.replace(verdict_, sessions=verdict_.sessions + (known.sessions if known else 0))
+        into[rank] = dataclasses.replace(
+            verdict_, sessions=verdict_.sessions + (known.sessions if known else 0)
+        )

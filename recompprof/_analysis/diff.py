@@ -56,11 +56,13 @@ class Diff:
         a, b = sorted(self.before.modes), sorted(self.after.modes)
         if not a or not b or a == b:  # ingested TORCH_TRACE runs record no mode
             return None
-        return (f"WARNING: comparing a {'/'.join(a)} run with a {'/'.join(b)} run. Profile mode compiles every frame "
-                "with recompprof's observer backend at recompile_limit (default 1), evicting older variants, so "
-                "it counts a recompile for every input change (also changes a monitored job's cache would have "
-                "hit) and its compile seconds leave out AOTAutograd and Inductor. Differences below may come "
-                "from the mode, not the code: compare runs of the same mode.")
+        return (
+            f"WARNING: comparing a {'/'.join(a)} run with a {'/'.join(b)} run. Profile mode compiles every frame "
+            "with recompprof's observer backend at recompile_limit (default 1), evicting older variants, so "
+            "it counts a recompile for every input change (also changes a monitored job's cache would have "
+            "hit) and its compile seconds leave out AOTAutograd and Inductor. Differences below may come "
+            "from the mode, not the code: compare runs of the same mode."
+        )
 
     @property
     def regressions(self) -> list[Change]:
@@ -113,8 +115,13 @@ def _frame_figures(frame: FrameReport) -> dict[str, float]:
     return figures
 
 
-def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increase: float | None = None,
-            workers: int | None = None) -> Diff:
+def compare(
+    before: Iterable[Event],
+    after: Iterable[Event],
+    *,
+    max_time_increase: float | None = None,
+    workers: int | None = None,
+) -> Diff:
     """What changed from run ``before`` to run ``after``.
 
     Large event-log runs are folded file by file in forked worker processes (``workers``, default one
@@ -133,8 +140,9 @@ def compare(before: Iterable[Event], after: Iterable[Event], *, max_time_increas
     return Diff(changes, a, b)
 
 
-def _figures_by_frame(report: Report, causes: dict[str, list[CauseReport]], keys: set[str],
-                      rename: dict[str, str]) -> dict[str, dict[str, float]]:
+def _figures_by_frame(
+    report: Report, causes: dict[str, list[CauseReport]], keys: set[str], rename: dict[str, str]
+) -> dict[str, dict[str, float]]:
     """Each frame's figures, under the key it is compared by (``rename``: a frame whose class was unknown)."""
     figures: dict[str, dict[str, float]] = {}
     for key in keys:
@@ -159,15 +167,24 @@ class _Reclassified:
     @classmethod
     def of(cls, fa: dict[str, float], fb: dict[str, float]) -> _Reclassified:
         known = [w for w in {*fa, *fb} if w.startswith("category ") and w != OTHER_CATEGORY]
-        return cls(known, sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known),
-                   sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known),
-                   max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0)))
+        return cls(
+            known,
+            sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known),
+            sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known),
+            max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0)),
+        )
 
 
-def _worse(what: str, x: float, y: float, moved: _Reclassified, max_time_increase: float | None) -> bool:
+def _worse(
+    what: str, x: float, y: float, moved: _Reclassified, max_time_increase: float | None
+) -> bool:
     """Whether figure ``what`` going from ``x`` to ``y`` is a regression."""
     if what == "compile seconds" or what.startswith(SECONDS_LOST):
-        return max_time_increase is not None and y - x > TIME_FLOOR_SECONDS and y > x * (1 + max_time_increase)
+        return (
+            max_time_increase is not None
+            and y - x > TIME_FLOOR_SECONDS
+            and y > x * (1 + max_time_increase)
+        )
     if what == OTHER_CATEGORY:  # unknown: worse only past what the known categories lost
         return y - x > moved.known_fell
     if what in moved.known:  # known categories: worse only past what `other` lost
@@ -176,11 +193,21 @@ def _worse(what: str, x: float, y: float, moved: _Reclassified, max_time_increas
     return y > x and what != "compiles"
 
 
-def _frame_changes(label: str, fa: dict[str, float], fb: dict[str, float], max_time_increase: float | None) -> list[Change]:
+def _frame_changes(
+    label: str, fa: dict[str, float], fb: dict[str, float], max_time_increase: float | None
+) -> list[Change]:
     moved = _Reclassified.of(fa, fb)
-    return [Change(label, what, fa.get(what, 0), fb.get(what, 0),
-                   _worse(what, fa.get(what, 0), fb.get(what, 0), moved, max_time_increase))
-            for what in dict.fromkeys([*fa, *fb]) if fa.get(what, 0) != fb.get(what, 0)]
+    return [
+        Change(
+            label,
+            what,
+            fa.get(what, 0),
+            fb.get(what, 0),
+            _worse(what, fa.get(what, 0), fb.get(what, 0), moved, max_time_increase),
+        )
+        for what in dict.fromkeys([*fa, *fb])
+        if fa.get(what, 0) != fb.get(what, 0)
+    ]
 
 
 OTHER_CATEGORY = "category other"
@@ -194,32 +221,52 @@ def _unknown_owners(keys: set[str], other: set[str]) -> dict[str, str]:
         match = _KEY.match(key)
         if match is not None and match.group(2):
             by_code.setdefault(match.group(1), []).append(key)
-    return {key: by_code[key][0] for key in keys
-            if key not in other and (m := _KEY.match(key)) is not None and not m.group(2)
-            and len(by_code.get(key, ())) == 1}
+    return {
+        key: by_code[key][0]
+        for key in keys
+        if key not in other
+        and (m := _KEY.match(key)) is not None
+        and not m.group(2)
+        and len(by_code.get(key, ())) == 1
+    }
 
 
-_KEY = re.compile(r"^(.*:\d+)(?: ([\w.]+))?$")  # events.Frame.key: "dir/file:line" and the owner's class, if known
+_KEY = re.compile(
+    r"^(.*:\d+)(?: ([\w.]+))?$"
+)  # events.Frame.key: "dir/file:line" and the owner's class, if known
 
 
 def render(diff: Diff, width: int = 120) -> str:
     """The diff as a plain-text table plus a one-line verdict."""
     console, out = plaintext.console(width)
     a, b = diff.before, diff.after
-    console.print(f"recompprof diff: recompiles {a.recompiles} -> {b.recompiles}, limit hits {a.limit_hits} -> {b.limit_hits}, "
-                  f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "
-                  f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s, "
-                  f"lost to recompiles {a.recompile_seconds:.2f} s -> {b.recompile_seconds:.2f} s")
+    console.print(
+        f"recompprof diff: recompiles {a.recompiles} -> {b.recompiles}, limit hits {a.limit_hits} -> {b.limit_hits}, "
+        f"graph breaks {a.graph_breaks} -> {b.graph_breaks}, failures {a.failures} -> {b.failures}, "
+        f"compile time {a.compile_seconds:.2f} s -> {b.compile_seconds:.2f} s, "
+        f"lost to recompiles {a.recompile_seconds:.2f} s -> {b.recompile_seconds:.2f} s"
+    )
     if diff.mode_warning:
         console.print(diff.mode_warning)
     if diff.changes:
         table = Table(title_justify="left")
         for col in ("Frame", "Figure", "Before", "After", "Change", "Verdict"):
-            table.add_column(col, justify="right" if col in ("Before", "After", "Change") else "left")
-        order = sorted(diff.changes, key=lambda c: (not c.regression, c.delta >= 0, c.frame, c.what))
+            table.add_column(
+                col, justify="right" if col in ("Before", "After", "Change") else "left"
+            )
+        order = sorted(
+            diff.changes, key=lambda c: (not c.regression, c.delta >= 0, c.frame, c.what)
+        )
         for c in order:
             verdict = "worse" if c.regression else ("better" if c.delta < 0 else "changed")
-            table.add_row(c.frame, c.what, _fmt(c.before), _fmt(c.after), ("+" if c.delta > 0 else "") + _fmt(c.delta), verdict)
+            table.add_row(
+                c.frame,
+                c.what,
+                _fmt(c.before),
+                _fmt(c.after),
+                ("+" if c.delta > 0 else "") + _fmt(c.delta),
+                verdict,
+            )
         console.print(table)
     regressions = diff.regressions
     if regressions:

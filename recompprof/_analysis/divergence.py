@@ -35,7 +35,15 @@ class RankFold:
     """A frame's compiles on one rank while the fold runs: attributes, not a lookup per figure in the
     per-rank dicts, which :meth:`RankFigures.finish_ranks` fills from it."""
 
-    __slots__ = ("category_first_step", "categories", "compiles", "first_recompile_step", "guard_sets", "recompiles", "steps")
+    __slots__ = (
+        "category_first_step",
+        "categories",
+        "compiles",
+        "first_recompile_step",
+        "guard_sets",
+        "recompiles",
+        "steps",
+    )
 
     def __init__(self) -> None:
         self.compiles = 0
@@ -47,9 +55,17 @@ class RankFold:
         self.category_first_step: dict[str, int] = {}
 
 
-_BY_RANK = ("compiles_by_rank", "guard_sets_by_rank", "recompiles_by_rank", "first_recompile_step_by_rank",
-            "recompile_steps_by_rank", "categories_by_rank", "category_first_step_by_rank", "limit_hits_by_rank",
-            "first_limit_hit_step_by_rank")
+_BY_RANK = (
+    "compiles_by_rank",
+    "guard_sets_by_rank",
+    "recompiles_by_rank",
+    "first_recompile_step_by_rank",
+    "recompile_steps_by_rank",
+    "categories_by_rank",
+    "category_first_step_by_rank",
+    "limit_hits_by_rank",
+    "first_limit_hit_step_by_rank",
+)
 
 
 # Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
@@ -67,8 +83,9 @@ class RankFigures:
     category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
-    rank_folds: dict[int, RankFold] = dataclasses.field(default_factory=dict, repr=False, compare=False,
-                                                        metadata={"fold_state": True})
+    rank_folds: dict[int, RankFold] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False, metadata={"fold_state": True}
+    )
 
     def add_rank_compile(self, event: Compile, explained: list[str] | None) -> None:
         """Fold a counted compile (a report folded with detail); ``explained``: the categories of its
@@ -90,7 +107,9 @@ class RankFigures:
             fold.first_recompile_step = step
         if len(fold.steps) < MAX_STEPS_LISTED:
             fold.steps.append(step)
-        for category in explained or ():  # what the rank's recompiles were explained by, and from which step
+        for category in (
+            explained or ()
+        ):  # what the rank's recompiles were explained by, and from which step
             fold.categories[category] = fold.categories.get(category, 0) + 1
             fold.category_first_step.setdefault(category, step)
 
@@ -120,7 +139,9 @@ class RankFigures:
         for field in _BY_RANK:
             by_rank = getattr(self, field)
             if len(by_rank) > 1:
-                setattr(self, field, type(by_rank)(dict(sorted(by_rank.items()))))  # a Counter takes a mapping
+                setattr(
+                    self, field, type(by_rank)(dict(sorted(by_rank.items())))
+                )  # a Counter takes a mapping
 
     def merge_ranks(self, part: RankFigures) -> None:
         """Add the per-rank figures of the same frame folded from later events."""
@@ -133,7 +154,9 @@ class RankFigures:
         for rank, step in part.first_recompile_step_by_rank.items():
             self.first_recompile_step_by_rank.setdefault(rank, step)
         for rank, steps in part.recompile_steps_by_rank.items():
-            bounded.extend(self.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED)
+            bounded.extend(
+                self.recompile_steps_by_rank.setdefault(rank, []), steps, MAX_STEPS_LISTED
+            )
         for rank, categories in part.categories_by_rank.items():
             self.categories_by_rank.setdefault(rank, Counter()).update(categories)
         for rank, firsts in part.category_first_step_by_rank.items():
@@ -172,7 +195,6 @@ if TYPE_CHECKING:  # what this module reads of a report, as types only
         def limit_hits_by_rank(self) -> Counter[int]: ...
         @property
         def first_limit_hit_step_by_rank(self) -> dict[int, int]: ...
-
 
     class RankedReport(Protocol):
         """What this module reads of a report: its ranks and frames, and which rank it ended compiling on."""
@@ -214,13 +236,17 @@ class Divergence:
     baseline_ranks: list[int]  # the ranks that behaved like the majority
     baseline: RankCell
     aspects: list[str]  # subset of ASPECTS that differ
-    first_steps: dict[int, int | None]  # odd rank -> first step of its divergent recompile or limit hit
+    first_steps: dict[
+        int, int | None
+    ]  # odd rank -> first step of its divergent recompile or limit hit
     cells: dict[int, RankCell]
 
     def describe(self) -> str:
         """One line: frame, ranks, steps and what differs."""
-        return (f"{self.frame.label}: {_ranks_with_steps(self.first_steps)} ({', '.join(self.aspects)} differ from "
-                f"{_rank_list(self.baseline_ranks)})")
+        return (
+            f"{self.frame.label}: {_ranks_with_steps(self.first_steps)} ({', '.join(self.aspects)} differ from "
+            f"{_rank_list(self.baseline_ranks)})"
+        )
 
 
 def all_ranks(report: RankedReport) -> list[int]:
@@ -248,7 +274,10 @@ def find(report: RankedReport) -> list[Divergence]:
     if len(ranks) < 2:
         return []
     found = [d for f in report.frames.values() if (d := _diverges(f, ranks)) is not None]
-    return sorted(found, key=lambda d: (-sum(c.recompiles + c.limit_hits for c in d.cells.values()), d.frame.label))
+    return sorted(
+        found,
+        key=lambda d: (-sum(c.recompiles + c.limit_hits for c in d.cells.values()), d.frame.label),
+    )
 
 
 def _diverges(frame: RankedFrame, ranks: Sequence[int]) -> Divergence | None:
@@ -257,20 +286,35 @@ def _diverges(frame: RankedFrame, ranks: Sequence[int]) -> Divergence | None:
     if len(behaviours) < 2:
         return None
     # The majority is the baseline; on a tie the quietest behaviour is, so the ranks that recompiled are named.
-    baseline_behaviour = min(behaviours, key=lambda b: (-behaviours[b], b[0] + b[1], len(b[2]), sorted(b[2])))
+    baseline_behaviour = min(
+        behaviours, key=lambda b: (-behaviours[b], b[0] + b[1], len(b[2]), sorted(b[2]))
+    )
     baseline_ranks = [r for r in ranks if cells[r].behaviour == baseline_behaviour]
     baseline = cells[baseline_ranks[0]]
     odd = [r for r in ranks if cells[r].behaviour != baseline_behaviour]
-    aspects = [name for name, index in zip(ASPECTS, range(3))
-               if any(cells[r].behaviour[index] != baseline_behaviour[index] for r in odd)]
-    return Divergence(frame, odd, baseline_ranks, baseline, aspects,
-                      {r: _first_divergent_step(frame, r, baseline_ranks[0]) for r in odd}, cells)
+    aspects = [
+        name
+        for name, index in zip(ASPECTS, range(3))
+        if any(cells[r].behaviour[index] != baseline_behaviour[index] for r in odd)
+    ]
+    return Divergence(
+        frame,
+        odd,
+        baseline_ranks,
+        baseline,
+        aspects,
+        {r: _first_divergent_step(frame, r, baseline_ranks[0]) for r in odd},
+        cells,
+    )
 
 
 def _first_divergent_step(frame: RankedFrame, rank: int, baseline_rank: int) -> int | None:
     """The earliest step at which ``rank`` did something the baseline rank did not do."""
     candidates: list[int] = []
-    mine, theirs = Counter(frame.recompile_steps_by_rank.get(rank, [])), Counter(frame.recompile_steps_by_rank.get(baseline_rank, []))
+    mine, theirs = (
+        Counter(frame.recompile_steps_by_rank.get(rank, [])),
+        Counter(frame.recompile_steps_by_rank.get(baseline_rank, [])),
+    )
     extra = mine - theirs
     if extra:
         candidates.append(min(extra))
@@ -292,6 +336,7 @@ def _first_divergent_step(frame: RankedFrame, rank: int, baseline_rank: int) -> 
 
 # -- rendering ---------------------------------------------------------------------------------------
 
+
 def _rank_list(ranks: Sequence[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, capped)."""
     runs: list[tuple[int, int]] = []
@@ -301,7 +346,9 @@ def _rank_list(ranks: Sequence[int]) -> str:
         else:
             runs.append((r, r))
     parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else "")
+    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
+        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
+    )
     return ("rank " if len(ranks) == 1 else "ranks ") + shown
 
 
@@ -310,8 +357,10 @@ def _ranks_with_steps(first_steps: dict[int, int | None]) -> str:
     by_step: dict[int | None, list[int]] = {}
     for rank, step in first_steps.items():
         by_step.setdefault(step, []).append(rank)
-    parts = [f"{_rank_list(ranks)} at step {step}" if step is not None else _rank_list(ranks)
-             for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+    parts = [
+        f"{_rank_list(ranks)} at step {step}" if step is not None else _rank_list(ranks)
+        for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    ]
     return "; ".join(parts)
 
 
@@ -320,40 +369,66 @@ def _categories(c: RankCell) -> str:
 
 
 def _matrix(report: RankedReport, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
-    frames = sorted(report.frames.values(),
-                    key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label))[:MAX_MATRIX_FRAMES]
-    table = Table(title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
-                  title_justify="left")
+    frames = sorted(
+        report.frames.values(),
+        key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label),
+    )[:MAX_MATRIX_FRAMES]
+    table = Table(
+        title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
+        title_justify="left",
+    )
     table.add_column("Frame", no_wrap=True, overflow="fold")
     if len(ranks) <= MAX_RANK_COLUMNS:
         for r in ranks:
             table.add_column(f"rank {r}", justify="right")
         for f in frames:
-            table.add_row(("* " if f.key in diverging else "") + f.label, *(cell(f, r).text() for r in ranks))
+            table.add_row(
+                ("* " if f.key in diverging else "") + f.label, *(cell(f, r).text() for r in ranks)
+            )
     else:
         table.add_column("Ranks with the same cell", overflow="fold")
         for f in frames:
             groups: dict[str, list[int]] = {}
             for r in ranks:
                 groups.setdefault(cell(f, r).text(), []).append(r)
-            text = "; ".join(f"{_rank_list(rs)}: {value}" for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])))
+            text = "; ".join(
+                f"{_rank_list(rs)}: {value}"
+                for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+            )
             table.add_row(("* " if f.key in diverging else "") + f.label, text)
     return table
 
 
 def _diverging_table(found: list[Divergence]) -> Table:
-    table = Table(title="Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
-                        "stall or time out the job)", title_justify="left")
-    for col in ("Frame", "Diverging ranks (first divergent step)", "Differs in", "These ranks", "Other ranks"):
+    table = Table(
+        title="Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
+        "stall or time out the job)",
+        title_justify="left",
+    )
+    for col in (
+        "Frame",
+        "Diverging ranks (first divergent step)",
+        "Differs in",
+        "These ranks",
+        "Other ranks",
+    ):
         table.add_column(col, no_wrap=col == "Frame", overflow="fold")
     for d in found:
         odd = d.cells[d.ranks[0]]
-        mine = f"recompiles {odd.recompiles}, limit hits {odd.limit_hits}, reasons {_categories(odd)}"
+        mine = (
+            f"recompiles {odd.recompiles}, limit hits {odd.limit_hits}, reasons {_categories(odd)}"
+        )
         if len({d.cells[r].behaviour for r in d.ranks}) > 1:
-            mine = "vary: " + "; ".join(f"rank {r}: {d.cells[r].recompiles} recompiles" for r in d.ranks[:MAX_LISTED_RANKS])
-        theirs = (f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
-                  f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}")
-        table.add_row(d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs)
+            mine = "vary: " + "; ".join(
+                f"rank {r}: {d.cells[r].recompiles} recompiles" for r in d.ranks[:MAX_LISTED_RANKS]
+            )
+        theirs = (
+            f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
+            f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}"
+        )
+        table.add_row(
+            d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs
+        )
     return table
 
 
@@ -362,7 +437,9 @@ def print_divergence(console: Console, report: RankedReport) -> None:
     ranks = all_ranks(report)
     if len(ranks) < 2:
         return
-    stalled = report.running_at_end()  # the rank a collective waited on when the job ended, if it was compiling
+    stalled = (
+        report.running_at_end()
+    )  # the rank a collective waited on when the job ended, if it was compiling
     for line in stalled:
         console.print(f"At the end: {line}", soft_wrap=True)
     if not report.frames:
@@ -373,8 +450,10 @@ def print_divergence(console: Console, report: RankedReport) -> None:
     console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
     if not found:
         console.line()
-        console.print(f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
-                      "the same number of times for the same kinds of reason.")
+        console.print(
+            f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
+            "the same number of times for the same kinds of reason."
+        )
         return
     console.line()
     console.print(f"DIVERGING: {len(found)} frame(s) compile differently across ranks:")

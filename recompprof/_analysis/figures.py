@@ -24,7 +24,15 @@ from recompprof._analysis.bounded import (
 )
 from recompprof._analysis.frame_figures import FrameReport
 from recompprof._model.causes import CauseTracker, explaining_reason
-from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart, SignalChange, short_path
+from recompprof._model.events import (
+    Compile,
+    Frame,
+    GraphBreak,
+    SessionEnd,
+    SessionStart,
+    SignalChange,
+    short_path,
+)
 
 
 # Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
@@ -56,7 +64,9 @@ class RunFigures:
         self.ranks.add(event.rank)
         if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
             self.from_torch_trace = True
-            self.steps_from_trace = self.steps_from_trace or bool(event.signals.get("step_in_trace"))
+            self.steps_from_trace = self.steps_from_trace or bool(
+                event.signals.get("step_in_trace")
+            )
         else:
             self.modes.add(event.mode)
         if event.profile_mechanism:
@@ -74,7 +84,9 @@ class RunFigures:
             self.signals_dark.setdefault(event.signal, event.reason or "went dark")
 
     def add_session_end(self, event: SessionEnd) -> None:
-        for name in self.signals_dark.keys() & event.signals_off.keys():  # the why, as the session saw it
+        for name in (
+            self.signals_dark.keys() & event.signals_off.keys()
+        ):  # the why, as the session saw it
             self.signals_dark[name] = event.signals_off[name]
         self.signals_off_last.update(event.signals_off)
         self.wall_seconds = max(self.wall_seconds, event.totals.get("wall_seconds", 0.0))
@@ -126,11 +138,15 @@ class BreakGroup:
 class BreakFigures:
     """Graph breaks by reason, place and whether the frame ran eagerly (bounded)."""
 
-    graph_break_groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(default_factory=dict)
+    graph_break_groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(
+        default_factory=dict
+    )
 
     def add_graph_break(self, event: GraphBreak, label: str) -> None:
         """Count a break in its group, new groups past MAX_BREAK_GROUPS in one for the rest."""
-        reason = event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
+        reason = (
+            event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
+        )
         key = (reason, event.user_location or "", event.skipped_frame)
         groups = self.graph_break_groups
         group = groups.get(key)
@@ -138,17 +154,24 @@ class BreakFigures:
             if len(groups) >= MAX_BREAK_GROUPS:
                 group = groups.setdefault(OTHER_BREAKS, BreakGroup(*OTHER_BREAKS))
             else:
-                hints = [h[:300] for h in event.hints[: MAX_BREAK_HINTS]]
+                hints = [h[:300] for h in event.hints[:MAX_BREAK_HINTS]]
                 group = groups[key] = BreakGroup(*key, frame=label, hints=hints)
         group.count += event.count
 
     def ranked_breaks(self) -> list[BreakGroup]:
         """Graph-break groups, most breaks first (frames that ran eagerly first among equals)."""
-        return sorted(self.graph_break_groups.values(), key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location))
+        return sorted(
+            self.graph_break_groups.values(),
+            key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location),
+        )
 
     def merge_breaks(self, part: BreakFigures) -> None:
-        for key in bounded.new_keys(self.graph_break_groups, part.graph_break_groups, MAX_BREAK_GROUPS):
-            self.graph_break_groups[key] = dataclasses.replace(part.graph_break_groups[key], count=0)
+        for key in bounded.new_keys(
+            self.graph_break_groups, part.graph_break_groups, MAX_BREAK_GROUPS
+        ):
+            self.graph_break_groups[key] = dataclasses.replace(
+                part.graph_break_groups[key], count=0
+            )
         for key, group in part.graph_break_groups.items():
             self.graph_break_groups[key].count += group.count
 
@@ -157,7 +180,9 @@ class SecondsByName(dict[str, float]):
     """Seconds by name, read most first (what ``Counter.most_common`` gives, for float values)."""
 
     def most_common(self, n: int | None = None) -> list[tuple[str, float]]:
-        ranked = sorted(self.items(), key=lambda item: -item[1])  # stable: ties in insertion order, as Counter's
+        ranked = sorted(
+            self.items(), key=lambda item: -item[1]
+        )  # stable: ties in insertion order, as Counter's
         return ranked if n is None else ranked[:n]
 
 
@@ -167,9 +192,15 @@ class CompileFigures:
     """Run-wide figures of compile events: cudagraph skips, failure messages, compile caches and Dynamo
     trace time by function."""
 
-    cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (frame, reason)
-    failure_messages: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # frame, type, message
-    cache_lookups: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)  # (cache, result)
+    cudagraph_skips: Counter[tuple[str, str]] = dataclasses.field(
+        default_factory=Counter
+    )  # (frame, reason)
+    failure_messages: list[tuple[str, str, str]] = dataclasses.field(
+        default_factory=list
+    )  # frame, type, message
+    cache_lookups: Counter[tuple[str, str]] = dataclasses.field(
+        default_factory=Counter
+    )  # (cache, result)
     cache_seconds_saved: float = 0.0
     trace_seconds_by_function: SecondsByName = dataclasses.field(default_factory=SecondsByName)
 
@@ -181,7 +212,9 @@ class CompileFigures:
                 self.cudagraph_skips[key] += 1
         if event.outcome == "failed" and len(self.failure_messages) < MAX_LISTED:
             message = (event.fail_reason or "").strip().splitlines()
-            self.failure_messages.append((label, event.fail_type or "unknown", message[0][:200] if message else ""))
+            self.failure_messages.append(
+                (label, event.fail_type or "unknown", message[0][:200] if message else "")
+            )
         if event.cache_lookups:
             for cache, results in event.cache_lookups.items():
                 for result, count in results.items():
@@ -200,7 +233,9 @@ class CompileFigures:
         bounded.extend(self.failure_messages, part.failure_messages, MAX_LISTED)
         self.cache_lookups.update(part.cache_lookups)
         self.cache_seconds_saved += part.cache_seconds_saved
-        for key in bounded.new_keys(self.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS):
+        for key in bounded.new_keys(
+            self.trace_seconds_by_function, part.trace_seconds_by_function, MAX_FUNCTIONS
+        ):
             self.trace_seconds_by_function[key] = 0.0
         for key, seconds in part.trace_seconds_by_function.items():
             self.trace_seconds_by_function[key] += seconds
@@ -243,25 +278,39 @@ class CauseReport:
 class CauseFigures:
     """Recompiles and their compile seconds by cause (frame x category x subject), bounded."""
 
-    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)  # (frame key, category, subject)
+    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(
+        default_factory=dict
+    )  # (frame key, category, subject)
     # What only the fold needs: each forward's cause, for its backward.
-    tracker: CauseTracker = dataclasses.field(default_factory=CauseTracker, repr=False, metadata={"fold_state": True})
+    tracker: CauseTracker = dataclasses.field(
+        default_factory=CauseTracker, repr=False, metadata={"fold_state": True}
+    )
     # What merging needs: the ranks of backward compiles whose forward this report never saw.
     orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
 
-    def add_cost(self, event: Compile, frame: FrameReport, counted: int, known: dict[Frame, FrameReport]) -> None:
+    def add_cost(
+        self, event: Compile, frame: FrameReport, counted: int, known: dict[Frame, FrameReport]
+    ) -> None:
         """Charge a compile that cost seconds (verdict ``counted``) of ``frame`` to its cause, if it has one.
         ``known``: the report's frames by event frame, for a backward's forward."""
         found = self.tracker.cause_of(event, counted)
         if found is None:
-            if event.backward and not self.tracker.remembers(event):  # its forward is in no event folded here
+            if event.backward and not self.tracker.remembers(
+                event
+            ):  # its forward is in no event folded here
                 self.orphan_backward_ranks.add(event.rank)
             return
         cause_frame, category, subject = found
         label, frame_key = frame.label, frame.key
-        if event.backward:  # its forward's frame: the same one, as a rule, but the forward's cause decides
+        if (
+            event.backward
+        ):  # its forward's frame: the same one, as a rule, but the forward's cause decides
             forward = known.get(cause_frame)
-            label, frame_key = (forward.label, forward.key) if forward is not None else (cause_frame.label, cause_frame.key)
+            label, frame_key = (
+                (forward.label, forward.key)
+                if forward is not None
+                else (cause_frame.label, cause_frame.key)
+            )
         cause = self.causes.get((frame_key, category, subject))
         if cause is None:
             cause = self._new_cause(label, frame_key, category, subject)
@@ -287,8 +336,12 @@ class CauseFigures:
         """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""
         if len(self.causes) >= MAX_CAUSES:
             key = (frame_key, category, "(other subjects)")
-            return self.causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
-        cause = self.causes[(frame_key, category, subject)] = CauseReport(label, category, subject, frame_key=frame_key)
+            return self.causes.setdefault(
+                key, CauseReport(label, category, key[2], frame_key=frame_key)
+            )
+        cause = self.causes[(frame_key, category, subject)] = CauseReport(
+            label, category, subject, frame_key=frame_key
+        )
         return cause
 
     def merge_causes(self, part: CauseFigures, earlier_ranks: set[int]) -> None:
@@ -297,7 +350,9 @@ class CauseFigures:
         self.orphan_backward_ranks |= part.orphan_backward_ranks
         for key in bounded.new_keys(self.causes, part.causes, MAX_CAUSES):
             cause = part.causes[key]
-            self.causes[key] = CauseReport(cause.frame, cause.category, cause.subject, frame_key=cause.frame_key)
+            self.causes[key] = CauseReport(
+                cause.frame, cause.category, cause.subject, frame_key=cause.frame_key
+            )
         for key, part_cause in part.causes.items():
             cause = self.causes[key]
             cause.recompiles += part_cause.recompiles

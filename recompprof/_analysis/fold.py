@@ -5,6 +5,7 @@ more memory than a few hundred frames). Each event goes to the handler of its ty
 event models and their fast-read views, :func:`recompprof._eventlog.fastread.by_type`), which hands it to
 the report's figure families: the rules of each figure live with its merge, in the family.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -28,7 +29,9 @@ from recompprof._model.events import (
 )
 
 
-def build_report(events: Iterable[Event], *, detail: bool = True, sessions: SessionFold | None = None) -> Report:
+def build_report(
+    events: Iterable[Event], *, detail: bool = True, sessions: SessionFold | None = None
+) -> Report:
     """Fold ``events`` (any order of ranks, one pass) into a :class:`Report`.
 
     ``detail=False`` leaves out what only the rendered report shows (per-rank figures, recompile steps,
@@ -45,7 +48,9 @@ def build_report(events: Iterable[Event], *, detail: bool = True, sessions: Sess
     folded, last_step = 0, 0
     for event in events:
         handler = handlers[type(event)]
-        if handler is compile_start or handler is compile_running:  # count nothing (the compile counts)
+        if (
+            handler is compile_start or handler is compile_running
+        ):  # count nothing (the compile counts)
             handler(report, event)
             continue
         folded += 1
@@ -119,10 +124,18 @@ def _add_session_end(report: Report, event: SessionEnd) -> None:
 
 
 # Handlers take the event their type names; the table is keyed by the event's class (model or view).
-_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type({CompileStart: _add_compile_start, CompileRunning: _add_compile_running,
-    Compile: _add_compile, SessionStart: _add_session_start, SignalChange: _add_signal,
-    RecompileLimitHit: _add_limit_hit, GraphBreak: _add_graph_break, SessionEnd: _add_session_end,
-})
+_HANDLERS: dict[type, Callable[[Report, Any], None]] = by_type(
+    {
+        CompileStart: _add_compile_start,
+        CompileRunning: _add_compile_running,
+        Compile: _add_compile,
+        SessionStart: _add_session_start,
+        SignalChange: _add_signal,
+        RecompileLimitHit: _add_limit_hit,
+        GraphBreak: _add_graph_break,
+        SessionEnd: _add_session_end,
+    }
+)
 
 
 def ranked_breaks(report: Report) -> list[BreakGroup]:

@@ -15,7 +15,14 @@ from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_S
 from recompprof._analysis.divergence import RankFigures
 from recompprof._model.causes import explaining_reason
 from recompprof._model.compiles import changed_subject
-from recompprof._model.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
+from recompprof._model.counting import (
+    COSTS,
+    COUNTED,
+    RECOMPILE,
+    FrameCounts,
+    fold_compile,
+    fold_limit_hit,
+)
 from recompprof._model.events import PHASES, Category, Compile, Frame, RecompileLimitHit
 
 
@@ -38,7 +45,9 @@ class FrameReport(FrameCounts, RankFigures):
     name: str
     file: str
     line: int
-    key: str = ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
+    key: str = (
+        ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
+    )
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
     automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
     automatic_dynamic_recompiles: int = 0
@@ -61,7 +70,9 @@ class FrameReport(FrameCounts, RankFigures):
         return max(self.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
-        return sorted(self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject))
+        return sorted(
+            self.reasons.values(), key=lambda g: (-g.changes, -g.failures, g.category, g.subject)
+        )
 
     # -- fold -------------------------------------------------------------------------------------
     def add_compile(self, event: Compile, detail: bool) -> int:
@@ -90,7 +101,9 @@ class FrameReport(FrameCounts, RankFigures):
             self._add_omitted(event.reasons_omitted)
         if event.outcome == "failed":
             self.failures[event.fail_type or "unknown"] += 1
-        if counted & COSTS and detail and event.phases:  # the report's phases are the frames', summed at the end
+        if (
+            counted & COSTS and detail and event.phases
+        ):  # the report's phases are the frames', summed at the end
             phases = self.phases
             for phase, seconds in event.phases.items():
                 phases[phase] += seconds  # every Phase is a key from the start (validated input)
@@ -101,7 +114,10 @@ class FrameReport(FrameCounts, RankFigures):
             self.automatic_dynamic_recompiles += 1
             if len(self.automatic_dynamic) < MAX_STEPS_LISTED:
                 self.automatic_dynamic.append(event.automatic_dynamic)
-        elif len(self.changed_again) < MAX_STEPS_LISTED and (reason := explaining_reason(event.reasons)) is not None:
+        elif (
+            len(self.changed_again) < MAX_STEPS_LISTED
+            and (reason := explaining_reason(event.reasons)) is not None
+        ):
             changed = changed_subject(reason)
             if changed is not None:
                 self.changed_again.setdefault(changed, reason.text[:300])
@@ -147,7 +163,9 @@ class FrameReport(FrameCounts, RankFigures):
         bounded.extend(self.recompile_steps, part.recompile_steps, MAX_STEPS_LISTED)
         self.recompile_steps_total += part.recompile_steps_total
         for key in bounded.new_keys(self.reasons, part.reasons, MAX_GROUPS_PER_FRAME):
-            self.reasons[key] = dataclasses.replace(part.reasons[key], changes=0, failures=0)  # the earliest example stays
+            self.reasons[key] = dataclasses.replace(
+                part.reasons[key], changes=0, failures=0
+            )  # the earliest example stays
         for key, group in part.reasons.items():
             self.reasons[key].changes += group.changes
             self.reasons[key].failures += group.failures
@@ -163,17 +181,23 @@ class FrameReport(FrameCounts, RankFigures):
 class FrameFigures:
     """The report's frames, by key, bounded by ``MAX_FRAMES`` (later new frames are counted as dropped)."""
 
-    frames: dict[str, FrameReport] = dataclasses.field(default_factory=dict)  # by frame key (events.Frame.key)
+    frames: dict[str, FrameReport] = dataclasses.field(
+        default_factory=dict
+    )  # by frame key (events.Frame.key)
     frames_dropped: int = 0
     # The frames' figures summed (events of dropped frames count in neither): compile seconds by phase, and
     # recompiles by the category of the reason that explains them.
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     categories: Counter[str] = dataclasses.field(default_factory=Counter)
-    frame_cache: dict[Frame, FrameReport] = dataclasses.field(default_factory=dict, repr=False, metadata={"fold_state": True})
+    frame_cache: dict[Frame, FrameReport] = dataclasses.field(
+        default_factory=dict, repr=False, metadata={"fold_state": True}
+    )
 
     def frame_of(self, frame: Frame) -> FrameReport | None:
         """The entry for ``frame`` (an event's Frame or its view), or None once MAX_FRAMES are kept."""
-        found = self.frame_cache.get(frame)  # hashed by value: one lookup for every event of a known frame
+        found = self.frame_cache.get(
+            frame
+        )  # hashed by value: one lookup for every event of a known frame
         if found is not None:
             return found
         key = frame.key
@@ -182,7 +206,9 @@ class FrameFigures:
             if len(self.frames) >= MAX_FRAMES:
                 self.frames_dropped += 1
                 return None
-            found = self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, key)
+            found = self.frames[key] = FrameReport(
+                frame.label, frame.name, frame.file, frame.line, key
+            )
         if len(self.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
             self.frame_cache[frame] = found
         return found
@@ -197,7 +223,9 @@ class FrameFigures:
         bounded.check(not part.frames_dropped)
         for key in bounded.new_keys(self.frames, part.frames, MAX_FRAMES):
             frame = part.frames[key]
-            self.frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
+            self.frames[key] = FrameReport(
+                frame.label, frame.name, frame.file, frame.line, frame.key
+            )
         for key, frame in part.frames.items():
             self.frames[key].merge(frame)
         for frame in self.frames.values():

@@ -37,6 +37,7 @@ def _num(value: float) -> str:
 
 # -- tables ------------------------------------------------------------------------------------------
 
+
 def _reasons_list(frame: FrameReport, hints: dict[str, str]) -> str:
     """A frame's reason groups, each with its category's fix hint and one example."""
     items = []
@@ -44,10 +45,15 @@ def _reasons_list(frame: FrameReport, hints: dict[str, str]) -> str:
         color = CATEGORY_COLORS.get(g.category, "#888")
         items.append(
             f'<li><span class="chip" style="background:{color}">{_e(g.category)}</span> '
-            f'<code>{_e(g.subject or "-")}</code> <b>{g.changes}</b> / {g.failures}'
+            f"<code>{_e(g.subject or '-')}</code> <b>{g.changes}</b> / {g.failures}"
             f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
-            + (f'<details><summary>example</summary><pre>{_e(g.example)}</pre></details>' if g.example else "")
-            + "</li>")
+            + (
+                f"<details><summary>example</summary><pre>{_e(g.example)}</pre></details>"
+                if g.example
+                else ""
+            )
+            + "</li>"
+        )
     return "".join(items)
 
 
@@ -55,7 +61,9 @@ def _frame_steps(frame: FrameReport, steps_known: bool) -> str:
     if not steps_known:
         return ""
     steps = ", ".join(str(s) for s in frame.recompile_steps[:12])
-    return steps + (f" (+{frame.recompile_steps_total - 12})" if frame.recompile_steps_total > 12 else "")
+    return steps + (
+        f" (+{frame.recompile_steps_total - 12})" if frame.recompile_steps_total > 12 else ""
+    )
 
 
 def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_known: bool) -> str:
@@ -68,19 +76,37 @@ def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_
         f'<td>{_e(_frame_steps(f, steps_known)) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" '
         f'data-sort="{sum(f.limit_hits.values())}">'
         f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
-        f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{_reasons_list(f, hints) or "-"}</ul></td></tr>')
+        f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{_reasons_list(f, hints) or "-"}</ul></td></tr>'
+    )
 
 
-def _frames_table(frames: list[FrameReport], hints: dict[str, str], *, steps_known: bool = True,
-                  steady_known: bool = True) -> str:
-    head = ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps", "Limit hits", "Graph breaks",
-            "Failures", "Compile s", "Why (category · subject · changes / guard failures) and how to fix")
+def _frames_table(
+    frames: list[FrameReport],
+    hints: dict[str, str],
+    *,
+    steps_known: bool = True,
+    steady_known: bool = True,
+) -> str:
+    head = (
+        "Frame",
+        "Compiles",
+        "Recompiles",
+        "Steady-state",
+        "Recompile steps",
+        "Limit hits",
+        "Graph breaks",
+        "Failures",
+        "Compile s",
+        "Why (category · subject · changes / guard failures) and how to fix",
+    )
     rows = [_frame_row(f, hints, steps_known, steady_known) for f in frames[:MAX_FRAMES_TABLED]]
     more = len(frames) - MAX_FRAMES_TABLED
     foot = f'<p class="note">{more} more frame(s) not shown.</p>' if more > 0 else ""
-    return (f'<input id="filter" type="search" placeholder="filter frames…" aria-label="filter frames">'
-            f'<div class="scroll"><table id="frames" class="sortable"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>{foot}')
+    return (
+        f'<input id="filter" type="search" placeholder="filter frames…" aria-label="filter frames">'
+        f'<div class="scroll"><table id="frames" class="sortable"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{foot}"
+    )
 
 
 def _fix_first(report: Report, hints: dict[str, str]) -> str:
@@ -92,48 +118,69 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
     rows = []
     for number, cause in enumerate(ranked[:FIX_FIRST], start=1):
         color = CATEGORY_COLORS.get(cause.category, "#888")
-        example = (f"<pre class='reason'>{_e(cause.example)}</pre>" if cause.example else "")
+        example = f"<pre class='reason'>{_e(cause.example)}</pre>" if cause.example else ""
         if cause.call_site:
-            example += "<div class='k'>call site (innermost last)</div><pre class='call-site'>" + \
-                _e("\n".join(cause.call_site)) + "</pre>"
+            example += (
+                "<div class='k'>call site (innermost last)</div><pre class='call-site'>"
+                + _e("\n".join(cause.call_site))
+                + "</pre>"
+            )
         rows.append(
             f'<tr data-cause="{_e(cause.category)}"><td class="n">{number}</td>'
             f'<td><div class="frame">{_e(cause.frame)}</div><span class="chip" style="background:{color}">'
-            f'{_e(cause.category)}</span> <code>{_e(cause.subject or "-")}</code></td>'
+            f"{_e(cause.category)}</span> <code>{_e(cause.subject or '-')}</code></td>"
             f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
             f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
             f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'
             f'<td class="hint">{_e(fix_text(cause, hints, report))}</td>'
-            f'<td>{"<details><summary>example</summary>" + example + "</details>" if example else "-"}</td></tr>')
+            f"<td>{'<details><summary>example</summary>' + example + '</details>' if example else '-'}</td></tr>"
+        )
     head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
     more = len(ranked) - FIX_FIRST
-    foot = (f'<p class="note">{more} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s.</p>'
-            if more > 0 else "")
-    return (f'<p id="lost-summary">Recompiles cost <b>{report.recompile_seconds:.2f} s</b> of {total:.2f} s compile '
-            f'time ({_e(share(report.recompile_seconds, total))}), {len(ranked)} cause(s).</p>'
-            f'<div class="scroll"><table id="fix-first-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+    foot = (
+        f'<p class="note">{more} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s.</p>'
+        if more > 0
+        else ""
+    )
+    return (
+        f'<p id="lost-summary">Recompiles cost <b>{report.recompile_seconds:.2f} s</b> of {total:.2f} s compile '
+        f"time ({_e(share(report.recompile_seconds, total))}), {len(ranked)} cause(s).</p>"
+        f'<div class="scroll"><table id="fix-first-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}"
+    )
 
 
 def _caches(report: Report) -> str:
     if not any(report.cache_lookups.values()):
-        return ("<p class='empty' id='caches-empty'>No compile-cache lookups recorded (backends other than Inductor "
-                "use neither the FX graph nor the AOTAutograd cache).</p>")
+        return (
+            "<p class='empty' id='caches-empty'>No compile-cache lookups recorded (backends other than Inductor "
+            "use neither the FX graph nor the AOTAutograd cache).</p>"
+        )
     rows = []
     for cache in CACHES:
         rate = report.cache_hit_rate(cache)
-        rows.append((cache, *(report.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
-                     "-" if rate is None else f"{100 * rate:.0f} %"))
-    return (f'<p id="cache-saved">Seconds saved by cache hits (as torch reports them): '
-            f'<b>{report.cache_seconds_saved:.2f} s</b></p>'
-            + _simple_table("caches-table", ("Cache", *CACHE_RESULTS, "Hit rate"), rows))
+        rows.append(
+            (
+                cache,
+                *(report.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
+                "-" if rate is None else f"{100 * rate:.0f} %",
+            )
+        )
+    return (
+        f'<p id="cache-saved">Seconds saved by cache hits (as torch reports them): '
+        f"<b>{report.cache_seconds_saved:.2f} s</b></p>"
+        + _simple_table("caches-table", ("Cache", *CACHE_RESULTS, "Hit rate"), rows)
+    )
 
 
 def _trace_functions(report: Report) -> str:
     if not report.trace_seconds_by_function:
         return ""
-    table = _simple_table("trace-functions-table", ("User function", "Dynamo trace seconds (exclusive)"),
-                          ((f, f"{s:.3f}") for f, s in report.trace_seconds_by_function.most_common(15)))
+    table = _simple_table(
+        "trace-functions-table",
+        ("User function", "Dynamo trace seconds (exclusive)"),
+        ((f, f"{s:.3f}") for f, s in report.trace_seconds_by_function.most_common(15)),
+    )
     return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
 
 
@@ -145,39 +192,61 @@ def _graph_breaks(report: Report) -> str:
         rows.append(
             f'<tr data-eager="{"yes" if group.skipped_frame else "no"}"><td>{_e(group.reason)}</td>'
             f'<td><code>{_e(group.location or "-")}</code></td><td class="frame">{_e(group.frame or "-")}</td>'
-            f'<td>{"<span class=bad>ran eagerly</span>" if group.skipped_frame else "resumed"}</td>'
-            f'<td class="n">{group.count}</td><td class="hint">{f"<ul>{hints}</ul>" if hints else "-"}</td></tr>')
+            f"<td>{'<span class=bad>ran eagerly</span>' if group.skipped_frame else 'resumed'}</td>"
+            f'<td class="n">{group.count}</td><td class="hint">{f"<ul>{hints}</ul>" if hints else "-"}</td></tr>'
+        )
     head = ("Reason", "Where (user code)", "Frame", "Then", "Count", "torch's hints")
     more = ranked[MAX_BREAKS_TABLED:]
-    foot = (f'<p class="note">{len(more)} more place(s), {sum(g.count for g in more)} graph break(s).</p>'
-            if more else "")
-    return ('<p>Where: the user\'s code that broke the graph. Ran eagerly: torch could not resume after the break and '
-            'ran the whole frame without compiling it.</p>'
-            f'<div class="scroll"><table id="graph-breaks-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{foot}')
+    foot = (
+        f'<p class="note">{len(more)} more place(s), {sum(g.count for g in more)} graph break(s).</p>'
+        if more
+        else ""
+    )
+    return (
+        "<p>Where: the user's code that broke the graph. Ran eagerly: torch could not resume after the break and "
+        "ran the whole frame without compiling it.</p>"
+        f'<div class="scroll"><table id="graph-breaks-table"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{foot}"
+    )
 
 
 def _simple_table(table_id: str, head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    return (
+        f'<table id="{table_id}"><thead><tr>{"".join(f"<th>{_e(h)}</th>" for h in head)}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 # -- page --------------------------------------------------------------------------------------------
 
-def render_html(report: Report, *, title: str = "recompprof report", warnings: Iterable[str] = ()) -> str:
+
+def render_html(
+    report: Report, *, title: str = "recompprof report", warnings: Iterable[str] = ()
+) -> str:
     """The whole report as one HTML document (no external resources)."""
     report.require_detail()
     from recompprof._model.reasons import FIX_HINTS
 
     frames = frames_in_order(report)
     return _PAGE.format(
-        title=_e(title), meta=_e(_meta(report)), cards=_kpi_cards(report, frames), notes=_notes(report, warnings),
+        title=_e(title),
+        meta=_e(_meta(report)),
+        cards=_kpi_cards(report, frames),
+        notes=_notes(report, warnings),
         compiling=_compiling_at_end(report),
-        steps=html_charts.steps_chart(report, frames), categories=html_charts.category_chart(report),
-        phases=html_charts.phase_chart(report, frames), table=_frames_section(report, frames, FIX_HINTS),
-        limits=_limits(frames), limit=_e(report.recompile_limit), breaks=_breaks(report), failures=_failures(report),
-        css=_CSS, js=_JS, fix_first=_fix_first(report, FIX_HINTS), caches=_caches(report),
+        steps=html_charts.steps_chart(report, frames),
+        categories=html_charts.category_chart(report),
+        phases=html_charts.phase_chart(report, frames),
+        table=_frames_section(report, frames, FIX_HINTS),
+        limits=_limits(frames),
+        limit=_e(report.recompile_limit),
+        breaks=_breaks(report),
+        failures=_failures(report),
+        css=_CSS,
+        js=_JS,
+        fix_first=_fix_first(report, FIX_HINTS),
+        caches=_caches(report),
         trace_functions=_trace_functions(report),
     )
 
@@ -199,22 +268,37 @@ def _kpi_cards(report: Report, frames: list[FrameReport]) -> str:
         ("failures", "Compile failures", report.failures),
         ("compile-seconds", "Compile time (s)", round(report.compile_seconds, 2)),
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
-        ("steps", "Training steps" + (" (last seen)" if report.incomplete else ""), _steps_kpi(report)),
+        (
+            "steps",
+            "Training steps" + (" (last seen)" if report.incomplete else ""),
+            _steps_kpi(report),
+        ),
     ]
-    return "".join(f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
-                   f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div>'
-                   f'<div class="k">{_e(label)}</div></div>'
-                   for key, label, value in kpis)
+    return "".join(
+        f'<div class="kpi{" alert" if key in ("limit-hits", "failures") and value else ""}" id="kpi-{key}">'
+        f'<div class="v">{_e(_num(value) if isinstance(value, (int, float)) else value)}</div>'
+        f'<div class="k">{_e(label)}</div></div>'
+        for key, label, value in kpis
+    )
 
 
 def _notes(report: Report, warnings: Iterable[str]) -> str:
-    notes = [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
+    notes = (
+        [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
+    )
     notes += automatic_dynamic_notes(report)
     diverging = report.diverging_frames()
     if diverging:
-        notes.append("Recompiles differ across ranks (risk of collective hangs): " + "; ".join(
-            f"{f.label}: " + ", ".join(f"rank {r} {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks))
-            for f in diverging[:5]))
+        notes.append(
+            "Recompiles differ across ranks (risk of collective hangs): "
+            + "; ".join(
+                f"{f.label}: "
+                + ", ".join(
+                    f"rank {r} {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks)
+                )
+                for f in diverging[:5]
+            )
+        )
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else ""
 
@@ -222,33 +306,54 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
 def _compiling_at_end(report: Report) -> str:
     """The compile the run ended with, above everything else: it is what stalled or ended the job."""
     lines = "".join(f"<li>{_e(line)}</li>" for line in report.running_at_end())
-    return f'<section class="stalled" id="compiling-at-end"><h2>The run ended while compiling</h2><ul>{lines}</ul></section>' \
-        if lines else ""
+    return (
+        f'<section class="stalled" id="compiling-at-end"><h2>The run ended while compiling</h2><ul>{lines}</ul></section>'
+        if lines
+        else ""
+    )
 
 
 def _meta(report: Report) -> str:
-    return (f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
-            f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
-            f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}")
+    return (
+        f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
+        f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
+        f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}"
+    )
 
 
 def _frames_section(report: Report, frames: list[FrameReport], hints: dict[str, str]) -> str:
     if not frames:
         return "<p class='empty'>No compiles recorded.</p>"
-    return _frames_table(frames, hints, steps_known=report.steps_known, steady_known=not report.from_torch_trace)
+    return _frames_table(
+        frames, hints, steps_known=report.steps_known, steady_known=not report.from_torch_trace
+    )
 
 
 def _limits(frames: list[FrameReport]) -> str:
     busy = [f for f in frames if f.compiles > 1 or f.limit_hits]
     limits = "".join(
         f"<li><b>{_e(f.label)}</b>: needed {f.variants_needed} compiled variant(s)"
-        + (" — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>" if f.limit_hits else "")
-        + "</li>" for f in busy)
-    return f"<ul>{limits}</ul>" if limits else "<p class='empty'>Every frame needed one compiled variant.</p>"
+        + (
+            " — <span class='bad'>the recompile limit cut in; later calls ran eagerly</span>"
+            if f.limit_hits
+            else ""
+        )
+        + "</li>"
+        for f in busy
+    )
+    return (
+        f"<ul>{limits}</ul>"
+        if limits
+        else "<p class='empty'>Every frame needed one compiled variant.</p>"
+    )
 
 
 def _breaks(report: Report) -> str:
-    return _graph_breaks(report) if report.graph_break_groups else "<p class='empty'>No graph breaks.</p>"
+    return (
+        _graph_breaks(report)
+        if report.graph_break_groups
+        else "<p class='empty'>No graph breaks.</p>"
+    )
 
 
 def _failures(report: Report) -> str:

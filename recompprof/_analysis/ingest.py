@@ -82,11 +82,15 @@ class IngestStats(RecordCounts):
     bad_record_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
-        parts = [f"{n} {what}" for n, what in (
-            (self.stray_lines, "line(s) that are not TORCH_TRACE records"),
-            (self.bad_payloads, "record(s) with a torn, altered or oversized payload"),
-            (self.bad_records, "record(s) with fields of unexpected types"),
-        ) if n]
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.stray_lines, "line(s) that are not TORCH_TRACE records"),
+                (self.bad_payloads, "record(s) with a torn, altered or oversized payload"),
+                (self.bad_records, "record(s) with fields of unexpected types"),
+            )
+            if n
+        ]
         return "skipped " + ", ".join(parts) if parts else ""
 
 
@@ -99,7 +103,9 @@ def is_trace_dir(path: Path) -> bool:
 
 def trace_files(path: Path) -> list[Path]:
     """The trace logs under ``path`` (or ``path`` itself); raises IngestError if there are none."""
-    return find_files(path, f"{TRACE_PREFIX}*.log", "TORCH_TRACE logs", IngestError, recursive=False)
+    return find_files(
+        path, f"{TRACE_PREFIX}*.log", "TORCH_TRACE logs", IngestError, recursive=False
+    )
 
 
 def _records(path: Path, stats: IngestStats) -> Iterator[TraceRecord]:
@@ -125,10 +131,16 @@ class _Process:
         self.recompile_limit: int | None = None
         self.accumulated_limit: int | None = None
         self.strings: dict[int, str] = {}
-        self.scripts: set[str] = set()  # files run as __main__ (the outermost frame of a compile's stack)
+        self.scripts: set[str] = (
+            set()
+        )  # files run as __main__ (the outermost frame of a compile's stack)
         self.reasons: dict[CompileId, list[str]] = {}
-        self.correlation = Correlation()  # frames of frame ids, breaks held for their compile (as live)
-        self.first_args: dict[CompileId, trace_frames.GuardedArgs] = {}  # compile -> what its guards say of its arguments
+        self.correlation = (
+            Correlation()
+        )  # frames of frame ids, breaks held for their compile (as live)
+        self.first_args: dict[
+            CompileId, trace_frames.GuardedArgs
+        ] = {}  # compile -> what its guards say of its arguments
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
@@ -146,15 +158,29 @@ class _Process:
     def name_frame_id(self, key: CompileId, top: dict[str, Any], file: str) -> None:
         """Name the frame id of compile ``key`` by the innermost entry ``top`` of the stack its compile started in."""
         line = int(top.get("line") or 0)
-        self.correlation.name_frame_id(str(key.frame_id), Frame(name=str(top.get("name", "<unknown>")), file=file,
-                                                            line=line, code_file=file, code_line=line))
+        self.correlation.name_frame_id(
+            str(key.frame_id),
+            Frame(
+                name=str(top.get("name", "<unknown>")),
+                file=file,
+                line=line,
+                code_file=file,
+                code_line=line,
+            ),
+        )
 
     def graph_break(self, record: TraceRecord, reason: str) -> None:
         """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
         key = record.key
-        event = graph_break_event(reason, time=record.time, rank=self.rank, step=None,
-                                  frame=self.known_frame(key), compile_id=str(key) if key else None,
-                                  redact=self.redact)
+        event = graph_break_event(
+            reason,
+            time=record.time,
+            rank=self.rank,
+            step=None,
+            frame=self.known_frame(key),
+            compile_id=str(key) if key else None,
+            redact=self.redact,
+        )
         self.events.extend(self.correlation.add_break(event))
 
     def interned(self, entry: dict[str, Any], missing: str | None) -> str:
@@ -166,21 +192,43 @@ class _Process:
         if not isinstance(fields, dict):
             return
         key = record.key or _compile_of(fields.get("compile_id"))
-        m = read_record(TraceMetrics(fields if fields.get("compile_id") or not key else {**fields, "compile_id": str(key)}))
+        m = read_record(
+            TraceMetrics(
+                fields
+                if fields.get("compile_id") or not key
+                else {**fields, "compile_id": str(key)}
+            )
+        )
         frame = self._frame(fields, key)
         self._read_limits(fields)
-        texts = reason_texts(m, [] if key is None else self.reasons.pop(key, [])) if not backward else []
+        texts = (
+            reason_texts(m, [] if key is None else self.reasons.pop(key, []))
+            if not backward
+            else []
+        )
         stamp = _end_time(fields, m, record.time)
         breaks = [] if backward or key is None else self.correlation.compiled(str(key), frame)
         step = step_of(fields.get("recompile_user_contexts"))
         if step is not None:
             self.steps_read = True
             breaks = [b.model_copy(update={"step": step}) for b in breaks]
-        event, hit = compile_events(m, CompileContext(
-            time=stamp, rank=self.rank, step=step, frame=frame, explained=self.explainer.explain(frame, texts),
-            graph_breaks=sum(b.count for b in breaks), redact=self.redact, steady_state=False,
-            limits={"recompile_limit": self.recompile_limit, "accumulated_recompile_limit": self.accumulated_limit},
-        ))
+        event, hit = compile_events(
+            m,
+            CompileContext(
+                time=stamp,
+                rank=self.rank,
+                step=step,
+                frame=frame,
+                explained=self.explainer.explain(frame, texts),
+                graph_breaks=sum(b.count for b in breaks),
+                redact=self.redact,
+                steady_state=False,
+                limits={
+                    "recompile_limit": self.recompile_limit,
+                    "accumulated_recompile_limit": self.accumulated_limit,
+                },
+            ),
+        )
         self.events.extend(in_order(event, breaks, hit))
 
     def _read_limits(self, fields: dict[str, Any]) -> None:
@@ -190,15 +238,28 @@ class _Process:
 
     def _frame(self, fields: dict[str, Any], key: CompileId | None) -> Frame:
         if fields.get("co_name"):
-            file, line = str(fields.get("co_filename") or "<unknown>"), int(fields.get("co_firstlineno") or 0)
+            file, line = (
+                str(fields.get("co_filename") or "<unknown>"),
+                int(fields.get("co_firstlineno") or 0),
+            )
             guarded = self.first_args.pop(key, None) if key is not None else None
-            frame = trace_frames.name_frame(str(fields["co_name"]), file, line, guarded,
-                                            itertools.chain((file,), self.strings.values()), self.scripts)
+            frame = trace_frames.name_frame(
+                str(fields["co_name"]),
+                file,
+                line,
+                guarded,
+                itertools.chain((file,), self.strings.values()),
+                self.scripts,
+            )
             if key is not None:
                 self.correlation.name_frame_id(str(key.frame_id), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
-        return self.known_frame(key) or Frame(name="<backward>" if fields.get("is_forward") is False else "<unknown>", file="<unknown>", line=0)
+        return self.known_frame(key) or Frame(
+            name="<backward>" if fields.get("is_forward") is False else "<unknown>",
+            file="<unknown>",
+            line=0,
+        )
 
     def known_frame(self, key: CompileId | None) -> Frame | None:
         """The frame a frame id was named with, if it was."""
@@ -207,10 +268,18 @@ class _Process:
 
     def finish(self, host: str) -> list[Event]:
         """The process's events between its ``session_start`` and ``session_end``."""
-        self.events.extend(self.correlation.flush())  # breaks of compiles whose record never came (a crash mid-compile)
+        self.events.extend(
+            self.correlation.flush()
+        )  # breaks of compiles whose record never came (a crash mid-compile)
         start = SessionStart(
-            time=self.first_time or 0.0, rank=self.rank, run_id=self.run_id, host=host, pid=self.pid,
-            versions={"torch": self.torch_version}, mode="monitor", recompile_limit=self.recompile_limit,
+            time=self.first_time or 0.0,
+            rank=self.rank,
+            run_id=self.run_id,
+            host=host,
+            pid=self.pid,
+            versions={"torch": self.torch_version},
+            mode="monitor",
+            recompile_limit=self.recompile_limit,
             signals={"torch_trace": True, **({"step_in_trace": True} if self.steps_read else {})},
         )
         totals = Aggregates()  # the live session's totals, by the same fold
@@ -223,7 +292,11 @@ class _Process:
 def _compile_of(value: Any) -> CompileId | None:
     """The compile (whatever its attempt) a metrics record's ``compile_id`` names, if it names a frame's."""
     parsed = CompileId.parse(value)
-    return dataclasses.replace(parsed, attempt=0) if parsed is not None and parsed.frame_id is not None else None
+    return (
+        dataclasses.replace(parsed, attempt=0)
+        if parsed is not None and parsed.frame_id is not None
+        else None
+    )
 
 
 def _end_time(fields: dict[str, Any], m: CompileRecord, fallback: float) -> float:
@@ -334,8 +407,14 @@ class _BackwardCompilationMetrics(_CompilationMetrics):
 
 def record_handlers() -> dict[str, RecordHandler]:
     """A new handler, with its own failure count, for each record kind ingest reads, by kind."""
-    handlers: list[RecordHandler] = [_Strings(), _DynamoStart(), _Artifact(), _GuardTree(), _CompilationMetrics(),
-                                     _BackwardCompilationMetrics()]
+    handlers: list[RecordHandler] = [
+        _Strings(),
+        _DynamoStart(),
+        _Artifact(),
+        _GuardTree(),
+        _CompilationMetrics(),
+        _BackwardCompilationMetrics(),
+    ]
     return {handler.kind: handler for handler in handlers}
 
 
@@ -363,20 +442,28 @@ def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> Tr
             if handler is not None:
                 handler.feed(record, process)
         per_file.append(process.finish(host))
-    stats.bad_record_kinds = {kind: handler.failures for kind, handler in handlers.items() if handler.failures}
+    stats.bad_record_kinds = {
+        kind: handler.failures for kind, handler in handlers.items() if handler.failures
+    }
     stats.bad_records = sum(stats.bad_record_kinds.values())
     stats.report = build_report(itertools.chain.from_iterable(per_file), detail=False)
     return TraceRun(files, per_file, stats)
 
 
-def ingest(path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool = False) -> tuple[list[Path], IngestStats]:
+def ingest(
+    path: Path, out_dir: Path, *, redact: bool = False, overwrite: bool = False
+) -> tuple[list[Path], IngestStats]:
     """Convert the trace logs under ``path`` into event logs in ``out_dir``; returns the files written."""
     run = read_trace(path, redact=redact)
     if not run.stats.records:
-        raise IngestError(f"{path}: no TORCH_TRACE records could be read ({run.stats.describe() or 'the logs are empty'})")
+        raise IngestError(
+            f"{path}: no TORCH_TRACE records could be read ({run.stats.describe() or 'the logs are empty'})"
+        )
     existing = sorted(out_dir.glob(LOG_GLOB)) if out_dir.is_dir() else []
     if existing and not overwrite:
-        raise IngestError(f"{out_dir} already holds event logs ({existing[0].name}...); pass --overwrite or choose another -o")
+        raise IngestError(
+            f"{out_dir} already holds event logs ({existing[0].name}...); pass --overwrite or choose another -o"
+        )
     for old in existing:
         old.unlink()
     return _write_logs(run.events, out_dir), run.stats

@@ -43,16 +43,24 @@ def build_run_report(events: Iterable[Event], *, workers: int | None = None) -> 
     return build_run_reports([events], workers=workers)[0]
 
 
-def build_run_reports(runs: list[Iterable[Event]], *, detail: bool = True, workers: int | None = None) -> list[Report]:
+def build_run_reports(
+    runs: list[Iterable[Event]], *, detail: bool = True, workers: int | None = None
+) -> list[Report]:
     """:func:`build_run_report` of each run, the files of all of them shared out among the workers
     (``diff``: one run with more recompiles no longer keeps one worker busy after the other is done)."""
-    tasks = [(which, index) for which, run in enumerate(runs) for index in range(len(getattr(run, "files", ())))]
+    tasks = [
+        (which, index)
+        for which, run in enumerate(runs)
+        for index in range(len(getattr(run, "files", ())))
+    ]
     if workers is None:
         workers = parallel.default_workers(runs, len(tasks)) if tasks else 1
     if workers <= 1 or len(tasks) < 2 or not parallel.can_fork(runs):
         return [build_report(run, detail=detail) for run in runs]
     streams: list[Any] = list(runs)
-    parts = parallel.map_forked(lambda task: _fold_file(streams[task[0]], task[1], detail), streams, tasks, workers)
+    parts = parallel.map_forked(
+        lambda task: _fold_file(streams[task[0]], task[1], detail), streams, tasks, workers
+    )
     reports = []
     for which, run in enumerate(runs):
         merged = merge([part for (of, _), part in zip(tasks, parts, strict=True) if of == which])

@@ -39,8 +39,15 @@ def console(width: int) -> tuple[Console, io.StringIO]:
     ``:warning:`` included), and skipping rich's markup parse makes large reports faster. Control
     characters in any text are shown escaped (:func:`escape`)."""
     out = io.StringIO()
-    return _EscapingConsole(file=out, width=width, color_system=None, force_terminal=False, highlight=False,
-                            markup=False, emoji=False), out
+    return _EscapingConsole(
+        file=out,
+        width=width,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    ), out
 
 
 _UNIT = re.compile(r"[^\s/]*/+|[^\s/]+")  # a path part with its separator, or a word's last part
@@ -88,12 +95,16 @@ class Wrapped:
     """A table cell that wraps like :func:`wrap` (rich itself folds a long word at any character)."""
 
     def __init__(self, text: str) -> None:
-        self.text = escape(text)  # rendered as a Text of its own, not through the console's render_str
+        self.text = escape(
+            text
+        )  # rendered as a Text of its own, not through the console's render_str
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         parts = [part for word in self.text.split() for part in units(word)] or [""]
         longest = max(len(line) for line in self.text.splitlines() or [""])
-        return Measurement(min(max(len(p) for p in parts), options.max_width), min(longest, options.max_width))
+        return Measurement(
+            min(max(len(p) for p in parts), options.max_width), min(longest, options.max_width)
+        )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield Text("\n".join(wrap(self.text, options.max_width)), no_wrap=True, overflow="crop")
@@ -103,10 +114,22 @@ class Fitted:
     """``table`` where it fits the width; narrower, each row as a record (its first cell, then ``column value``
     pairs), wrapped like :func:`wrap`, so no cell is cut inside a word."""
 
-    def __init__(self, table: Table, columns: tuple[str, ...], rows: list[tuple[str, ...]], needed: int,
-                 wrapping: dict[int, tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: list[tuple[str, ...]],
+        needed: int,
+        wrapping: dict[int, tuple[int, int]],
+    ) -> None:
         # needed: the table's width with each wrapping column at its minimum; wrapping: column -> (min, max) width
-        self.table, self.columns, self.rows, self.needed, self.wrapping = table, columns, rows, needed, wrapping
+        self.table, self.columns, self.rows, self.needed, self.wrapping = (
+            table,
+            columns,
+            rows,
+            needed,
+            wrapping,
+        )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if self.needed <= options.max_width:
@@ -114,7 +137,9 @@ class Fitted:
             # the column that needs the least to print whole first, each as wide as its longest line while space
             # is left (a short label before a long reason text).
             spare = options.max_width - self.needed
-            for index, (least, most) in sorted(self.wrapping.items(), key=lambda item: item[1][1] - item[1][0]):
+            for index, (least, most) in sorted(
+                self.wrapping.items(), key=lambda item: item[1][1] - item[1][0]
+            ):
                 grow = min(most - least, spare)
                 spare -= grow
                 self.table.columns[index].width = least + grow
@@ -124,13 +149,21 @@ class Fitted:
         lines = wrap(escape(str(self.table.title or "")), width)
         for row in (tuple(escape(cell) for cell in row) for row in self.rows):
             lines += ["  " + line for line in wrap(row[0], width - 2)]
-            pairs = " · ".join(f"{column} {cell}" for column, cell in zip(self.columns[1:], row[1:], strict=True))
+            pairs = " · ".join(
+                f"{column} {cell}" for column, cell in zip(self.columns[1:], row[1:], strict=True)
+            )
             lines += ["    " + line for line in wrap(pairs, width - 4)]
         yield Text("\n".join(lines), no_wrap=True, overflow="crop")
 
 
-def table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, right: Iterable[str] = (),
-          fold: Iterable[str] = ()) -> Fitted:
+def table(
+    title: str,
+    columns: tuple[str, ...],
+    rows: list[tuple[str, ...]],
+    *,
+    right: Iterable[str] = (),
+    fold: Iterable[str] = (),
+) -> Fitted:
     """A table whose headers never break inside a word, at any width.
 
     Short columns (counts, categories) get a fixed width: their longest header word or cell. Only the
@@ -142,18 +175,29 @@ def table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], *, 
     # At least as wide as the title (within the console), so a narrow table does not wrap its title.
     grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
     right, fold = set(right), set(fold)
-    needed = 2 + 3 * len(columns) - 1  # the table's edges, each cell's padding and the gaps between columns
+    needed = (
+        2 + 3 * len(columns) - 1
+    )  # the table's edges, each cell's padding and the gaps between columns
     wrapping: dict[int, tuple[int, int]] = {}
     for i, col in enumerate(columns):
         word = max(len(w) for w in col.split())
         if col in fold:
-            grid.add_column(col, justify="right" if col in right else "left", overflow="fold", min_width=word)
+            grid.add_column(
+                col, justify="right" if col in right else "left", overflow="fold", min_width=word
+            )
             least = max([word, *(len(p) for row in rows for w in row[i].split() for p in units(w))])
-            wrapping[i] = (least, max([least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]))
+            wrapping[i] = (
+                least,
+                max(
+                    [least, len(col), *(len(line) for row in rows for line in row[i].splitlines())]
+                ),
+            )
             needed += least
         else:
             cells = max((len(line) for row in rows for line in row[i].splitlines()), default=0)
-            grid.add_column(col, justify="right" if col in right else "left", width=max(word, cells))
+            grid.add_column(
+                col, justify="right" if col in right else "left", width=max(word, cells)
+            )
             needed += max(word, cells)
     folded = [i for i, col in enumerate(columns) if col in fold]
     for row in rows:

@@ -5,6 +5,7 @@ did; the reason that *explains* each recompile is counted separately from the gu
 older entries. :mod:`recompprof._analysis.fold` builds a :class:`Report` from events and
 :mod:`recompprof._analysis.text` draws it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,7 +26,14 @@ from recompprof._analysis.bounded import (
 )
 from recompprof._analysis.completeness import Incomplete, LogGap, SessionFigures, SessionFold
 from recompprof._analysis.divergence import find as find_divergence
-from recompprof._analysis.figures import BreakFigures, BreakGroup, CauseFigures, CauseReport, CompileFigures, RunFigures
+from recompprof._analysis.figures import (
+    BreakFigures,
+    BreakGroup,
+    CauseFigures,
+    CauseReport,
+    CompileFigures,
+    RunFigures,
+)
 from recompprof._analysis.frame_figures import FrameFigures, FrameReport, ReasonGroup
 from recompprof._model.causes import CauseTracker
 
@@ -44,8 +52,9 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
     detail: bool = dataclasses.field(default=True, metadata={"figure": False})  # how it was folded
     # How ``str(report)`` draws the report: given by whoever hands it to a user who prints it (the session's
     # ``report()`` gives the terminal renderer), so the model imports no renderer. None: the dataclass repr.
-    renderer: Callable[[Report], str] | None = dataclasses.field(default=None, repr=False, compare=False,
-                                                                  metadata={"figure": False})
+    renderer: Callable[[Report], str] | None = dataclasses.field(
+        default=None, repr=False, compare=False, metadata={"figure": False}
+    )
 
     @property
     def steps_known(self) -> bool:
@@ -77,7 +86,9 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
         """The order to fix causes in: those that recompiled in steady state first, then those seen only in
         declared warm-up, then automatic dynamic warm-up (it fixed itself); each by compile seconds lost,
         then recompiles."""
-        return sorted(self.causes.values(), key=lambda c: (c.tier, -c.seconds, -c.recompiles, c.key))
+        return sorted(
+            self.causes.values(), key=lambda c: (c.tier, -c.seconds, -c.recompiles, c.key)
+        )
 
     def cache_hit_rate(self, cache: str) -> float | None:
         """Hits over lookups that hit or missed (bypasses never could hit); None without lookups."""
@@ -123,7 +134,9 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
     def require_detail(self) -> None:
         """Raise ValueError for a report folded with ``detail=False``: rendered, it would show zeros it never counted."""
         if not self.detail:
-            raise ValueError("a report folded with detail=False lacks the per-rank and phase figures it would show")
+            raise ValueError(
+                "a report folded with detail=False lacks the per-rank and phase figures it would show"
+            )
 
     def drop_fold_state(self) -> None:
         """Forget what only folding more events needs: it holds the events' views, which do not pickle."""
@@ -133,7 +146,22 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
 
 
 __all__ = [
-    "CAPTURE_SIGNALS", "MAX_BREAK_GROUPS", "MAX_BREAK_HINTS", "MAX_CAUSES", "MAX_FRAMES", "MAX_FUNCTIONS",
-    "MAX_GROUPS_PER_FRAME", "MAX_GUARD_SETS", "MAX_LISTED", "MAX_STEPS_LISTED", "OTHER_BREAKS", "BreakGroup",
-    "CauseReport", "FrameReport", "Incomplete", "LogGap", "ReasonGroup", "Report",
+    "CAPTURE_SIGNALS",
+    "MAX_BREAK_GROUPS",
+    "MAX_BREAK_HINTS",
+    "MAX_CAUSES",
+    "MAX_FRAMES",
+    "MAX_FUNCTIONS",
+    "MAX_GROUPS_PER_FRAME",
+    "MAX_GUARD_SETS",
+    "MAX_LISTED",
+    "MAX_STEPS_LISTED",
+    "OTHER_BREAKS",
+    "BreakGroup",
+    "CauseReport",
+    "FrameReport",
+    "Incomplete",
+    "LogGap",
+    "ReasonGroup",
+    "Report",
 ]

@@ -17,7 +17,13 @@ from pathlib import Path
 from recompprof._analysis.ingest import IngestError, is_trace_dir, read_trace
 from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
-from recompprof._eventlog.reader import EventLogError, ReadStats, UnreadableLog, run_files, scan_file
+from recompprof._eventlog.reader import (
+    EventLogError,
+    ReadStats,
+    UnreadableLog,
+    run_files,
+    scan_file,
+)
 from recompprof._eventlog.writer import log_rank
 from recompprof._model.events import Event
 
@@ -41,14 +47,18 @@ class EventStream:
         self.stats = ReadStats()
         self.found = 0
         self.foreign: list[str] = []
-        self.unreadable: list[str] = []  # "name (why)" of files named like logs that could not be read
+        self.unreadable: list[
+            str
+        ] = []  # "name (why)" of files named like logs that could not be read
         self._read_whole: set[Path] = set()
 
     def _read(self, file: Path) -> Iterator[Event]:
         stats = ReadStats()
         try:
             yield from scan_file(file, stats)  # views: the commands only fold them
-        except UnreadableLog as exc:  # raised before any event: the rank's figures are missing, the others stand
+        except (
+            UnreadableLog
+        ) as exc:  # raised before any event: the rank's figures are missing, the others stand
             if file not in self._read_whole:
                 self._read_whole.add(file)
                 self.unreadable.append(f"{file.name} ({exc.why})")
@@ -80,7 +90,13 @@ class EventStream:
     def take_progress(self) -> tuple[ReadStats, int, list[str], list[str], set[Path]]:
         """What the reads so far recorded, handed over and forgotten (a worker process's part; see ``absorb``)."""
         progress = (self.stats, self.found, self.foreign, self.unreadable, self._read_whole)
-        self.stats, self.found, self.foreign, self.unreadable, self._read_whole = ReadStats(), 0, [], [], set()
+        self.stats, self.found, self.foreign, self.unreadable, self._read_whole = (
+            ReadStats(),
+            0,
+            [],
+            [],
+            set(),
+        )
         return progress
 
     def absorb(self, progress: tuple[ReadStats, int, list[str], list[str], set[Path]]) -> None:
@@ -108,7 +124,9 @@ class Run:
     """The events of one run and what reading it skipped (complete once :meth:`finish` has run)."""
 
     path: Path
-    events: Iterable[Event]  # a list (TORCH_TRACE) or an EventStream (event logs): iterate, don't index
+    events: Iterable[
+        Event
+    ]  # a list (TORCH_TRACE) or an EventStream (event logs): iterate, don't index
     source: str  # "event_log" | "torch_trace"
     warnings: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
@@ -127,18 +145,29 @@ class Run:
         self.problems.clear()
         if stream.unreadable:
             names = sorted(stream.unreadable)  # file order, whichever process read them
-            self.problems.append(f"{len(names)} event log(s) could not be read, so their ranks' figures are missing: "
-                                 + ", ".join(names[:5]) + (" ..." if len(names) > 5 else ""))
+            self.problems.append(
+                f"{len(names)} event log(s) could not be read, so their ranks' figures are missing: "
+                + ", ".join(names[:5])
+                + (" ..." if len(names) > 5 else "")
+            )
         if stream.foreign:
-            self.problems.append(f"{len(stream.foreign)} file(s) hold no recompprof events (foreign or from a newer "
-                                 "version): " + ", ".join(stream.foreign[:5]) + (" ..." if len(stream.foreign) > 5 else ""))
+            self.problems.append(
+                f"{len(stream.foreign)} file(s) hold no recompprof events (foreign or from a newer "
+                "version): "
+                + ", ".join(stream.foreign[:5])
+                + (" ..." if len(stream.foreign) > 5 else "")
+            )
         if total.corrupt or total.unknown_schema:
             skipped = dataclasses.replace(total, torn_tail=0, unknown_kind=0)
             self.problems.append(f"{path}: {skipped.describe()} of {total.lines}")
         if total.torn_tail:
-            self.warnings.append(f"{path}: skipped {total.torn_tail} torn last line(s) (a process still writing, or one that crashed)")
+            self.warnings.append(
+                f"{path}: skipped {total.torn_tail} torn last line(s) (a process still writing, or one that crashed)"
+            )
         if total.unknown_kind:
-            self.warnings.append(f"{path}: skipped {total.unknown_kind} line(s) of an event kind this version does not know")
+            self.warnings.append(
+                f"{path}: skipped {total.unknown_kind} line(s) of an event kind this version does not know"
+            )
         if not stream.found:
             detail = "; ".join(self.problems + self.warnings) or f"{path}: the event logs are empty"
             raise RunError(f"{path}: no readable recompprof events ({detail})")
@@ -170,5 +199,7 @@ def _load_trace(path: Path) -> Run:
     if trace.stats.stray_lines or trace.stats.bad_payloads or trace.stats.bad_records:
         run.problems.append(f"{path}: {trace.stats.describe()}")
     if not trace.stats.records:
-        raise RunError(f"{path}: no readable TORCH_TRACE records ({trace.stats.describe() or 'the logs are empty'})")
+        raise RunError(
+            f"{path}: no readable TORCH_TRACE records ({trace.stats.describe() or 'the logs are empty'})"
+        )
     return run

@@ -1,4 +1,5 @@
 """The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.Report` as tables."""
+
 from __future__ import annotations
 
 import textwrap
@@ -16,7 +17,9 @@ from recompprof._model.status import describe_at_end
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
-WHY_ROWS_PER_FRAME = 5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
+WHY_ROWS_PER_FRAME = (
+    5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
+)
 BREAK_ROWS = 20  # graph-break groups in the terminal table (the HTML report lists more)
 
 
@@ -41,29 +44,45 @@ def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _print_fix_first(console: Console, report: Report, hints: dict[str, str], *, steps: bool = True) -> None:
+def _print_fix_first(
+    console: Console, report: Report, hints: dict[str, str], *, steps: bool = True
+) -> None:
     ranked = report.ranked_causes()
     total = report.compile_seconds
     if not ranked:
         console.line()
-        console.print("Fix these first: nothing - no recompiles, so no compile time was lost to them.")
+        console.print(
+            "Fix these first: nothing - no recompiles, so no compile time was lost to them."
+        )
         return
     console.line()
-    console.print(f"Recompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
-                  f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s).")
+    console.print(
+        f"Recompiles cost {report.recompile_seconds:.2f} s of {total:.2f} s compile time "
+        f"({share(report.recompile_seconds, total)}), {len(ranked)} cause(s)."
+    )
     # A list, not a table: the reason text and the call site stay readable at any width.
     console.print("Fix these first: compile time lost per cause")
     for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
-        console.print(f"{rank:>2}. {cause.frame} · {cause.category} · {cause.subject or '-'}: "
-                      f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
-                      + (f", steps {cause_steps(cause)}" if steps else ""))
-        for line in (f"why: {cause.example}" if cause.example else "",
-                     f"at {cause.call_site[-1]}" if cause.call_site else "",
-                     f"fix: {fix}" if (fix := fix_text(cause, hints, report)) else ""):
+        console.print(
+            f"{rank:>2}. {cause.frame} · {cause.category} · {cause.subject or '-'}: "
+            f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
+            + (f", steps {cause_steps(cause)}" if steps else "")
+        )
+        for line in (
+            f"why: {cause.example}" if cause.example else "",
+            f"at {cause.call_site[-1]}" if cause.call_site else "",
+            f"fix: {fix}" if (fix := fix_text(cause, hints, report)) else "",
+        ):
             # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
             # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
-            for part in textwrap.wrap(plaintext.escape(line), max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
-                                      break_long_words=False, break_on_hyphens=False):
+            for part in textwrap.wrap(
+                plaintext.escape(line),
+                max(console.width, 40),
+                initial_indent="    ",
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            ):
                 console.print(part, soft_wrap=True)
     if len(ranked) > FIX_FIRST:
         rest = sum(c.seconds for c in ranked[FIX_FIRST:])
@@ -80,12 +99,16 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
     if guard is not None:
         guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
-        return (f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
-                f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
-                "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
-                f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}.")
-    return (f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
-            f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}.")
+        return (
+            f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
+            f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
+            "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
+            f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}."
+        )
+    return (
+        f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
+        f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}."
+    )
 
 
 def warmup_avoidance(made_dynamic: str) -> str:
@@ -99,23 +122,44 @@ def _print_breaks(console: Console, report: Report) -> None:
     if not report.graph_break_groups:
         return
     ranked = ranked_breaks(report)
-    rows: list[tuple[str, ...]] = [(g.reason, g.where, g.frame or "-", "ran eagerly" if g.skipped_frame else "resumed",
-                                    str(g.count)) for g in ranked[:BREAK_ROWS]]
+    rows: list[tuple[str, ...]] = [
+        (
+            g.reason,
+            g.where,
+            g.frame or "-",
+            "ran eagerly" if g.skipped_frame else "resumed",
+            str(g.count),
+        )
+        for g in ranked[:BREAK_ROWS]
+    ]
     rest = ranked[BREAK_ROWS:]
     if rest:
-        rows.append(("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest))))
-    console.print(plaintext.table("Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could "
-                                  "not resume after the break and ran the whole frame without compiling it)",
-                                  ("Reason", "Where", "Frame", "Then", "Count"), rows, right=("Count",),
-                                  fold=("Reason", "Where", "Frame")))
+        rows.append(
+            ("...", f"{len(rest)} more place(s)", "-", "-", str(sum(g.count for g in rest)))
+        )
+    console.print(
+        plaintext.table(
+            "Graph breaks (where: the user's code that broke the graph; ran eagerly: torch could "
+            "not resume after the break and ran the whole frame without compiling it)",
+            ("Reason", "Where", "Frame", "Then", "Count"),
+            rows,
+            right=("Count",),
+            fold=("Reason", "Where", "Frame"),
+        )
+    )
     hints: dict[str, list[str]] = {}  # once per reason shown, torch's own hints
     for group in ranked[:BREAK_ROWS]:
         if group.hints and group.reason not in hints:
             hints[group.reason] = group.hints
     if hints:
-        console.print(plaintext.table("Graph-break hints (torch's)", ("Reason", "Hint"),
-                                      [(reason, hint) for reason, listed in hints.items() for hint in listed],
-                                      fold=("Reason", "Hint")))
+        console.print(
+            plaintext.table(
+                "Graph-break hints (torch's)",
+                ("Reason", "Hint"),
+                [(reason, hint) for reason, listed in hints.items() for hint in listed],
+                fold=("Reason", "Hint"),
+            )
+        )
 
 
 def _print_caches(console: Console, report: Report) -> None:
@@ -125,9 +169,17 @@ def _print_caches(console: Console, report: Report) -> None:
     for cache in CACHES:
         counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
         rate = report.cache_hit_rate(cache)
-        rows.append((cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %"))
-    console.print(plaintext.table(f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
-                                  ("Cache", *CACHE_RESULTS, "Hit rate"), rows, right=(*CACHE_RESULTS, "Hit rate")))
+        rows.append(
+            (cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %")
+        )
+    console.print(
+        plaintext.table(
+            f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+            ("Cache", *CACHE_RESULTS, "Hit rate"),
+            rows,
+            right=(*CACHE_RESULTS, "Hit rate"),
+        )
+    )
 
 
 def _steps(frame: FrameReport) -> str:
@@ -139,7 +191,11 @@ def _steps(frame: FrameReport) -> str:
 def describe_source(report: Report) -> str:
     """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
     if report.from_torch_trace and not report.modes:
-        steps = f"recompile steps up to {report.last_step}" if report.steps_from_trace else "steps unknown"
+        steps = (
+            f"recompile steps up to {report.last_step}"
+            if report.steps_from_trace
+            else "steps unknown"
+        )
         return f"from TORCH_TRACE (no mode) | {steps}"
     return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
 
@@ -165,14 +221,27 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
     for rank, ended in report.incomplete.items():
         step = "unknown" if ended.step is None else ended.step
         more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
-        compiling = "" if ended.compiling is None else \
-            "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
-        lines.append(("incomplete", f"rank {rank} ended without session_end: killed, crashed or still running "
-                                    f"(last event at {_when(ended.time)}, step {step}{more}){compiling}"))
+        compiling = (
+            ""
+            if ended.compiling is None
+            else "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
+        )
+        lines.append(
+            (
+                "incomplete",
+                f"rank {rank} ended without session_end: killed, crashed or still running "
+                f"(last event at {_when(ended.time)}, step {step}{more}){compiling}",
+            )
+        )
     for rank, gap in report.log_gaps.items():
         more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
-        lines.append(("log_gap", f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
-                                 "the figures miss what the log lacks"))
+        lines.append(
+            (
+                "log_gap",
+                f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
+                "the figures miss what the log lacks",
+            )
+        )
     return lines
 
 
@@ -184,18 +253,28 @@ def automatic_dynamic_notes(report: Report) -> list[str]:
         return []
     settled = [(f.label, dim) for f, dim in made if dim not in f.changed_again]
     again = [(f.label, dim, f.changed_again[dim]) for f, dim in made if dim in f.changed_again]
-    notes = [f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
-             "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
-             "not counted as steady state (docs/steady-state.md)."]
+    notes = [
+        f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
+        "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
+        "not counted as steady state (docs/steady-state.md)."
+    ]
     if settled:
         shown = "; ".join(f"{label}: {dim}" for label, dim in settled[:5])
-        notes[0] += f" This will not recur for {shown}" + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "") + "."
+        notes[0] += (
+            f" This will not recur for {shown}"
+            + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "")
+            + "."
+        )
     for label, dim, guard in again[:5]:
-        notes.append(f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
-                     f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
-                     "warmup_steps.")
+        notes.append(
+            f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
+            f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
+            "warmup_steps."
+        )
     if len(again) > 5:
-        notes.append(f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again.")
+        notes.append(
+            f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again."
+        )
     return notes
 
 
@@ -203,25 +282,32 @@ def counts_line(report: Report) -> str:
     """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
     counts, in the words every command uses for them."""
     backward = sum(f.backward_compiles for f in report.frames.values())
-    return (f"compiles {report.compiles}" + (f" (+{backward} bwd)" if backward else "")
-            + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
-            f" | failures {report.failures}")
+    return (
+        f"compiles {report.compiles}"
+        + (f" (+{backward} bwd)" if backward else "")
+        + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
+        f" | failures {report.failures}"
+    )
 
 
 def render_summary(report: Report, width: int = 100) -> str:
     """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
     console, out = plaintext.console(width)
     steady = sum(f.steady_state_recompiles for f in report.frames.values())
-    console.print(f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
-                  f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
-                  f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
-                  f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles")
+    console.print(
+        f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
+        f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
+        f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
+        f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles"
+    )
     _print_warnings(console, report)
     ranked = report.ranked_causes()
     if ranked:
         top = ranked[0]
-        console.print(f"top cause: {top.frame} · {top.category} · {top.subject or '-'}: {top.recompiles} recompile(s), "
-                      f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else ""))
+        console.print(
+            f"top cause: {top.frame} · {top.category} · {top.subject or '-'}: {top.recompiles} recompile(s), "
+            f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else "")
+        )
     return out.getvalue()
 
 
@@ -248,15 +334,24 @@ def render_text(report: Report, width: int = 160) -> str:
 
 def frames_in_order(report: Report) -> list[FrameReport]:
     """The frames as both reports list them: most recompiles first, then most compile time."""
-    return sorted(report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label))
+    return sorted(
+        report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label)
+    )
 
 
 def _run_line(report: Report) -> str:
     ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
-    return (f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
-            f"compile time {report.compile_seconds:.2f} s"
-            + (f" of {report.wall_seconds:.1f} s wall" if report.wall_seconds and len(report.ranks) <= 1
-               else " summed over ranks" if len(report.ranks) > 1 else ""))
+    return (
+        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
+        f"compile time {report.compile_seconds:.2f} s"
+        + (
+            f" of {report.wall_seconds:.1f} s wall"
+            if report.wall_seconds and len(report.ranks) <= 1
+            else " summed over ranks"
+            if len(report.ranks) > 1
+            else ""
+        )
+    )
 
 
 def _print_warnings(console: Console, report: Report) -> None:
@@ -265,7 +360,9 @@ def _print_warnings(console: Console, report: Report) -> None:
     for line in report.running_at_end():
         console.print(line, soft_wrap=True)
     for name, why in report.signals_dark.items():
-        console.print(f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run")
+        console.print(
+            f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run"
+        )
     for _, line in completeness_warnings(report):
         console.print(f"WARNING: {line}", soft_wrap=True)
 
@@ -276,11 +373,15 @@ def _print_header(console: Console, report: Report) -> None:
     console.print(_run_line(report))
     _print_warnings(console, report)
     if report.profile_mechanisms:
-        console.print(f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
-                      "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)")
+        console.print(
+            f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
+            "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)"
+        )
     notes = list(report.notes)
     if report.frames_dropped:
-        notes.append(f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown")
+        notes.append(
+            f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown"
+        )
     notes += automatic_dynamic_notes(report)
     for note in notes:
         console.print(f"note: {note}")
@@ -289,20 +390,47 @@ def _print_header(console: Console, report: Report) -> None:
 def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
     steps_known = report.steps_known
     return (
-        f.label, str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
-        str(f.recompiles), str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
+        f.label,
+        str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
+        str(f.recompiles),
+        str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
         (_steps(f) or "-") if steps_known else "-",
-        ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0", str(f.graph_breaks),
-        str(sum(f.failures.values())), f"{f.compile_seconds:.3f}",
+        ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0",
+        str(f.graph_breaks),
+        str(sum(f.failures.values())),
+        f"{f.compile_seconds:.3f}",
     )
 
 
 def _print_frames(console: Console, report: Report, frames: list[FrameReport]) -> None:
-    counts = ("Compiles", "Recompiles", "Steady-state", "Limit hits", "Graph breaks", "Failures", "Compile s")
-    console.print(plaintext.table("Frames", ("Frame", "Compiles", "Recompiles", "Steady-state", "Recompile steps",
-                                             "Limit hits", "Graph breaks", "Failures", "Compile s"),
-                                  [_frame_row(report, f) for f in frames], right=counts,
-                                  fold=("Frame", "Recompile steps")))
+    counts = (
+        "Compiles",
+        "Recompiles",
+        "Steady-state",
+        "Limit hits",
+        "Graph breaks",
+        "Failures",
+        "Compile s",
+    )
+    console.print(
+        plaintext.table(
+            "Frames",
+            (
+                "Frame",
+                "Compiles",
+                "Recompiles",
+                "Steady-state",
+                "Recompile steps",
+                "Limit hits",
+                "Graph breaks",
+                "Failures",
+                "Compile s",
+            ),
+            [_frame_row(report, f) for f in frames],
+            right=counts,
+            fold=("Frame", "Recompile steps"),
+        )
+    )
 
 
 def _why_rows(frames: list[FrameReport]) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -311,13 +439,30 @@ def _why_rows(frames: list[FrameReport]) -> tuple[list[tuple[str, ...]], list[st
     shown: dict[str, None] = {}
     for f in frames:
         groups = f.top_reasons()
-        rows += [(f.label, g.category, g.subject or "-", str(g.changes), str(g.failures), _clip(g.example) or "-")
-                 for g in groups[:WHY_ROWS_PER_FRAME]]
+        rows += [
+            (
+                f.label,
+                g.category,
+                g.subject or "-",
+                str(g.changes),
+                str(g.failures),
+                _clip(g.example) or "-",
+            )
+            for g in groups[:WHY_ROWS_PER_FRAME]
+        ]
         shown.update(dict.fromkeys(g.category for g in groups[:WHY_ROWS_PER_FRAME]))
         rest = groups[WHY_ROWS_PER_FRAME:]
         if rest:  # a long tail here would bury every other frame (the HTML report lists more)
-            rows.append((f.label, "...", f"{len(rest)} more group(s)", str(sum(g.changes for g in rest)),
-                         str(sum(g.failures for g in rest)), "-"))
+            rows.append(
+                (
+                    f.label,
+                    "...",
+                    f"{len(rest)} more group(s)",
+                    str(sum(g.changes for g in rest)),
+                    str(sum(g.failures for g in rest)),
+                    "-",
+                )
+            )
     return rows, list(shown)
 
 
@@ -327,48 +472,91 @@ def _print_why(console: Console, frames: list[FrameReport], hints: dict[str, str
         console.line()
         console.print("No guard failures recorded.")
         return
-    console.print(plaintext.table("Why they recompiled (changes = recompiles explained; guard failures = one per failing "
-                                  "cache entry; example = one reason text torch gave)",
-                                  ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"), rows,
-                                  right=("Changes", "Guard failures"), fold=("Frame", "Subject", "Example")))
+    console.print(
+        plaintext.table(
+            "Why they recompiled (changes = recompiles explained; guard failures = one per failing "
+            "cache entry; example = one reason text torch gave)",
+            ("Frame", "Category", "Subject", "Changes", "Guard failures", "Example"),
+            rows,
+            right=("Changes", "Guard failures"),
+            fold=("Frame", "Subject", "Example"),
+        )
+    )
     # Once per category, not on every row: the same advice repeated per frame only made the table long.
-    console.print(plaintext.table("Fix hints", ("Category", "Fix hint"),
-                                  [(category, hints[category]) for category in shown if hints.get(category)],
-                                  fold=("Fix hint",)))
+    console.print(
+        plaintext.table(
+            "Fix hints",
+            ("Category", "Fix hint"),
+            [(category, hints[category]) for category in shown if hints.get(category)],
+            fold=("Fix hint",),
+        )
+    )
 
 
 def _print_phases(console: Console, report: Report) -> None:
     total = sum(report.phases.values()) or 1.0
-    console.print(plaintext.table("Compile time by phase (exclusive, seconds)", ("Phase", "Seconds", "Share"),
-                                  [(phase, f"{report.phases.get(phase, 0.0):.3f}",
-                                    f"{100 * report.phases.get(phase, 0.0) / total:.1f} %") for phase in PHASES],
-                                  right=("Seconds", "Share")))
+    console.print(
+        plaintext.table(
+            "Compile time by phase (exclusive, seconds)",
+            ("Phase", "Seconds", "Share"),
+            [
+                (
+                    phase,
+                    f"{report.phases.get(phase, 0.0):.3f}",
+                    f"{100 * report.phases.get(phase, 0.0) / total:.1f} %",
+                )
+                for phase in PHASES
+            ],
+            right=("Seconds", "Share"),
+        )
+    )
 
 
 def _print_trace_functions(console: Console, report: Report) -> None:
     if not report.trace_seconds_by_function:
         return
-    console.print(plaintext.table("Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
-                                  ("Function", "Seconds"),
-                                  [(function, f"{seconds:.3f}")
-                                   for function, seconds in report.trace_seconds_by_function.most_common(15)],
-                                  right=("Seconds",), fold=("Function",)))
+    console.print(
+        plaintext.table(
+            "Dynamo trace time by user function (exclusive; profile mode, dynamo_profiler)",
+            ("Function", "Seconds"),
+            [
+                (function, f"{seconds:.3f}")
+                for function, seconds in report.trace_seconds_by_function.most_common(15)
+            ],
+            right=("Seconds",),
+            fold=("Function",),
+        )
+    )
 
 
 def _print_cudagraph_skips(console: Console, report: Report) -> None:
     if not report.cudagraph_skips:
         return
-    console.print(plaintext.table("CUDA graphs skipped", ("Frame", "Reason", "Compiles", "Fix"),
-                                  [(label, reason, str(count), SKIP_HINTS.get(reason, ""))
-                                   for (label, reason), count in report.cudagraph_skips.most_common(20)],
-                                  right=("Compiles",), fold=("Frame", "Fix")))
+    console.print(
+        plaintext.table(
+            "CUDA graphs skipped",
+            ("Frame", "Reason", "Compiles", "Fix"),
+            [
+                (label, reason, str(count), SKIP_HINTS.get(reason, ""))
+                for (label, reason), count in report.cudagraph_skips.most_common(20)
+            ],
+            right=("Compiles",),
+            fold=("Frame", "Fix"),
+        )
+    )
 
 
 def _print_failures(console: Console, report: Report) -> None:
     if not report.failure_messages:
         return
-    console.print(plaintext.table("Compile failures", ("Frame", "Type", "Message"), list(report.failure_messages),
-                                  fold=("Frame", "Type", "Message")))
+    console.print(
+        plaintext.table(
+            "Compile failures",
+            ("Frame", "Type", "Message"),
+            list(report.failure_messages),
+            fold=("Frame", "Type", "Message"),
+        )
+    )
 
 
 def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -> None:
@@ -376,8 +564,10 @@ def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -
     if not busy:
         return
     console.line()
-    console.print("Limits: each frame needed this many compiled variants "
-                  f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):")
+    console.print(
+        "Limits: each frame needed this many compiled variants "
+        f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):"
+    )
     for f in busy:
         cut = " - the limit cut in" if f.limit_hits else ""
         console.print(f"  {f.label}: {f.variants_needed} variants{cut}")
@@ -386,11 +576,19 @@ def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -
 def _print_internal_errors(console: Console, report: Report) -> None:
     if report.internal_errors:
         console.line()
-        console.print("recompprof internal errors: " + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items()))
+        console.print(
+            "recompprof internal errors: "
+            + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items())
+        )
 
 
 # The sections between the "why" table and the limits, in the order they print; each prints nothing it has no figures for.
 _SECTIONS: tuple[Callable[[Console, Report], None], ...] = (
-    _print_phases, _print_caches, _print_trace_functions, _print_cudagraph_skips, _print_breaks, _print_failures,
+    _print_phases,
+    _print_caches,
+    _print_trace_functions,
+    _print_cudagraph_skips,
+    _print_breaks,
+    _print_failures,
     divergence.print_divergence,
 )

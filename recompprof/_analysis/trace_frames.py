@@ -21,14 +21,22 @@ from recompprof._model.events import Frame
 
 # The guard tree torch dumps for each compile names the type of each argument it guards, and of ``args[0]``:
 # "source=L['self'], accessed_by=FrameLocalsGuardAccessor(key='self', framelocals_idx=0), type=<class 'm.Net'>".
-_LOCAL_TYPE = re.compile(r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([\w.<>]{1,300})'>")
+_LOCAL_TYPE = re.compile(
+    r"source=L\['(\w{1,200})'\](\[0\])?, accessed_by=\w{1,100}\(([^)]{0,200})\), type=<class '([\w.<>]{1,300})'>"
+)
 _TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
 # The code Dynamo generates to resume a function after a graph break: "torch_dynamo_resume_in_forward_at_20".
 _RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")
 
 
-def name_frame(code_name: str, file: str, line: int, guarded: GuardedArgs | None, known_files: Iterable[str],
-               scripts: Iterable[str]) -> Frame:
+def name_frame(
+    code_name: str,
+    file: str,
+    line: int,
+    guarded: GuardedArgs | None,
+    known_files: Iterable[str],
+    scripts: Iterable[str],
+) -> Frame:
     """The frame of the code ``code_name`` at ``file:line``: identity (code, owner) and display name.
 
     ``guarded``: what the compile's guard tree says of its arguments; ``known_files``: the files the trace
@@ -39,27 +47,53 @@ def name_frame(code_name: str, file: str, line: int, guarded: GuardedArgs | None
     cls = _owner(guarded or GuardedArgs({}, None, frozenset()), definition)
     if cls is None:
         return Frame(name=name, file=file, line=line, code_file=file, code_line=line)
-    owner, method, user_file, user_line = cls.rsplit(".", 1)[-1], name.rsplit(".", 1)[-1], file, line
-    wrapped = _wrapped_method(cls, definition, known_files, scripts) if definition is not None else None
+    owner, method, user_file, user_line = (
+        cls.rsplit(".", 1)[-1],
+        name.rsplit(".", 1)[-1],
+        file,
+        line,
+    )
+    wrapped = (
+        _wrapped_method(cls, definition, known_files, scripts) if definition is not None else None
+    )
     if wrapped is not None:  # a decorator's wrapper: the method it decorates, as the user wrote it
         method, user_file, user_line = wrapped
-    return Frame(name=f"{owner}.{method}", file=user_file, line=user_line, code_file=file, code_line=line, owner=owner)
+    return Frame(
+        name=f"{owner}.{method}",
+        file=user_file,
+        line=user_line,
+        code_file=file,
+        code_line=line,
+        owner=owner,
+    )
 
 
-def _wrapped_method(cls: str, wrapper: _Definition, known_files: Iterable[str], scripts: Iterable[str]) -> tuple[str, str, int] | None:
+def _wrapped_method(
+    cls: str, wrapper: _Definition, known_files: Iterable[str], scripts: Iterable[str]
+) -> tuple[str, str, int] | None:
     """``(attribute, file, first line)`` of the method of class ``cls`` (``module.QualName``) that the
     decorator defining ``wrapper`` decorates in the class's source, when exactly one method is."""
     if wrapper.kind != "nested":
         return None
-    decorators = frozenset(part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1])
+    decorators = frozenset(
+        part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1]
+    )
     parts = cls.split(".")
     files = set(scripts) if parts[0] == "__main__" else set()
     known = set(known_files)
-    for end in range(len(parts) - 1, 0, -1):  # the module is some prefix of the class's qualified name
+    for end in range(
+        len(parts) - 1, 0, -1
+    ):  # the module is some prefix of the class's qualified name
         files.update(_module_files("/".join(parts[:end]), known))
     for file in sorted(files):
-        found = _class_method(file, parts[-1], lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list))
-        if found is None and wrapper.wraps is not None:  # a wrapper installed at run time, saying what it wraps
+        found = _class_method(
+            file,
+            parts[-1],
+            lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list),
+        )
+        if (
+            found is None and wrapper.wraps is not None
+        ):  # a wrapper installed at run time, saying what it wraps
             found = _class_method(file, parts[-1], lambda node: node.name == wrapper.wraps)
         if found is not None:
             return found[0], file, found[1]
@@ -78,11 +112,17 @@ def qualified_name(file: str, line: int, name: str) -> str:
     if found is not None:
         return found.qualname.rsplit("<locals>.", 1)[-1]
     resume = _RESUME.fullmatch(name)
-    if resume is not None:  # Dynamo's resume function: named in the scope of the function it resumes
+    if (
+        resume is not None
+    ):  # Dynamo's resume function: named in the scope of the function it resumes
         function, at = resume.group(1), int(resume.group(2))
         starts = [first for first, defined in definitions if defined == function and first <= at]
         if starts:
-            scope = definitions[(max(starts), function)].qualname.rsplit("<locals>.", 1)[-1].rpartition(".")[0]
+            scope = (
+                definitions[(max(starts), function)]
+                .qualname.rsplit("<locals>.", 1)[-1]
+                .rpartition(".")[0]
+            )
             return f"{scope}.{name}" if scope else name
     return name
 
@@ -93,8 +133,12 @@ class _Definition:
 
     qualname: str
     kind: str  # "method" (in a class body), "nested" (in a function: a decorator's wrapper, say) or "function"
-    first: str | None  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
-    wraps: str | None = None  # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
+    first: (
+        str | None
+    )  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
+    wraps: str | None = (
+        None  # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,10 +156,16 @@ def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
                 qualname = f"{prefix}{child.name}"
                 first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
                 # A static or class method's first argument is no instance.
-                static = kind == "method" and any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
-                                                  for d in child.decorator_list)
+                static = kind == "method" and any(
+                    isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                    for d in child.decorator_list
+                )
                 out[(first, child.name)] = out[(child.lineno, child.name)] = _Definition(
-                    qualname, "function" if static else kind, _first_argument(child.args), _wrapped_attribute(child, scope))
+                    qualname,
+                    "function" if static else kind,
+                    _first_argument(child.args),
+                    _wrapped_attribute(child, scope),
+                )
                 visit(child, f"{qualname}.<locals>.", "nested", child)
             elif isinstance(child, ast.ClassDef):
                 visit(child, f"{prefix}{child.name}.", "method", None)
@@ -131,8 +181,12 @@ def _module_files(module_path: str, known: set[str]) -> list[str]:
     ``.../a/b/c.py``), that exist on this machine."""
     top = f"/{module_path.split('/', 1)[0]}/"
     roots = {file[:index] for file in known if (index := file.replace(os.sep, "/").rfind(top)) >= 0}
-    return [path for root in sorted(roots)[:16] for path in (f"{root}/{module_path}.py", f"{root}/{module_path}/__init__.py")
-            if os.path.isfile(path)]
+    return [
+        path
+        for root in sorted(roots)[:16]
+        for path in (f"{root}/{module_path}.py", f"{root}/{module_path}/__init__.py")
+        if os.path.isfile(path)
+    ]
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,30 +203,46 @@ def _classes(file: str) -> dict[str, list[ast.ClassDef]]:
     return out
 
 
-def _class_method(file: str, cls: str, pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
-                  depth: int = 0) -> tuple[str, int] | None:
+def _class_method(
+    file: str,
+    cls: str,
+    pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
+    depth: int = 0,
+) -> tuple[str, int] | None:
     """``(name, first line)`` of the one method of class ``cls`` (or of a base class defined in the same
     file) that ``pick`` picks; None when none or several are."""
     found = _classes(file).get(cls, [])
     if len(found) != 1 or depth > 8:
         return None
-    methods = [node for node in found[0].body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pick(node)]
+    methods = [
+        node
+        for node in found[0].body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pick(node)
+    ]
     if len(methods) == 1:
         method = methods[0]
         return method.name, min([method.lineno, *(d.lineno for d in method.decorator_list)])
     if methods:
         return None
     for base in found[0].bases:
-        if isinstance(base, ast.Name) and (inherited := _class_method(file, base.id, pick, depth + 1)):
+        if isinstance(base, ast.Name) and (
+            inherited := _class_method(file, base.id, pick, depth + 1)
+        ):
             return inherited
     return None
 
 
-def _wrapped_attribute(function: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST | None) -> str | None:
+def _wrapped_attribute(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST | None
+) -> str | None:
     """``forward`` for a function decorated ``@wraps(cls.forward)``, or ``@wraps(forward)`` after
     ``forward = cls.forward`` in the enclosing function ``scope``."""
     for decorator in function.decorator_list:
-        if not (isinstance(decorator, ast.Call) and _decorator_name(decorator) == "wraps" and decorator.args):
+        if not (
+            isinstance(decorator, ast.Call)
+            and _decorator_name(decorator) == "wraps"
+            and decorator.args
+        ):
             continue
         target = decorator.args[0]
         if isinstance(target, ast.Attribute):
@@ -187,8 +257,11 @@ def _wrapped_attribute(function: ast.FunctionDef | ast.AsyncFunctionDef, scope: 
 def _assigned_attribute(scope: ast.AST, name: str) -> str | None:
     """``forward`` when ``scope`` assigns ``name = something.forward``."""
     for node in ast.walk(scope):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
-                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Attribute)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        ):
             return node.value.attr
     return None
 
@@ -229,7 +302,9 @@ def guarded_args(payload: str) -> GuardedArgs:
         classes.setdefault(source, cls)
         if not item and accessor.endswith("framelocals_idx=0"):
             first_local = local
-    tensors = frozenset(f"{local}[0]" if item else local for local, item in _TENSOR_SOURCE.findall(payload))
+    tensors = frozenset(
+        f"{local}[0]" if item else local for local, item in _TENSOR_SOURCE.findall(payload)
+    )
     return GuardedArgs(classes, first_local, tensors)
 
 

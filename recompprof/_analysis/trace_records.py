@@ -100,7 +100,9 @@ class _Pending:
         payload = "\n".join(self.lines) if self.lines else None
         digest = self.meta.get("has_payload")
         # The MD5 torch wrote tells a complete payload from one cut short by a crash.
-        if self.size > MAX_PAYLOAD or (digest is not None and (payload is None or _md5(payload) != digest)):
+        if self.size > MAX_PAYLOAD or (
+            digest is not None and (payload is None or _md5(payload) != digest)
+        ):
             counts.bad_payloads += 1
             return None
         counts.records += 1
@@ -109,7 +111,13 @@ class _Pending:
             stamp = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
         except (OverflowError, ValueError):
             stamp = 0.0
-        return TraceRecord(next(iter(self.meta)), self.meta, payload, pid, stamp + fraction / 10 ** len(self.match.group(6)))
+        return TraceRecord(
+            next(iter(self.meta)),
+            self.meta,
+            payload,
+            pid,
+            stamp + fraction / 10 ** len(self.match.group(6)),
+        )
 
 
 def _md5(payload: str) -> str:
@@ -185,6 +193,10 @@ def torch_version(payload: str) -> str:
 def config_limit(dynamo_config: Any, accumulated: bool = False) -> int | None:
     """The recompile limit (or, ``accumulated``, the accumulated one) a metrics record's ``dynamo_config`` sets."""
     config = json_object(dynamo_config) if isinstance(dynamo_config, str) else None
-    names = ("accumulated_recompile_limit", "accumulated_cache_size_limit") if accumulated else ("recompile_limit", "cache_size_limit")
+    names = (
+        ("accumulated_recompile_limit", "accumulated_cache_size_limit")
+        if accumulated
+        else ("recompile_limit", "cache_size_limit")
+    )
     value = (config or {}).get(names[0], (config or {}).get(names[1]))
     return value if isinstance(value, int) else None

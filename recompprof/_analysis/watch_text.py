@@ -23,7 +23,16 @@ from recompprof._model.status import describe
 CAUSES_SHOWN = 5
 # A compile writes a compile_running every HEARTBEAT_SECONDS: this long without one, its process may be gone.
 SILENT_SECONDS = 3 * HEARTBEAT_SECONDS
-COLUMNS = ("rank", "step", "compiles", "recompiles", "steady\nstate", "limit\nhits", "last\nevent", "now")
+COLUMNS = (
+    "rank",
+    "step",
+    "compiles",
+    "recompiles",
+    "steady\nstate",
+    "limit\nhits",
+    "last\nevent",
+    "now",
+)
 
 
 def _ago(seconds: float) -> str:
@@ -46,8 +55,10 @@ def _doing(rank: RankState, now: float) -> str:
         silent = now - rank.last_time
         if silent < SILENT_SECONDS:
             return describe(rank.rank, state.compiling)
-        return (f"{describe(rank.rank, state.compiling)}; nothing from it for {silent:.0f} s "
-                f"(a running compile says so every {HEARTBEAT_SECONDS:g} s): its process may be gone")
+        return (
+            f"{describe(rank.rank, state.compiling)}; nothing from it for {silent:.0f} s "
+            f"(a running compile says so every {HEARTBEAT_SECONDS:g} s): its process may be gone"
+        )
     if state.state == "idle":
         return "idle"
     ended = f"ended {_clock(state.ended_at or 0.0)} UTC"
@@ -58,9 +69,16 @@ def _doing(rank: RankState, now: float) -> str:
 
 def _row(rank: RankState, now: float) -> tuple[str, ...]:
     counts = rank.counts
-    return (str(rank.rank), "-" if rank.last_step is None else str(rank.last_step), str(counts.compiles),
-            str(counts.recompiles), str(counts.steady_state_recompiles), str(rank.limit_hits),
-            _ago(now - rank.last_time), _doing(rank, now))
+    return (
+        str(rank.rank),
+        "-" if rank.last_step is None else str(rank.last_step),
+        str(counts.compiles),
+        str(counts.recompiles),
+        str(counts.steady_state_recompiles),
+        str(rank.limit_hits),
+        _ago(now - rank.last_time),
+        _doing(rank, now),
+    )
 
 
 def _shown(ranks: list[RankState], now: float, room: int) -> list[RankState]:
@@ -69,29 +87,45 @@ def _shown(ranks: list[RankState], now: float, room: int) -> list[RankState]:
         return ranks
     busy = [r for r in ranks if r.now(now).state == "compiling"]
     rest = [r for r in ranks if r.now(now).state != "compiling"]
-    return sorted((busy + rest)[:max(room, 1)], key=lambda r: r.rank)
+    return sorted((busy + rest)[: max(room, 1)], key=lambda r: r.rank)
 
 
 def _summary(watch: Watch, now: float) -> str:
     total = watch.totals()
-    compiling = [str(r.rank) for r in sorted(watch.ranks.values(), key=lambda r: r.rank) if r.now(now).state == "compiling"]
+    compiling = [
+        str(r.rank)
+        for r in sorted(watch.ranks.values(), key=lambda r: r.rank)
+        if r.now(now).state == "compiling"
+    ]
     ended = sum(1 for r in watch.ranks.values() if r.session.ended is not None)
-    return (f"total: compiles {total.compiles} | recompiles {total.recompiles} | steady-state "
-            f"{total.steady_state_recompiles} | limit hits {sum(total.limit_hits.values())} | compiling now: "
-            f"{'rank' + ('s ' if len(compiling) > 1 else ' ') + ', '.join(compiling) if compiling else 'none'} | "
-            f"ended {ended} of {len(watch.ranks)}")
+    return (
+        f"total: compiles {total.compiles} | recompiles {total.recompiles} | steady-state "
+        f"{total.steady_state_recompiles} | limit hits {sum(total.limit_hits.values())} | compiling now: "
+        f"{'rank' + ('s ' if len(compiling) > 1 else ' ') + ', '.join(compiling) if compiling else 'none'} | "
+        f"ended {ended} of {len(watch.ranks)}"
+    )
 
 
 def _header(watch: Watch, tail: RunTail, run_dir: str, now: float, interval: float | None) -> str:
     world = f" of {watch.world_size}" if watch.world_size > len(watch.ranks) else ""
     runs = ", ".join(watch.run_ids) or "?"
     every = f" (every {interval:g} s)" if interval else ""
-    return (f"recompprof watch {run_dir} | run {runs} | ranks {len(watch.ranks)}{world} | "
-            f"logs {tail.logs} | {_clock(now)} UTC{every}")
+    return (
+        f"recompprof watch {run_dir} | run {runs} | ranks {len(watch.ranks)}{world} | "
+        f"logs {tail.logs} | {_clock(now)} UTC{every}"
+    )
 
 
-def render(watch: Watch, tail: RunTail, now: float, width: int, *, waiting: str = "", height: int | None = None,
-           interval: float | None = None) -> str:
+def render(
+    watch: Watch,
+    tail: RunTail,
+    now: float,
+    width: int,
+    *,
+    waiting: str = "",
+    height: int | None = None,
+    interval: float | None = None,
+) -> str:
     """The view as plain text of ``width`` columns (names from the logs escaped); ``waiting``: why there is nothing
     to show yet; ``height``: the rows to fit into (a terminal), else every rank is shown."""
     out, buffer = console(width)
@@ -104,7 +138,9 @@ def render(watch: Watch, tail: RunTail, now: float, width: int, *, waiting: str 
         out.print(note)
     ranks = sorted(watch.ranks.values(), key=lambda r: r.rank)
     if ranks:
-        out.print(_summary(watch, now))  # above the table: a terminal too short for every row still shows it
+        out.print(
+            _summary(watch, now)
+        )  # above the table: a terminal too short for every row still shows it
         # Rows that fit under the header, notes, summary and the table's head (a compiling row may wrap once).
         busy = sum(1 for r in ranks if r.now(now).state == "compiling")
         room = len(ranks) if height is None else max(1, height - 7 - len(notes) - busy)
@@ -114,7 +150,11 @@ def render(watch: Watch, tail: RunTail, now: float, width: int, *, waiting: str 
             busy = sum(1 for r in hidden if r.now(now).state == "compiling")
             out.print(f"({len(hidden)} more rank(s) not shown, {busy} of them compiling)")
         out.print(_table([_row(r, now) for r in shown], expand=height is not None))
-        room = CAUSES_SHOWN if height is None else min(CAUSES_SHOWN, height - 9 - len(notes) - len(shown))
+        room = (
+            CAUSES_SHOWN
+            if height is None
+            else min(CAUSES_SHOWN, height - 9 - len(notes) - len(shown))
+        )
         _print_causes(out, watch, room, width)
     return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
@@ -123,7 +163,9 @@ def _table(rows: list[tuple[str, ...]], *, expand: bool) -> Table:
     """The ranks' table: counts never wrap; the "now" column takes the rest, wrapped between words."""
     grid = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, expand=expand)
     for column in COLUMNS[:-1]:
-        grid.add_column(Text(column), justify="left" if column == "last\nevent" else "right", no_wrap=True)
+        grid.add_column(
+            Text(column), justify="left" if column == "last\nevent" else "right", no_wrap=True
+        )
     grid.add_column(COLUMNS[-1], overflow="fold", ratio=1)
     for row in rows:
         grid.add_row(*row[:-1], Wrapped(row[-1]))
@@ -138,17 +180,36 @@ def _print_causes(out: Any, watch: Watch, room: int, width: int) -> None:
     out.print("steady-state recompiles by cause:")
     for cause in causes:
         ranks = sorted(cause.ranks)
-        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))}" + (" ..." if len(ranks) > 8 else "")
-        what = f"{cause.frame} · {cause.category} · {cause.subject}" if cause.subject else cause.frame
-        line = f"{cause.recompiles:>5}  {what} ({where})" + (f": {cause.example}" if cause.example else "")
-        out.print(line if len(line) <= width else line[:width - 3] + "...")
+        where = (
+            f"rank {ranks[0]}"
+            if len(ranks) == 1
+            else f"ranks {', '.join(map(str, ranks[:8]))}" + (" ..." if len(ranks) > 8 else "")
+        )
+        what = (
+            f"{cause.frame} · {cause.category} · {cause.subject}" if cause.subject else cause.frame
+        )
+        line = f"{cause.recompiles:>5}  {what} ({where})" + (
+            f": {cause.example}" if cause.example else ""
+        )
+        out.print(line if len(line) <= width else line[: width - 3] + "...")
 
 
 def signature(watch: Watch, tail: RunTail, now: float) -> tuple[object, ...]:
     """What the view shows but the ages: a piped watch prints a new block when it changes."""
-    ranks = tuple((r.rank, r.now(now).state, _running_id(r, now), r.counts.compiles, r.counts.recompiles,
-                   r.counts.steady_state_recompiles, r.limit_hits, r.last_step, r.sessions)
-                  for r in sorted(watch.ranks.values(), key=lambda r: r.rank))
+    ranks = tuple(
+        (
+            r.rank,
+            r.now(now).state,
+            _running_id(r, now),
+            r.counts.compiles,
+            r.counts.recompiles,
+            r.counts.steady_state_recompiles,
+            r.limit_hits,
+            r.last_step,
+            r.sessions,
+        )
+        for r in sorted(watch.ranks.values(), key=lambda r: r.rank)
+    )
     return ranks, tail.logs, tuple(tail.unreadable.items()), tail.stats.skipped
 
 
@@ -163,5 +224,7 @@ def any_compiling(watch: Watch, now: float) -> bool:
 
 def ended_line(watch: Watch) -> str:
     """The line a watch that stops by itself ends with."""
-    return (f"all {len(watch.ranks)} rank(s) ended (every log has its session_end); watch stops "
-            "(--follow keeps watching)")
+    return (
+        f"all {len(watch.ranks)} rank(s) ended (every log has its session_end); watch stops "
+        "(--follow keeps watching)"
+    )

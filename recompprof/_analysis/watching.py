@@ -15,11 +15,25 @@ from collections.abc import Hashable
 from typing import Literal
 
 from recompprof._model.causes import explaining_reason, forward_cause
-from recompprof._model.counting import FrameCounts, fold_compile, fold_limit_hit, steady_state_recompile
-from recompprof._model.events import Compile, Event, RecompileLimitHit, Running, SessionEnd, SessionStart
+from recompprof._model.counting import (
+    FrameCounts,
+    fold_compile,
+    fold_limit_hit,
+    steady_state_recompile,
+)
+from recompprof._model.events import (
+    Compile,
+    Event,
+    RecompileLimitHit,
+    Running,
+    SessionEnd,
+    SessionStart,
+)
 from recompprof._model.status import OpenCompile
 
-MAX_CAUSES = 1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
+MAX_CAUSES = (
+    1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
+)
 MAX_RANKS_LISTED = 64  # ranks named per cause
 OTHER_CAUSES = ("", "other", "")  # the key of the causes past MAX_CAUSES, summed
 
@@ -56,7 +70,9 @@ class RankState:
     counts: FrameCounts = dataclasses.field(default_factory=FrameCounts)
     sessions: int = 0  # sessions started (a restart adds one)
     last_time: float = 0.0  # the time of its last event
-    last_step: int | None = None  # the step of its last event that had one (steps are not logged one by one)
+    last_step: int | None = (
+        None  # the step of its last event that had one (steps are not logged one by one)
+    )
 
     @property
     def limit_hits(self) -> int:
@@ -91,7 +107,9 @@ class Watch:
         self.causes: dict[tuple[str, str, str], SteadyCause] = {}
         self.world_size = 0  # the largest world size a session_start announced
         self.run_ids: list[str] = []  # at most 4, in the order seen
-        self._current: dict[Hashable, Session] = {}  # per log: the session its next events belong to
+        self._current: dict[
+            Hashable, Session
+        ] = {}  # per log: the session its next events belong to
 
     def add(self, log: Hashable, event: Event) -> None:
         """Fold one event read from ``log`` (any key naming the log, a path); each log's events in order."""
@@ -123,7 +141,9 @@ class Watch:
         if rank is None:
             rank = self.ranks[event.rank] = RankState(event.rank, session)
         latest = rank.session.start
-        if latest is None or latest.time <= event.time:  # a restarted rank: its newest session is what it does now
+        if (
+            latest is None or latest.time <= event.time
+        ):  # a restarted rank: its newest session is what it does now
             rank.session = session
         rank.sessions += 1
 
@@ -136,9 +156,13 @@ class Watch:
         if cause is None:
             if len(self.causes) >= MAX_CAUSES:
                 key = OTHER_CAUSES
-                cause = self.causes.setdefault(key, SteadyCause(f"(causes past the first {MAX_CAUSES})", "other", ""))
+                cause = self.causes.setdefault(
+                    key, SteadyCause(f"(causes past the first {MAX_CAUSES})", "other", "")
+                )
             else:
-                cause = self.causes[key] = SteadyCause(found.frame.label, found.category, found.subject)
+                cause = self.causes[key] = SteadyCause(
+                    found.frame.label, found.category, found.subject
+                )
         cause.recompiles += 1
         if len(cause.ranks) < MAX_RANKS_LISTED:
             cause.ranks.add(event.rank)
@@ -148,12 +172,17 @@ class Watch:
 
     def top_causes(self, count: int) -> list[SteadyCause]:
         """The ``count`` causes with the most steady-state recompiles."""
-        return sorted(self.causes.values(), key=lambda c: (-c.recompiles, c.frame, c.category, c.subject))[:count]
+        return sorted(
+            self.causes.values(), key=lambda c: (-c.recompiles, c.frame, c.category, c.subject)
+        )[:count]
 
     def all_ended(self) -> bool:
         """Every rank the job announced has a log, and each one's latest session has its ``session_end``."""
-        return (bool(self.ranks) and len(self.ranks) >= self.world_size
-                and all(rank.session.ended is not None for rank in self.ranks.values()))
+        return (
+            bool(self.ranks)
+            and len(self.ranks) >= self.world_size
+            and all(rank.session.ended is not None for rank in self.ranks.values())
+        )
 
     def totals(self) -> FrameCounts:
         """The counts of every rank together."""

@@ -22,7 +22,9 @@ PARALLEL_MIN_BYTES = 64 * 2**20
 
 def cpus() -> int:
     """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def default_workers(streams: Sequence[Any], tasks: int) -> int:
@@ -40,10 +42,14 @@ def can_fork(streams: Sequence[Any]) -> bool:
     return all(hasattr(stream, "take_progress") and hasattr(stream, "absorb") for stream in streams)
 
 
-_JOB: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what forked workers run, and on which streams
+_JOB: tuple[Callable[[Any], Any], Sequence[Any]] | None = (
+    None  # what forked workers run, and on which streams
+)
 
 
-def map_forked(function: Callable[[Any], Any], streams: Sequence[Any], tasks: Sequence[Any], workers: int) -> list[Any]:
+def map_forked(
+    function: Callable[[Any], Any], streams: Sequence[Any], tasks: Sequence[Any], workers: int
+) -> list[Any]:
     """``function(task)`` for every task, in up to ``workers`` forked processes, results in task order.
 
     ``function`` reads ``streams``; each absorbs what the workers' reads recorded. An exception a task
@@ -55,7 +61,9 @@ def map_forked(function: Callable[[Any], Any], streams: Sequence[Any], tasks: Se
     # and copy every page it touches.
     gc.freeze()
     try:
-        pool = multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer=_worker_signals)
+        pool = multiprocessing.get_context("fork").Pool(
+            min(workers, len(tasks)), initializer=_worker_signals
+        )
         try:
             done = pool.map(_run, tasks, chunksize=1)
             pool.close()  # the workers exit once the queue is drained: no signal needed

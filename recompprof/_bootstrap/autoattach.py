@@ -24,8 +24,13 @@ from typing import Any
 
 MODULE_NAME = "_recompprof_autoattach"
 # Command lines of processes that must not attach: launchers and compile workers never run the model.
-_SKIP = ("torch.distributed.run", "torch.distributed.launch", "torchrun", "torch._inductor.compile_worker",
-         "compile_worker/__main__")
+_SKIP = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "torchrun",
+    "torch._inductor.compile_worker",
+    "compile_worker/__main__",
+)
 _started = False
 _start_pid = 0
 _lineage: Any = None
@@ -40,7 +45,9 @@ def lineage() -> Any:
         name = "_recompprof_lineage"
         module = sys.modules.get(name)
         if module is None:
-            spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "lineage.py"))
+            spec = importlib.util.spec_from_file_location(
+                name, os.path.join(os.path.dirname(__file__), "lineage.py")
+            )
             module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.modules[name] = module
             spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -97,7 +104,9 @@ def start() -> None:
         return
     _started, _start_pid = True, os.getpid()
     if lineage().helper_of() is None:
-        lineage().mark(lineage().PENDING)  # workers started before torch is imported are helpers too
+        lineage().mark(
+            lineage().PENDING
+        )  # workers started before torch is imported are helpers too
     if "torch" in sys.modules:
         _attach()
     else:

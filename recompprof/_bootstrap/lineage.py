@@ -29,12 +29,23 @@ VARIABLE = "RECOMPPROF_PARENT"
 PENDING = "pending"
 ATTACHED = "attached"
 # The variables each launcher sets that make a process one rank of a job (recompprof._capture.identity reads them).
-TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
-            "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_STEP_ID")
+TORCHRUN = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+)
 SLURM = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID", "SLURM_STEP_ID")
 # How multiprocessing starts the main of a spawned child and of the forkserver (Python 3.8 to 3.14).
-_MP_ARGV = ("from multiprocessing.spawn import spawn_main", "from multiprocessing.forkserver import main",
-            "--multiprocessing-fork")
+_MP_ARGV = (
+    "from multiprocessing.spawn import spawn_main",
+    "from multiprocessing.forkserver import main",
+    "--multiprocessing-fork",
+)
 
 
 def launcher(env: Mapping[str, str]) -> str:

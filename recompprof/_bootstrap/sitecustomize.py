@@ -33,7 +33,9 @@ def _start() -> None:
 
     module = sys.modules.get("_recompprof_autoattach")
     if module is None:
-        spec = importlib.util.spec_from_file_location("_recompprof_autoattach", os.path.join(_HERE, "autoattach.py"))
+        spec = importlib.util.spec_from_file_location(
+            "_recompprof_autoattach", os.path.join(_HERE, "autoattach.py")
+        )
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[spec.name] = module  # type: ignore[union-attr]
         spec.loader.exec_module(module)  # type: ignore[union-attr]
@@ -49,4 +51,6 @@ if os.environ.get("RECOMPPROF_ATTACH"):
     try:
         _start()
     except Exception as exc:  # noqa: BLE001
-        sys.stderr.write(f"recompprof: RECOMPPROF_ATTACH is set but recompprof could not start: {exc!r}\n")
+        sys.stderr.write(
+            f"recompprof: RECOMPPROF_ATTACH is set but recompprof could not start: {exc!r}\n"
+        )

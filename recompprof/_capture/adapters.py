@@ -63,9 +63,13 @@ class CompileSink(Protocol):
 
     def on_reset(self) -> None: ...
 
-    def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
+    def on_profile_guard_failure(
+        self, code: CodeType, compile_id: str | None, texts: list[str]
+    ) -> None: ...
 
-    def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None: ...
+    def on_profile_reuse(
+        self, code: CodeType, compile_id: str | None, texts: list[str]
+    ) -> None: ...
 
 
 class Readings:
@@ -76,9 +80,13 @@ class Readings:
     def __init__(self, settings: Settings) -> None:
         self.steps = StepCounter()
         self.guards = GuardFailureReader()
-        self.break_counter: GraphBreakCounter | None = None  # installed where torch traces no breaks
+        self.break_counter: GraphBreakCounter | None = (
+            None  # installed where torch traces no breaks
+        )
         self.dynamo_profiler: DynamoProfilerTap | None = None
-        self.own_reason: Callable[[str], bool] | None = None  # profile mode's reasons are not the job's
+        self.own_reason: Callable[[str], bool] | None = (
+            None  # profile mode's reasons are not the job's
+        )
         if settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode
 
@@ -113,20 +121,35 @@ class Readings:
 class Adapters:
     """The adapters of one session, handing what torch reports to ``sink``, and the state of each signal."""
 
-    def __init__(self, settings: Settings, readings: Readings, sink: CompileSink, rank: int,
-                 emit: Callable[[Event], None], lock: threading.RLock) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        readings: Readings,
+        sink: CompileSink,
+        rank: int,
+        emit: Callable[[Event], None],
+        lock: threading.RLock,
+    ) -> None:
         self.settings = settings
         self.readings = readings
         self.signals: dict[str, bool] = {}
         self.signals_off: dict[str, str] = {}
         self._rank, self._emit, self._lock = rank, emit, lock
-        self.steps, self.guards, self.dynamo_profiler = readings.steps, readings.guards, readings.dynamo_profiler
+        self.steps, self.guards, self.dynamo_profiler = (
+            readings.steps,
+            readings.guards,
+            readings.dynamo_profiler,
+        )
         self.step_in_trace = StepInTrace(self.steps)
         self.breaks = GraphBreakTap(sink.on_graph_break)
-        self.metrics = CompileMetricsTap(sink.on_torch_record, on_late=self._on_metrics_late,
-                                         on_lost=lambda why: self.lost("compile_metrics", why),
-                                         on_start=sink.on_compile_start, on_end=sink.on_compile_end,
-                                         on_reset=sink.on_reset)
+        self.metrics = CompileMetricsTap(
+            sink.on_torch_record,
+            on_late=self._on_metrics_late,
+            on_lost=lambda why: self.lost("compile_metrics", why),
+            on_start=sink.on_compile_start,
+            on_end=sink.on_compile_end,
+            on_reset=sink.on_reset,
+        )
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile import ProfileMode
@@ -147,7 +170,10 @@ class Adapters:
         adapters += [("guard_failures", self.guards), ("graph_breaks", self.breaks)]
         if self.settings.step_source == "manual":
             self.steps.manual = True
-            self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = False, "step_source=manual"
+            self.signals["optimizer_steps"], self.signals_off["optimizer_steps"] = (
+                False,
+                "step_source=manual",
+            )
         else:
             adapters.append(("optimizer_steps", self.steps))
         adapters.append(("step_in_trace", self.step_in_trace))
@@ -168,7 +194,9 @@ class Adapters:
         for gated in GATED_BY_COMPILE_METRICS:
             self.signals[gated] = info.has(gated) and self.signals.get("compile_metrics", False)
             if not self.signals[gated]:
-                self.signals_off[gated] = info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
+                self.signals_off[gated] = (
+                    info.why_off(gated) if not info.has(gated) else "compile_metrics is off"
+                )
         return undo
 
     def _install_one(self, name: str, adapter: Adapter) -> bool:
@@ -194,8 +222,11 @@ class Adapters:
             return []
         self.readings.break_counter = counter
         self.signals["graph_breaks"] = True
-        log.info("recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
-                 "resume from are not counted there", self.signals_off.pop("graph_breaks", ""))
+        log.info(
+            "recompprof: graph breaks are read from counters['graph_break'] (%s); breaks torch cannot "
+            "resume from are not counted there",
+            self.signals_off.pop("graph_breaks", ""),
+        )
         return [("graph_breaks_counter", counter.uninstall)]
 
     # -- signals that change mid-run -----------------------------------------------------------
@@ -206,23 +237,47 @@ class Adapters:
                 return
             self.signals[name], self.signals_off[name] = False, why
             _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
-            self._emit(SignalChange(time=time.time(), rank=self._rank, step=self.steps.step, signal=name,
-                                    live=False, reason=clean_text(why)))
+            self._emit(
+                SignalChange(
+                    time=time.time(),
+                    rank=self._rank,
+                    step=self.steps.step,
+                    signal=name,
+                    live=False,
+                    reason=clean_text(why),
+                )
+            )
 
     def _on_metrics_late(self, count: int, why: str) -> None:
-        _internal.record("torch.compile_metrics.late", RuntimeError(why),
-                         f"{count} compile record(s) were recovered late from torch's record buffer")
+        _internal.record(
+            "torch.compile_metrics.late",
+            RuntimeError(why),
+            f"{count} compile record(s) were recovered late from torch's record buffer",
+        )
 
     def _on_stance_change(self, ours: bool) -> None:
         """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
         if not ours:
-            log.warning("recompprof: the job changed the torch.compile stance during profile mode; its own backend "
-                        "compiles now and recompprof gave it back its own recompile limits")
-            self.lost("profile_backend", "the job changed the torch.compile stance (set_stance): compiles use "
-                      "the job's backend, with the job's own recompile limits")
+            log.warning(
+                "recompprof: the job changed the torch.compile stance during profile mode; its own backend "
+                "compiles now and recompprof gave it back its own recompile limits"
+            )
+            self.lost(
+                "profile_backend",
+                "the job changed the torch.compile stance (set_stance): compiles use "
+                "the job's backend, with the job's own recompile limits",
+            )
             return
         with self._lock:
             self.signals["profile_backend"] = True
             self.signals_off.pop("profile_backend", None)
-            self._emit(SignalChange(time=time.time(), rank=self._rank, step=self.steps.step,
-                                    signal="profile_backend", live=True, reason="the stance is recompprof's again"))
+            self._emit(
+                SignalChange(
+                    time=time.time(),
+                    rank=self._rank,
+                    step=self.steps.step,
+                    signal="profile_backend",
+                    live=True,
+                    reason="the stance is recompprof's again",
+                )
+            )

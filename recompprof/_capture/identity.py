@@ -47,7 +47,9 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
     """
     env = os.environ if env is None else env
     slurm_run = _slurm_run_id(env)
-    launcher = lineage.launcher(env)  # the rank variables' one definition, shared with the start-up hook
+    launcher = lineage.launcher(
+        env
+    )  # the rank variables' one definition, shared with the start-up hook
     if launcher == "torchrun":
         rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
         local_rank = _int(env, "LOCAL_RANK", rank)
@@ -56,13 +58,25 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
     elif launcher == "slurm":
         rank, world = _int(env, "SLURM_PROCID", 0), _int(env, "SLURM_NTASKS", 1)
         local_rank = _int(env, "SLURM_LOCALID", 0)
-        local_world = _leading_int(env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")) or world
+        local_world = (
+            _leading_int(env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE"))
+            or world
+        )
         run_id = slurm_run
     else:
         rank, local_rank, world, local_world, run_id = 0, 0, 1, 1, ""
     run_id = env.get("RECOMPPROF_RUN_ID") or run_id or new_run_id()
-    return Identity(rank, local_rank, world, local_world, run_id, socket.gethostname(), os.getpid(), launcher,
-                    _int(env, "TORCHELASTIC_RESTART_COUNT", 0))
+    return Identity(
+        rank,
+        local_rank,
+        world,
+        local_world,
+        run_id,
+        socket.gethostname(),
+        os.getpid(),
+        launcher,
+        _int(env, "TORCHELASTIC_RESTART_COUNT", 0),
+    )
 
 
 def _slurm_run_id(env: Mapping[str, str]) -> str:
@@ -77,7 +91,9 @@ def _slurm_run_id(env: Mapping[str, str]) -> str:
 def _rendezvous_run_id(env: Mapping[str, str], world: int) -> str:
     """Without a launcher's job id, ranks of one job still agree on the rendezvous address."""
     if world > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        digest = hashlib.sha1(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[:10]
+        digest = hashlib.sha1(f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}".encode()).hexdigest()[
+            :10
+        ]
         return f"rdzv-{digest}"
     return ""
 

@@ -33,7 +33,14 @@ from recompprof._model.compiles import (
     is_recompile,
     reason_texts,
 )
-from recompprof._model.events import Compile, CompileStart, Event, Frame, GraphBreak, RecompileLimitHit
+from recompprof._model.events import (
+    Compile,
+    CompileStart,
+    Event,
+    Frame,
+    GraphBreak,
+    RecompileLimitHit,
+)
 from recompprof._model.reasons import clean_text, graph_break_text
 from recompprof._torch import frames as torch_frames
 from recompprof._torch.guard_failures import guard_set
@@ -84,8 +91,15 @@ class _Seen:
 class CompileRecorder:
     """The correlation state of one session's compile path (bounded; serialised by the session lock)."""
 
-    def __init__(self, settings: Settings, rank: int, emit: Callable[[Event], None], lock: threading.RLock,
-                 closed: Callable[[], bool], signals: CompileSignals) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rank: int,
+        emit: Callable[[Event], None],
+        lock: threading.RLock,
+        closed: Callable[[], bool],
+        signals: CompileSignals,
+    ) -> None:
         self.settings = settings
         self.rank = rank
         self.signals = signals
@@ -93,18 +107,26 @@ class CompileRecorder:
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
-        self.running: CompileStart | None = None  # the compile running now (set at its start, cleared at its end)
-        self.ended: Callable[[], None] | None = None  # told when a compile ends (the status line clears)
+        self.running: CompileStart | None = (
+            None  # the compile running now (set at its start, cleared at its end)
+        )
+        self.ended: Callable[[], None] | None = (
+            None  # told when a compile ends (the status line clears)
+        )
         self.reasons_at_start = torch_info().has("reasons_before_compile_start")
         # Compile id -> the trace id its compile_start carried, taken by its forward compile record (bounded:
         # a start whose record never comes is forgotten after MAX_STARTED_TRACES later starts).
         self._start_traces: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._named: tuple[str, tuple[str, str, int], Frame] | None = None  # the last start's id, code key and frame
+        self._named: tuple[str, tuple[str, str, int], Frame] | None = (
+            None  # the last start's id, code key and frame
+        )
         self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
         self._send, self._lock, self._closed = emit, lock, closed
 
     def _emit(self, event: Event) -> None:
-        if self.generation is not None and isinstance(event, (Compile, GraphBreak, RecompileLimitHit)):
+        if self.generation is not None and isinstance(
+            event, (Compile, GraphBreak, RecompileLimitHit)
+        ):
             event = event.model_copy(update={"generation": self.generation})
         self._send(event)
 
@@ -112,7 +134,9 @@ class CompileRecorder:
     def on_compile_start(self, compile_id: str | None) -> None:
         """torch began compiling a frame: record what is known now (a ``compile_start``)."""
         ctx = torch_frames.compiling()
-        if ctx is None:  # a lazily compiled backward: no frame of its own, its forward's compile is over
+        if (
+            ctx is None
+        ):  # a lazily compiled backward: no frame of its own, its forward's compile is over
             return
         with self._lock:
             if self._closed():
@@ -121,19 +145,32 @@ class CompileRecorder:
             compile_id = compile_id or ctx.compile_id or "?"
             code_key = (code.co_name, code.co_filename, code.co_firstlineno)
             frame = _frame(code_key, ctx)
-            self._named = (compile_id, code_key, frame)  # its record names the same frame: named once
+            self._named = (
+                compile_id,
+                code_key,
+                frame,
+            )  # its record names the same frame: named once
             texts: list[str] = []
             if self.reasons_at_start:
-                with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile starts"):
+                with _internal.contain(
+                    "torch.guard_failures", "guard-failure reasons are missing from compile starts"
+                ):
                     texts = self.signals.pending_reasons(code)
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
             trace_id = self._start_trace(compile_id) if self.trace_ids else None
-            event = CompileStart(time=time.time(), rank=self.rank, step=self.signals.step, frame=frame,
-                                 compile_id=compile_id, generation=self.generation,
-                                 is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
-                                 reason=self.explainer.trigger(frame, texts, _resolver(ctx)), trace_id=trace_id)
+            event = CompileStart(
+                time=time.time(),
+                rank=self.rank,
+                step=self.signals.step,
+                frame=frame,
+                compile_id=compile_id,
+                generation=self.generation,
+                is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
+                reason=self.explainer.trigger(frame, texts, _resolver(ctx)),
+                trace_id=trace_id,
+            )
             self.running = event
             self._emit(event)
 
@@ -171,16 +208,22 @@ class CompileRecorder:
             if self._closed():
                 return
             record = read_record(metrics, live=True)
-            if record.runtime_work is not None:  # GPU runtime work (CUDA-graph recording, first-launch
+            if (
+                record.runtime_work is not None
+            ):  # GPU runtime work (CUDA-graph recording, first-launch
                 return  # autotune) arrives as an is_runtime record: not a compile
             self.record_compile(record)
 
-    def on_profile_guard_failure(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+    def on_profile_guard_failure(
+        self, code: CodeType, compile_id: str | None, texts: list[str]
+    ) -> None:
         with self._lock:
             pending = self.pending_reasons.setdefault(code, [])
             if len(pending) < MAX_PENDING_REASONS:
                 pending.append((compile_id, texts))
-            if len(self.pending_reasons) > MAX_REMEMBERED_COMPILES:  # frames whose compile never reported
+            if (
+                len(self.pending_reasons) > MAX_REMEMBERED_COMPILES
+            ):  # frames whose compile never reported
                 del self.pending_reasons[next(iter(self.pending_reasons))]
 
     def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
@@ -194,12 +237,28 @@ class CompileRecorder:
             frame = self.correlation.frame_of(compile_id)
             if frame is None:
                 by_id = self.correlation.frame_of_frame_id(_frame_id(compile_id or ""))
-                frame = by_id[0] if by_id is not None else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
-            reasons, omitted = self.explainer.explain(frame, [t for t in texts if not own_reason(t)])
+                frame = (
+                    by_id[0]
+                    if by_id is not None
+                    else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+                )
+            reasons, omitted = self.explainer.explain(
+                frame, [t for t in texts if not own_reason(t)]
+            )
             step = self.signals.step
-            self._emit(Compile(time=time.time(), rank=self.rank, step=step, frame=frame, compile_id=compile_id or "?",
-                               is_recompile=True, reasons=reasons, reasons_omitted=omitted,
-                               steady_state=step >= self.settings.warmup_steps))
+            self._emit(
+                Compile(
+                    time=time.time(),
+                    rank=self.rank,
+                    step=step,
+                    frame=frame,
+                    compile_id=compile_id or "?",
+                    is_recompile=True,
+                    reasons=reasons,
+                    reasons_omitted=omitted,
+                    steady_state=step >= self.settings.warmup_steps,
+                )
+            )
 
     def on_graph_break(self, payload: str, compile_id: str | None) -> None:
         with self._lock:
@@ -211,8 +270,15 @@ class CompileRecorder:
                 if ctx is not None:
                     code = ctx.code
                     frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
-            event = graph_break_event(payload, time=time.time(), rank=self.rank, step=self.signals.step,
-                                      frame=frame, compile_id=compile_id, redact=self.settings.redact)
+            event = graph_break_event(
+                payload,
+                time=time.time(),
+                rank=self.rank,
+                step=self.signals.step,
+                frame=frame,
+                compile_id=compile_id,
+                redact=self.settings.redact,
+            )
             for ready in self.correlation.add_break(event):
                 self._emit(ready)
 
@@ -232,21 +298,35 @@ class CompileRecorder:
         now, step = time.time(), self.signals.step
         compile_id = m.compile_id if m.compile_id is not None else "?"
         running = self.running
-        if running is not None and running.compile_id == compile_id:  # its end was not seen (callbacks reset)
+        if (
+            running is not None and running.compile_id == compile_id
+        ):  # its end was not seen (callbacks reset)
             self.running = None
         if m.is_forward:
             seen = self._forward(m, compile_id, now, step)
         else:
-            seen = _Seen(self.correlation.frame_of(compile_id) or Frame(name="<backward>", file="<unknown>", line=0))
-        event, hit = compile_events(m, CompileContext(
-            time=now, rank=self.rank, step=step, frame=seen.frame,
-            explained=self.explainer.explain(seen.frame, seen.texts, _resolver(seen.ctx)),
-            graph_breaks=sum(b.count for b in seen.breaks), redact=self.settings.redact,
-            steady_state=step >= self.settings.warmup_steps, call_site=seen.call_site,
-            # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
-            limits=configured_limits() if m.fail_type or m.fail_reason else None,
-            guard_set=seen.guard_set, trace_id=self._trace_id(compile_id, m.is_forward),
-        ))
+            seen = _Seen(
+                self.correlation.frame_of(compile_id)
+                or Frame(name="<backward>", file="<unknown>", line=0)
+            )
+        event, hit = compile_events(
+            m,
+            CompileContext(
+                time=now,
+                rank=self.rank,
+                step=step,
+                frame=seen.frame,
+                explained=self.explainer.explain(seen.frame, seen.texts, _resolver(seen.ctx)),
+                graph_breaks=sum(b.count for b in seen.breaks),
+                redact=self.settings.redact,
+                steady_state=step >= self.settings.warmup_steps,
+                call_site=seen.call_site,
+                # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
+                limits=configured_limits() if m.fail_type or m.fail_reason else None,
+                guard_set=seen.guard_set,
+                trace_id=self._trace_id(compile_id, m.is_forward),
+            ),
+        )
         if m.is_forward and (seconds := self.signals.trace_seconds()) is not None:
             event = event.model_copy(update={"trace_seconds_by_function": seconds})
         for out in in_order(event, seen.breaks, hit):
@@ -270,7 +350,9 @@ class CompileRecorder:
                 seen.guard_set = guard_set(ctx.guarded_code)
         texts: list[str] = []
         # A changed torch internal loses this compile's reasons, never the compile itself.
-        with _internal.contain("torch.guard_failures", "guard-failure reasons are missing from compile events"):
+        with _internal.contain(
+            "torch.guard_failures", "guard-failure reasons are missing from compile events"
+        ):
             texts = self.signals.guard_reasons(*code_key)
         texts += self._take_pending(code_key)
         own_reason = self.signals.own_reason
@@ -279,17 +361,29 @@ class CompileRecorder:
         seen.texts = reason_texts(m, texts)
         seen.breaks = self.correlation.compiled(compile_id, frame)
         with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
-            seen.breaks += [GraphBreak(time=now, rank=self.rank, step=step, frame=frame, compile_id=compile_id,
-                                       reason=graph_break_text(text, self.settings.redact), count=count)
-                            for text, count in self.signals.counted_breaks()]
+            seen.breaks += [
+                GraphBreak(
+                    time=now,
+                    rank=self.rank,
+                    step=step,
+                    frame=frame,
+                    compile_id=compile_id,
+                    reason=graph_break_text(text, self.settings.redact),
+                    count=count,
+                )
+                for text, count in self.signals.counted_breaks()
+            ]
         return seen
 
-    def _name_frame(self, m: CompileRecord, compile_id: str,
-                    ctx: torch_frames.Compiling | None) -> tuple[Frame, tuple[str, str, int]]:
+    def _name_frame(
+        self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
+    ) -> tuple[Frame, tuple[str, str, int]]:
         """The frame of a forward compile and the code key its reasons are read by."""
         frame_id = _frame_id(compile_id)
         known = self.correlation.frame_of_frame_id(frame_id)
-        if m.co_name is None and ctx is not None:  # limit-hit records name no function; torch's frame does
+        if (
+            m.co_name is None and ctx is not None
+        ):  # limit-hit records name no function; torch's frame does
             code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
             return _frame(code_key, ctx), code_key
         if m.co_name is None and known is not None:
@@ -297,7 +391,11 @@ class CompileRecorder:
             return frame, code_key
         code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
         named = self._named
-        frame = named[2] if named is not None and named[:2] == (compile_id, code_key) else _frame(code_key, ctx)
+        frame = (
+            named[2]
+            if named is not None and named[:2] == (compile_id, code_key)
+            else _frame(code_key, ctx)
+        )
         self.correlation.name_frame_id(frame_id, frame, code_key)
         return frame, code_key
 
@@ -313,9 +411,14 @@ def new_trace_id() -> str:
 def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
     named = torch_frames.resolve(*code_key, ctx)
     # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
-    return Frame(name=clean_text(named.name, 1000), file=clean_text(named.file, 1000), line=named.line,
-                 code_file=clean_text(code_key[1], 1000), code_line=code_key[2],
-                 owner=clean_text(named.owner, 1000) if named.owner is not None else None)
+    return Frame(
+        name=clean_text(named.name, 1000),
+        file=clean_text(named.file, 1000),
+        line=named.line,
+        code_file=clean_text(code_key[1], 1000),
+        code_line=code_key[2],
+        owner=clean_text(named.owner, 1000) if named.owner is not None else None,
+    )
 
 
 def _starts_recompile(ctx: torch_frames.Compiling, compile_id: str, guard_failures: bool) -> bool:
@@ -331,7 +434,9 @@ def _frame_id(compile_id: str) -> str:
     """The frame id the frames of ``compile_id`` are known by ("3" of "3/1" and "!0/3/1"); an id without one
     (unknown, "?"; a compiled autograd graph, "!0") is its own key."""
     parsed = CompileId.parse(compile_id)
-    return str(parsed.frame_id) if parsed is not None and parsed.frame_id is not None else compile_id
+    return (
+        str(parsed.frame_id) if parsed is not None and parsed.frame_id is not None else compile_id
+    )
 
 
 def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:

@@ -52,7 +52,9 @@ def current() -> Session | None:
     return _current
 
 
-def attach(*, tracer_provider: Any = None, identity: Identity | None = None, **settings: Any) -> Session:
+def attach(
+    *, tracer_provider: Any = None, identity: Identity | None = None, **settings: Any
+) -> Session:
     """Attach recompprof to this process and return the session (also a context manager).
 
     Settings are keyword arguments named as in :class:`recompprof._capture.settings.Settings` (``mode``,
@@ -68,14 +70,22 @@ def attach(*, tracer_provider: Any = None, identity: Identity | None = None, **s
     global _current, _last
     with _attach_lock:
         if _current is not None:
-            warnings.warn("recompprof is already attached; returning the live session", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                "recompprof is already attached; returning the live session",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             return _current
         resolved = settings_module.load(**settings)
         parent = lineage.helper_of() if identity is None else None
         if parent is not None:
-            warnings.warn(f"recompprof: not attached in process {os.getpid()}: it is a helper of process {parent} "
-                          "(started by it, with the same rank variables), and attaching would pose as that process's "
-                          "rank; pass identity= to attach it as a rank of its own", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"recompprof: not attached in process {os.getpid()}: it is a helper of process {parent} "
+                "(started by it, with the same rank variables), and attaching would pose as that process's "
+                "rank; pass identity= to attach it as a rank of its own",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             helper = Session(resolved, tracer_provider=tracer_provider)
             helper._closed = True
             return helper
@@ -89,19 +99,27 @@ def report() -> Report:
     """The report of the attached session, or of the last one that detached."""
     session = _current or _last
     if session is None:
-        raise RuntimeError("recompprof has not been attached in this process; call recompprof.attach() first")
+        raise RuntimeError(
+            "recompprof has not been attached in this process; call recompprof.attach() first"
+        )
     return session.report()
 
 
 class Session:
     """One attachment of recompprof to the process. Create it with :func:`attach`."""
 
-    def __init__(self, settings: Settings, tracer_provider: Any = None, identity: Identity | None = None) -> None:
+    def __init__(
+        self, settings: Settings, tracer_provider: Any = None, identity: Identity | None = None
+    ) -> None:
         self.settings = settings
         self.tracer_provider = tracer_provider
         self.identity = identity or detect()
         self.versions = torch_versions.versions()
-        self.run_dir = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "recompprof-runs" / self.identity.run_id
+        self.run_dir = (
+            Path(settings.run_dir)
+            if settings.run_dir
+            else Path.cwd() / "recompprof-runs" / self.identity.run_id
+        )
         self.event_log_path: Path | None = None
         self.aggregates = Aggregates(settings.max_frames)
         self._lock = threading.RLock()
@@ -114,20 +132,27 @@ class Session:
         self._started = time.time()
         # The recorder reads the adapters that never call it (readings); the others call it.
         readings = Readings(settings)
-        self._recorder = CompileRecorder(settings, self.identity.rank, self._emit, self._lock, lambda: self._closed,
-                                         readings)
-        self._adapters = Adapters(settings, readings, self._recorder, self.identity.rank, self._emit, self._lock)
+        self._recorder = CompileRecorder(
+            settings, self.identity.rank, self._emit, self._lock, lambda: self._closed, readings
+        )
+        self._adapters = Adapters(
+            settings, readings, self._recorder, self.identity.rank, self._emit, self._lock
+        )
 
     # -- lifecycle --------------------------------------------------------------------------
     def _start(self) -> None:
         for name in settings_module.unknown_environment():
             log.warning("recompprof: ignoring environment variable %s: no such setting", name)
-        exporters = [exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)]
+        exporters = [
+            exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)
+        ]
         self._open_event_log()
         self._undo.extend(self._adapters.install())
         view = exporting.View(self.identity, self.versions, self.snapshot, self.tracer_provider)
         for exporter in exporters:
-            with _internal.contain(f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"):
+            with _internal.contain(
+                f"exporter.{exporter.name}", "exporter failed to start; the job goes on without it"
+            ):
                 exporter.start(view)
                 self._exporters.append(exporter)
         # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
@@ -145,8 +170,14 @@ class Session:
         self._undo.append(("ticker", ticker.stop))
         live = ", ".join(name for name, on in self.signals.items() if on)
         off = "; ".join(f"{name} ({why})" for name, why in self.signals_off.items())
-        log.info("recompprof attached (%s mode, rank %d/%d): signals live: %s%s", self.settings.mode,
-                 self.identity.rank, self.identity.world_size, live or "none", f"; off: {off}" if off else "")
+        log.info(
+            "recompprof attached (%s mode, rank %d/%d): signals live: %s%s",
+            self.settings.mode,
+            self.identity.rank,
+            self.identity.world_size,
+            live or "none",
+            f"; off: {off}" if off else "",
+        )
 
     def _open_event_log(self) -> None:
         if not self.settings.event_log:
@@ -156,8 +187,12 @@ class Session:
             self._writer = EventLogWriter(path)
             self.event_log_path = path
         except OSError as exc:
-            _internal.record("eventlog", exc, f"cannot write the event log at {path} (setting run_dir / "
-                             "RECOMPPROF_RUN_DIR); events stay in memory and in the exporters")
+            _internal.record(
+                "eventlog",
+                exc,
+                f"cannot write the event log at {path} (setting run_dir / "
+                "RECOMPPROF_RUN_DIR); events stay in memory and in the exporters",
+            )
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -175,7 +210,10 @@ class Session:
         signal.signal(signal.SIGTERM, on_sigterm)
 
         def restore() -> None:
-            if signal.getsignal(signal.SIGTERM) is on_sigterm and threading.current_thread() is threading.main_thread():
+            if (
+                signal.getsignal(signal.SIGTERM) is on_sigterm
+                and threading.current_thread() is threading.main_thread()
+            ):
                 signal.signal(signal.SIGTERM, prior)
 
         self._undo.append(("sigterm", restore))
@@ -203,7 +241,9 @@ class Session:
                 with _internal.contain(f"exporter.{exporter.name}"):
                     exporter.shutdown(5.0)
             if self._writer is not None:
-                with _internal.contain("eventlog", "the event log could not be flushed at detach; check free space"):
+                with _internal.contain(
+                    "eventlog", "the event log could not be flushed at detach; check free space"
+                ):
                     self._writer.close()
             if _current is self:
                 _current = None
@@ -246,20 +286,31 @@ class Session:
     def status(self) -> Status:
         """This rank now: its step and the compile running on it (``compiling``: frame, compile id, start,
         seconds so far, the guard failure that triggered it), or ``compiling=None``."""
-        return Status(rank=self.identity.rank, step=self._adapters.steps.step,
-                      compiling=running(self._recorder.running, time.time()))
+        return Status(
+            rank=self.identity.rank,
+            step=self._adapters.steps.step,
+            compiling=running(self._recorder.running, time.time()),
+        )
 
     def snapshot(self) -> Snapshot:
         """A consistent copy of the running totals (what exporters read at scrape time)."""
         with self._lock:
-            snap = self.aggregates.snapshot(step=self._adapters.steps.step, internal_errors=_internal.counts())
+            snap = self.aggregates.snapshot(
+                step=self._adapters.steps.step, internal_errors=_internal.counts()
+            )
             running = self._recorder.running
             if running is not None:
-                snap = dataclasses.replace(snap, compiling=(self.aggregates.frame_label(running.frame), running.time))
+                snap = dataclasses.replace(
+                    snap, compiling=(self.aggregates.frame_label(running.frame), running.time)
+                )
         dropped = dict(snap.events_dropped)
-        if self._writer is not None and self._writer.dropped:  # events the log lacks: readers reconcile with it
+        if (
+            self._writer is not None and self._writer.dropped
+        ):  # events the log lacks: readers reconcile with it
             dropped[DROPPED] = self._writer.dropped
-        for exporter in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
+        for (
+            exporter
+        ) in self._exporters:  # an exporter may drop what it could not deliver (e.g. spans)
             with _internal.contain(f"exporter.{exporter.name}"):
                 for reason, n in exporting.dropped_by(exporter).items():
                     dropped[f"{exporter.name}_{reason}"] = n
@@ -305,9 +356,16 @@ class Session:
         sinks and listeners have the running compile already (``status()``, the gauges)."""
         with self._lock:
             if not self._closed and not forks.forked_from(self.identity.pid):
-                self._write(CompileRunning(time=time.time(), rank=self.identity.rank, step=self._adapters.steps.step,
-                                           compile_id=compiling.compile_id, generation=compiling.generation,
-                                           seconds=compiling.seconds))
+                self._write(
+                    CompileRunning(
+                        time=time.time(),
+                        rank=self.identity.rank,
+                        step=self._adapters.steps.step,
+                        compile_id=compiling.compile_id,
+                        generation=compiling.generation,
+                        seconds=compiling.seconds,
+                    )
+                )
 
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
@@ -330,12 +388,18 @@ class Session:
         """Append ``event`` to the event log, if there is one (the caller holds the lock)."""
         if self._writer is None:
             return
-        with _internal.contain("eventlog", f"the event log {self._writer.path} could not be written; check that "
-                             "its directory exists, is writable and has free space"):
+        with _internal.contain(
+            "eventlog",
+            f"the event log {self._writer.path} could not be written; check that "
+            "its directory exists, is writable and has free space",
+        ):
             if self._writer.reopen_if_deleted():
-                _internal.record("eventlog.deleted", FileNotFoundError(f"{self._writer.path} was deleted"),
-                                 "the event log was deleted while the job ran; recompprof started a new one at "
-                                 "the same path (events before that are lost): do not clean up a live run directory")
+                _internal.record(
+                    "eventlog.deleted",
+                    FileNotFoundError(f"{self._writer.path} was deleted"),
+                    "the event log was deleted while the job ran; recompprof started a new one at "
+                    "the same path (events before that are lost): do not clean up a live run directory",
+                )
             self._writer.write(event)
 
     # -- bookends ---------------------------------------------------------------------------------
@@ -348,13 +412,28 @@ class Session:
         ident = self.identity
         limits = configured_limits()
         self.aggregates.limits.update(limits)
-        limit = self.settings.recompile_limit if self.settings.mode == "profile" else limits["recompile_limit"]
+        limit = (
+            self.settings.recompile_limit
+            if self.settings.mode == "profile"
+            else limits["recompile_limit"]
+        )
         return SessionStart(
-            time=time.time(), rank=ident.rank, step=self.current_step, run_id=ident.run_id, local_rank=ident.local_rank,
-            world_size=ident.world_size, host=ident.host, pid=ident.pid, versions=self.versions,
-            mode=self.settings.mode, recompile_limit=limit, warmup_steps=self.settings.warmup_steps,
-            signals=dict(self.signals), profile_mechanism=self._profile.mechanism if self._profile is not None else None,
-            launcher=ident.launcher, restart_count=ident.restart_count,
+            time=time.time(),
+            rank=ident.rank,
+            step=self.current_step,
+            run_id=ident.run_id,
+            local_rank=ident.local_rank,
+            world_size=ident.world_size,
+            host=ident.host,
+            pid=ident.pid,
+            versions=self.versions,
+            mode=self.settings.mode,
+            recompile_limit=limit,
+            warmup_steps=self.settings.warmup_steps,
+            signals=dict(self.signals),
+            profile_mechanism=self._profile.mechanism if self._profile is not None else None,
+            launcher=ident.launcher,
+            restart_count=ident.restart_count,
         )
 
     def _session_end(self) -> SessionEnd:
@@ -362,7 +441,20 @@ class Session:
         totals = {**snap.totals(), "steps": snap.step, "wall_seconds": time.time() - self._started}
         if self._profile is not None:
             stats = self._profile.stats
-            totals.update({f"profile_{k}": float(stats[k]) for k in ("traces", "evictions", "reenabled") if k in stats})
-        return SessionEnd(time=time.time(), rank=self.identity.rank, step=snap.step, totals=totals,
-                          events_dropped=snap.events_dropped, internal_errors=snap.internal_errors,
-                          signals_off=dict(self.signals_off), compiling=running(self._recorder.running, time.time()))
+            totals.update(
+                {
+                    f"profile_{k}": float(stats[k])
+                    for k in ("traces", "evictions", "reenabled")
+                    if k in stats
+                }
+            )
+        return SessionEnd(
+            time=time.time(),
+            rank=self.identity.rank,
+            step=snap.step,
+            totals=totals,
+            events_dropped=snap.events_dropped,
+            internal_errors=snap.internal_errors,
+            signals_off=dict(self.signals_off),
+            compiling=running(self._recorder.running, time.time()),
+        )

@@ -19,10 +19,17 @@ from recompprof._errors import RecompprofError
 
 ENV_PREFIX = "RECOMPPROF_"
 # Environment variables of ours that are not settings (read by scripts or at interpreter start).
-_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
 # RECOMPPROF_PARENT is exported by an attached process to its children (recompprof/_bootstrap/lineage.py).
-_NON_SETTING_ENV = {"RECOMPPROF_VENV", "RECOMPPROF_ATTACH", "RECOMPPROF_RUN_ID", "RECOMPPROF_PARENT"}
+_NON_SETTING_ENV = {
+    "RECOMPPROF_VENV",
+    "RECOMPPROF_ATTACH",
+    "RECOMPPROF_RUN_ID",
+    "RECOMPPROF_PARENT",
+}
 # Settings whose values are never repeated in a message (they hold a password).
 _SECRET = {"prometheus_basic_auth"}
 
@@ -81,9 +88,18 @@ class Settings(BaseSettings):
             return [part.strip().lower() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("recompile_limit", "warmup_steps", "max_frames", "recent_events", "prometheus_port",
-                     "prometheus_push_interval", "prometheus_linger_seconds", "compile_status_after",
-                     "compile_status_every", mode="before")
+    @field_validator(
+        "recompile_limit",
+        "warmup_steps",
+        "max_frames",
+        "recent_events",
+        "prometheus_port",
+        "prometheus_push_interval",
+        "prometheus_linger_seconds",
+        "compile_status_after",
+        "compile_status_every",
+        mode="before",
+    )
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
         if isinstance(value, bool):  # pydantic would take True as 1
@@ -97,7 +113,9 @@ class Settings(BaseSettings):
             ipaddress.ip_address(value)
         except ValueError:
             if not _HOSTNAME.fullmatch(value):
-                raise ValueError("an IP address or host name is needed (127.0.0.1 serves only this host)") from None
+                raise ValueError(
+                    "an IP address or host name is needed (127.0.0.1 serves only this host)"
+                ) from None
         return value
 
     @field_validator("prometheus_basic_auth")
@@ -133,12 +151,16 @@ def load(**overrides: Any) -> Settings:
             f"known settings: {', '.join(Settings.model_fields)}"
         )
     try:
-        resolved = Settings(**{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"})
+        resolved = Settings(
+            **{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"}
+        )
     except ValidationError as exc:
         raise ConfigError(_describe(exc, overrides)) from None
     if resolved.dynamo_profiler and resolved.mode != "profile":
-        raise ConfigError("recompprof setting 'dynamo_profiler' (RECOMPPROF_DYNAMO_PROFILER) needs mode='profile': "
-                          "the Dynamo profiler adds a timer to every traced call, so monitor mode never turns it on")
+        raise ConfigError(
+            "recompprof setting 'dynamo_profiler' (RECOMPPROF_DYNAMO_PROFILER) needs mode='profile': "
+            "the Dynamo profiler adds a timer to every traced call, so monitor mode never turns it on"
+        )
     return resolved
 
 
@@ -152,7 +174,9 @@ def _describe(exc: ValidationError, overrides: dict[str, Any]) -> str:
     lines = []
     for err in exc.errors():
         name = str(err["loc"][0]) if err["loc"] else "?"
-        source = "argument" if name in overrides else f"environment variable {ENV_PREFIX}{name.upper()}"
+        source = (
+            "argument" if name in overrides else f"environment variable {ENV_PREFIX}{name.upper()}"
+        )
         allowed = _allowed(name)
         value = "<not shown>" if name in _SECRET else repr(err.get("input"))
         lines.append(
@@ -172,6 +196,11 @@ def _allowed(name: str) -> str:
             inner = text.split("Literal[", 1)[1].split("]", 1)[0]
             return inner.replace("'", "")
     symbols = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-    bounds = [f"{sym} {getattr(m, key)}" for m in field.metadata for key, sym in symbols.items() if hasattr(m, key)]
+    bounds = [
+        f"{sym} {getattr(m, key)}"
+        for m in field.metadata
+        for key, sym in symbols.items()
+        if hasattr(m, key)
+    ]
     name = getattr(field.annotation, "__name__", text)
     return f"{name} {', '.join(bounds)}".strip()

@@ -37,10 +37,17 @@ _CLEAR = "\r\x1b[K"  # carriage return, erase to the end of the line
 class CompileTicker:
     """The thread that tells people which compile is running and for how long."""
 
-    def __init__(self, status: Callable[[], Status], settings: Settings, stream: TextIO | None = None,
-                 still_running: Callable[[Running], None] | None = None) -> None:
+    def __init__(
+        self,
+        status: Callable[[], Status],
+        settings: Settings,
+        stream: TextIO | None = None,
+        still_running: Callable[[Running], None] | None = None,
+    ) -> None:
         self._status = status
-        self._still_running = still_running  # records a long compile as still running (the event log's heartbeat)
+        self._still_running = (
+            still_running  # records a long compile as still running (the event log's heartbeat)
+        )
         self._after, self._every = settings.compile_status_after, settings.compile_status_every
         self._stream = stream if stream is not None else sys.stderr
         self._line = settings.status_line and _is_terminal(self._stream)
@@ -49,12 +56,16 @@ class CompileTicker:
         self._thread: threading.Thread | None = None
         self._drawn = False
         self._lock = threading.Lock()  # the thread draws, the compile path clears (compile_ended)
-        self._compile: tuple[str, float] | None = None  # (compile id, start) of the compile being watched
+        self._compile: tuple[str, float] | None = (
+            None  # (compile id, start) of the compile being watched
+        )
         self._next_log = 0.0
         self._next_beat = HEARTBEAT_SECONDS
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="recompprof-compile-status", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="recompprof-compile-status", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:

@@ -36,8 +36,10 @@ def _model(torch: Any) -> Any:
             super().__init__()
             self.embed = nn.Embedding(VOCAB, d)
             self.pos = nn.Parameter(torch.zeros(1, max(SEQ_LENGTHS), d))
-            self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
-                                        for _ in range(2))
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(d, 4, 2 * d, dropout=0.0, batch_first=True)
+                for _ in range(2)
+            )
             self.head = nn.Linear(d, VOCAB)
             self.drop_path = False
 
@@ -74,9 +76,14 @@ def _free_port(port: int) -> int:
 
 
 def _exporters() -> tuple[list[str], str]:
-    if importlib.util.find_spec("recompprof_prometheus") and importlib.util.find_spec("prometheus_client"):
+    if importlib.util.find_spec("recompprof_prometheus") and importlib.util.find_spec(
+        "prometheus_client"
+    ):
         return ["prometheus"], ""
-    return [], "metrics not served: the Prometheus exporter is not installed (pip install 'recompprof[prometheus]')"
+    return (
+        [],
+        "metrics not served: the Prometheus exporter is not installed (pip install 'recompprof[prometheus]')",
+    )
 
 
 def _compiling_column(session: Any) -> Any:
@@ -89,7 +96,10 @@ def _compiling_column(session: Any) -> Any:
     class Compiling(ProgressColumn):
         def render(self, task: Any) -> Text:
             status = session.status()
-            return Text(describe(status.rank, status.compiling) if status.compiling is not None else "", style="yellow")
+            return Text(
+                describe(status.rank, status.compiling) if status.compiling is not None else "",
+                style="yellow",
+            )
 
     return Compiling()
 
@@ -107,16 +117,25 @@ def main(args: argparse.Namespace) -> int:
         try:
             args.port = int(os.environ.get("RECOMPPROF_PROMETHEUS_PORT") or 9464)
         except ValueError as exc:
-            raise ConfigError("recompprof setting 'prometheus_port' (RECOMPPROF_PROMETHEUS_PORT) must be a port "
-                              f"number, got {os.environ['RECOMPPROF_PROMETHEUS_PORT']!r}") from exc
+            raise ConfigError(
+                "recompprof setting 'prometheus_port' (RECOMPPROF_PROMETHEUS_PORT) must be a port "
+                f"number, got {os.environ['RECOMPPROF_PROMETHEUS_PORT']!r}"
+            ) from exc
     if exporters:
         try:
             port = _free_port(args.port)
         except OSError as exc:
-            raise ConfigError(f"demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)") from exc
-    run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR")
-                   or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
-    os.environ.setdefault("RECOMPPROF_RUN_ID", run_dir.name)  # the report names the run as its directory
+            raise ConfigError(
+                f"demo: port {args.port} is not free ({exc.strerror}); pass --port N (or --port 0)"
+            ) from exc
+    run_dir = Path(
+        args.run_dir
+        or os.environ.get("RECOMPPROF_RUN_DIR")
+        or Path("recompprof-runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    ).resolve()
+    os.environ.setdefault(
+        "RECOMPPROF_RUN_ID", run_dir.name
+    )  # the report names the run as its directory
 
     import torch
 
@@ -129,21 +148,43 @@ def main(args: argparse.Namespace) -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     warmup = max(2, args.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / warmup)
+            * 0.5
+            * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+        ),
+    )
     eval_every = max(5, args.steps // 3)
     flag_step = (2 * args.steps) // 3
-    settings: dict[str, Any] = {"mode": "profile" if args.profile else "monitor", "run_dir": run_dir,
-                                "exporters": exporters, "warmup_steps": warmup}
+    settings: dict[str, Any] = {
+        "mode": "profile" if args.profile else "monitor",
+        "run_dir": run_dir,
+        "exporters": exporters,
+        "warmup_steps": warmup,
+    }
     if port is not None:
         settings["prometheus_port"] = port
     mode = settings["mode"]
-    console.print(f"[bold]recompprof demo[/bold]: {args.steps} steps of a tiny transformer LM (AdamW, torch.compile "
-                  f"backend={args.backend!r}) in {mode} mode")
-    console.print(f"  metrics: http://127.0.0.1:{port}/metrics (live while training)" if port else f"  {why_not}")
+    console.print(
+        f"[bold]recompprof demo[/bold]: {args.steps} steps of a tiny transformer LM (AdamW, torch.compile "
+        f"backend={args.backend!r}) in {mode} mode"
+    )
+    console.print(
+        f"  metrics: http://127.0.0.1:{port}/metrics (live while training)"
+        if port
+        else f"  {why_not}"
+    )
     console.print(f"  event log: {run_dir}")
     with recompprof.attach(**settings) as session:
-        columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"), _compiling_column(session))
+        columns = (
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            _compiling_column(session),
+        )
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task("training", total=args.steps, status="")
             for step in range(args.steps):
@@ -153,7 +194,12 @@ def main(args: argparse.Namespace) -> int:
                 tokens, targets = _batch(torch, generator, 16, length)
                 aux_weight = 1e-4 * schedule.get_last_lr()[0] / 3e-3
                 logits, aux = compiled(tokens, aux_weight)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1)) + aux
+                loss = (
+                    torch.nn.functional.cross_entropy(
+                        logits.reshape(-1, VOCAB), targets.reshape(-1)
+                    )
+                    + aux
+                )
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -163,37 +209,69 @@ def main(args: argparse.Namespace) -> int:
                     with torch.no_grad():
                         tokens, targets = _batch(torch, generator, 16, SEQ_LENGTHS[0])
                         val_logits, _ = compiled(tokens, 0.0)
-                        val = torch.nn.functional.cross_entropy(val_logits.reshape(-1, VOCAB), targets.reshape(-1))
+                        val = torch.nn.functional.cross_entropy(
+                            val_logits.reshape(-1, VOCAB), targets.reshape(-1)
+                        )
                     model.train()
                     progress.console.print(f"  step {step + 1}: validation loss {val.item():.3f}")
                 snap = session.snapshot()
-                progress.update(task, advance=1, status=f"loss {loss.item():.3f} | compiles {snap.compiles_total} "
-                                                        f"| recompiles {snap.recompiles_total}")
+                progress.update(
+                    task,
+                    advance=1,
+                    status=f"loss {loss.item():.3f} | compiles {snap.compiles_total} "
+                    f"| recompiles {snap.recompiles_total}",
+                )
         if args.hold > 0 and port:
-            console.print(f"training done; serving metrics on http://127.0.0.1:{port}/metrics for {args.hold:g} s")
+            console.print(
+                f"training done; serving metrics on http://127.0.0.1:{port}/metrics for {args.hold:g} s"
+            )
             time.sleep(args.hold)
     console.print(recompprof.report().__str__(), markup=False, highlight=False, soft_wrap=True)
     seconds = time.perf_counter() - began
     console.print(f"demo finished in {seconds:.1f} s. Where to look next:")
     if port:
-        console.print(f"  metrics (while a job runs): http://127.0.0.1:{port}/metrics  (this demo's server has stopped; "
-                      "--hold SECONDS keeps it up)")
+        console.print(
+            f"  metrics (while a job runs): http://127.0.0.1:{port}/metrics  (this demo's server has stopped; "
+            "--hold SECONDS keeps it up)"
+        )
     console.print(f"  run directory:  {run_dir}")
     console.print(f"  terminal report: recompprof report {run_dir}")
     console.print(f"  HTML report:     recompprof report {run_dir} --html recompprof-report.html")
-    console.print(f"  CI gate:         recompprof check {run_dir} --max-recompiles 0 --after-step {warmup}")
+    console.print(
+        f"  CI gate:         recompprof check {run_dir} --max-recompiles 0 --after-step {warmup}"
+    )
     return 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
-    parser.add_argument("--port", type=int, default=None,
-                        help="Prometheus metrics port on 127.0.0.1 (0: any free port; default: "
-                             "RECOMPPROF_PROMETHEUS_PORT, else 9464)")
-    parser.add_argument("--run-dir", type=Path, default=None, help="where the event log goes (default: RECOMPPROF_RUN_DIR, else recompprof-runs/demo-<time>)")
-    parser.add_argument("--profile", action="store_true", help="run in profile mode (observation-only backend)")
-    parser.add_argument("--backend", default="eager", help="torch.compile backend (default eager; inductor is slow on CPU)")
-    parser.add_argument("--hold", type=float, default=0.0, help="keep serving metrics this many seconds after training")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="Prometheus metrics port on 127.0.0.1 (0: any free port; default: "
+        "RECOMPPROF_PROMETHEUS_PORT, else 9464)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="where the event log goes (default: RECOMPPROF_RUN_DIR, else recompprof-runs/demo-<time>)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="run in profile mode (observation-only backend)"
+    )
+    parser.add_argument(
+        "--backend",
+        default="eager",
+        help="torch.compile backend (default eager; inductor is slow on CPU)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        help="keep serving metrics this many seconds after training",
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover - `recompprof demo` is the entry point

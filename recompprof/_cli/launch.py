@@ -29,27 +29,44 @@ _NOT_OPTIONS = {"run_dir"}
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
     """One option per ``attach()`` setting, named after it (``--recompile-limit`` -> ``recompile_limit``)."""
-    group = parser.add_argument_group("settings (same as attach(); each sets its RECOMPPROF_* variable)")
+    group = parser.add_argument_group(
+        "settings (same as attach(); each sets its RECOMPPROF_* variable)"
+    )
     for name, field in settings_module.Settings.model_fields.items():
         if name in _NOT_OPTIONS:
             continue
         flag = "--" + name.replace("_", "-")
         env = settings_module.ENV_PREFIX + name.upper()
         if field.annotation is bool:
-            group.add_argument(flag, dest=f"setting_{name}", action=argparse.BooleanOptionalAction, default=None,
-                               help=f"{env} (default {field.default})")
+            group.add_argument(
+                flag,
+                dest=f"setting_{name}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{env} (default {field.default})",
+            )
         else:
             shown = field.default if field.default not in (None, []) else "unset"
-            group.add_argument(flag, dest=f"setting_{name}", metavar="VALUE", default=None,
-                               help=f"{env} (default {shown})")
+            group.add_argument(
+                flag,
+                dest=f"setting_{name}",
+                metavar="VALUE",
+                default=None,
+                help=f"{env} (default {shown})",
+            )
 
 
 def chosen_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {key.removeprefix("setting_"): value for key, value in vars(args).items()
-            if key.startswith("setting_") and value is not None}
+    return {
+        key.removeprefix("setting_"): value
+        for key, value in vars(args).items()
+        if key.startswith("setting_") and value is not None
+    }
 
 
-def child_environment(base: Mapping[str, str], overrides: Mapping[str, Any], run_dir: Path, run_id: str) -> dict[str, str]:
+def child_environment(
+    base: Mapping[str, str], overrides: Mapping[str, Any], run_dir: Path, run_id: str
+) -> dict[str, str]:
     """The child's environment: ours plus the settings, the attach switch and the bootstrap path."""
     env = dict(base)
     for name, value in overrides.items():
@@ -57,7 +74,9 @@ def child_environment(base: Mapping[str, str], overrides: Mapping[str, Any], run
     env["RECOMPPROF_RUN_DIR"] = str(run_dir)
     env.setdefault("RECOMPPROF_RUN_ID", run_id)
     env["RECOMPPROF_ATTACH"] = "1"
-    env.setdefault("RECOMPPROF_STATUS_LINE", "1")  # drawn only where the child's stderr is a terminal
+    env.setdefault(
+        "RECOMPPROF_STATUS_LINE", "1"
+    )  # drawn only where the child's stderr is a terminal
     paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
@@ -76,10 +95,14 @@ def main(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise CommandError("no command given; usage: recompprof run [options] -- python train.py ...")
+        raise CommandError(
+            "no command given; usage: recompprof run [options] -- python train.py ..."
+        )
     overrides = chosen_settings(args)
     run_id = os.environ.get("RECOMPPROF_RUN_ID") or new_run_id()
-    run_dir = Path(args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR") or Path("recompprof-runs") / run_id).resolve()
+    run_dir = Path(
+        args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR") or Path("recompprof-runs") / run_id
+    ).resolve()
     env = child_environment(os.environ, overrides, run_dir, run_id)
     validate(run_dir, overrides)
     code = _run_child(command, env)
@@ -137,6 +160,9 @@ def _summarise(run_dir: Path) -> None:
     for line in run.problems + run.warnings:
         print(f"recompprof: warning: {line}", file=sys.stderr)
     print(render_summary(report), end="", file=sys.stderr)
-    print(f"event logs: {run_dir}\n"
-          f"  full report: recompprof report {run_dir}   (--html report.html for the HTML one)\n"
-          f"  CI gate:     recompprof check {run_dir} --max-recompiles 0 --after-step N", file=sys.stderr)
+    print(
+        f"event logs: {run_dir}\n"
+        f"  full report: recompprof report {run_dir}   (--html report.html for the HTML one)\n"
+        f"  CI gate:     recompprof check {run_dir} --max-recompiles 0 --after-step N",
+        file=sys.stderr,
+    )

@@ -28,18 +28,39 @@ from recompprof._eventlog.format import LOG_GLOB
 # imported when watch runs.
 
 PIPED_REPEAT = 60.0  # seconds: piped, the view is printed again this often while a compile runs
-MIN_INTERVAL, MAX_INTERVAL = 0.1, 86_400.0  # seconds between refreshes: no busy loop, and time.sleep can take it
+MIN_INTERVAL, MAX_INTERVAL = (
+    0.1,
+    86_400.0,
+)  # seconds between refreshes: no busy loop, and time.sleep can take it
 PIPED_WIDTH = 10_000  # piped: no line is wrapped or cut (a log is read with grep), unless --width says otherwise
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory the job writes (RECOMPPROF_RUN_DIR)")
-    parser.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        help="the run directory the job writes (RECOMPPROF_RUN_DIR)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between refreshes (default 2)",
+    )
     parser.add_argument("--once", action="store_true", help="print the current state once and exit")
-    parser.add_argument("--follow", action="store_true",
-                        help="keep watching after every rank has ended (a restarted job writes new logs)")
-    parser.add_argument("--width", type=int, default=None,
-                        help="text width (default: the terminal's; piped, lines are not wrapped)")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep watching after every rank has ended (a restarted job writes new logs)",
+    )
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="text width (default: the terminal's; piped, lines are not wrapped)",
+    )
 
 
 class _Follower:
@@ -52,7 +73,9 @@ class _Follower:
         self.run_dir = run_dir
         self.tail = RunTail(run_dir)
         self.watch = Watch()
-        self.waiting = ""  # why there is nothing to show yet (or why the directory cannot be read now)
+        self.waiting = (
+            ""  # why there is nothing to show yet (or why the directory cannot be read now)
+        )
 
     def refresh(self) -> None:
         from recompprof._analysis.runs import RunError
@@ -63,21 +86,38 @@ class _Follower:
         except FileNotFoundError:
             self.waiting = f"waiting for {self.run_dir} to be created"
         except NotADirectoryError as exc:
-            raise RunError(f"{self.run_dir}: not a directory; watch follows the run directory a job writes") from exc
+            raise RunError(
+                f"{self.run_dir}: not a directory; watch follows the run directory a job writes"
+            ) from exc
         except OSError as exc:
             self.waiting = f"cannot read {self.run_dir} ({exc.strerror or exc}); trying again"
         else:
-            self.waiting = ("" if self.watch.ranks else f"waiting for the first events of {self.tail.logs} log(s)"
-                            if self.tail.logs else f"waiting for event logs ({LOG_GLOB}) in {self.run_dir}")
+            self.waiting = (
+                ""
+                if self.watch.ranks
+                else f"waiting for the first events of {self.tail.logs} log(s)"
+                if self.tail.logs
+                else f"waiting for event logs ({LOG_GLOB}) in {self.run_dir}"
+            )
 
     def finish(self) -> None:
         for log, event in self.tail.finish():
             self.watch.add(log, event)
 
-    def view(self, now: float, width: int, *, height: int | None = None, interval: float | None = None) -> str:
+    def view(
+        self, now: float, width: int, *, height: int | None = None, interval: float | None = None
+    ) -> str:
         from recompprof._analysis.watch_text import render
 
-        return render(self.watch, self.tail, now, width, waiting=self.waiting, height=height, interval=interval)
+        return render(
+            self.watch,
+            self.tail,
+            now,
+            width,
+            waiting=self.waiting,
+            height=height,
+            interval=interval,
+        )
 
     def signature(self, now: float) -> tuple[object, ...]:
         from recompprof._analysis.watch_text import signature
@@ -98,8 +138,10 @@ def _check_path(run_dir: Path, *, once: bool) -> None:
     except OSError as exc:
         raise RunError(f"{run_dir}: cannot be read ({exc.strerror or exc})") from exc
     if not stat.S_ISDIR(info.st_mode):
-        raise RunError(f"{run_dir}: a file, not a run directory; watch follows the directory a job writes its "
-                       "event logs into (recompprof report reads a single log)")
+        raise RunError(
+            f"{run_dir}: a file, not a run directory; watch follows the directory a job writes its "
+            "event logs into (recompprof report reads a single log)"
+        )
     if not os.access(run_dir, os.R_OK | os.X_OK):
         raise RunError(f"{run_dir}: directory is not readable")
 
@@ -107,6 +149,7 @@ def _check_path(run_dir: Path, *, once: bool) -> None:
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM leaves like Ctrl-C, through the ``finally`` that restores the terminal."""
+
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -126,9 +169,18 @@ def _live(follower: _Follower, args: argparse.Namespace) -> int:
     from recompprof._analysis.watch_text import ended_line
 
     screen = Console(highlight=False, markup=False, emoji=False)
-    reading = Text(escape(f"recompprof watch {follower.run_dir}: reading its event logs ..."))  # a large run takes seconds
-    with Live(reading, console=screen, auto_refresh=False, transient=False, redirect_stdout=False,
-              redirect_stderr=False, vertical_overflow="crop") as live:
+    reading = Text(
+        escape(f"recompprof watch {follower.run_dir}: reading its event logs ...")
+    )  # a large run takes seconds
+    with Live(
+        reading,
+        console=screen,
+        auto_refresh=False,
+        transient=False,
+        redirect_stdout=False,
+        redirect_stderr=False,
+        vertical_overflow="crop",
+    ) as live:
         while True:
             follower.refresh()
             now = time.time()
@@ -164,7 +216,9 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
         follower.refresh()
         now = time.time()
         signature = follower.signature(now)
-        if signature != last or (any_compiling(follower.watch, now) and now - printed >= PIPED_REPEAT):
+        if signature != last or (
+            any_compiling(follower.watch, now) and now - printed >= PIPED_REPEAT
+        ):
             sys.stdout.write(("\n" if last is not None else "") + follower.view(now, width))
             sys.stdout.flush()
             last, printed = signature, now
@@ -187,15 +241,22 @@ def _once(follower: _Follower, args: argparse.Namespace) -> int:
     for path, why in follower.tail.unreadable.items():
         print(escape(f"recompprof: warning: cannot read {path}: {why}"), file=sys.stderr)
     if follower.tail.stats.skipped:
-        print(escape(f"recompprof: warning: {args.run_dir}: {follower.tail.stats.describe()}"), file=sys.stderr)
+        print(
+            escape(f"recompprof: warning: {args.run_dir}: {follower.tail.stats.describe()}"),
+            file=sys.stderr,
+        )
     sys.stdout.write(follower.view(time.time(), args.width or PIPED_WIDTH))
     return 0
 
 
 def main(args: argparse.Namespace) -> int:
-    if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:  # NaN and infinities too (time.sleep(inf) overflows)
-        raise CommandError(f"--interval must be a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL:.0f} "
-                           f"(got {args.interval})")
+    if (
+        not MIN_INTERVAL <= args.interval <= MAX_INTERVAL
+    ):  # NaN and infinities too (time.sleep(inf) overflows)
+        raise CommandError(
+            f"--interval must be a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL:.0f} "
+            f"(got {args.interval})"
+        )
     if args.width is not None and args.width < 40:
         raise CommandError("--width must be at least 40")
     _check_path(args.run_dir, once=args.once)

@@ -37,9 +37,19 @@ try:
 except ImportError:  # optional at runtime: without it the offline commands use the validated reader
     msgspec = None  # type: ignore[assignment]
 
-NESTED_MODELS: tuple[type[events._Model], ...] = (events.Frame, events.Reason, events.Running)  # fields of events
+NESTED_MODELS: tuple[type[events._Model], ...] = (
+    events.Frame,
+    events.Reason,
+    events.Running,
+)  # fields of events
 EVENT_MODELS: tuple[type[events._Event], ...] = (
-    events.SessionStart, events.Compile, events.CompileStart, events.CompileRunning, events.GraphBreak, events.RecompileLimitHit, events.SignalChange,
+    events.SessionStart,
+    events.Compile,
+    events.CompileStart,
+    events.CompileRunning,
+    events.GraphBreak,
+    events.RecompileLimitHit,
+    events.SignalChange,
     events.SessionEnd,
 )
 
@@ -59,7 +69,10 @@ def _wire_type(annotation: Any, views: dict[type, type]) -> Any:
 
 
 def _constrained(annotation: Any, meta: Any) -> Any:
-    if get_origin(annotation) in (Union, types.UnionType):  # e.g. str | None: the bound belongs on the str
+    if get_origin(annotation) in (
+        Union,
+        types.UnionType,
+    ):  # e.g. str | None: the bound belongs on the str
         return Union[tuple(Annotated[a, meta] if a is str else a for a in get_args(annotation))]  # noqa: UP007
     return Annotated[annotation, meta]
 
@@ -74,9 +87,15 @@ def _meta(owner: str, metadata: list[Any]) -> Any:
             # pydantic matches with Rust's regex, where a final $ is the end of the text; in Python's
             # re it also matches before a final newline, so it becomes \Z.
             pattern = bound.pattern
-            bounds["pattern"] = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+            bounds["pattern"] = (
+                pattern[:-1] + r"\Z"
+                if pattern.endswith("$") and not pattern.endswith(r"\$")
+                else pattern
+            )
         else:  # a view that checked less than its model would keep lines the validated reader skips
-            raise TypeError(f"{owner}: recompprof._eventlog.fastread cannot carry over {bound!r}; extend it")
+            raise TypeError(
+                f"{owner}: recompprof._eventlog.fastread cannot carry over {bound!r}; extend it"
+            )
     return msgspec.Meta(**bounds) if bounds else None
 
 
@@ -84,7 +103,9 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
     """The msgspec struct with ``model``'s fields (and its ``kind`` as the tag and a class attribute)."""
     decorators = model.__pydantic_decorators__
     if decorators.validators or decorators.field_validators or decorators.model_validators:
-        raise TypeError(f"{model.__name__} has validators: recompprof._eventlog.fastread cannot carry them over; extend it")
+        raise TypeError(
+            f"{model.__name__} has validators: recompprof._eventlog.fastread cannot carry them over; extend it"
+        )
     fields: list[tuple[Any, ...]] = []
     kind = None
     for name, info in model.model_fields.items():
@@ -92,7 +113,9 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
             kind = info.default
             continue
         annotation = _wire_type(info.annotation, views)
-        if name == "schema_version":  # the reader's rule: a version it does not know is never a view
+        if (
+            name == "schema_version"
+        ):  # the reader's rule: a version it does not know is never a view
             annotation = Literal[tuple(sorted(events.SUPPORTED_SCHEMA_VERSIONS))]
         meta = _meta(f"{model.__name__}.{name}", info.metadata)
         if meta is not None:
@@ -101,16 +124,28 @@ def _view(model: type[events._Model], views: dict[type, type]) -> type:
         # the current version): the model's default is for writing.
         required = info.is_required() or name == "schema_version"
         fields.append((name, annotation) if required else (name, annotation, info.default))
-    namespace: dict[str, Any] = {"__doc__": f"A read-only view of :class:`{model.__module__}.{model.__name__}`."}
-    for attr, value in vars(model).items():  # properties (Frame.label) work on any object with the fields
+    namespace: dict[str, Any] = {
+        "__doc__": f"A read-only view of :class:`{model.__module__}.{model.__name__}`."
+    }
+    for attr, value in vars(
+        model
+    ).items():  # properties (Frame.label) work on any object with the fields
         if isinstance(value, property):
             namespace[attr] = value
     tagged: dict[str, Any] = {}
     if kind is not None:
         namespace["kind"] = kind
         tagged = {"tag_field": "kind", "tag": kind}
-    view = msgspec.defstruct(model.__name__ + "View", fields, module=__name__, namespace=namespace, kw_only=True,
-                             frozen=True, gc=False, **tagged)
+    view = msgspec.defstruct(
+        model.__name__ + "View",
+        fields,
+        module=__name__,
+        namespace=namespace,
+        kw_only=True,
+        frozen=True,
+        gc=False,
+        **tagged,
+    )
     return view
 
 
@@ -126,7 +161,9 @@ def _views() -> tuple[type, ...]:
 
 
 VIEWS = _views()
-VIEW_OF: dict[type, type] = dict(zip((*NESTED_MODELS, *EVENT_MODELS), VIEWS, strict=False))  # model -> its view
+VIEW_OF: dict[type, type] = dict(
+    zip((*NESTED_MODELS, *EVENT_MODELS), VIEWS, strict=False)
+)  # model -> its view
 
 H = TypeVar("H")
 
@@ -143,4 +180,4 @@ def by_type(handlers: Mapping[type[events._Event], H]) -> dict[type, H]:
 
 
 # Decodes one line into the view of its ``kind``; raises on anything else (msgspec.DecodeError, mostly).
-DECODER = msgspec.json.Decoder(Union[VIEWS[len(NESTED_MODELS):]]) if msgspec is not None else None  # noqa: UP007
+DECODER = msgspec.json.Decoder(Union[VIEWS[len(NESTED_MODELS) :]]) if msgspec is not None else None  # noqa: UP007

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 16 * 1024 * 1024
-OVERSIZED = b"\x00"  # stands in for a line of MAX_LINE bytes or more: not JSON, so its line is corrupt
+OVERSIZED = (
+    b"\x00"  # stands in for a line of MAX_LINE bytes or more: not JSON, so its line is corrupt
+)
 
 
 class LineSplitter:
@@ -22,7 +24,9 @@ class LineSplitter:
     __slots__ = ("_head", "_held")
 
     def __init__(self) -> None:
-        self._head: list[bytes] = []  # the start of a line that earlier blocks cut off (dropped once oversized)
+        self._head: list[
+            bytes
+        ] = []  # the start of a line that earlier blocks cut off (dropped once oversized)
         self._held = 0  # its length
 
     def feed(self, chunk: bytes) -> list[bytes]:

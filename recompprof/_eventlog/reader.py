@@ -56,12 +56,16 @@ class ReadStats:
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
     def describe(self) -> str:
-        parts = [f"{n} {what}" for n, what in (
-            (self.torn_tail, "torn last line(s)"),
-            (self.corrupt, "corrupt line(s)"),
-            (self.unknown_schema, "line(s) with an unknown schema_version"),
-            (self.unknown_kind, "line(s) of an unknown kind"),
-        ) if n]
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.torn_tail, "torn last line(s)"),
+                (self.corrupt, "corrupt line(s)"),
+                (self.unknown_schema, "line(s) with an unknown schema_version"),
+                (self.unknown_kind, "line(s) of an unknown kind"),
+            )
+            if n
+        ]
         return "skipped " + ", ".join(parts) if parts else ""
 
 
@@ -78,8 +82,13 @@ class UnreadableLog(EventLogError):
         self.why = why
 
 
-_NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_NOT_REGULAR = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def open_log(path: Path) -> int:
@@ -96,11 +105,15 @@ def open_log(path: Path) -> int:
             kind = _NOT_REGULAR.get(stat.S_IFMT(path.stat().st_mode))
         except OSError:
             kind = None
-        raise UnreadableLog(path, f"{kind}, not a regular file" if kind else str(exc.strerror or exc)) from None
+        raise UnreadableLog(
+            path, f"{kind}, not a regular file" if kind else str(exc.strerror or exc)
+        ) from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise UnreadableLog(path, f"{_NOT_REGULAR.get(stat.S_IFMT(mode), 'a special file')}, not a regular file")
+        raise UnreadableLog(
+            path, f"{_NOT_REGULAR.get(stat.S_IFMT(mode), 'a special file')}, not a regular file"
+        )
     return fd
 
 
@@ -137,7 +150,9 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
                     raw.decode()  # msgspec does not check the UTF-8 of what it skips (unknown fields)
                 event = decode(raw)  # a view only of a supported schema_version (fastread)
             except Exception:  # noqa: BLE001 - whatever msgspec refuses, however it says so, gets the verdict below
-                yield from parse_line(raw, stats, interner, torn=torn)  # the validated reader's verdict, and its count
+                yield from parse_line(
+                    raw, stats, interner, torn=torn
+                )  # the validated reader's verdict, and its count
                 continue
             yield event
 
@@ -187,9 +202,14 @@ class Interner:
     def _frame(self, raw: dict[str, Any]) -> Frame | dict[str, Any]:
         name, file, line = raw.get("name"), raw.get("file"), raw.get("line")
         code_file, code_line, owner = raw.get("code_file"), raw.get("code_line"), raw.get("owner")
-        if (type(name) is not str or type(file) is not str or type(line) is not int
-                or (code_file is not None and type(code_file) is not str)
-                or (code_line is not None and type(code_line) is not int) or (owner is not None and type(owner) is not str)):
+        if (
+            type(name) is not str
+            or type(file) is not str
+            or type(line) is not int
+            or (code_file is not None and type(code_file) is not str)
+            or (code_line is not None and type(code_line) is not int)
+            or (owner is not None and type(owner) is not str)
+        ):
             return raw
         key = (name, file, line, code_file, code_line, owner)
         found = self._frames.get(key)
@@ -198,9 +218,16 @@ class Interner:
         return raw if found is None else found
 
     def _reason(self, raw: dict[str, Any]) -> Reason | dict[str, Any]:
-        text, category, subject, explains, entry = (raw.get(k) for k in ("text", "category", "subject", "explains_change", "entry"))
-        if (type(text) is not str or type(category) is not str or type(subject) is not str or type(explains) is not bool
-                or (entry is not None and type(entry) is not str)):
+        text, category, subject, explains, entry = (
+            raw.get(k) for k in ("text", "category", "subject", "explains_change", "entry")
+        )
+        if (
+            type(text) is not str
+            or type(category) is not str
+            or type(subject) is not str
+            or type(explains) is not bool
+            or (entry is not None and type(entry) is not str)
+        ):
             return raw
         key = (text, category, subject, explains, entry, "entry" in raw)
         found = self._reasons.get(key)
@@ -208,7 +235,9 @@ class Interner:
             found = self._remember(self._reasons, key, Reason, raw)
         return raw if found is None else found
 
-    def _remember(self, cache: dict[Any, Any], key: object, model: type[Frame | Reason], raw: dict[str, Any]) -> Any:
+    def _remember(
+        self, cache: dict[Any, Any], key: object, model: type[Frame | Reason], raw: dict[str, Any]
+    ) -> Any:
         try:
             value = model.model_validate(raw)
         except ValidationError:
@@ -222,7 +251,9 @@ class Interner:
 def _loads(raw: bytes) -> Any:
     try:
         return from_json(raw)  # several times faster than json.loads on these lines
-    except ValueError:  # what it refuses (lone surrogates, a BOM, bad JSON) gets the standard parser's verdict
+    except (
+        ValueError
+    ):  # what it refuses (lone surrogates, a BOM, bad JSON) gets the standard parser's verdict
         return json.loads(raw)
 
 
@@ -262,7 +293,9 @@ def parse_line(raw: bytes, stats: ReadStats, interner: Interner, *, torn: bool) 
         stats.corrupt += 1
 
 
-_FloatFields = tuple[tuple[str, Any], ...]  # (name, False: a float, True: a mapping to floats, or a nested model's)
+_FloatFields = tuple[
+    tuple[str, Any], ...
+]  # (name, False: a float, True: a mapping to floats, or a nested model's)
 
 
 def _float_fields(model: type[BaseModel]) -> _FloatFields:
@@ -275,22 +308,30 @@ def _float_fields(model: type[BaseModel]) -> _FloatFields:
     fields: list[tuple[str, Any]] = []
     for name, info in model.model_fields.items():
         annotation, args = info.annotation, get_args(info.annotation)
-        if annotation is float or (get_origin(annotation) in (Union, types.UnionType) and float in args
-                                   and not any(_holds_float(a) for a in args if a is not float)):
+        if annotation is float or (
+            get_origin(annotation) in (Union, types.UnionType)
+            and float in args
+            and not any(_holds_float(a) for a in args if a is not float)
+        ):
             fields.append((name, False))
         elif get_origin(annotation) is dict and args[1] is float and not _holds_float(args[0]):
             fields.append((name, True))
         elif (nested := _nested_model(annotation)) is not None and _holds_float(nested):
             fields.append((name, _float_fields(nested)))
         elif _holds_float(annotation):
-            raise TypeError(f"{model.__name__}.{name}: the reader cannot check this field's floats are finite; extend it")
+            raise TypeError(
+                f"{model.__name__}.{name}: the reader cannot check this field's floats are finite; extend it"
+            )
     return tuple(fields)
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
     """The model of a nested-model field, optional or not (``Running | None``)."""
-    args = [a for a in get_args(annotation) if a is not type(None)] \
-        if get_origin(annotation) in (Union, types.UnionType) else [annotation]
+    args = (
+        [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, types.UnionType)
+        else [annotation]
+    )
     if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel):
         return args[0]
     return None
@@ -304,7 +345,10 @@ def _holds_float(annotation: Any) -> bool:
     return any(_holds_float(arg) for arg in get_args(annotation))
 
 
-_FLOAT_FIELDS = {model.model_fields["kind"].default: _float_fields(model) for model in get_args(get_args(Event)[0])}
+_FLOAT_FIELDS = {
+    model.model_fields["kind"].default: _float_fields(model)
+    for model in get_args(get_args(Event)[0])
+}
 
 
 def _finite(event: Event) -> bool:
@@ -327,8 +371,15 @@ def _all_finite(value: Any, fields: _FloatFields) -> bool:
     return True
 
 
-def find_files(path: Path | str, pattern: str, what: str, error: type[Exception], *, recursive: bool = True,
-               irregular: bool = False) -> list[Path]:
+def find_files(
+    path: Path | str,
+    pattern: str,
+    what: str,
+    error: type[Exception],
+    *,
+    recursive: bool = True,
+    irregular: bool = False,
+) -> list[Path]:
     """The files matching ``pattern`` under ``path`` (or ``path`` itself); raises ``error`` if there are none.
 
     ``irregular``: also whatever else matches (a FIFO, a dangling symlink, a directory), for the

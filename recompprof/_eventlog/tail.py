@@ -28,7 +28,9 @@ class _Followed:
 
     offset: int = 0
     identity: tuple[int, int] | None = None  # (device, inode)
-    lines: LineSplitter = dataclasses.field(default_factory=LineSplitter)  # holds a line still waiting for its newline
+    lines: LineSplitter = dataclasses.field(
+        default_factory=LineSplitter
+    )  # holds a line still waiting for its newline
     interner: Interner = dataclasses.field(default_factory=Interner)
 
 
@@ -52,7 +54,11 @@ class RunTail:
         Raises ``OSError`` when the directory itself cannot be listed (it may not exist yet).
         """
         with os.scandir(self.run_dir) as entries:
-            paths = sorted(self.run_dir / entry.name for entry in entries if fnmatch.fnmatchcase(entry.name, LOG_GLOB))
+            paths = sorted(
+                self.run_dir / entry.name
+                for entry in entries
+                if fnmatch.fnmatchcase(entry.name, LOG_GLOB)
+            )
         for path in paths:
             followed = self._logs.get(path)
             if followed is None:
@@ -73,14 +79,19 @@ class RunTail:
             last = followed.lines.end()
             if last is not None:
                 self.stats.lines += 1
-                yield from ((path, event) for event in parse_line(last[0], self.stats, followed.interner, torn=last[1]))
+                yield from (
+                    (path, event)
+                    for event in parse_line(last[0], self.stats, followed.interner, torn=last[1])
+                )
 
     def _read(self, path: Path, followed: _Followed) -> Iterator[Event]:
         fd = open_log(path)
         with open(fd, "rb") as handle:
             info = os.fstat(fd)
             identity = (info.st_dev, info.st_ino)
-            if identity != followed.identity or info.st_size < followed.offset:  # a new file at this path
+            if (
+                identity != followed.identity or info.st_size < followed.offset
+            ):  # a new file at this path
                 followed.offset, followed.identity = 0, identity
                 followed.lines.reset()
             handle.seek(followed.offset)

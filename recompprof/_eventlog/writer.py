@@ -54,7 +54,9 @@ class EventLogWriter:
         line = (to_json(event) + "\n").encode()
         written = 0
         try:
-            while written < len(line):  # a short write (the disk filled mid-line) is followed by the error
+            while written < len(
+                line
+            ):  # a short write (the disk filled mid-line) is followed by the error
                 written += os.write(self._fd, line[written:])
         except OSError:
             self.dropped += 1
@@ -87,7 +89,6 @@ class EventLogWriter:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
-
 
 
 def write_events(path: Path, events: Iterable[Event]) -> None:

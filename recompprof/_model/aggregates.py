@@ -12,7 +12,14 @@ import time
 from collections import Counter
 
 from recompprof._model.causes import CauseTracker
-from recompprof._model.counting import COSTS, COUNTED, RECOMPILE, FrameCounts, fold_compile, fold_limit_hit
+from recompprof._model.counting import (
+    COSTS,
+    COUNTED,
+    RECOMPILE,
+    FrameCounts,
+    fold_compile,
+    fold_limit_hit,
+)
 from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
 from recompprof._model.events import (
     CACHE_RESULTS,
@@ -28,7 +35,23 @@ from recompprof._model.events import (
 )
 
 DURATION_BUCKETS: tuple[float, ...] = (
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
+    3600.0,
 )
 OTHER_FRAME = "other"
 # Exception class names torch raises out of a compile; anything else is reported as "other".
@@ -59,8 +82,12 @@ class FrameTotals(FrameCounts):
     recompile_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def copy(self) -> FrameTotals:
-        return dataclasses.replace(self, guard_failures=Counter(self.guard_failures), limit_hits=Counter(self.limit_hits),
-                                   recompile_seconds=dict(self.recompile_seconds))
+        return dataclasses.replace(
+            self,
+            guard_failures=Counter(self.guard_failures),
+            limit_hits=Counter(self.limit_hits),
+            recompile_seconds=dict(self.recompile_seconds),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +104,9 @@ class Snapshot:
     frames: dict[str, FrameTotals]
     compile_failures: dict[str, int]
     graph_breaks: int
-    duration_bucket_counts: tuple[int, ...]  # non-cumulative, one per DURATION_BUCKETS bound plus +Inf
+    duration_bucket_counts: tuple[
+        int, ...
+    ]  # non-cumulative, one per DURATION_BUCKETS bound plus +Inf
     duration_sum: float
     duration_count: int
     duration_exemplars: dict[int, Exemplar]  # bucket index -> latest exemplar
@@ -89,7 +118,9 @@ class Snapshot:
     internal_errors: dict[str, int]
     compiles_total: int
     recompiles_total: int
-    cache_lookups: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (cache, result)
+    cache_lookups: dict[tuple[str, str], int] = dataclasses.field(
+        default_factory=dict
+    )  # (cache, result)
     cache_seconds_saved: float = 0.0
     cudagraph_skips: dict[str, int] = dataclasses.field(default_factory=dict)  # reason -> compiles
     # The compile running now: its bounded frame label and its start (Unix seconds); None between compiles.
@@ -131,7 +162,9 @@ class Aggregates:
         self.compiles_total = 0
         self.recompiles_total = 0
         self.causes = CauseTracker()
-        self.cache_lookups: Counter[tuple[str, str]] = Counter({(c, r): 0 for c in CACHES for r in CACHE_RESULTS})
+        self.cache_lookups: Counter[tuple[str, str]] = Counter(
+            {(c, r): 0 for c in CACHES for r in CACHE_RESULTS}
+        )
         self.cache_seconds_saved = 0.0
         self.cudagraph_skips: Counter[str] = Counter(dict.fromkeys(CUDAGRAPH_SKIPS, 0))
 
@@ -173,7 +206,9 @@ class Aggregates:
             self.compiles_total += 1
             self.recompiles_total += bool(counted & RECOMPILE)
         if event.cache_entries is not None and not event.backward:
-            totals.cache_entries = event.cache_entries + (1 if event.outcome == "ok" and event.installed_code else 0)
+            totals.cache_entries = event.cache_entries + (
+                1 if event.outcome == "ok" and event.installed_code else 0
+            )
         if event.outcome == "failed":
             fail = event.fail_type if event.fail_type in ERROR_TYPES else "other"
             self.compile_failures[fail] += 1
@@ -193,7 +228,9 @@ class Aggregates:
                 self.cache_lookups[(cache, result)] += count
         self.cache_seconds_saved += event.cache_seconds_saved or 0.0
         if event.cudagraph_skip is not None:
-            self.cudagraph_skips[event.cudagraph_skip if event.cudagraph_skip in CUDAGRAPH_SKIPS else "other"] += 1
+            self.cudagraph_skips[
+                event.cudagraph_skip if event.cudagraph_skip in CUDAGRAPH_SKIPS else "other"
+            ] += 1
         self.last_compile_time = event.time
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
@@ -220,7 +257,9 @@ class Aggregates:
 
     def add_exemplar(self, seconds: float, trace_id: str, at: float | None = None) -> None:
         """Remember ``trace_id`` as the exemplar of the bucket ``seconds`` fell in."""
-        self._exemplars[self.bucket_index(seconds)] = Exemplar(trace_id, seconds, time.time() if at is None else at)
+        self._exemplars[self.bucket_index(seconds)] = Exemplar(
+            trace_id, seconds, time.time() if at is None else at
+        )
 
     # -- reads ----------------------------------------------------------------------------
     def snapshot(self, *, step: int = 0, internal_errors: dict[str, int] | None = None) -> Snapshot:
@@ -247,4 +286,13 @@ class Aggregates:
         )
 
 
-__all__ = ["CATEGORIES", "DURATION_BUCKETS", "ERROR_TYPES", "OTHER_FRAME", "Aggregates", "Exemplar", "FrameTotals", "Snapshot"]
+__all__ = [
+    "CATEGORIES",
+    "DURATION_BUCKETS",
+    "ERROR_TYPES",
+    "OTHER_FRAME",
+    "Aggregates",
+    "Exemplar",
+    "FrameTotals",
+    "Snapshot",
+]

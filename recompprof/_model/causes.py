@@ -37,7 +37,9 @@ _cause = functools.partial(tuple.__new__, Cause)
 def explaining_reason(reasons: Sequence[Reason]) -> Reason | None:
     """The reason that explains a recompile; events written without one marked (by hand, old tools)
     fall back to the first, and None when there are none."""
-    for reason in reasons:  # a loop, not next(generator): the offline commands call this a million times
+    for (
+        reason
+    ) in reasons:  # a loop, not next(generator): the offline commands call this a million times
         if reason.explains_change:
             return reason
     return reasons[0] if reasons else None
@@ -83,7 +85,9 @@ class CauseTracker:
         if remembered.pop(key, _ABSENT) is _ABSENT and len(remembered) >= self._max:
             # Forget the oldest quarter at once: deleting a dict's first key one compile at a time leaves
             # holes that finding the next first key walks past (microseconds a compile, once full).
-            self._of_compile = remembered = dict(itertools.islice(remembered.items(), max(1, self._max // 4), None))
+            self._of_compile = remembered = dict(
+                itertools.islice(remembered.items(), max(1, self._max // 4), None)
+            )
         remembered[key] = cause
         return cause
 

@@ -17,7 +17,10 @@ from typing import Any
 _ATTEMPT = r"(?:_(?P<attempt>[0-9]+))?"
 _PATTERNS = (  # torch's COMPILE_ID_PATTERN and CA_COMPILE_ID_PATTERN, with TraceId's attempt
     re.compile(r"(?P<frame_id>[0-9]+)/(?P<frame_compile_id>[0-9]+)" + _ATTEMPT),
-    re.compile(r"!(?P<compiled_autograd_id>[0-9]+)(?:/(?P<frame_id>[0-9]+)/(?P<frame_compile_id>[0-9]+))?" + _ATTEMPT),
+    re.compile(
+        r"!(?P<compiled_autograd_id>[0-9]+)(?:/(?P<frame_id>[0-9]+)/(?P<frame_compile_id>[0-9]+))?"
+        + _ATTEMPT
+    ),
 )
 
 
@@ -37,9 +40,17 @@ class CompileId:
             return None
         for pattern in _PATTERNS:
             if match := pattern.fullmatch(text):
-                found = {name: int(value) for name, value in match.groupdict().items() if value is not None}
-                return cls(frame_id=found.get("frame_id"), frame_compile_id=found.get("frame_compile_id"),
-                           attempt=found.get("attempt", 0), compiled_autograd_id=found.get("compiled_autograd_id"))
+                found = {
+                    name: int(value)
+                    for name, value in match.groupdict().items()
+                    if value is not None
+                }
+                return cls(
+                    frame_id=found.get("frame_id"),
+                    frame_compile_id=found.get("frame_compile_id"),
+                    attempt=found.get("attempt", 0),
+                    compiled_autograd_id=found.get("compiled_autograd_id"),
+                )
         return None
 
     @classmethod
@@ -50,7 +61,11 @@ class CompileId:
         if not isinstance(frame_id, int) or not isinstance(frame_compile_id, int):
             return None
         autograd = metadata.get("compiled_autograd_id")
-        return cls(frame_id, frame_compile_id, compiled_autograd_id=autograd if isinstance(autograd, int) else None)
+        return cls(
+            frame_id,
+            frame_compile_id,
+            compiled_autograd_id=autograd if isinstance(autograd, int) else None,
+        )
 
     @property
     def is_later(self) -> bool:

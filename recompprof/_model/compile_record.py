@@ -21,7 +21,10 @@ _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
 _REACHED = re.compile(r"^((?:accumulated_)?(?:cache_size|recompile)_limit) reached")
 _CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
-_LIMIT_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
+_LIMIT_ALIASES = {
+    "cache_size_limit": "recompile_limit",
+    "accumulated_cache_size_limit": "accumulated_recompile_limit",
+}
 NO_REASON = "Unable to find recompilation reasons"
 
 
@@ -40,7 +43,9 @@ class CompileRecord:
     recompile_reason: str | None = None
     start_time: float | None = None  # seconds since the epoch
     duration: float = 0.0
-    phases: dict[Phase, float] = dataclasses.field(default_factory=dict)  # exclusive, summing to duration
+    phases: dict[Phase, float] = dataclasses.field(
+        default_factory=dict
+    )  # exclusive, summing to duration
     guard_count: int | None = None
     graph_op_count: int | None = None
     has_guarded_code: bool | None = None
@@ -48,8 +53,12 @@ class CompileRecord:
     cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
     cudagraph_skip: CudagraphSkip | None = None
-    runtime_work: tuple[str, float] | None = None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
-    dynamo_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # the compile's Dynamo settings
+    runtime_work: tuple[str, float] | None = (
+        None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
+    )
+    dynamo_config: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # the compile's Dynamo settings
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
@@ -57,7 +66,9 @@ class CompileRecord:
 _RAISING_LIMIT_HITS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
 
 
-def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> tuple[str, int | None] | None:
+def limit_hit(
+    m: CompileRecord, limits: dict[str, int | None] | None = None
+) -> tuple[str, int | None] | None:
     """``(limit name, its value)`` if record ``m`` is a recompile-limit hit, else None.
 
     A hit either falls back to eager (``fail_reason`` is torch's "recompile limit exceeded … Limit type:
@@ -72,13 +83,20 @@ def limit_hit(m: CompileRecord, limits: dict[str, int | None] | None = None) -> 
         accumulated = limits.get("accumulated_recompile_limit")
         parsed = CompileId.parse(m.compile_id)
         frame_compile = parsed.frame_compile_id if parsed is not None else None
-        name = ("accumulated_recompile_limit" if accumulated is not None and frame_compile is not None
-                and frame_compile >= accumulated else "recompile_limit")
+        name = (
+            "accumulated_recompile_limit"
+            if accumulated is not None
+            and frame_compile is not None
+            and frame_compile >= accumulated
+            else "recompile_limit"
+        )
         return name, limits.get(name)
     if not fail_reason:
         return None
     text = str(fail_reason)
-    if reached := _REACHED.search(text):  # torch 2.5-2.7: "cache_size_limit reached"; the value is not in it
+    if reached := _REACHED.search(
+        text
+    ):  # torch 2.5-2.7: "cache_size_limit reached"; the value is not in it
         name = _LIMIT_ALIASES.get(reached.group(1), reached.group(1))
         name = name if name in LIMITS else "recompile_limit"
         return name, limits.get(name)
@@ -110,7 +128,6 @@ def fail_type_name(value: Any) -> str:
     text = clean_text(value, 200)
     match = _CLASS_REPR.fullmatch(text.strip())
     return match.group(1) if match else text
-
 
 
 def reason_texts(m: CompileRecord, from_guard_failures: list[str]) -> list[str]:

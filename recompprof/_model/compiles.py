@@ -22,7 +22,16 @@ from recompprof._model.compile_record import (
     reason_texts,
 )
 from recompprof._model.correlation import MAX_REMEMBERED_COMPILES, Correlation, graph_break_event
-from recompprof._model.events import Category, Compile, Event, Frame, GraphBreak, LimitName, Reason, RecompileLimitHit
+from recompprof._model.events import (
+    Category,
+    Compile,
+    Event,
+    Frame,
+    GraphBreak,
+    LimitName,
+    Reason,
+    RecompileLimitHit,
+)
 from recompprof._model.explaining import (
     MAX_FRAMES_REMEMBERED,
     MAX_REASONS_PER_EVENT,
@@ -35,18 +44,36 @@ from recompprof._model.explaining import (
 from recompprof._model.reasons import clean_text
 
 __all__ = [
-    "MAX_FRAMES_REMEMBERED", "MAX_REASONS_PER_EVENT", "MAX_REMEMBERED_COMPILES", "MAX_SEEN_REASONS", "NO_REASON",
-    "SHARED_FIELDS", "CompileContext", "CompileRecord", "Correlation", "Explained", "ReasonExplainer",
-    "automatic_dynamic", "changed_subject", "compile_events", "graph_break_event", "in_order", "installed_code",
-    "limit_hit", "reason_texts",
+    "MAX_FRAMES_REMEMBERED",
+    "MAX_REASONS_PER_EVENT",
+    "MAX_REMEMBERED_COMPILES",
+    "MAX_SEEN_REASONS",
+    "NO_REASON",
+    "SHARED_FIELDS",
+    "CompileContext",
+    "CompileRecord",
+    "Correlation",
+    "Explained",
+    "ReasonExplainer",
+    "automatic_dynamic",
+    "changed_subject",
+    "compile_events",
+    "graph_break_event",
+    "in_order",
+    "installed_code",
+    "limit_hit",
+    "reason_texts",
 ]
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
 _DERIVED = frozenset({"compile_id", "fail_type", "fail_reason", "cudagraph_skip"})
 # Every other field the record and the event both declare reaches the event as it is: a measure torch reports
 # (start, duration, phases, guard and op counts, caches) is added to both classes and nowhere else.
-SHARED_FIELDS = tuple(f.name for f in dataclasses.fields(CompileRecord)
-                      if f.name in Compile.model_fields and f.name not in _DERIVED)
+SHARED_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(CompileRecord)
+    if f.name in Compile.model_fields and f.name not in _DERIVED
+)
 
 
 @dataclasses.dataclass(slots=True)  # not frozen: that costs a microsecond more per compile record
@@ -78,7 +105,9 @@ def is_recompile(cache_entries: int | None, guard_failures: bool) -> bool:
     return bool(cache_entries) or guard_failures
 
 
-def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, RecompileLimitHit | None]:
+def compile_events(
+    m: CompileRecord, ctx: CompileContext
+) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
     reasons, omitted = ctx.explained
     hit = limit_hit(m, ctx.limits)
@@ -86,7 +115,10 @@ def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, Reco
     skip = m.cudagraph_skip
     event = Compile(
         **{name: getattr(m, name) for name in SHARED_FIELDS},
-        time=ctx.time, rank=ctx.rank, step=ctx.step, frame=ctx.frame,
+        time=ctx.time,
+        rank=ctx.rank,
+        step=ctx.step,
+        frame=ctx.frame,
         compile_id=m.compile_id if m.compile_id is not None else "?",
         is_recompile=m.is_forward and is_recompile(m.cache_size, bool(reasons)),
         cache_entries=m.cache_size,
@@ -95,9 +127,13 @@ def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, Reco
         fail_reason=None if ctx.redact or not m.fail_reason else clean_text(m.fail_reason),
         reasons=reasons,
         reasons_omitted=cast("dict[Category, int]", omitted),
-        graph_breaks=ctx.graph_breaks, backward=not m.is_forward,
-        steady_state=ctx.steady_state and dynamic is None, automatic_dynamic=dynamic,
-        call_site=ctx.call_site, guard_set=ctx.guard_set, installed_code=installed_code(m),
+        graph_breaks=ctx.graph_breaks,
+        backward=not m.is_forward,
+        steady_state=ctx.steady_state and dynamic is None,
+        automatic_dynamic=dynamic,
+        call_site=ctx.call_site,
+        guard_set=ctx.guard_set,
+        installed_code=installed_code(m),
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not ctx.redact else None,
         trace_id=ctx.trace_id,
@@ -107,22 +143,36 @@ def compile_events(m: CompileRecord, ctx: CompileContext) -> tuple[Compile, Reco
         return event, None
     limit, value = hit
     return event, RecompileLimitHit(
-        time=ctx.time, rank=ctx.rank, step=ctx.step, frame=ctx.frame, compile_id=event.compile_id,
-        limit=cast("LimitName", limit), value=value,
+        time=ctx.time,
+        rank=ctx.rank,
+        step=ctx.step,
+        frame=ctx.frame,
+        compile_id=event.compile_id,
+        limit=cast("LimitName", limit),
+        value=value,
         last_reason=next((r for r in reasons if r.explains_change), None),
     )
 
 
-def _automatic_dynamic(m: CompileRecord, ctx: CompileContext, reasons: list[Reason],
-                       hit: tuple[str, int | None] | None) -> str | None:
+def _automatic_dynamic(
+    m: CompileRecord, ctx: CompileContext, reasons: list[Reason], hit: tuple[str, int | None] | None
+) -> str | None:
     """What automatic dynamic made dynamic with this forward compile (a limit hit or a failure made nothing)."""
     if not m.is_forward or hit is not None or m.fail_type:
         return None
     return automatic_dynamic(m, reasons, getattr(ctx.explained, "first_change", True))
 
 
-def in_order(event: Compile, breaks: list[GraphBreak], hit: RecompileLimitHit | None) -> list[Event]:
+def in_order(
+    event: Compile, breaks: list[GraphBreak], hit: RecompileLimitHit | None
+) -> list[Event]:
     """The events of one compile record in the order both paths emit them: the compile, the graph
     breaks its trace reported (each with the compile's frame), then the limit hit."""
-    return [event, *(b if b.frame == event.frame else b.model_copy(update={"frame": event.frame}) for b in breaks),
-            *([hit] if hit is not None else [])]
+    return [
+        event,
+        *(
+            b if b.frame == event.frame else b.model_copy(update={"frame": event.frame})
+            for b in breaks
+        ),
+        *([hit] if hit is not None else []),
+    ]

@@ -11,7 +11,9 @@ from typing import Any
 from recompprof._model.breaks import parse_graph_break
 from recompprof._model.events import Frame, GraphBreak
 
-MAX_REMEMBERED_COMPILES = 4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
+MAX_REMEMBERED_COMPILES = (
+    4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
+)
 
 
 class Correlation:
@@ -28,9 +30,13 @@ class Correlation:
     def __init__(self, max_remembered: int = MAX_REMEMBERED_COMPILES) -> None:
         self._max = max_remembered
         self._frame_of_compile: collections.OrderedDict[str, Frame] = collections.OrderedDict()
-        self._pending_breaks: collections.OrderedDict[str, list[GraphBreak]] = collections.OrderedDict()
+        self._pending_breaks: collections.OrderedDict[str, list[GraphBreak]] = (
+            collections.OrderedDict()
+        )
         # frame id -> (frame, what the caller needs again for it, e.g. the code key the live session reads reasons by)
-        self._of_frame_id: collections.OrderedDict[str, tuple[Frame, Any]] = collections.OrderedDict()
+        self._of_frame_id: collections.OrderedDict[str, tuple[Frame, Any]] = (
+            collections.OrderedDict()
+        )
 
     def frame_of(self, compile_id: str | None) -> Frame | None:
         """The frame of a recorded forward compile."""
@@ -70,17 +76,34 @@ class Correlation:
 
     def sizes(self) -> dict[str, int]:
         """How much is remembered (for the soak benchmark)."""
-        return {"frame_of_compile": len(self._frame_of_compile), "pending_breaks": len(self._pending_breaks),
-                "frame_ids": len(self._of_frame_id)}
+        return {
+            "frame_of_compile": len(self._frame_of_compile),
+            "pending_breaks": len(self._pending_breaks),
+            "frame_ids": len(self._of_frame_id),
+        }
 
 
 def graph_break_event(
-    payload: str, *, time: float, rank: int, step: int | None, frame: Frame | None, compile_id: str | None, redact: bool,
+    payload: str,
+    *,
+    time: float,
+    rank: int,
+    step: int | None,
+    frame: Frame | None,
+    compile_id: str | None,
+    redact: bool,
 ) -> GraphBreak:
     """The ``GraphBreak`` event for one ``dynamo_graph_break_reason`` payload (live or from a trace)."""
     text = parse_graph_break(payload, redact)
     return GraphBreak(
-        time=time, rank=rank, step=step, frame=frame, compile_id=compile_id, reason=text.reason,
-        user_location=text.user_location, explanation=text.explanation, hints=list(text.hints),
+        time=time,
+        rank=rank,
+        step=step,
+        frame=frame,
+        compile_id=compile_id,
+        reason=text.reason,
+        user_location=text.user_location,
+        explanation=text.explanation,
+        hints=list(text.hints),
         skipped_frame=text.skipped_frame,
     )

@@ -79,7 +79,9 @@ class FrameCounts:
     steady_state_recompiles: int = 0
     backward_compiles: int = 0
     compile_seconds: float = 0.0  # every compile of the frame, backward included
-    guard_failures: Counter[str] = dataclasses.field(default_factory=Counter)  # by category, one per failing entry
+    guard_failures: Counter[str] = dataclasses.field(
+        default_factory=Counter
+    )  # by category, one per failing entry
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)  # by limit
 
 
@@ -87,7 +89,9 @@ _CATEGORY = operator.attrgetter("category")
 # Counter.update's own counting loop (C), without update's Mapping check. Measured on the 262,196 reasons
 # of 58,347 compile events (bench_scale, 2 ranks x 50,000 events): 36 ms against 50 ms with Counter.update,
 # about 1.3 % of the report command's CPU time. CPython-private: where it is missing, Counter.update.
-_count_elements: Callable[[Counter[str], Iterable[str]], None] = getattr(collections, "_count_elements", Counter.update)
+_count_elements: Callable[[Counter[str], Iterable[str]], None] = getattr(
+    collections, "_count_elements", Counter.update
+)
 
 
 def fold_compile(counts: FrameCounts, event: Compile) -> int:
@@ -103,7 +107,9 @@ def fold_compile(counts: FrameCounts, event: Compile) -> int:
                 counts.steady_state_recompiles += 1
     if event.reasons:
         _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))
-    if event.reasons_omitted:  # rare: skip the empty update (the offline commands fold a million events)
+    if (
+        event.reasons_omitted
+    ):  # rare: skip the empty update (the offline commands fold a million events)
         counts.guard_failures.update(event.reasons_omitted)
     if found & COSTS:
         counts.compile_seconds += event.duration

@@ -18,7 +18,14 @@ from typing import Any, Literal, NamedTuple
 from recompprof._internal import contain
 from recompprof._model.texts import clean_text
 
-__all__ = ["CUDAGRAPH_SKIPS", "SKIP_HINTS", "CudagraphSkip", "classify_skip", "cudagraph_skip", "runtime_work"]
+__all__ = [
+    "CUDAGRAPH_SKIPS",
+    "SKIP_HINTS",
+    "CudagraphSkip",
+    "classify_skip",
+    "cudagraph_skip",
+    "runtime_work",
+]
 
 SkipCategory = Literal[
     "cpu_device",
@@ -74,7 +81,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("non_tensor_inputs", r"non-tensor inputs"),
     )
 )
-_PREFIX = re.compile(r"^\s*(?:(?:skipping|disabling) cudagraphs? (?:for backward )?due to\s*)+", re.I)
+_PREFIX = re.compile(
+    r"^\s*(?:(?:skipping|disabling) cudagraphs? (?:for backward )?due to\s*)+", re.I
+)
 _STACK = re.compile(r"\.?\s*Found from\b", re.I)
 _DEVICES = re.compile(r"device\(type='(\w{1,30})'")
 _MAX_INPUT = 64 * 1024
@@ -87,7 +96,10 @@ class CudagraphSkip(NamedTuple):
 
 def classify_skip(text: object) -> str:
     """The skip category (one of :data:`CUDAGRAPH_SKIPS`) of torch's skip text."""
-    with contain("cudagraphs.classify", "a CUDA-graph skip text could not be classified; it is kept as 'other'"):
+    with contain(
+        "cudagraphs.classify",
+        "a CUDA-graph skip text could not be classified; it is kept as 'other'",
+    ):
         head = _STACK.split(_PREFIX.sub("", str(text)[:_MAX_INPUT]), maxsplit=1)[0]
         for category, pattern in _RULES:
             if pattern.search(head):
@@ -103,7 +115,11 @@ def _devices_category(head: str) -> str:
 
 def cudagraph_skip(m: Any) -> CudagraphSkip | None:
     """The skip a ``CompilationMetrics`` record (or a trace's dict of it) carries, else None."""
-    text = m.get("cudagraph_skip_reason") if isinstance(m, dict) else getattr(m, "cudagraph_skip_reason", None)
+    text = (
+        m.get("cudagraph_skip_reason")
+        if isinstance(m, dict)
+        else getattr(m, "cudagraph_skip_reason", None)
+    )
     if not text:
         return None
     return CudagraphSkip(classify_skip(text), clean_text(text))
@@ -117,13 +133,16 @@ def runtime_work(m: Any) -> tuple[str, float] | None:
     recording: first record and every re-record) or autotuning Triton kernels at first launch
     (``runtime_triton_autotune_time_us``). They are not compiles and must not be counted as such.
     """
+
     def get(name: str) -> Any:
         return m.get(name) if isinstance(m, dict) else getattr(m, name, None)
 
     if get("is_runtime") is not True:
         return None
-    for kind, field in (("cudagraph_record", "runtime_cudagraphify_time_us"),
-                        ("autotune", "runtime_triton_autotune_time_us")):
+    for kind, field in (
+        ("cudagraph_record", "runtime_cudagraphify_time_us"),
+        ("autotune", "runtime_triton_autotune_time_us"),
+    ):
         value = get(field)
         if isinstance(value, (int, float)) and value > 0:
             return kind, float(value) / 1e6

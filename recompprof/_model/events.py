@@ -41,7 +41,9 @@ Category = Literal[
 ]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 
-Phase = Literal["dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"]
+Phase = Literal[
+    "dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"
+]
 PHASES: tuple[str, ...] = get_args(Phase)
 
 Outcome = Literal["ok", "failed", "limit_hit"]
@@ -96,7 +98,10 @@ class Frame(_Model):
         """``function (dir/file:line)``; a code object that is not the function itself (a decorator's
         wrapper) adds ``via dir/file:line`` of its code, so it never shares a label with the function."""
         label = f"{self.name} ({short_path(self.file)}:{self.line})"
-        if self.code_file is not None and (self.code_file, self.code_line) != (self.file, self.line):
+        if self.code_file is not None and (self.code_file, self.code_line) != (
+            self.file,
+            self.line,
+        ):
             label += f" via {short_path(self.code_file)}:{self.code_line}"
         return label
 
@@ -127,7 +132,9 @@ class SessionStart(_Event):
     pid: int
     versions: dict[str, str]
     mode: Literal["monitor", "profile"]
-    recompile_limit: int | None = None  # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
+    recompile_limit: int | None = (
+        None  # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
+    )
     warmup_steps: int = 0
     signals: dict[str, bool] = {}
     profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
@@ -196,7 +203,9 @@ class CompileStart(_Event):
     # after a reset, so a compile is named by (generation, compile_id).
     generation: int | None = None
     is_recompile: bool
-    reason: Reason | None = None  # the guard failure that triggered a recompile (None for a first compile)
+    reason: Reason | None = (
+        None  # the guard failure that triggered a recompile (None for a first compile)
+    )
     # W3C trace id its compile will carry as ``Compile.trace_id`` (set only while an exporter sends traces):
     # the OpenTelemetry exporter opens the compile's root span under it now.
     trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
@@ -211,7 +220,9 @@ class Running(_Model):
     started: float
     seconds: float
     reason: Reason | None = None
-    is_recompile: bool = False  # as in its compile_start (torch before 2.6 gives no reason at the start)
+    is_recompile: bool = (
+        False  # as in its compile_start (torch before 2.6 gives no reason at the start)
+    )
 
 
 class CompileRunning(_Event):
@@ -232,11 +243,15 @@ class GraphBreak(_Event):
     frame: Frame | None = None
     compile_id: str | None = None
     generation: int | None = None  # as in its compile's
-    reason: str = Field(max_length=MAX_TEXT)  # torch's graph-break type, e.g. "Failed to trace builtin operator"
+    reason: str = Field(
+        max_length=MAX_TEXT
+    )  # torch's graph-break type, e.g. "Failed to trace builtin operator"
     user_location: str | None = None  # file:line of the user code that broke the graph
     explanation: str | None = Field(default=None, max_length=MAX_TEXT)
     hints: list[str] = []
-    skipped_frame: bool = False  # torch could not resume after the break: the whole frame ran eagerly
+    skipped_frame: bool = (
+        False  # torch could not resume after the break: the whole frame ran eagerly
+    )
     count: int = 1
 
 
@@ -269,12 +284,26 @@ class SessionEnd(_Event):
 
 
 Event = Annotated[
-    SessionStart | Compile | CompileStart | CompileRunning | GraphBreak | RecompileLimitHit | SignalChange | SessionEnd,
+    SessionStart
+    | Compile
+    | CompileStart
+    | CompileRunning
+    | GraphBreak
+    | RecompileLimitHit
+    | SignalChange
+    | SessionEnd,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KINDS: tuple[str, ...] = (
-    "session_start", "compile", "compile_start", "compile_running", "graph_break", "recompile_limit_hit", "signal", "session_end",
+    "session_start",
+    "compile",
+    "compile_start",
+    "compile_running",
+    "graph_break",
+    "recompile_limit_hit",
+    "signal",
+    "session_end",
 )
 
 

@@ -42,7 +42,9 @@ def changed_subject(reason: Reason) -> str | None:
         match = _SIZE_MISMATCH.search(reason.text)
         if match is not None:
             return f"dim {match.group(1)} of {subject}"
-        return f"a dim of {subject}" if reason.text.startswith("size guard failed") else None  # redacted text
+        return (
+            f"a dim of {subject}" if reason.text.startswith("size guard failed") else None
+        )  # redacted text
     if reason.category == "symbolic_shape":
         match = _SIZE_OF.match(subject)
         return f"dim {match.group(2)} of {match.group(1)}" if match else None
@@ -82,10 +84,15 @@ class ReasonExplainer:
 
     def __init__(self, redact: bool = False) -> None:
         self.redact = redact
-        self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = (
+            collections.OrderedDict()
+        )
 
     def trigger(
-        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
+        self,
+        frame: Frame,
+        texts: list[str],
+        resolve: Callable[[str], str | None] | None = None,
     ) -> Reason | None:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger, by the same rule as
         :meth:`explain`, remembering nothing (a compile start reads it before its compile's record does)."""
@@ -98,13 +105,22 @@ class ReasonExplainer:
     def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> list[Reason]:
         parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
         if resolve is not None and parsed:
-            kinds = {s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None}
+            kinds = {
+                s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None
+            }
             if kinds:
-                parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)]
+                parsed = [
+                    r
+                    for text in texts
+                    for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)
+                ]
         return parsed
 
     def explain(
-        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None = None,
+        self,
+        frame: Frame,
+        texts: list[str],
+        resolve: Callable[[str], str | None] | None = None,
     ) -> tuple[list[Reason], dict[str, int]]:
         """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
 
@@ -120,7 +136,10 @@ class ReasonExplainer:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
         for reason in parsed:
-            for key in (hash((reason.category, reason.subject, reason.text)), hash(("subject", reason.subject))):
+            for key in (
+                hash((reason.category, reason.subject, reason.text)),
+                hash(("subject", reason.subject)),
+            ):
                 seen[key] = None
                 seen.move_to_end(key)
         first_change = True
@@ -155,13 +174,20 @@ def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) 
         common = set.intersection(*entries.values()) - {""}
         if common:
             return next(i for i, r in enumerate(parsed) if r.subject in common)
-    new_subject = next((i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen), None)
+    new_subject = next(
+        (i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen),
+        None,
+    )
     if new_subject is not None:
         return new_subject
-    return next((i for i, r in enumerate(parsed) if hash((r.category, r.subject, r.text)) not in seen), 0)
+    return next(
+        (i for i, r in enumerate(parsed) if hash((r.category, r.subject, r.text)) not in seen), 0
+    )
 
 
-def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_change: bool = True) -> str | None:
+def automatic_dynamic(
+    m: CompileRecord, reasons: list[Reason], first_change: bool = True
+) -> str | None:
     """What torch's automatic dynamic made dynamic with this recompile (``"dim 0 of L['x']"``,
     ``"value of L['lr']"``), or None.
 
@@ -174,14 +200,25 @@ def automatic_dynamic(m: CompileRecord, reasons: list[Reason], first_change: boo
     graph held the dim at size 0 or 1, which torch never makes dynamic.
     """
     reason = next((r for r in reasons if r.explains_change), None)
-    if reason is None or reason.category == "symbolic_shape" or not (first_change or _from_zero_or_one(reason)):
+    if (
+        reason is None
+        or reason.category == "symbolic_shape"
+        or not (first_change or _from_zero_or_one(reason))
+    ):
         return None
     changed = changed_subject(reason)
     config = m.dynamo_config
-    if changed is None or config.get("automatic_dynamic_shapes") is False or config.get("assume_static_by_default") is False:
+    if (
+        changed is None
+        or config.get("automatic_dynamic_shapes") is False
+        or config.get("assume_static_by_default") is False
+    ):
         return None
     if reason.category == "size":
-        if "_parameters" in reason.subject and config.get("force_parameter_static_shapes", True) is not False:
+        if (
+            "_parameters" in reason.subject
+            and config.get("force_parameter_static_shapes", True) is not False
+        ):
             return None
         return changed
     return changed if _scalar_made_dynamic(reason, config) else None
@@ -208,7 +245,13 @@ def _scalar_made_dynamic(reason: Reason, config: dict[str, Any]) -> bool:
     subject = reason.subject
     if any(c in literal for c in ".ein"):
         return config.get("specialize_float") is False and literal.lstrip("-") not in ("inf", "nan")
-    if config.get("specialize_int") is not False or subject.startswith("G[") or "__defaults__" in subject \
-            or "__kwdefaults__" in subject:
+    if (
+        config.get("specialize_int") is not False
+        or subject.startswith("G[")
+        or "__defaults__" in subject
+        or "__kwdefaults__" in subject
+    ):
         return False
-    return reason.category != "module_attribute" or config.get("allow_unspec_int_on_nn_module") is True
+    return (
+        reason.category != "module_attribute" or config.get("allow_unspec_int_on_nn_module") is True
+    )

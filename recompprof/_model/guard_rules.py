@@ -31,28 +31,44 @@ __all__ = ["RULES", "classify"]
 
 _TENSOR = re.compile(r"tensor '(.{1,300}?)' ([a-z_ ]{1,30}?) mismatch")
 _TENSOR_KINDS = {
-    "size": "size", "stride": "stride", "rank": "ndim", "dtype": "dtype", "requires_grad": "requires_grad",
-    "dispatch key set": "dispatch_keys", "device index": "device", "device": "device",
+    "size": "size",
+    "stride": "stride",
+    "rank": "ndim",
+    "dtype": "dtype",
+    "requires_grad": "requires_grad",
+    "dispatch key set": "dispatch_keys",
+    "device index": "device",
+    "device": "device",
 }
 _KEY_SETS = re.compile(r"DispatchKeySet\(([^)]{0,1000})\)")
 # The subject may itself be a call (type(L['m']).__call__.__code__): everything up to the trailing ", <id>)".
 # torch 2.10 annotates with the object's repr ("type=<code object f at 0x...>"), later with its type.
 # An enum member's repr (2.10-2.12's annotation of one) is "<Reduction.MEAN: 'mean'>": group 6 is its class.
-_CHECK = re.compile(r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)"
-                    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b|([A-Za-z_][\w.]{0,300})\.\w{1,100}: ))?")
+_CHECK = re.compile(
+    r"___check_(obj|type)_id\(\s*([^\n]{1,500}?)\s*,\s*(-?\d{1,30})\s*\)"
+    r"(?:,\s*type=<(?:class '([^'\n]{1,300})'|([\w.]{1,300}) object\b|([A-Za-z_][\w.]{0,300})\.\w{1,100}: ))?"
+)
 # "to be a tensor type, ' but found" up to 2.14, "to be <class 'torch.Tensor'>, but found" from 2.15; the name
 # itself may hold quotes (kwargs['attention_mask']).
-_EXPECTED_TYPE = re.compile(r"expected type of '([^\n]{1,300}?)' to be (?:an? [\w. ]{1,100}? type|<class '[^'\n]{1,300}'>)\W+but found ")
+_EXPECTED_TYPE = re.compile(
+    r"expected type of '([^\n]{1,300}?)' to be (?:an? [\w. ]{1,100}? type|<class '[^'\n]{1,300}'>)\W+but found "
+)
 _CLASS_ANNOTATION = re.compile(r"<class '[^'\n]{0,300}'>")
 _LEN = re.compile(rf"(?:len|___tuple_iterator_len)\(\s*({SOURCE})\s*\)")
-_KEYS = re.compile(rf"(?:list\(dict\.keys\(\s*({SOURCE})\s*\)\)|list\(\s*({SOURCE})\.keys\(\)\s*\))")
+_KEYS = re.compile(
+    rf"(?:list\(dict\.keys\(\s*({SOURCE})\s*\)\)|list\(\s*({SOURCE})\.keys\(\)\s*\))"
+)
 _CONTAINS = re.compile(rf"___dict_contains\([^,\n]{{0,200}},\s*({SOURCE})\)")
-_DIM_MARK = re.compile(r"_has_dynamo_dim_marking|_dynamo_(?:weak_|strict_)?(?:dynamic|unbacked|static)_indices")
+_DIM_MARK = re.compile(
+    r"_has_dynamo_dim_marking|_dynamo_(?:weak_|strict_)?(?:dynamic|unbacked|static)_indices"
+)
 _DIM_MARKED = re.compile(rf"\(\s*({SOURCE})\s*,\s*'_dynamo")
 _TORCH_STATE = re.compile(r"(?:___check_torch_function_mode_stack|utils_device\.|torch\.)")
 _SIZE_CALL = re.compile(r"\.(?:size|stride|storage_offset)\(\)")
 _SIZE_SUBJECT = re.compile(rf"{SOURCE}\.(?:size|stride|storage_offset)\(\)(?:\[\d+\])?")
-_SYMBOLIC = re.compile(r"\b(?:Eq|Ne|Mod|FloorDiv|Max|Min)\(|\bs\d+\b|\bu\d+\b|<=|>=|(?<![=!<>])[<>](?!=)")
+_SYMBOLIC = re.compile(
+    r"\b(?:Eq|Ne|Mod|FloorDiv|Max|Min)\(|\bs\d+\b|\bu\d+\b|<=|>=|(?<![=!<>])[<>](?!=)"
+)
 _COMPARISON = re.compile(rf"^{SOURCE}\s*(?:==|!=|is)")
 _VALUE = re.compile(
     rf"^(?:not\s+)?(?:hasattr\(\s*({SOURCE})\s*,|(?:float|int|bool|str|complex)\(\s*({SOURCE})\s*\)\s*[=!]=|({SOURCE})\s*(?:==|!=|is)\s)"
@@ -74,7 +90,11 @@ def _invalidated(expr: str, kinds: Kinds) -> Found:
 
 
 def _backend(expr: str, kinds: Kinds) -> Found:
-    return ("backend_mismatch", "") if "BACKEND_MATCH" in expr or "___check_current_backend" in expr else None
+    return (
+        ("backend_mismatch", "")
+        if "BACKEND_MATCH" in expr or "___check_current_backend" in expr
+        else None
+    )
 
 
 def _duplicate(expr: str, kinds: Kinds) -> Found:
@@ -109,7 +129,9 @@ def _autocast_changed(expr: str) -> str:
     changed = expected ^ actual
     if not changed or not all(key.startswith("Autocast") for key in changed):
         return ""
-    return " ".join(sorted(f"autocast({key.removeprefix('Autocast').lower()})_enabled" for key in changed))
+    return " ".join(
+        sorted(f"autocast({key.removeprefix('Autocast').lower()})_enabled" for key in changed)
+    )
 
 
 def _backend_changed(expr: str) -> bool:
@@ -132,7 +154,9 @@ def _global_state(expr: str, kinds: Kinds) -> Found:
     changed = expr.split("changed:", 1)[1].split() if "changed:" in expr else []
     if changed[:1] == ["grad_mode"]:
         return "grad_mode", " ".join(changed)
-    return ("autocast" if changed and "autocast" in changed[0] else "global_state"), " ".join(changed)
+    return ("autocast" if changed and "autocast" in changed[0] else "global_state"), " ".join(
+        changed
+    )
 
 
 def _torch_state(expr: str, kinds: Kinds) -> Found:
@@ -155,7 +179,11 @@ def _identity(expr: str, kinds: Kinds) -> Found:
     subject = subject_of_check(m.group(2))
     if m.group(1) == "type":
         return "type", subject
-    expected = m.group(4) or m.group(5) or (f"{m.group(6)}:{ENUM_KIND}" if m.group(6) else singleton_kind(m.group(3)))
+    expected = (
+        m.group(4)
+        or m.group(5)
+        or (f"{m.group(6)}:{ENUM_KIND}" if m.group(6) else singleton_kind(m.group(3)))
+    )
     return identity_category(subject, expected, kinds.get(subject), kinds), subject
 
 
@@ -173,7 +201,9 @@ def _contains(expr: str, kinds: Kinds) -> Found:
     """A key in a dict, or an attribute in an object's ``__dict__``."""
     if (m := _CONTAINS.search(expr)) is None:
         return None
-    return "module_attribute" if m.group(1).endswith(".__dict__") else "dict_keys", local(m.group(1))
+    return "module_attribute" if m.group(1).endswith(".__dict__") else "dict_keys", local(
+        m.group(1)
+    )
 
 
 def _sizes(expr: str, kinds: Kinds) -> Found:
@@ -193,7 +223,9 @@ def _is_none(expr: str, kinds: Kinds) -> Found:
 
 
 def _same_object(expr: str, kinds: Kinds) -> Found:
-    return ("aliasing", local(expr.split(" is ", 1)[0].strip())) if _SAME_OBJECT.match(expr) else None
+    return (
+        ("aliasing", local(expr.split(" is ", 1)[0].strip())) if _SAME_OBJECT.match(expr) else None
+    )
 
 
 def _empty(expr: str, kinds: Kinds) -> Found:
@@ -218,8 +250,24 @@ def _value(expr: str, kinds: Kinds) -> Found:
 
 # Tried in this order; the first rule that recognises an expression decides it.
 RULES: tuple[Rule, ...] = (
-    _invalidated, _backend, _duplicate, _device_index, _tensor, _mark_dynamic, _global_state, _torch_state,
-    _expected_type, _identity, _length, _keys, _contains, _sizes, _is_none, _same_object, _empty, _symbolic,
+    _invalidated,
+    _backend,
+    _duplicate,
+    _device_index,
+    _tensor,
+    _mark_dynamic,
+    _global_state,
+    _torch_state,
+    _expected_type,
+    _identity,
+    _length,
+    _keys,
+    _contains,
+    _sizes,
+    _is_none,
+    _same_object,
+    _empty,
+    _symbolic,
     _value,
 )
 

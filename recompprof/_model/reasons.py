@@ -24,8 +24,18 @@ from recompprof._model.guard_rules import classify as _classify
 from recompprof._model.subjects import ENUM_KIND, MODULE_KIND, SOURCE, Kinds, owner
 from recompprof._model.texts import clean_text, graph_break_text
 
-__all__ = ["ENUM_KIND", "FIX_HINTS", "MODULE_KIND", "Kinds", "clean_text", "graph_break_text", "parse_guard_failure",
-           "parse_recompiles_log", "resolvable_subjects", "user_location"]
+__all__ = [
+    "ENUM_KIND",
+    "FIX_HINTS",
+    "MODULE_KIND",
+    "Kinds",
+    "clean_text",
+    "graph_break_text",
+    "parse_guard_failure",
+    "parse_recompiles_log",
+    "resolvable_subjects",
+    "user_location",
+]
 
 FIX_HINTS: dict[str, str] = {
     "size": "Mark the varying dimension dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True; or pad/bucket sizes.",
@@ -58,14 +68,18 @@ _PREFIX = re.compile(rf"\s*\[?({_ID})\]?:\s?")
 _LOG_COPY = re.compile(r"^\s*-\s+(?=\[?!?\d+/\d+)")
 _STACK = re.compile(r"\n[ \t]*(?:-[ \t]*)?User stack trace:")
 _FILE_LINE = re.compile(r'File "([^"\n]{1,1000})", line (\d{1,9})')
-_GUARD_START = re.compile(rf"(?:tensor '|Tensor device|___|GLOBAL_STATE|len\(|list\(|not |hasattr\(|Duplicate|Cache line|BACKEND_MATCH|\d|\(|[A-Z][a-z]*\(|{SOURCE}\s*(?:==|!=|is\b|<|>))")
+_GUARD_START = re.compile(
+    rf"(?:tensor '|Tensor device|___|GLOBAL_STATE|len\(|list\(|not |hasattr\(|Duplicate|Cache line|BACKEND_MATCH|\d|\(|[A-Z][a-z]*\(|{SOURCE}\s*(?:==|!=|is\b|<|>))"
+)
 _COMMENT = re.compile(r"(?<!\s)\s+#\s")  # the lookbehind keeps long blank runs linear
 _COMMENT_GAP = re.compile(r"(?<!\s)\s{2,}#\s")
 _OPERATOR = re.compile(r"\s(==|!=|is not|is|<=|>=|<|>)\s")
 _LOG_PREFIX = re.compile(r"^[VIWEDC]\d{4} [\d:.]+ +\d+ \S+\] (?:\[[^\]\n]{0,100}\] ){0,4}")
 _MAX_INPUT = 64 * 1024
 _GUARD_HEADER = re.compile(r"guard \d+ failures:")
-_NO_TEXT = "(torch gave no text: every guard passed, so the cache entry was refused for its backend)"
+_NO_TEXT = (
+    "(torch gave no text: every guard passed, so the cache entry was refused for its backend)"
+)
 
 
 def _redacted(category: str, subject: str, expr: str) -> str:
@@ -92,7 +106,9 @@ def _split(body: str) -> list[str]:
 
 
 # Categories the live objects can refine: what a guard's subject is, and what holds it.
-_BY_OBJECT = frozenset({"object_identity", "python_constant", "module_attribute", "global", "type", "other"})
+_BY_OBJECT = frozenset(
+    {"object_identity", "python_constant", "module_attribute", "global", "type", "other"}
+)
 
 
 def resolvable_subjects(reasons: list[Reason]) -> set[str]:
@@ -106,7 +122,9 @@ def resolvable_subjects(reasons: list[Reason]) -> set[str]:
     return out
 
 
-def parse_guard_failure(text: str, *, redact: bool = False, kinds: Kinds | None = None) -> list[Reason]:
+def parse_guard_failure(
+    text: str, *, redact: bool = False, kinds: Kinds | None = None
+) -> list[Reason]:
     """One torch guard-failure string (any version's format) as one ``Reason`` per failing guard.
 
     ``kinds`` maps a subject in recompprof's form (``L['self'].training``, ``G['flag']``) to the type
@@ -134,7 +152,9 @@ def _parse_cached(text: str, redact: bool, kinds: frozenset[tuple[str, str]]) ->
 
 def _internal_error(where: str, exc: Exception) -> None:
     """A bug of ours: counted and logged once (production), raised under tests; never raised into torch."""
-    _internal.record(f"reasons.{where}", exc, "a guard-failure reason could not be parsed; it is kept as 'other'")
+    _internal.record(
+        f"reasons.{where}", exc, "a guard-failure reason could not be parsed; it is kept as 'other'"
+    )
     if _internal.raising():
         raise exc
 
@@ -160,7 +180,11 @@ def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
         category, subject = _classify(expr, kinds)
         subject = clean_text(subject, MAX_SUBJECT)
         shown = _redacted(category, subject, expr) if redact else _COMMENT_GAP.sub("  # ", part)
-        reasons.append(Reason(text=clean_text(shown, MAX_TEXT), category=category, subject=subject, entry=entry))
+        reasons.append(
+            Reason(
+                text=clean_text(shown, MAX_TEXT), category=category, subject=subject, entry=entry
+            )
+        )
     if not reasons:  # every failing entry yields at least one reason
         # Torch found no failing guard: before 2.10 it then writes nothing ("" on 2.4, "0/0: " later) and the
         # entry was refused for its backend, the one check made outside the guards (2.10 names it BACKEND_MATCH).
@@ -191,7 +215,14 @@ def parse_recompiles_log(message: str) -> list[str]:
     """Split one TORCH_LOGS ``recompiles``/``recompiles_verbose`` message into per-entry failure strings."""
     try:
         lines = [_LOG_PREFIX.sub("", line) for line in str(message)[: 8 * _MAX_INPUT].splitlines()]
-        start = next((i + 1 for i, line in enumerate(lines) if "triggered by the following guard failure" in line), 0)
+        start = next(
+            (
+                i + 1
+                for i, line in enumerate(lines)
+                if "triggered by the following guard failure" in line
+            ),
+            0,
+        )
         lines = lines[start:]
         verbose = any(_GUARD_HEADER.fullmatch(line.strip()) for line in lines)
         entries = _verbose_entries(lines) if verbose else _listed_entries(lines)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from recompprof._model.events import Compile, CompileRunning, CompileStart, Event, Reason, Running, SessionEnd
+from recompprof._model.events import (
+    Compile,
+    CompileRunning,
+    CompileStart,
+    Event,
+    Reason,
+    Running,
+    SessionEnd,
+)
 from recompprof._model.explaining import changed_subject
 
 
@@ -21,10 +29,18 @@ def running(start: CompileStart | None, now: float) -> Running | None:
     """The running compile that began with ``start`` (the model, or a fast-read view of it), as of ``now``."""
     if start is None:
         return None
-    return Running.model_validate({"frame": start.frame, "compile_id": start.compile_id,
-                                   "generation": start.generation, "started": start.time,
-                                   "seconds": max(0.0, now - start.time), "reason": start.reason,
-                                   "is_recompile": start.is_recompile}, from_attributes=True)
+    return Running.model_validate(
+        {
+            "frame": start.frame,
+            "compile_id": start.compile_id,
+            "generation": start.generation,
+            "started": start.time,
+            "seconds": max(0.0, now - start.time),
+            "reason": start.reason,
+            "is_recompile": start.is_recompile,
+        },
+        from_attributes=True,
+    )
 
 
 class OpenCompile:
@@ -40,13 +56,19 @@ class OpenCompile:
     """
 
     def __init__(self) -> None:
-        self.start: CompileStart | None = None  # the latest compile_start not yet matched by its compile
+        self.start: CompileStart | None = (
+            None  # the latest compile_start not yet matched by its compile
+        )
         self.ended: SessionEnd | None = None  # the session_end, once read
-        self.alive = 0.0  # the latest time a compile_running says the open compile was still running
+        self.alive = (
+            0.0  # the latest time a compile_running says the open compile was still running
+        )
 
     def add(self, event: Event) -> None:
         """Read the next event of the session (any kind; only these three matter)."""
-        kind = event.kind  # not isinstance: the offline commands' fast-read views are not the models
+        kind = (
+            event.kind
+        )  # not isinstance: the offline commands' fast-read views are not the models
         if kind == "compile_start":
             self.started(event)  # type: ignore[arg-type]
         elif kind == "compile":
@@ -91,14 +113,18 @@ def describe(rank: int, compiling: Running) -> str:
     return f"rank {rank} compiling `{compiling.frame.name}`{_why(compiling)}, {compiling.seconds:.0f} s"
 
 
-def describe_at_end(rank: int, compiling: Running, *, lower_bound: bool = False, ended: str = "the run") -> str:
+def describe_at_end(
+    rank: int, compiling: Running, *, lower_bound: bool = False, ended: str = "the run"
+) -> str:
     """The same for a compile a run ended with: ``rank 1 was compiling `Model.forward` (recompile: size of
     `L['x']` dim 0 changed) for 612 s when the run ended``; ``lower_bound``: the log ended without its
     ``session_end`` (the process was killed outright), so it ran "for at least" that long; ``ended``: what
     ended then ("its log", for a session that may not be the rank's last)."""
     at_least = "at least " if lower_bound else ""
-    return (f"rank {rank} was compiling `{compiling.frame.name}`{_why(compiling)} for {at_least}"
-            f"{compiling.seconds:.0f} s when {ended} ended")
+    return (
+        f"rank {rank} was compiling `{compiling.frame.name}`{_why(compiling)} for {at_least}"
+        f"{compiling.seconds:.0f} s when {ended} ended"
+    )
 
 
 def _why(compiling: Running) -> str:

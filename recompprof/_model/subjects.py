@@ -25,22 +25,79 @@ ENUM_KIND, MODULE_KIND = "enum", "module"
 # A guarded source: L['x'], G['x'], x, self; then attributes, subscripts and calls like .size()[0].
 SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
 
-_NOT_LOCAL = {"G", "L", "torch", "utils_device", "dict", "list", "len", "type", "not", "Eq", "Ne", "True", "False", "None"}
+_NOT_LOCAL = {
+    "G",
+    "L",
+    "torch",
+    "utils_device",
+    "dict",
+    "list",
+    "len",
+    "type",
+    "not",
+    "Eq",
+    "Ne",
+    "True",
+    "False",
+    "None",
+}
 _BARE = re.compile(r"([A-Za-z_]\w*)(.*)$", re.S)
 _TYPE_OF = re.compile(r"^type\(\s*(.{1,400}?)\s*\)(.*)$")
 _ROOT = re.compile(r"[LG]\[[^\]\n]{0,200}\]|\w{0,200}")
 # One access after a subject's root: an attribute (a method call like .size() included) or a subscript.
 _ACCESS = re.compile(r"\.([A-Za-z_]\w{0,100})(?:\(\))?|\[[^\[\]\n]{0,100}\]")
-_CLOSED_OVER = re.compile(r"\.(?:__closure__|cell_contents|__defaults__|__kwdefaults__)\b|^(?:L\[['\"])?___stack\d+")
+_CLOSED_OVER = re.compile(
+    r"\.(?:__closure__|cell_contents|__defaults__|__kwdefaults__)\b|^(?:L\[['\"])?___stack\d+"
+)
 _HYPERPARAMETER = re.compile(r"\[['\"](?:lr|learning_rate|momentum|weight_decay|betas|eps)['\"]\]$")
-_TENSOR_ATTRS = {".dtype": "dtype", ".device": "device", ".requires_grad": "requires_grad", ".ndimension()": "ndim"}
+_TENSOR_ATTRS = {
+    ".dtype": "dtype",
+    ".device": "device",
+    ".requires_grad": "requires_grad",
+    ".ndimension()": "ndim",
+}
 _DUNDER_TAIL = re.compile(r"\.__\w+__$")
 # What an identity-guarded object is, by its type's name (the last dotted part of torch's annotation).
-_SCALAR_KINDS = frozenset({"bool", "int", "float", "str", "bytes", "complex", "NoneType", "dtype", "device",
-                           "layout", "memory_format", "qscheme", "SymInt", "SymFloat", "SymBool", "ellipsis"})
-_CODE_KINDS = frozenset({"function", "code", "method", "builtin_function_or_method", "method-wrapper",
-                         "wrapper_descriptor", "method_descriptor", "classmethod", "staticmethod", "partial",
-                         "module", "type", "cell", "frame", "OpOverload", "OpOverloadPacket"})
+_SCALAR_KINDS = frozenset(
+    {
+        "bool",
+        "int",
+        "float",
+        "str",
+        "bytes",
+        "complex",
+        "NoneType",
+        "dtype",
+        "device",
+        "layout",
+        "memory_format",
+        "qscheme",
+        "SymInt",
+        "SymFloat",
+        "SymBool",
+        "ellipsis",
+    }
+)
+_CODE_KINDS = frozenset(
+    {
+        "function",
+        "code",
+        "method",
+        "builtin_function_or_method",
+        "method-wrapper",
+        "wrapper_descriptor",
+        "method_descriptor",
+        "classmethod",
+        "staticmethod",
+        "partial",
+        "module",
+        "type",
+        "cell",
+        "frame",
+        "OpOverload",
+        "OpOverloadPacket",
+    }
+)
 
 
 def local(subject: str) -> str:
@@ -85,11 +142,15 @@ def _holder(subject: str, kinds: Kinds) -> str:
     if kind is not None:
         return "module" if _kind_base(kind) == MODULE_KIND else "object"
     # Text alone: the compiled method's own object (a forward's module), or nn.Module's own training flag.
-    return "module" if subject.startswith("L['self']") or subject.endswith(".training") else "unknown"
+    return (
+        "module" if subject.startswith("L['self']") or subject.endswith(".training") else "unknown"
+    )
 
 
 def _tensor_attribute(subject: str) -> str | None:
-    return next((category for suffix, category in _TENSOR_ATTRS.items() if subject.endswith(suffix)), None)
+    return next(
+        (category for suffix, category in _TENSOR_ATTRS.items() if subject.endswith(suffix)), None
+    )
 
 
 def by_subject(subject: str, kinds: Kinds) -> str:
@@ -98,11 +159,15 @@ def by_subject(subject: str, kinds: Kinds) -> str:
         return "python_constant"
     if (category := _tensor_attribute(subject)) is not None:
         return category
-    if _CLOSED_OVER.search(subject):  # a closed-over or default value, or a value on a resumed frame's stack
+    if _CLOSED_OVER.search(
+        subject
+    ):  # a closed-over or default value, or a value on a resumed frame's stack
         return "python_constant"
     if owner(subject) is not None or subject.startswith("L['self']"):
         holder = _holder(subject, kinds)
-        if holder != "object":  # a plain object's attribute (a cache's flag, a config field) is a value like any other
+        if (
+            holder != "object"
+        ):  # a plain object's attribute (a cache's flag, a config field) is a value like any other
             return "module_attribute" if holder == "module" else "other"
     return "global" if subject.startswith("G[") else "python_constant"
 
@@ -137,8 +202,12 @@ def _kind_group(kind: str) -> str:
 
 def _kind_changed(expected: str | None, current: str | None) -> bool:
     """Two known kinds of different types, unless both are scalars (a flag that became an int is a value)."""
-    return bool(expected and current and _kind_name(expected) != _kind_name(current)
-                and not (_kind_group(expected) == _kind_group(current) == "scalar"))
+    return bool(
+        expected
+        and current
+        and _kind_name(expected) != _kind_name(current)
+        and not (_kind_group(expected) == _kind_group(current) == "scalar")
+    )
 
 
 def _scalar_identity(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
@@ -169,7 +238,9 @@ def identity_category(subject: str, expected: str | None, current: str | None, k
 def _by_shape(subject: str, attribute: bool, kinds: Kinds) -> str:
     """An identity guard on an attribute that is an object, or on something nothing says the kind of."""
     if attribute:  # by what holds it
-        return {"module": "module_attribute", "object": "object_identity"}.get(_holder(subject, kinds), "other")
+        return {"module": "module_attribute", "object": "object_identity"}.get(
+            _holder(subject, kinds), "other"
+        )
     if subject.startswith("G[") and not _DUNDER_TAIL.search(subject):
         return "global"
     return "object_identity"

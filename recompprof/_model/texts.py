@@ -12,7 +12,9 @@ __all__ = ["clean_text", "escape", "graph_break_text"]
 # C0 and C1 controls and DEL; lone surrogates; and the invisible characters a terminal acts on or that
 # reorder or hide text: Arabic letter mark, zero-width characters, left-to-right/right-to-left marks,
 # line and paragraph separators, bidirectional embeddings, overrides and isolates, word joiners, BOM.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"
+)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

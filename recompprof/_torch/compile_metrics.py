@@ -48,12 +48,17 @@ class CompileMetricsTap:
         on_reset: Callable[[], None] | None = None,
     ) -> None:
         self._on_metrics = on_metrics
-        self._on_start, self._on_end = on_start, on_end  # a compile began (its compile id) / ended, failed or not
+        self._on_start, self._on_end = (
+            on_start,
+            on_end,
+        )  # a compile began (its compile id) / ended, failed or not
         self._on_reset = on_reset  # torch._dynamo.reset() ran
         self._on_late = on_late
         self._on_lost = on_lost
         self._undo: list[Callable[[], None]] = []
-        self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()  # id -> record (kept alive)
+        self._seen: collections.OrderedDict[int, Any] = (
+            collections.OrderedDict()
+        )  # id -> record (kept alive)
         self._start_callback: Callable[..., None] | None = None
         self._end_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped
@@ -74,8 +79,10 @@ class CompileMetricsTap:
             self._wrap(utils, "log_compilation_event")
             self._keep_logging_on()
         else:
-            self.reason_off = ("torch._dynamo.utils has neither add_compilation_metrics_to_chromium nor "
-                            "log_compilation_event (this torch hands compile records elsewhere)")
+            self.reason_off = (
+                "torch._dynamo.utils has neither add_compilation_metrics_to_chromium nor "
+                "log_compilation_event (this torch hands compile records elsewhere)"
+            )
             return
         self._skip_buffered(utils)
         self._register_start_callback()
@@ -108,8 +115,10 @@ class CompileMetricsTap:
         if getattr(config, "log_compilation_metrics", True):
             return
         config.log_compilation_metrics = True
-        log.info("recompprof: torch._dynamo.config.log_compilation_metrics was False; turned on for this session "
-                 "(this torch passes compile records on only through that log)")
+        log.info(
+            "recompprof: torch._dynamo.config.log_compilation_metrics was False; turned on for this session "
+            "(this torch passes compile records on only through that log)"
+        )
 
         def restore() -> None:
             if config.log_compilation_metrics is True:
@@ -155,7 +164,11 @@ class CompileMetricsTap:
         the reset. torch has no reset hook; this wraps the one handler's ``clear`` (an instance attribute,
         removed at uninstall)."""
         original = getattr(handler, "clear", None)
-        if not torch_info().has("reset_clears_callbacks") or not callable(original) or "clear" in vars(handler):
+        if (
+            not torch_info().has("reset_clears_callbacks")
+            or not callable(original)
+            or "clear" in vars(handler)
+        ):
             return
         tap = self
 
@@ -202,7 +215,10 @@ class CompileMetricsTap:
 
         if self._start_callback not in callback_handler.start_callbacks:
             callback_handler.register_start_callback(self._start_callback)
-        if self._end_callback is not None and self._end_callback not in callback_handler.end_callbacks:
+        if (
+            self._end_callback is not None
+            and self._end_callback not in callback_handler.end_callbacks
+        ):
             callback_handler.register_end_callback(self._end_callback)
 
     def reconcile(self) -> int:
@@ -226,6 +242,8 @@ class CompileMetricsTap:
         if self._on_late is not None:
             self._on_late(len(unseen), why)
         if lost and self._on_lost is not None:
-            self._on_lost(f"{why}; torch's buffer of the last {buffer.maxlen} records overflowed, "
-                          "so earlier compiles were lost")
+            self._on_lost(
+                f"{why}; torch's buffer of the last {buffer.maxlen} records overflowed, "
+                "so earlier compiles were lost"
+            )
         return len(unseen)

@@ -43,18 +43,27 @@ class DynamoProfilerTap:
         try:
             from torch._dynamo.dynamo_profiler import DynamoProfilerState
         except ImportError:
-            self.reason_off = "torch._dynamo.dynamo_profiler missing (this torch has no Dynamo profiler)"
+            self.reason_off = (
+                "torch._dynamo.dynamo_profiler missing (this torch has no Dynamo profiler)"
+            )
             return
         if not hasattr(config, "dynamo_profiler") or "dump_stats" not in vars(DynamoProfilerState):
-            self.reason_off = "torch._dynamo.config.dynamo_profiler or DynamoProfilerState.dump_stats missing"
+            self.reason_off = (
+                "torch._dynamo.config.dynamo_profiler or DynamoProfilerState.dump_stats missing"
+            )
             return
         tap = self
 
-        def dump_stats(state: Any, output_file: str | None = None, generate_svg: bool = True) -> None:
+        def dump_stats(
+            state: Any, output_file: str | None = None, generate_svg: bool = True
+        ) -> None:
             with contain("torch.dynamo_profiler", "Dynamo trace times per function are missing"):
                 tap._collect(state.get_timings())
 
-        self._state_cls, self._prior_dump = DynamoProfilerState, vars(DynamoProfilerState)["dump_stats"]
+        self._state_cls, self._prior_dump = (
+            DynamoProfilerState,
+            vars(DynamoProfilerState)["dump_stats"],
+        )
         self._prior_config = config.dynamo_profiler
         DynamoProfilerState.dump_stats = dump_stats
         config.dynamo_profiler = True
@@ -72,7 +81,9 @@ class DynamoProfilerTap:
     def _collect(self, timings: list[Any]) -> None:
         with self._lock:
             for t in timings:
-                self._pending[function_label(t.func_name, t.filename, t.firstlineno)] += max(t.tottime_ns, 0) * 1e-9
+                self._pending[function_label(t.func_name, t.filename, t.firstlineno)] += (
+                    max(t.tottime_ns, 0) * 1e-9
+                )
 
     def take(self) -> dict[str, float]:
         """The timings since the last call (the compile being recorded), its costliest functions only."""

@@ -49,8 +49,12 @@ class Compiling:
     f_globals: dict[str, Any]
     closure: tuple[Any, ...] | None
     compile_id: str | None
-    caller: types.FrameType | None  # the frame that called into the compiled code (and torch's wrappers)
-    guarded_code: Any = None  # what the compile produced, once it has (None while tracing or on failure)
+    caller: (
+        types.FrameType | None
+    )  # the frame that called into the compiled code (and torch's wrappers)
+    guarded_code: Any = (
+        None  # what the compile produced, once it has (None while tracing or on failure)
+    )
     # The frame's cache entries torch counts this compile against (its CompilationMetrics.cache_size: those of
     # its isolate_recompiles region, with the same ID_MATCH'd objects); None where torch holds no such count.
     cache_entries: int | None = None
@@ -104,7 +108,11 @@ class Named:
 
 def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named:
     """The user's function behind the compiled code ``name``/``filename``/``line``."""
-    if ctx is None or (ctx.code.co_name, ctx.code.co_firstlineno) != (name, line) or ctx.code.co_filename != filename:
+    if (
+        ctx is None
+        or (ctx.code.co_name, ctx.code.co_firstlineno) != (name, line)
+        or ctx.code.co_filename != filename
+    ):
         return Named(name, filename, line)
     code = ctx.code
     if is_torch_wrapper(filename):
@@ -115,13 +123,19 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
         if function is None:  # one of several methods, and which one this call wraps is unknown
             return Named(f"{cls.__name__}.{code.co_name}", filename, line, cls.__name__)
         target = _unwrap(function)
-        return Named(f"{cls.__name__}.{attr}", target.__code__.co_filename, target.__code__.co_firstlineno,
-                     cls.__name__)
+        return Named(
+            f"{cls.__name__}.{attr}",
+            target.__code__.co_filename,
+            target.__code__.co_firstlineno,
+            cls.__name__,
+        )
     found = _global_function(code, ctx.f_globals, ctx.closure)
     if found is not None:
         key, function = found
         target = _unwrap(function)
-        shown = _short(target.__qualname__) if target is not function else key  # a bare wrapper: its global's name
+        shown = (
+            _short(target.__qualname__) if target is not function else key
+        )  # a bare wrapper: its global's name
         return Named(shown, target.__code__.co_filename, target.__code__.co_firstlineno)
     return Named(_short(getattr(code, "co_qualname", name)), filename, line)
 
@@ -148,15 +162,23 @@ def _torch_wrapper_target(ctx: Compiling) -> Named | None:
         code = getattr(forward, "__code__", None)
         if code is not None:
             cls = type(target)
-            return Named(f"{cls.__name__}.forward", code.co_filename, code.co_firstlineno, cls.__name__)
+            return Named(
+                f"{cls.__name__}.forward", code.co_filename, code.co_firstlineno, cls.__name__
+            )
     target = _unwrap(target)
     code = getattr(target, "__code__", None)
     if code is not None:
-        return Named(_short(getattr(target, "__qualname__", code.co_name)), code.co_filename, code.co_firstlineno)
+        return Named(
+            _short(getattr(target, "__qualname__", code.co_name)),
+            code.co_filename,
+            code.co_firstlineno,
+        )
     return None
 
 
-_Found = tuple[tuple[str, Any, Any], ...]  # (attribute, the attribute's function, the function with the code)
+_Found = tuple[
+    tuple[str, Any, Any], ...
+]  # (attribute, the attribute's function, the function with the code)
 _owners: collections.OrderedDict[tuple[type, types.CodeType], _Found] = collections.OrderedDict()
 
 
@@ -172,8 +194,9 @@ def _first_argument(code: types.CodeType, f_locals: dict[str, Any]) -> Any:
     return None
 
 
-def _method_owner(code: types.CodeType, f_locals: dict[str, Any],
-                  closure: tuple[Any, ...] | None) -> tuple[type, str, Any] | None:
+def _method_owner(
+    code: types.CodeType, f_locals: dict[str, Any], closure: tuple[Any, ...] | None
+) -> tuple[type, str, Any] | None:
     """``(class, attribute, function)`` when the code runs as a method of its first argument's class: an
     attribute of that class is the code's function, or a decorator's wrapper whose ``__wrapped__`` chain
     reaches it. ``function`` is None when several attributes hold this code and the closure cannot tell which."""
@@ -192,7 +215,9 @@ def _method_owner(code: types.CodeType, f_locals: dict[str, Any],
     return (cls, found[0], found[1]) if found[1] is not None else (cls, code.co_name, None)
 
 
-def _this_call(found: _Found, code: types.CodeType, closure: tuple[Any, ...] | None) -> tuple[str, Any] | None:
+def _this_call(
+    found: _Found, code: types.CodeType, closure: tuple[Any, ...] | None
+) -> tuple[str, Any] | None:
     """Of the attributes whose functions hold ``code``, the one whose function is this call's: one shared
     decorator's wrapper is one code object for every method it decorates, and only the wrapper's closure
     (the cells holding the function it wraps) says which method this call runs. ``(attribute, None)`` when
@@ -204,12 +229,18 @@ def _this_call(found: _Found, code: types.CodeType, closure: tuple[Any, ...] | N
         return None
     if len(functions) > 1:
         return found[0][0], None
-    named = [f for f in found if f[0] == _attr(_unwrap(f[1]), "__name__")]  # an alias: the name it was defined by
+    named = [
+        f for f in found if f[0] == _attr(_unwrap(f[1]), "__name__")
+    ]  # an alias: the name it was defined by
     return (named or found)[0][:2]
 
 
 def _same_cells(cells: Any, closure: tuple[Any, ...]) -> bool:
-    return isinstance(cells, tuple) and len(cells) == len(closure) and all(a is b for a, b in zip(cells, closure))
+    return (
+        isinstance(cells, tuple)
+        and len(cells) == len(closure)
+        and all(a is b for a, b in zip(cells, closure))
+    )
 
 
 def _find_in_class(cls: type, code: types.CodeType) -> _Found:
@@ -222,7 +253,13 @@ def _find_in_class(cls: type, code: types.CodeType) -> _Found:
                 continue
             seen.add(attr)
             # A function, classmethod / staticmethod, property accessor or cached_property.
-            for function in (_attr(value, "__func__"), _attr(value, "fget"), _attr(value, "fset"), _attr(value, "func"), value):
+            for function in (
+                _attr(value, "__func__"),
+                _attr(value, "fget"),
+                _attr(value, "fset"),
+                _attr(value, "func"),
+                value,
+            ):
                 holder = _holding(function, code)
                 if holder is not None:
                     found.append((attr, function, holder))
@@ -257,8 +294,9 @@ def _attr(value: Any, name: str) -> Any:
         return None
 
 
-def _global_function(code: types.CodeType, f_globals: dict[str, Any],
-                     closure: tuple[Any, ...] | None) -> tuple[str, Any] | None:
+def _global_function(
+    code: types.CodeType, f_globals: dict[str, Any], closure: tuple[Any, ...] | None
+) -> tuple[str, Any] | None:
     """``(name, function)``: the module-level function whose code this is, or whose decorators' wrappers hold
     it (the one whose wrapper holds this call's closure, when one decorator wraps several). Looked up in the
     decorator's module and in the modules of the functions its closure holds (a decorator imported from
@@ -271,8 +309,11 @@ def _global_function(code: types.CodeType, f_globals: dict[str, Any],
         if isinstance(held, dict) and all(held is not n for n in namespaces):
             namespaces.append(held)
     for namespace in namespaces:
-        found = tuple((key, value, holder) for key, value in list(namespace.items())
-                      if (holder := _holding(value, code)) is not None)
+        found = tuple(
+            (key, value, holder)
+            for key, value in list(namespace.items())
+            if (holder := _holding(value, code)) is not None
+        )
         chosen = _this_call(found, code, closure)
         if chosen is not None and chosen[1] is not None:
             return chosen
@@ -311,7 +352,9 @@ def _skipped_dirs() -> tuple[str, ...]:
 _SKIPPED: tuple[str, ...] | None = None
 
 
-_SKIPPED_FILES: dict[str, bool] = {}  # file -> skipped? (a deep stack's frames repeat the same few files)
+_SKIPPED_FILES: dict[
+    str, bool
+] = {}  # file -> skipped? (a deep stack's frames repeat the same few files)
 
 
 def _is_skipped(filename: str) -> bool:
@@ -319,8 +362,9 @@ def _is_skipped(filename: str) -> bool:
     if skipped is None:
         if len(_SKIPPED_FILES) >= 4096:  # bounded: generated code can name many files
             _SKIPPED_FILES.clear()
-        skipped = _SKIPPED_FILES[filename] = (os.path.normcase(filename).startswith(_SKIPPED or ())
-                                              or filename.startswith("<frozen"))
+        skipped = _SKIPPED_FILES[filename] = os.path.normcase(filename).startswith(
+            _SKIPPED or ()
+        ) or filename.startswith("<frozen")
     return skipped
 
 

@@ -114,9 +114,14 @@ TRACE_LOGGER = "torch.__trace"  # torch._logging._internal.trace_log
 def writes_trace(trace_log: logging.Logger) -> bool:
     """Whether the trace logger has a handler that writes: torch installs a lazy one in every process, which
     removes itself at the first record when no trace directory was given (``root_dir`` None)."""
-    return any(not (type(handler).__name__ == "LazyTraceHandler" and getattr(handler, "root_dir", None) is None
-                    and getattr(handler, "stream", None) is None)
-               for handler in trace_log.handlers)
+    return any(
+        not (
+            type(handler).__name__ == "LazyTraceHandler"
+            and getattr(handler, "root_dir", None) is None
+            and getattr(handler, "stream", None) is None
+        )
+        for handler in trace_log.handlers
+    )
 
 
 class _BreakRecords(logging.Filter):
@@ -133,8 +138,10 @@ class _BreakRecords(logging.Filter):
             if isinstance(artifact, dict) and artifact.get("name") == ARTIFACT:
                 with _internal.contain("torch.graph_breaks"):
                     explicit = CompileId.of_record(metadata)
-                    self._on_break(str(getattr(record, "payload", None) or ""),
-                                   _compile_id(None) or (str(explicit) if explicit is not None else None))
+                    self._on_break(
+                        str(getattr(record, "payload", None) or ""),
+                        _compile_id(None) or (str(explicit) if explicit is not None else None),
+                    )
         return True
 
 
@@ -157,11 +164,19 @@ class _TraceCallerFix(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         code = self.code
-        if code is not None and record.funcName == code.co_name and record.pathname == code.co_filename:
+        if (
+            code is not None
+            and record.funcName == code.co_name
+            and record.pathname == code.co_filename
+        ):
             callers = self.callers()
             if callers:
                 frame = callers[-1]
-                record.pathname, record.lineno, record.funcName = frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+                record.pathname, record.lineno, record.funcName = (
+                    frame.f_code.co_filename,
+                    frame.f_lineno,
+                    frame.f_code.co_name,
+                )
                 record.filename = os.path.basename(record.pathname)
                 record.module = os.path.splitext(record.filename)[0]
         return True

@@ -20,7 +20,9 @@ _NUMBERED_GLOBAL = re.compile(r"___\d+\b")
 
 def guard_set(guarded_code: Any) -> str | None:
     """A short fingerprint of the guards a compile installed (its ``GuardedCode``), or None if unknown."""
-    guarded_code = getattr(guarded_code, "guarded_code", guarded_code)  # ConvertFrameReturn wraps it from 2.6
+    guarded_code = getattr(
+        guarded_code, "guarded_code", guarded_code
+    )  # ConvertFrameReturn wraps it from 2.6
     parts = getattr(getattr(guarded_code, "guard_manager", None), "code_parts", None)
     if not parts:
         return None
@@ -33,8 +35,9 @@ def guard_set(guarded_code: Any) -> str | None:
         normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))
     else:
         normalised = sorted(_NUMBERED_GLOBAL.sub("___", t) for t in texts)
-    return hashlib.blake2b(("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8).hexdigest()
-
+    return hashlib.blake2b(
+        ("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8
+    ).hexdigest()
 
 
 class GuardFailureReader:
@@ -86,7 +89,11 @@ class GuardFailureReader:
         from torch._dynamo.utils import guard_failures
 
         for code, reasons in list(guard_failures.items()):
-            if code.co_name == name and code.co_firstlineno == firstlineno and code.co_filename == filename:
+            if (
+                code.co_name == name
+                and code.co_firstlineno == firstlineno
+                and code.co_filename == filename
+            ):
                 start = self._read.get(code, 0)
                 if start > len(reasons):  # torch._dynamo.reset() cleared it
                     start = 0

@@ -9,11 +9,17 @@ from recompprof._torch.versions import torch_info
 
 def configured_limit(name: str) -> int | None:
     """The value of limit ``name`` (``recompile_limit`` / ``accumulated_recompile_limit``), None if unknown."""
-    with contain("torch.limits", f"the configured {name} is unknown (torch._dynamo.config changed)"):
+    with contain(
+        "torch.limits", f"the configured {name} is unknown (torch._dynamo.config changed)"
+    ):
         from torch._dynamo import config
 
         info = torch_info()
-        attr = info.limit_config_name if name == "recompile_limit" else info.accumulated_limit_config_name
+        attr = (
+            info.limit_config_name
+            if name == "recompile_limit"
+            else info.accumulated_limit_config_name
+        )
         value = getattr(config, attr)
         return int(value) if value is not None else None
     return None  # counted above: a renamed or retyped config only loses this figure

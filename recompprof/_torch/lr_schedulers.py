@@ -12,7 +12,9 @@ def scheduler_warmup(scheduler: Any) -> int | None:
     if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
         return steps
     kind = type(scheduler).__name__
-    if kind == "LinearLR" and getattr(scheduler, "start_factor", 1.0) < getattr(scheduler, "end_factor", 1.0):
+    if kind == "LinearLR" and getattr(scheduler, "start_factor", 1.0) < getattr(
+        scheduler, "end_factor", 1.0
+    ):
         return int(scheduler.total_iters)
     # SequentialLR keeps its parts in private attributes; if torch renames them only this default is lost.
     if kind == "SequentialLR" and getattr(scheduler, "_schedulers", None):

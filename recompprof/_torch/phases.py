@@ -45,19 +45,34 @@ def _s(metrics: Any, name: str) -> float:
 
 def exclusive_phases(metrics: Any) -> tuple[float, dict[str, float]]:
     """``(duration_seconds, {phase: exclusive seconds})`` for one ``CompilationMetrics`` record."""
-    if getattr(metrics, "duration_us", None) is None and getattr(metrics, "entire_frame_compile_time_s", None) is not None:
-        return _phases(_s(metrics, "entire_frame_compile_time_s"), _s(metrics, "backend_compile_time_s"),
-                       _s(metrics, "inductor_compile_time_s"), _s(metrics, "code_gen_time_s"), 0.0)
+    if (
+        getattr(metrics, "duration_us", None) is None
+        and getattr(metrics, "entire_frame_compile_time_s", None) is not None
+    ):
+        return _phases(
+            _s(metrics, "entire_frame_compile_time_s"),
+            _s(metrics, "backend_compile_time_s"),
+            _s(metrics, "inductor_compile_time_s"),
+            _s(metrics, "code_gen_time_s"),
+            0.0,
+        )
     backward = getattr(metrics, "is_forward", True) is False
     total = _us(metrics, "duration_us") or _us(metrics, "dynamo_cumulative_compile_time_us")
     if backward:
         total = total or _us(metrics, "backward_cumulative_compile_time_us")
     backend = total if backward else _us(metrics, "aot_autograd_cumulative_compile_time_us")
-    return _phases(total, backend, _us(metrics, "inductor_cumulative_compile_time_us"),
-                   _us(metrics, "inductor_code_gen_cumulative_compile_time_us"), _us(metrics, "triton_compile_time_us"))
+    return _phases(
+        total,
+        backend,
+        _us(metrics, "inductor_cumulative_compile_time_us"),
+        _us(metrics, "inductor_code_gen_cumulative_compile_time_us"),
+        _us(metrics, "triton_compile_time_us"),
+    )
 
 
-def _phases(total: float, backend: float, inductor: float, code_gen: float, kernel: float) -> tuple[float, dict[str, float]]:
+def _phases(
+    total: float, backend: float, inductor: float, code_gen: float, kernel: float
+) -> tuple[float, dict[str, float]]:
     """Exclusive phases from nested cumulative times (each clamped to the one enclosing it)."""
     backend = min(backend, total)
     inductor = min(inductor, backend)

@@ -50,7 +50,11 @@ from recompprof._torch.profile_cache import (
     is_dead,
     region_entries,
 )
-from recompprof._torch.profile_gates import evict_mechanism_missing, force_backend_missing, park_mechanism_missing
+from recompprof._torch.profile_gates import (
+    evict_mechanism_missing,
+    force_backend_missing,
+    park_mechanism_missing,
+)
 from recompprof._torch.profile_parking import Parked, ParkedEntries
 from recompprof._torch.profile_retire import retire_frames
 from recompprof._torch.profile_stance import SessionSettings
@@ -59,8 +63,14 @@ from recompprof._torch.versions import torch_info
 
 log = logging.getLogger("recompprof")
 
-__all__ = ["MECHANISM_EVICT", "MECHANISM_UNLIMITED", "ProfileMode", "RecompprofObserver",
-           "evict_mechanism_missing", "park_mechanism_missing"]
+__all__ = [
+    "MECHANISM_EVICT",
+    "MECHANISM_UNLIMITED",
+    "ProfileMode",
+    "RecompprofObserver",
+    "evict_mechanism_missing",
+    "park_mechanism_missing",
+]
 
 MECHANISM_EVICT = "evict"
 MECHANISM_UNLIMITED = "unlimited"
@@ -97,8 +107,12 @@ class _ProfileCallback:
         if mode.active:
             reenabled = None
             with contain("profile.before_compile"):
-                reenabled = mode._before_compile(frame, args[1] if len(args) > 1 else kwargs.get("frame_state"))
-            if reenabled is not None:  # a parked variant runs again: no compile, so no _after_compile either
+                reenabled = mode._before_compile(
+                    frame, args[1] if len(args) > 1 else kwargs.get("frame_state")
+                )
+            if (
+                reenabled is not None
+            ):  # a parked variant runs again: no compile, so no _after_compile either
                 return reenabled
         result = None
         try:
@@ -138,7 +152,9 @@ class ProfileMode:
         self.observer = RecompprofObserver()
         self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
         self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
-        self.parking = False  # evicted entries are parked for re-enabling (evict mechanism, internals present)
+        self.parking = (
+            False  # evicted entries are parked for re-enabling (evict mechanism, internals present)
+        )
         self.why_no_parking = ""
         self.on_reuse: GuardFailureCallback | None = None
         self._parked = ParkedEntries()
@@ -148,7 +164,9 @@ class ProfileMode:
         self._undo: list[Callable[[], None]] = []
         self._counts = ProfileCounts()
         self._touched: dict[int, weakref.ref[CodeType]] = {}
-        self._uncounted: list[weakref.ref[Any]] = []  # foreign guard managers we exempted from the count
+        self._uncounted: list[
+            weakref.ref[Any]
+        ] = []  # foreign guard managers we exempted from the count
         self.on_stance_change: Callable[[bool], None] | None = None
         self._settings = SessionSettings(self._undo, self._stance_changed)
 
@@ -180,8 +198,11 @@ class ProfileMode:
 
         why_no_force = self.why_not_forced = force_backend_missing()
         if why_no_force:
-            log.warning("recompprof: profile mode cannot force its observer backend: %s; compiles keep the "
-                        "job's own backend", why_no_force)
+            log.warning(
+                "recompprof: profile mode cannot force its observer backend: %s; compiles keep the "
+                "job's own backend",
+                why_no_force,
+            )
         else:
             self._force_backend(eval_frame)
         if hasattr(eval_frame, "_create_wrapped_callback"):
@@ -193,8 +214,11 @@ class ProfileMode:
         if self.mechanism == MECHANISM_EVICT:
             self.why_off = evict_mechanism_missing()
             if self.why_off:
-                log.warning("recompprof: profile mode falls back to lifting the recompile limit "
-                            "(mechanism 'unlimited'): the evict mechanism needs %s", self.why_off)
+                log.warning(
+                    "recompprof: profile mode falls back to lifting the recompile limit "
+                    "(mechanism 'unlimited'): the evict mechanism needs %s",
+                    self.why_off,
+                )
                 self.mechanism = MECHANISM_UNLIMITED
         if self.mechanism == MECHANISM_EVICT and self.on_reuse is None:
             # A re-enabled variant is no compile: only an owner that takes on_reuse can record it.
@@ -202,8 +226,11 @@ class ProfileMode:
         elif self.mechanism == MECHANISM_EVICT:
             self.why_no_parking = park_mechanism_missing()
             if self.why_no_parking:
-                log.warning("recompprof: profile mode evicts without parking (a return to an evicted variant "
-                            "retraces it): %s", self.why_no_parking)
+                log.warning(
+                    "recompprof: profile mode evicts without parking (a return to an evicted variant "
+                    "retraces it): %s",
+                    self.why_no_parking,
+                )
         self.parking = self.mechanism == MECHANISM_EVICT and not self.why_no_parking
 
     def _wrap_callbacks(self, eval_frame: Any) -> None:
@@ -284,7 +311,7 @@ class ProfileMode:
         reasons = self._reasons(live_ours, f_locals)
         # Dynamo keeps entries in most-recently-hit order: the least recently used go. A re-enabled
         # variant takes the freed live slot, as a compile would.
-        victims = this_instance[limit - 1:]
+        victims = this_instance[limit - 1 :]
         self._evict(code, victims, limit)
         self._counts.settled(code, len(victims), len(reasons), back is not None)
         report = self._report(back, frame_state, reasons)
@@ -293,7 +320,12 @@ class ProfileMode:
     def _evict(self, code: CodeType, victims: list[Any], limit: int) -> None:
         for entry in victims:
             if self.parking:
-                self._parked.park(code, entry, f"Cache line {PARKED_MARK} (recompile_limit={limit})", self.max_parked)
+                self._parked.park(
+                    code,
+                    entry,
+                    f"Cache line {PARKED_MARK} (recompile_limit={limit})",
+                    self.max_parked,
+                )
             else:
                 invalidate(entry, f"Cache line {EVICTED_MARK} (recompile_limit={limit})")
 
@@ -318,9 +350,12 @@ class ProfileMode:
             return str(helper(entry.guard_manager, f_locals, entry.compile_id, self.observer))
         except Exception as exc:  # noqa: BLE001 - torch's own code failed: report it as such, keep going
             if self._counts.torch_error():
-                log.warning("recompprof: torch's own get_guard_fail_reason_helper raised %s: %s (a torch error, "
-                            "not a recompprof one; the guard failure is recorded without its reason)",
-                            type(exc).__name__, exc)
+                log.warning(
+                    "recompprof: torch's own get_guard_fail_reason_helper raised %s: %s (a torch error, "
+                    "not a recompprof one; the guard failure is recorded without its reason)",
+                    type(exc).__name__,
+                    exc,
+                )
             return f"{entry.compile_id}: <torch's get_guard_fail_reason_helper raised {type(exc).__name__}>"
 
     def _stance_changed(self, ours: bool) -> None:
@@ -331,8 +366,11 @@ class ProfileMode:
         if getattr(result, "guarded_code", None) is None:
             return
         code = frame.f_code
-        live = 1 + sum(1 for entry in region_entries(code)  # + the entry Dynamo installs on return
-                       if not is_dead(entry) and self._observed(entry))
+        live = 1 + sum(
+            1
+            for entry in region_entries(code)  # + the entry Dynamo installs on return
+            if not is_dead(entry) and self._observed(entry)
+        )
         self._counts.traced(code, seconds, live)
         self._touched.setdefault(id(code), weakref.ref(code))
 
@@ -361,8 +399,12 @@ class ProfileMode:
     @staticmethod
     def is_own_reason(text: str) -> bool:
         """True for reason strings caused by profile mode itself (evicted entries, the forced backend)."""
-        return (EVICTED_MARK in text or RETIRED_MARK in text or PARKED_MARK in text
-                or ("BACKEND_MATCH" in text and RecompprofObserver.__name__ in text))
+        return (
+            EVICTED_MARK in text
+            or RETIRED_MARK in text
+            or PARKED_MARK in text
+            or ("BACKEND_MATCH" in text and RecompprofObserver.__name__ in text)
+        )
 
     @property
     def torch_errors(self) -> int:

@@ -74,8 +74,9 @@ def same_instance(frame: Any, id_matched: dict[str, Any]) -> bool:
     return True
 
 
-def exempt_entries(frame: Any, entries: list[Any], observer: Any,
-                   uncounted: list[weakref.ref[Any]]) -> tuple[list[Any], list[Any]]:
+def exempt_entries(
+    frame: Any, entries: list[Any], observer: Any, uncounted: list[weakref.ref[Any]]
+) -> tuple[list[Any], list[Any]]:
     """Exempt every entry of the frame from torch's limit count; (the observer's live entries, those of
     them that belong to this module instance), both most recently used first.
 

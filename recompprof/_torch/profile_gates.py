@@ -22,17 +22,30 @@ def evict_mechanism_missing() -> str:
     except ImportError as exc:
         return f"torch._dynamo internals not importable ({exc})"
     needs = {
-        "torch._dynamo.eval_frame._create_wrapped_callback": getattr(eval_frame, "_create_wrapped_callback", None),
-        "torch._dynamo.eval_frame._callback_from_stance": getattr(eval_frame, "_callback_from_stance", None),
+        "torch._dynamo.eval_frame._create_wrapped_callback": getattr(
+            eval_frame, "_create_wrapped_callback", None
+        ),
+        "torch._dynamo.eval_frame._callback_from_stance": getattr(
+            eval_frame, "_callback_from_stance", None
+        ),
         "torch._C._dynamo.eval_frame._debug_get_cache_entry_list": getattr(
-            c_eval_frame, "_debug_get_cache_entry_list", None),
+            c_eval_frame, "_debug_get_cache_entry_list", None
+        ),
         "torch._C._dynamo.eval_frame._ExtraState.invalidate": getattr(
-            getattr(c_eval_frame, "_ExtraState", None), "invalidate", None),
+            getattr(c_eval_frame, "_ExtraState", None), "invalidate", None
+        ),
         "torch._C._dynamo.eval_frame._CacheEntry.backend": getattr(
-            getattr(c_eval_frame, "_CacheEntry", None), "backend", None),
-        "torch._dynamo.guards.DeletedGuardManagerWrapper": getattr(guards, "DeletedGuardManagerWrapper", None),
-        "torch._dynamo.guards.get_guard_fail_reason_helper": getattr(guards, "get_guard_fail_reason_helper", None),
-        "torch._dynamo.cache_size._has_same_id_matched_objs": getattr(cache_size, "_has_same_id_matched_objs", None),
+            getattr(c_eval_frame, "_CacheEntry", None), "backend", None
+        ),
+        "torch._dynamo.guards.DeletedGuardManagerWrapper": getattr(
+            guards, "DeletedGuardManagerWrapper", None
+        ),
+        "torch._dynamo.guards.get_guard_fail_reason_helper": getattr(
+            guards, "get_guard_fail_reason_helper", None
+        ),
+        "torch._dynamo.cache_size._has_same_id_matched_objs": getattr(
+            cache_size, "_has_same_id_matched_objs", None
+        ),
     }
     missing = [name for name, value in needs.items() if value is None]
     return f"missing {', '.join(missing)}" if missing else ""
@@ -50,8 +63,16 @@ def park_mechanism_missing() -> str:
     except ImportError as exc:
         return f"torch._dynamo.types not importable ({exc})"
     guarded_code = getattr(dynamo_types, "GuardedCode", None)
-    fields = {f.name for f in dataclasses.fields(guarded_code)} if dataclasses.is_dataclass(guarded_code) else set()
-    missing = [name for name in ("code", "guard_manager", "compile_id", "trace_annotation") if name not in fields]
+    fields = (
+        {f.name for f in dataclasses.fields(guarded_code)}
+        if dataclasses.is_dataclass(guarded_code)
+        else set()
+    )
+    missing = [
+        name
+        for name in ("code", "guard_manager", "compile_id", "trace_annotation")
+        if name not in fields
+    ]
     if missing:
         return f"torch._dynamo.types.GuardedCode has no field(s) {', '.join(missing)}"
     if getattr(dynamo_types, "wrap_guarded_code", None) is None:

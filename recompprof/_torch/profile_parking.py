@@ -69,7 +69,9 @@ class Parked:
         entry (front of the list, linked to the guard manager) and runs it, as it does any compile's."""
         from torch._dynamo.types import GuardedCode, wrap_guarded_code
 
-        return wrap_guarded_code(GuardedCode(self.code, self.guard_manager, self.compile_id, self.trace_annotation))
+        return wrap_guarded_code(
+            GuardedCode(self.code, self.guard_manager, self.compile_id, self.trace_annotation)
+        )
 
 
 def park(entry: Any, reason: str) -> Parked:
@@ -113,7 +115,9 @@ class ParkedEntries(dict[int, list[Parked]]):
         bucket = self.get(id(code))
         if not bucket:
             return None
-        bucket[:] = [parked for parked in bucket if not parked.released]  # torch invalidated or freed the rest
+        bucket[:] = [
+            parked for parked in bucket if not parked.released
+        ]  # torch invalidated or freed the rest
         for parked in bucket:
             try:
                 passes = bool(parked.guard_manager.check(f_locals))

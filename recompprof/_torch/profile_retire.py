@@ -17,7 +17,9 @@ from recompprof._torch.profile_cache import RETIRED_MARK, invalidate, is_dead, r
 from recompprof._torch.profile_parking import ParkedEntries
 
 
-def retire_frames(codes: list[CodeType], parked: ParkedEntries, observed: Callable[[Any], bool]) -> None:
+def retire_frames(
+    codes: list[CodeType], parked: ParkedEntries, observed: Callable[[Any], bool]
+) -> None:
     """Hand ``codes`` back to the job; ``observed(entry)`` says whether profile mode's observer compiled an entry."""
     import torch._C._dynamo.eval_frame as c_eval_frame
     from torch._dynamo import convert_frame

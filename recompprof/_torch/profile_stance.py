@@ -43,8 +43,12 @@ class SessionSettings:
             if getattr(config, name) == value:
                 setattr(config, name, old)
             else:
-                log.warning("recompprof: torch._dynamo.config.%s was changed during the profile session; "
-                            "leaving the new value %r", name, getattr(config, name))
+                log.warning(
+                    "recompprof: torch._dynamo.config.%s was changed during the profile session; "
+                    "leaving the new value %r",
+                    name,
+                    getattr(config, name),
+                )
 
         self._undo.append(restore)
 
@@ -60,8 +64,10 @@ class SessionSettings:
             if eval_frame._stance is ours:
                 eval_frame._set_stance(handle.prev)
             else:
-                log.warning("recompprof: the torch.compile stance was changed during the profile session; "
-                            "leaving it as it is now")
+                log.warning(
+                    "recompprof: the torch.compile stance was changed during the profile session; "
+                    "leaving it as it is now"
+                )
 
         return restore
 

@@ -69,8 +69,13 @@ class ProfileCounts:
                 "failures_reported": self.reported,
                 "compile_seconds": self.compile_seconds,
                 "frames": {
-                    stats.label: {"traces": stats.traces, "evictions": stats.evictions, "reenabled": stats.reenabled,
-                                  "failures_reported": stats.failures_reported, "peak_live": stats.peak_live}
+                    stats.label: {
+                        "traces": stats.traces,
+                        "evictions": stats.evictions,
+                        "reenabled": stats.reenabled,
+                        "failures_reported": stats.failures_reported,
+                        "peak_live": stats.peak_live,
+                    }
                     for stats in self._frames.values()
                 },
             }

@@ -28,17 +28,26 @@ def _text(value: Any) -> str | None:
 
 def cache_outcome(m: Any) -> Literal["hit", "miss"] | None:
     """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
+
     def count(*names: str) -> int:
         return sum(getattr(m, n, None) or 0 for n in names)
 
     if count("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"):
         return "miss"
-    return "hit" if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count") else None
+    return (
+        "hit"
+        if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count")
+        else None
+    )
 
 
 # (cache, ((result, torch's count fields), ...), the feature_usage key that says it was consulted)
 _CACHE_FIELDS = tuple(
-    (cache, tuple((r, tuple(f"{p}_cache_{r}_count" for p in prefixes)) for r in ("hit", "miss")), feature)
+    (
+        cache,
+        tuple((r, tuple(f"{p}_cache_{r}_count" for p in prefixes)) for r in ("hit", "miss")),
+        feature,
+    )
     for cache, prefixes, feature in (
         ("fx_graph", ("inductor_fx_local", "inductor_fx_remote"), "fx_cache"),
         ("aot_autograd", ("aotautograd_local", "aotautograd_remote"), "aot_autograd_remote_cache"),
@@ -122,7 +131,8 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         co_name=_text(getattr(m, "co_name", None)),
         co_filename=_text(getattr(m, "co_filename", None)),
         co_firstlineno=_int(getattr(m, "co_firstlineno", None)),
-        is_forward=getattr(m, "is_forward", None) is not False,  # no is_forward before 2.6: forward records only
+        is_forward=getattr(m, "is_forward", None)
+        is not False,  # no is_forward before 2.6: forward records only
         fail_type=_text(getattr(m, "fail_type", None)),
         fail_reason=_text(getattr(m, "fail_reason", None)),
         cache_size=_int(getattr(m, "cache_size", None)),

@@ -20,7 +20,9 @@ import torch
 from recompprof._model.subjects import ENUM_KIND, MODULE_KIND
 
 _ROOT = re.compile(r"""^([LG])\[\s*(['"])([^'"\]\n]{1,200})\2\s*\]""")
-_STEP = re.compile(r"""^(?:\.([A-Za-z_]\w{0,100})|\[\s*(['"])([^'"\]\n]{0,200})\2\s*\]|\[\s*(-?\d{1,9})\s*\])""")
+_STEP = re.compile(
+    r"""^(?:\.([A-Za-z_]\w{0,100})|\[\s*(['"])([^'"\]\n]{0,200})\2\s*\]|\[\s*(-?\d{1,9})\s*\])"""
+)
 _MISSING = object()
 
 
@@ -36,13 +38,13 @@ def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any])
         return None
     scope = f_locals if match.group(1) == "L" else f_globals
     value = scope.get(match.group(3), _MISSING)
-    rest = subject[match.end():]
+    rest = subject[match.end() :]
     while rest and value is not _MISSING:
         step = _STEP.match(rest)
         if step is None:
             return None
         value = _step(value, step)
-        rest = rest[step.end():]
+        rest = rest[step.end() :]
     return None if value is _MISSING else kind(value)
 
 

@@ -24,7 +24,9 @@ class StepCounter:
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
         except ImportError as exc:
-            self.reason_off = f"torch.optim.optimizer.register_optimizer_step_post_hook missing ({exc})"
+            self.reason_off = (
+                f"torch.optim.optimizer.register_optimizer_step_post_hook missing ({exc})"
+            )
             return
         self._handle = register_optimizer_step_post_hook(self._on_step)
         self.live = True
@@ -57,7 +59,9 @@ class StepCounter:
     def advance(self, to: int | None = None) -> int:
         """A manual step (``session.step()``), or an absolute one (``to``); from then on optimizer steps are ignored."""
         if to is not None and (isinstance(to, bool) or not isinstance(to, int) or to < 0):
-            raise ValueError(f"session.step(to=...) takes a training step, a non-negative int; got {to!r}")
+            raise ValueError(
+                f"session.step(to=...) takes a training step, a non-negative int; got {to!r}"
+            )
         self.manual = True
         self.step = self.step + 1 if to is None else to
         return self.step
@@ -114,7 +118,7 @@ def step_of(contexts: object) -> int | None:
         return None
     for context in contexts:
         if isinstance(context, str) and context.startswith(STEP_CONTEXT):
-            digits = context[len(STEP_CONTEXT):]
+            digits = context[len(STEP_CONTEXT) :]
             if digits.isdigit() and len(digits) <= 18:
                 return int(digits)
     return None

@@ -32,64 +32,100 @@ class Gate:
 GATES: dict[str, Gate] = {
     # --- signals (monitor mode)
     "compilation_metrics": Gate(
-        (2, 4), "CompilationMetrics passed to torch._utils_internal.log_compilation_event on every compile",
-        "no compile events"),
+        (2, 4),
+        "CompilationMetrics passed to torch._utils_internal.log_compilation_event on every compile",
+        "no compile events",
+    ),
     "phase_times": Gate(
-        (2, 4), "nested per-phase times in CompilationMetrics (*_compile_time_s; *_cumulative_compile_time_us "
-        "and triton_compile_time_us from 2.6, see phases.py)", "each compile's whole duration is reported as dynamo_trace"),
+        (2, 4),
+        "nested per-phase times in CompilationMetrics (*_compile_time_s; *_cumulative_compile_time_us "
+        "and triton_compile_time_us from 2.6, see phases.py)",
+        "each compile's whole duration is reported as dynamo_trace",
+    ),
     "recompile_limit_hits": Gate(
-        (2, 6), "CompilationMetrics records (fail_reason '<limit> reached') for frames stopped by the recompile limit",
-        "recompile-limit hits are not recorded (torch only logs a warning)"),
+        (2, 6),
+        "CompilationMetrics records (fail_reason '<limit> reached') for frames stopped by the recompile limit",
+        "recompile-limit hits are not recorded (torch only logs a warning)",
+    ),
     "backward_compiles": Gate(
-        (2, 6), "CompilationMetrics records for lazily compiled backward graphs (is_forward=False)",
-        "backward compiles are not recorded; their compile time is missing"),
+        (2, 6),
+        "CompilationMetrics records for lazily compiled backward graphs (is_forward=False)",
+        "backward compiles are not recorded; their compile time is missing",
+    ),
     "guard_failures": Gate(
-        (2, 4), "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
-        "recompiles carry only CompilationMetrics.recompile_reason"),
+        (2, 4),
+        "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",
+        "recompiles carry only CompilationMetrics.recompile_reason",
+    ),
     "reasons_before_compile_start": Gate(
-        (2, 6), "guard failures computed (torch._dynamo.utils.guard_failures) before the compile-start callbacks run",
-        "compile_start events carry no reason (is_recompile is still set from the compile id)"),
+        (2, 6),
+        "guard failures computed (torch._dynamo.utils.guard_failures) before the compile-start callbacks run",
+        "compile_start events carry no reason (is_recompile is still set from the compile id)",
+    ),
     "reset_clears_callbacks": Gate(
-        (2, 5), "torch._dynamo.callback.callback_handler, whose clear() torch._dynamo.reset() calls (recompprof puts its "
+        (2, 5),
+        "torch._dynamo.callback.callback_handler, whose clear() torch._dynamo.reset() calls (recompprof puts its "
         "compile callbacks back there and counts the reset)",
-        "a reset is not seen: the first compile after it has no compile_start, and events carry no reset generation"),
-    "graph_breaks": Gate((2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"),
+        "a reset is not seen: the first compile after it has no compile_start, and events carry no reset generation",
+    ),
+    "graph_breaks": Gate(
+        (2, 4), 'torch._dynamo.utils.counters["graph_break"]', "no graph-break events"
+    ),
     "graph_break_trace": Gate(
-        (2, 6), "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",
+        (2, 6),
+        "every graph break passed to torch._logging.trace_structured as a dynamo_graph_break_reason artifact",
         "graph breaks are read from counters['graph_break'], which misses breaks torch cannot resume from "
-        "and has no location, explanation or hints"),
+        "and has no location, explanation or hints",
+    ),
     "recompile_user_context": Gate(
-        (2, 9), "torch._dynamo.utils.register_hook_for_recompile_user_context: hooks called on each compile, whose "
+        (2, 9),
+        "torch._dynamo.utils.register_hook_for_recompile_user_context: hooks called on each compile, whose "
         "strings its CompilationMetrics record keeps (recompile_user_contexts)",
-        "TORCH_TRACE logs carry no training steps (ingested compiles have none)"),
+        "TORCH_TRACE logs carry no training steps (ingested compiles have none)",
+    ),
     "recompile_limit_name": Gate(
-        (2, 7), "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
-        "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit"),
+        (2, 7),
+        "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
+        "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit",
+    ),
     # --- profile mode
     "force_backend": Gate(
-        (2, 6), "torch._dynamo.set_stance(..., force_backend=)",
-        "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')"),
+        (2, 6),
+        "torch._dynamo.set_stance(..., force_backend=)",
+        "profile mode keeps the job's own backend and lifts the recompile limit (mechanism 'unlimited')",
+    ),
     "profile_evict": Gate(
-        (2, 10), "cache entries that name their backend (_CacheEntry.backend; profile mode's evict mechanism also "
+        (2, 10),
+        "cache entries that name their backend (_CacheEntry.backend; profile mode's evict mechanism also "
         "needs _ExtraState.invalidate, DeletedGuardManagerWrapper and eval_frame._create_wrapped_callback)",
-        "profile mode lifts the recompile limit instead (mechanism 'unlimited')"),
+        "profile mode lifts the recompile limit instead (mechanism 'unlimited')",
+    ),
     "profile_park": Gate(
-        (2, 10), "frame callbacks that may return a torch._dynamo.types.GuardedCode (code, guard_manager, compile_id, "
+        (2, 10),
+        "frame callbacks that may return a torch._dynamo.types.GuardedCode (code, guard_manager, compile_id, "
         "trace_annotation) via wrap_guarded_code, installed by the eval-frame code as a new cache entry",
-        "profile mode evicts without parking: each return to an evicted variant retraces it"),
+        "profile mode evicts without parking: each return to an evicted variant retraces it",
+    ),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
     "compile_id_in_reasons": Gate(
-        (2, 5), 'a "<frame>/<compile>: " prefix on each entry\'s reasons, several joined by "; "',
-        "reasons carry no compile id (Reason.entry is None); several are joined by newlines"),
+        (2, 5),
+        'a "<frame>/<compile>: " prefix on each entry\'s reasons, several joined by "; "',
+        "reasons carry no compile id (Reason.entry is None); several are joined by newlines",
+    ),
     "user_stack_in_reasons": Gate(
-        (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"),
+        (2, 11), 'a "User stack trace:" block after each reason', "no user location for a reason"
+    ),
     "type_in_identity_reasons": Gate(
-        (2, 13), "___check_obj_id(...) reasons annotated with type=<class '...'>",
+        (2, 13),
+        "___check_obj_id(...) reasons annotated with type=<class '...'>",
         "identity guards are classified by the id (True/False/None/small ints), by the live objects (attach) and by "
-        "the subject's shape"),
+        "the subject's shape",
+    ),
     "backend_in_reasons": Gate(
-        (2, 10), 'a "BACKEND_MATCH failure" reason for a cache entry refused for its backend',
-        'the reason is empty ("0/0: "; "" on 2.4): every guard passed, and recompprof files it as backend_mismatch'),
+        (2, 10),
+        'a "BACKEND_MATCH failure" reason for a cache entry refused for its backend',
+        'the reason is empty ("0/0: "; "" on 2.4): every guard passed, and recompprof files it as backend_mismatch',
+    ),
 }
 
 MIN_VERSIONS: dict[str, tuple[int, int]] = {name: gate.since for name, gate in GATES.items()}
@@ -119,7 +155,11 @@ class TorchInfo:
 
     @property
     def accumulated_limit_config_name(self) -> str:
-        return "accumulated_recompile_limit" if self.has("recompile_limit_name") else "accumulated_cache_size_limit"
+        return (
+            "accumulated_recompile_limit"
+            if self.has("recompile_limit_name")
+            else "accumulated_cache_size_limit"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,7 +173,13 @@ def versions() -> dict[str, str]:
     """Versions that go on ``session_start`` and ``recompprof_build_info``."""
     from recompprof._version import __version__
 
-    out = {"python": sys.version.split()[0], "recompprof": __version__, "torch": "", "triton": "", "cuda": ""}
+    out = {
+        "python": sys.version.split()[0],
+        "recompprof": __version__,
+        "torch": "",
+        "triton": "",
+        "cuda": "",
+    }
     try:
         import torch
 

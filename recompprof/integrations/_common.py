@@ -31,16 +31,28 @@ class SteadyStateRecompileError(RuleBroken, RuntimeError):
     """Raised by a callback with ``fail_on_steady_state_recompiles=True`` after a recompile past the warm-up."""
 
 
-def identity(rank: int, local_rank: int, world_size: int, local_world_size: int | None, launcher: str,
-             run_id: str | None = None) -> Identity:
+def identity(
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    local_world_size: int | None,
+    launcher: str,
+    run_id: str | None = None,
+) -> Identity:
     """The detected identity with the framework's ranks (it may have launched the processes itself)."""
     base = detect()
     if base.launcher == "single" and world_size > 1:
         base = dataclasses.replace(base, launcher=launcher)
     if local_world_size is None:
         local_world_size = base.local_world_size if base.launcher != launcher else world_size
-    return dataclasses.replace(base, rank=rank, local_rank=local_rank, world_size=world_size,
-                               local_world_size=max(1, local_world_size), run_id=run_id or base.run_id)
+    return dataclasses.replace(
+        base,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        local_world_size=max(1, local_world_size),
+        run_id=run_id or base.run_id,
+    )
 
 
 def steps_for_batches(batches: float, accumulate: int) -> int:
@@ -51,8 +63,12 @@ def steps_for_batches(batches: float, accumulate: int) -> int:
 class Tracker:
     """One callback's hold on a session for one trainer run."""
 
-    def __init__(self, settings: dict[str, Any], fail_on_steady_state_recompiles: bool, log: logging.Logger) -> None:
-        settings_module.load(**settings)  # a bad setting fails when the callback is built, naming the setting
+    def __init__(
+        self, settings: dict[str, Any], fail_on_steady_state_recompiles: bool, log: logging.Logger
+    ) -> None:
+        settings_module.load(
+            **settings
+        )  # a bad setting fails when the callback is built, naming the setting
         self.settings = dict(settings)
         self.fail_on_steady_state_recompiles = fail_on_steady_state_recompiles
         self.log = log
@@ -70,16 +86,22 @@ class Tracker:
 
         ``warmup`` reads the default warm-up from the trainer; it is called only when no ``warmup_steps``
         was given (argument or environment)."""
-        if self.session is not None:  # a run that ended without an end hook (an exception the framework kept)
+        if (
+            self.session is not None
+        ):  # a run that ended without an end hook (an exception the framework kept)
             self.stop()
         live = session_module.current()
         if live is not None:
             self.session, self.owned = live, False
-            self.log.info("recompprof: already attached; the callback uses that session and leaves it attached")
+            self.log.info(
+                "recompprof: already attached; the callback uses that session and leaves it attached"
+            )
         else:
             settings = {"step_source": "manual", **self.settings}
             if "warmup_steps" not in settings and _WARMUP_ENV not in os.environ:
-                with _internal.contain("integrations.warmup", "no default warm-up from the trainer; set warmup_steps"):
+                with _internal.contain(
+                    "integrations.warmup", "no default warm-up from the trainer; set warmup_steps"
+                ):
                     if (steps := warmup()) is not None:
                         settings["warmup_steps"] = steps
             self.session, self.owned = session_module.attach(identity=ident, **settings), True
@@ -104,7 +126,9 @@ class Tracker:
         frames = snap.frames.values()
         return {
             PREFIX + "recompiles": float(snap.recompiles_total),
-            PREFIX + "steady_state_recompiles": float(sum(f.steady_state_recompiles for f in frames)),
+            PREFIX + "steady_state_recompiles": float(
+                sum(f.steady_state_recompiles for f in frames)
+            ),
             PREFIX + "compile_seconds": float(snap.duration_sum),
             PREFIX + "recompile_limit_hits": float(sum(sum(f.limit_hits.values()) for f in frames)),
         }
@@ -124,19 +148,31 @@ class Tracker:
         session.remove_listener(self._on_event)
         if self.owned:
             session.detach()
-        with _internal.contain("integrations.report", "the report was not logged; run `recompprof report` on the run directory"):
+        with _internal.contain(
+            "integrations.report",
+            "the report was not logged; run `recompprof report` on the run directory",
+        ):
             report = session.report()
             where = f"; event log {session.event_log_path}" if session.event_log_path else ""
-            self.log.info("recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",
-                          session.identity.rank, report.compiles, report.recompiles, report.compile_seconds,
-                          report.limit_hits, where, report)
+            self.log.info(
+                "recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",
+                session.identity.rank,
+                report.compiles,
+                report.recompiles,
+                report.compile_seconds,
+                report.limit_hits,
+                where,
+                report,
+            )
 
     def _on_event(self, event: Event) -> None:
         # On torch's compile path: never raise here; the trainer hook raises at the next step.
         if self.failure is None and isinstance(event, Compile) and steady_state_recompile(event):
             explaining = explaining_reason(event.reasons)
             reason = explaining.text if explaining is not None else "no reason recorded"
-            self.failure = (f"recompprof: steady-state recompile of {event.frame.name} ({event.frame.file}:"
-                            f"{event.frame.line}) at step {event.step}, after the warm-up of "
-                            f"{self.session.settings.warmup_steps if self.session else '?'} steps: {reason} "
-                            "(fail_on_steady_state_recompiles=True stops training)")
+            self.failure = (
+                f"recompprof: steady-state recompile of {event.frame.name} ({event.frame.file}:"
+                f"{event.frame.line}) at step {event.step}, after the warm-up of "
+                f"{self.session.settings.warmup_steps if self.session else '?'} steps: {reason} "
+                "(fail_on_steady_state_recompiles=True stops training)"
+            )

@@ -15,12 +15,19 @@ from recompprof import _internal
 from recompprof._capture.identity import detect
 from recompprof._capture.session import Session
 from recompprof._torch.lr_schedulers import scheduler_warmup
-from recompprof.integrations._common import SteadyStateRecompileError, Tracker, identity, steps_for_batches
+from recompprof.integrations._common import (
+    SteadyStateRecompileError,
+    Tracker,
+    identity,
+    steps_for_batches,
+)
 
 __all__ = ["RecompprofCallback", "SteadyStateRecompileError"]
 
 log = logging.getLogger("lightning.pytorch")
-_DECIDE_EVERY = 50  # optimizer steps between the ranks' fail-on decisions when log_every_n_steps is 0
+_DECIDE_EVERY = (
+    50  # optimizer steps between the ranks' fail-on decisions when log_every_n_steps is 0
+)
 
 
 class RecompprofCallback(Callback):
@@ -47,9 +54,17 @@ class RecompprofCallback(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._world_size = trainer.world_size
         # Every rank writes under rank 0's run id, whoever launched the processes (a collective: all ranks are here).
-        run_id = trainer.strategy.broadcast(detect().run_id, src=0) if trainer.world_size > 1 else None
-        ident = identity(trainer.global_rank, trainer.local_rank, trainer.world_size, trainer.num_devices,
-                         "lightning", run_id)
+        run_id = (
+            trainer.strategy.broadcast(detect().run_id, src=0) if trainer.world_size > 1 else None
+        )
+        ident = identity(
+            trainer.global_rank,
+            trainer.local_rank,
+            trainer.world_size,
+            trainer.num_devices,
+            "lightning",
+            run_id,
+        )
         self._tracker.start(ident, lambda: _default_warmup(trainer))
         self._tracker.set_step(trainer.global_step)
 
@@ -58,14 +73,19 @@ class RecompprofCallback(Callback):
             return
         scalars = self._tracker.scalars()
         for logger in trainer.loggers:  # Lightning's loggers write on rank 0 only
-            with _internal.contain("integrations.lightning", f"final recompprof scalars not logged to {type(logger).__name__}"):
+            with _internal.contain(
+                "integrations.lightning",
+                f"final recompprof scalars not logged to {type(logger).__name__}",
+            ):
                 logger.log_metrics(scalars, step=trainer.global_step)
         self._tracker.stop()
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._tracker.stop()
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         self._tracker.stop()  # also KeyboardInterrupt: Lightning calls this hook before its graceful shutdown
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -73,11 +93,19 @@ class RecompprofCallback(Callback):
             self._tracker.stop()
 
     # -- per batch: the step, and at the logging interval the scalars --------------------------------
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._tracker.set_step(trainer.global_step)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         tracker = self._tracker
         # An optimizer step happened in this batch (not an accumulating one): Lightning logs now when
         # global_step is a multiple of log_every_n_steps, so the scalars are logged exactly then.
@@ -87,15 +115,28 @@ class RecompprofCallback(Callback):
             pl_module.log_dict(tracker.scalars(), on_step=True, on_epoch=False, batch_size=1)
         if self._world_size == 1:
             tracker.check()
-        elif (moved and tracker.fail_on_steady_state_recompiles and step % (every or _DECIDE_EVERY) == 0
-              # Ranks decide together (all are at this step), so none is left waiting in a collective.
-              and trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False)):
+        elif (
+            moved
+            and tracker.fail_on_steady_state_recompiles
+            and step % (every or _DECIDE_EVERY) == 0
+            # Ranks decide together (all are at this step), so none is left waiting in a collective.
+            and trainer.strategy.reduce_boolean_decision(tracker.failure is not None, all=False)
+        ):
             tracker.check()
-            raise SteadyStateRecompileError("recompprof: another rank recorded a steady-state recompile "
-                                            "(fail_on_steady_state_recompiles=True); see that rank's log")
+            raise SteadyStateRecompileError(
+                "recompprof: another rank recorded a steady-state recompile "
+                "(fail_on_steady_state_recompiles=True); see that rank's log"
+            )
 
-    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if self._world_size == 1:
             self._tracker.check()
 
@@ -125,5 +166,9 @@ def _first_validation_step(trainer: pl.Trainer) -> int | None:
     if epochs is None:  # every val_check_interval batches, counted across epochs
         return every_batches // accumulate
     # Mid-epoch the accumulated steps so far; at the epoch's last batch Lightning steps a partial accumulation.
-    in_epoch = every_batches // accumulate if every_batches < epoch_batches else steps_for_batches(epoch_batches, accumulate)
+    in_epoch = (
+        every_batches // accumulate
+        if every_batches < epoch_batches
+        else steps_for_batches(epoch_batches, accumulate)
+    )
     return (epochs - 1) * steps_for_batches(epoch_batches, accumulate) + in_epoch

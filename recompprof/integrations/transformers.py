@@ -44,39 +44,67 @@ class RecompprofCallback(TrainerCallback):
         return self._tracker.session
 
     # -- start and end --------------------------------------------------------------------------
-    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_init_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._bind_trainer()
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._bind_trainer()  # a callback added with add_callback after the Trainer was built
-        ident = identity(args.process_index, args.local_process_index, args.world_size, None, "accelerate")
+        ident = identity(
+            args.process_index, args.local_process_index, args.world_size, None, "accelerate"
+        )
         self._tracker.start(ident, lambda: _default_warmup(args, state))
         self._tracker.set_step(state.global_step)
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._tracker.stop()
 
     # -- per step: the step; at each Trainer.log the scalars ------------------------------------------
-    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._tracker.set_step(state.global_step)
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self._tracker.set_step(state.global_step)  # before the evaluation that may follow at this step
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._tracker.set_step(
+            state.global_step
+        )  # before the evaluation that may follow at this step
         self._tracker.check()
 
-    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._tracker.check()
 
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not self._tracker.active or logs is None:
             return
         scalars = self._tracker.scalars()
         # Trainer.log stored a copy of these logs in log_history just before calling us: add ours there too.
         entry = state.log_history[-1] if state.log_history else None
-        if entry is not None and entry.get("step") == state.global_step and all(entry.get(k) is v for k, v in logs.items()):
+        if (
+            entry is not None
+            and entry.get("step") == state.global_step
+            and all(entry.get(k) is v for k, v in logs.items())
+        ):
             entry.update(scalars)
-        logs.update(scalars)  # for the callbacks after this one (this one moves itself first, see _bind_trainer)
+        logs.update(
+            scalars
+        )  # for the callbacks after this one (this one moves itself first, see _bind_trainer)
 
     # -- the Trainer itself (its hooks do not pass it) ------------------------------------------------
     def _bind_trainer(self) -> None:

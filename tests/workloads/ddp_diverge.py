@@ -43,8 +43,12 @@ def _init(method: str | None) -> None:
     if method is None:
         dist.init_process_group("gloo")  # torchrun's env:// variables
     else:
-        dist.init_process_group("gloo", init_method=method, rank=int(os.environ["SLURM_PROCID"]),
-                                world_size=int(os.environ["SLURM_NTASKS"]))
+        dist.init_process_group(
+            "gloo",
+            init_method=method,
+            rank=int(os.environ["SLURM_PROCID"]),
+            world_size=int(os.environ["SLURM_NTASKS"]),
+        )
 
 
 def hold(args: argparse.Namespace) -> None:
@@ -58,13 +62,19 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--diverge-step", type=int, default=3, help="loop step at which one rank sees a new shape")
+    parser.add_argument(
+        "--diverge-step", type=int, default=3, help="loop step at which one rank sees a new shape"
+    )
     parser.add_argument("--diverge-rank", type=int, default=1, help="-1: no rank diverges")
     parser.add_argument("--diverge-batch", type=int, default=12)
     parser.add_argument("--backend", default="eager", choices=("eager", "aot_eager"))
-    parser.add_argument("--init", default=None, help="tcp://host:port to rendezvous without torchrun")
+    parser.add_argument(
+        "--init", default=None, help="tcp://host:port to rendezvous without torchrun"
+    )
     parser.add_argument("--summary-dir", type=Path, default=None)
-    parser.add_argument("--hold", type=float, default=0.0, help="most seconds to stay up after training")
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="most seconds to stay up after training"
+    )
     parser.add_argument("--release", default=None, help="stop holding as soon as this file exists")
     args = parser.parse_args()
 
@@ -76,7 +86,11 @@ def main() -> int:
     compiled = torch.compile(model, backend=args.backend)
     with recompprof.attach() as session:
         for step in range(args.steps):
-            rows = args.diverge_batch if (rank == args.diverge_rank and step == args.diverge_step) else args.batch
+            rows = (
+                args.diverge_batch
+                if (rank == args.diverge_rank and step == args.diverge_step)
+                else args.batch
+            )
             loss = compiled(torch.randn(rows, 16)).pow(2).mean()
             loss.backward()  # gloo all-reduce of the gradients: every rank takes part every step
             opt.step()
@@ -84,19 +98,34 @@ def main() -> int:
         snap = session.snapshot()
         exporter = next((e for e in session.exporters if e.name == "prometheus"), None)
         summary = {
-            "rank": rank, "pid": os.getpid(), "event_log": str(session.event_log_path),
-            "metrics_url": getattr(exporter, "url", None), "compiles": snap.compiles_total,
-            "recompiles": snap.recompiles_total, "step": session.current_step,
-            "identity": {k: getattr(session.identity, k) for k in
-                         ("rank", "local_rank", "world_size", "local_world_size", "run_id", "launcher")},
+            "rank": rank,
+            "pid": os.getpid(),
+            "event_log": str(session.event_log_path),
+            "metrics_url": getattr(exporter, "url", None),
+            "compiles": snap.compiles_total,
+            "recompiles": snap.recompiles_total,
+            "step": session.current_step,
+            "identity": {
+                k: getattr(session.identity, k)
+                for k in (
+                    "rank",
+                    "local_rank",
+                    "world_size",
+                    "local_world_size",
+                    "run_id",
+                    "launcher",
+                )
+            },
         }
         if args.summary_dir is not None:
             args.summary_dir.mkdir(parents=True, exist_ok=True)
             tmp = args.summary_dir / f".rank{rank}.json"
             tmp.write_text(json.dumps(summary))
             tmp.replace(args.summary_dir / f"rank{rank}.json")  # readers never see half a file
-        print(f"RANK {rank} TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}",
-              flush=True)
+        print(
+            f"RANK {rank} TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}",
+            flush=True,
+        )
         hold(args)
     dist.destroy_process_group()
     print(f"RANK {rank} DETACHED", flush=True)

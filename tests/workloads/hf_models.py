@@ -46,25 +46,53 @@ TRAIN_LENGTHS = ((3, 5), (7, 4), (6, 2))
 
 
 def tiny_llama(layers: int = 1) -> LlamaForCausalLM:
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
-    ))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 def tiny_mistral() -> MistralForCausalLM:
-    return MistralForCausalLM(MistralConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
-        sliding_window=None,
-    ))
+    return MistralForCausalLM(
+        MistralConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=None,
+        )
+    )
 
 
 def tiny_gpt2() -> GPT2LMHeadModel:
-    return GPT2LMHeadModel(GPT2Config(
-        vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4, n_positions=64, pad_token_id=PAD, bos_token_id=1,
-        eos_token_id=2,
-    ))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=1,
+            n_head=4,
+            n_positions=64,
+            pad_token_id=PAD,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 def padded_batch(lengths: tuple[int, ...]) -> dict[str, torch.Tensor]:
@@ -100,8 +128,13 @@ def generate(model: torch.nn.Module) -> None:
     model.eval()
     prompt = torch.randint(3, VOCAB, (1, 4))
     with torch.no_grad():
-        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False,
-                       pad_token_id=PAD)
+        model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=3,
+            do_sample=False,
+            pad_token_id=PAD,
+        )
 
 
 def distill(backend: str) -> None:
@@ -116,9 +149,15 @@ def distill(backend: str) -> None:
         for lengths in TRAIN_LENGTHS:
             batch = padded_batch(lengths)
             with torch.no_grad():
-                target = teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            logits = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            loss = torch.nn.functional.kl_div(logits.log_softmax(-1), target.softmax(-1), reduction="batchmean")
+                target = teacher(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).logits
+            logits = student(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).logits
+            loss = torch.nn.functional.kl_div(
+                logits.log_softmax(-1), target.softmax(-1), reduction="batchmean"
+            )
             loss.backward()
             opt.step()
             opt.zero_grad()

@@ -24,7 +24,9 @@ def main() -> None:
     from slow_compile import slow_after_first
 
     namespace: dict[str, Any] = {}
-    exec(compile(SOURCE, f"/tmp/{EVIL}.py", "exec"), namespace)  # a file name no real source would have
+    exec(
+        compile(SOURCE, f"/tmp/{EVIL}.py", "exec"), namespace
+    )  # a file name no real source would have
     step = namespace["step"]
     step.__code__ = step.__code__.replace(co_name=EVIL, co_qualname=EVIL)
     step.__name__ = step.__qualname__ = EVIL

@@ -85,7 +85,10 @@ def optimizer(backend: str) -> None:
 
 
 def decorated(backend: str) -> None:
-    encoder, decoder = torch.compile(Encoder(), backend=backend), torch.compile(Decoder(), backend=backend)
+    encoder, decoder = (
+        torch.compile(Encoder(), backend=backend),
+        torch.compile(Decoder(), backend=backend),
+    )
     block = torch.compile(Block(), backend=backend)
     for rows in (2, 3):
         encoder(torch.randn(rows, 4))
@@ -98,10 +101,20 @@ def llama(backend: str) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-    ))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
     model.compile(backend=backend)
     for length in (3, 5):
         model(input_ids=torch.randint(3, 96, (2, length))).logits.sum().backward()

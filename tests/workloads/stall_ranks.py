@@ -45,10 +45,16 @@ def _wait_for_ranks(ready_dir: Path, rank: int, world: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--stall-rank", type=int, default=1)
-    parser.add_argument("--compile-seconds", type=float, default=20.0, help="how long the stalling recompile sleeps")
-    parser.add_argument("--pg-timeout", type=float, default=None, help="process group timeout in seconds")
+    parser.add_argument(
+        "--compile-seconds", type=float, default=20.0, help="how long the stalling recompile sleeps"
+    )
+    parser.add_argument(
+        "--pg-timeout", type=float, default=None, help="process group timeout in seconds"
+    )
     parser.add_argument("--ready-dir", type=Path, default=None)
-    parser.add_argument("--hold", type=float, default=0.0, help="most seconds to stay up after the stall")
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="most seconds to stay up after the stall"
+    )
     parser.add_argument("--release", default=None, help="stop holding as soon as this file exists")
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

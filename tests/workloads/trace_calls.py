@@ -19,8 +19,11 @@ import unresumable
 
 def framework_log(tag: str) -> None:
     """Like a framework's own structured log call, made between compiles."""
-    torch._logging.trace_structured("artifact", metadata_fn=lambda: {"name": f"framework_{tag}", "encoding": "string"},
-                                    payload_fn=lambda: f"payload of {tag}")
+    torch._logging.trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": f"framework_{tag}", "encoding": "string"},
+        payload_fn=lambda: f"payload of {tag}",
+    )
 
 
 def broken(x: torch.Tensor) -> torch.Tensor:
@@ -36,7 +39,9 @@ def main() -> None:
 
         session = recompprof.attach(run_dir=sys.argv[sys.argv.index("--attach") + 1])
     framework_log("before")
-    torch._logging.trace_structured("user_event", metadata_fn=lambda: {"n": 1})  # a record of the user's own kind
+    torch._logging.trace_structured(
+        "user_event", metadata_fn=lambda: {"n": 1}
+    )  # a record of the user's own kind
     compiled = torch.compile(broken, backend="aot_eager")
     for size in (3, 4, 5):
         x = torch.ones(size, requires_grad=True)

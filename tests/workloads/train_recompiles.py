@@ -56,13 +56,23 @@ def slowed(name: str, seconds: float):  # type: ignore[no-untyped-def]
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--hold", type=float, default=0.0, help="seconds to stay alive after training")
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="seconds to stay alive after training"
+    )
     parser.add_argument("--backend", default="eager")
-    parser.add_argument("--changes", type=int, default=4, help="how many kinds of change to apply (0-4)")
-    parser.add_argument("--recompile-limit", type=int, default=None, help="torch's recompile_limit for this job")
+    parser.add_argument(
+        "--changes", type=int, default=4, help="how many kinds of change to apply (0-4)"
+    )
+    parser.add_argument(
+        "--recompile-limit", type=int, default=None, help="torch's recompile_limit for this job"
+    )
     parser.add_argument("--summary", default=None, help="write the session's totals as JSON here")
-    parser.add_argument("--slow-compile", type=float, default=0.0,
-                        help="seconds the backend sleeps in the first recompile (a compile seen running)")
+    parser.add_argument(
+        "--slow-compile",
+        type=float,
+        default=0.0,
+        help="seconds the backend sleeps in the first recompile (a compile seen running)",
+    )
     args = parser.parse_args()
     global SCALE
 
@@ -90,10 +100,20 @@ def main() -> int:
         snap = session.snapshot()
         if args.summary:  # written before the marker line, so a reader that saw the marker finds it
             with open(args.summary + ".tmp", "w") as f:
-                json.dump({"compiles": snap.compiles_total, "recompiles": snap.recompiles_total,
-                           "event_log": str(session.event_log_path), "pid": os.getpid()}, f)
+                json.dump(
+                    {
+                        "compiles": snap.compiles_total,
+                        "recompiles": snap.recompiles_total,
+                        "event_log": str(session.event_log_path),
+                        "pid": os.getpid(),
+                    },
+                    f,
+                )
             os.replace(args.summary + ".tmp", args.summary)
-        print(f"TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}", flush=True)
+        print(
+            f"TRAINING DONE compiles={snap.compiles_total} recompiles={snap.recompiles_total}",
+            flush=True,
+        )
         time.sleep(args.hold)
     print("DETACHED", flush=True)
     return 0

@@ -53,7 +53,9 @@ def _starve(fill: str | None, log: str) -> None:
     if fill:
         _fill(fill)
     else:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead of killing us
+        signal.signal(
+            signal.SIGXFSZ, signal.SIG_IGN
+        )  # writes past the limit fail with EFBIG instead of killing us
         resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(log), resource.RLIM_INFINITY))
 
 
@@ -68,8 +70,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--backend", default="aot_eager")
-    parser.add_argument("--recompile-steps", type=int, default=8, help="steps whose batch size changes")
-    parser.add_argument("--sizes", default=None, help="batch sizes those steps cycle through (default 2, 3, 4, ...)")
+    parser.add_argument(
+        "--recompile-steps", type=int, default=8, help="steps whose batch size changes"
+    )
+    parser.add_argument(
+        "--sizes", default=None, help="batch sizes those steps cycle through (default 2, 3, 4, ...)"
+    )
     parser.add_argument("--recompile-limit", type=int, default=None)
     parser.add_argument("--wait-at", type=int, default=None, help="block on stdin after this step")
     parser.add_argument("--starve-after", type=int, default=None)
@@ -91,7 +97,13 @@ def main() -> int:
                 _starve(args.fill, str(session.event_log_path))
             if step == args.free_after:
                 _free(args.fill)
-            batch = 4 if step >= args.recompile_steps else sizes[step % len(sizes)] if sizes else 2 + step
+            batch = (
+                4
+                if step >= args.recompile_steps
+                else sizes[step % len(sizes)]
+                if sizes
+                else 2 + step
+            )
             loss = compiled(torch.randn(batch, 16)).pow(2).mean()
             loss.backward()
             opt.step()

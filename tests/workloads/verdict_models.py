@@ -60,49 +60,102 @@ def padded_batch(lengths: tuple[int, ...], labels: str = "tokens") -> dict[str, 
 
 # -- models ------------------------------------------------------------------------------------------
 
+
 def tiny_bert() -> Any:
     from transformers import BertConfig, BertForSequenceClassification
 
-    return BertForSequenceClassification(BertConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, pad_token_id=PAD, num_labels=2))
+    return BertForSequenceClassification(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            num_labels=2,
+        )
+    )
 
 
 def tiny_roberta() -> Any:
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    return RobertaForSequenceClassification(RobertaConfig(
-        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=72, pad_token_id=1, num_labels=2))
+    return RobertaForSequenceClassification(
+        RobertaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=72,
+            pad_token_id=1,
+            num_labels=2,
+        )
+    )
 
 
 def tiny_t5() -> Any:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    return T5ForConditionalGeneration(T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=4,
-        pad_token_id=PAD, eos_token_id=2, decoder_start_token_id=PAD))
+    return T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=4,
+            pad_token_id=PAD,
+            eos_token_id=2,
+            decoder_start_token_id=PAD,
+        )
+    )
 
 
 def tiny_qwen2_moe() -> Any:
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
-    return Qwen2MoeForCausalLM(Qwen2MoeConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
-        shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=PAD,
-        bos_token_id=1, eos_token_id=2))
+    return Qwen2MoeForCausalLM(
+        Qwen2MoeConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
+    )
 
 
 def tiny_vit() -> Any:
     from transformers import ViTConfig, ViTForImageClassification
 
-    return ViTForImageClassification(ViTConfig(
-        image_size=32, patch_size=16, num_channels=3, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, num_labels=3))
+    return ViTForImageClassification(
+        ViTConfig(
+            image_size=32,
+            patch_size=16,
+            num_channels=3,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=3,
+        )
+    )
 
 
 # -- workloads ---------------------------------------------------------------------------------------
+
 
 def bert() -> None:
     """Training steps with dynamic padding, then an evaluation under no_grad: without a mask, then with one."""
@@ -130,7 +183,9 @@ def t5() -> None:
     with recompprof.attach(), torch.no_grad():
         for length in PROMPTS:
             prompt = torch.randint(3, VOCAB, (1, length))
-            model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False)
+            model.generate(
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3, do_sample=False
+            )
 
 
 def moe() -> None:
@@ -199,12 +254,30 @@ def trainer() -> None:
         return batch
 
     args = TrainingArguments(
-        output_dir="trainer-out", per_device_train_batch_size=2, per_device_eval_batch_size=2, max_steps=4,
-        logging_steps=2, eval_strategy="steps", eval_steps=4, report_to="none", save_strategy="no", use_cpu=True,
-        disable_tqdm=True, learning_rate=1e-3, train_sampling_strategy="sequential", torch_compile=True,
-        torch_compile_backend=BACKEND)
-    Trainer(model=tiny_bert(), args=args, train_dataset=Sequences(lengths), eval_dataset=Sequences([4, 6]),
-            data_collator=collate, callbacks=[RecompprofCallback()]).train()
+        output_dir="trainer-out",
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        max_steps=4,
+        logging_steps=2,
+        eval_strategy="steps",
+        eval_steps=4,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+        train_sampling_strategy="sequential",
+        torch_compile=True,
+        torch_compile_backend=BACKEND,
+    )
+    Trainer(
+        model=tiny_bert(),
+        args=args,
+        train_dataset=Sequences(lengths),
+        eval_dataset=Sequences([4, 6]),
+        data_collator=collate,
+        callbacks=[RecompprofCallback()],
+    ).train()
 
 
 def lightning() -> None:
@@ -231,13 +304,30 @@ def lightning() -> None:
 
     train = [padded_batch(lengths, "classes") for lengths in TRAIN_LENGTHS]
     val = [padded_batch((6, 4), "classes")]
-    fit = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                     callbacks=[RecompprofCallback()], default_root_dir="lightning-out")
+    fit = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[RecompprofCallback()],
+        default_root_dir="lightning-out",
+    )
     fit.fit(Classifier(), DataLoader(train, batch_size=None), DataLoader(val, batch_size=None))
 
 
-WORKLOADS = {"bert": bert, "t5": t5, "moe": moe, "optim": optim, "vit": vit, "trainer": trainer, "lightning": lightning}
+WORKLOADS = {
+    "bert": bert,
+    "t5": t5,
+    "moe": moe,
+    "optim": optim,
+    "vit": vit,
+    "trainer": trainer,
+    "lightning": lightning,
+}
 
 
 def main() -> int:

@@ -38,9 +38,9 @@ from recompprof._version import __version__
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError
     from recompprof._analysis.divergence import Divergence, find as find_divergence
-    from recompprof._analysis.ingest import IngestError
     from recompprof._analysis.report import Report
     from recompprof._analysis.runs import RunError
+    from recompprof._analysis.trace.ingest import IngestError
     from recompprof._capture.exporting import ExporterUnavailable
     from recompprof._capture.session import Session, attach, current, report
     from recompprof._capture.settings import ConfigError, Settings
@@ -62,7 +62,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "EventLogError": ("recompprof._eventlog.reader", "EventLogError"),
     "read_run": ("recompprof._eventlog.reader", "read_run"),
     "RunError": ("recompprof._analysis.runs", "RunError"),
-    "IngestError": ("recompprof._analysis.ingest", "IngestError"),
+    "IngestError": ("recompprof._analysis.trace.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
     "Report": ("recompprof._analysis.report", "Report"),
     "find_divergence": ("recompprof._analysis.divergence", "find"),

@@ -8,7 +8,7 @@ code object, so frames are compared by compile id and their names are checked se
 
 - live: the event log, read with ``recompprof._eventlog.reader.read_run``
 - logs: torch's own messages, split into records; reasons with ``recompprof._model.reasons.parse_recompiles_log``
-- trace: ``recompprof._analysis.ingest.read_trace`` (what ``recompprof ingest`` writes)
+- trace: ``recompprof._analysis.trace.ingest.read_trace`` (what ``recompprof ingest`` writes)
 
 ``diff(a, b, c)`` says, per aspect and compile id, where the sources disagree (empty when they agree).
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 from recorded_runs import clean_env
 
-from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, Event, GraphBreak, RecompileLimitHit
 from recompprof._model.reasons import parse_guard_failure, parse_recompiles_log

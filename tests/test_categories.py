@@ -169,7 +169,7 @@ def test_skipped_frame_is_no_compile_in_ingest_too(tmp_path: Path) -> None:
 
     from recorded_runs import clean_env
 
-    from recompprof._analysis.ingest import read_trace
+    from recompprof._analysis.trace.ingest import read_trace
     from recompprof._eventlog.reader import read_run
     from recompprof._model.counting import counts_as_compile
 

@@ -106,7 +106,7 @@ def test_diff_names_both_unreadable_runs(tmp_path: Path) -> None:
 
 def _trace_dir_without_logs(tmp_path: Path) -> Path:
     """A directory whose only entry named like a TORCH_TRACE log is a directory: no log can be read."""
-    from recompprof._analysis.ingest import TRACE_PREFIX
+    from recompprof._analysis.trace.records import TRACE_PREFIX
 
     (tmp_path / f"{TRACE_PREFIX}rank_0.log").mkdir()
     return tmp_path
@@ -122,7 +122,7 @@ def _trace_dir_without_logs(tmp_path: Path) -> Path:
         ),
         (
             _trace_dir_without_logs,
-            "recompprof._analysis.ingest.IngestError",
+            "recompprof._analysis.trace.ingest.IngestError",
             "{path}: no TORCH_TRACE logs",
         ),
         (

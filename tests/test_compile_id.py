@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 from torch._guards import CompileId as TorchCompileId, TraceId
 
-from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.trace.ingest import read_trace
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord, limit_hit
 from recompprof._model.events import Compile

@@ -19,7 +19,7 @@ import torch
 from recorded_runs import clean_env
 
 import recompprof
-from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.cudagraphs import (
     CUDAGRAPH_SKIPS,

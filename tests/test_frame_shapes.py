@@ -22,7 +22,7 @@ from workloads import frame_shapes, shape_decorators
 from workloads.frame_shapes import BARE, SHAPES, USER
 
 import recompprof
-from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Frame
 from recompprof._torch.frames import Compiling, is_torch_wrapper, resolve

@@ -21,7 +21,7 @@ from workloads.named_frames import Decoder, Encoder  # a decorator shared by two
 
 import recompprof
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Event, Frame, GraphBreak
 from recompprof._torch.versions import torch_info

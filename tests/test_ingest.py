@@ -15,8 +15,8 @@ import pytest
 from recorded_runs import RecordedRun, cli, record
 
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.ingest import IngestError, read_trace, trace_files
 from recompprof._analysis.report import Report
+from recompprof._analysis.trace.ingest import IngestError, read_trace, trace_files
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, RecompileLimitHit
 from recompprof._torch.versions import torch_info

@@ -324,7 +324,7 @@ def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) ->
     run marks the same recompile as the LR made dynamic (warm-up), explained by the same reason."""
     from recorded_runs import clean_env
 
-    from recompprof._analysis.ingest import read_trace
+    from recompprof._analysis.trace.ingest import read_trace
     from recompprof._eventlog.reader import read_run
 
     script = tmp_path / "lr.py"

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from recompprof._analysis.ingest import IngestError, is_trace_dir, read_trace
+from recompprof._analysis.trace.ingest import IngestError, is_trace_dir, read_trace
 from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
 from recompprof._eventlog.reader import (

@@ -468,8 +468,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from recompprof._analysis.ingest import ingest
     from recompprof._analysis.text import counts_line
+    from recompprof._analysis.trace.ingest import ingest
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)

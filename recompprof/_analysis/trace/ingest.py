@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from recompprof._analysis import trace_frames
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.report import Report
-from recompprof._analysis.trace_records import (
+from recompprof._analysis.trace import frames as trace_frames
+from recompprof._analysis.trace.records import (
     TRACE_PREFIX,
     RecordCounts,
     TraceMetrics,

@@ -1,6 +1,6 @@
 """Read the structured logs ``TORCH_TRACE`` writes into recompprof events.
 
-A trace file holds one process's records (:mod:`recompprof._analysis.trace_records` reads them). One
+A trace file holds one process's records (:mod:`recompprof._analysis.trace.records` reads them). One
 handler per record kind reads what recompprof uses: ``compilation_metrics`` (one per forward compile,
 ``bwd_...`` for a lazily compiled backward) becomes a ``compile`` event with its exclusive phases; the
 ``recompile_reasons`` artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason``
@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.report import Report
-from recompprof._analysis.trace import frames as trace_frames
+from recompprof._analysis.trace import frames
 from recompprof._analysis.trace.records import (
     TRACE_PREFIX,
     RecordCounts,
@@ -139,7 +139,7 @@ class _Process:
             Correlation()
         )  # frames of frame ids, breaks held for their compile (as live)
         self.first_args: dict[
-            CompileId, trace_frames.GuardedArgs
+            CompileId, frames.GuardedArgs
         ] = {}  # compile -> what its guards say of its arguments
         self.events: list[Event] = []
         self.first_time: float | None = None
@@ -243,7 +243,7 @@ class _Process:
                 int(fields.get("co_firstlineno") or 0),
             )
             guarded = self.first_args.pop(key, None) if key is not None else None
-            frame = trace_frames.name_frame(
+            frame = frames.name_frame(
                 str(fields["co_name"]),
                 file,
                 line,
@@ -383,7 +383,7 @@ class _GuardTree(RecordHandler):
     def read(self, record: TraceRecord, process: _Process) -> None:
         key = record.key
         if key is not None and record.payload:
-            process.first_args[key] = trace_frames.guarded_args(record.payload)
+            process.first_args[key] = frames.guarded_args(record.payload)
             if len(process.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
                 del process.first_args[next(iter(process.first_args))]
 

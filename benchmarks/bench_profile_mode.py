@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from recompprof._torch.profile import ProfileMode, RecompprofObserver
+from recompprof._torch.profile.mode import ProfileMode, RecompprofObserver
 
 
 def scenario_strings(backend: str) -> int:

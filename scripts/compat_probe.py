@@ -48,7 +48,7 @@ def _observe(mode: str) -> dict[str, Any]:
 
 def _park() -> dict[str, Any]:
     """Profile mode's parking on A, B, A, B at limit 1: switches reported, traces, re-enabled variants."""
-    from recompprof._torch.profile import ProfileMode
+    from recompprof._torch.profile.mode import ProfileMode
 
     def alternating(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x + (1 if tag == "A" else 2)

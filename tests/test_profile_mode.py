@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recompprof._torch import profile as profile_module  # noqa: E402
-from recompprof._torch.profile import MECHANISM_EVICT, MECHANISM_UNLIMITED, ProfileMode  # noqa: E402
+from recompprof._torch.profile import mode as profile_module  # noqa: E402
+from recompprof._torch.profile.mode import MECHANISM_EVICT, MECHANISM_UNLIMITED, ProfileMode  # noqa: E402
 from recompprof._torch.versions import torch_info  # noqa: E402
 
 INFO = torch_info()

@@ -131,7 +131,7 @@ def _has_force_backend() -> bool:
 
 
 def _has_evict_internals() -> bool:
-    from recompprof._torch import profile
+    from recompprof._torch.profile import mode as profile
 
     with _gate_moved("profile_evict", (0, 0)):  # ask torch, not the table
         return profile.evict_mechanism_missing() == ""
@@ -139,7 +139,7 @@ def _has_evict_internals() -> bool:
 
 def _parks_and_reenables() -> bool:
     """A, B, A at profile limit 1 with on_reuse: the return to A runs the parked entry, with no third trace."""
-    from recompprof._torch.profile import ProfileMode
+    from recompprof._torch.profile.mode import ProfileMode
 
     def alternating(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x + (1 if tag == "A" else 2)

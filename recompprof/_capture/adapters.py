@@ -26,7 +26,7 @@ from recompprof._torch.steps import StepCounter, StepInTrace
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
     from recompprof._torch.dynamo_profiler import DynamoProfilerTap
-    from recompprof._torch.profile import ProfileMode
+    from recompprof._torch.profile.mode import ProfileMode
 
 log = logging.getLogger("recompprof")
 
@@ -88,7 +88,7 @@ class Readings:
             None  # profile mode's reasons are not the job's
         )
         if settings.mode == "profile":
-            from recompprof._torch.profile import ProfileMode
+            from recompprof._torch.profile.mode import ProfileMode
 
             self.own_reason = ProfileMode.is_own_reason
             if settings.dynamo_profiler:
@@ -152,7 +152,7 @@ class Adapters:
         )
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
-            from recompprof._torch.profile import ProfileMode
+            from recompprof._torch.profile.mode import ProfileMode
 
             self.profile = ProfileMode(settings.recompile_limit, sink.on_profile_guard_failure)
             self.profile.on_stance_change = self._on_stance_change

@@ -38,7 +38,7 @@ from recompprof._torch.limits import configured_limits
 if TYPE_CHECKING:
     from recompprof._analysis.report import Report
     from recompprof._capture.settings import Settings
-    from recompprof._torch.profile import ProfileMode
+    from recompprof._torch.profile.mode import ProfileMode
 
 log = logging.getLogger("recompprof")
 

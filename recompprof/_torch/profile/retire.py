@@ -13,8 +13,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 from recompprof._internal import contain
-from recompprof._torch.profile_cache import RETIRED_MARK, invalidate, is_dead, region_entries
-from recompprof._torch.profile_parking import ParkedEntries
+from recompprof._torch.profile.cache import RETIRED_MARK, invalidate, is_dead, region_entries
+from recompprof._torch.profile.parking import ParkedEntries
 
 
 def retire_frames(

@@ -10,7 +10,7 @@ import functools
 from types import CodeType
 from typing import Any
 
-from recompprof._torch.profile_cache import SENTINEL_REF, UNCOUNTED_KEY
+from recompprof._torch.profile.cache import SENTINEL_REF, UNCOUNTED_KEY
 
 
 @functools.lru_cache(maxsize=1)

@@ -40,7 +40,7 @@ from typing import Any
 from recompprof._internal import contain
 from recompprof._model.compile_id import CompileId
 from recompprof._torch.patching import replace
-from recompprof._torch.profile_cache import (
+from recompprof._torch.profile.cache import (
     EVICTED_MARK,
     PARKED_MARK,
     RETIRED_MARK,
@@ -50,15 +50,15 @@ from recompprof._torch.profile_cache import (
     is_dead,
     region_entries,
 )
-from recompprof._torch.profile_gates import (
+from recompprof._torch.profile.gates import (
     evict_mechanism_missing,
     force_backend_missing,
     park_mechanism_missing,
 )
-from recompprof._torch.profile_parking import Parked, ParkedEntries
-from recompprof._torch.profile_retire import retire_frames
-from recompprof._torch.profile_stance import SessionSettings
-from recompprof._torch.profile_stats import ProfileCounts
+from recompprof._torch.profile.parking import Parked, ParkedEntries
+from recompprof._torch.profile.retire import retire_frames
+from recompprof._torch.profile.stance import SessionSettings
+from recompprof._torch.profile.stats import ProfileCounts
 from recompprof._torch.versions import torch_info
 
 log = logging.getLogger("recompprof")

@@ -15,7 +15,7 @@ each step. "made" is the number of guard failures a limit-1 run meets (every cha
 "seen" counts compiles whose reasons reached recompprof (torch's or ours) plus re-enabled switches.
 Times are the scenario's wall time and this process's CPU time (``time.process_time``: less disturbed
 by other processes on a shared machine), which compiling dominates. Prints figures only; asserts nothing.
-It drives recompprof's private profile mode (``recompprof._torch.profile``) directly, without a session.
+It drives recompprof's private profile mode (``recompprof._torch.profile.mode``) directly, without a session.
 
     .venv/bin/python benchmarks/bench_profile_mode.py --rounds 5
     .venv/bin/python benchmarks/bench_profile_mode.py --rounds 9 --scenarios b_alternating d_training

@@ -131,10 +131,10 @@ def _has_force_backend() -> bool:
 
 
 def _has_evict_internals() -> bool:
-    from recompprof._torch.profile import mode as profile
+    from recompprof._torch.profile import gates
 
     with _gate_moved("profile_evict", (0, 0)):  # ask torch, not the table
-        return profile.evict_mechanism_missing() == ""
+        return gates.evict_mechanism_missing() == ""
 
 
 def _parks_and_reenables() -> bool:

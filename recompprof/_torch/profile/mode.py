@@ -19,10 +19,10 @@ Mechanism ``unlimited`` (``recompile_limit=None``, or the internals above are mi
 limits for the session, as the 2.4 CompileProfiler did; torch computes every reason itself.
 
 This module holds the mode itself: install and uninstall, the frame callback, settling a frame's cache
-on a miss. What it does to cache entries is in ``profile_cache`` (exempt, invalidate),
-``profile_parking`` (park, re-enable) and ``profile_retire`` (detach); the limits and the stance it
-sets, with their undo, in ``profile_stance``; what it needs from torch in ``profile_gates``; its counts
-in ``profile_stats``.
+on a miss. What it does to cache entries is in ``cache`` (exempt, invalidate),
+``parking`` (park, re-enable) and ``retire`` (detach); the limits and the stance it
+sets, with their undo, in ``stance``; what it needs from torch in ``gates``; its counts
+in ``stats``.
 
 See docs/profile-mode.md for safety arguments, trade-offs and measurements.
 """
@@ -68,8 +68,6 @@ __all__ = [
     "MECHANISM_UNLIMITED",
     "ProfileMode",
     "RecompprofObserver",
-    "evict_mechanism_missing",
-    "park_mechanism_missing",
 ]
 
 MECHANISM_EVICT = "evict"
@@ -387,7 +385,7 @@ class ProfileMode:
     # ------------------------------------------------------------------ detach
 
     def _retire_frames(self) -> None:
-        """Give the frames this mode compiled back to the job with their full recompile budget (``profile_retire``),
+        """Give the frames this mode compiled back to the job with their full recompile budget (``retire``),
         and take the exemption mark back off the entries of others."""
         codes = [code for ref in self._touched.values() if (code := ref()) is not None]
         self._touched.clear()

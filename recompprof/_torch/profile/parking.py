@@ -75,7 +75,7 @@ class Parked:
 
 
 def park(entry: Any, reason: str) -> Parked:
-    """Invalidate an entry as ``profile_cache.invalidate`` does, keeping what it takes to re-enable it without a retrace.
+    """Invalidate an entry as ``cache.invalidate`` does, keeping what it takes to re-enable it without a retrace.
 
     The real guard manager is pointed back at the dead node, so that torch's own finalizer still reaches
     the node when a guarded object dies while the entry is parked (it invalidates the node again, which

@@ -206,13 +206,15 @@ def main() -> None:
     ):  # module-level names the recorder calls: wrapped once, nested inside "record"
         import recompprof._capture.recorder as recorder_module
         import recompprof._model.aggregates as aggregates_module
-        import recompprof._model.compiles as compiles_module
+        import recompprof._model.assembler as assembler_module
+        import recompprof._model.explaining as explaining_module
         import recompprof._torch.frames as frames_module
 
         for module, names in (
-            (recorder_module, ("read_record", "guard_set", "configured_limits", "compile_events")),
+            (recorder_module, ("read_record", "guard_set", "configured_limits")),
+            (assembler_module, ("compile_events",)),
             (frames_module, ("compiling", "call_site", "resolve")),
-            (compiles_module.ReasonExplainer, ("explain",)),
+            (explaining_module.ReasonExplainer, ("explain",)),
             (aggregates_module.Aggregates, ("add",)),
         ):
             for fn_name in names:

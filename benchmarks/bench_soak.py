@@ -48,11 +48,11 @@ def rss_mb() -> float:
 def structure_sizes(session) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Sizes of every map the session and its exporters keep, to show none grows without bound."""
     sizes = {
-        **session._recorder.correlation.sizes(),
+        **session._recorder.assembler.correlation.sizes(),
         "pending_reasons": len(session._recorder.pending_reasons),
-        "explainer_frames": len(session._recorder.explainer._seen),
+        "explainer_frames": len(session._recorder.assembler.explainer._seen),
         "explainer_seen_max": max(
-            (len(s) for s in session._recorder.explainer._seen.values()), default=0
+            (len(s) for s in session._recorder.assembler.explainer._seen.values()), default=0
         ),
         "agg_frames": len(session.aggregates._frames),
         "agg_frame_keys": len(session.aggregates._frame_keys),

@@ -393,8 +393,8 @@ def test_profile_mode_reports_the_variants_the_job_needs(tmp_path: Path) -> None
 
 def test_identity_guard_is_classified_by_the_live_object() -> None:
     """An identity guard whose text names no type (torch before 2.13) is classified by the object the subject resolves to in the live frame: a function is an object identity, a flag on the module an attribute."""
-    from recompprof._model.compiles import ReasonExplainer
     from recompprof._model.events import Frame
+    from recompprof._model.explaining import ReasonExplainer
     from recompprof._torch.sources import type_name
 
     class Block(torch.nn.Module):
@@ -492,21 +492,22 @@ def test_call_site_of_the_built_in_demo_is_its_training_loop(tmp_path: Path) -> 
 def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
     """What torch measured of a compile (start, duration, phases, guard and op counts, cache lookups and
     savings) reaches the Compile event unchanged, and the record's own kind of values stay out of it."""
-    from recompprof._model.compiles import CompileContext, CompileRecord, compile_events
+    from recompprof._model.compile_record import CompileRecord
+    from recompprof._model.compiles import CompileContext, compile_events
     from recompprof._model.events import Frame
 
     record = CompileRecord(
         compile_id="2/1",
-        co_name="forward",
-        co_filename="/src/net.py",
-        co_firstlineno=7,
-        cache_size=1,
+        code_name="forward",
+        code_file="/src/net.py",
+        code_line=7,
+        cache_entries=1,
         start_time=1_700_000_000.5,
         duration=0.75,
         phases={"dynamo_trace": 0.5, "code_gen": 0.25},
         guard_count=12,
         graph_op_count=40,
-        has_guarded_code=True,
+        installed_code=True,
         cache="miss",
         cache_lookups={"fx_graph": {"miss": 2}},
         cache_seconds_saved=0.0,

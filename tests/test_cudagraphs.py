@@ -21,14 +21,9 @@ from recorded_runs import clean_env
 import recompprof
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
-from recompprof._model.cudagraphs import (
-    CUDAGRAPH_SKIPS,
-    SKIP_HINTS,
-    classify_skip,
-    cudagraph_skip,
-    runtime_work,
-)
+from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS, classify_skip
 from recompprof._model.events import Compile, Reason
+from recompprof._torch.records import cudagraph_skip, runtime_work
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (none here)"

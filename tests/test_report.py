@@ -79,7 +79,7 @@ def test_empty_report_says_no_compiles() -> None:
 
 def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     """A frame with 80 variants keeps at most 64 reasons per event, yet counts every guard failure exactly."""
-    from recompprof._model.compiles import MAX_REASONS_PER_EVENT
+    from recompprof._model.explaining import MAX_REASONS_PER_EVENT
 
     def h(x: torch.Tensor, tag: str) -> torch.Tensor:
         return x * len(tag)
@@ -245,7 +245,8 @@ def test_size_changes_without_automatic_dynamic_stay_steady_state(tmp_path: Path
 def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
     """A dim whose size changes a second time on one frame stayed static (e.g. mark_static): only the first
     size change can be automatic dynamic warming up."""
-    from recompprof._model.compiles import CompileRecord, ReasonExplainer, automatic_dynamic
+    from recompprof._model.compile_record import CompileRecord
+    from recompprof._model.explaining import ReasonExplainer, automatic_dynamic
 
     frame = Frame(name="f", file="/src/f.py", line=1)
     explainer = ReasonExplainer()

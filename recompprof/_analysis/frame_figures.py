@@ -14,7 +14,6 @@ from recompprof._analysis import bounded
 from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
 from recompprof._analysis.divergence import RankFigures
 from recompprof._model.causes import explaining_reason
-from recompprof._model.compiles import changed_subject
 from recompprof._model.counting import (
     COSTS,
     COUNTED,
@@ -24,6 +23,7 @@ from recompprof._model.counting import (
     fold_limit_hit,
 )
 from recompprof._model.events import PHASES, Category, Compile, Frame, RecompileLimitHit
+from recompprof._model.explaining import changed_subject
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ class FrameReport(FrameCounts, RankFigures):
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
     automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
     automatic_dynamic_recompiles: int = 0
-    # Dims and scalars (recompprof._model.compiles.changed_subject) that explained a recompile that was no automatic
+    # Dims and scalars (recompprof._model.explaining.changed_subject) that explained a recompile that was no automatic
     # dynamic warm-up, with that recompile's reason text (bounded): one also in ``automatic_dynamic`` was
     # made dynamic and then specialised again by the traced code.
     changed_again: dict[str, str] = dataclasses.field(default_factory=dict)

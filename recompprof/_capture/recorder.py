@@ -3,7 +3,7 @@
 The adapters (``recompprof._capture.adapters``) call it on the compile path, never per training step: a
 compile record (``on_torch_record``), a graph break (``on_graph_break``) and, in profile mode, the
 guard failures profile mode computed itself (``on_profile_guard_failure``). It joins them with the
-same :class:`~recompprof._model.compiles.Correlation` that ``ingest`` uses, so a live run and its
+same :class:`~recompprof._model.assembler.CompileAssembler` that ``ingest`` uses, so a live run and its
 TORCH_TRACE give the same events, and hands each event to the session's ``emit``. What else it reads of
 the live adapters (the step, torch's guard failures, ...) it is given as :class:`CompileSignals`.
 """
@@ -11,7 +11,6 @@ the live adapters (the step, torch's guard failures, ...) it is given as :class:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import threading
 import time
@@ -20,19 +19,11 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
+from recompprof._model.assembler import CompileAssembler, Seen, frame_key
 from recompprof._model.compile_id import CompileId
-from recompprof._model.compiles import (
-    MAX_REMEMBERED_COMPILES,
-    CompileContext,
-    CompileRecord,
-    Correlation,
-    ReasonExplainer,
-    compile_events,
-    graph_break_event,
-    in_order,
-    is_recompile,
-    reason_texts,
-)
+from recompprof._model.compile_record import CompileRecord
+from recompprof._model.compiles import is_recompile
+from recompprof._model.correlation import MAX_REMEMBERED_COMPILES
 from recompprof._model.events import (
     Compile,
     CompileStart,
@@ -41,7 +32,7 @@ from recompprof._model.events import (
     GraphBreak,
     RecompileLimitHit,
 )
-from recompprof._model.reasons import clean_text, graph_break_text
+from recompprof._model.texts import clean_text, graph_break_text
 from recompprof._torch import frames as torch_frames
 from recompprof._torch.guard_failures import guard_set
 from recompprof._torch.limits import configured_limits
@@ -76,18 +67,6 @@ class CompileSignals(Protocol):
     def trace_seconds(self) -> dict[str, float] | None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class _Seen:
-    """What the compile path knows of one compile besides torch's record."""
-
-    frame: Frame
-    texts: list[str] = dataclasses.field(default_factory=list)
-    call_site: list[str] = dataclasses.field(default_factory=list)
-    ctx: torch_frames.Compiling | None = None
-    guard_set: str | None = None
-    breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
-
-
 class CompileRecorder:
     """The correlation state of one session's compile path (bounded; serialised by the session lock)."""
 
@@ -104,8 +83,7 @@ class CompileRecorder:
         self.rank = rank
         self.signals = signals
         self.trace_ids = False  # give each compile a trace id (an exporter sends it as a trace)
-        self.correlation = Correlation()
-        self.explainer = ReasonExplainer(settings.redact)
+        self.assembler = CompileAssembler(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         self.running: CompileStart | None = (
             None  # the compile running now (set at its start, cleared at its end)
@@ -168,7 +146,7 @@ class CompileRecorder:
                 compile_id=compile_id,
                 generation=self.generation,
                 is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
-                reason=self.explainer.trigger(frame, texts, _resolver(ctx)),
+                reason=self.assembler.trigger(frame, texts, _resolver(ctx)),
                 trace_id=trace_id,
             )
             self.running = event
@@ -195,7 +173,7 @@ class CompileRecorder:
         with self._lock:
             if not self._closed():
                 self.flush()
-            self.correlation = Correlation()
+            self.assembler.forget_compiles()
             self._start_traces.clear()
             self._named = None
             self.pending_reasons.clear()
@@ -234,15 +212,15 @@ class CompileRecorder:
             if self._closed() or own_reason is None:
                 return
             # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
-            frame = self.correlation.frame_of(compile_id)
+            frame = self.assembler.frame_of(compile_id)
             if frame is None:
-                by_id = self.correlation.frame_of_frame_id(_frame_id(compile_id or ""))
+                by_id = self.assembler.known(frame_key(compile_id or ""))
                 frame = (
                     by_id[0]
                     if by_id is not None
                     else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
                 )
-            reasons, omitted = self.explainer.explain(
+            reasons, omitted = self.assembler.explain(
                 frame, [t for t in texts if not own_reason(t)]
             )
             step = self.signals.step
@@ -264,27 +242,25 @@ class CompileRecorder:
         with self._lock:
             if self._closed():
                 return
-            frame = self.correlation.frame_of(compile_id)
+            frame = self.assembler.frame_of(compile_id)
             if frame is None:
                 ctx = torch_frames.compiling()
                 if ctx is not None:
                     code = ctx.code
                     frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
-            event = graph_break_event(
+            for ready in self.assembler.graph_break(
                 payload,
                 time=time.time(),
                 rank=self.rank,
                 step=self.signals.step,
                 frame=frame,
                 compile_id=compile_id,
-                redact=self.settings.redact,
-            )
-            for ready in self.correlation.add_break(event):
+            ):
                 self._emit(ready)
 
     def flush(self) -> None:
         """Emit the graph breaks still held for a compile record that never came (at detach)."""
-        for event in self.correlation.flush():
+        for event in self.assembler.flush():
             self._emit(event)
 
     # -- one compile ---------------------------------------------------------------------------------
@@ -302,35 +278,28 @@ class CompileRecorder:
             running is not None and running.compile_id == compile_id
         ):  # its end was not seen (callbacks reset)
             self.running = None
-        if m.is_forward:
-            seen = self._forward(m, compile_id, now, step)
-        else:
-            seen = _Seen(
-                self.correlation.frame_of(compile_id)
-                or Frame(name="<backward>", file="<unknown>", line=0)
+        if m.backward:
+            frame = self.assembler.frame_of(compile_id) or Frame(
+                name="<backward>", file="<unknown>", line=0
             )
-        event, hit = compile_events(
-            m,
-            CompileContext(
-                time=now,
-                rank=self.rank,
-                step=step,
-                frame=seen.frame,
-                explained=self.explainer.explain(seen.frame, seen.texts, _resolver(seen.ctx)),
-                graph_breaks=sum(b.count for b in seen.breaks),
-                redact=self.settings.redact,
-                steady_state=step >= self.settings.warmup_steps,
-                call_site=seen.call_site,
-                # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
-                limits=configured_limits() if m.fail_type or m.fail_reason else None,
-                guard_set=seen.guard_set,
-                trace_id=self._trace_id(compile_id, m.is_forward),
-            ),
-        )
-        if m.is_forward and (seconds := self.signals.trace_seconds()) is not None:
-            event = event.model_copy(update={"trace_seconds_by_function": seconds})
-        for out in in_order(event, seen.breaks, hit):
+            seen = self._seen(m, compile_id, now, step, frame)
+        else:
+            seen = self._forward(m, compile_id, now, step)
+        for out in self.assembler.compile(m, seen):
             self._emit(out)
+
+    def _seen(self, m: CompileRecord, compile_id: str, now: float, step: int, frame: Frame) -> Seen:
+        """What every compile record is seen with: when, where, the step, the limits and the trace id."""
+        return Seen(
+            time=now,
+            rank=self.rank,
+            step=step,
+            frame=frame,
+            steady_state=step >= self.settings.warmup_steps,
+            # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
+            limits=configured_limits() if m.fail_type is not None or m.fail_reason else None,
+            trace_id=self._trace_id(compile_id, not m.backward),
+        )
 
     def _trace_id(self, compile_id: str, forward: bool) -> str | None:
         """The trace id of a compile: the one its start opened (a forward), else a new one (a backward,
@@ -340,11 +309,14 @@ class CompileRecorder:
         started = self._start_traces.pop(compile_id, None) if forward else None
         return started or new_trace_id()
 
-    def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> _Seen:
-        """Name the frame of forward compile ``m`` and gather its reasons, call site, guard set and graph breaks."""
+    def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> Seen:
+        """What the compile path saw of forward compile ``m``: its frame, reasons, call site, guard set,
+        profile times and the graph breaks torch counted."""
         ctx = torch_frames.compiling()
         frame, code_key = self._name_frame(m, compile_id, ctx)
-        seen = _Seen(frame, call_site=torch_frames.call_site(ctx, self.settings.redact), ctx=ctx)
+        seen = self._seen(m, compile_id, now, step, frame)
+        seen.call_site = torch_frames.call_site(ctx, self.settings.redact)
+        seen.resolve = _resolver(ctx)
         if ctx is not None:
             with _internal.contain("torch.guard_set"):
                 seen.guard_set = guard_set(ctx.guarded_code)
@@ -358,45 +330,46 @@ class CompileRecorder:
         own_reason = self.signals.own_reason
         if own_reason is not None:
             texts = [t for t in texts if not own_reason(t)]
-        seen.texts = reason_texts(m, texts)
-        seen.breaks = self.correlation.compiled(compile_id, frame)
+        seen.texts = texts
+        seen.held = compile_id
         with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
-            seen.breaks += [
+            seen.breaks = [
                 GraphBreak(
-                    time=now,
+                    time=seen.time,
                     rank=self.rank,
-                    step=step,
-                    frame=frame,
+                    step=seen.step,
+                    frame=seen.frame,
                     compile_id=compile_id,
                     reason=graph_break_text(text, self.settings.redact),
                     count=count,
                 )
                 for text, count in self.signals.counted_breaks()
             ]
+        seen.trace_seconds = self.signals.trace_seconds()
         return seen
 
     def _name_frame(
         self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
     ) -> tuple[Frame, tuple[str, str, int]]:
         """The frame of a forward compile and the code key its reasons are read by."""
-        frame_id = _frame_id(compile_id)
-        known = self.correlation.frame_of_frame_id(frame_id)
+        key = frame_key(compile_id)
+        known = self.assembler.known(key)
         if (
-            m.co_name is None and ctx is not None
+            m.code_name is None and ctx is not None
         ):  # limit-hit records name no function; torch's frame does
             code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
             return _frame(code_key, ctx), code_key
-        if m.co_name is None and known is not None:
+        if m.code_name is None and known is not None:
             frame, code_key = known
             return frame, code_key
-        code_key = (m.co_name or "<unknown>", m.co_filename or "<unknown>", m.co_firstlineno or 0)
+        code_key = (m.code_name or "<unknown>", m.code_file or "<unknown>", m.code_line or 0)
         named = self._named
         frame = (
             named[2]
             if named is not None and named[:2] == (compile_id, code_key)
             else _frame(code_key, ctx)
         )
-        self.correlation.name_frame_id(frame_id, frame, code_key)
+        self.assembler.name(key, frame, code_key)
         return frame, code_key
 
 
@@ -428,15 +401,6 @@ def _starts_recompile(ctx: torch_frames.Compiling, compile_id: str, guard_failur
         return is_recompile(ctx.cache_entries, guard_failures)
     parsed = CompileId.parse(compile_id)
     return guard_failures or (parsed is not None and parsed.is_later)
-
-
-def _frame_id(compile_id: str) -> str:
-    """The frame id the frames of ``compile_id`` are known by ("3" of "3/1" and "!0/3/1"); an id without one
-    (unknown, "?"; a compiled autograd graph, "!0") is its own key."""
-    parsed = CompileId.parse(compile_id)
-    return (
-        str(parsed.frame_id) if parsed is not None and parsed.frame_id is not None else compile_id
-    )
 
 
 def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None] | None:

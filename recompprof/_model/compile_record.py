@@ -1,46 +1,61 @@
-"""What one torch compile record says by itself: its plain values, its outcome, its reason texts.
+"""What one compile record says by itself: its plain values, whether it was a limit hit, its reason texts.
 
-Live capture and ``ingest`` both read torch's ``CompilationMetrics`` (live from the logger, or from a
-TORCH_TRACE file) into a :class:`CompileRecord` (``recompprof._torch.records``); the rules here read
-only the record: whether it was a recompile-limit hit (:func:`limit_hit`), whether torch installed code
-for it (:func:`installed_code`), the exception's class name and the reason texts it carries.
+Live capture and ``ingest`` both read torch's own record of a compile (live from the logger, or from a
+TORCH_TRACE file) into a :class:`CompileRecord` in ``recompprof._torch.records``, the one place that knows
+torch's field names; the rules here read only the plain record: whether it was a recompile-limit hit
+(:func:`limit_hit`) and the reason texts it carries (:func:`reason_texts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from recompprof._model.compile_id import CompileId
 from recompprof._model.cudagraphs import CudagraphSkip
 from recompprof._model.events import LIMITS, CacheName, CacheResult, Phase
-from recompprof._model.reasons import clean_text
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
 _REACHED = re.compile(r"^((?:accumulated_)?(?:cache_size|recompile)_limit) reached")
-_CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
 _LIMIT_ALIASES = {
     "cache_size_limit": "recompile_limit",
     "accumulated_cache_size_limit": "accumulated_recompile_limit",
 }
-NO_REASON = "Unable to find recompilation reasons"
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
+class DynamicSettings:
+    """What a compile's Dynamo settings say of automatic dynamic shapes (None: the record does not say)."""
+
+    automatic: bool | None = None  # sizes that change are made dynamic
+    static_by_default: bool | None = None  # dims start static
+    static_parameters: bool | None = None  # parameters' shapes stay static
+    specialize_int: bool | None = None
+    specialize_float: bool | None = None
+    unspec_int_on_modules: bool | None = None  # an int attribute of a module may become dynamic
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CompileRecord:
-    """The plain values of one torch ``CompilationMetrics`` record (absent fields are None / empty)."""
+    """One compile as torch recorded it, in recompprof's terms (what the record leaves out is None / empty).
 
-    compile_id: str | None = None
-    co_name: str | None = None
-    co_filename: str | None = None
-    co_firstlineno: int | None = None
-    is_forward: bool = True
-    fail_type: str | None = None
-    fail_reason: str | None = None
-    cache_size: int | None = None
-    recompile_reason: str | None = None
+    A field that the ``compile`` event declares too (``backward``, ``fail_type``, ``cache_entries``, the
+    measures) means the same here and reaches the event as it is.
+    """
+
+    compile_id: str | None = None  # torch's compile id, as torch wrote it
+    code_name: str | None = (
+        None  # the compiled code object (None: the record names none, a limit hit)
+    )
+    code_file: str | None = None
+    code_line: int | None = None
+    backward: bool = False  # a lazily compiled backward, which shares its forward's compile id
+    fail_type: str | None = None  # the exception's class name (None: the compile raised nothing)
+    fail_reason: str | None = None  # torch's text of the failure or refusal
+    cache_entries: int | None = None  # the frame's cache entries the compile is counted against
+    reason_text: str | None = None  # torch's one recompile reason, where it gives one
     start_time: float | None = None  # seconds since the epoch
     duration: float = 0.0
     phases: dict[Phase, float] = dataclasses.field(
@@ -48,7 +63,7 @@ class CompileRecord:
     )  # exclusive, summing to duration
     guard_count: int | None = None
     graph_op_count: int | None = None
-    has_guarded_code: bool | None = None
+    installed_code: bool = True  # False: torch traced the frame and installed nothing (a skip)
     cache: Literal["hit", "miss"] | None = None
     cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
@@ -56,9 +71,7 @@ class CompileRecord:
     runtime_work: tuple[str, float] | None = (
         None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
     )
-    dynamo_config: dict[str, Any] = dataclasses.field(
-        default_factory=dict
-    )  # the compile's Dynamo settings
+    dynamic: DynamicSettings = DynamicSettings()
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or
@@ -77,7 +90,7 @@ def limit_hit(
     per-frame limit (torch's own order of checks). ``limits`` are the configured values, for hits whose
     text names none.
     """
-    fail_reason, fail_type = m.fail_reason, fail_type_name(m.fail_type) if m.fail_type else ""
+    fail_reason, fail_type = m.fail_reason, m.fail_type or ""
     limits = limits or {}
     if fail_type in _RAISING_LIMIT_HITS:
         accumulated = limits.get("accumulated_recompile_limit")
@@ -109,30 +122,8 @@ def limit_hit(
     return name, (int(value.group(1)) if value else limits.get(name))
 
 
-def installed_code(m: CompileRecord) -> bool:
-    """False when torch traced the frame of forward record ``m`` and installed no code for it: it skipped the
-    frame (a resumed frame with nothing left to compile, say), which runs eagerly from then on.
-
-    Torch 2.4-2.6 say so in ``has_guarded_code``; 2.8 and later (2.7 not checked) set it for a skip too
-    (they wrap "nothing" in a return object), but a skip builds no output graph, so its record has no
-    guard count. A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
-    compile installs nothing either; it is counted as what it is (failed, limit hit).
-    """
-    if not m.is_forward or m.fail_type or m.fail_reason or m.has_guarded_code is None:
-        return True
-    return m.has_guarded_code and m.guard_count is not None
-
-
-def fail_type_name(value: Any) -> str:
-    """The exception's class name; torch before 2.5 records ``str(type(exc))``, "<class 'torch._dynamo.exc.X'>"."""
-    text = clean_text(value, 200)
-    match = _CLASS_REPR.fullmatch(text.strip())
-    return match.group(1) if match else text
-
-
 def reason_texts(m: CompileRecord, from_guard_failures: list[str]) -> list[str]:
-    """The reason texts of a compile: torch's per-entry list, else its single ``recompile_reason``."""
+    """The reason texts of a compile: torch's per-entry list, else the record's one reason."""
     if from_guard_failures:
         return from_guard_failures
-    reason = m.recompile_reason
-    return [reason] if reason and reason != NO_REASON else []  # invalidated entries only show here
+    return [m.reason_text] if m.reason_text else []  # invalidated entries only show here

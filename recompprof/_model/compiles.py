@@ -1,27 +1,17 @@
-"""What one compile record means, shared by the live session and ``ingest``: its events.
+"""The events of one compile record: the ``Compile`` and, for a limit hit, the ``RecompileLimitHit``.
 
-Both read the same torch record and must turn it into the same events, in the same order, so the rules
-live in ``recompprof._model`` once: what the record says by itself (``compile_record``: outcome and limit
-detection), which reason explains the change (``explaining``), what torch reports apart about one compile
-(``correlation``: its frame, its graph breaks), and here the ``Compile`` / ``RecompileLimitHit`` events
-built from a record and what the caller knows of it (:class:`CompileContext`). The names of those modules
-are re-exported here, so a caller imports the compile rules from one place.
+Built from the plain record (``compile_record``) and what the caller knows of the compile
+(:class:`CompileContext`: when and where it ran, the reasons ``explaining`` kept); the one rule of what a
+recompile is (:func:`is_recompile`) and the order a compile's events are emitted in (:func:`in_order`).
+:class:`recompprof._model.assembler.CompileAssembler` calls these for the live session and ``ingest``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
-from recompprof._model.compile_record import (
-    NO_REASON,
-    CompileRecord,
-    fail_type_name,
-    installed_code,
-    limit_hit,
-    reason_texts,
-)
-from recompprof._model.correlation import MAX_REMEMBERED_COMPILES, Correlation, graph_break_event
+from recompprof._model.compile_record import CompileRecord, limit_hit
 from recompprof._model.events import (
     Category,
     Compile,
@@ -32,41 +22,11 @@ from recompprof._model.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof._model.explaining import (
-    MAX_FRAMES_REMEMBERED,
-    MAX_REASONS_PER_EVENT,
-    MAX_SEEN_REASONS,
-    Explained,
-    ReasonExplainer,
-    automatic_dynamic,
-    changed_subject,
-)
-from recompprof._model.reasons import clean_text
-
-__all__ = [
-    "MAX_FRAMES_REMEMBERED",
-    "MAX_REASONS_PER_EVENT",
-    "MAX_REMEMBERED_COMPILES",
-    "MAX_SEEN_REASONS",
-    "NO_REASON",
-    "SHARED_FIELDS",
-    "CompileContext",
-    "CompileRecord",
-    "Correlation",
-    "Explained",
-    "ReasonExplainer",
-    "automatic_dynamic",
-    "changed_subject",
-    "compile_events",
-    "graph_break_event",
-    "in_order",
-    "installed_code",
-    "limit_hit",
-    "reason_texts",
-]
+from recompprof._model.explaining import automatic_dynamic
+from recompprof._model.texts import clean_text
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
-_DERIVED = frozenset({"compile_id", "fail_type", "fail_reason", "cudagraph_skip"})
+_DERIVED = frozenset({"compile_id", "fail_reason", "cudagraph_skip"})
 # Every other field the record and the event both declare reaches the event as it is: a measure torch reports
 # (start, duration, phases, guard and op counts, caches) is added to both classes and nowhere else.
 SHARED_FIELDS = tuple(
@@ -120,20 +80,16 @@ def compile_events(
         step=ctx.step,
         frame=ctx.frame,
         compile_id=m.compile_id if m.compile_id is not None else "?",
-        is_recompile=m.is_forward and is_recompile(m.cache_size, bool(reasons)),
-        cache_entries=m.cache_size,
-        outcome="limit_hit" if hit else ("failed" if m.fail_type else "ok"),
-        fail_type=fail_type_name(m.fail_type) if m.fail_type else None,
+        is_recompile=not m.backward and is_recompile(m.cache_entries, bool(reasons)),
+        outcome="limit_hit" if hit else ("failed" if m.fail_type is not None else "ok"),
         fail_reason=None if ctx.redact or not m.fail_reason else clean_text(m.fail_reason),
         reasons=reasons,
         reasons_omitted=cast("dict[Category, int]", omitted),
         graph_breaks=ctx.graph_breaks,
-        backward=not m.is_forward,
         steady_state=ctx.steady_state and dynamic is None,
         automatic_dynamic=dynamic,
         call_site=ctx.call_site,
         guard_set=ctx.guard_set,
-        installed_code=installed_code(m),
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not ctx.redact else None,
         trace_id=ctx.trace_id,
@@ -158,7 +114,7 @@ def _automatic_dynamic(
     m: CompileRecord, ctx: CompileContext, reasons: list[Reason], hit: tuple[str, int | None] | None
 ) -> str | None:
     """What automatic dynamic made dynamic with this forward compile (a limit hit or a failure made nothing)."""
-    if not m.is_forward or hit is not None or m.fail_type:
+    if m.backward or hit is not None or m.fail_type is not None:
         return None
     return automatic_dynamic(m, reasons, getattr(ctx.explained, "first_change", True))
 
@@ -167,12 +123,15 @@ def in_order(
     event: Compile, breaks: list[GraphBreak], hit: RecompileLimitHit | None
 ) -> list[Event]:
     """The events of one compile record in the order both paths emit them: the compile, the graph
-    breaks its trace reported (each with the compile's frame), then the limit hit."""
-    return [
-        event,
-        *(
-            b if b.frame == event.frame else b.model_copy(update={"frame": event.frame})
-            for b in breaks
-        ),
-        *([hit] if hit is not None else []),
-    ]
+    breaks its trace reported (each with the compile's frame, and its step where the break has none:
+    a trace's breaks carry no step), then the limit hit."""
+    return [event, *(_of_compile(b, event) for b in breaks), *([hit] if hit is not None else [])]
+
+
+def _of_compile(graph_break: GraphBreak, event: Compile) -> GraphBreak:
+    update: dict[str, Any] = {}
+    if graph_break.frame != event.frame:
+        update["frame"] = event.frame
+    if graph_break.step is None and event.step is not None:
+        update["step"] = event.step
+    return graph_break.model_copy(update=update) if update else graph_break

@@ -2,8 +2,8 @@
 
 With ``mode="reduce-overhead"`` (or the ``cudagraphs`` backend) torch wraps a compiled graph in CUDA
 graphs unless something rules it out; it then runs the graph without them and logs one text, which
-the compile's ``CompilationMetrics`` record carries as ``cudagraph_skip_reason`` when the skip happens
-during a compile. The text is built in layers, so a prefix can repeat ("skipping cudagraphs due to
+the compile's record carries when the skip happens during a compile (``recompprof._torch.records``
+reads it). The text is built in layers, so a prefix can repeat ("skipping cudagraphs due to
 skipping cudagraphs due to cpu device (arg0_1). Found from : <user stack>"), a list of reasons can
 appear in Python repr, and a user stack can follow. Pure string work: torch's wording is not an API,
 so unknown text becomes ``other``; a failure is a bug of ours and goes through the internal-error
@@ -13,18 +13,15 @@ policy (counted, logged once, re-raised in strict mode), the text then staying `
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from recompprof._internal import contain
-from recompprof._model.texts import clean_text
 
 __all__ = [
     "CUDAGRAPH_SKIPS",
     "SKIP_HINTS",
     "CudagraphSkip",
     "classify_skip",
-    "cudagraph_skip",
-    "runtime_work",
 ]
 
 SkipCategory = Literal[
@@ -111,39 +108,3 @@ def _devices_category(head: str) -> str:
     # "multiple devices: device(type='xpu', index=0)" lists one device when it is simply not CUDA.
     found = _DEVICES.findall(head)
     return "non_cuda_device" if len(found) == 1 and found[0] != "cuda" else "multiple_devices"
-
-
-def cudagraph_skip(m: Any) -> CudagraphSkip | None:
-    """The skip a ``CompilationMetrics`` record (or a trace's dict of it) carries, else None."""
-    text = (
-        m.get("cudagraph_skip_reason")
-        if isinstance(m, dict)
-        else getattr(m, "cudagraph_skip_reason", None)
-    )
-    if not text:
-        return None
-    return CudagraphSkip(classify_skip(text), clean_text(text))
-
-
-def runtime_work(m: Any) -> tuple[str, float] | None:
-    """``("cudagraph_record" | "autotune", seconds)`` if ``m`` is a *runtime* record, else None.
-
-    On a GPU torch emits extra ``CompilationMetrics`` records with ``is_runtime=True`` after a
-    compiled graph runs: time spent recording CUDA graphs (``runtime_cudagraphify_time_us``, one per
-    recording: first record and every re-record) or autotuning Triton kernels at first launch
-    (``runtime_triton_autotune_time_us``). They are not compiles and must not be counted as such.
-    """
-
-    def get(name: str) -> Any:
-        return m.get(name) if isinstance(m, dict) else getattr(m, name, None)
-
-    if get("is_runtime") is not True:
-        return None
-    for kind, field in (
-        ("cudagraph_record", "runtime_cudagraphify_time_us"),
-        ("autotune", "runtime_triton_autotune_time_us"),
-    ):
-        value = get(field)
-        if isinstance(value, (int, float)) and value > 0:
-            return kind, float(value) / 1e6
-    return "other", 0.0

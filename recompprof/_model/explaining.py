@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from recompprof._model.compile_record import CompileRecord
+from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
 from recompprof._model.reasons import parse_guard_failure, resolvable_subjects
 
@@ -194,7 +194,7 @@ def automatic_dynamic(
     With ``automatic_dynamic_shapes`` on (torch's default, unless ``dynamic=False``), the first time a
     tensor dim, or an int or float torch does not specialise, changes on a frame, torch records it as
     dynamic and recompiles once with a symbol; later values reuse that graph. So a recompile explained
-    by that first change is a one-time warm-up, as the compile's own ``dynamo_config`` decides (see
+    by that first change is a one-time warm-up, as the compile's own Dynamo settings decide (see
     docs/steady-state.md): not when the same dim or scalar changed before on this frame
     (``first_change`` False: it stayed static, or the code specialised it again), unless the cached
     graph held the dim at size 0 or 1, which torch never makes dynamic.
@@ -207,21 +207,14 @@ def automatic_dynamic(
     ):
         return None
     changed = changed_subject(reason)
-    config = m.dynamo_config
-    if (
-        changed is None
-        or config.get("automatic_dynamic_shapes") is False
-        or config.get("assume_static_by_default") is False
-    ):
+    settings = m.dynamic
+    if changed is None or settings.automatic is False or settings.static_by_default is False:
         return None
     if reason.category == "size":
-        if (
-            "_parameters" in reason.subject
-            and config.get("force_parameter_static_shapes", True) is not False
-        ):
+        if "_parameters" in reason.subject and settings.static_parameters is not False:
             return None
         return changed
-    return changed if _scalar_made_dynamic(reason, config) else None
+    return changed if _scalar_made_dynamic(reason, settings) else None
 
 
 _FROM_ZERO_OR_ONE = re.compile(r"size mismatch at index \d+\. expected [01],")
@@ -233,7 +226,7 @@ def _from_zero_or_one(reason: Reason) -> bool:
     return reason.category == "size" and _FROM_ZERO_OR_ONE.search(reason.text) is not None
 
 
-def _scalar_made_dynamic(reason: Reason, config: dict[str, Any]) -> bool:
+def _scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
     """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
 
     Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,
@@ -244,14 +237,12 @@ def _scalar_made_dynamic(reason: Reason, config: dict[str, Any]) -> bool:
         return False
     subject = reason.subject
     if any(c in literal for c in ".ein"):
-        return config.get("specialize_float") is False and literal.lstrip("-") not in ("inf", "nan")
+        return settings.specialize_float is False and literal.lstrip("-") not in ("inf", "nan")
     if (
-        config.get("specialize_int") is not False
+        settings.specialize_int is not False
         or subject.startswith("G[")
         or "__defaults__" in subject
         or "__kwdefaults__" in subject
     ):
         return False
-    return (
-        reason.category != "module_attribute" or config.get("allow_unspec_int_on_nn_module") is True
-    )
+    return reason.category != "module_attribute" or settings.unspec_int_on_modules is True

@@ -1,17 +1,25 @@
-"""Read one torch ``CompilationMetrics`` record (live, or a trace's dict of it) into plain values.
+"""Read one torch ``CompilationMetrics`` record (live, or a trace's dict of it) into a plain record.
 
-Live capture and ``ingest`` both call :func:`read_record`, so the core (``recompprof._model.compiles``)
-never reads a torch field itself. Every field torch may leave out or rename reads as None / empty.
+Live capture and ``ingest`` both call :func:`read_record`: this is the one module that knows torch's field
+names and what each torch release writes in them, so the model (``recompprof._model.compile_record``)
+reads recompprof's :class:`CompileRecord` alone. Every field torch may leave out or rename reads as None /
+empty.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
-from recompprof._model.compiles import CompileRecord
-from recompprof._model.cudagraphs import cudagraph_skip, runtime_work
+from recompprof._model.compile_record import CompileRecord, DynamicSettings
+from recompprof._model.cudagraphs import CudagraphSkip, classify_skip
+from recompprof._model.texts import clean_text
 from recompprof._torch.phases import exclusive_phases
+
+# torch's recompile_reason when it found none (an invalidated entry's reason shows only there)
+NO_REASON = "Unable to find recompilation reasons"
+_CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
 
 
 def _int(value: Any) -> int | None:
@@ -88,28 +96,109 @@ def cache_seconds_saved(m: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-# text -> parsed: a job's compiles repeat a few settings texts (a forward's and a backward's differ).
-_PARSED_CONFIGS: dict[str, dict[str, Any]] = {}
+# (recompprof's name, torch's dynamo_config key) of the settings automatic dynamic depends on
+_DYNAMIC_SETTINGS = (
+    ("automatic", "automatic_dynamic_shapes"),
+    ("static_by_default", "assume_static_by_default"),
+    ("static_parameters", "force_parameter_static_shapes"),
+    ("specialize_int", "specialize_int"),
+    ("specialize_float", "specialize_float"),
+    ("unspec_int_on_modules", "allow_unspec_int_on_nn_module"),
+)
+# text -> read: a job's compiles repeat a few settings texts (a forward's and a backward's differ).
+_READ_SETTINGS: dict[str, DynamicSettings] = {}
+_NO_SETTINGS = DynamicSettings()
 
 
-def dynamo_config(m: Any) -> dict[str, Any]:
-    """The record's ``dynamo_config`` (a JSON string in torch's record); empty when it is missing or unreadable."""
+def dynamic_settings(m: Any) -> DynamicSettings:
+    """What the record's ``dynamo_config`` (a JSON string in torch's record) says of automatic dynamic;
+    nothing when it is missing or unreadable."""
     value = getattr(m, "dynamo_config", None)
-    if isinstance(value, str):
-        # Parsing the ~5 kB text was most of reading a record: parse each distinct text once.
-        parsed = _PARSED_CONFIGS.get(value)
-        if parsed is None:
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                return {}
-            if not isinstance(parsed, dict):
-                return {}
-            if len(_PARSED_CONFIGS) >= 8:  # bounded: settings changed mid-job
-                _PARSED_CONFIGS.clear()
-            _PARSED_CONFIGS[value] = parsed
-        return dict(parsed)  # a copy: callers own what they get
-    return value if isinstance(value, dict) else {}
+    if isinstance(value, dict):
+        return _settings(value)
+    if not isinstance(value, str):
+        return _NO_SETTINGS
+    # Parsing the ~5 kB text was most of reading a record: read each distinct text once.
+    settings = _READ_SETTINGS.get(value)
+    if settings is None:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return _NO_SETTINGS
+        if not isinstance(parsed, dict):
+            return _NO_SETTINGS
+        if len(_READ_SETTINGS) >= 8:  # bounded: settings changed mid-job
+            _READ_SETTINGS.clear()
+        settings = _READ_SETTINGS[value] = _settings(parsed)
+    return settings
+
+
+def _settings(config: dict[str, Any]) -> DynamicSettings:
+    return DynamicSettings(
+        **{
+            name: value if isinstance(value := config.get(key), bool) else None
+            for name, key in _DYNAMIC_SETTINGS
+        }
+    )
+
+
+def cudagraph_skip(m: Any) -> CudagraphSkip | None:
+    """The skip a ``CompilationMetrics`` record (or a trace's dict of it) carries, else None."""
+    text = (
+        m.get("cudagraph_skip_reason")
+        if isinstance(m, dict)
+        else getattr(m, "cudagraph_skip_reason", None)
+    )
+    if not text:
+        return None
+    return CudagraphSkip(classify_skip(text), clean_text(text))
+
+
+def runtime_work(m: Any) -> tuple[str, float] | None:
+    """``("cudagraph_record" | "autotune", seconds)`` if ``m`` is a *runtime* record, else None.
+
+    On a GPU torch emits extra ``CompilationMetrics`` records with ``is_runtime=True`` after a
+    compiled graph runs: time spent recording CUDA graphs (``runtime_cudagraphify_time_us``, one per
+    recording: first record and every re-record) or autotuning Triton kernels at first launch
+    (``runtime_triton_autotune_time_us``). They are not compiles and must not be counted as such.
+    """
+
+    def get(name: str) -> Any:
+        return m.get(name) if isinstance(m, dict) else getattr(m, name, None)
+
+    if get("is_runtime") is not True:
+        return None
+    for kind, field in (
+        ("cudagraph_record", "runtime_cudagraphify_time_us"),
+        ("autotune", "runtime_triton_autotune_time_us"),
+    ):
+        value = get(field)
+        if isinstance(value, (int, float)) and value > 0:
+            return kind, float(value) / 1e6
+    return "other", 0.0
+
+
+def fail_type_name(value: Any) -> str:
+    """The exception's class name; torch before 2.5 records ``str(type(exc))``, "<class 'torch._dynamo.exc.X'>"."""
+    text = clean_text(value, 200)
+    match = _CLASS_REPR.fullmatch(text.strip())
+    return match.group(1) if match else text
+
+
+def installed_code(
+    backward: bool, failed: bool, has_guarded_code: bool | None, guard_count: int | None
+) -> bool:
+    """False when torch traced the frame of a forward record and installed no code for it: it skipped the
+    frame (a resumed frame with nothing left to compile, say), which runs eagerly from then on.
+
+    Torch 2.4-2.6 say so in ``has_guarded_code``; 2.8 and later (2.7 not checked) set it for a skip too
+    (they wrap "nothing" in a return object), but a skip builds no output graph, so its record has no
+    guard count. A record without ``has_guarded_code`` (not torch's) is taken as a compile. A failed or refused
+    compile installs nothing either; it is counted as what it is (failed, limit hit).
+    """
+    if backward or failed or has_guarded_code is None:
+        return True
+    return has_guarded_code and guard_count is not None
 
 
 def read_record(m: Any, *, live: bool = False) -> CompileRecord:
@@ -126,27 +215,34 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
     duration, phases = exclusive_phases(m)  # keys: events.PHASES
     start = getattr(m, "start_time_us", None)
     compile_id = getattr(m, "compile_id", None)
+    backward = getattr(m, "is_forward", None) is False  # no is_forward before 2.6: forwards only
+    fail_type = _text(getattr(m, "fail_type", None))
+    fail_reason = _text(getattr(m, "fail_reason", None))
+    guard_count = _int(getattr(m, "guard_count", None))
+    has_guarded_code = _bool(getattr(m, "has_guarded_code", None))
+    reason = _text(getattr(m, "recompile_reason", None))
     return CompileRecord(
         compile_id=str(compile_id) if compile_id is not None else None,
-        co_name=_text(getattr(m, "co_name", None)),
-        co_filename=_text(getattr(m, "co_filename", None)),
-        co_firstlineno=_int(getattr(m, "co_firstlineno", None)),
-        is_forward=getattr(m, "is_forward", None)
-        is not False,  # no is_forward before 2.6: forward records only
-        fail_type=_text(getattr(m, "fail_type", None)),
-        fail_reason=_text(getattr(m, "fail_reason", None)),
-        cache_size=_int(getattr(m, "cache_size", None)),
-        recompile_reason=_text(getattr(m, "recompile_reason", None)),
+        code_name=_text(getattr(m, "co_name", None)),
+        code_file=_text(getattr(m, "co_filename", None)),
+        code_line=_int(getattr(m, "co_firstlineno", None)),
+        backward=backward,
+        fail_type=fail_type_name(fail_type) if fail_type else None,
+        fail_reason=fail_reason,
+        cache_entries=_int(getattr(m, "cache_size", None)),
+        reason_text=reason if reason != NO_REASON else None,
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration,
         phases=phases,  # type: ignore[arg-type]
-        guard_count=_int(getattr(m, "guard_count", None)),
+        guard_count=guard_count,
         graph_op_count=_int(getattr(m, "graph_op_count", None)),
-        has_guarded_code=_bool(getattr(m, "has_guarded_code", None)),
+        installed_code=installed_code(
+            backward, bool(fail_type or fail_reason), has_guarded_code, guard_count
+        ),
         cache=cache_outcome(m),
         cache_lookups=cache_lookups(m),
         cache_seconds_saved=cache_seconds_saved(m),
         cudagraph_skip=cudagraph_skip(m),
         runtime_work=runtime_work(m),
-        dynamo_config=dynamo_config(m),
+        dynamic=dynamic_settings(m),
     )

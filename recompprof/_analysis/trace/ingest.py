@@ -41,17 +41,9 @@ from recompprof._eventlog.format import LOG_GLOB
 from recompprof._eventlog.reader import find_files
 from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
+from recompprof._model.assembler import CompileAssembler, Seen, frame_key
 from recompprof._model.compile_id import CompileId
-from recompprof._model.compiles import (
-    CompileContext,
-    CompileRecord,
-    Correlation,
-    ReasonExplainer,
-    compile_events,
-    graph_break_event,
-    in_order,
-    reason_texts,
-)
+from recompprof._model.compile_record import CompileRecord
 from recompprof._model.events import (
     Event,
     Frame,
@@ -135,16 +127,14 @@ class _Process:
             set()
         )  # files run as __main__ (the outermost frame of a compile's stack)
         self.reasons: dict[CompileId, list[str]] = {}
-        self.correlation = (
-            Correlation()
-        )  # frames of frame ids, breaks held for their compile (as live)
+        # frames of frame ids, breaks held for their compile, reasons seen per frame (as live)
+        self.assembler = CompileAssembler(redact)
         self.first_args: dict[
             CompileId, frames.GuardedArgs
         ] = {}  # compile -> what its guards say of its arguments
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
-        self.explainer = ReasonExplainer(redact)
         self.steps_read = False  # some recompile carried the step recompprof handed torch
 
     def note(self, record: TraceRecord) -> None:
@@ -158,8 +148,8 @@ class _Process:
     def name_frame_id(self, key: CompileId, top: dict[str, Any], file: str) -> None:
         """Name the frame id of compile ``key`` by the innermost entry ``top`` of the stack its compile started in."""
         line = int(top.get("line") or 0)
-        self.correlation.name_frame_id(
-            str(key.frame_id),
+        self.assembler.name(
+            frame_key(key),
             Frame(
                 name=str(top.get("name", "<unknown>")),
                 file=file,
@@ -172,16 +162,16 @@ class _Process:
     def graph_break(self, record: TraceRecord, reason: str) -> None:
         """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
         key = record.key
-        event = graph_break_event(
-            reason,
-            time=record.time,
-            rank=self.rank,
-            step=None,
-            frame=self.known_frame(key),
-            compile_id=str(key) if key else None,
-            redact=self.redact,
+        self.events.extend(
+            self.assembler.graph_break(
+                reason,
+                time=record.time,
+                rank=self.rank,
+                step=None,
+                frame=self.known_frame(key),
+                compile_id=str(key) if key else None,
+            )
         )
-        self.events.extend(self.correlation.add_break(event))
 
     def interned(self, entry: dict[str, Any], missing: str | None) -> str:
         """The file a stack entry names, by the index of its ``str`` record or as written."""
@@ -199,44 +189,30 @@ class _Process:
                 else {**fields, "compile_id": str(key)}
             )
         )
-        frame = self._frame(fields, key)
+        frame = self._frame(fields, key, m.backward)
         self._read_limits(fields)
-        texts = (
-            reason_texts(m, [] if key is None else self.reasons.pop(key, []))
-            if not backward
-            else []
-        )
-        stamp = _end_time(fields, m, record.time)
-        breaks = [] if backward or key is None else self.correlation.compiled(str(key), frame)
         step = step_of(fields.get("recompile_user_contexts"))
-        if step is not None:
-            self.steps_read = True
-            breaks = [b.model_copy(update={"step": step}) for b in breaks]
-        event, hit = compile_events(
-            m,
-            CompileContext(
-                time=stamp,
-                rank=self.rank,
-                step=step,
-                frame=frame,
-                explained=self.explainer.explain(frame, texts),
-                graph_breaks=sum(b.count for b in breaks),
-                redact=self.redact,
-                steady_state=False,
-                limits={
-                    "recompile_limit": self.recompile_limit,
-                    "accumulated_recompile_limit": self.accumulated_limit,
-                },
-            ),
+        self.steps_read = self.steps_read or step is not None
+        seen = Seen(
+            time=_end_time(fields, m, record.time),
+            rank=self.rank,
+            step=step,
+            frame=frame,
+            texts=None if backward else ([] if key is None else self.reasons.pop(key, [])),
+            held=None if backward or key is None else str(key),
+            limits={
+                "recompile_limit": self.recompile_limit,
+                "accumulated_recompile_limit": self.accumulated_limit,
+            },
         )
-        self.events.extend(in_order(event, breaks, hit))
+        self.events.extend(self.assembler.compile(m, seen))
 
     def _read_limits(self, fields: dict[str, Any]) -> None:
         if self.recompile_limit is None:
             self.recompile_limit = config_limit(fields.get("dynamo_config"))
             self.accumulated_limit = config_limit(fields.get("dynamo_config"), accumulated=True)
 
-    def _frame(self, fields: dict[str, Any], key: CompileId | None) -> Frame:
+    def _frame(self, fields: dict[str, Any], key: CompileId | None, backward: bool) -> Frame:
         if fields.get("co_name"):
             file, line = (
                 str(fields.get("co_filename") or "<unknown>"),
@@ -252,25 +228,24 @@ class _Process:
                 self.scripts,
             )
             if key is not None:
-                self.correlation.name_frame_id(str(key.frame_id), frame)
+                self.assembler.name(frame_key(key), frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
         return self.known_frame(key) or Frame(
-            name="<backward>" if fields.get("is_forward") is False else "<unknown>",
+            name="<backward>" if backward else "<unknown>",
             file="<unknown>",
             line=0,
         )
 
     def known_frame(self, key: CompileId | None) -> Frame | None:
         """The frame a frame id was named with, if it was."""
-        known = self.correlation.frame_of_frame_id(str(key.frame_id)) if key is not None else None
+        known = self.assembler.known(frame_key(key)) if key is not None else None
         return known[0] if known is not None else None
 
     def finish(self, host: str) -> list[Event]:
         """The process's events between its ``session_start`` and ``session_end``."""
-        self.events.extend(
-            self.correlation.flush()
-        )  # breaks of compiles whose record never came (a crash mid-compile)
+        # breaks of compiles whose record never came (a crash mid-compile)
+        self.events.extend(self.assembler.flush())
         start = SessionStart(
             time=self.first_time or 0.0,
             rank=self.rank,
@@ -353,7 +328,7 @@ class _DynamoStart(RecordHandler):
         outer = stack[0] if isinstance(stack[0], dict) else {}
         if outer.get("name") == "<module>" and len(process.scripts) < MAX_SCRIPTS:
             process.scripts.add(process.interned(outer, None))
-        if process.correlation.frame_of_frame_id(str(key.frame_id)) is None:
+        if process.assembler.known(frame_key(key)) is None:
             process.name_frame_id(key, top, file)
 
 

@@ -1,0 +1,156 @@
+"""One compile's events, assembled from its record and what was seen of it: for live capture and ``ingest``.
+
+torch reports one compile in pieces: its graph breaks while it traces, its guard-failure reasons, then its
+record. :class:`CompileAssembler` holds what joins the pieces (the frame of each frame id and the breaks
+waiting for their compile's record, :class:`~recompprof._model.correlation.Correlation`; the reasons seen
+on each frame, :class:`~recompprof._model.explaining.ReasonExplainer`) and turns one plain record into its
+events, in the order both paths emit them. The live recorder and ``ingest`` each read their own source
+into a :class:`Seen` and call :meth:`CompileAssembler.compile`, so a live run and its TORCH_TRACE give
+the same events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from recompprof._model.compile_id import CompileId
+from recompprof._model.compile_record import CompileRecord, reason_texts
+from recompprof._model.compiles import CompileContext, compile_events, in_order
+from recompprof._model.correlation import Correlation, graph_break_event
+from recompprof._model.events import Event, Frame, GraphBreak, Reason
+from recompprof._model.explaining import ReasonExplainer
+
+Resolve = Callable[
+    [str], "str | None"
+]  # a guarded subject -> the kind of object it is, where known
+
+
+@dataclasses.dataclass(slots=True)
+class Seen:
+    """What the caller saw of one compile besides its record: when and where it ran, and what came apart.
+
+    ``texts``: the compile's guard-failure reasons (None for a backward, which has no reasons of its own,
+    not even its record's); ``held``: the compile id its graph breaks wait under (None: it takes none);
+    ``breaks``: graph breaks the caller read for it itself, emitted after the held ones; ``limits``: the
+    configured recompile limits, for a limit hit whose text names none (None: not read).
+    """
+
+    time: float
+    rank: int
+    step: int | None
+    frame: Frame
+    texts: list[str] | None = None
+    held: str | None = None
+    breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
+    resolve: Resolve | None = None
+    steady_state: bool = False
+    limits: dict[str, int | None] | None = None
+    call_site: list[str] = dataclasses.field(default_factory=list)
+    guard_set: str | None = None
+    trace_id: str | None = None
+    trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
+
+
+def frame_key(compile_id: str | CompileId) -> str:
+    """The key the frame of ``compile_id``'s frame id is known by ("3" of "3/1" and "!0/3/1"); an id without
+    a frame id (unknown, "?"; a compiled autograd graph, "!0") is its own key."""
+    parsed = CompileId.parse(compile_id) if isinstance(compile_id, str) else compile_id
+    if parsed is not None and parsed.frame_id is not None:
+        return str(parsed.frame_id)
+    return str(compile_id)
+
+
+class CompileAssembler:
+    """Joins what torch reports apart about each compile and turns each compile record into its events.
+
+    Serialised by its caller (the live session's lock; ``ingest`` reads one process at a time).
+    """
+
+    def __init__(self, redact: bool = False) -> None:
+        self.redact = redact
+        self.correlation = Correlation()
+        self.explainer = ReasonExplainer(redact)
+
+    # -- frames --------------------------------------------------------------------------------
+    def frame_of(self, compile_id: str | None) -> Frame | None:
+        """The frame of a recorded forward compile."""
+        return self.correlation.frame_of(compile_id)
+
+    def known(self, key: str) -> tuple[Frame, Any] | None:
+        """The frame a frame id (its :func:`frame_key`) was named with, and what the caller kept with it."""
+        return self.correlation.frame_of_frame_id(key)
+
+    def name(self, key: str, frame: Frame, extra: Any = None) -> None:
+        """Remember that the frame id of :func:`frame_key` ``key`` compiles ``frame`` (with ``extra``)."""
+        self.correlation.name_frame_id(key, frame, extra)
+
+    def forget_compiles(self) -> None:
+        """Let go of what was joined by compile id (``torch._dynamo.reset()`` restarts compile ids)."""
+        self.correlation = Correlation()
+
+    # -- what comes before a compile's record ----------------------------------------------------
+    def graph_break(
+        self,
+        payload: str,
+        *,
+        time: float,
+        rank: int,
+        step: int | None,
+        frame: Frame | None,
+        compile_id: str | None,
+    ) -> list[GraphBreak]:
+        """The graph breaks to emit now for one graph-break payload: none while its compile's record is
+        awaited (it comes out with that compile), plus any older ones let go."""
+        event = graph_break_event(
+            payload,
+            time=time,
+            rank=rank,
+            step=step,
+            frame=frame,
+            compile_id=compile_id,
+            redact=self.redact,
+        )
+        return self.correlation.add_break(event)
+
+    def trigger(self, frame: Frame, texts: list[str], resolve: Resolve | None) -> Reason | None:
+        """The reason that will explain the compile of ``frame`` that ``texts`` trigger (at its start)."""
+        return self.explainer.trigger(frame, texts, resolve)
+
+    def explain(self, frame: Frame, texts: list[str]) -> tuple[list[Reason], dict[str, int]]:
+        """``(kept reasons, omitted counts by category)`` of a recompile that has no record (profile mode's
+        return to a parked variant)."""
+        return self.explainer.explain(frame, texts)
+
+    # -- one compile -----------------------------------------------------------------------------
+    def compile(self, record: CompileRecord, seen: Seen) -> list[Event]:
+        """The events of compile ``record`` in emitting order: its ``compile``, the graph breaks held for
+        it and those in ``seen``, then its limit hit."""
+        texts = reason_texts(record, seen.texts) if seen.texts is not None else []
+        breaks = self.correlation.compiled(seen.held, seen.frame) if seen.held is not None else []
+        breaks += seen.breaks
+        event, hit = compile_events(
+            record,
+            CompileContext(
+                time=seen.time,
+                rank=seen.rank,
+                step=seen.step,
+                frame=seen.frame,
+                explained=self.explainer.explain(seen.frame, texts, seen.resolve),
+                graph_breaks=sum(b.count for b in breaks),
+                redact=self.redact,
+                steady_state=seen.steady_state,
+                limits=seen.limits,
+                call_site=seen.call_site,
+                guard_set=seen.guard_set,
+                trace_id=seen.trace_id,
+            ),
+        )
+        if seen.trace_seconds is not None:
+            event = event.model_copy(update={"trace_seconds_by_function": seen.trace_seconds})
+        return in_order(event, breaks, hit)
+
+    def flush(self) -> list[GraphBreak]:
+        """Every graph break still held: its compile's record never came (a crash, the end of the run)."""
+        return self.correlation.flush()

@@ -2,9 +2,10 @@
 
 A trace file holds one process's records (:mod:`recompprof._analysis.trace.records` reads them). One
 handler per record kind reads what recompprof uses: ``compilation_metrics`` (one per forward compile,
-``bwd_...`` for a lazily compiled backward) becomes a ``compile`` event with its exclusive phases; the
-``recompile_reasons`` artifact gives that compile's guard-failure reasons; ``dynamo_graph_break_reason``
-becomes a ``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
+``bwd_...`` for a lazily compiled backward), read into a plain record by ``recompprof._torch.records``,
+becomes a ``compile`` event with its exclusive phases, by the compile assembler that live capture
+uses (``recompprof._model.assembler``); the ``recompile_reasons`` artifact gives that compile's
+guard-failure reasons; ``dynamo_graph_break_reason`` becomes a ``graph_break``; a metrics record failing with "recompile limit exceeded" also yields a
 ``recompile_limit_hit``. ``dynamo_start`` and ``str`` records name the frame of a compile id, which
 torch leaves out of the metrics of a limit hit. A trace carries training steps only where recompprof
 was attached (it hands torch the step for each compile record, see ``recompprof._torch.steps``): those
@@ -117,7 +118,6 @@ class _Process:
     def __init__(self, rank: int, run_id: str, redact: bool) -> None:
         self.rank = rank
         self.run_id = run_id
-        self.redact = redact
         self.pid = 0
         self.torch_version = ""
         self.recompile_limit: int | None = None

@@ -1,6 +1,7 @@
 """What torch reports apart about one compile, joined: its frame and its graph breaks.
 
-Shared by the live recorder and ``ingest``, so a live run and its TORCH_TRACE give the same events.
+Held by the compile assembler (``recompprof._model.assembler``) that the live recorder and ``ingest``
+share, so a live run and its TORCH_TRACE give the same events.
 """
 
 from __future__ import annotations

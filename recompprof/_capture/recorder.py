@@ -19,7 +19,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
-from recompprof._model.assembler import CompileAssembler, Seen, frame_key
+from recompprof._model.assembler import CompileAssembler, Seen
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord
 from recompprof._model.compiles import is_recompile
@@ -214,7 +214,7 @@ class CompileRecorder:
             # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
             frame = self.assembler.frame_of(compile_id)
             if frame is None:
-                by_id = self.assembler.known(frame_key(compile_id or ""))
+                by_id = self.assembler.known(compile_id or "")
                 frame = (
                     by_id[0]
                     if by_id is not None
@@ -278,17 +278,17 @@ class CompileRecorder:
             running is not None and running.compile_id == compile_id
         ):  # its end was not seen (callbacks reset)
             self.running = None
-        if m.backward:
-            frame = self.assembler.frame_of(compile_id) or Frame(
-                name="<backward>", file="<unknown>", line=0
-            )
-            seen = self._seen(m, compile_id, now, step, frame)
-        else:
-            seen = self._forward(m, compile_id, now, step)
+        seen = (
+            self._seen(m, compile_id, now, step, None)
+            if m.backward
+            else self._forward(m, compile_id, now, step)
+        )
         for out in self.assembler.compile(m, seen):
             self._emit(out)
 
-    def _seen(self, m: CompileRecord, compile_id: str, now: float, step: int, frame: Frame) -> Seen:
+    def _seen(
+        self, m: CompileRecord, compile_id: str, now: float, step: int, frame: Frame | None
+    ) -> Seen:
         """What every compile record is seen with: when, where, the step, the limits and the trace id."""
         return Seen(
             time=now,
@@ -352,8 +352,7 @@ class CompileRecorder:
         self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
     ) -> tuple[Frame, tuple[str, str, int]]:
         """The frame of a forward compile and the code key its reasons are read by."""
-        key = frame_key(compile_id)
-        known = self.assembler.known(key)
+        known = self.assembler.known(compile_id)
         if (
             m.code_name is None and ctx is not None
         ):  # limit-hit records name no function; torch's frame does
@@ -369,7 +368,7 @@ class CompileRecorder:
             if named is not None and named[:2] == (compile_id, code_key)
             else _frame(code_key, ctx)
         )
-        self.assembler.name(key, frame, code_key)
+        self.assembler.name(compile_id, frame, code_key)
         return frame, code_key
 
 

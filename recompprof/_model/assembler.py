@@ -40,7 +40,7 @@ class Seen:
     time: float
     rank: int
     step: int | None
-    frame: Frame
+    frame: Frame | None  # None: a backward's, which is its forward's
     texts: list[str] | None = None
     held: str | None = None
     breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
@@ -72,19 +72,26 @@ class CompileAssembler:
         self.redact = redact
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(redact)
+        self._key: tuple[str | CompileId, str] | None = None  # the last compile id's frame key
 
     # -- frames --------------------------------------------------------------------------------
     def frame_of(self, compile_id: str | None) -> Frame | None:
         """The frame of a recorded forward compile."""
         return self.correlation.frame_of(compile_id)
 
-    def known(self, key: str) -> tuple[Frame, Any] | None:
-        """The frame a frame id (its :func:`frame_key`) was named with, and what the caller kept with it."""
-        return self.correlation.frame_of_frame_id(key)
+    def known(self, compile_id: str | CompileId) -> tuple[Frame, Any] | None:
+        """The frame the frame id of ``compile_id`` was named with, and what the caller kept with it."""
+        return self.correlation.frame_of_frame_id(self._frame_key(compile_id))
 
-    def name(self, key: str, frame: Frame, extra: Any = None) -> None:
-        """Remember that the frame id of :func:`frame_key` ``key`` compiles ``frame`` (with ``extra``)."""
-        self.correlation.name_frame_id(key, frame, extra)
+    def name(self, compile_id: str | CompileId, frame: Frame, extra: Any = None) -> None:
+        """Remember that the frame id of ``compile_id`` compiles ``frame`` (with ``extra``)."""
+        self.correlation.name_frame_id(self._frame_key(compile_id), frame, extra)
+
+    def _frame_key(self, compile_id: str | CompileId) -> str:
+        # A forward is looked up, then named, by one compile id: parsed once.
+        if self._key is None or self._key[0] != compile_id:
+            self._key = (compile_id, frame_key(compile_id))
+        return self._key[1]
 
     def forget_compiles(self) -> None:
         """Let go of what was joined by compile id (``torch._dynamo.reset()`` restarts compile ids)."""
@@ -127,8 +134,9 @@ class CompileAssembler:
     def compile(self, record: CompileRecord, seen: Seen) -> list[Event]:
         """The events of compile ``record`` in emitting order: its ``compile``, the graph breaks held for
         it and those in ``seen``, then its limit hit."""
+        frame = seen.frame if seen.frame is not None else self._backward_frame(record)
         texts = reason_texts(record, seen.texts) if seen.texts is not None else []
-        breaks = self.correlation.compiled(seen.held, seen.frame) if seen.held is not None else []
+        breaks = self.correlation.compiled(seen.held, frame) if seen.held is not None else []
         breaks += seen.breaks
         event, hit = compile_events(
             record,
@@ -136,8 +144,8 @@ class CompileAssembler:
                 time=seen.time,
                 rank=seen.rank,
                 step=seen.step,
-                frame=seen.frame,
-                explained=self.explainer.explain(seen.frame, texts, seen.resolve),
+                frame=frame,
+                explained=self.explainer.explain(frame, texts, seen.resolve),
                 graph_breaks=sum(b.count for b in breaks),
                 redact=self.redact,
                 steady_state=seen.steady_state,
@@ -150,6 +158,13 @@ class CompileAssembler:
         if seen.trace_seconds is not None:
             event = event.model_copy(update={"trace_seconds_by_function": seen.trace_seconds})
         return in_order(event, breaks, hit)
+
+    def _backward_frame(self, record: CompileRecord) -> Frame:
+        """A lazily compiled backward's frame: its forward's, which has its compile id."""
+        compile_id = record.compile_id if record.compile_id is not None else "?"
+        return self.correlation.frame_of(compile_id) or Frame(
+            name="<backward>", file="<unknown>", line=0
+        )
 
     def flush(self) -> list[GraphBreak]:
         """Every graph break still held: its compile's record never came (a crash, the end of the run)."""

@@ -42,7 +42,7 @@ from recompprof._eventlog.format import LOG_GLOB
 from recompprof._eventlog.reader import find_files
 from recompprof._eventlog.writer import log_path, write_events
 from recompprof._model.aggregates import Aggregates
-from recompprof._model.assembler import CompileAssembler, Seen, frame_key
+from recompprof._model.assembler import CompileAssembler, Seen
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord
 from recompprof._model.events import (
@@ -149,7 +149,7 @@ class _Process:
         """Name the frame id of compile ``key`` by the innermost entry ``top`` of the stack its compile started in."""
         line = int(top.get("line") or 0)
         self.assembler.name(
-            frame_key(key),
+            key,
             Frame(
                 name=str(top.get("name", "<unknown>")),
                 file=file,
@@ -228,7 +228,7 @@ class _Process:
                 self.scripts,
             )
             if key is not None:
-                self.assembler.name(frame_key(key), frame)
+                self.assembler.name(key, frame)
             return frame
         # A limit hit's metrics name no function; its frame id still does.
         return self.known_frame(key) or Frame(
@@ -239,7 +239,7 @@ class _Process:
 
     def known_frame(self, key: CompileId | None) -> Frame | None:
         """The frame a frame id was named with, if it was."""
-        known = self.assembler.known(frame_key(key)) if key is not None else None
+        known = self.assembler.known(key) if key is not None else None
         return known[0] if known is not None else None
 
     def finish(self, host: str) -> list[Event]:
@@ -328,7 +328,7 @@ class _DynamoStart(RecordHandler):
         outer = stack[0] if isinstance(stack[0], dict) else {}
         if outer.get("name") == "<module>" and len(process.scripts) < MAX_SCRIPTS:
             process.scripts.add(process.interned(outer, None))
-        if process.assembler.known(frame_key(key)) is None:
+        if process.assembler.known(key) is None:
             process.name_frame_id(key, top, file)
 
 

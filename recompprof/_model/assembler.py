@@ -53,7 +53,7 @@ class Seen:
     trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
 
 
-def frame_key(compile_id: str | CompileId) -> str:
+def _key_of(compile_id: str | CompileId) -> str:
     """The key the frame of ``compile_id``'s frame id is known by ("3" of "3/1" and "!0/3/1"); an id without
     a frame id (unknown, "?"; a compiled autograd graph, "!0") is its own key."""
     parsed = CompileId.parse(compile_id) if isinstance(compile_id, str) else compile_id
@@ -90,7 +90,7 @@ class CompileAssembler:
     def _frame_key(self, compile_id: str | CompileId) -> str:
         # A forward is looked up, then named, by one compile id: parsed once.
         if self._key is None or self._key[0] != compile_id:
-            self._key = (compile_id, frame_key(compile_id))
+            self._key = (compile_id, _key_of(compile_id))
         return self._key[1]
 
     def forget_compiles(self) -> None:

@@ -26,6 +26,7 @@ FACES = [
     "recompprof.integrations.lightning",
     "recompprof.integrations.transformers",
     "recompprof.pytest_plugin",
+    "recompprof.exporter",
 ]
 
 # `recompprof.attach`, `recompprof.testing.capture_events()`, `recompprof._model.causes`, ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 
@@ -126,6 +127,7 @@ def __getattr__(name: str) -> Any:
 
 
 _composed: type[Settings] | None = None
+_composing = threading.RLock()
 
 
 def settings_class() -> type[Settings]:
@@ -135,22 +137,23 @@ def settings_class() -> type[Settings]:
     ``exporters`` setting allows their names.
     """
     global _composed
-    if _composed is None:
-        parts = {
-            name: _exporter_settings(name, where.settings)
-            for name, where in plugins.installed().items()
-        }
-        own = [part for part in parts.values() if part is not None]
-        bases: tuple[type[_Part], ...] = (StatusSettings, *reversed(own), CoreSettings)
-        allowed: Any = Annotated[list[Literal[tuple(parts)]], NoDecode]  # type: ignore[misc]
-        composed = create_model(
-            "Settings",
-            __base__=bases,
-            __module__=__name__,
-            __doc__="Everything ``attach()`` can be told.",
-            exporters=(allowed, []),
-        )
-        _composed = cast("type[Settings]", composed)
+    with _composing:
+        if _composed is None:
+            parts = {
+                name: _exporter_settings(name, where.settings)
+                for name, where in plugins.installed().items()
+            }
+            own = [part for part in parts.values() if part is not None]
+            bases: tuple[type[_Part], ...] = (StatusSettings, *reversed(own), CoreSettings)
+            allowed: Any = Annotated[list[Literal[tuple(parts)]], NoDecode]  # type: ignore[misc]
+            composed = create_model(
+                "Settings",
+                __base__=bases,
+                __module__=__name__,
+                __doc__="Everything ``attach()`` can be told.",
+                exporters=(allowed, []),
+            )
+            _composed = cast("type[Settings]", composed)
     return _composed
 
 

@@ -37,9 +37,14 @@ class ConfigError(RecompprofError, ValueError):
 
 
 class _Part(BaseSettings):
-    """What every group of settings shares: the variable prefix, unknown names refused, defaults checked."""
+    """What every group of settings shares: the variable prefix, unknown names refused, defaults checked.
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+    A part's validator is built when first used (``defer_build``): only the composed ``Settings`` is.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, defer_build=True
+    )
 
 
 class ExporterSettings(_Part):

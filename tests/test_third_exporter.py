@@ -185,3 +185,34 @@ def test_without_the_distribution_the_third_exporter_is_unknown(tmp_path: Path) 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "recompprof setting 'exporters'" in done.stderr, done.stderr
     assert "allowed: prometheus, otel" in done.stderr, done.stderr
+
+
+def test_an_in_tree_exporters_settings_are_checked_without_its_extra(tmp_path: Path) -> None:
+    """With ``prometheus_client`` missing, a bad ``prometheus_*`` value is still refused naming the setting
+    (the settings model needs no extra), and choosing the exporter names the extra to install."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["prometheus_client"] = None  # as if the prometheus extra were not installed
+        import recompprof
+        try:
+            recompprof.attach(prometheus_port="x")
+        except recompprof.ConfigError as exc:
+            print(exc)
+        try:
+            recompprof.attach(exporters=["prometheus"])
+        except recompprof.ExporterUnavailable as exc:
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env(**_env(None), RECOMPPROF_RUN_DIR=str(tmp_path / "run")),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    refused, unavailable = done.stdout.splitlines()
+    assert refused.startswith("recompprof setting 'prometheus_port' (argument): "), refused
+    assert "needs the 'prometheus' extra (pip install 'recompprof[prometheus]')" in unavailable

@@ -5,7 +5,8 @@
     print(recompprof.report())
 
 This module is the public API: every name in ``__all__`` (plus the public modules
-``recompprof.testing``, ``recompprof.pytest_plugin`` and ``recompprof.integrations``). Everything under a
+``recompprof.testing``, ``recompprof.pytest_plugin``, ``recompprof.integrations`` and
+``recompprof.exporter``, the interface exporters are written against). Everything under a
 ``recompprof._name`` path is private and may move between releases.
 """
 

@@ -163,3 +163,15 @@ def test_no_function_is_more_complex_than_grade_c() -> None:
                 if radon.cc_rank(item.complexity) not in "ABC":
                     worse.append(f"{name}:{item.lineno} {item.name} {item.complexity}")
     assert not sorted(set(worse))
+
+
+def test_exporters_import_only_the_public_exporter_interface() -> None:
+    """exporters/ reaches recompprof through ``recompprof.exporter`` alone: no ``recompprof._x`` module."""
+    wrong = [
+        f"{name} -> {dep}"
+        for name, path in MODULES.items()
+        if path.is_relative_to(ROOT / "exporters")
+        for dep in _imports(name, path)
+        if dep.split(".")[0] == "recompprof" and any(p.startswith("_") for p in dep.split(".")[1:])
+    ]
+    assert not wrong

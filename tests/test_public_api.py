@@ -26,6 +26,7 @@ FACES = [
     "recompprof.integrations.lightning",
     "recompprof.integrations.transformers",
     "recompprof.pytest_plugin",
+    "recompprof.exporter",
 ]
 
 # `recompprof.attach`, `recompprof.testing.capture_events()`, `recompprof._model.causes`, ...
@@ -39,10 +40,12 @@ _PATH = re.compile(
 )
 # Telemetry names are dotted too (`recompprof.compile_id` is a span attribute, `recompprof.events_dropped` an
 # OTel instrument, `recompprof.io/scrape` a Kubernetes label): the strings the exporters, the metric-name
-# table and the deploy files really emit.
+# table and the deploy files really emit; and the entry-point groups pyproject.toml declares
+# (`recompprof.exporters`), which exporters of other distributions name.
 _TELEMETRY = {
     "py": re.compile(r"[\"'](recompprof\.[\w.]+)"),
     "yaml": re.compile(r"recompprof\.[\w.]+"),
+    "toml": re.compile(r'^\[project\.entry-points\."(recompprof\.[\w.]+)"\]', re.MULTILINE),
 }
 
 
@@ -52,6 +55,7 @@ def _telemetry_names() -> set[str]:
         *((path, "py") for path in (ROOT / "exporters").rglob("*.py")),
         (ROOT / "recompprof" / "_model" / "metric_names.py", "py"),
         *((path, "yaml") for path in (ROOT / "deploy").rglob("*.yaml")),
+        (ROOT / "pyproject.toml", "toml"),
     ]
     for path, kind in sources:
         names.update(_TELEMETRY[kind].findall(path.read_text(encoding="utf-8", errors="replace")))

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from recompprof._errors import RecompprofError
+from recompprof.exporter import RecompprofError
 
 HTTP_PROTOBUF = "http/protobuf"
 GRPC = "grpc"

@@ -20,19 +20,25 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from recompprof import _internal
-from recompprof._capture import forks
-from recompprof._model.events import Compile, CompileStart, RecompileLimitHit, SessionEnd
+from recompprof.exporter import (
+    Compile,
+    CompileStart,
+    Exporter,
+    Owner,
+    RecompileLimitHit,
+    SessionEnd,
+    contain,
+    record,
+)
 from recompprof_otel import environment, resource, transport
 from recompprof_otel.ids import PrivateRandomIdGenerator
 from recompprof_otel.processor import BoundedBatchProcessor
 from recompprof_otel.spans import SpanBuilder
 
 if TYPE_CHECKING:
-    from recompprof._capture.exporting import SessionView
-    from recompprof._capture.settings import Settings
-    from recompprof._model.events import Event
+    from recompprof.exporter import Event, SessionView
     from recompprof_otel.metrics import OtelMetrics
+    from recompprof_otel.settings import OtelSettings
 
 log = logging.getLogger("recompprof.otel")
 
@@ -45,7 +51,7 @@ def _bounded(fn: Callable[[], Any], timeout: float, name: str) -> bool:
     """Run ``fn`` on a daemon thread and wait at most ``timeout`` s; True if it finished."""
 
     def run() -> None:
-        with _internal.contain(name):
+        with contain(name):
             fn()
 
     thread = threading.Thread(target=run, name=f"recompprof-{name}", daemon=True)
@@ -54,12 +60,14 @@ def _bounded(fn: Callable[[], Any], timeout: float, name: str) -> bool:
     return not thread.is_alive()
 
 
-class OtelExporter:
+class OtelExporter(Exporter):
     """Exports each compile as a trace (root ``torch_compile.frame``, children per phase) over OTLP."""
 
     name = "otel"
 
-    def __init__(self, settings: Settings) -> None:
+    settings: OtelSettings
+
+    def __init__(self, settings: OtelSettings) -> None:
         self.settings = settings
         self.env = environment.read()
         # Checked here so a missing grpc package fails attach with a clear message, like a missing extra.
@@ -75,13 +83,13 @@ class OtelExporter:
         # Read by the session after start: compiles then carry the trace id their span is sent under.
         self.traces = False
         self._owns_provider = False
-        self._owner = forks.Owner()
+        self._owner = Owner()
         self._active = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, session: SessionView) -> None:
         if self.env.problems:
-            _internal.record(
+            record(
                 "otel.config",
                 environment.OtelConfigWarning("; ".join(self.env.problems)),
                 "bad OTEL_* value(s) replaced by defaults",
@@ -144,7 +152,7 @@ class OtelExporter:
     def on_event(self, event: Event) -> None:
         if not self._active or self._owner.forked() or self._builder is None:
             return
-        with _internal.contain("otel.span"):
+        with contain("otel.span"):
             if isinstance(event, Compile):
                 if self._ids is not None and event.trace_id is not None:
                     self._ids.next_trace_id = int(
@@ -179,7 +187,7 @@ class OtelExporter:
             return
         self._active = False
         if self._builder is not None:
-            with _internal.contain("otel.span"):
+            with contain("otel.span"):
                 self._builder.end_open(
                     time.time_ns()
                 )  # no session_end came: the open spans' ends are unknown

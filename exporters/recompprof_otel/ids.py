@@ -14,14 +14,14 @@ import random
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from recompprof._capture import forks
+from recompprof.exporter import Owner
 
 
 class PrivateRandomIdGenerator(IdGenerator):
     """Random W3C ids drawn from a ``random.Random`` owned by recompprof, reseeded in a forked child."""
 
     def __init__(self) -> None:
-        self._owner = forks.Owner()
+        self._owner = Owner()
         self._random = random.Random(os.urandom(32))
         # The trace id the next root span takes (a compile's own ``trace_id``); used once, then random again.
         self.next_trace_id: int | None = None

@@ -18,21 +18,21 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
 
-from recompprof import _internal
-from recompprof._capture import forks
-from recompprof._model import metric_names as names
-from recompprof._model.aggregates import DURATION_BUCKETS
-from recompprof._model.counting import costs_seconds
-from recompprof._model.events import LIMITS
+from recompprof.exporter import (
+    DURATION_BUCKETS,
+    LIMITS,
+    Owner,
+    contain,
+    costs_seconds,
+    metric_names as names,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData
     from opentelemetry.sdk.resources import Resource
 
-    from recompprof._model.aggregates import Snapshot
-    from recompprof._model.events import Compile
-    from recompprof._model.metric_names import MetricName
+    from recompprof.exporter import Compile, MetricName, Snapshot
 
 # (instrument name, unit, the Prometheus name it becomes), from the table both exporters share;
 # tests check the translation.
@@ -48,7 +48,7 @@ class _ParentOnly:
 
     def __init__(self, inner: MetricExporter) -> None:
         self._inner = inner
-        self._owner = forks.Owner()
+        self._owner = Owner()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -142,7 +142,7 @@ class OtelMetrics:
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(_options: CallbackOptions) -> Iterable[Observation]:
             out: list[Observation] = []
-            with _internal.contain(f"otel.metrics.{name}"):
+            with contain(f"otel.metrics.{name}"):
                 out = list(read(self._snapshot()))
             return out
 

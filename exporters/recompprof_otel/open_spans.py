@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from recompprof._model.events import CompileStart
+    from recompprof.exporter import CompileStart
 
 MAX_OPEN_SPANS = 8
 

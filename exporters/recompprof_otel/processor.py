@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from recompprof import _internal
-from recompprof._capture import forks
+from recompprof.exporter import Owner, record
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -58,7 +57,7 @@ class BoundedBatchProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._accepted = 0  # spans queued so far
         self._settled = 0  # spans exported, failed or dropped after being queued
-        self._owner = forks.Owner()
+        self._owner = Owner()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._in_flight = 0  # spans handed to the exporter whose export has not returned
@@ -146,7 +145,7 @@ class BoundedBatchProcessor(SpanProcessor):
             # Interrupts the OTLP exporter's retry back-off; a request blocked on a socket ends at its timeout.
             self._exporter.shutdown()
         except Exception as exc:  # noqa: BLE001 - a broken exporter must not break detach
-            _internal.record("otel.export", exc)
+            record("otel.export", exc)
         if thread is not None:
             thread.join(0.1)
 
@@ -179,7 +178,7 @@ class BoundedBatchProcessor(SpanProcessor):
         try:
             ok = self._exporter.export(batch) is SpanExportResult.SUCCESS
         except Exception as exc:  # noqa: BLE001 - exporters should not raise; count it if one does
-            _internal.record("otel.export", exc)
+            record("otel.export", exc)
         with self._cond:
             self._last_failed = not ok
             if self._in_flight:  # zero once shutdown has already counted this batch as dropped

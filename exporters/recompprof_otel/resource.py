@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
 if TYPE_CHECKING:
-    from recompprof._capture.identity import Identity
+    from recompprof.exporter import Identity
 
 DEFAULT_SERVICE_NAME = "recompprof"
 

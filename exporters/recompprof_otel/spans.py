@@ -23,16 +23,16 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from recompprof._model.causes import CauseTracker
-from recompprof._model.counting import is_limit_hit
-from recompprof._model.events import (
+from recompprof.exporter import (
     PHASES,
+    CauseTracker,
     Compile,
     CompileStart,
     Frame,
     Reason,
     RecompileLimitHit,
     Running,
+    is_limit_hit,
 )
 from recompprof_otel.open_spans import OpenSpan, OpenSpans
 

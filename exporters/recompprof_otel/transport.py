@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recompprof._capture.exporting import ExporterUnavailable
+from recompprof.exporter import ExporterUnavailable
 from recompprof_otel.environment import GRPC
 
 if TYPE_CHECKING:

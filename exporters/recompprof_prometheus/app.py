@@ -21,7 +21,7 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder, gzip_accepted, make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from recompprof._capture.settings import ConfigError
+from recompprof.exporter import ConfigError
 from recompprof_prometheus.render import Renderer, Unsupported
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

@@ -20,7 +20,7 @@ import time
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from recompprof import _internal
+from recompprof.exporter import contain
 
 # Every connection is closed this long after it was accepted, whatever it sent (TLS handshake, request and
 # response included): Prometheus gives up on a scrape after its scrape_timeout (10 s by default) anyway.
@@ -219,7 +219,7 @@ class BoundedServer(WSGIServer):
                     conn, server_side=True
                 )  # the handshake, bounded by the timeout
             self.deadline.at = deadline
-            with _internal.contain("prometheus.server"):
+            with contain("prometheus.server"):
                 try:
                     self.finish_request(conn, address)
                 except OSError:  # a timeout or a reset: the client's doing, nothing to report

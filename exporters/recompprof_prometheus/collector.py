@@ -22,14 +22,20 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
-from recompprof._model import metric_names as names
-from recompprof._model.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
-from recompprof._model.events import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
+from recompprof.exporter import (
+    CACHE_RESULTS,
+    CACHES,
+    CATEGORIES,
+    CUDAGRAPH_SKIPS,
+    DURATION_BUCKETS,
+    ERROR_TYPES,
+    LIMITS,
+    PHASES,
+    metric_names as names,
+)
 
 if TYPE_CHECKING:
-    from recompprof._capture.identity import Identity
-    from recompprof._model.aggregates import Snapshot
+    from recompprof.exporter import Identity, Snapshot
 
 # Internal-error components of this exporter, exported at 0 from the start so the first error
 # shows up in increase(); other components appear when the session reports them.

@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
-from recompprof import _internal
-from recompprof._capture import forks
-from recompprof._capture.settings import ConfigError
+from recompprof.exporter import ConfigError, Exporter, Owner, contain
 from recompprof_prometheus import app, multiprocess, server
 from recompprof_prometheus.collector import SnapshotCollector
 from recompprof_prometheus.writers import (
@@ -42,22 +40,23 @@ from recompprof_prometheus.writers import (
 )
 
 if TYPE_CHECKING:
-    from recompprof._capture.exporting import SessionView
-    from recompprof._capture.settings import Settings
-    from recompprof._model.events import Event
+    from recompprof.exporter import Event, SessionView
+    from recompprof_prometheus.settings import PrometheusSettings
 
 log = logging.getLogger("recompprof")
 # Multiprocess files are refreshed this soon after a compile event (and every push interval).
 MIRROR_GAP = 0.5
 
 
-class PrometheusExporter:
+class PrometheusExporter(Exporter):
     """Exports a session's totals as Prometheus metrics (pull, multiprocess, textfile or pushgateway)."""
 
     name = "prometheus"
     traces = False  # it sends no traces: compiles need no trace id for it
 
-    def __init__(self, settings: Settings) -> None:
+    settings: PrometheusSettings
+
+    def __init__(self, settings: PrometheusSettings) -> None:
         _validate(
             settings
         )  # runs in attach(), outside the session's guard: bad settings fail there
@@ -68,10 +67,10 @@ class PrometheusExporter:
         self.periodic: Periodic | None = None
         self._atexit_installed = False
         self._stopped = False
-        self._owner = forks.Owner()
+        self._owner = Owner()
         self._rank = 0
 
-    # -- Exporter protocol --------------------------------------------------------------------
+    # -- Exporter interface --------------------------------------------------------------------
     def start(self, session: SessionView) -> None:
         s = self.settings
         identity = session.identity
@@ -80,15 +79,15 @@ class PrometheusExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         if s.prometheus_mode == "pull":
-            with _internal.contain("prometheus.server"):
+            with contain("prometheus.server"):
                 self.server = self._serve(
                     self.registry, identity.local_rank, identity.local_world_size
                 )
         elif s.prometheus_mode == "multiprocess":
-            with _internal.contain("prometheus.multiprocess"):
+            with contain("prometheus.multiprocess"):
                 self._start_multiprocess(session)
         elif s.prometheus_mode == "textfile":
-            with _internal.contain("prometheus.textfile"):
+            with contain("prometheus.textfile"):
                 assert s.prometheus_textfile_dir is not None
                 self._start_periodic(
                     TextfileOutput(
@@ -96,7 +95,7 @@ class PrometheusExporter:
                     )
                 )
         elif s.prometheus_mode == "pushgateway":
-            with _internal.contain("prometheus.pushgateway"):
+            with contain("prometheus.pushgateway"):
                 assert s.prometheus_pushgateway_url
                 linger = s.prometheus_linger_seconds
                 self._start_periodic(
@@ -132,13 +131,13 @@ class PrometheusExporter:
             and s.prometheus_mode == "pull"
         ):
             # Pull mode with a textfile directory too: the final values also land where node_exporter reads.
-            with _internal.contain("prometheus.textfile", TextfileOutput.hint):
+            with contain("prometheus.textfile", TextfileOutput.hint):
                 assert self.registry is not None
                 TextfileOutput(
                     self.registry, s.prometheus_textfile_dir, s.prometheus_job, self._rank
                 ).flush()
         if self.server is not None:
-            with _internal.contain("prometheus.server"):
+            with contain("prometheus.server"):
                 waited = self.server.linger(s.prometheus_linger_seconds)
                 if waited:
                     log.debug("recompprof: served the final values for %.1f s after detach", waited)
@@ -197,7 +196,7 @@ class PrometheusExporter:
         if identity.local_rank == 0:
             pod = CollectorRegistry(auto_describe=False)
             MultiProcessCollector(pod, path=str(path))
-            with _internal.contain("prometheus.server"):
+            with contain("prometheus.server"):
                 self.server = self._serve(pod, 0, 1)
 
     def _start_periodic(self, output: Output, min_gap: float = 1.0) -> None:
@@ -222,7 +221,7 @@ class PrometheusExporter:
         return f"{self.server.scheme}://{self.server.addr}:{self.server.port}/metrics"
 
 
-def _validate(s: Settings) -> None:
+def _validate(s: PrometheusSettings) -> None:
     """Reject settings combinations that cannot work, naming the setting and its variable."""
 
     def need(name: str) -> None:

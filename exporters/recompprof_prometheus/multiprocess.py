@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 
-from recompprof._capture.settings import ConfigError
+from recompprof.exporter import ConfigError
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from recompprof._capture.identity import Identity
+    from recompprof.exporter import Identity
 
 log = logging.getLogger("recompprof")
 ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from recompprof._errors import RecompprofError
+from recompprof.exporter import RecompprofError
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

@@ -22,7 +22,7 @@ from wsgiref.simple_server import make_server
 
 from prometheus_client.registry import CollectorRegistry
 
-from recompprof._capture.settings import ConfigError
+from recompprof.exporter import ConfigError
 from recompprof_prometheus.app import ScrapeLog, basic_auth, metrics_app
 from recompprof_prometheus.bounded import BoundedServer, QuietHandler
 

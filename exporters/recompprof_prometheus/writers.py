@@ -18,7 +18,7 @@ from typing import Protocol
 from prometheus_client.exposition import delete_from_gateway, push_to_gateway, write_to_textfile
 from prometheus_client.registry import CollectorRegistry
 
-from recompprof import _internal
+from recompprof.exporter import contain
 
 # A push at exit must not hold up interpreter shutdown or a SIGTERM grace period for long.
 PUSH_TIMEOUT = 5.0
@@ -126,7 +126,7 @@ class Periodic:
         self._dirty.set()
 
     def flush(self) -> None:
-        with self._lock, _internal.contain(self.output.component, getattr(self.output, "hint", "")):
+        with self._lock, contain(self.output.component, getattr(self.output, "hint", "")):
             if (
                 not self._finished
             ):  # after close() (a pushgateway group is deleted) nothing is written again
@@ -158,6 +158,6 @@ class Periodic:
         if self._thread.is_alive():
             self._thread.join(timeout)
         self.flush()
-        with self._lock, _internal.contain(self.output.component):
+        with self._lock, contain(self.output.component):
             self._finished = True
             self.output.close(clean)

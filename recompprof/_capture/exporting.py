@@ -1,8 +1,8 @@
 """The exporter interface, the read-only view of a session an exporter gets, and lookup by name.
 
-The core never imports an exporter package: exporters are found through the ``recompprof.exporters``
-entry-point group (falling back to the known module paths when running from a source tree), by lazy
-import, with a typed error for unknown names.
+The core never imports an exporter package: exporters are found by entry point
+(``recompprof._capture.plugins``), imported when chosen, with a typed error for unknown names. Exporters
+are written against the public face of this module, :mod:`recompprof.exporter`.
 """
 
 from __future__ import annotations
@@ -10,21 +10,16 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping
-from importlib import metadata
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from recompprof._capture import plugins
 from recompprof._capture.settings import ConfigError
 
 if TYPE_CHECKING:
     from recompprof._capture.identity import Identity
-    from recompprof._capture.settings import Settings
+    from recompprof._capture.settings import ExporterSettings, Settings
     from recompprof._model.aggregates import Snapshot
     from recompprof._model.events import Event
-
-_KNOWN = {
-    "prometheus": ("recompprof_prometheus:PrometheusExporter", "prometheus"),
-    "otel": ("recompprof_otel:OtelExporter", "otel"),
-}
 
 
 class SessionView(Protocol):
@@ -54,31 +49,41 @@ class View:
     tracer_provider: Any = None
 
 
-class Exporter(Protocol):
-    """A sink for one session.
+class Exporter:
+    """A sink for one session; the base class of every exporter, each method a safe default that does nothing.
 
-    ``start`` and ``shutdown`` run at attach and detach. ``on_event`` is the session's event stream: it runs on
-    the compile path (never on the per-step hot path) and must not block. Exporters read running totals with
-    ``session.snapshot()`` at scrape or push time instead of counting on the compile path, and never write
-    into the session: what they need to share travels with the event. The session reads two things back:
-    ``traces``, True by the end of ``start`` when the exporter sends each compile as a trace named by
-    ``Compile.trace_id`` (the session then gives every compile a trace id, chosen at its ``compile_start``),
-    and ``dropped()``, what the exporter could not deliver, by reason (reported as ``events_dropped``
-    ``<name>_<reason>``). Both are
-    optional for an exporter that neither sends traces nor drops anything: the session reads them through
-    :func:`sends_traces` and :func:`dropped_by`, which take an exporter without them as False and nothing.
+    The exporter is built with the session's settings (an instance of its own settings model, among the
+    others): the constructor checks what the fields alone cannot (a combination, a file, an address) and
+    raises :class:`ConfigError` naming the setting, at ``attach()`` and in ``recompprof run`` before the
+    program starts. ``start`` and ``shutdown`` run at attach and detach. ``on_event`` is the session's event
+    stream: it runs on the compile path (never on the per-step hot path) and must not block. Exporters read
+    running totals with ``session.snapshot()`` at scrape or push time instead of counting on the compile
+    path, and never write into the session: what they need to share travels with the event. The session
+    reads two things back: ``traces``, True by the end of ``start`` when the exporter sends each compile as
+    a trace named by ``Compile.trace_id`` (the session then gives every compile a trace id, chosen at its
+    ``compile_start``), and ``dropped()``, what the exporter could not deliver, by reason (reported as
+    ``events_dropped`` ``<name>_<reason>``). The session calls each of these under its internal-error guard.
     """
 
-    name: str
-    traces: bool
+    name: ClassVar[str] = ""
+    traces: bool = False
+    settings: ExporterSettings
 
-    def start(self, session: SessionView) -> None: ...
+    def __init__(self, settings: ExporterSettings) -> None:
+        self.settings = settings
 
-    def on_event(self, event: Event) -> None: ...
+    def start(self, session: SessionView) -> None:
+        """Begin exporting (open a port, start a thread); the job goes on without an exporter that fails here."""
 
-    def shutdown(self, timeout: float = 5.0) -> None: ...
+    def on_event(self, event: Event) -> None:
+        """One event of the session, on the compile path: hand it on, never block."""
 
-    def dropped(self) -> dict[str, int]: ...
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Flush and stop within ``timeout`` seconds (at detach, at interpreter exit, on SIGTERM)."""
+
+    def dropped(self) -> dict[str, int]:
+        """What could not be delivered so far, by reason."""
+        return {}
 
 
 def sends_traces(exporter: Exporter) -> bool:
@@ -97,24 +102,26 @@ class ExporterUnavailable(ConfigError):
 
 
 def load(name: str, settings: Settings) -> Exporter:
-    """Instantiate the exporter called ``name`` (``prometheus`` or ``otel``) for ``settings``."""
-    target = None
-    for ep in metadata.entry_points(group="recompprof.exporters"):
-        if ep.name == name:
-            target = ep.value
-    if target is None and name in _KNOWN:
-        target = _KNOWN[name][0]
-    if target is None:
+    """Instantiate the exporter called ``name`` (``prometheus``, ``otel`` or one installed by entry point)
+    for ``settings``."""
+    found = plugins.installed()
+    where = found.get(name)
+    if where is None:
         raise ExporterUnavailable(
-            f"recompprof setting 'exporters': unknown exporter {name!r}; allowed: {', '.join(sorted(_KNOWN))}"
+            f"recompprof setting 'exporters': unknown exporter {name!r}; allowed: {', '.join(sorted(found))}"
         )
-    module_name, _, attr = target.partition(":")
+    module_name, _, attr = where.exporter.partition(":")
     try:
         factory: Any = getattr(importlib.import_module(module_name), attr)
     except ImportError as exc:
-        extra = _KNOWN.get(name, (None, name))[1]
+        if where.extra is None:
+            raise ExporterUnavailable(
+                f"recompprof setting 'exporters': exporter {name!r} ({where.exporter}) cannot be "
+                f"imported: {exc}"
+            ) from exc
         raise ExporterUnavailable(
-            f"recompprof setting 'exporters': exporter {name!r} needs the '{extra}' extra "
-            f"(pip install 'recompprof[{extra}]'): {exc}"
+            f"recompprof setting 'exporters': exporter {name!r} needs the '{where.extra}' extra "
+            f"(pip install 'recompprof[{where.extra}]'): {exc}"
         ) from exc
-    return factory(settings)
+    exporter: Exporter = factory(settings)
+    return exporter

@@ -1,27 +1,27 @@
 """Settings: ``attach()`` argument > ``RECOMPPROF_*`` environment variable > default.
 
-Every setting is a field below; its environment variable is ``RECOMPPROF_`` + the name in upper
-case. A bad value fails at attach with a :class:`ConfigError` naming the setting and what it allows.
+Every setting is a field of :class:`CoreSettings`, :class:`StatusSettings` or an installed exporter's
+:class:`ExporterSettings` (found by ``recompprof._capture.plugins``); ``Settings`` is all of them, composed
+once per process. A setting's environment variable is ``RECOMPPROF_`` + its name in upper case. A bad
+value fails at attach with a :class:`ConfigError` naming the setting and what it allows.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import importlib
 import os
-import re
+import threading
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from recompprof import _internal
+from recompprof._capture import plugins
 from recompprof._errors import RecompprofError
 
 ENV_PREFIX = "RECOMPPROF_"
-# Environment variables of ours that are not settings (read by scripts or at interpreter start).
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
-)
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
 # RECOMPPROF_PARENT is exported by an attached process to its children (recompprof/_bootstrap/lineage.py).
 _NON_SETTING_ENV = {
@@ -30,23 +30,40 @@ _NON_SETTING_ENV = {
     "RECOMPPROF_RUN_ID",
     "RECOMPPROF_PARENT",
 }
-# Settings whose values are never repeated in a message (they hold a password).
-_SECRET = {"prometheus_basic_auth"}
 
 
 class ConfigError(RecompprofError, ValueError):
     """A setting has a value recompprof cannot use; the message names the setting."""
 
 
-class Settings(BaseSettings):
-    """Everything ``attach()`` can be told."""
+class _Part(BaseSettings):
+    """What every group of settings shares: the variable prefix, unknown names refused, defaults checked.
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+    A part's validator is built when first used (``defer_build``): only the composed ``Settings`` is.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, defer_build=True
+    )
+
+
+class ExporterSettings(_Part):
+    """The base of an exporter's settings model: one field per setting, each named after the exporter
+    (``prometheus_port`` for ``prometheus``), read from ``RECOMPPROF_`` + the name in upper case and
+    checked by the model's own validators at ``attach()``, with the core's settings."""
+
+    # Settings whose values are never repeated in a message (they hold a password).
+    secret: ClassVar[frozenset[str]] = frozenset()
+
+
+class CoreSettings(_Part):
+    """The session's own settings (the compile status ones follow the exporters' in the listing)."""
 
     mode: Literal["monitor", "profile"] = "monitor"
     run_dir: Path | None = None
     event_log: bool = True
-    exporters: Annotated[list[Literal["prometheus", "otel"]], NoDecode] = []
+    # The names allowed are those of the installed exporters (the composed Settings narrows the type).
+    exporters: Annotated[list[str], NoDecode] = []
     recompile_limit: int | None = Field(default=1, ge=1)
     warmup_steps: int = Field(default=0, ge=0)
     max_frames: int = Field(default=50, ge=1, le=10_000)
@@ -57,30 +74,6 @@ class Settings(BaseSettings):
     # auto: a global optimizer step hook counts steps until session.step() is called; manual: only session.step()
     step_source: Literal["auto", "manual"] = "auto"
 
-    prometheus_port: int = Field(default=9464, ge=0, le=65535)
-    prometheus_addr: str = "127.0.0.1"
-    prometheus_mode: Literal["pull", "multiprocess", "textfile", "pushgateway"] = "pull"
-    prometheus_port_search: bool = False
-    prometheus_textfile_dir: Path | None = None
-    prometheus_pushgateway_url: str | None = None
-    # At least 0.1 s: a period near zero would rewrite the textfile, push or refresh the mmap files
-    # without pause, a busy thread beside training.
-    prometheus_push_interval: float = Field(default=15.0, ge=0.1, le=86_400)
-    prometheus_job: str = "recompprof"
-    # Seconds the pull endpoint keeps serving after detach for a scrape of the final values (and a
-    # Pushgateway group is kept before it is deleted); None: one scrape (push) interval, 0: off.
-    prometheus_linger_seconds: float | None = Field(default=None, ge=0, le=600)
-    prometheus_certfile: Path | None = None
-    prometheus_keyfile: Path | None = None
-    prometheus_basic_auth: str | None = None  # "user:password"
-    otel_metrics: bool = False
-    # A compile running this long is logged (off a terminal), and again every compile_status_every seconds
-    # (at least 1: a log line per second is the most a person reads, and the status thread looks ~20 times a second).
-    compile_status_after: float = Field(default=30.0, ge=0, le=86_400)
-    compile_status_every: float = Field(default=60.0, ge=1, le=86_400)
-    # A one-line status of the running compile on stderr when it is a terminal (recompprof run / demo set it).
-    status_line: bool = False
-
     @field_validator("exporters", mode="before")
     @classmethod
     def _split_exporters(cls, value: Any) -> Any:
@@ -89,50 +82,11 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "recompile_limit",
-        "warmup_steps",
-        "max_frames",
-        "recent_events",
-        "prometheus_port",
-        "prometheus_push_interval",
-        "prometheus_linger_seconds",
-        "compile_status_after",
-        "compile_status_every",
-        mode="before",
+        "recompile_limit", "warmup_steps", "max_frames", "recent_events", mode="before"
     )
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # pydantic would take True as 1
-            raise ValueError("a number is needed, not a boolean")
-        return value
-
-    @field_validator("prometheus_addr")
-    @classmethod
-    def _address(cls, value: str) -> str:
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            if not _HOSTNAME.fullmatch(value):
-                raise ValueError(
-                    "an IP address or host name is needed (127.0.0.1 serves only this host)"
-                ) from None
-        return value
-
-    @field_validator("prometheus_basic_auth")
-    @classmethod
-    def _credentials(cls, value: str | None) -> str | None:
-        if value is not None:
-            user, colon, _ = value.partition(":")
-            if not colon or not user:
-                raise ValueError("expected 'user:password' with a non-empty user")
-        return value
-
-    @field_validator("prometheus_linger_seconds", mode="before")
-    @classmethod
-    def _auto_linger(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() in {"auto", ""}:
-            return None
-        return value
+        return no_booleans(value)
 
     @field_validator("recompile_limit", mode="before")
     @classmethod
@@ -142,16 +96,119 @@ class Settings(BaseSettings):
         return value
 
 
+class StatusSettings(_Part):
+    """The running compile's log lines and status line."""
+
+    # A compile running this long is logged (off a terminal), and again every compile_status_every seconds
+    # (at least 1: a log line per second is the most a person reads, and the status thread looks ~20 times a second).
+    compile_status_after: float = Field(default=30.0, ge=0, le=86_400)
+    compile_status_every: float = Field(default=60.0, ge=1, le=86_400)
+    # A one-line status of the running compile on stderr when it is a terminal (recompprof run / demo set it).
+    status_line: bool = False
+
+    @field_validator("compile_status_after", "compile_status_every", mode="before")
+    @classmethod
+    def _status_no_booleans(cls, value: Any) -> Any:
+        return no_booleans(value)
+
+
+def no_booleans(value: Any) -> Any:
+    """A ``mode="before"`` check for a number setting: pydantic would take True as 1."""
+    if isinstance(value, bool):
+        raise ValueError("a number is needed, not a boolean")
+    return value
+
+
+if TYPE_CHECKING:
+
+    class Settings(StatusSettings, CoreSettings):
+        """Everything ``attach()`` can be told (as the core reads it; the exporters' fields are theirs)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Settings":
+        return settings_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_composed: type[Settings] | None = None
+_composing = threading.RLock()
+
+
+def settings_class() -> type[Settings]:
+    """``Settings``: the core's settings, then each installed exporter's, then the compile status ones.
+
+    Composed once per process from the exporters installed (``recompprof._capture.plugins``); the
+    ``exporters`` setting allows their names.
+    """
+    global _composed
+    with _composing:
+        if _composed is None:
+            parts = {
+                name: _exporter_settings(name, where.settings)
+                for name, where in plugins.installed().items()
+            }
+            own = [part for part in parts.values() if part is not None]
+            bases: tuple[type[_Part], ...] = (StatusSettings, *reversed(own), CoreSettings)
+            allowed: Any = Annotated[list[Literal[tuple(parts)]], NoDecode]  # type: ignore[misc]
+            composed = create_model(
+                "Settings",
+                __base__=bases,
+                __module__=__name__,
+                __doc__="Everything ``attach()`` can be told.",
+                exporters=(allowed, []),
+            )
+            _composed = cast("type[Settings]", composed)
+    return _composed
+
+
+def _exporter_settings(name: str, target: str | None) -> type[ExporterSettings] | None:
+    """The settings model of exporter ``name``; None if it has none, or one recompprof cannot use
+    (counted and logged as an internal error: an exporter's fault must not stop every attach)."""
+    if target is None:
+        return None
+    with _internal.contain(f"exporter.{name}", "its settings are not known; the exporter has none"):
+        module, _, attr = target.partition(":")
+        model = getattr(importlib.import_module(module), attr)
+        if not (isinstance(model, type) and issubclass(model, ExporterSettings)):
+            raise ConfigError(f"{target} is not a recompprof.exporter.ExporterSettings")
+        # Named after the exporter, a field cannot shadow another's setting, nor a validator another's
+        # (pydantic keeps one validator per name in the composed class).
+        foreign = [
+            member
+            for member in [*model.model_fields, *_validators(model)]
+            if not member.lstrip("_").startswith(f"{name}_")
+        ]
+        if foreign:
+            raise ConfigError(
+                f"{target}: the fields and validators of exporter {name!r} must be named "
+                f"'{name}_...': " + ", ".join(foreign)
+            )
+        return model
+    return None
+
+
+def _validators(model: type[ExporterSettings]) -> list[str]:
+    found = model.__pydantic_decorators__
+    return [
+        *found.field_validators,
+        *found.model_validators,
+        *found.field_serializers,
+        *found.model_serializers,
+    ]
+
+
 def load(**overrides: Any) -> Settings:
     """Build the settings, turning pydantic's errors into one message per bad setting."""
-    unknown = sorted(set(overrides) - set(Settings.model_fields))
+    model = settings_class()
+    unknown = sorted(set(overrides) - set(model.model_fields))
     if unknown:
         raise ConfigError(
             f"unknown recompprof setting(s): {', '.join(unknown)}; "
-            f"known settings: {', '.join(Settings.model_fields)}"
+            f"known settings: {', '.join(model.model_fields)}"
         )
     try:
-        resolved = Settings(
+        resolved = model(
             **{k: v for k, v in overrides.items() if v is not None or k == "recompile_limit"}
         )
     except ValidationError as exc:
@@ -166,7 +223,7 @@ def load(**overrides: Any) -> Settings:
 
 def unknown_environment() -> list[str]:
     """``RECOMPPROF_*`` variables that name no setting (likely typos)."""
-    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | _NON_SETTING_ENV
+    known = {ENV_PREFIX + name.upper() for name in settings_class().model_fields} | _NON_SETTING_ENV
     return sorted(k for k in os.environ if k.startswith(ENV_PREFIX) and k not in known)
 
 
@@ -178,7 +235,7 @@ def _describe(exc: ValidationError, overrides: dict[str, Any]) -> str:
             "argument" if name in overrides else f"environment variable {ENV_PREFIX}{name.upper()}"
         )
         allowed = _allowed(name)
-        value = "<not shown>" if name in _SECRET else repr(err.get("input"))
+        value = "<not shown>" if name in _secret() else repr(err.get("input"))
         lines.append(
             f"recompprof setting {name!r} ({source}): {err['msg']}; got {value}"
             + (f"; allowed: {allowed}" if allowed else "")
@@ -187,7 +244,7 @@ def _describe(exc: ValidationError, overrides: dict[str, Any]) -> str:
 
 
 def _allowed(name: str) -> str:
-    field = Settings.model_fields.get(name)
+    field = settings_class().model_fields.get(name)
     if field is None:
         return ""
     text = str(field.annotation)
@@ -204,3 +261,8 @@ def _allowed(name: str) -> str:
     ]
     name = getattr(field.annotation, "__name__", text)
     return f"{name} {', '.join(bounds)}".strip()
+
+
+def _secret() -> frozenset[str]:
+    """The settings whose values no message repeats: those each exporter declares secret."""
+    return frozenset().union(*(getattr(base, "secret", ()) for base in settings_class().__mro__))

@@ -1,10 +1,14 @@
-"""The metrics contract of docs/prometheus.md, written once: each family's type and labels.
+"""The metrics contract of docs/prometheus.md, written once: each family's type and labels, and the
+series Prometheus stores for them.
 
-The collector tests check a scrape against it, and tests/test_metric_names.py checks the one table of
-names (recompprof/_model/metric_names.py) against it.
+The collector tests check a scrape against it, tests/test_metric_names.py checks the one table of
+names (recompprof/_model/metric_names.py) against it, and the rules and dashboards tests check that
+every PromQL query they ship reads only its series.
 """
 
 from __future__ import annotations
+
+import promql_parser
 
 # docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
 CONTRACT: dict[str, tuple[str, set[str]]] = {
@@ -36,3 +40,28 @@ CONTRACT: dict[str, tuple[str, set[str]]] = {
     "recompprof_events_dropped": ("counter", {"rank", "reason"}),
     "recompprof_internal_errors": ("counter", {"rank", "component"}),
 }
+
+
+def _series(family: str, kind: str) -> set[str]:
+    """The series Prometheus stores for a family: counters add _total, histograms their three parts."""
+    if kind == "counter":
+        return {family + "_total"}
+    if kind == "histogram":
+        return {family + part for part in ("_bucket", "_sum", "_count")}
+    return {family}
+
+
+# Every series of the contract: the only series the generated rules and dashboards may read.
+SERIES = {series for family, (kind, _) in CONTRACT.items() for series in _series(family, kind)}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Every series name a PromQL expression selects."""
+    names: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names

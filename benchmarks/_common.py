@@ -4,6 +4,9 @@ Benchmarks import it as ``from _common import ...``: Python puts a script's own 
 ``sys.path``, so ``python benchmarks/bench_x.py`` finds it without editing the path. They import
 recompprof as users do, whichever one the environment has (the installed package, or ``PYTHONPATH``);
 child processes inherit that environment, so parent and children measure the same recompprof.
+What the test suite also uses (the synthetic run of ``bench_scale.py``, the OTLP receiver) lives in
+``tests/`` and is loaded from its file by ``load_test_helper``: benchmarks use test helpers, the tests
+never import a benchmark.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from generated_runs import generate
+
 from recompprof import _internal
 from recompprof.testing import raise_internal_errors
 
@@ -18,10 +20,7 @@ from recompprof.testing import raise_internal_errors
 @pytest.fixture(scope="session")
 def generated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A generated three-rank run of 3,000 events per rank (real event models, real reason parser;
-    ``benchmarks/bench_scale.generate``), with a corrupt line and a torn tail in rank 1."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from bench_scale import generate
-
+    ``generated_runs.generate``), with a corrupt line and a torn tail in rank 1."""
     where = tmp_path_factory.mktemp("generated") / "run"
     generate(where, ranks=3, per_rank=3000, seed=5)
     with next(where.glob("rank00001-*.jsonl")).open("ab") as f:

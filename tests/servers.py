@@ -2,6 +2,8 @@
 
 Each runs on 127.0.0.1 with its storage under a temporary directory and is stopped by the caller
 (use them as context managers). Tests that need a missing binary skip with the install command.
+Around them: free and occupied ports, a self-signed certificate, and the CPU training workload
+(started, its output read, its summary waited for).
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def occupied(port: int) -> Iterator[socket.socket]:
+    """Hold ``port`` on 127.0.0.1 with a listening socket, as another program would."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        yield s
+
+
 def need(binary: str, package: str) -> str:
     path = shutil.which(binary)
     if path is None:
@@ -40,6 +51,36 @@ def need(binary: str, package: str) -> str:
             f"{binary} not installed (apt-get install {package}; scripts/system-deps.sh does it)"
         )
     return path
+
+
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, signed by its own key, written under ``tmp``: (cert, key)."""
+    openssl = need("openssl", "openssl")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
 
 
 def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
@@ -264,3 +305,15 @@ def wait_for_line(proc: subprocess.Popen[str], marker: str, timeout: float = 180
         if marker in line:
             return lines
     raise TimeoutError(f"no {marker!r} within {timeout}s:\n{''.join(lines)[-4000:]}")
+
+
+def read_summary(path: Path, timeout: float = 30.0) -> dict[str, Any]:
+    """The workload's --summary JSON; it is written just after the TRAINING DONE line, so wait for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

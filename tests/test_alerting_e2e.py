@@ -6,17 +6,15 @@ no `for`), the way a team would tune them; nothing is mocked.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from alerting import FAST, Webhook
 from servers import REPO, alertmanager, free_port, prometheus, train_process, wait_for_line
 
 sys.path.insert(0, str(REPO))
@@ -24,52 +22,6 @@ sys.path.insert(0, str(REPO))
 from dashboards import DEFAULT, rules
 
 pytestmark = pytest.mark.servers
-
-FAST = DEFAULT.replace(
-    recompiles_threshold=2,
-    recompiles_window="1m",
-    recompiles_for="0s",
-    event_window="1m",
-    compile_time_window="1m",
-    compile_time_for="0s",
-    divergence_window="1m",
-    divergence_for="0s",
-    graph_breaks_window="1m",
-    graph_breaks_for="0s",
-)
-
-
-class Webhook:
-    """A real HTTP receiver for Alertmanager's webhook notifications."""
-
-    def __init__(self) -> None:
-        self.payloads: list[dict[str, Any]] = []
-        received = self.payloads
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # http.server's naming
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/alerts"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self) -> list[dict[str, Any]]:
-        return [alert for payload in self.payloads for alert in payload["alerts"]]
-
-    def wait_for(self, alertname: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for alert in self.alerts():
-                if alert["labels"]["alertname"] == alertname and alert["status"] == "firing":
-                    return alert
-            time.sleep(0.5)
-        raise TimeoutError(f"no {alertname} within {timeout}s; received {self.alerts()}")
 
 
 @pytest.fixture

@@ -94,9 +94,9 @@ def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -
 def test_demo_progress_line_names_the_compile_running_now() -> None:
     """The demo's progress line has a column naming the compile running now (rank, frame, what triggered
     the recompile, its age) while a recompile is held open, and is empty once the compile ends."""
+    from held_compiles import held_compile
     from rich.console import Console
     from rich.progress import Progress
-    from test_compiling_now import held_compile
 
     from recompprof._cli.demo import _compiling_column
 

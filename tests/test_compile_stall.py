@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alerting import FAST
+from rank_jobs import TORCHRUN, alive, free_port_pair, job_env, refused, scrape
 from servers import REPO, WORKLOADS, prometheus
-from test_alerting_e2e import FAST
-from test_multirank import TORCHRUN, _env, alive, free_port_pair, refused, scrape
 
 import recompprof
 from recompprof._model.events import Compile, CompileStart, Event, SessionEnd
@@ -121,7 +121,7 @@ def stall_job(tmp: Path, base: int, *args: str) -> Iterator[Job]:
         str(tmp / "ready"),
         *args,
     ]
-    env = _env(
+    env = job_env(
         {
             "RECOMPPROF_EXPORTERS": "prometheus",
             "RECOMPPROF_PROMETHEUS_PORT": str(base),

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -16,11 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from folds import assert_same, figures
+from held_compiles import HeldBackend, Model, held_compile
 from otlp_receiver import OtlpReceiver, attributes, clear_otel_env
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, http_get
 from slow_jobs import stop_during_recompile
-from test_merging import assert_same, figures
 
 import recompprof
 from recompprof._analysis.fold import build_report
@@ -32,31 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 
 
-class Model(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 2 + 1
-
-
-class HeldBackend:
-    """A backend that holds its second compile (the recompile) open until released: Dynamo's compile
-    stays running meanwhile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
-        self.calls += 1
-        if self.calls > 1:
-            self.entered.set()
-            self.release.wait(60)
-        return gm.forward
-
-    def __deepcopy__(self, memo: dict[int, object]) -> HeldBackend:
-        return self  # one backend, shared (Lightning, once imported, deep-copies torch.compile's arguments)
-
-
 def _wait(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -64,24 +39,6 @@ def _wait(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
             return value
         time.sleep(0.02)
     raise AssertionError("timed out")
-
-
-@contextlib.contextmanager
-def held_compile(
-    **settings: object,
-) -> Iterator[tuple[recompprof.Session, HeldBackend, threading.Thread]]:
-    """A session, and a compiled model whose recompile runs (held) in a background thread."""
-    session = recompprof.attach(**settings)
-    backend = HeldBackend()
-    model = torch.compile(Model(), backend=backend, dynamic=False)
-    model(torch.ones(4))
-    worker = threading.Thread(target=model, args=(torch.ones(6),))
-    worker.start()
-    try:
-        yield session, backend, worker
-    finally:
-        backend.release.set()
-        worker.join(60)
 
 
 @pytest.fixture

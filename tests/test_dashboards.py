@@ -17,11 +17,10 @@ from typing import Any
 
 import promql_parser
 import pytest
+from metric_contract import SERIES, metric_names
 from servers import REPO, free_port, prometheus, train_process, wait_for_line
 
 sys.path.insert(0, str(REPO))
-
-from test_rules import CONTRACT, metric_names
 
 from dashboards import DEFAULT
 from dashboards.generate import dashboards, stale
@@ -115,7 +114,7 @@ def test_every_query_parses_and_selects_job_and_rank() -> None:
                 metric_names(
                     target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
                 )
-                <= CONTRACT
+                <= SERIES
             )
 
             def check(node: object, where: str = f"{name}: {panel['title']}") -> None:

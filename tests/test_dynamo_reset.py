@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_compiling_now import HeldBackend, Model
+from held_compiles import HeldBackend, Model
 
 import recompprof
 from recompprof._eventlog.reader import read_file

@@ -12,12 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from generated_runs import (
+    reason_pool,  # every recorded torch 2.13 guard-failure text, parsed by the real parser
+)
 from hypothesis import HealthCheck, given, settings, strategies as st
 from recorded_runs import RecordedRun, record
 
@@ -40,11 +42,6 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_scale import (
-    reason_pool,
-)  # every recorded torch 2.13 guard-failure text, parsed by the real parser
 
 
 def plain(event: Any) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import dataclasses
 import random
 from typing import Any
 
+from folds import FRAMES, POOL, assert_same, figures, random_events
 from hypothesis import given, settings, strategies as st
-from test_merging import FRAMES, POOL, assert_same, figures, random_events
 
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import merge

@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from servers import free_port, prometheus, train_process, wait_for_line
-from test_prometheus_server import _self_signed, running
+from prometheus_helpers import running
+from servers import free_port, prometheus, self_signed, train_process, wait_for_line
 
 from recompprof_prometheus.bounded import CONNECTION_SECONDS, MAX_HANDLERS, MAX_QUEUED, MAX_WAITING
 
@@ -85,7 +85,7 @@ def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, sec
     headers: dict[str, str] = {}
     scrape: dict[str, object] = {}
     if secure:
-        cert, key = _self_signed(tmp_path)
+        cert, key = self_signed(tmp_path)
         env |= {
             "RECOMPPROF_PROMETHEUS_CERTFILE": str(cert),
             "RECOMPPROF_PROMETHEUS_KEYFILE": str(key),

@@ -31,8 +31,8 @@ from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from folds import assert_same, figures
 from recorded_runs import clean_env, cli
-from test_merging import assert_same, figures
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "train_until_told.py"
 DIED = "ended without session_end: killed, crashed or still running"

@@ -175,3 +175,29 @@ def test_exporters_import_only_the_public_exporter_interface() -> None:
         if dep.split(".")[0] == "recompprof" and any(p.startswith("_") for p in dep.split(".")[1:])
     ]
     assert not wrong
+
+
+def test_tests_share_helpers_through_helper_modules_and_never_import_benchmarks() -> None:
+    """No file under tests/ imports a test file (shared helpers live in helper modules named for their
+    concept), and none imports a benchmark or puts benchmarks/ on the import path (the benchmarks load
+    test helpers, never the other way round)."""
+    benchmarks = {"benchmarks", *(path.stem for path in (ROOT / "benchmarks").glob("*.py"))}
+    path_edits = {"sys.path.insert", "sys.path.append", "sys.path.extend"}
+    wrong = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        where = path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in path_edits:
+                if "benchmarks" in ast.unparse(node):
+                    wrong.append(f"{where}:{node.lineno} puts benchmarks/ on sys.path")
+                continue
+            else:
+                continue
+            for top in {name.split(".")[0] for name in names}:
+                if top.startswith("test_") or top in benchmarks:
+                    wrong.append(f"{where}:{node.lineno} imports {top}")
+    assert not wrong, sorted(wrong)

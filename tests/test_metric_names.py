@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from metric_contract import CONTRACT
 from prometheus_client.parser import text_string_to_metric_families
-from test_prometheus_collector import CONTRACT, feed, make_session, scrape
+from prometheus_helpers import feed, make_session, scrape
 
 from recompprof._model import metric_names as names
 from recompprof_otel.metrics import INSTRUMENTS

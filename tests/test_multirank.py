@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from servers import REPO, WORKLOADS, alertmanager, free_port, http_get, prometheus
-from test_alerting_e2e import FAST, Webhook
+from alerting import FAST, Webhook
+from rank_jobs import TORCHRUN, alive, free_port_pair, job_env, refused, scrape
+from servers import REPO, WORKLOADS, alertmanager, free_port, prometheus
 
 from recompprof._analysis import divergence
 from recompprof._analysis.fold import build_report
@@ -42,38 +41,6 @@ from dashboards import rules
 JOB_TIMEOUT = 240.0  # seconds for a whole two-rank job, start to exit, on a busy 2-core machine
 DIVERGE_STEP = 3
 MODEL_FRAME = "Net.forward (workloads/ddp_diverge.py:"
-TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
-# Launcher variables that must not leak from the test's own environment into a job.
-_LAUNCHER_VARS = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID",
-    "PROMETHEUS_MULTIPROC_DIR",
-)
-
-
-def free_port_pair() -> int:
-    """A base port whose successor is free too (ranks serve base + local rank)."""
-    for _ in range(50):
-        base = free_port()
-        with contextlib.suppress(OSError), socket.socket() as s:
-            s.bind(("127.0.0.1", base + 1))
-            return base
-    raise RuntimeError("no two adjacent free ports")
-
-
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RECOMPPROF_", "SLURM_")) and k not in _LAUNCHER_VARS
-    }
-    return {**env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
 
 
 @dataclasses.dataclass
@@ -141,7 +108,7 @@ def _job(tmp: Path, commands: Sequence[tuple[list[str], dict[str, str]]]) -> Ite
             job.procs.append(
                 subprocess.Popen(
                     args + hold,
-                    env=_env(env),
+                    env=job_env(env),
                     cwd=tmp,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -201,21 +168,6 @@ def slurm_job(
     return _job(tmp, commands)
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (zombies count as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
-def scrape(url: str) -> dict[str, list[Any]]:
-    """Samples of a /metrics page by family name."""
-    text = http_get(url).decode()
-    return {fam.name: fam.samples for fam in text_string_to_metric_families(text)}
-
-
 def recompiles_by_frame(samples: dict[str, list[Any]], rank: str) -> dict[str, float]:
     return {
         s.labels["frame"]: s.value
@@ -229,16 +181,6 @@ def model_frame(values: dict[str, float]) -> float | None:
     found = [v for frame, v in values.items() if frame.startswith(MODEL_FRAME)]
     assert len(found) <= 1, values
     return found[0] if found else None
-
-
-def refused(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(2)
-        try:
-            s.connect(("127.0.0.1", port))
-        except ConnectionRefusedError:
-            return True
-        return False
 
 
 # -- torchrun + DDP, pull mode, a real Prometheus + Alertmanager --------------------------------------

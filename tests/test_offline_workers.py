@@ -1,6 +1,6 @@
 """``check`` folding ranks, and ``diff`` folding its two runs, in worker processes gives what folding them in this process gives: the same
 violations in the same order, the same read statistics (nothing read twice by ``finish``), and the same
-errors, on a generated multi-rank run (real models, real reason parser; ``benchmarks/bench_scale.generate``)."""
+errors, on a generated multi-rank run (real models, real reason parser; ``generated_runs.generate``)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,15 @@ import multiprocessing
 import os
 import re
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from generated_runs import generate
 
 from recompprof._analysis import check as check_module, workers as workers_module
 from recompprof._analysis.check import CheckInputError, Rules, check
 from recompprof._analysis.diff import compare, render
 from recompprof._analysis.runs import load
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_scale import generate
 
 RULES = Rules(
     max_recompiles=3,

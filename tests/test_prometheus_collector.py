@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from metric_contract import CONTRACT
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from prometheus_helpers import compile_event, feed, frame, make_session, scrape
 from servers import need
 
 from recompprof import _internal
-from recompprof._capture import settings as settings_module
-from recompprof._capture.identity import Identity
-from recompprof._capture.session import Session
 from recompprof._model.aggregates import DURATION_BUCKETS, ERROR_TYPES
 from recompprof._model.events import (
     CACHE_RESULTS,
@@ -25,114 +23,11 @@ from recompprof._model.events import (
     CATEGORIES,
     LIMITS,
     PHASES,
-    Compile,
     Frame,
-    GraphBreak,
     Reason,
-    RecompileLimitHit,
 )
 from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import SnapshotCollector
-
-# docs/prometheus.md, the metrics contract: name -> (type, labels). Every series also carries `rank` (see docs/prometheus.md).
-CONTRACT: dict[str, tuple[str, set[str]]] = {
-    "torch_compile_compiles": ("counter", {"rank", "frame"}),
-    "torch_compile_recompiles": ("counter", {"rank", "frame"}),
-    "torch_compile_steady_state_recompiles": ("counter", {"rank", "frame"}),
-    "torch_compile_guard_failures": ("counter", {"rank", "frame", "reason"}),
-    "torch_compile_recompile_limit_hits": ("counter", {"rank", "frame", "limit"}),
-    "torch_compile_compile_failures": ("counter", {"rank", "error_type"}),
-    "torch_compile_graph_breaks": ("counter", {"rank"}),
-    "torch_compile_duration_seconds": ("histogram", {"rank"}),
-    "torch_compile_phase_seconds": ("counter", {"rank", "phase"}),
-    "torch_compile_cache_entries": ("gauge", {"rank", "frame"}),
-    "torch_compile_frame_compile_seconds": ("counter", {"rank", "frame"}),
-    "torch_compile_recompile_seconds": ("counter", {"rank", "frame", "reason"}),
-    "torch_compile_cache_lookups": ("counter", {"rank", "cache", "result"}),
-    "torch_compile_cache_saved_seconds": ("counter", {"rank"}),
-    "torch_compile_cudagraph_skips": ("counter", {"rank", "reason"}),
-    "torch_compile_recompile_limit": ("gauge", {"rank", "limit"}),
-    "torch_compile_last_compile_timestamp_seconds": ("gauge", {"rank"}),
-    "torch_compile_training_step": ("gauge", {"rank"}),
-    "torch_compile_compiling": ("gauge", {"rank"}),
-    "torch_compile_compile_running_seconds": ("gauge", {"rank", "frame"}),
-    "recompprof_build_info": (
-        "gauge",
-        {"rank", "version", "torch_version", "triton_version", "python_version"},
-    ),
-    "recompprof_process_info": ("gauge", {"rank", "local_rank", "world_size"}),
-    "recompprof_events_dropped": ("counter", {"rank", "reason"}),
-    "recompprof_internal_errors": ("counter", {"rank", "component"}),
-}
-
-
-def make_session(rank: int = 0, local_rank: int = 0, world: int = 1, **settings: Any) -> Session:
-    """A real, unattached Session (no torch hooks) whose aggregates the test feeds with real events."""
-    ident = Identity(
-        rank,
-        local_rank,
-        world,
-        max(world, 1),
-        "run-test",
-        "host",
-        1234,
-        "single" if world == 1 else "torchrun",
-    )
-    session = Session(settings_module.load(**settings), identity=ident)
-    session.aggregates.limits.update({"recompile_limit": 8, "accumulated_recompile_limit": 256})
-    return session
-
-
-def frame(i: int = 0) -> Frame:
-    return Frame(name=f"fn{i}", file=f"/src/pkg/model{i}.py", line=10 + i)
-
-
-def compile_event(
-    f: Frame, *, recompile: bool, duration: float = 0.3, categories: tuple[str, ...] = (), **kw: Any
-) -> Compile:
-    kw.setdefault("compile_id", "0/0")
-    return Compile(
-        time=time.time(),
-        frame=f,
-        is_recompile=recompile,
-        duration=duration,
-        phases={"dynamo_trace": duration * 0.75, "other": duration * 0.25},
-        reasons=[Reason(text=f"{c} changed", category=c) for c in categories],
-        **kw,
-    )  # type: ignore[arg-type]
-
-
-def feed(session: Session) -> None:
-    """A small run: one frame compiled, recompiled twice for size/python_constant, one limit hit, one failure."""
-    agg, f = session.aggregates, frame()
-    agg.add_compile(compile_event(f, recompile=False, cache_entries=0))
-    agg.add_compile(
-        compile_event(f, recompile=True, duration=2.0, categories=("size",), cache_entries=1)
-    )
-    agg.add_compile(
-        compile_event(
-            f,
-            recompile=True,
-            duration=0.04,
-            categories=("python_constant", "size", "global"),
-            cache_entries=2,
-            graph_breaks=1,
-        )
-    )
-    # Graph breaks are counted from GraphBreak events (a break torch cannot resume from comes after its compile).
-    agg.add_graph_break(GraphBreak(time=time.time(), frame=f, compile_id="0/0", reason="print()"))
-    agg.add_limit_hit(
-        RecompileLimitHit(time=time.time(), frame=f, limit="recompile_limit", value=8)
-    )
-    agg.add_compile(
-        compile_event(frame(1), recompile=False, outcome="failed", fail_type="Unsupported")
-    )
-
-
-def scrape(session: Session, openmetrics: bool = False) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(session.snapshot, session.identity, session.versions))
-    return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

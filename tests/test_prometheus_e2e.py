@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import free_port, http_get, need, prometheus, train_process, wait_for_line
-from test_prometheus_server import occupied
+from servers import (
+    free_port,
+    http_get,
+    need,
+    occupied,
+    prometheus,
+    read_summary,
+    train_process,
+    wait_for_line,
+)
 
 from recompprof._model.events import Frame
 
 pytestmark = pytest.mark.servers
-
-
-def read_summary(path: Path, timeout: float = 30.0) -> dict[str, Any]:
-    """The workload's --summary JSON; it is written just after the TRAINING DONE line, so wait for it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def expected_totals(event_log: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alerting import FAST
 from prometheus_client.parser import text_string_to_metric_families
 from recorded_runs import clean_env
 from servers import (
@@ -28,7 +29,6 @@ from servers import (
     pushgateway,
     wait_for_line,
 )
-from test_alerting_e2e import FAST
 
 sys.path.insert(0, str(REPO))
 

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_helpers import compile_event, feed, frame, make_session
 from servers import (
     free_port,
     http_get,
     node_exporter,
     prometheus,
     pushgateway,
+    read_summary,
     train_process,
     wait_for_line,
 )
-from test_prometheus_collector import compile_event, feed, frame, make_session
-from test_prometheus_e2e import read_summary
 
 from recompprof import _internal
 from recompprof.testing import raise_internal_errors

@@ -3,50 +3,22 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import socket
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import free_port, http_get, need
-from test_prometheus_collector import feed, make_session
+from prometheus_helpers import feed, make_session, running
+from servers import free_port, http_get, occupied, self_signed
 
 from recompprof import _internal
 from recompprof._capture.settings import ConfigError
 from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import PortInUse, PrometheusExporter
-
-
-@contextlib.contextmanager
-def occupied(port: int) -> Iterator[socket.socket]:
-    """Hold ``port`` on 127.0.0.1 with a listening socket, as another program would."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
-        s.listen()
-        yield s
-
-
-@contextlib.contextmanager
-def running(**settings: object) -> Iterator[PrometheusExporter]:
-    session = make_session(
-        **{k: v for k, v in settings.items() if k not in {"local_rank", "world"}},
-        local_rank=int(settings.get("local_rank", 0)),  # type: ignore[arg-type]
-        world=int(settings.get("world", 1)),
-    )  # type: ignore[arg-type]
-    feed(session)
-    exporter = PrometheusExporter(session.settings)
-    exporter.start(session)
-    try:
-        yield exporter
-    finally:
-        exporter.shutdown()
 
 
 def test_pull_serves_on_base_port_plus_local_rank() -> None:
@@ -117,38 +89,9 @@ def test_port_search_takes_the_next_free_port(caplog: pytest.LogCaptureFixture) 
     )
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    openssl = need("openssl", "openssl")
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
-
-
 def test_tls_and_basic_auth(tmp_path: Path) -> None:
     """With a certificate and basic auth the endpoint speaks HTTPS, answers 401 without credentials and 200 with them."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     ctx = ssl.create_default_context(cafile=str(cert))
     with running(
         prometheus_port=free_port(),

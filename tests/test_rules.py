@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import promql_parser
 import pytest
 import yaml
+from metric_contract import SERIES, metric_names
 from servers import REPO, need
 
 sys.path.insert(0, str(REPO))
@@ -20,50 +20,10 @@ from dashboards.generate import RULES_FILE
 RULES = REPO / RULES_FILE
 UNIT_TESTS = REPO / "deploy/prometheus/tests/recompprof-rules-test.yaml"
 RUNBOOK = REPO / "docs/alerts.md"
-# The metrics contract (docs/prometheus.md): the only series the rules may read.
-CONTRACT = {
-    "torch_compile_compiles_total",
-    "torch_compile_recompiles_total",
-    "torch_compile_steady_state_recompiles_total",
-    "torch_compile_guard_failures_total",
-    "torch_compile_recompile_limit_hits_total",
-    "torch_compile_compile_failures_total",
-    "torch_compile_graph_breaks_total",
-    "torch_compile_duration_seconds_bucket",
-    "torch_compile_duration_seconds_sum",
-    "torch_compile_duration_seconds_count",
-    "torch_compile_phase_seconds_total",
-    "torch_compile_cache_entries",
-    "torch_compile_recompile_limit",
-    "torch_compile_last_compile_timestamp_seconds",
-    "torch_compile_training_step",
-    "recompprof_build_info",
-    "recompprof_process_info",
-    "recompprof_events_dropped_total",
-    "recompprof_internal_errors_total",
-    "torch_compile_frame_compile_seconds_total",
-    "torch_compile_recompile_seconds_total",
-    "torch_compile_cache_lookups_total",
-    "torch_compile_cache_saved_seconds_total",
-    "torch_compile_compiling",
-    "torch_compile_compile_running_seconds",
-}
 
 
 def _rules(path: Path = RULES) -> list[dict]:
     return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
-
-
-def metric_names(expr: str) -> set[str]:
-    """Every series name a PromQL expression selects."""
-    names: set[str] = set()
-
-    def visit(node: object) -> None:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -153,7 +113,7 @@ def test_recording_rules_follow_level_metric_operations() -> None:
         assert re.fullmatch(r"[a-z_]+:[a-z_]+:[a-z0-9_]+", name), name
         assert not name.split(":")[1].endswith("_total")
     for rule in _rules():
-        unknown = metric_names(rule["expr"]) - CONTRACT - set(recorded)
+        unknown = metric_names(rule["expr"]) - SERIES - set(recorded)
         assert not unknown, f"{rule.get('alert') or rule.get('record')} reads {unknown}"
 
 

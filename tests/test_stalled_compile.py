@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from folds import assert_same, figures
 from recorded_runs import clean_env, cli
 from slow_jobs import stop_during_recompile
-from test_merging import assert_same, figures
 
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.fold import build_report

@@ -24,9 +24,9 @@ from recorded_runs import RecordedRun, record
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.diff import compare
 from recompprof._analysis.fold import build_report
+from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report import Report
 from recompprof._analysis.runs import EventStream
-from recompprof._analysis.text import render_text
 from recompprof._eventlog import fastread
 from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file
 from recompprof._eventlog.writer import write_events

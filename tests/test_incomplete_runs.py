@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from recompprof._analysis import text as text_module
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
+from recompprof._analysis.render import text as text_module
 from recompprof._analysis.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart

@@ -30,7 +30,7 @@ from test_alerting_e2e import FAST, Webhook
 
 from recompprof._analysis import divergence
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.text import render_text
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.counting import counts_as_compile
 from recompprof._model.events import Compile, Frame, Reason, RecompileLimitHit, SessionStart

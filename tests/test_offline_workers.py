@@ -117,8 +117,8 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
     from recompprof._analysis.fold import build_report
-    from recompprof._analysis.html_report import render_html
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.html import render_html
+    from recompprof._analysis.render.text import render_text
 
     full, lean = (
         build_report(load(generated_run).events),

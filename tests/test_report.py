@@ -9,8 +9,8 @@ import torch
 
 import recompprof
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.html_report import render_html
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
 from recompprof._model.events import Compile, Frame, Reason
 
 SCALE = 1.0

@@ -17,8 +17,8 @@ from typing import Protocol, runtime_checkable
 from recompprof._analysis import workers as parallel
 from recompprof._analysis.completeness import SessionFold
 from recompprof._analysis.fold import build_report
+from recompprof._analysis.render.text import completeness_warnings
 from recompprof._analysis.report import FrameReport, Report
-from recompprof._analysis.text import completeness_warnings
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
 from recompprof._model.status import describe_at_end

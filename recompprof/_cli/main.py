@@ -249,7 +249,7 @@ def exit_code(exc: BaseException) -> int:
 
 def _err(message: str) -> None:
     """One line on stderr; names from the input in it are shown escaped (see recompprof._analysis.plaintext)."""
-    from recompprof._analysis.plaintext import (
+    from recompprof._analysis.render.plaintext import (
         escape,
     )  # imports rich: only when there is something to say
 
@@ -258,7 +258,7 @@ def _err(message: str) -> None:
 
 def _say(line: str) -> None:
     """One line on stdout, escaped like :func:`_err`."""
-    from recompprof._analysis.plaintext import escape
+    from recompprof._analysis.render.plaintext import escape
 
     print(escape(line))
 
@@ -324,7 +324,7 @@ def _finish(run: Run, *, strict: bool) -> None:
 def _report(args: argparse.Namespace) -> int:
     from recompprof._analysis.fold import build_report
     from recompprof._analysis.merging import build_run_report
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.text import render_text
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
@@ -348,7 +348,7 @@ def _report(args: argparse.Namespace) -> int:
         )
     print(render_text(report, width=_width(args.width)), end="")
     if args.html:
-        from recompprof._analysis.html_report import render_html
+        from recompprof._analysis.render.html import render_html
 
         text = render_html(
             report,
@@ -469,7 +469,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof._analysis.ingest import ingest
-    from recompprof._analysis.text import counts_line
+    from recompprof._analysis.render.text import counts_line
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from recompprof._analysis import divergence, plaintext
+from recompprof._analysis import divergence
 from recompprof._analysis.fold import ranked_breaks
+from recompprof._analysis.render import plaintext
 from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES

@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from recompprof._analysis import html_charts
 from recompprof._analysis.fold import ranked_breaks
-from recompprof._analysis.html_charts import CATEGORY_COLORS, escape as _e
-from recompprof._analysis.report import FrameReport, Report
-from recompprof._analysis.text import (
+from recompprof._analysis.render import html_charts
+from recompprof._analysis.render.html_charts import CATEGORY_COLORS, escape as _e
+from recompprof._analysis.render.text import (
     FIX_FIRST,
     automatic_dynamic_notes,
     cause_steps,
@@ -24,6 +23,7 @@ from recompprof._analysis.text import (
     frames_in_order,
     share,
 )
+from recompprof._analysis.report import FrameReport, Report
 from recompprof._model.events import CACHE_RESULTS, CACHES
 from recompprof._version import __version__
 

@@ -14,7 +14,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from recompprof._analysis.plaintext import Wrapped, console
+from recompprof._analysis.render.plaintext import Wrapped, console
 from recompprof._analysis.watching import RankState, Watch
 from recompprof._eventlog.tail import RunTail
 from recompprof._model.events import HEARTBEAT_SECONDS

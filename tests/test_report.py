@@ -441,7 +441,7 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
     """Imports run one way: the report model and its figure families reach no renderer (``str(report)``
     draws with the renderer its caller gave), and divergence, whose per-rank state the model holds,
     imports no report."""
-    renderers = {"recompprof._analysis.text", "recompprof._analysis.html_report"}
+    renderers = {"recompprof._analysis.render.text", "recompprof._analysis.render.html"}
     for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
         assert not _imports(f"recompprof._analysis.{module}") & renderers, module
     assert not {

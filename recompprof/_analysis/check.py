@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 from recompprof._analysis import workers as parallel
 from recompprof._analysis.completeness import SessionFold
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.render.text import completeness_warnings
+from recompprof._analysis.render.wording import cause_label, completeness_warnings, first_of
 from recompprof._analysis.report import FrameReport, Report
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
@@ -252,7 +252,7 @@ def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
     if limit is not None and report.recompile_seconds > limit:
         costliest = report.ranked_causes()[:3]
         causes = "; ".join(
-            f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
+            f"{cause_label(c.category, c.subject, c.frame, terse=True)}: {c.seconds:.2f} s x{c.recompiles}"
             for c in costliest
         )
         yield Violation(
@@ -313,22 +313,23 @@ _RULES: tuple[Callable[[_Scope], Iterator[Violation]], ...] = (
 def _steps(frame: FrameReport) -> str:
     if not frame.recompile_steps or not any(frame.recompile_steps):
         return ""
-    shown = ", ".join(str(s) for s in frame.recompile_steps[:8])
-    return f" at step(s) {shown}" + (" ..." if frame.recompile_steps_total > 8 else "")
+    shown = first_of(frame.recompile_steps, 8, total=frame.recompile_steps_total, more=" ...")
+    return f" at step(s) {shown}"
 
 
 def _why(frame: FrameReport) -> str:
     top = [g for g in frame.top_reasons() if g.changes][:3]
     return (
-        (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")")
+        (
+            " ("
+            + "; ".join(
+                f"{cause_label(g.category, g.subject, terse=True)} x{g.changes}" for g in top
+            )
+            + ")"
+        )
         if top
         else ""
     )
-
-
-def _cause(category: str, subject: str) -> str:
-    """``size L['x']``; a subject that only repeats its category (``grad_mode``) is said once."""
-    return category if not subject or subject in ("-", category) else f"{category} {subject}"
 
 
 def _where(report: Report, rule: str) -> str:

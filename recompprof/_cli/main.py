@@ -248,17 +248,15 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _err(message: str) -> None:
-    """One line on stderr; names from the input in it are shown escaped (see recompprof._analysis.plaintext)."""
-    from recompprof._analysis.render.plaintext import (
-        escape,
-    )  # imports rich: only when there is something to say
+    """One line on stderr; names from the input in it are shown escaped (see recompprof._model.texts)."""
+    from recompprof._model.texts import escape
 
     print(escape(f"recompprof: {message}"), file=sys.stderr)
 
 
 def _say(line: str) -> None:
     """One line on stdout, escaped like :func:`_err`."""
-    from recompprof._analysis.render.plaintext import escape
+    from recompprof._model.texts import escape
 
     print(escape(line))
 
@@ -469,7 +467,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof._analysis.ingest import ingest
-    from recompprof._analysis.render.text import counts_line
+    from recompprof._analysis.render.wording import counts_line
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)

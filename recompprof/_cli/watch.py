@@ -165,8 +165,8 @@ def _live(follower: _Follower, args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.text import Text
 
-    from recompprof._analysis.render.plaintext import escape
     from recompprof._analysis.render.watch import ended_line
+    from recompprof._model.texts import escape
 
     screen = Console(highlight=False, markup=False, emoji=False)
     reading = Text(
@@ -229,8 +229,8 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
 
 
 def _once(follower: _Follower, args: argparse.Namespace) -> int:
-    from recompprof._analysis.render.plaintext import escape
     from recompprof._analysis.runs import RunError
+    from recompprof._model.texts import escape
 
     follower.refresh()
     follower.finish()

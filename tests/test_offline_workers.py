@@ -36,7 +36,7 @@ RULES = Rules(
 
 def _checked(generated_run, workers, rules=RULES):
     run = load(generated_run)
-    violations = check(run.events, rules, workers=workers)
+    violations = check(run.events, rules, workers=workers).findings()
     stream = run.events
     stats = (stream.stats, stream.found, list(stream.foreign), set(stream._read_whole))
     run.finish()

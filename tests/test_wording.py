@@ -102,7 +102,7 @@ def test_steps_lists_say_how_many_more_as_they_always_did(report: Report) -> Non
     html = render_html(report)
     assert "<td>1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 (+3)</td>" in html
     assert "<td>1, 2, 3, 4, 5, 6, 7, 8 (+7)</td>" in html
-    messages = [v.message for v in check(_rank(0), Rules(max_recompiles=0))]
+    messages = [v.message for v in check(_rank(0), Rules(max_recompiles=0)).findings()]
     assert messages[0] == (
         f"rank 0 {HOT.label}: 15 recompile(s) > max 0 at step(s) 1, 2, 3, 4, 5, 6, 7, 8 ... "
         "(size L['x'] x15)"
@@ -112,7 +112,9 @@ def test_steps_lists_say_how_many_more_as_they_always_did(report: Report) -> Non
 def test_short_lists_say_no_more(report: Report) -> None:
     """A list no longer than its cut is shown whole, with no tail."""
     (short,) = [
-        v.message for v in check(_rank(0), Rules(max_recompiles=0)) if v.frame == BARE.label
+        v.message
+        for v in check(_rank(0), Rules(max_recompiles=0)).findings()
+        if v.frame == BARE.label
     ]
     assert short == f"rank 0 {BARE.label}: 1 recompile(s) > max 0 at step(s) 15 (grad_mode x1)"
     assert ", steps 15\n" in render_text(report, width=400)
@@ -145,7 +147,7 @@ def test_a_cause_is_named_alike_in_the_report_and_in_check(report: Report) -> No
     assert f" {BARE.label} · grad_mode · -: 1 recompile(s)," in text
     (lost,) = [
         v.message
-        for v in check(_rank(0), Rules(max_recompile_seconds=0))
+        for v in check(_rank(0), Rules(max_recompile_seconds=0)).findings()
         if v.rule == "max_recompile_seconds"
     ]
     assert f"(fix first: {HOT.label} size L['x']: 3.75 s x15; " in lost

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from recompprof._analysis.report import CauseReport, FrameReport, Report
 from recompprof._model.status import describe_at_end
+
+if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
+    from recompprof._analysis.report import CauseReport, FrameReport, Report
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 CAUSE_STEPS = 8  # steps listed for a cause (the rest counted)

@@ -81,7 +81,7 @@ import sys
 from pathlib import Path
 from recompprof._eventlog.reader import ReadStats, read_run
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.text import render_text
 stats = ReadStats()
 print(render_text(build_report(read_run(Path(sys.argv[1]), stats))))
 print(stats.describe(), file=sys.stderr)

@@ -77,7 +77,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
     """Fold events (any order of ranks, one pass) into a :class:`Report`; ``str(report)`` draws the terminal report."""
     from recompprof._analysis.fold import build_report as fold
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.text import render_text
 
     report = fold(events, detail=detail)
     report.renderer = render_text

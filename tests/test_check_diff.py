@@ -107,7 +107,7 @@ def test_check_rules_per_rank(full: RecordedRun) -> None:
     """Rules apply per rank: a second rank's recompiles are reported under its own rank."""
     events = list(read_run(full.run_dir))
     rank1 = [e.model_copy(update={"rank": 1}) for e in events]
-    violations = check(events + rank1, Rules(max_recompiles=3))
+    violations = check(events + rank1, Rules(max_recompiles=3)).findings()
     assert [v.rank for v in violations] == [0, 1]
     with pytest.raises(CheckInputError):
         Rules(forbid=("not-a-category",))
@@ -247,9 +247,9 @@ def test_check_names_a_grad_mode_cause_once(tmp_path: Path) -> None:
         compiled(torch.ones(2, requires_grad=True))
         with torch.no_grad():
             compiled(torch.ones(2, requires_grad=True))
-    (violation,) = check(events, Rules(max_recompiles=0))
+    (violation,) = check(events, Rules(max_recompiles=0)).findings()
     assert "(grad_mode x1)" in violation.message and "grad_mode grad_mode" not in violation.message
-    (forbidden,) = check(events, Rules(forbid=("grad_mode",)))
+    (forbidden,) = check(events, Rules(forbid=("grad_mode",))).findings()
     assert forbidden.message.endswith("forbidden category grad_mode: 1 recompile(s)"), (
         forbidden.message
     )
@@ -350,6 +350,6 @@ def test_check_reads_an_event_log_run_rank_by_rank(generated_run: Path) -> None:
     assert isinstance(stream, RankedEvents) and not isinstance(list(stream), RankedEvents)
     assert stream.ranks() == [0, 1, 2] and {e.rank for e in stream.of_rank(1)} == {1}
     rules = Rules(max_recompiles=3, forbid=("dtype",), max_graph_breaks=0)
-    by_rank = check(load(generated_run).events, rules, workers=1)
-    assert by_rank == check(list(load(generated_run).events), rules, workers=1)
+    by_rank = check(load(generated_run).events, rules, workers=1).findings()
+    assert by_rank == check(list(load(generated_run).events), rules, workers=1).findings()
     assert {v.rank for v in by_rank} == {0, 1, 2}

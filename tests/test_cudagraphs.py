@@ -310,7 +310,7 @@ def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> Non
     from prometheus_client import CollectorRegistry, generate_latest
 
     from recompprof._analysis.fold import build_report
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.text import render_text
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS
     from recompprof_prometheus.collector import SnapshotCollector
 

@@ -22,8 +22,8 @@ from hypothesis import given, settings, strategies as st
 
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import merge
+from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report import Report
-from recompprof._analysis.text import render_text
 from recompprof._model.events import (
     Compile,
     CompileStart,

@@ -13,9 +13,9 @@ import pytest
 from recorded_runs import TESTS, clean_env
 
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.html_report import render_html
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report import MAX_BREAK_GROUPS
-from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Frame, GraphBreak
 from recompprof._torch.versions import torch_info

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import http_get
 
 import recompprof
-from recompprof._analysis.html_report import render_html
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
 from recompprof._capture.settings import ENV_PREFIX, ConfigError, Settings
 from recompprof._eventlog.reader import read_file
 from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from recompprof._analysis import text as text_module
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
+from recompprof._analysis.render import text as text_module
 from recompprof._analysis.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
@@ -342,10 +342,10 @@ def test_workers_give_the_same_dead_ranks_and_gaps(tmp_path: Path) -> None:
     )
     assert_same(figures(build_run_report(load(run).events, workers=2)), figures(whole))
     rules = Rules(max_recompiles=100)
-    assert [str(v) for v in check(load(run).events, rules, workers=2)] == [
-        str(v) for v in check(load(run).events, rules, workers=1)
+    assert [str(v) for v in check(load(run).events, rules, workers=2).findings()] == [
+        str(v) for v in check(load(run).events, rules, workers=1).findings()
     ]
-    assert {(v.rule, v.rank) for v in check(load(run).events, rules, workers=1)} == {
+    assert {(v.rule, v.rank) for v in check(load(run).events, rules, workers=1).findings()} == {
         ("incomplete", 0),
         ("incomplete", 3),
         ("log_gap", 1),
@@ -371,10 +371,10 @@ def test_after_step_does_not_make_a_gap(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     write_events(run / "rank00000-1.jsonl", _session(0, 1, 1000, 6, ended=True))
-    assert check(load(run).events, Rules(max_recompiles=100, after_step=4)) == []
-    assert [v.rule for v in check(load(run).events, Rules(max_recompiles=0, after_step=4))] == [
-        "max_recompiles"
-    ]
+    assert check(load(run).events, Rules(max_recompiles=100, after_step=4)).findings() == []
+    assert [
+        v.rule for v in check(load(run).events, Rules(max_recompiles=0, after_step=4)).findings()
+    ] == ["max_recompiles"]
 
 
 def test_a_log_holding_more_than_its_totals_is_not_called_a_gap() -> None:

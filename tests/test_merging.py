@@ -28,9 +28,9 @@ from recompprof._analysis import (
 )
 from recompprof._analysis.fold import build_report
 from recompprof._analysis.merging import build_run_report, merge
+from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report import Report
 from recompprof._analysis.runs import load
-from recompprof._analysis.text import render_text
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (
     Compile,

@@ -29,7 +29,7 @@ from servers import REPO, WORKLOADS, alertmanager, free_port, prometheus
 
 from recompprof._analysis import divergence
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.text import render_text
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.counting import counts_as_compile
 from recompprof._model.events import Compile, Frame, Reason, RecompileLimitHit, SessionStart

@@ -32,7 +32,7 @@ RULES = Rules(
 
 def _checked(generated_run, workers, rules=RULES):
     run = load(generated_run)
-    violations = check(run.events, rules, workers=workers)
+    violations = check(run.events, rules, workers=workers).findings()
     stream = run.events
     stats = (stream.stats, stream.found, list(stream.foreign), set(stream._read_whole))
     run.finish()
@@ -113,8 +113,8 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
     from recompprof._analysis.fold import build_report
-    from recompprof._analysis.html_report import render_html
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.html import render_html
+    from recompprof._analysis.render.text import render_text
 
     full, lean = (
         build_report(load(generated_run).events),

@@ -277,7 +277,7 @@ def test_the_multi_rank_example_finds_the_diverging_rank(tmp_path: Path) -> None
 
 def test_a_report_built_through_the_public_api_prints_as_the_terminal_report() -> None:
     """``str(recompprof.build_report(events))`` is the text report, as ``print(recompprof.report())`` is."""
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.text import render_text
 
     frame = recompprof.Frame(name="f", file="/x/m.py", line=1)
     events = [

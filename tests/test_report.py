@@ -9,8 +9,8 @@ import torch
 
 import recompprof
 from recompprof._analysis.fold import build_report
-from recompprof._analysis.html_report import render_html
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
 from recompprof._model.events import Compile, Frame, Reason
 
 SCALE = 1.0
@@ -442,7 +442,7 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
     """Imports run one way: the report model and its figure families reach no renderer (``str(report)``
     draws with the renderer its caller gave), and divergence, whose per-rank state the model holds,
     imports no report."""
-    renderers = {"recompprof._analysis.text", "recompprof._analysis.html_report"}
+    renderers = {"recompprof._analysis.render.text", "recompprof._analysis.render.html"}
     for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
         assert not _imports(f"recompprof._analysis.{module}") & renderers, module
     assert not {

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import recompprof
-from recompprof._analysis.html_report import render_html
-from recompprof._analysis.text import render_text
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
 from recompprof._model.events import Compile
 
 GLOBAL_INT = 1

@@ -197,7 +197,7 @@ def test_unreadable_ranks_are_problems_in_worker_processes_too(tmp_path: Path) -
     problems = []
     for workers in (1, 2):
         loaded = load(run)
-        assert check(loaded.events, Rules(max_recompiles=10), workers=workers) == []
+        assert check(loaded.events, Rules(max_recompiles=10), workers=workers).findings() == []
         loaded.finish()
         problems.append(loaded.problems)
     assert problems[0] == problems[1] and "3 event log(s) could not be read" in problems[0][0]

@@ -40,8 +40,8 @@ from agreement import (
 )
 
 from recompprof._analysis.fold import build_report
+from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report import Report
-from recompprof._analysis.text import render_text
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.causes import explaining_reason

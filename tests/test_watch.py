@@ -630,7 +630,7 @@ def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_pa
 def test_a_compiling_rank_that_falls_silent_is_said_to_be_maybe_gone(tmp_path: Path) -> None:
     """A long compile writes a ``compile_running`` every 10 s: a rank shown compiling whose log has said nothing
     for 30 s (here: killed outright mid-compile) is flagged "its process may be gone"; one heard from lately is not."""
-    from recompprof._analysis.watch_text import SILENT_SECONDS, render
+    from recompprof._analysis.render.watch import SILENT_SECONDS, render
     from recompprof._analysis.watching import Watch
     from recompprof._eventlog.tail import RunTail
 

@@ -1,10 +1,12 @@
 """The CI gate: rules over a run's report, one violation (one line) per rank, frame and rule broken.
 
 Every rule is evaluated per rank, on a report built from that rank's events; ``after_step`` first
-drops what happened before that many training steps had completed (warm-up). Besides the rules, a
-rank whose counts cannot be trusted whole gives a violation the CLI refuses the run on unless told
-to accept it: a dark capture signal (``signal_dark``), a session without ``session_end``
-(``incomplete``) and a log with a gap (``log_gap``).
+drops what happened before that many training steps had completed (warm-up). Besides the rules'
+violations, :func:`check` returns the counts a rank cannot vouch for, which the CLI refuses the run on
+unless told to accept them (:data:`UNTRUSTED`: a dark capture signal, a session without
+``session_end``, a log with a gap), and notes that are no rule's verdict (a compile the run ended
+with, when no rule asks about it). :data:`OPTIONS` is the one table of the options: the ``Rules``
+fields, the CLI's flags and help, and the rule each evaluates.
 """
 
 from __future__ import annotations
@@ -12,16 +14,20 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from recompprof._analysis import workers as parallel
-from recompprof._analysis.completeness import SessionFold
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import FrameReport, Report
-from recompprof._analysis.text import completeness_warnings
+from recompprof._analysis.render.wording import cause_label, completeness_warnings, first_of
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
 from recompprof._model.status import describe_at_end
+
+if TYPE_CHECKING:
+    from recompprof._analysis.completeness import SessionFold
+    from recompprof._analysis.report import FrameReport, Report
+
+# The CLI builds its parser from OPTIONS on every command: the report model (fold, completeness) is
+# imported only when a run is checked.
 
 
 class CheckInputError(RecompprofError, ValueError):
@@ -54,15 +60,19 @@ class Rules:
 
     @property
     def empty(self) -> bool:
+        """No rule is set (``after_step`` alone is none)."""
         return all(
-            getattr(self, f.name) in (None, ()) or getattr(self, f.name) is False
-            for f in dataclasses.fields(self)
-            if f.name != "after_step"
+            getattr(self, option.name) in (None, ()) or getattr(self, option.name) is False
+            for option in OPTIONS
+            if option.find is not None
         )
 
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
+    """One finding, one line: a broken rule's (``rule``: its name), an untrusted count's (``rule``: its
+    :data:`UNTRUSTED` name) or a note's (``rule``: :data:`RUNNING_COMPILE_NOTE`)."""
+
     rule: str
     rank: int
     frame: str | None
@@ -70,6 +80,31 @@ class Violation:
 
     def __str__(self) -> str:
         return self.message
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """What :func:`check` found, by kind, each in rank order."""
+
+    violations: list[Violation] = dataclasses.field(default_factory=list)  # rules broken
+    # Counts a rank cannot vouch for (rule: an UNTRUSTED name): the CLI refuses the run unless accepted.
+    untrusted: list[Violation] = dataclasses.field(default_factory=list)
+    # A compile a rank's run ended with, when no rule asks about it: said, never failed on.
+    notes: list[Violation] = dataclasses.field(default_factory=list)
+
+    def findings(self) -> list[Violation]:
+        """All of them, rank by rank: the untrusted counts, the notes, then the broken rules."""
+        return sorted([*self.untrusted, *self.notes, *self.violations], key=lambda v: v.rank)
+
+    @classmethod
+    def joined(cls, parts: Iterable[CheckResult]) -> CheckResult:
+        """The results of several ranks as one, in the order given."""
+        whole = cls()
+        for part in parts:
+            whole.violations.extend(part.violations)
+            whole.untrusted.extend(part.untrusted)
+            whole.notes.extend(part.notes)
+        return whole
 
 
 @runtime_checkable
@@ -83,8 +118,9 @@ class RankedEvents(Protocol):
         """The events of ``rank`` alone."""
 
 
-def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) -> list[Violation]:
-    """The violations of ``rules`` in ``events`` (empty when the run passes).
+def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) -> CheckResult:
+    """The violations of ``rules`` in ``events`` (none when the run passes), the counts it cannot vouch
+    for, and its notes.
 
     ``events`` that can stream one rank at a time (:class:`RankedEvents`) are folded rank by rank without
     holding any, in up to ``workers`` processes (default: one per CPU for a large run, see
@@ -100,11 +136,10 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
         per_rank = {rank: events.of_rank(rank) for rank in ranks}
     else:
         per_rank = _by_rank(events)
-    return [
-        violation
+    return CheckResult.joined(
+        _check_rank(rank, _report(per_rank[rank], rules.after_step), rules)
         for rank in sorted(per_rank)
-        for violation in _check_rank(rank, _report(per_rank[rank], rules.after_step), rules)
-    ]
+    )
 
 
 def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
@@ -116,20 +151,24 @@ def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
 
 def _check_in_workers(
     stream: RankedEvents, ranks: list[int], rules: Rules, workers: int
-) -> list[Violation]:
-    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), violations in rank order."""
-    found = parallel.map_forked(
-        lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
-        [stream],
-        ranks,
-        workers,
+) -> CheckResult:
+    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), in rank order."""
+    return CheckResult.joined(
+        parallel.map_forked(
+            lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
+            [stream],
+            ranks,
+            workers,
+        )
     )
-    return [violation for violations in found for violation in violations]
 
 
 def _report(events: Iterable[Event], step: int | None) -> Report:
     """One rank's report; events before ``step`` still count in its sessions (their ``session_end``
     totals include them), so leaving them out of the figures is no gap."""
+    from recompprof._analysis.completeness import SessionFold
+    from recompprof._analysis.fold import build_report
+
     if not step:  # nothing to drop: no per-event filter to pay for
         return build_report(events)
     sessions = SessionFold()
@@ -171,11 +210,15 @@ class _Scope:
         return f" after step {self.rules.after_step}" if self.rules.after_step else ""
 
 
-def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
+def _check_rank(rank: int, report: Report, rules: Rules) -> CheckResult:
     scope = _Scope(
         rank, report, rules, sorted(report.frames.values(), key=lambda f: (-f.recompiles, f.label))
     )
-    return [violation for rule in _RULES for violation in rule(scope)]
+    return CheckResult(
+        violations=[violation for rule in _RULES for violation in rule(scope)],
+        untrusted=list(_untrusted_counts(scope)),
+        notes=[] if rules.fail_on_running_compile else list(_ended_compiling(scope, False)),
+    )
 
 
 def _untrusted_counts(scope: _Scope) -> Iterator[Violation]:
@@ -252,7 +295,7 @@ def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
     if limit is not None and report.recompile_seconds > limit:
         costliest = report.ranked_causes()[:3]
         causes = "; ".join(
-            f"{c.frame} {_cause(c.category, c.subject)}: {c.seconds:.2f} s x{c.recompiles}"
+            f"{cause_label(c.category, c.subject, c.frame, terse=True)}: {c.seconds:.2f} s x{c.recompiles}"
             for c in costliest
         )
         yield Violation(
@@ -264,30 +307,41 @@ def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
         )
 
 
-def _max_counts(scope: _Scope) -> Iterator[Violation]:
-    """Recompile-limit hits, graph breaks and compile failures over their maximum."""
-    report, rules = scope.report, scope.rules
-    for rule, value, limit, what in (
-        ("max_limit_hits", report.limit_hits, rules.max_limit_hits, "recompile-limit hit(s)"),
-        ("max_graph_breaks", report.graph_breaks, rules.max_graph_breaks, "graph break(s)"),
-        ("max_failures", report.failures, rules.max_failures, "compile failure(s)"),
-    ):
-        if limit is not None and value > limit:
+def _at_most(
+    rule: str,
+    what: str,
+    limit: Callable[[Rules], int | None],
+    total: Callable[[Report], int],
+    per_frame: Callable[[FrameReport], int],
+) -> Callable[[_Scope], Iterator[Violation]]:
+    """The rule that a rank's ``total`` (recompile-limit hits, graph breaks, compile failures) is at most
+    its ``limit``; its violation names the frames with the most (``per_frame``)."""
+
+    def find(scope: _Scope) -> Iterator[Violation]:
+        bound, value = limit(scope.rules), total(scope.report)
+        if bound is not None and value > bound:
+            worst = sorted(
+                ((n, f.label) for f in scope.report.frames.values() if (n := per_frame(f))),
+                reverse=True,
+            )[:3]
+            where = (" (" + ", ".join(f"{label}: {n}" for n, label in worst) + ")") if worst else ""
             yield Violation(
                 rule,
                 scope.rank,
                 None,
-                f"{scope.where}: {value} {what}{scope.after} > max {limit}{_where(report, rule)}",
+                f"{scope.where}: {value} {what}{scope.after} > max {bound}{where}",
             )
+
+    return find
 
 
 RUNNING_COMPILE_NOTE = "compile_running_note"  # not a rule: a fact the CLI says without failing
 
 
-def _running_compile(scope: _Scope) -> Iterator[Violation]:
+def _ended_compiling(scope: _Scope, broken: bool) -> Iterator[Violation]:
     """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling. A violation
-    under ``fail_on_running_compile``, else a note (the CLI says it in a warning line and passes)."""
-    rule = "compile_running_at_end" if scope.rules.fail_on_running_compile else RUNNING_COMPILE_NOTE
+    (``broken``: under ``fail_on_running_compile``), else a note (the CLI says it in a warning line and passes)."""
+    rule = "compile_running_at_end" if broken else RUNNING_COMPILE_NOTE
     for rank, end in scope.report.compiling_at_end.items():
         yield Violation(
             rule,
@@ -297,47 +351,177 @@ def _running_compile(scope: _Scope) -> Iterator[Violation]:
         )
 
 
-# Every rule, in the order its violations are listed.
-_RULES: tuple[Callable[[_Scope], Iterator[Violation]], ...] = (
-    _untrusted_counts,
-    _running_compile,
-    _max_recompiles,
-    _max_total_recompiles,
-    _forbidden,
-    _max_compile_seconds,
-    _max_recompile_seconds,
-    _max_counts,
-)
+def _running_compile(scope: _Scope) -> Iterator[Violation]:
+    if scope.rules.fail_on_running_compile:
+        yield from _ended_compiling(scope, True)
 
 
 def _steps(frame: FrameReport) -> str:
     if not frame.recompile_steps or not any(frame.recompile_steps):
         return ""
-    shown = ", ".join(str(s) for s in frame.recompile_steps[:8])
-    return f" at step(s) {shown}" + (" ..." if frame.recompile_steps_total > 8 else "")
+    shown = first_of(frame.recompile_steps, 8, total=frame.recompile_steps_total, more=" ...")
+    return f" at step(s) {shown}"
 
 
 def _why(frame: FrameReport) -> str:
     top = [g for g in frame.top_reasons() if g.changes][:3]
     return (
-        (" (" + "; ".join(f"{_cause(g.category, g.subject)} x{g.changes}" for g in top) + ")")
+        (
+            " ("
+            + "; ".join(
+                f"{cause_label(g.category, g.subject, terse=True)} x{g.changes}" for g in top
+            )
+            + ")"
+        )
         if top
         else ""
     )
 
 
-def _cause(category: str, subject: str) -> str:
-    """``size L['x']``; a subject that only repeats its category (``grad_mode``) is said once."""
-    return category if not subject or subject in ("-", category) else f"{category} {subject}"
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of ``check``: its :class:`Rules` field (``--`` and dashes: its flag), its value, its help;
+    for a rule, how it finds violations and where they come in the list."""
+
+    name: str
+    value: Literal["int", "float", "categories", "switch"]  # categories: repeatable
+    metavar: str | None
+    help: str
+    find: Callable[[_Scope], Iterator[Violation]] | None = None  # None: no rule (after_step)
+    place: int = (
+        0  # the rules' violations are listed in this order (a compile the run ended with first)
+    )
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
 
 
-def _where(report: Report, rule: str) -> str:
-    counts = {
-        "max_limit_hits": lambda f: sum(f.limit_hits.values()),
-        "max_graph_breaks": lambda f: f.graph_breaks,
-        "max_failures": lambda f: sum(f.failures.values()),
-    }[rule]
-    worst = sorted(
-        ((counts(f), f.label) for f in report.frames.values() if counts(f)), reverse=True
-    )[:3]
-    return (" (" + ", ".join(f"{label}: {n}" for n, label in worst) + ")") if worst else ""
+# Every option, in the order the CLI and docs/cli.md list them.
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "max_recompiles",
+        "int",
+        "N",
+        "most recompiles any one frame may have",
+        _max_recompiles,
+        1,
+    ),
+    Option(
+        "max_total_recompiles",
+        "int",
+        "N",
+        "most recompiles over all frames",
+        _max_total_recompiles,
+        2,
+    ),
+    Option("after_step", "int", "S", "only count events at training step >= S"),
+    Option(
+        "max_compile_seconds",
+        "float",
+        "T",
+        "most seconds spent compiling",
+        _max_compile_seconds,
+        4,
+    ),
+    Option(
+        "max_recompile_seconds",
+        "float",
+        "T",
+        "most compile seconds lost to recompiles (their backward compiles included)",
+        _max_recompile_seconds,
+        5,
+    ),
+    Option(
+        "forbid",
+        "categories",
+        "CATEGORY",
+        "fail when a recompile is caused by this reason category (repeatable)",
+        _forbidden,
+        3,
+    ),
+    Option(
+        "max_limit_hits",
+        "int",
+        "N",
+        "most recompile-limit hits",
+        _at_most(
+            "max_limit_hits",
+            "recompile-limit hit(s)",
+            lambda rules: rules.max_limit_hits,
+            lambda report: report.limit_hits,
+            lambda f: sum(f.limit_hits.values()),
+        ),
+        6,
+    ),
+    Option(
+        "max_graph_breaks",
+        "int",
+        "N",
+        "most graph breaks",
+        _at_most(
+            "max_graph_breaks",
+            "graph break(s)",
+            lambda rules: rules.max_graph_breaks,
+            lambda report: report.graph_breaks,
+            lambda f: f.graph_breaks,
+        ),
+        7,
+    ),
+    Option(
+        "max_failures",
+        "int",
+        "N",
+        "most compile failures",
+        _at_most(
+            "max_failures",
+            "compile failure(s)",
+            lambda rules: rules.max_failures,
+            lambda report: report.failures,
+            lambda f: sum(f.failures.values()),
+        ),
+        8,
+    ),
+    Option(
+        "fail_on_running_compile",
+        "switch",
+        None,
+        "fail when a rank's run ended with a compile still running (a stall, or a job stopped mid-compile)",
+        _running_compile,
+        0,
+    ),
+)
+
+_RULES = tuple(
+    option.find
+    for option in sorted(OPTIONS, key=lambda option: option.place)
+    if option.find is not None
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Untrusted:
+    """Counts a rank cannot vouch for: the name of its findings, the CLI option that accepts them, its help."""
+
+    name: str
+    flag: str
+    help: str
+
+
+UNTRUSTED: tuple[Untrusted, ...] = (
+    Untrusted(
+        "signal_dark",
+        "--accept-dark-signals",
+        "accept a run in which a capture signal was off or went dark (its counts are incomplete)",
+    ),
+    Untrusted(
+        "incomplete",
+        "--accept-incomplete-runs",
+        "accept a run in which a rank ended without session_end (killed, crashed or still running)",
+    ),
+    Untrusted(
+        "log_gap",
+        "--accept-log-gaps",
+        "accept a run whose session_end counts events its log lacks (a full disk, a deleted log)",
+    ),
+)

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 
 from rich.table import Table
 
-from recompprof._analysis import plaintext
 from recompprof._analysis.merging import build_run_reports
+from recompprof._analysis.render import plaintext
 from recompprof._analysis.report import CauseReport, FrameReport, Report
 from recompprof._model.events import Event
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 from rich.console import Console
 from rich.table import Table
 
-from recompprof._analysis import bounded, plaintext
+from recompprof._analysis import bounded
 from recompprof._analysis.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
+from recompprof._analysis.render import plaintext
 from recompprof._model.events import Compile
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.

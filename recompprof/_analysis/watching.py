@@ -5,7 +5,7 @@ writes a new one). Per rank the fold keeps its counts (the rules of :mod:`recomp
 which the report folds by too) and its latest session, read with :class:`~recompprof._model.status.OpenCompile`,
 which says whether a compile runs now. Memory is bounded whatever the run's length: per log its current
 session, per rank its counts, and at most :data:`MAX_CAUSES` steady-state causes. Nothing here reads files
-or draws: :mod:`recompprof._eventlog.tail` reads, :mod:`recompprof._analysis.watch_text` renders, the CLI draws.
+or draws: :mod:`recompprof._eventlog.tail` reads, :mod:`recompprof._analysis.render.watch` renders, the CLI draws.
 """
 
 from __future__ import annotations

@@ -338,7 +338,7 @@ class Session:
     def report(self) -> Report:
         """The report of this session, streamed from its event log (or its recent events if it has none)."""
         from recompprof._analysis.fold import build_report
-        from recompprof._analysis.text import render_text
+        from recompprof._analysis.render.text import render_text
         from recompprof._eventlog.reader import read_file
 
         events: Iterable[Event]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
-    from recompprof._analysis.check import Violation
+    from recompprof._analysis.check import CheckResult
     from recompprof._analysis.runs import Run
 
 EXIT_OK = 0
@@ -121,59 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         "that many training steps had completed.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument(
-        "--max-recompiles", type=int, metavar="N", help="most recompiles any one frame may have"
-    )
-    p.add_argument(
-        "--max-total-recompiles", type=int, metavar="N", help="most recompiles over all frames"
-    )
-    p.add_argument(
-        "--after-step", type=int, metavar="S", help="only count events at training step >= S"
-    )
-    p.add_argument(
-        "--max-compile-seconds", type=float, metavar="T", help="most seconds spent compiling"
-    )
-    p.add_argument(
-        "--max-recompile-seconds",
-        type=float,
-        metavar="T",
-        help="most compile seconds lost to recompiles (their backward compiles included)",
-    )
-    p.add_argument(
-        "--forbid",
-        action="append",
-        default=[],
-        metavar="CATEGORY",
-        help="fail when a recompile is caused by this reason category (repeatable)",
-    )
-    p.add_argument("--max-limit-hits", type=int, metavar="N", help="most recompile-limit hits")
-    p.add_argument("--max-graph-breaks", type=int, metavar="N", help="most graph breaks")
-    p.add_argument("--max-failures", type=int, metavar="N", help="most compile failures")
-    p.add_argument(
-        "--fail-on-running-compile",
-        action="store_true",
-        help="fail when a rank's run ended with a compile still running (a stall, or a job stopped mid-compile)",
-    )
-    p.add_argument(
-        "--allow-skipped",
-        action="store_true",
-        help="accept a run some of whose lines could not be read",
-    )
-    p.add_argument(
-        "--accept-dark-signals",
-        action="store_true",
-        help="accept a run in which a capture signal was off or went dark (its counts are incomplete)",
-    )
-    p.add_argument(
-        "--accept-incomplete-runs",
-        action="store_true",
-        help="accept a run in which a rank ended without session_end (killed, crashed or still running)",
-    )
-    p.add_argument(
-        "--accept-log-gaps",
-        action="store_true",
-        help="accept a run whose session_end counts events its log lacks (a full disk, a deleted log)",
-    )
+    _add_check_options(p)
 
     p = sub.add_parser(
         "diff",
@@ -236,6 +184,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_check_options(parser: argparse.ArgumentParser) -> None:
+    """``check``'s options, from its one table of rules (and of the counts a run may be accepted without)."""
+    from recompprof._analysis.check import OPTIONS, UNTRUSTED
+
+    for option in OPTIONS:
+        if option.value == "switch":
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+        elif option.value == "categories":
+            parser.add_argument(
+                option.flag, action="append", default=[], metavar=option.metavar, help=option.help
+            )
+        else:
+            number = int if option.value == "int" else float
+            parser.add_argument(option.flag, type=number, metavar=option.metavar, help=option.help)
+    parser.add_argument(
+        "--allow-skipped",
+        action="store_true",
+        help="accept a run some of whose lines could not be read",
+    )
+    for untrusted in UNTRUSTED:
+        parser.add_argument(untrusted.flag, action="store_true", help=untrusted.help)
+
+
 def _version() -> str:
     from recompprof._version import __version__
 
@@ -248,17 +219,15 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _err(message: str) -> None:
-    """One line on stderr; names from the input in it are shown escaped (see recompprof._analysis.plaintext)."""
-    from recompprof._analysis.plaintext import (
-        escape,
-    )  # imports rich: only when there is something to say
+    """One line on stderr; names from the input in it are shown escaped (see recompprof._model.texts)."""
+    from recompprof._model.texts import escape
 
     print(escape(f"recompprof: {message}"), file=sys.stderr)
 
 
 def _say(line: str) -> None:
     """One line on stdout, escaped like :func:`_err`."""
-    from recompprof._analysis.plaintext import escape
+    from recompprof._model.texts import escape
 
     print(escape(line))
 
@@ -324,7 +293,7 @@ def _finish(run: Run, *, strict: bool) -> None:
 def _report(args: argparse.Namespace) -> int:
     from recompprof._analysis.fold import build_report
     from recompprof._analysis.merging import build_run_report
-    from recompprof._analysis.text import render_text
+    from recompprof._analysis.render.text import render_text
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
@@ -348,7 +317,7 @@ def _report(args: argparse.Namespace) -> int:
         )
     print(render_text(report, width=_width(args.width)), end="")
     if args.html:
-        from recompprof._analysis.html_report import render_html
+        from recompprof._analysis.render.html import render_html
 
         text = render_html(
             report,
@@ -363,89 +332,51 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# The violations that say a rank's counts are incomplete, and the option that accepts each.
-_INCOMPLETE_COUNTS = {
-    "signal_dark": "--accept-dark-signals",
-    "incomplete": "--accept-incomplete-runs",
-    "log_gap": "--accept-log-gaps",
-}
+def _refuse_untrusted(result: CheckResult, args: argparse.Namespace) -> None:
+    """Say the counts the run cannot vouch for on stderr: errors unless accepted, then raise; accepted, warnings."""
+    from recompprof._analysis.check import UNTRUSTED, CheckInputError
 
-
-def _warn(violations: list[Violation], refused: dict[str, str]) -> list[Violation]:
-    """Say what is not a rule's verdict on stderr (counts the run cannot vouch for: errors unless accepted; a
-    compile the run ended with, without its rule: a warning); raise if any is refused; the rules' violations."""
-    from recompprof._analysis.check import RUNNING_COMPILE_NOTE, CheckInputError
-
-    for violation in violations:
-        if violation.rule in _INCOMPLETE_COUNTS:
-            _err(("error: " if violation.rule in refused else "warning: ") + str(violation))
-    options = list(dict.fromkeys(refused[v.rule] for v in violations if v.rule in refused))
+    refused = {u.name: u.flag for u in UNTRUSTED if not getattr(args, u.flag[2:].replace("-", "_"))}
+    for finding in result.untrusted:
+        _err(("error: " if finding.rule in refused else "warning: ") + str(finding))
+    options = list(dict.fromkeys(refused[f.rule] for f in result.untrusted if f.rule in refused))
     if options:
         raise CheckInputError(
             f"this run's counts are incomplete; pass {' and '.join(options)} to check it anyway"
         )
-    for violation in violations:
-        if violation.rule == RUNNING_COMPILE_NOTE:
-            _err(f"warning: {violation} (pass --fail-on-running-compile to fail on it)")
-    return [
-        v for v in violations if v.rule not in _INCOMPLETE_COUNTS and v.rule != RUNNING_COMPILE_NOTE
-    ]
 
 
 def _check(args: argparse.Namespace) -> int:
-    from recompprof._analysis.check import CheckInputError, Rules, check
+    from recompprof._analysis.check import OPTIONS, CheckInputError, Rules, check
 
+    values = {option.name: getattr(args, option.name) for option in OPTIONS}
     try:
-        rules = Rules(
-            max_recompiles=args.max_recompiles,
-            max_total_recompiles=args.max_total_recompiles,
-            after_step=args.after_step,
-            max_compile_seconds=args.max_compile_seconds,
-            max_recompile_seconds=args.max_recompile_seconds,
-            forbid=tuple(args.forbid),
-            max_limit_hits=args.max_limit_hits,
-            max_graph_breaks=args.max_graph_breaks,
-            max_failures=args.max_failures,
-            fail_on_running_compile=args.fail_on_running_compile,
-        )
+        rules = Rules(**{**values, "forbid": tuple(args.forbid)})
     except CheckInputError as exc:
         raise CheckInputError(f"--forbid: {exc}") from exc
     if rules.empty:
         raise CommandError(
-            "no rule given; pass at least one of --max-recompiles, --max-total-recompiles, "
-            "--max-compile-seconds, --max-recompile-seconds, --forbid, --max-limit-hits, "
-            "--max-graph-breaks, --max-failures, --fail-on-running-compile"
+            "no rule given; pass at least one of "
+            + ", ".join(option.flag for option in OPTIONS if option.find is not None)
         )
     negative = [
-        name
-        for name in (
-            "max_recompiles",
-            "max_total_recompiles",
-            "after_step",
-            "max_compile_seconds",
-            "max_recompile_seconds",
-            "max_limit_hits",
-            "max_graph_breaks",
-            "max_failures",
-        )
-        if (getattr(args, name) or 0) < 0
+        option.flag
+        for option in OPTIONS
+        if option.value in ("int", "float") and (values[option.name] or 0) < 0
     ]
     if negative:
-        raise CommandError(f"--{negative[0].replace('_', '-')} must not be negative")
+        raise CommandError(f"{negative[0]} must not be negative")
     [run] = _open(args.run_dir)
-    violations = check(run.events, rules)
+    result = check(run.events, rules)
     _finish(run, strict=not args.allow_skipped)
     # Counts that cannot be trusted whole: refused unless accepted (then still said, as warnings).
-    refused = {
-        rule: option
-        for rule, option in _INCOMPLETE_COUNTS.items()
-        if not getattr(args, option[2:].replace("-", "_"))
-    }
-    violations = _warn(violations, refused)
-    for violation in violations:
+    _refuse_untrusted(result, args)
+    for note in result.notes:
+        _err(f"warning: {note} (pass --fail-on-running-compile to fail on it)")
+    for violation in result.violations:
         _say(f"FAIL {violation.rule}: {violation}")
-    if violations:
-        _say(f"recompprof check: {len(violations)} violation(s) in {args.run_dir}")
+    if result.violations:
+        _say(f"recompprof check: {len(result.violations)} violation(s) in {args.run_dir}")
         return EXIT_VIOLATIONS
     _say(f"recompprof check: ok ({args.run_dir})")
     return EXIT_OK
@@ -468,7 +399,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from recompprof._analysis.text import counts_line
+    from recompprof._analysis.render.wording import counts_line
     from recompprof._analysis.trace.ingest import ingest
 
     out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"

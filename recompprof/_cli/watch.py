@@ -107,7 +107,7 @@ class _Follower:
     def view(
         self, now: float, width: int, *, height: int | None = None, interval: float | None = None
     ) -> str:
-        from recompprof._analysis.watch_text import render
+        from recompprof._analysis.render.watch import render
 
         return render(
             self.watch,
@@ -120,7 +120,7 @@ class _Follower:
         )
 
     def signature(self, now: float) -> tuple[object, ...]:
-        from recompprof._analysis.watch_text import signature
+        from recompprof._analysis.render.watch import signature
 
         return signature(self.watch, self.tail, now), self.waiting
 
@@ -165,8 +165,8 @@ def _live(follower: _Follower, args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.text import Text
 
-    from recompprof._analysis.plaintext import escape
-    from recompprof._analysis.watch_text import ended_line
+    from recompprof._analysis.render.watch import ended_line
+    from recompprof._model.texts import escape
 
     screen = Console(highlight=False, markup=False, emoji=False)
     reading = Text(
@@ -207,7 +207,7 @@ def _terminal_size(screen: Any) -> tuple[int, int]:
 
 
 def _piped(follower: _Follower, args: argparse.Namespace) -> int:
-    from recompprof._analysis.watch_text import any_compiling, ended_line
+    from recompprof._analysis.render.watch import any_compiling, ended_line
 
     width = args.width or PIPED_WIDTH
     last: tuple[object, ...] | None = None
@@ -229,8 +229,8 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
 
 
 def _once(follower: _Follower, args: argparse.Namespace) -> int:
-    from recompprof._analysis.plaintext import escape
     from recompprof._analysis.runs import RunError
+    from recompprof._model.texts import escape
 
     follower.refresh()
     follower.finish()

@@ -70,7 +70,7 @@ class IngestStats(RecordCounts):
     of unexpected shapes (``bad_records``, by kind in ``bad_record_kinds``)."""
 
     bad_records: int = 0
-    # The events read, folded by the report's rules (recompprof._analysis.text.counts_line states its counts).
+    # The events read, folded by the report's rules (recompprof._analysis.render.wording.counts_line states its counts).
     report: Report = dataclasses.field(default_factory=Report)
     bad_record_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page (inline CSS, SVG and a little JS; nothing fetched at view time).
 
-The charts are drawn as SVG (:mod:`recompprof._analysis.html_charts`), so the page reads the same with
+The charts are drawn as SVG (:mod:`recompprof._analysis.render.html_charts`), so the page reads the same with
 scripts blocked (as some CI artifact viewers do); the script only adds table sorting and filtering. Everything shown comes from the
 :class:`~recompprof._analysis.report.Report`; this module only lays it out.
 """
@@ -10,20 +10,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from recompprof._analysis import html_charts
 from recompprof._analysis.fold import ranked_breaks
-from recompprof._analysis.html_charts import CATEGORY_COLORS, escape as _e
-from recompprof._analysis.report import FrameReport, Report
-from recompprof._analysis.text import (
+from recompprof._analysis.render import html_charts
+from recompprof._analysis.render.html_charts import CATEGORY_COLORS, escape as _e
+from recompprof._analysis.render.wording import (
     FIX_FIRST,
     automatic_dynamic_notes,
     cause_steps,
     completeness_warnings,
     describe_source,
     fix_text,
+    frame_steps,
     frames_in_order,
+    more_causes,
     share,
 )
+from recompprof._analysis.report import FrameReport, Report
 from recompprof._model.events import CACHE_RESULTS, CACHES
 from recompprof._version import __version__
 
@@ -57,15 +59,6 @@ def _reasons_list(frame: FrameReport, hints: dict[str, str]) -> str:
     return "".join(items)
 
 
-def _frame_steps(frame: FrameReport, steps_known: bool) -> str:
-    if not steps_known:
-        return ""
-    steps = ", ".join(str(s) for s in frame.recompile_steps[:12])
-    return steps + (
-        f" (+{frame.recompile_steps_total - 12})" if frame.recompile_steps_total > 12 else ""
-    )
-
-
 def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_known: bool) -> str:
     limit = ", ".join(f"{k} ×{v}" for k, v in f.limit_hits.items()) or "0"
     return (
@@ -73,7 +66,7 @@ def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_
         f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
         + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
         + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
-        f'<td>{_e(_frame_steps(f, steps_known)) or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" '
+        f'<td>{_e(frame_steps(f) if steps_known else "") or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" '
         f'data-sort="{sum(f.limit_hits.values())}">'
         f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
         f'<td class="n">{f.compile_seconds:.3f}</td><td><ul class="reasons">{_reasons_list(f, hints) or "-"}</ul></td></tr>'
@@ -136,12 +129,7 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
             f"<td>{'<details><summary>example</summary>' + example + '</details>' if example else '-'}</td></tr>"
         )
     head = ("#", "Cause", "Recompiles", "Seconds lost", "Share", "Steps", "Fix hint", "Example")
-    more = len(ranked) - FIX_FIRST
-    foot = (
-        f'<p class="note">{more} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s.</p>'
-        if more > 0
-        else ""
-    )
+    foot = f'<p class="note">{_e(more_causes(ranked))}.</p>' if len(ranked) > FIX_FIRST else ""
     return (
         f'<p id="lost-summary">Recompiles cost <b>{report.recompile_seconds:.2f} s</b> of {total:.2f} s compile '
         f"time ({_e(share(report.recompile_seconds, total))}), {len(ranked)} cause(s).</p>"

@@ -14,7 +14,8 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from recompprof._analysis.plaintext import Wrapped, console
+from recompprof._analysis.render.plaintext import Wrapped, console
+from recompprof._analysis.render.wording import cause_label, first_of
 from recompprof._analysis.watching import RankState, Watch
 from recompprof._eventlog.tail import RunTail
 from recompprof._model.events import HEARTBEAT_SECONDS
@@ -181,12 +182,12 @@ def _print_causes(out: Any, watch: Watch, room: int, width: int) -> None:
     for cause in causes:
         ranks = sorted(cause.ranks)
         where = (
-            f"rank {ranks[0]}"
-            if len(ranks) == 1
-            else f"ranks {', '.join(map(str, ranks[:8]))}" + (" ..." if len(ranks) > 8 else "")
+            f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {first_of(ranks, 8, more=' ...')}"
         )
         what = (
-            f"{cause.frame} · {cause.category} · {cause.subject}" if cause.subject else cause.frame
+            cause_label(cause.category, cause.subject, cause.frame)
+            if cause.subject
+            else cause.frame
         )
         line = f"{cause.recompiles:>5}  {what} ({where})" + (
             f": {cause.example}" if cause.example else ""

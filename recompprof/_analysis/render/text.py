@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import textwrap
-import time
 from collections.abc import Callable
 
 from rich.console import Console
 
-from recompprof._analysis import divergence, plaintext
+from recompprof._analysis import divergence
 from recompprof._analysis.fold import ranked_breaks
-from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
+from recompprof._analysis.render import plaintext
+from recompprof._analysis.render.wording import (
+    FIX_FIRST,
+    automatic_dynamic_notes,
+    cause_label,
+    cause_steps,
+    completeness_warnings,
+    counts_line,
+    describe_source,
+    fix_text,
+    frame_steps,
+    frames_in_order,
+    more_causes,
+    share,
+)
+from recompprof._analysis.report import MAX_FRAMES, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
-from recompprof._model.status import describe_at_end
+from recompprof._model.texts import escape
 
-FIX_FIRST = 10  # causes shown in the "fix these first" list
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
 WHY_ROWS_PER_FRAME = (
     5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
@@ -27,16 +40,6 @@ def _hints() -> dict[str, str]:
     from recompprof._model.reasons import FIX_HINTS
 
     return FIX_HINTS
-
-
-def cause_steps(cause: CauseReport, shown: int = 8) -> str:
-    listed = ", ".join(str(s) for s in cause.steps[:shown])
-    more = cause.steps_total - min(shown, len(cause.steps))
-    return (listed + (f" (+{more})" if more > 0 else "")) if cause.steps else "-"
-
-
-def share(seconds: float, total: float) -> str:
-    return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
 
 
 def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
@@ -64,7 +67,7 @@ def _print_fix_first(
     console.print("Fix these first: compile time lost per cause")
     for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
         console.print(
-            f"{rank:>2}. {cause.frame} · {cause.category} · {cause.subject or '-'}: "
+            f"{rank:>2}. {cause_label(cause.category, cause.subject, cause.frame)}: "
             f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
             + (f", steps {cause_steps(cause)}" if steps else "")
         )
@@ -76,7 +79,7 @@ def _print_fix_first(
             # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console
             # shows a newline inside a text escaped), escaped first (textwrap would turn a newline into a space).
             for part in textwrap.wrap(
-                plaintext.escape(line),
+                escape(line),
                 max(console.width, 40),
                 initial_indent="    ",
                 subsequent_indent="    ",
@@ -85,37 +88,7 @@ def _print_fix_first(
             ):
                 console.print(part, soft_wrap=True)
     if len(ranked) > FIX_FIRST:
-        rest = sum(c.seconds for c in ranked[FIX_FIRST:])
-        console.print(f"  ... {len(ranked) - FIX_FIRST} more cause(s), {rest:.3f} s")
-
-
-def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = None) -> str:
-    """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
-    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
-    traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
-    if cause.tier != 2 or not cause.made_dynamic:
-        return hints.get(cause.category, "")
-    frame = report.frames.get(cause.frame_key) if report is not None else None
-    guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
-    if guard is not None:
-        guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
-        return (
-            f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
-            f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
-            "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
-            f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}."
-        )
-    return (
-        f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
-        f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}."
-    )
-
-
-def warmup_avoidance(made_dynamic: str) -> str:
-    """How to start with a dim or scalar dynamic, so torch's automatic dynamic has nothing to warm up."""
-    if made_dynamic.startswith("value of "):
-        return "pass it as a 0-dim tensor (e.g. lr=torch.tensor(0.01)) or compile with dynamic=True"
-    return "mark the dim dynamic before the first call (torch._dynamo.mark_dynamic(tensor, dim))"
+        console.print(f"  ... {more_causes(ranked)}")
 
 
 def _print_breaks(console: Console, report: Report) -> None:
@@ -182,114 +155,6 @@ def _print_caches(console: Console, report: Report) -> None:
     )
 
 
-def _steps(frame: FrameReport) -> str:
-    shown = ", ".join(str(s) for s in frame.recompile_steps[:12])
-    more = frame.recompile_steps_total - min(12, len(frame.recompile_steps))
-    return shown + (f" (+{more})" if more > 0 else "")
-
-
-def describe_source(report: Report) -> str:
-    """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
-    if report.from_torch_trace and not report.modes:
-        steps = (
-            f"recompile steps up to {report.last_step}"
-            if report.steps_from_trace
-            else "steps unknown"
-        )
-        return f"from TORCH_TRACE (no mode) | {steps}"
-    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
-
-
-def steps_seen(report: Report) -> str:
-    """The training steps of the run, or the last one seen when a rank's session ended without saying."""
-    return f">= {report.last_step} (last seen)" if report.incomplete else str(report.last_step)
-
-
-def _when(seconds: float) -> str:
-    """An event's time as a UTC date; a time no date can show (a corrupt log's) as the number the log holds
-    (``time 1e+300``): the reader sees what the log says, and nothing is an error of recompprof's."""
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
-    except (OverflowError, OSError, ValueError):  # no date: a time far outside any run
-        return f"time {seconds:g}"
-
-
-def completeness_warnings(report: Report) -> list[tuple[str, str]]:
-    """What the log cannot vouch for, one line per rank and verdict: ``("incomplete", line)`` for
-    sessions without session_end, ``("log_gap", line)`` for gaps."""
-    lines = []
-    for rank, ended in report.incomplete.items():
-        step = "unknown" if ended.step is None else ended.step
-        more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
-        compiling = (
-            ""
-            if ended.compiling is None
-            else "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
-        )
-        lines.append(
-            (
-                "incomplete",
-                f"rank {rank} ended without session_end: killed, crashed or still running "
-                f"(last event at {_when(ended.time)}, step {step}{more}){compiling}",
-            )
-        )
-    for rank, gap in report.log_gaps.items():
-        more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
-        lines.append(
-            (
-                "log_gap",
-                f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
-                "the figures miss what the log lacks",
-            )
-        )
-    return lines
-
-
-def automatic_dynamic_notes(report: Report) -> list[str]:
-    """The one-time recompiles of automatic dynamic, explained; and each dim or scalar torch made dynamic
-    that recompiled again (the traced code specialised it), with the guard that did, never "will not recur"."""
-    made = [(f, dim) for f in report.frames.values() for dim in dict.fromkeys(f.automatic_dynamic)]
-    if not made:
-        return []
-    settled = [(f.label, dim) for f, dim in made if dim not in f.changed_again]
-    again = [(f.label, dim, f.changed_again[dim]) for f, dim in made if dim in f.changed_again]
-    notes = [
-        f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
-        "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
-        "not counted as steady state (docs/steady-state.md)."
-    ]
-    if settled:
-        shown = "; ".join(f"{label}: {dim}" for label, dim in settled[:5])
-        notes[0] += (
-            f" This will not recur for {shown}"
-            + (f"; +{len(settled) - 5} more" if len(settled) > 5 else "")
-            + "."
-        )
-    for label, dim, guard in again[:5]:
-        notes.append(
-            f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
-            f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
-            "warmup_steps."
-        )
-    if len(again) > 5:
-        notes.append(
-            f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again."
-        )
-    return notes
-
-
-def counts_line(report: Report) -> str:
-    """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
-    counts, in the words every command uses for them."""
-    backward = sum(f.backward_compiles for f in report.frames.values())
-    return (
-        f"compiles {report.compiles}"
-        + (f" (+{backward} bwd)" if backward else "")
-        + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
-        f" | failures {report.failures}"
-    )
-
-
 def render_summary(report: Report, width: int = 100) -> str:
     """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
     console, out = plaintext.console(width)
@@ -305,7 +170,7 @@ def render_summary(report: Report, width: int = 100) -> str:
     if ranked:
         top = ranked[0]
         console.print(
-            f"top cause: {top.frame} · {top.category} · {top.subject or '-'}: {top.recompiles} recompile(s), "
+            f"top cause: {cause_label(top.category, top.subject, top.frame)}: {top.recompiles} recompile(s), "
             f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else "")
         )
     return out.getvalue()
@@ -330,13 +195,6 @@ def render_text(report: Report, width: int = 160) -> str:
     _print_limits(console, report, frames)
     _print_internal_errors(console, report)
     return out.getvalue()
-
-
-def frames_in_order(report: Report) -> list[FrameReport]:
-    """The frames as both reports list them: most recompiles first, then most compile time."""
-    return sorted(
-        report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label)
-    )
 
 
 def _run_line(report: Report) -> str:
@@ -394,7 +252,7 @@ def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
         str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
         str(f.recompiles),
         str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
-        (_steps(f) or "-") if steps_known else "-",
+        (frame_steps(f) or "-") if steps_known else "-",
         ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0",
         str(f.graph_breaks),
         str(sum(f.failures.values())),

@@ -1,0 +1,200 @@
+"""The sentences more than one view says: the terminal and HTML reports, ``check``, ``ingest`` and ``watch``
+word a cause, a cut list, the run's counts and what its log cannot vouch for from here, so they say it alike.
+
+Only words: no layout (tables, markup) and no figures (the report model counts; this module phrases).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from recompprof._model.status import describe_at_end
+
+if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
+    from recompprof._analysis.report import CauseReport, FrameReport, Report
+
+FIX_FIRST = 10  # causes shown in the "fix these first" list
+CAUSE_STEPS = 8  # steps listed for a cause (the rest counted)
+FRAME_STEPS = 12  # recompile steps listed for a frame (the rest counted)
+
+
+def first_of(
+    items: Sequence[object],
+    shown: int,
+    *,
+    total: int | None = None,
+    sep: str = ", ",
+    more: str = " (+{})",
+) -> str:
+    """The first ``shown`` of ``items`` joined by ``sep``, then ``more`` (``{}``: how many were left out of
+    ``total``, by default ``len(items)``) when any were: ``1, 2, 3 (+4)``, ``0, 1 ...``, ``a; b; +2 more``."""
+    left = (len(items) if total is None else total) - min(shown, len(items))
+    listed = sep.join(str(item) for item in items[:shown])
+    return listed + more.format(left) if left > 0 else listed
+
+
+def cause_label(
+    category: str, subject: str, frame: str | None = None, *, terse: bool = False
+) -> str:
+    """A cause (or a reason group, without ``frame``): ``Model.forward · size · L['x']``, ``-`` for a missing
+    subject; ``terse`` (a line of ``check``): ``Model.forward size L['x']``, a subject that only repeats its
+    category (``grad_mode``) or is missing said not at all."""
+    if terse:
+        parts = [category] if not subject or subject in ("-", category) else [category, subject]
+    else:
+        parts = [category, subject or "-"]
+    return (" " if terse else " · ").join(parts if frame is None else [frame, *parts])
+
+
+def cause_steps(cause: CauseReport, shown: int = CAUSE_STEPS) -> str:
+    return first_of(cause.steps, shown, total=cause.steps_total) if cause.steps else "-"
+
+
+def frame_steps(frame: FrameReport) -> str:
+    """The steps a frame recompiled at, the first few and how many more (empty: none)."""
+    return first_of(frame.recompile_steps, FRAME_STEPS, total=frame.recompile_steps_total)
+
+
+def more_causes(ranked: Sequence[CauseReport]) -> str:
+    """``3 more cause(s), 0.120 s``: the causes past the "fix these first" list, and the time they cost."""
+    return f"{len(ranked) - FIX_FIRST} more cause(s), {sum(c.seconds for c in ranked[FIX_FIRST:]):.3f} s"
+
+
+def share(seconds: float, total: float) -> str:
+    return f"{100 * seconds / total:.1f} %" if total > 0 else "-"
+
+
+def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = None) -> str:
+    """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
+    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
+    traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
+    if cause.tier != 2 or not cause.made_dynamic:
+        return hints.get(cause.category, "")
+    frame = report.frames.get(cause.frame_key) if report is not None else None
+    guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
+    if guard is not None:
+        guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
+        return (
+            f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
+            f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
+            "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
+            f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}."
+        )
+    return (
+        f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
+        f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}."
+    )
+
+
+def warmup_avoidance(made_dynamic: str) -> str:
+    """How to start with a dim or scalar dynamic, so torch's automatic dynamic has nothing to warm up."""
+    if made_dynamic.startswith("value of "):
+        return "pass it as a 0-dim tensor (e.g. lr=torch.tensor(0.01)) or compile with dynamic=True"
+    return "mark the dim dynamic before the first call (torch._dynamo.mark_dynamic(tensor, dim))"
+
+
+def describe_source(report: Report) -> str:
+    """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
+    if report.from_torch_trace and not report.modes:
+        steps = (
+            f"recompile steps up to {report.last_step}"
+            if report.steps_from_trace
+            else "steps unknown"
+        )
+        return f"from TORCH_TRACE (no mode) | {steps}"
+    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
+
+
+def steps_seen(report: Report) -> str:
+    """The training steps of the run, or the last one seen when a rank's session ended without saying."""
+    return f">= {report.last_step} (last seen)" if report.incomplete else str(report.last_step)
+
+
+def _when(seconds: float) -> str:
+    """An event's time as a UTC date; a time no date can show (a corrupt log's) as the number the log holds
+    (``time 1e+300``): the reader sees what the log says, and nothing is an error of recompprof's."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):  # no date: a time far outside any run
+        return f"time {seconds:g}"
+
+
+def completeness_warnings(report: Report) -> list[tuple[str, str]]:
+    """What the log cannot vouch for, one line per rank and verdict: ``("incomplete", line)`` for
+    sessions without session_end, ``("log_gap", line)`` for gaps."""
+    lines = []
+    for rank, ended in report.incomplete.items():
+        step = "unknown" if ended.step is None else ended.step
+        more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
+        compiling = (
+            ""
+            if ended.compiling is None
+            else "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
+        )
+        lines.append(
+            (
+                "incomplete",
+                f"rank {rank} ended without session_end: killed, crashed or still running "
+                f"(last event at {_when(ended.time)}, step {step}{more}){compiling}",
+            )
+        )
+    for rank, gap in report.log_gaps.items():
+        more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
+        lines.append(
+            (
+                "log_gap",
+                f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
+                "the figures miss what the log lacks",
+            )
+        )
+    return lines
+
+
+def automatic_dynamic_notes(report: Report) -> list[str]:
+    """The one-time recompiles of automatic dynamic, explained; and each dim or scalar torch made dynamic
+    that recompiled again (the traced code specialised it), with the guard that did, never "will not recur"."""
+    made = [(f, dim) for f in report.frames.values() for dim in dict.fromkeys(f.automatic_dynamic)]
+    if not made:
+        return []
+    settled = [f"{f.label}: {dim}" for f, dim in made if dim not in f.changed_again]
+    again = [(f.label, dim, f.changed_again[dim]) for f, dim in made if dim in f.changed_again]
+    notes = [
+        f"{report.automatic_dynamic_recompiles} recompile(s) were automatic dynamic warming up: after the first "
+        "change of a tensor dim or an int/float argument torch made it dynamic and recompiled once; these are "
+        "not counted as steady state (docs/steady-state.md)."
+    ]
+    if settled:
+        listed = first_of(settled, 5, sep="; ", more="; +{} more")
+        notes[0] += f" This will not recur for {listed}."
+    for label, dim, guard in again[:5]:
+        notes.append(
+            f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
+            f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
+            "warmup_steps."
+        )
+    if len(again) > 5:
+        notes.append(
+            f"{len(again) - 5} more dim(s) or scalar(s) made dynamic were specialised again."
+        )
+    return notes
+
+
+def counts_line(report: Report) -> str:
+    """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
+    counts, in the words every command uses for them."""
+    backward = sum(f.backward_compiles for f in report.frames.values())
+    return (
+        f"compiles {report.compiles}"
+        + (f" (+{backward} bwd)" if backward else "")
+        + f" | recompiles {report.recompiles} | limit hits {report.limit_hits} | graph breaks {report.graph_breaks}"
+        f" | failures {report.failures}"
+    )
+
+
+def frames_in_order(report: Report) -> list[FrameReport]:
+    """The frames as both reports list them: most recompiles first, then most compile time."""
+    return sorted(
+        report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label)
+    )

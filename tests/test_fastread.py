@@ -20,7 +20,7 @@ import pytest
 from generated_runs import (
     reason_pool,  # every recorded torch 2.13 guard-failure text, parsed by the real parser
 )
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from recorded_runs import RecordedRun, record
 
 from recompprof._analysis.check import Rules, check
@@ -337,6 +337,7 @@ RAW_EDITS = st.sampled_from(
     raw_edit=RAW_EDITS,
     pick=st.floats(0, 1),
 )
+@example(seed=0, edits=[("kind", "\udcff")], raw_edit="duplicate_key", pick=0.0)
 def test_mutated_lines_are_kept_skipped_and_counted_the_same(
     tmp_path: Path, seed: int, edits: list[tuple[str, Any]], raw_edit: str, pick: float
 ) -> None:
@@ -351,10 +352,11 @@ def test_mutated_lines_are_kept_skipped_and_counted_the_same(
     raw = json.dumps(data, allow_nan=True).encode()
     raw = {
         "none": raw,
+        # The kind written as JSON: a mutated kind may hold a quote or a lone surrogate.
         "duplicate_key": raw[:-1]
-        + b', "time": 5, "kind": "'
-        + str(data.get("kind")).encode()
-        + b'"}',
+        + b', "time": 5, "kind": '
+        + json.dumps(str(data.get("kind"))).encode()
+        + b"}",
         "bad_utf8": raw[:-1] + b', "x": "\xff"}',
         "bom": b"\xef\xbb\xbf" + raw,
         "truncate": raw[: len(raw) // 2],

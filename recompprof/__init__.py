@@ -37,10 +37,10 @@ from recompprof._version import __version__
 
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError
-    from recompprof._analysis.divergence import Divergence, find as find_divergence
     from recompprof._analysis.ingest import IngestError
-    from recompprof._analysis.report import Report
-    from recompprof._analysis.runs import RunError
+    from recompprof._analysis.report.divergence import Divergence, find as find_divergence
+    from recompprof._analysis.report.model import Report
+    from recompprof._analysis.report.runs import RunError
     from recompprof._capture.exporting import ExporterUnavailable
     from recompprof._capture.session import Session, attach, current, report
     from recompprof._capture.settings import ConfigError, Settings
@@ -61,12 +61,12 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ExporterUnavailable": ("recompprof._capture.exporting", "ExporterUnavailable"),
     "EventLogError": ("recompprof._eventlog.reader", "EventLogError"),
     "read_run": ("recompprof._eventlog.reader", "read_run"),
-    "RunError": ("recompprof._analysis.runs", "RunError"),
+    "RunError": ("recompprof._analysis.report.runs", "RunError"),
     "IngestError": ("recompprof._analysis.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
-    "Report": ("recompprof._analysis.report", "Report"),
-    "find_divergence": ("recompprof._analysis.divergence", "find"),
-    "Divergence": ("recompprof._analysis.divergence", "Divergence"),
+    "Report": ("recompprof._analysis.report.model", "Report"),
+    "find_divergence": ("recompprof._analysis.report.divergence", "find"),
+    "Divergence": ("recompprof._analysis.report.divergence", "Divergence"),
     "FIX_HINTS": ("recompprof._model.reasons", "FIX_HINTS"),
     "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
     "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),
@@ -75,7 +75,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 
 def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
     """Fold events (any order of ranks, one pass) into a :class:`Report`; ``str(report)`` draws the terminal report."""
-    from recompprof._analysis.fold import build_report as fold
+    from recompprof._analysis.report.fold import build_report as fold
     from recompprof._analysis.text import render_text
 
     report = fold(events, detail=detail)

@@ -15,7 +15,7 @@ import torch
 
 import recompprof
 from recompprof import _internal
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._cli.main import main as cli_main
 from recompprof._eventlog.reader import read_file, read_run

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import recompprof
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._capture.session import Session
 from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.ingest import read_trace
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile

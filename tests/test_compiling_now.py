@@ -23,7 +23,7 @@ from slow_jobs import stop_during_recompile
 from test_merging import assert_same, figures
 
 import recompprof
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, CompileStart, Running, SessionEnd

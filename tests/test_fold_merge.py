@@ -20,9 +20,9 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 from test_merging import FRAMES, POOL, assert_same, figures, random_events
 
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import merge
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import merge
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.text import render_text
 from recompprof._model.events import (
     Compile,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from recorded_runs import TESTS, clean_env
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.html_report import render_html
-from recompprof._analysis.report import MAX_BREAK_GROUPS
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import MAX_BREAK_GROUPS
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Frame, GraphBreak

@@ -24,9 +24,9 @@ import pytest
 
 from recompprof._analysis import text as text_module
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report, merge
-from recompprof._analysis.runs import load
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report, merge
+from recompprof._analysis.report.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 

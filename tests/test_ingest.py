@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.ingest import IngestError, read_trace, trace_files
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, RecompileLimitHit
 from recompprof._torch.versions import torch_info

@@ -1,5 +1,5 @@
 """``report`` folding a large run file by file in worker processes and merging the parts
-(``recompprof._analysis.merging``) gives the report one fold over the run gives.
+(``recompprof._analysis.report.merging``) gives the report one fold over the run gives.
 
 Inputs: random event sequences of every kind (real event models, reasons from the real parser over
 the texts recorded from torch 2.13) cut into consecutive parts at random; a generated multi-rank run
@@ -20,17 +20,17 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recompprof._analysis import (
+from recompprof._analysis.report import (
     bounded,
     divergence,
     figures as figures_module,
-    frame_figures,
+    frames as frame_figures,
     workers,
 )
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report, merge
-from recompprof._analysis.report import Report
-from recompprof._analysis.runs import load
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report, merge
+from recompprof._analysis.report.model import Report
+from recompprof._analysis.report.runs import load
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (

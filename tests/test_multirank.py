@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import REPO, WORKLOADS, alertmanager, free_port, http_get, prometheus
 from test_alerting_e2e import FAST, Webhook
 
-from recompprof._analysis import divergence
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report import divergence
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.counting import counts_as_compile

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from recompprof._analysis import check as check_module, workers as workers_module
+from recompprof._analysis import check as check_module
 from recompprof._analysis.check import CheckInputError, Rules, check
 from recompprof._analysis.diff import compare, render
-from recompprof._analysis.runs import load
+from recompprof._analysis.report import workers as workers_module
+from recompprof._analysis.report.runs import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from bench_scale import generate
@@ -116,8 +117,8 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     """``diff`` folds its runs with ``detail=False``: every figure it compares (counts, compile seconds,
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
-    from recompprof._analysis.fold import build_report
     from recompprof._analysis.html_report import render_html
+    from recompprof._analysis.report.fold import build_report
     from recompprof._analysis.text import render_text
 
     full, lean = (

@@ -591,7 +591,7 @@ def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
     """attach(mode="profile", recompile_limit=None), the unlimited variant: the log's session_start (limit None,
     which the JSON line leaves out) reads back, so the report knows the run and its mode."""
     import recompprof
-    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.report.fold import build_report
     from recompprof._eventlog.reader import read_file, read_run
     from recompprof._model.events import SessionStart
 

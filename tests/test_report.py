@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import recompprof
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.html_report import render_html
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._model.events import Compile, Frame, Reason
 
@@ -442,10 +442,10 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
     draws with the renderer its caller gave), and divergence, whose per-rank state the model holds,
     imports no report."""
     renderers = {"recompprof._analysis.text", "recompprof._analysis.html_report"}
-    for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
-        assert not _imports(f"recompprof._analysis.{module}") & renderers, module
+    for module in ("model", "figures", "frames", "sessions", "bounded", "fold"):
+        assert not _imports(f"recompprof._analysis.report.{module}") & renderers, module
     assert not {
         m
-        for m in _imports("recompprof._analysis.divergence")
-        if m.startswith("recompprof._analysis.report")
+        for m in _imports("recompprof._analysis.report.divergence")
+        if m.startswith("recompprof._analysis.report.model")
     }

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.plaintext import units
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_run
 

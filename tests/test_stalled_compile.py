@@ -19,9 +19,9 @@ from slow_jobs import stop_during_recompile
 from test_merging import assert_same, figures
 
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report
-from recompprof._analysis.runs import load
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report
+from recompprof._analysis.report.runs import load
 from recompprof._model.events import HEARTBEAT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import torch
 from recorded_runs import TESTS, clean_env, cli, record
 
 import recompprof
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile

@@ -14,10 +14,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
-from recompprof._analysis import workers as parallel
-from recompprof._analysis.completeness import SessionFold
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.report import workers as parallel
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import FrameReport, Report
+from recompprof._analysis.report.sessions import SessionFold
 from recompprof._analysis.text import completeness_warnings
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
@@ -74,7 +74,7 @@ class Violation:
 
 @runtime_checkable
 class RankedEvents(Protocol):
-    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.runs.EventStream`)."""
+    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.report.runs.EventStream`)."""
 
     def ranks(self) -> list[int] | None:
         """The ranks the events belong to, or None where that is not known before reading them."""
@@ -88,7 +88,7 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
 
     ``events`` that can stream one rank at a time (:class:`RankedEvents`) are folded rank by rank without
     holding any, in up to ``workers`` processes (default: one per CPU for a large run, see
-    :mod:`recompprof._analysis.workers`); anything else is grouped by rank in memory.
+    :mod:`recompprof._analysis.report.workers`); anything else is grouped by rank in memory.
     The ranks are independent, so the violations, in rank order, are the same either way.
     """
     per_rank: dict[int, Iterable[Event]]
@@ -117,7 +117,7 @@ def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
 def _check_in_workers(
     stream: RankedEvents, ranks: list[int], rules: Rules, workers: int
 ) -> list[Violation]:
-    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), violations in rank order."""
+    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.report.workers`), violations in rank order."""
     found = parallel.map_forked(
         lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
         [stream],

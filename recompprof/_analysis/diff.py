@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from rich.table import Table
 
 from recompprof._analysis import plaintext
-from recompprof._analysis.merging import build_run_reports
-from recompprof._analysis.report import CauseReport, FrameReport, Report
+from recompprof._analysis.report.merging import build_run_reports
+from recompprof._analysis.report.model import CauseReport, FrameReport, Report
 from recompprof._model.events import Event
 
 # Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).
@@ -125,7 +125,7 @@ def compare(
     """What changed from run ``before`` to run ``after``.
 
     Large event-log runs are folded file by file in forked worker processes (``workers``, default one
-    per CPU; see :mod:`recompprof._analysis.merging`), with only the figures a diff compares; the result is the
+    per CPU; see :mod:`recompprof._analysis.report.merging`), with only the figures a diff compares; the result is the
     same either way.
     """
     a, b = build_run_reports([before, after], detail=False, workers=workers)

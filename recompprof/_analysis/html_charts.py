@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from collections import Counter
 
-from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.report.model import FrameReport, Report
 from recompprof._model.events import CATEGORIES, PHASES
 
 MAX_FRAMES_CHARTED = 12

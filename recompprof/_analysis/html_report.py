@@ -2,7 +2,7 @@
 
 The charts are drawn as SVG (:mod:`recompprof._analysis.html_charts`), so the page reads the same with
 scripts blocked (as some CI artifact viewers do); the script only adds table sorting and filtering. Everything shown comes from the
-:class:`~recompprof._analysis.report.Report`; this module only lays it out.
+:class:`~recompprof._analysis.report.model.Report`; this module only lays it out.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterable
 
 from recompprof._analysis import html_charts
-from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.html_charts import CATEGORY_COLORS, escape as _e
-from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.report.fold import ranked_breaks
+from recompprof._analysis.report.model import FrameReport, Report
 from recompprof._analysis.text import (
     FIX_FIRST,
     automatic_dynamic_notes,

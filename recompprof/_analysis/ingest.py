@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from recompprof._analysis import trace_frames
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace_records import (
     TRACE_PREFIX,
     RecordCounts,

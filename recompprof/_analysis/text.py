@@ -1,4 +1,4 @@
-"""The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.Report` as tables."""
+"""The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.model.Report` as tables."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from recompprof._analysis import divergence, plaintext
-from recompprof._analysis.fold import ranked_breaks
-from recompprof._analysis.report import MAX_FRAMES, CauseReport, FrameReport, Report
+from recompprof._analysis import plaintext
+from recompprof._analysis.report import divergence
+from recompprof._analysis.report.fold import ranked_breaks
+from recompprof._analysis.report.model import MAX_FRAMES, CauseReport, FrameReport, Report
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
 from recompprof._model.status import describe_at_end

@@ -36,7 +36,7 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
 if TYPE_CHECKING:
-    from recompprof._analysis.report import Report
+    from recompprof._analysis.report.model import Report
     from recompprof._capture.settings import Settings
     from recompprof._torch.profile import ProfileMode
 
@@ -337,7 +337,7 @@ class Session:
 
     def report(self) -> Report:
         """The report of this session, streamed from its event log (or its recent events if it has none)."""
-        from recompprof._analysis.fold import build_report
+        from recompprof._analysis.report.fold import build_report
         from recompprof._analysis.text import render_text
         from recompprof._eventlog.reader import read_file
 

@@ -1,4 +1,4 @@
-"""Folding events into a :class:`~recompprof._analysis.report.Report`.
+"""Folding events into a :class:`~recompprof._analysis.report.model.Report`.
 
 ``build_report`` folds a stream of events into a bounded report (streaming, so a million events need no
 more memory than a few hundred frames). Each event goes to the handler of its type (one table for the
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from recompprof._analysis.completeness import SessionFold
-from recompprof._analysis.figures import BreakGroup
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.figures import BreakGroup
+from recompprof._analysis.report.model import Report
+from recompprof._analysis.report.sessions import SessionFold
 from recompprof._eventlog.fastread import by_type
 from recompprof._model.counting import COSTS, verdict
 from recompprof._model.events import (
@@ -78,7 +78,7 @@ def _add_compile(report: Report, event: Compile) -> None:
     sessions = report.session_fold  # SessionFold.session_of, inline
     session = sessions.open.get(event.rank) or sessions.unstarted(event)
     session.last = event
-    session.verdicts[counted] += 1  # what it counts as (recompprof._analysis.completeness)
+    session.verdicts[counted] += 1  # what it counts as (recompprof._analysis.report.sessions)
     if session.compiling is not None:  # the compile it finishes is no longer running
         session.compiling.finished(event)
 

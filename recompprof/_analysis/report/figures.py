@@ -1,9 +1,9 @@
 """The report's run-wide figure families, each a fold state with its ``add`` and ``merge`` side by side.
 
-A family is a dataclass mixin of :class:`~recompprof._analysis.report.Report`: its fields are report
-figures, its ``add_*`` methods fold events into them (called by :func:`recompprof._analysis.fold.build_report`)
+A family is a dataclass mixin of :class:`~recompprof._analysis.report.model.Report`: its fields are report
+figures, its ``add_*`` methods fold events into them (called by :func:`recompprof._analysis.report.fold.build_report`)
 and its ``merge_*`` method adds the same figures of a part folded from later events (called by
-:func:`recompprof._analysis.merging.merge`), so one fold and a merge of parts are the same rules.
+:func:`recompprof._analysis.report.merging.merge`), so one fold and a merge of parts are the same rules.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from recompprof._analysis import bounded
-from recompprof._analysis.bounded import (
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import (
     CAPTURE_SIGNALS,
     MAX_BREAK_GROUPS,
     MAX_BREAK_HINTS,
@@ -22,7 +22,7 @@ from recompprof._analysis.bounded import (
     MAX_STEPS_LISTED,
     OTHER_BREAKS,
 )
-from recompprof._analysis.frame_figures import FrameReport
+from recompprof._analysis.report.frames import FrameReport
 from recompprof._model.causes import CauseTracker, explaining_reason
 from recompprof._model.events import (
     Compile,

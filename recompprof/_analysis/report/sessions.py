@@ -17,7 +17,7 @@ forward compile is a compile, and summing per session costs the fold on every ev
 only backward compiles (the one loss these counts miss) shows in the writer's own count. Events of a rank
 before any ``session_start`` of it (a log started again after it was deleted) form a session of their
 own, reconciled at its end; with no end they get no verdict, since nothing says a session began.
-The report's fold (``recompprof._analysis.fold.build_report``) counts each session as it reads (a list
+The report's fold (``recompprof._analysis.report.fold.build_report``) counts each session as it reads (a list
 increment per compile, no second pass); ``check --after-step`` counts the events it leaves out of the
 figures through :meth:`SessionFold.tally`.
 
@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from recompprof._analysis import bounded
+from recompprof._analysis.report import bounded
 from recompprof._eventlog.fastread import by_type
 from recompprof._eventlog.writer import (
     DROPPED as WRITER_DROPPED,

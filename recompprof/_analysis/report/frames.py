@@ -2,7 +2,7 @@
 
 :class:`FrameReport` is one frame's fold state and figures, with ``add_compile`` and ``merge`` side
 by side; :class:`FrameFigures` is the report's bounded map of them (one part of the
-:class:`~recompprof._analysis.report.Report`).
+:class:`~recompprof._analysis.report.model.Report`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from recompprof._analysis import bounded
-from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
-from recompprof._analysis.divergence import RankFigures
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
+from recompprof._analysis.report.divergence import RankFigures
 from recompprof._model.causes import explaining_reason
 from recompprof._model.compiles import changed_subject
 from recompprof._model.counting import (

@@ -3,7 +3,7 @@
 A rank that recompiles (or hits the recompile limit and falls back to eager) while its peers have
 already entered the next collective is the classic cause of NCCL timeouts and hangs; after the fact
 it shows as a frame whose per-rank behaviour differs. This module reads the per-rank fields of a
-:class:`~recompprof._analysis.report.Report` (so it costs one pass over the events, however many ranks),
+:class:`~recompprof._analysis.report.model.Report` (so it costs one pass over the events, however many ranks),
 finds the frames whose recompile count, limit hits or set of reason categories differ across ranks,
 names the odd ranks out and the step at which each first went its own way, and renders that as a
 per-rank matrix and a "diverging" table.
@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 from rich.console import Console
 from rich.table import Table
 
-from recompprof._analysis import bounded, plaintext
-from recompprof._analysis.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
+from recompprof._analysis import plaintext
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
 from recompprof._model.events import Compile
 
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
@@ -269,7 +270,7 @@ def cell(frame: RankedFrame, rank: int) -> RankCell:
 
 
 def find(report: RankedReport) -> list[Divergence]:
-    """Diverging frames of ``report`` (fold events with ``recompprof._analysis.fold.build_report`` first), most recompiles first."""
+    """Diverging frames of ``report`` (fold events with ``recompprof._analysis.report.fold.build_report`` first), most recompiles first."""
     ranks = all_ranks(report)
     if len(ranks) < 2:
         return []

@@ -2,7 +2,7 @@
 
 Recompiles are counted once per recompile, not once per failing cache entry as the old CompileProfiler
 did; the reason that *explains* each recompile is counted separately from the guard failures against
-older entries. :mod:`recompprof._analysis.fold` builds a :class:`Report` from events and
+older entries. :mod:`recompprof._analysis.report.fold` builds a :class:`Report` from events and
 :mod:`recompprof._analysis.text` draws it.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from recompprof._analysis.bounded import (
+from recompprof._analysis.report.bounded import (
     CAPTURE_SIGNALS,
     MAX_BREAK_GROUPS,
     MAX_BREAK_HINTS,
@@ -24,9 +24,8 @@ from recompprof._analysis.bounded import (
     MAX_STEPS_LISTED,
     OTHER_BREAKS,
 )
-from recompprof._analysis.completeness import Incomplete, LogGap, SessionFigures, SessionFold
-from recompprof._analysis.divergence import find as find_divergence
-from recompprof._analysis.figures import (
+from recompprof._analysis.report.divergence import find as find_divergence
+from recompprof._analysis.report.figures import (
     BreakFigures,
     BreakGroup,
     CauseFigures,
@@ -34,13 +33,14 @@ from recompprof._analysis.figures import (
     CompileFigures,
     RunFigures,
 )
-from recompprof._analysis.frame_figures import FrameFigures, FrameReport, ReasonGroup
+from recompprof._analysis.report.frames import FrameFigures, FrameReport, ReasonGroup
+from recompprof._analysis.report.sessions import Incomplete, LogGap, SessionFigures, SessionFold
 from recompprof._model.causes import CauseTracker
 
 
 @dataclasses.dataclass
 class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigures, SessionFigures):
-    """Everything the terminal and HTML reports show; built by :func:`recompprof._analysis.fold.build_report`.
+    """Everything the terminal and HTML reports show; built by :func:`recompprof._analysis.report.fold.build_report`.
 
     Its figures come in families (the bases), each a fold state with ``add`` and ``merge`` side by
     side; :meth:`merge` adds a part folded from later events, family by family.
@@ -108,7 +108,7 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
         return sum(sum(f.failures.values()) for f in self.frames.values())
 
     def diverging_frames(self) -> list[FrameReport]:
-        """Frames whose recompiles, limit hits or reason categories differ across ranks (see recompprof._analysis.divergence)."""
+        """Frames whose recompiles, limit hits or reason categories differ across ranks (see recompprof._analysis.report.divergence)."""
         return [self.frames[d.frame.key] for d in find_divergence(self)]
 
     def __str__(self) -> str:
@@ -116,7 +116,7 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
 
     def merge(self, part: Report) -> None:
         """Add ``part``, folded from the events right after those folded here, as one fold over both would
-        have; raises :class:`~recompprof._analysis.bounded.Unmergeable` where the parts cannot say."""
+        have; raises :class:`~recompprof._analysis.report.bounded.Unmergeable` where the parts cannot say."""
         earlier_ranks = {rank for frame in self.frames.values() for rank in frame.compiles_by_rank}
         self.merge_sessions(part, started=self.ranks, touched=part.ranks | part.sessions_unopened)
         self.merge_causes(part, earlier_ranks)

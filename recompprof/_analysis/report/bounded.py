@@ -2,7 +2,7 @@
 
 Every figure keyed by something the input chooses (frames, reason groups, causes, graph-break places,
 traced functions, guard sets) is bounded, so one pathological run cannot exhaust memory. The fold
-states of the report (:mod:`recompprof._analysis.report` and the modules it composes) keep the bounds
+states of the report (:mod:`recompprof._analysis.report.model` and the modules it composes) keep the bounds
 while they fold, and merge with :func:`new_keys` and :func:`extend` so that a merge of parts gives
 what one fold over them gives, or declines (:class:`Unmergeable`) where the parts cannot say.
 """

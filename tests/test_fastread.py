@@ -243,7 +243,7 @@ def test_fixture_log_reads_and_reports_the_same(tmp_path: Path) -> None:
         and slow.graph_breaks
         and slow.failures
         and slow.causes
-        and slow.signals_dark
+        and slow.run.signals_dark
     )
     slow_diff = compare(read_file(a), read_file(b))
     fast_diff = compare(scan_file(a), scan_file(b))

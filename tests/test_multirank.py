@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import REPO, WORKLOADS, alertmanager, free_port, http_get, prometheus
 from test_alerting_e2e import FAST, Webhook
 
+from recompprof._analysis.render.divergence import render_divergence
 from recompprof._analysis.report import divergence
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.text import render_text
@@ -551,9 +552,7 @@ def test_ranks_that_agree_do_not_diverge() -> None:
         _compile(r, s, s > 0) for r in range(4) for s in (0, 5)
     ]
     assert divergence.find(build_report(events)) == []
-    assert "No frame diverges across ranks 0-3" in divergence.render_divergence(
-        build_report(events)
-    )
+    assert "No frame diverges across ranks 0-3" in render_divergence(build_report(events))
 
 
 def test_a_different_reason_category_on_one_rank_is_divergence() -> None:
@@ -599,6 +598,6 @@ def test_many_ranks_group_into_ranges_in_the_matrix() -> None:
     """With more ranks than columns, the matrix groups ranks with equal cells into ranges."""
     events = [_start(r) for r in range(12)] + [_compile(r, 0, False) for r in range(12)]
     events += [_compile(r, 4, True) for r in (5, 6, 7)]
-    text = divergence.render_divergence(build_report(events), width=250)
+    text = render_divergence(build_report(events), width=250)
     assert "ranks 0-4, 8-11: 1/0; ranks 5-7: 2/1" in text
     assert "ranks 5-7 at step 4" in text

@@ -126,7 +126,9 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
         build_report(load(generated_run).events, detail=False),
     )
     assert (
-        list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
+        list(full.frames) == list(lean.frames)
+        and full.run.modes == lean.run.modes
+        and full.recompiles > 0
     )
     for label, frame in full.frames.items():
         other = lean.frames[label]
@@ -143,7 +145,7 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
         ):
             assert getattr(other, name) == getattr(frame, name), (label, name)
         assert (
-            not other.compiles_by_rank
+            not other.ranks.compiles_by_rank
             and not other.recompile_steps
             and not any(other.phases.values())
         )

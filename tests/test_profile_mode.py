@@ -602,4 +602,4 @@ def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
     starts = [e for e in read_file(session.event_log_path) if isinstance(e, SessionStart)]  # type: ignore[arg-type]
     assert len(starts) == 1 and starts[0].mode == "profile" and starts[0].recompile_limit is None
     report = build_report(read_run(tmp_path))
-    assert report.modes == {"profile"} and not report.incomplete
+    assert report.run.modes == {"profile"} and not report.sessions.incomplete

@@ -26,7 +26,7 @@ def test_true_recompiles_not_one_per_cache_entry(tmp_path: Path) -> None:
     with recompprof.attach(run_dir=tmp_path) as session:
         for tag in ("a", "bb", "ccc", "dddd", "eeeee", "ffffff"):
             compiled(torch.ones(2), tag)
-    report = session.report()
+    report = recompprof.report(session)
     frame = next(fr for fr in report.frames.values() if fr.name == "f")
     assert (frame.compiles, frame.recompiles) == (6, 5)
     group = frame.reasons[("python_constant", "L['tag']")]
@@ -98,7 +98,7 @@ def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     assert sum(len(e.reasons) + sum(e.reasons_omitted.values()) for e in events) == expected
     snap = session.snapshot()
     assert snap.frames[events[0].frame.label].guard_failures["python_constant"] == expected
-    report = session.report()
+    report = recompprof.report(session)
     frame = report.frames[events[0].frame.key]
     assert sum(g.failures for g in frame.reasons.values()) == expected
     assert frame.recompiles == 79
@@ -134,7 +134,7 @@ def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Pa
     assert any(
         e.backward and e.compile_id in cause_of_id for e in events
     )  # a recompile's backward was charged
-    report = session.report()
+    report = recompprof.report(session)
     got = {(c.category, c.subject): c.seconds for c in report.causes.values()}
     assert got == pytest.approx(expected) and len(got) >= 2
     ranked = report.ranked_causes()

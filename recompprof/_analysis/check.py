@@ -16,7 +16,8 @@ from typing import Protocol, runtime_checkable
 
 from recompprof._analysis.report import workers as parallel
 from recompprof._analysis.report.fold import build_report
-from recompprof._analysis.report.model import FrameReport, Report
+from recompprof._analysis.report.frames import FrameReport
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._analysis.text import completeness_warnings
 from recompprof._errors import RecompprofError
@@ -180,7 +181,7 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> list[Violation]:
 
 def _untrusted_counts(scope: _Scope) -> Iterator[Violation]:
     """Counts the report cannot vouch for: the CLI exits 2 on these unless told to accept them."""
-    for name, why in scope.report.signals_dark.items():
+    for name, why in scope.report.run.signals_dark.items():
         yield Violation(
             "signal_dark", scope.rank, None, f"{scope.where}: signal {name} was dark ({why})"
         )
@@ -288,7 +289,7 @@ def _running_compile(scope: _Scope) -> Iterator[Violation]:
     """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling. A violation
     under ``fail_on_running_compile``, else a note (the CLI says it in a warning line and passes)."""
     rule = "compile_running_at_end" if scope.rules.fail_on_running_compile else RUNNING_COMPILE_NOTE
-    for rank, end in scope.report.compiling_at_end.items():
+    for rank, end in scope.report.sessions.compiling_at_end.items():
         yield Violation(
             rule,
             rank,

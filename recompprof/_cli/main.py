@@ -333,7 +333,7 @@ def _report(args: argparse.Namespace) -> int:
     else:
         report = build_run_report(run.events)  # a large run in worker processes, one per CPU
     _finish(run, strict=args.strict)
-    if wanted and not report.events:
+    if wanted and not report.run.events:
         raise CommandError(
             f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}"
         )
@@ -342,7 +342,7 @@ def _report(args: argparse.Namespace) -> int:
             "read from TORCH_TRACE logs: "
             + (
                 "training steps are those recompprof, attached to the job, handed torch for each forward compile"
-                if report.steps_from_trace
+                if report.run.steps_from_trace
                 else "no training steps are recorded"
             )
         )

@@ -5,8 +5,8 @@ already entered the next collective is the classic cause of NCCL timeouts and ha
 it shows as a frame whose per-rank behaviour differs. This module reads the per-rank fields of a
 :class:`~recompprof._analysis.report.model.Report` (so it costs one pass over the events, however many ranks),
 finds the frames whose recompile count, limit hits or set of reason categories differ across ranks,
-names the odd ranks out and the step at which each first went its own way, and renders that as a
-per-rank matrix and a "diverging" table.
+and names the odd ranks out and the step at which each first went its own way
+(:mod:`recompprof._analysis.render.divergence` draws that as a per-rank matrix and a "diverging" table).
 """
 
 from __future__ import annotations
@@ -16,25 +16,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Console
-from rich.table import Table
-
-from recompprof._analysis import plaintext
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
 from recompprof._model.events import Compile
-
-# Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
-MAX_RANK_COLUMNS = 8
-MAX_MATRIX_FRAMES = 20
-MAX_LISTED_RANKS = 16
 
 ASPECTS = ("recompiles", "limit hits", "reason categories")
 
 
 class RankFold:
-    """A frame's compiles on one rank while the fold runs: attributes, not a lookup per figure in the
-    per-rank dicts, which :meth:`RankFigures.finish_ranks` fills from it."""
+    """A frame's compiles on one rank while the fold runs (the fold's state, not a figure): attributes,
+    not a lookup per figure in the per-rank dicts, which :meth:`RankFigures.finish` fills from it."""
 
     __slots__ = (
         "category_first_step",
@@ -69,8 +60,7 @@ _BY_RANK = (
 )
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+@dataclasses.dataclass
 class RankFigures:
     """What one frame did on each rank: the figures this module compares (a part of each frame's report)."""
 
@@ -84,44 +74,15 @@ class RankFigures:
     category_first_step_by_rank: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
     limit_hits_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_limit_hit_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
-    rank_folds: dict[int, RankFold] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False, metadata={"fold_state": True}
-    )
 
-    def add_rank_compile(self, event: Compile, explained: list[str] | None) -> None:
-        """Fold a counted compile (a report folded with detail); ``explained``: the categories of its
-        reasons that explain a recompile."""
-        fold = self.rank_folds.get(event.rank)
-        if fold is None:
-            fold = self.rank_folds[event.rank] = RankFold()
-        fold.compiles += 1
-        if event.guard_set is not None:
-            if fold.guard_sets is None:
-                fold.guard_sets = set()
-            if len(fold.guard_sets) < MAX_GUARD_SETS:
-                fold.guard_sets.add(event.guard_set)
-        if not event.is_recompile:
-            return
-        step = event.step or 0
-        fold.recompiles += 1
-        if fold.first_recompile_step is None:
-            fold.first_recompile_step = step
-        if len(fold.steps) < MAX_STEPS_LISTED:
-            fold.steps.append(step)
-        for category in (
-            explained or ()
-        ):  # what the rank's recompiles were explained by, and from which step
-            fold.categories[category] = fold.categories.get(category, 0) + 1
-            fold.category_first_step.setdefault(category, step)
-
-    def add_rank_limit_hit(self, rank: int, step: int) -> None:
+    def add_limit_hit(self, rank: int, step: int) -> None:
         self.limit_hits_by_rank[rank] += 1
         self.first_limit_hit_step_by_rank.setdefault(rank, step)
 
-    def finish_ranks(self) -> None:
+    def finish(self, folds: dict[int, RankFold]) -> None:
         """Fill the per-rank figures from the fold's per-rank state (ranks in order)."""
-        for rank in sorted(self.rank_folds):
-            fold = self.rank_folds[rank]
+        for rank in sorted(folds):
+            fold = folds[rank]
             self.compiles_by_rank[rank] += fold.compiles
             if fold.guard_sets is not None:
                 self.guard_sets_by_rank[rank] = fold.guard_sets
@@ -132,10 +93,9 @@ class RankFigures:
             if fold.categories:
                 self.categories_by_rank[rank] = Counter(fold.categories)
                 self.category_first_step_by_rank[rank] = fold.category_first_step
-        self.rank_folds = {}
-        self.sort_ranks()
+        self.sort()
 
-    def sort_ranks(self) -> None:
+    def sort(self) -> None:
         """Each per-rank dict in rank order (so a report does not depend on which rank came first)."""
         for field in _BY_RANK:
             by_rank = getattr(self, field)
@@ -144,7 +104,7 @@ class RankFigures:
                     self, field, type(by_rank)(dict(sorted(by_rank.items())))
                 )  # a Counter takes a mapping
 
-    def merge_ranks(self, part: RankFigures) -> None:
+    def merge(self, part: RankFigures) -> None:
         """Add the per-rank figures of the same frame folded from later events."""
         self.compiles_by_rank.update(part.compiles_by_rank)
         for rank, sets in part.guard_sets_by_rank.items():
@@ -169,6 +129,35 @@ class RankFigures:
             self.first_limit_hit_step_by_rank.setdefault(rank, step)
 
 
+def fold_rank_compile(
+    folds: dict[int, RankFold], event: Compile, explained: list[str] | None
+) -> None:
+    """Fold a counted compile (a report folded with detail) into its rank's fold state; ``explained``:
+    the categories of its reasons that explain a recompile."""
+    fold = folds.get(event.rank)
+    if fold is None:
+        fold = folds[event.rank] = RankFold()
+    fold.compiles += 1
+    if event.guard_set is not None:
+        if fold.guard_sets is None:
+            fold.guard_sets = set()
+        if len(fold.guard_sets) < MAX_GUARD_SETS:
+            fold.guard_sets.add(event.guard_set)
+    if not event.is_recompile:
+        return
+    step = event.step or 0
+    fold.recompiles += 1
+    if fold.first_recompile_step is None:
+        fold.first_recompile_step = step
+    if len(fold.steps) < MAX_STEPS_LISTED:
+        fold.steps.append(step)
+    for category in (
+        explained or ()
+    ):  # what the rank's recompiles were explained by, and from which step
+        fold.categories[category] = fold.categories.get(category, 0) + 1
+        fold.category_first_step.setdefault(category, step)
+
+
 if TYPE_CHECKING:  # what this module reads of a report, as types only
 
     class RankedFrame(Protocol):
@@ -183,28 +172,21 @@ if TYPE_CHECKING:  # what this module reads of a report, as types only
         @property
         def recompiles(self) -> int: ...
         @property
-        def compiles_by_rank(self) -> Counter[int]: ...
-        @property
-        def recompiles_by_rank(self) -> Counter[int]: ...
-        @property
-        def recompile_steps_by_rank(self) -> dict[int, list[int]]: ...
-        @property
-        def categories_by_rank(self) -> dict[int, Counter[str]]: ...
-        @property
-        def category_first_step_by_rank(self) -> dict[int, dict[str, int]]: ...
-        @property
-        def limit_hits_by_rank(self) -> Counter[int]: ...
-        @property
-        def first_limit_hit_step_by_rank(self) -> dict[int, int]: ...
+        def ranks(self) -> RankFigures: ...
 
-    class RankedReport(Protocol):
-        """What this module reads of a report: its ranks and frames, and which rank it ended compiling on."""
+    class RankedRun(Protocol):
+        """What this module reads of a report's run figures: the ranks that started a session."""
 
         @property
         def ranks(self) -> set[int]: ...
+
+    class RankedReport(Protocol):
+        """What this module reads of a report: its ranks and frames."""
+
+        @property
+        def run(self) -> RankedRun: ...
         @property
         def frames(self) -> Mapping[str, RankedFrame]: ...
-        def running_at_end(self) -> list[str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,12 +203,6 @@ class RankCell:
         """The part of a cell that must agree across ranks (compiles may differ benignly, e.g. an eval-only rank)."""
         return self.recompiles, self.limit_hits, self.categories
 
-    def text(self) -> str:
-        cell = f"{self.compiles}/{self.recompiles}"
-        if self.limit_hits:
-            cell += f" L{self.limit_hits}"
-        return cell
-
 
 @dataclasses.dataclass
 class Divergence:
@@ -242,30 +218,23 @@ class Divergence:
     ]  # odd rank -> first step of its divergent recompile or limit hit
     cells: dict[int, RankCell]
 
-    def describe(self) -> str:
-        """One line: frame, ranks, steps and what differs."""
-        return (
-            f"{self.frame.label}: {_ranks_with_steps(self.first_steps)} ({', '.join(self.aspects)} differ from "
-            f"{_rank_list(self.baseline_ranks)})"
-        )
-
 
 def all_ranks(report: RankedReport) -> list[int]:
     """Ranks that started a session or recorded a compile in ``report``."""
-    ranks = set(report.ranks)
+    ranks = set(report.run.ranks)
     for frame in report.frames.values():
-        ranks.update(frame.compiles_by_rank)
-        ranks.update(frame.limit_hits_by_rank)
+        ranks.update(frame.ranks.compiles_by_rank)
+        ranks.update(frame.ranks.limit_hits_by_rank)
     return sorted(ranks)
 
 
 def cell(frame: RankedFrame, rank: int) -> RankCell:
     """The cell of ``frame`` on ``rank`` (zeros when the rank never compiled it)."""
     return RankCell(
-        compiles=frame.compiles_by_rank.get(rank, 0),
-        recompiles=frame.recompiles_by_rank.get(rank, 0),
-        limit_hits=frame.limit_hits_by_rank.get(rank, 0),
-        categories=frozenset(frame.categories_by_rank.get(rank, ())),
+        compiles=frame.ranks.compiles_by_rank.get(rank, 0),
+        recompiles=frame.ranks.recompiles_by_rank.get(rank, 0),
+        limit_hits=frame.ranks.limit_hits_by_rank.get(rank, 0),
+        categories=frozenset(frame.ranks.categories_by_rank.get(rank, ())),
     )
 
 
@@ -313,18 +282,20 @@ def _first_divergent_step(frame: RankedFrame, rank: int, baseline_rank: int) -> 
     """The earliest step at which ``rank`` did something the baseline rank did not do."""
     candidates: list[int] = []
     mine, theirs = (
-        Counter(frame.recompile_steps_by_rank.get(rank, [])),
-        Counter(frame.recompile_steps_by_rank.get(baseline_rank, [])),
+        Counter(frame.ranks.recompile_steps_by_rank.get(rank, [])),
+        Counter(frame.ranks.recompile_steps_by_rank.get(baseline_rank, [])),
     )
     extra = mine - theirs
     if extra:
         candidates.append(min(extra))
-    if frame.limit_hits_by_rank.get(rank, 0) > frame.limit_hits_by_rank.get(baseline_rank, 0):
-        step = frame.first_limit_hit_step_by_rank.get(rank)
+    if frame.ranks.limit_hits_by_rank.get(rank, 0) > frame.ranks.limit_hits_by_rank.get(
+        baseline_rank, 0
+    ):
+        step = frame.ranks.first_limit_hit_step_by_rank.get(rank)
         if step is not None:
             candidates.append(step)
-    theirs_categories = frame.categories_by_rank.get(baseline_rank, Counter())
-    for category, step in frame.category_first_step_by_rank.get(rank, {}).items():
+    theirs_categories = frame.ranks.categories_by_rank.get(baseline_rank, Counter())
+    for category, step in frame.ranks.category_first_step_by_rank.get(rank, {}).items():
         if category not in theirs_categories:
             candidates.append(step)
     if not candidates and mine != theirs:
@@ -333,138 +304,3 @@ def _first_divergent_step(frame: RankedFrame, rank: int, baseline_rank: int) -> 
         if missing:
             candidates.append(min(missing))
     return min(candidates) if candidates else None
-
-
-# -- rendering ---------------------------------------------------------------------------------------
-
-
-def _rank_list(ranks: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, capped)."""
-    runs: list[tuple[int, int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
-        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
-    )
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown
-
-
-def _ranks_with_steps(first_steps: dict[int, int | None]) -> str:
-    """``{1: 3, 5: 3, 7: None}`` -> ``ranks 1, 5 at step 3; rank 7``."""
-    by_step: dict[int | None, list[int]] = {}
-    for rank, step in first_steps.items():
-        by_step.setdefault(step, []).append(rank)
-    parts = [
-        f"{_rank_list(ranks)} at step {step}" if step is not None else _rank_list(ranks)
-        for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-    ]
-    return "; ".join(parts)
-
-
-def _categories(c: RankCell) -> str:
-    return ", ".join(sorted(c.categories)) or "-"
-
-
-def _matrix(report: RankedReport, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
-    frames = sorted(
-        report.frames.values(),
-        key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label),
-    )[:MAX_MATRIX_FRAMES]
-    table = Table(
-        title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
-        title_justify="left",
-    )
-    table.add_column("Frame", no_wrap=True, overflow="fold")
-    if len(ranks) <= MAX_RANK_COLUMNS:
-        for r in ranks:
-            table.add_column(f"rank {r}", justify="right")
-        for f in frames:
-            table.add_row(
-                ("* " if f.key in diverging else "") + f.label, *(cell(f, r).text() for r in ranks)
-            )
-    else:
-        table.add_column("Ranks with the same cell", overflow="fold")
-        for f in frames:
-            groups: dict[str, list[int]] = {}
-            for r in ranks:
-                groups.setdefault(cell(f, r).text(), []).append(r)
-            text = "; ".join(
-                f"{_rank_list(rs)}: {value}"
-                for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
-            )
-            table.add_row(("* " if f.key in diverging else "") + f.label, text)
-    return table
-
-
-def _diverging_table(found: list[Divergence]) -> Table:
-    table = Table(
-        title="Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
-        "stall or time out the job)",
-        title_justify="left",
-    )
-    for col in (
-        "Frame",
-        "Diverging ranks (first divergent step)",
-        "Differs in",
-        "These ranks",
-        "Other ranks",
-    ):
-        table.add_column(col, no_wrap=col == "Frame", overflow="fold")
-    for d in found:
-        odd = d.cells[d.ranks[0]]
-        mine = (
-            f"recompiles {odd.recompiles}, limit hits {odd.limit_hits}, reasons {_categories(odd)}"
-        )
-        if len({d.cells[r].behaviour for r in d.ranks}) > 1:
-            mine = "vary: " + "; ".join(
-                f"rank {r}: {d.cells[r].recompiles} recompiles" for r in d.ranks[:MAX_LISTED_RANKS]
-            )
-        theirs = (
-            f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
-            f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}"
-        )
-        table.add_row(
-            d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs
-        )
-    return table
-
-
-def print_divergence(console: Console, report: RankedReport) -> None:
-    """Print the per-rank matrix and the diverging section on ``console`` (nothing for a one-rank report)."""
-    ranks = all_ranks(report)
-    if len(ranks) < 2:
-        return
-    stalled = (
-        report.running_at_end()
-    )  # the rank a collective waited on when the job ended, if it was compiling
-    for line in stalled:
-        console.print(f"At the end: {line}", soft_wrap=True)
-    if not report.frames:
-        return
-    if stalled:
-        console.line()
-    found = find(report)
-    console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
-    if not found:
-        console.line()
-        console.print(
-            f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
-            "the same number of times for the same kinds of reason."
-        )
-        return
-    console.line()
-    console.print(f"DIVERGING: {len(found)} frame(s) compile differently across ranks:")
-    for d in found:
-        console.print(f"  {d.describe()}", soft_wrap=True)
-    console.print(_diverging_table(found))
-
-
-def render_divergence(report: RankedReport, width: int = 160) -> str:
-    """The divergence section as plain text (empty for a one-rank report)."""
-    console, out = plaintext.console(width)
-    print_divergence(console, report)
-    return out.getvalue()

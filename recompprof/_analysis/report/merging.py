@@ -70,9 +70,9 @@ def build_run_reports(
 
 
 def _fold_file(stream: Any, index: int, detail: bool) -> Report:
-    report = build_report(stream.of_file(stream.files[index]), detail=detail)
-    report.drop_fold_state()  # it would not pickle
-    return report
+    return build_report(
+        stream.of_file(stream.files[index]), detail=detail
+    )  # figures only: it pickles
 
 
 def merge(parts: list[Report]) -> Report | None:

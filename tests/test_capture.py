@@ -417,8 +417,8 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
     frame = Frame(name="Block.forward", file="m.py", line=1)
     texts = ["0/0: ___check_obj_id(L['self'].act, 140000000000)"]
     resolve = lambda subject: type_name(subject, f_locals, f_globals)  # noqa: E731
-    (by_text,), _ = ReasonExplainer().explain(frame, texts)
-    (by_object,), _ = ReasonExplainer().explain(frame, texts, resolve)
+    (by_text,) = ReasonExplainer().explain(frame, texts).reasons
+    (by_object,) = ReasonExplainer().explain(frame, texts, resolve).reasons
     assert by_text.category == "module_attribute" and by_object.category == "object_identity"
 
 

@@ -259,7 +259,7 @@ def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
         frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"]
     )
     got = [
-        automatic_dynamic(CompileRecord(), list(e[0]), e.first_change)
+        automatic_dynamic(CompileRecord(), list(e.reasons), e.first_change)
         for e in (first, again, other)
     ]
     assert got == ["dim 0 of L['x']", None, "dim 1 of L['x']"]

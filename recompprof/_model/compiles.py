@@ -88,7 +88,7 @@ class CompileContext:
     rank: int
     step: int | None
     frame: Frame
-    explained: tuple[list[Reason], dict[str, int]]
+    explained: Explained
     graph_breaks: int = 0
     redact: bool = False
     steady_state: bool = False
@@ -109,7 +109,7 @@ def compile_events(
     m: CompileRecord, ctx: CompileContext
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
-    reasons, omitted = ctx.explained
+    reasons, omitted = ctx.explained.reasons, ctx.explained.omitted
     hit = limit_hit(m, ctx.limits)
     dynamic = _automatic_dynamic(m, ctx, reasons, hit)
     skip = m.cudagraph_skip
@@ -160,7 +160,7 @@ def _automatic_dynamic(
     """What automatic dynamic made dynamic with this forward compile (a limit hit or a failure made nothing)."""
     if not m.is_forward or hit is not None or m.fail_type:
         return None
-    return automatic_dynamic(m, reasons, getattr(ctx.explained, "first_change", True))
+    return automatic_dynamic(m, reasons, ctx.explained.first_change)
 
 
 def in_order(

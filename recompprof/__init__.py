@@ -38,7 +38,10 @@ from recompprof._version import __version__
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError
     from recompprof._analysis.ingest import IngestError
-    from recompprof._analysis.report.divergence import Divergence, find as find_divergence
+    from recompprof._analysis.render.divergence import (
+        DescribedDivergence as Divergence,
+        find_divergence,
+    )
     from recompprof._analysis.report.model import Report
     from recompprof._analysis.report.runs import RunError
     from recompprof._capture.exporting import ExporterUnavailable
@@ -64,8 +67,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "IngestError": ("recompprof._analysis.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
     "Report": ("recompprof._analysis.report.model", "Report"),
-    "find_divergence": ("recompprof._analysis.report.divergence", "find"),
-    "Divergence": ("recompprof._analysis.report.divergence", "Divergence"),
+    "find_divergence": ("recompprof._analysis.render.divergence", "find_divergence"),
+    "Divergence": ("recompprof._analysis.render.divergence", "DescribedDivergence"),
     "FIX_HINTS": ("recompprof._model.reasons", "FIX_HINTS"),
     "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
     "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),

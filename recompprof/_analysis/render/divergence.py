@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,23 @@ def describe(divergence: Divergence) -> str:
         f"{divergence.frame.label}: {_ranks_with_steps(divergence.first_steps)} ({', '.join(divergence.aspects)} differ from "
         f"{_rank_list(divergence.baseline_ranks)})"
     )
+
+
+class DescribedDivergence(Divergence):
+    """A :class:`~recompprof._analysis.report.divergence.Divergence` that says itself in one line: what
+    ``recompprof.find_divergence`` gives (public as ``recompprof.Divergence``)."""
+
+    def describe(self) -> str:
+        """One line: frame, ranks, steps and what differs."""
+        return describe(self)
+
+
+def find_divergence(report: Report) -> list[DescribedDivergence]:
+    """:func:`~recompprof._analysis.report.divergence.find`, each divergence able to say itself."""
+    return [
+        DescribedDivergence(**{f.name: getattr(d, f.name) for f in dataclasses.fields(d)})
+        for d in find(report)
+    ]
 
 
 def cell_text(rank_cell: RankCell) -> str:

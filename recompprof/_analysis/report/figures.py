@@ -60,6 +60,10 @@ class RunFigures:
     # What merging needs: each signal's last why from a session end.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
+    def add_read(self, events: int, last_step: int) -> None:
+        """What the fold's loop counted itself: the events it folded and the last step they named."""
+        self.events, self.last_step = events, last_step
+
     def add_start(self, event: SessionStart) -> None:
         self.ranks.add(event.rank)
         if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder

@@ -83,7 +83,7 @@ class Folder:
                 last_step = step
             handler(self, event)
         report = self.report
-        report.run.events, report.run.last_step = folded, last_step
+        report.run.add_read(folded, last_step)
         report.sessions = Sessions.of(self.sessions)
         report.frames.finish({key: folds for key, (_, folds) in self.by_key.items()})
         return report
@@ -171,7 +171,7 @@ class Folder:
         kept = self._frame_of(event.frame) if event.frame is not None else None
         label = ""
         if kept is not None:
-            kept[0].graph_breaks += event.count
+            kept[0].add_graph_break(event)
             label = kept[0].label
         self.report.breaks.add(event, label)
 

@@ -30,7 +30,14 @@ from recompprof._model.counting import (
     fold_compile,
     fold_limit_hit,
 )
-from recompprof._model.events import PHASES, Category, Compile, Frame, RecompileLimitHit
+from recompprof._model.events import (
+    PHASES,
+    Category,
+    Compile,
+    Frame,
+    GraphBreak,
+    RecompileLimitHit,
+)
 
 
 @dataclasses.dataclass
@@ -181,6 +188,9 @@ class FrameReport:
             else:
                 group = self.reasons[key] = ReasonGroup(category, subject, example=text[:300])
         return group
+
+    def add_graph_break(self, event: GraphBreak) -> None:
+        self.graph_breaks += event.count
 
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
         fold_limit_hit(self.counts, event)

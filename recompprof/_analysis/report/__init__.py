@@ -1,1 +1,1 @@
-"""The report model: the figure families a fold of events gives, the fold that builds them and the merge of folded parts."""
+"""The report model: its figure families, the fold that builds them from a run's events, and the merge of parts folded in workers."""

@@ -494,6 +494,7 @@ def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
     savings) reaches the Compile event unchanged, and the record's own kind of values stay out of it."""
     from recompprof._model.compiles import CompileContext, CompileRecord, compile_events
     from recompprof._model.events import Frame
+    from recompprof._model.explaining import Explained
 
     record = CompileRecord(
         compile_id="2/1",
@@ -519,7 +520,7 @@ def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
             rank=3,
             step=9,
             frame=frame,
-            explained=([], {}),
+            explained=Explained([], {}),
             graph_breaks=2,
             call_site=["a.py:1 in f"],
         ),

@@ -80,7 +80,7 @@ VALIDATED = """
 import sys
 from pathlib import Path
 from recompprof._eventlog.reader import ReadStats, read_run
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.render.text import render_text
 stats = ReadStats()
 print(render_text(build_report(read_run(Path(sys.argv[1]), stats))))
@@ -92,7 +92,7 @@ FOLD_CHILD = """
 import sys, time
 from pathlib import Path
 from recompprof._eventlog.reader import ReadStats, scan_file
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 path = sorted(Path(sys.argv[1]).glob("*.jsonl"))[0]
 t = time.thread_time(); events = list(scan_file(path, ReadStats())); scan = time.thread_time() - t
 t = time.thread_time(); build_report(events); fold = time.thread_time() - t

@@ -38,12 +38,15 @@ from recompprof._version import __version__
 
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckInputError
-    from recompprof._analysis.divergence import Divergence, find as find_divergence
-    from recompprof._analysis.report import Report
-    from recompprof._analysis.runs import RunError
+    from recompprof._analysis.render.divergence import (
+        DescribedDivergence as Divergence,
+        find_divergence,
+    )
+    from recompprof._analysis.report.model import Report
+    from recompprof._analysis.report.runs import RunError
     from recompprof._analysis.trace.ingest import IngestError
     from recompprof._capture.exporting import ExporterUnavailable
-    from recompprof._capture.session import Session, attach, current, report
+    from recompprof._capture.session import Session, attach, current
     from recompprof._capture.settings import ConfigError, Settings
     from recompprof._eventlog.reader import EventLogError, read_run
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS as CUDAGRAPH_SKIP_HINTS
@@ -56,18 +59,17 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Session": ("recompprof._capture.session", "Session"),
     "attach": ("recompprof._capture.session", "attach"),
     "current": ("recompprof._capture.session", "current"),
-    "report": ("recompprof._capture.session", "report"),
     "Settings": ("recompprof._capture.settings", "Settings"),
     "ConfigError": ("recompprof._capture.settings", "ConfigError"),
     "ExporterUnavailable": ("recompprof._capture.exporting", "ExporterUnavailable"),
     "EventLogError": ("recompprof._eventlog.reader", "EventLogError"),
     "read_run": ("recompprof._eventlog.reader", "read_run"),
-    "RunError": ("recompprof._analysis.runs", "RunError"),
+    "RunError": ("recompprof._analysis.report.runs", "RunError"),
     "IngestError": ("recompprof._analysis.trace.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
-    "Report": ("recompprof._analysis.report", "Report"),
-    "find_divergence": ("recompprof._analysis.divergence", "find"),
-    "Divergence": ("recompprof._analysis.divergence", "Divergence"),
+    "Report": ("recompprof._analysis.report.model", "Report"),
+    "find_divergence": ("recompprof._analysis.render.divergence", "find_divergence"),
+    "Divergence": ("recompprof._analysis.render.divergence", "DescribedDivergence"),
     "FIX_HINTS": ("recompprof._model.reasons", "FIX_HINTS"),
     "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
     "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),
@@ -76,12 +78,18 @@ _LAZY: dict[str, tuple[str, str]] = {
 
 def build_report(events: Iterable[Event], *, detail: bool = True) -> Report:
     """Fold events (any order of ranks, one pass) into a :class:`Report`; ``str(report)`` draws the terminal report."""
-    from recompprof._analysis.fold import build_report as fold
-    from recompprof._analysis.render.text import render_text
+    from recompprof._analysis.render.printed import printed
+    from recompprof._analysis.report.fold import build_report as fold
 
-    report = fold(events, detail=detail)
-    report.renderer = render_text
-    return report
+    return printed(fold(events, detail=detail))
+
+
+def report(session: Session | None = None) -> Report:
+    """The report of ``session`` (default: the attached session, or the last one that detached), streamed
+    from its event log (or its recent events if it has none); ``print(recompprof.report())`` draws it."""
+    from recompprof._capture.session import reported
+
+    return build_report((session if session is not None else reported()).events())
 
 
 def __getattr__(name: str) -> Any:

@@ -15,8 +15,8 @@ import torch
 
 import recompprof
 from recompprof import _internal
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._cli.main import main as cli_main
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import (
@@ -417,8 +417,8 @@ def test_identity_guard_is_classified_by_the_live_object() -> None:
     frame = Frame(name="Block.forward", file="m.py", line=1)
     texts = ["0/0: ___check_obj_id(L['self'].act, 140000000000)"]
     resolve = lambda subject: type_name(subject, f_locals, f_globals)  # noqa: E731
-    (by_text,), _ = ReasonExplainer().explain(frame, texts)
-    (by_object,), _ = ReasonExplainer().explain(frame, texts, resolve)
+    (by_text,) = ReasonExplainer().explain(frame, texts).reasons
+    (by_object,) = ReasonExplainer().explain(frame, texts, resolve).reasons
     assert by_text.category == "module_attribute" and by_object.category == "object_identity"
 
 
@@ -495,6 +495,7 @@ def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
     from recompprof._model.compile_record import CompileRecord
     from recompprof._model.compiles import CompileContext, compile_events
     from recompprof._model.events import Frame
+    from recompprof._model.explaining import Explained
 
     record = CompileRecord(
         compile_id="2/1",
@@ -520,7 +521,7 @@ def test_every_measure_of_a_compile_record_reaches_its_compile_event() -> None:
             rank=3,
             step=9,
             frame=frame,
-            explained=([], {}),
+            explained=Explained([], {}),
             graph_breaks=2,
             call_site=["a.py:1 in f"],
         ),

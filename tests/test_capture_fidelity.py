@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import recompprof
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._capture.session import Session
 from recompprof._model.events import Compile, GraphBreak, RecompileLimitHit, SessionEnd
 from recompprof._model.reasons import parse_guard_failure

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
@@ -66,7 +66,7 @@ def test_warm_restart_hits_the_caches_and_reports_seconds_saved(tmp_path: Path) 
     assert warm[0].cache_seconds_saved is not None and warm[0].cache_seconds_saved > 0
     report = build_report(read_run(tmp_path / "warm"))
     assert report.cache_hit_rate("fx_graph") == 1.0 and report.cache_hit_rate("aot_autograd") == 1.0
-    assert report.cache_seconds_saved == pytest.approx(warm[0].cache_seconds_saved)
+    assert report.compilation.cache_seconds_saved == pytest.approx(warm[0].cache_seconds_saved)
     text = render_text(report)
     assert "Compile caches (seconds saved by hits:" in text and "100 %" in text
     ingested = [

@@ -309,8 +309,8 @@ def test_cudagraph_skip_reaches_the_metric_and_the_report(tmp_path: Path) -> Non
     """A real CUDA-graphs skip on CPU is counted in torch_compile_cudagraph_skips_total{reason} (every reason of the closed list present) and listed in the report with its fix hint."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from recompprof._analysis.fold import build_report
     from recompprof._analysis.render.text import render_text
+    from recompprof._analysis.report.fold import build_report
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS
     from recompprof_prometheus.collector import SnapshotCollector
 

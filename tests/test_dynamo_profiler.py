@@ -42,7 +42,7 @@ def test_trace_time_per_user_function_reaches_the_report(
         label.startswith("step (") for label in labels
     )
     report = recompprof.report()
-    top, seconds = report.trace_seconds_by_function.most_common(1)[0]
+    top, seconds = report.compilation.trace_seconds_by_function.most_common(1)[0]
     assert top.startswith("helper (") and seconds > 0
     assert seconds == pytest.approx(sum(e.trace_seconds_by_function[top] for e in compiles))
     assert "Dynamo trace time by user function" in str(report)

@@ -25,10 +25,10 @@ from recorded_runs import RecordedRun, record
 
 from recompprof._analysis.check import Rules, check
 from recompprof._analysis.diff import compare
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
-from recompprof._analysis.report import Report
-from recompprof._analysis.runs import EventStream
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
+from recompprof._analysis.report.runs import EventStream
 from recompprof._eventlog import fastread
 from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file
 from recompprof._eventlog.writer import write_events
@@ -199,7 +199,7 @@ def test_views_have_the_fields_defaults_and_properties_of_their_models() -> None
 def test_every_event_type_model_and_view_has_its_models_handler_in_the_folds() -> None:
     """The folds dispatch on the event's type: each event model and its view are filed under the model's
     handler (``fastread.by_type``), in the report's fold and in the session tally alike."""
-    from recompprof._analysis import completeness, fold
+    from recompprof._analysis.report import fold, sessions as completeness
 
     for table in (fold._HANDLERS, completeness._TALLY):
         assert set(table) == {
@@ -243,7 +243,7 @@ def test_fixture_log_reads_and_reports_the_same(tmp_path: Path) -> None:
         and slow.graph_breaks
         and slow.failures
         and slow.causes
-        and slow.signals_dark
+        and slow.run.signals_dark
     )
     slow_diff = compare(read_file(a), read_file(b))
     fast_diff = compare(scan_file(a), scan_file(b))

@@ -20,7 +20,7 @@ from recorded_runs import cli
 from workloads.named_frames import Decoder, Encoder  # a decorator shared by two module classes
 
 import recompprof
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Event, Frame, GraphBreak

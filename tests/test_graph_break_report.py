@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from recorded_runs import TESTS, clean_env
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
-from recompprof._analysis.report import MAX_BREAK_GROUPS
+from recompprof._analysis.report.bounded import MAX_BREAK_GROUPS
+from recompprof._analysis.report.fold import build_report
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Frame, GraphBreak
 from recompprof._torch.versions import torch_info
@@ -128,8 +128,8 @@ def test_thousands_of_distinct_breaks_stay_bounded() -> None:
         for i in range(5000)
     ]
     report = build_report(events)
-    assert len(report.graph_break_groups) <= MAX_BREAK_GROUPS + 1
-    assert sum(g.count for g in report.graph_break_groups.values()) == 5000 == report.graph_breaks
+    assert len(report.breaks.groups) <= MAX_BREAK_GROUPS + 1
+    assert sum(g.count for g in report.breaks.groups.values()) == 5000 == report.graph_breaks
     table = render_text(report, width=160).split("Graph breaks")[-1]
     assert table.count("model.py:") <= 25 and "more" in table
 

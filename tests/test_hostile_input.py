@@ -122,7 +122,7 @@ def test_hostile_reason_texts_are_contained_everywhere(
         "evil" in str(s["attributes"].get("recompprof.guard_failure.detail", "")) for s in spans
     )
 
-    report = session.report()
+    report = recompprof.report(session)
     assert "Tagged.forward (tests/test_hostile_input.py" in render_text(report)
     html = render_html(report, title=EVIL[:200])
     assert 'a"} evil' not in html  # quotes are escaped in the page

@@ -87,7 +87,7 @@ def test_page_opens_with_the_causes_to_fix_first(
 ) -> None:
     """The first section ranks causes by seconds lost with share, fix hint and example; the KPI shows the seconds
     lost; the cache section says this eager run used no compile cache."""
-    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.report.fold import build_report
     from recompprof._eventlog.reader import read_run
 
     report = build_report(read_run(page[0].run_dir))

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report, merge
 from recompprof._analysis.render import text as text_module
-from recompprof._analysis.runs import load
+from recompprof._analysis.render.wording import gap_detail
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report, merge
+from recompprof._analysis.report.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 
@@ -336,9 +337,9 @@ def test_workers_give_the_same_dead_ranks_and_gaps(tmp_path: Path) -> None:
     run = _mixed_run(tmp_path)
     whole = build_report(load(run).events)
     assert (
-        sorted(whole.incomplete) == [0, 3]
-        and whole.incomplete[0].sessions == 1
-        and sorted(whole.log_gaps) == [1]
+        sorted(whole.sessions.incomplete) == [0, 3]
+        and whole.sessions.incomplete[0].sessions == 1
+        and sorted(whole.sessions.log_gaps) == [1]
     )
     assert_same(figures(build_run_report(load(run).events, workers=2)), figures(whole))
     rules = Rules(max_recompiles=100)
@@ -356,9 +357,7 @@ def test_workers_give_the_same_dead_ranks_and_gaps(tmp_path: Path) -> None:
         cuts = sorted(rng.sample(range(1, len(events)), 3))
         parts = []
         for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True):
-            part = build_report(events[a:b])
-            part.drop_fold_state()
-            parts.append(part)
+            parts.append(build_report(events[a:b]))
         merged = merge(parts)
         if merged is not None:
             assert_same(figures(merged), figures(whole))
@@ -382,8 +381,9 @@ def test_a_log_holding_more_than_its_totals_is_not_called_a_gap() -> None:
     counted (the live totals missed one through an internal error) gets no verdict either way."""
     more = build_report(_session(0, 1, 1000, 5, ended=True, claimed=4))
     fewer = build_report(_session(0, 1, 1000, 4, ended=True, claimed=5))
-    assert more.log_gaps == {} and more.incomplete == {}
-    assert (
-        list(fewer.log_gaps) == [0]
-        and "session_end counts 5 compile(s), the log holds 4" in fewer.log_gaps[0].detail
+    assert more.sessions.log_gaps == {} and more.sessions.incomplete == {}
+    assert list(fewer.sessions.log_gaps) == [
+        0
+    ] and "session_end counts 5 compile(s), the log holds 4" in gap_detail(
+        fewer.sessions.log_gaps[0]
     )

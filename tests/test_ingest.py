@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace.ingest import IngestError, read_trace, trace_files
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, RecompileLimitHit
@@ -56,7 +56,9 @@ def test_trace_and_attach_agree(recorded: RecordedRun) -> None:
     assert _summary(live_report) == _summary(trace_report)
     assert live_report.recompiles == trace_report.recompiles >= 3
     assert (
-        set(live_report.categories) == set(trace_report.categories) >= {"size", "python_constant"}
+        set(live_report.frames.categories)
+        == set(trace_report.frames.categories)
+        >= {"size", "python_constant"}
     )
     assert (
         abs(live_report.compile_seconds - trace_report.compile_seconds)

@@ -1,5 +1,5 @@
 """``report`` folding a large run file by file in worker processes and merging the parts
-(``recompprof._analysis.merging``) gives the report one fold over the run gives.
+(``recompprof._analysis.report.merging``) gives the report one fold over the run gives.
 
 Inputs: random event sequences of every kind (real event models, reasons from the real parser over
 the texts recorded from torch 2.13) cut into consecutive parts at random; a generated multi-rank run
@@ -19,18 +19,18 @@ import pytest
 from folds import FRAMES, POOL, assert_same, figures, random_events
 from hypothesis import given, settings, strategies as st
 
-from recompprof._analysis import (
+from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report import (
     bounded,
     divergence,
     figures as figures_module,
-    frame_figures,
+    frames as frame_figures,
     workers,
 )
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report, merge
-from recompprof._analysis.render.text import render_text
-from recompprof._analysis.report import Report
-from recompprof._analysis.runs import load
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report, merge
+from recompprof._analysis.report.model import Report
+from recompprof._analysis.report.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (
     Compile,
@@ -43,9 +43,7 @@ def parts_of(events: list[Any], cuts: list[int]) -> list[Report]:
     bounds = [0, *sorted(set(cuts)), len(events)]
     parts = []
     for start, end in zip(bounds, bounds[1:], strict=False):
-        part = build_report(events[start:end])
-        part.drop_fold_state()
-        parts.append(part)
+        parts.append(build_report(events[start:end]))
     return parts
 
 
@@ -84,15 +82,13 @@ def test_parts_with_their_own_ranks_always_merge():
     )
     parts = []
     for events in per_rank:
-        part = build_report(events)
-        part.drop_fold_state()
-        parts.append(part)
+        parts.append(build_report(events))
     merged = merge(parts)
     assert merged is not None
     whole = build_report([e for events in per_rank for e in events])
     assert_same(figures(merged), figures(whole))
-    assert merged.signals_dark["profile_backend"] == "the job's set_stance"
-    assert whole.recompiles > 0 and len(whole.ranks) == 3
+    assert merged.run.signals_dark["profile_backend"] == "the job's set_stance"
+    assert whole.recompiles > 0 and len(whole.run.ranks) == 3
 
 
 @pytest.mark.parametrize(
@@ -195,7 +191,7 @@ def test_report_in_workers_is_the_one_fold_and_reads_each_line_once(generated_ru
     assert render_text(forked) == render_text(one)
     assert read_forked == read_one and said_forked == said_one
     assert read_one[0]["corrupt"] == 1 and read_one[0]["torn_tail"] == 1 and read_one[1] == 9000
-    assert one.recompiles > 0 and len(one.ranks) == 3
+    assert one.recompiles > 0 and len(one.run.ranks) == 3
 
 
 def test_large_runs_default_to_workers(generated_run, monkeypatch):

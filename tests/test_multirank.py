@@ -27,9 +27,10 @@ from alerting import FAST, Webhook
 from rank_jobs import TORCHRUN, alive, free_port_pair, job_env, refused, scrape
 from servers import REPO, WORKLOADS, alertmanager, free_port, prometheus
 
-from recompprof._analysis import divergence
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.render.divergence import render_divergence
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report import divergence
+from recompprof._analysis.report.fold import build_report
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.counting import counts_as_compile
 from recompprof._model.events import Compile, Frame, Reason, RecompileLimitHit, SessionStart
@@ -493,9 +494,7 @@ def test_ranks_that_agree_do_not_diverge() -> None:
         _compile(r, s, s > 0) for r in range(4) for s in (0, 5)
     ]
     assert divergence.find(build_report(events)) == []
-    assert "No frame diverges across ranks 0-3" in divergence.render_divergence(
-        build_report(events)
-    )
+    assert "No frame diverges across ranks 0-3" in render_divergence(build_report(events))
 
 
 def test_a_different_reason_category_on_one_rank_is_divergence() -> None:
@@ -541,6 +540,6 @@ def test_many_ranks_group_into_ranges_in_the_matrix() -> None:
     """With more ranks than columns, the matrix groups ranks with equal cells into ranges."""
     events = [_start(r) for r in range(12)] + [_compile(r, 0, False) for r in range(12)]
     events += [_compile(r, 4, True) for r in (5, 6, 7)]
-    text = divergence.render_divergence(build_report(events), width=250)
+    text = render_divergence(build_report(events), width=250)
     assert "ranks 0-4, 8-11: 1/0; ranks 5-7: 2/1" in text
     assert "ranks 5-7 at step 4" in text

@@ -14,10 +14,11 @@ import time
 import pytest
 from generated_runs import generate
 
-from recompprof._analysis import check as check_module, workers as workers_module
+from recompprof._analysis import check as check_module
 from recompprof._analysis.check import CheckInputError, Rules, check
 from recompprof._analysis.diff import compare, render
-from recompprof._analysis.runs import load
+from recompprof._analysis.report import workers as workers_module
+from recompprof._analysis.report.runs import load
 
 RULES = Rules(
     max_recompiles=3,
@@ -112,16 +113,18 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
     """``diff`` folds its runs with ``detail=False``: every figure it compares (counts, compile seconds,
     reason groups, causes, modes) equals the full report's; per-rank figures, steps and phases are left
     out, and such a report refuses to be rendered as if it were whole."""
-    from recompprof._analysis.fold import build_report
     from recompprof._analysis.render.html import render_html
     from recompprof._analysis.render.text import render_text
+    from recompprof._analysis.report.fold import build_report
 
     full, lean = (
         build_report(load(generated_run).events),
         build_report(load(generated_run).events, detail=False),
     )
     assert (
-        list(full.frames) == list(lean.frames) and full.modes == lean.modes and full.recompiles > 0
+        list(full.frames) == list(lean.frames)
+        and full.run.modes == lean.run.modes
+        and full.recompiles > 0
     )
     for label, frame in full.frames.items():
         other = lean.frames[label]
@@ -138,7 +141,7 @@ def test_diff_folds_only_the_figures_it_compares(generated_run):
         ):
             assert getattr(other, name) == getattr(frame, name), (label, name)
         assert (
-            not other.compiles_by_rank
+            not other.ranks.compiles_by_rank
             and not other.recompile_steps
             and not any(other.phases.values())
         )

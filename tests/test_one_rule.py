@@ -19,7 +19,7 @@ from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
 from recorded_runs import WORKLOAD, clean_env
 
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, SessionEnd

@@ -591,7 +591,7 @@ def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
     """attach(mode="profile", recompile_limit=None), the unlimited variant: the log's session_start (limit None,
     which the JSON line leaves out) reads back, so the report knows the run and its mode."""
     import recompprof
-    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.report.fold import build_report
     from recompprof._eventlog.reader import read_file, read_run
     from recompprof._model.events import SessionStart
 
@@ -602,4 +602,4 @@ def test_unlimited_session_log_keeps_its_session_start(tmp_path: Any) -> None:
     starts = [e for e in read_file(session.event_log_path) if isinstance(e, SessionStart)]  # type: ignore[arg-type]
     assert len(starts) == 1 and starts[0].mode == "profile" and starts[0].recompile_limit is None
     report = build_report(read_run(tmp_path))
-    assert report.modes == {"profile"} and not report.incomplete
+    assert report.run.modes == {"profile"} and not report.sessions.incomplete

@@ -28,7 +28,7 @@ from agreement import (
 )
 from recorded_runs import cli
 
-from recompprof._analysis.fold import build_report
+from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, RecompileLimitHit

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import recompprof
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._model.events import Compile, Frame, Reason
 
 SCALE = 1.0
@@ -26,7 +26,7 @@ def test_true_recompiles_not_one_per_cache_entry(tmp_path: Path) -> None:
     with recompprof.attach(run_dir=tmp_path) as session:
         for tag in ("a", "bb", "ccc", "dddd", "eeeee", "ffffff"):
             compiled(torch.ones(2), tag)
-    report = session.report()
+    report = recompprof.report(session)
     frame = next(fr for fr in report.frames.values() if fr.name == "f")
     assert (frame.compiles, frame.recompiles) == (6, 5)
     group = frame.reasons[("python_constant", "L['tag']")]
@@ -98,7 +98,7 @@ def test_reasons_capped_per_event_with_exact_totals(tmp_path: Path) -> None:
     assert sum(len(e.reasons) + sum(e.reasons_omitted.values()) for e in events) == expected
     snap = session.snapshot()
     assert snap.frames[events[0].frame.label].guard_failures["python_constant"] == expected
-    report = session.report()
+    report = recompprof.report(session)
     frame = report.frames[events[0].frame.key]
     assert sum(g.failures for g in frame.reasons.values()) == expected
     assert frame.recompiles == 79
@@ -134,7 +134,7 @@ def test_fix_first_ranks_causes_by_seconds_lost_with_their_backward(tmp_path: Pa
     assert any(
         e.backward and e.compile_id in cause_of_id for e in events
     )  # a recompile's backward was charged
-    report = session.report()
+    report = recompprof.report(session)
     got = {(c.category, c.subject): c.seconds for c in report.causes.values()}
     assert got == pytest.approx(expected) and len(got) >= 2
     ranked = report.ranked_causes()
@@ -260,7 +260,7 @@ def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
         frame, ["0/2: tensor 'x' size mismatch at index 1. expected 3, actual 5"]
     )
     got = [
-        automatic_dynamic(CompileRecord(), list(e[0]), e.first_change)
+        automatic_dynamic(CompileRecord(), list(e.reasons), e.first_change)
         for e in (first, again, other)
     ]
     assert got == ["dim 0 of L['x']", None, "dim 1 of L['x']"]
@@ -443,10 +443,10 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
     draws with the renderer its caller gave), and divergence, whose per-rank state the model holds,
     imports no report."""
     renderers = {"recompprof._analysis.render.text", "recompprof._analysis.render.html"}
-    for module in ("report", "figures", "frame_figures", "completeness", "bounded", "fold"):
-        assert not _imports(f"recompprof._analysis.{module}") & renderers, module
+    for module in ("model", "figures", "frames", "sessions", "bounded", "fold"):
+        assert not _imports(f"recompprof._analysis.report.{module}") & renderers, module
     assert not {
         m
-        for m in _imports("recompprof._analysis.divergence")
-        if m.startswith("recompprof._analysis.report")
+        for m in _imports("recompprof._analysis.report.divergence")
+        if m.startswith("recompprof._analysis.report.model")
     }

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from recorded_runs import RecordedRun, cli, record
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.plaintext import units
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._eventlog.reader import read_run
 
 
@@ -38,7 +38,7 @@ def test_a_limit_hit_explains_no_change(limited: RecordedRun) -> None:
     assert report.limit_hits > 0 and report.recompiles > 0
     for frame in report.frames.values():
         assert sum(g.changes for g in frame.reasons.values()) == frame.recompiles, frame.label
-    assert sum(report.categories.values()) == report.recompiles
+    assert sum(report.frames.categories.values()) == report.recompiles
 
 
 def test_ingest_states_the_counts_the_report_states(limited: RecordedRun, tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ def test_redact_lets_no_planted_secret_leave_the_process(
         "textfile": textfile.path.read_bytes(),
         "report": out.getvalue().encode() + err.getvalue().encode(),
         "HTML report": (tmp_path / "report.html").read_bytes(),
-        "session report": str(session.report()).encode(),
+        "session report": str(recompprof.report(session)).encode(),
         # torch's own log lines are torch's business; recompprof's (with any traceback) are ours.
         "recompprof logs": "\n".join(
             caplog.handler.format(r) for r in caplog.records if r.name.startswith("recompprof")

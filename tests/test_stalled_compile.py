@@ -19,9 +19,10 @@ from recorded_runs import clean_env, cli
 from slow_jobs import stop_during_recompile
 
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.merging import build_run_report
-from recompprof._analysis.runs import load
+from recompprof._analysis.render.wording import running_at_end
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report
+from recompprof._analysis.report.runs import load
 from recompprof._model.events import HEARTBEAT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,7 +218,10 @@ def test_merging_worker_folds_gives_the_same_verdict(
     whole = build_report(load(run).events)
     merged = build_run_report(load(run).events, workers=2)
     assert_same(figures(merged), figures(whole))
-    assert merged.running_at_end() == whole.running_at_end() and len(whole.running_at_end()) == 1
+    assert (
+        running_at_end(merged.sessions) == running_at_end(whole.sessions)
+        and len(running_at_end(whole.sessions)) == 1
+    )
     rules = Rules(fail_on_running_compile=True)
     assert [str(v) for v in check(load(run).events, rules, workers=2).findings()] == [
         str(v) for v in check(load(run).events, rules, workers=1).findings()
@@ -264,7 +268,9 @@ def test_a_rank_killed_between_compiles_was_not_compiling(tmp_path: Path) -> Non
         proc.wait()
     report = build_report(load(run).events)
     assert (
-        report.incomplete and report.compiling_at_end == {} and report.not_compiling_at_end == [0]
+        report.sessions.incomplete
+        and report.sessions.compiling_at_end == {}
+        and report.sessions.not_compiling_at_end == [0]
     )
     for after in ([], ["--after-step", "100"]):
         done = cli(
@@ -334,9 +340,9 @@ def _assert_not_compiling(run: Path) -> None:
     )  # the log records them
     report = build_report(load(run).events)
     assert (
-        report.compiling_at_end == {}
-        and report.not_compiling_at_end == [0]
-        and not report.incomplete
+        report.sessions.compiling_at_end == {}
+        and report.sessions.not_compiling_at_end == [0]
+        and not report.sessions.incomplete
     )
     text = cli("report", str(run), "--width", "200")
     assert text.returncode == 0 and "was compiling" not in text.stdout, text.stdout + text.stderr
@@ -368,7 +374,7 @@ def test_an_older_log_says_nothing_about_running_compiles(
     older = tmp_path / "older"
     _as_older_writer(request.getfixturevalue(which), older)
     report = build_report(load(older).events)
-    assert report.compiling_at_end == {} and report.not_compiling_at_end == []
+    assert report.sessions.compiling_at_end == {} and report.sessions.not_compiling_at_end == []
     text = cli("report", str(older), "--width", "200")
     assert text.returncode == 0 and "compiling" not in text.stdout, text.stdout
     checked = cli("check", str(older), "--fail-on-running-compile", "--accept-incomplete-runs")

@@ -63,7 +63,7 @@ def test_compiled_optimizer_under_an_lr_scheduler_recompiles_once_as_warmup(tmp_
         False,
     )
     live = session.snapshot()
-    report = session.report()
+    report = recompprof.report(session)
     assert sum(f.steady_state_recompiles for f in live.frames.values()) == 0
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 0
     assert report.automatic_dynamic_recompiles == 1
@@ -161,7 +161,7 @@ def test_a_dim_specialised_again_recompiles_in_steady_state_and_the_report_says_
         (None, True),
         (None, True),
     ]
-    report = session.report()
+    report = recompprof.report(session)
     assert sum(f.steady_state_recompiles for f in session.snapshot().frames.values()) == 2
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 2
     for text in (" ".join(render_text(report, width=200).split()), render_html(report)):
@@ -283,7 +283,7 @@ def test_fix_first_ranks_steady_state_causes_before_the_warmup_that_fixed_itself
         0
     ].automatic_dynamic.startswith("dim 1 of ")
     steady_category = _explaining(recompiles[1])[0]
-    report = session.report()
+    report = recompprof.report(session)
     text = " ".join(render_text(report, width=200).split())
     fix_first = text[text.index("Fix these first") : text.index("Frames")]
     steady_at, warmup_at = fix_first.index(f"· {steady_category} ·"), fix_first.index("· size ·")

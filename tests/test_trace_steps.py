@@ -12,8 +12,8 @@ import torch
 from recorded_runs import TESTS, clean_env, cli, record
 
 import recompprof
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.fold import build_report
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
 from recompprof._torch.versions import torch_info

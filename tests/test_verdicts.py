@@ -39,9 +39,9 @@ from agreement import (
     torch_compiles,
 )
 
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.text import render_text
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.causes import explaining_reason

@@ -290,7 +290,7 @@ def _watch_rows(out: str) -> dict[int, list[str]]:
 def test_once_on_a_finished_run_gives_the_counts_report_gives(finished_run: Path) -> None:
     """``--once`` prints each rank's compiles, recompiles and limit hits as ``recompprof report --rank`` counts them,
     and its steady-state recompiles as the report's fold does, then exits 0."""
-    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.report.fold import build_report
     from recompprof._eventlog.reader import read_run
 
     done = subprocess.run(

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.fold import build_report
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.render.watch import render
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.watching import Watch
 from recompprof._eventlog.tail import RunTail
 from recompprof._eventlog.writer import write_events

@@ -16,15 +16,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from recompprof._analysis import workers as parallel
 from recompprof._analysis.render.wording import cause_label, completeness_warnings, first_of
+from recompprof._analysis.report import workers as parallel
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
 from recompprof._model.status import describe_at_end
 
 if TYPE_CHECKING:
-    from recompprof._analysis.completeness import SessionFold
-    from recompprof._analysis.report import FrameReport, Report
+    from recompprof._analysis.report.frames import FrameReport
+    from recompprof._analysis.report.model import Report
+    from recompprof._analysis.report.sessions import SessionFold
 
 # The CLI builds its parser from OPTIONS on every command: the report model (fold, completeness) is
 # imported only when a run is checked.
@@ -109,7 +110,7 @@ class CheckResult:
 
 @runtime_checkable
 class RankedEvents(Protocol):
-    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.runs.EventStream`)."""
+    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.report.runs.EventStream`)."""
 
     def ranks(self) -> list[int] | None:
         """The ranks the events belong to, or None where that is not known before reading them."""
@@ -124,7 +125,7 @@ def check(events: Iterable[Event], rules: Rules, *, workers: int | None = None) 
 
     ``events`` that can stream one rank at a time (:class:`RankedEvents`) are folded rank by rank without
     holding any, in up to ``workers`` processes (default: one per CPU for a large run, see
-    :mod:`recompprof._analysis.workers`); anything else is grouped by rank in memory.
+    :mod:`recompprof._analysis.report.workers`); anything else is grouped by rank in memory.
     The ranks are independent, so the violations, in rank order, are the same either way.
     """
     per_rank: dict[int, Iterable[Event]]
@@ -152,7 +153,7 @@ def _by_rank(events: Iterable[Event]) -> dict[int, Iterable[Event]]:
 def _check_in_workers(
     stream: RankedEvents, ranks: list[int], rules: Rules, workers: int
 ) -> CheckResult:
-    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.workers`), in rank order."""
+    """Each rank checked in a forked worker (see :mod:`recompprof._analysis.report.workers`), in rank order."""
     return CheckResult.joined(
         parallel.map_forked(
             lambda rank: _check_rank(rank, _report(stream.of_rank(rank), rules.after_step), rules),
@@ -166,8 +167,8 @@ def _check_in_workers(
 def _report(events: Iterable[Event], step: int | None) -> Report:
     """One rank's report; events before ``step`` still count in its sessions (their ``session_end``
     totals include them), so leaving them out of the figures is no gap."""
-    from recompprof._analysis.completeness import SessionFold
-    from recompprof._analysis.fold import build_report
+    from recompprof._analysis.report.fold import build_report
+    from recompprof._analysis.report.sessions import SessionFold
 
     if not step:  # nothing to drop: no per-event filter to pay for
         return build_report(events)
@@ -223,7 +224,7 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> CheckResult:
 
 def _untrusted_counts(scope: _Scope) -> Iterator[Violation]:
     """Counts the report cannot vouch for: the CLI exits 2 on these unless told to accept them."""
-    for name, why in scope.report.signals_dark.items():
+    for name, why in scope.report.run.signals_dark.items():
         yield Violation(
             "signal_dark", scope.rank, None, f"{scope.where}: signal {name} was dark ({why})"
         )
@@ -342,7 +343,7 @@ def _ended_compiling(scope: _Scope, broken: bool) -> Iterator[Violation]:
     """A compile the rank's run ended with: a stall, or the job stopped in the middle of compiling. A violation
     (``broken``: under ``fail_on_running_compile``), else a note (the CLI says it in a warning line and passes)."""
     rule = "compile_running_at_end" if broken else RUNNING_COMPILE_NOTE
-    for rank, end in scope.report.compiling_at_end.items():
+    for rank, end in scope.report.sessions.compiling_at_end.items():
         yield Violation(
             rule,
             rank,

@@ -21,9 +21,11 @@ from collections.abc import Iterable
 
 from rich.table import Table
 
-from recompprof._analysis.merging import build_run_reports
 from recompprof._analysis.render import plaintext
-from recompprof._analysis.report import CauseReport, FrameReport, Report
+from recompprof._analysis.report.figures import CauseReport
+from recompprof._analysis.report.frames import FrameReport
+from recompprof._analysis.report.merging import build_run_reports
+from recompprof._analysis.report.model import Report
 from recompprof._model.events import Event
 
 # Compile-time growth below this many seconds is never a regression (timer noise on tiny compiles).
@@ -53,7 +55,7 @@ class Diff:
     @property
     def mode_warning(self) -> str | None:
         """Why the two runs' figures are not comparable, when their modes differ (None when they match)."""
-        a, b = sorted(self.before.modes), sorted(self.after.modes)
+        a, b = sorted(self.before.run.modes), sorted(self.after.run.modes)
         if not a or not b or a == b:  # ingested TORCH_TRACE runs record no mode
             return None
         return (
@@ -125,7 +127,7 @@ def compare(
     """What changed from run ``before`` to run ``after``.
 
     Large event-log runs are folded file by file in forked worker processes (``workers``, default one
-    per CPU; see :mod:`recompprof._analysis.merging`), with only the figures a diff compares; the result is the
+    per CPU; see :mod:`recompprof._analysis.report.merging`), with only the figures a diff compares; the result is the
     same either way.
     """
     a, b = build_run_reports([before, after], detail=False, workers=workers)

@@ -220,9 +220,8 @@ class CompileRecorder:
                     if by_id is not None
                     else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
                 )
-            reasons, omitted = self.assembler.explain(
-                frame, [t for t in texts if not own_reason(t)]
-            )
+            explained = self.assembler.explain(frame, [t for t in texts if not own_reason(t)])
+            reasons, omitted = explained.reasons, explained.omitted
             step = self.signals.step
             self._emit(
                 Compile(

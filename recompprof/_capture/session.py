@@ -36,7 +36,6 @@ from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
 if TYPE_CHECKING:
-    from recompprof._analysis.report import Report
     from recompprof._capture.settings import Settings
     from recompprof._torch.profile.mode import ProfileMode
 
@@ -95,14 +94,14 @@ def attach(
         return session
 
 
-def report() -> Report:
-    """The report of the attached session, or of the last one that detached."""
+def reported() -> Session:
+    """The attached session, or the last one that detached: the one ``recompprof.report()`` reports."""
     session = _current or _last
     if session is None:
         raise RuntimeError(
             "recompprof has not been attached in this process; call recompprof.attach() first"
         )
-    return session.report()
+    return session
 
 
 class Session:
@@ -335,20 +334,14 @@ class Session:
         with self._lock:
             return list(self._recent)
 
-    def report(self) -> Report:
-        """The report of this session, streamed from its event log (or its recent events if it has none)."""
-        from recompprof._analysis.fold import build_report
-        from recompprof._analysis.render.text import render_text
+    def events(self) -> Iterable[Event]:
+        """This session's events, streamed from its event log (or its recent events if it has none):
+        what ``recompprof.report(session)`` folds."""
         from recompprof._eventlog.reader import read_file
 
-        events: Iterable[Event]
         if self.event_log_path is not None and self.event_log_path.exists():
-            events = read_file(self.event_log_path)
-        else:
-            events = self.recent_events()
-        report = build_report(events)
-        report.renderer = render_text  # print(recompprof.report()) draws the terminal report
-        return report
+            return read_file(self.event_log_path)
+        return self.recent_events()
 
     def _still_running(self, compiling: Running) -> None:
         """The status thread's heartbeat while a compile runs long (see ``CompileRunning``). It is for the event

@@ -18,7 +18,7 @@ from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckResult
-    from recompprof._analysis.runs import Run
+    from recompprof._analysis.report.runs import Run
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -259,7 +259,7 @@ def _explain(exc: BaseException) -> None:
 def _open(*paths: Path) -> list[Run]:
     """The runs at ``paths`` (read lazily); raises RunError when one cannot be opened, after printing
     the errors of the others, so every bad path is named."""
-    from recompprof._analysis.runs import RunError, load
+    from recompprof._analysis.report.runs import RunError, load
 
     runs: list[Run] = []
     failed: list[RunError] = []
@@ -277,7 +277,7 @@ def _open(*paths: Path) -> list[Run]:
 
 def _finish(run: Run, *, strict: bool) -> None:
     """After the pass that computed the figures: print what was skipped; raises RunError if they must not be shown."""
-    from recompprof._analysis.runs import RunError
+    from recompprof._analysis.report.runs import RunError
 
     run.finish()
     for line in run.warnings:
@@ -291,9 +291,9 @@ def _finish(run: Run, *, strict: bool) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from recompprof._analysis.fold import build_report
-    from recompprof._analysis.merging import build_run_report
     from recompprof._analysis.render.text import render_text
+    from recompprof._analysis.report.fold import build_report
+    from recompprof._analysis.report.merging import build_run_report
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
@@ -302,7 +302,7 @@ def _report(args: argparse.Namespace) -> int:
     else:
         report = build_run_report(run.events)  # a large run in worker processes, one per CPU
     _finish(run, strict=args.strict)
-    if wanted and not report.events:
+    if wanted and not report.run.events:
         raise CommandError(
             f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}"
         )
@@ -311,7 +311,7 @@ def _report(args: argparse.Namespace) -> int:
             "read from TORCH_TRACE logs: "
             + (
                 "training steps are those recompprof, attached to the job, handed torch for each forward compile"
-                if report.steps_from_trace
+                if report.run.steps_from_trace
                 else "no training steps are recorded"
             )
         )

@@ -6,7 +6,7 @@ validates a line in one C pass into a *view*: a frozen struct with exactly the f
 ``Literal`` choices and length bounds of its model, derived from the model at import (one schema,
 no copy to keep in step). A view has its model's attributes (``kind`` included) and properties, and no
 pydantic methods: the models are the one typed event protocol, and a view satisfies its model's. The
-folds (``recompprof._analysis.fold``, ``recompprof._analysis.completeness``) are typed on the models and
+folds (``recompprof._analysis.report.fold``, ``recompprof._analysis.report.sessions``) are typed on the models and
 dispatch on the event's type through one table per fold, :func:`by_type`, which files each view under its
 model's handler, so they take views and models alike; ``eventlog.read_file`` still yields models.
 

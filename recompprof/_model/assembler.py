@@ -20,7 +20,7 @@ from recompprof._model.compile_record import CompileRecord, reason_texts
 from recompprof._model.compiles import CompileContext, compile_events, in_order
 from recompprof._model.correlation import Correlation, graph_break_event
 from recompprof._model.events import Event, Frame, GraphBreak, Reason
-from recompprof._model.explaining import ReasonExplainer
+from recompprof._model.explaining import Explained, ReasonExplainer
 
 Resolve = Callable[
     [str], "str | None"
@@ -125,9 +125,9 @@ class CompileAssembler:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger (at its start)."""
         return self.explainer.trigger(frame, texts, resolve)
 
-    def explain(self, frame: Frame, texts: list[str]) -> tuple[list[Reason], dict[str, int]]:
-        """``(kept reasons, omitted counts by category)`` of a recompile that has no record (profile mode's
-        return to a parked variant)."""
+    def explain(self, frame: Frame, texts: list[str]) -> Explained:
+        """The kept reasons and the omitted counts by category of a recompile that has no record
+        (profile mode's return to a parked variant)."""
         return self.explainer.explain(frame, texts)
 
     # -- one compile -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from recompprof._model.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof._model.explaining import automatic_dynamic
+from recompprof._model.explaining import Explained, automatic_dynamic
 from recompprof._model.texts import clean_text
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
@@ -48,7 +48,7 @@ class CompileContext:
     rank: int
     step: int | None
     frame: Frame
-    explained: tuple[list[Reason], dict[str, int]]
+    explained: Explained
     graph_breaks: int = 0
     redact: bool = False
     steady_state: bool = False
@@ -69,7 +69,7 @@ def compile_events(
     m: CompileRecord, ctx: CompileContext
 ) -> tuple[Compile, RecompileLimitHit | None]:
     """The ``Compile`` event for record ``m`` and, if it was a limit hit, the ``RecompileLimitHit``."""
-    reasons, omitted = ctx.explained
+    reasons, omitted = ctx.explained.reasons, ctx.explained.omitted
     hit = limit_hit(m, ctx.limits)
     dynamic = _automatic_dynamic(m, ctx, reasons, hit)
     skip = m.cudagraph_skip
@@ -116,7 +116,7 @@ def _automatic_dynamic(
     """What automatic dynamic made dynamic with this forward compile (a limit hit or a failure made nothing)."""
     if m.backward or hit is not None or m.fail_type is not None:
         return None
-    return automatic_dynamic(m, reasons, getattr(ctx.explained, "first_change", True))
+    return automatic_dynamic(m, reasons, ctx.explained.first_change)
 
 
 def in_order(

@@ -84,6 +84,16 @@ class FrameCounts:
     )  # by category, one per failing entry
     limit_hits: Counter[str] = dataclasses.field(default_factory=Counter)  # by limit
 
+    def merge(self, part: FrameCounts) -> None:
+        """Add the counts of the same frame from other events (a later part, another rank)."""
+        self.compiles += part.compiles
+        self.recompiles += part.recompiles
+        self.steady_state_recompiles += part.steady_state_recompiles
+        self.backward_compiles += part.backward_compiles
+        self.compile_seconds += part.compile_seconds
+        self.guard_failures.update(part.guard_failures)
+        self.limit_hits.update(part.limit_hits)
+
 
 _CATEGORY = operator.attrgetter("category")
 # Counter.update's own counting loop (C), without update's Mapping check. Measured on the 262,196 reasons

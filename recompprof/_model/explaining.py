@@ -8,9 +8,9 @@ recompile that repeats (docs/steady-state.md). Live capture and ``ingest`` share
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
 
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
@@ -59,11 +59,15 @@ def _scalar_literal(reason: Reason) -> str | None:
     return match.group(1) if match else None
 
 
-class Explained(tuple[Any, ...]):
-    """``(kept reasons, omitted counts by category)``, plus ``first_change``: False when what the explaining
-    reason changed (a tensor dim, a scalar's value: :func:`changed_subject`) already changed on this frame,
-    so it is not automatic dynamic warming up: that happens once per dim or scalar."""
+@dataclasses.dataclass(frozen=True)
+class Explained:
+    """The reasons of one compile as :meth:`ReasonExplainer.explain` keeps them."""
 
+    reasons: list[Reason]  # the explaining reason first, then others up to MAX_REASONS_PER_EVENT
+    omitted: dict[str, int]  # the others past that, counted by category
+    # False when what the explaining reason changed (a tensor dim, a scalar's value: :func:`changed_subject`)
+    # already changed on this frame, so it is not automatic dynamic warming up: that happens once per
+    # dim or scalar.
     first_change: bool = True
 
 
@@ -121,15 +125,15 @@ class ReasonExplainer:
         frame: Frame,
         texts: list[str],
         resolve: Callable[[str], str | None] | None = None,
-    ) -> tuple[list[Reason], dict[str, int]]:
-        """``(kept reasons, omitted counts by category)`` for one compile of ``frame``.
+    ) -> Explained:
+        """The kept reasons and the omitted counts by category for one compile of ``frame``.
 
         ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
         tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
         """
         parsed = self._parse(texts, resolve)
         if not parsed:
-            return Explained(([], {}))
+            return Explained([], {})
         seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
         self._seen[frame.key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
@@ -160,9 +164,7 @@ class ReasonExplainer:
                 kept.append(reason)
             else:
                 omitted[reason.category] += 1
-        explained = Explained((kept, dict(omitted)))
-        explained.first_change = first_change
-        return explained
+        return Explained(kept, dict(omitted), first_change)
 
 
 def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) -> int:

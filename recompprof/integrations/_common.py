@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import recompprof
 from recompprof import _internal
 from recompprof._capture import session as session_module, settings as settings_module
 from recompprof._capture.identity import Identity, detect
@@ -152,7 +153,7 @@ class Tracker:
             "integrations.report",
             "the report was not logged; run `recompprof report` on the run directory",
         ):
-            report = session.report()
+            report = recompprof.report(session)
             where = f"; event log {session.event_log_path}" if session.event_log_path else ""
             self.log.info(
                 "recompprof (rank %d): %d compiles, %d recompiles, %.2f s compiling, %d limit hits%s\n%s",

@@ -2,7 +2,7 @@
 
 The charts are drawn as SVG (:mod:`recompprof._analysis.render.html_charts`), so the page reads the same with
 scripts blocked (as some CI artifact viewers do); the script only adds table sorting and filtering. Everything shown comes from the
-:class:`~recompprof._analysis.report.Report`; this module only lays it out.
+:class:`~recompprof._analysis.report.model.Report`; this module only lays it out.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from recompprof._analysis.fold import ranked_breaks
 from recompprof._analysis.render import html_charts
 from recompprof._analysis.render.html_charts import CATEGORY_COLORS, escape as _e
 from recompprof._analysis.render.wording import (
@@ -23,9 +22,11 @@ from recompprof._analysis.render.wording import (
     frame_steps,
     frames_in_order,
     more_causes,
+    running_at_end,
     share,
 )
-from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.report.frames import FrameReport
+from recompprof._analysis.report.model import Report
 from recompprof._model.events import CACHE_RESULTS, CACHES
 from recompprof._version import __version__
 
@@ -139,7 +140,7 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
 
 
 def _caches(report: Report) -> str:
-    if not any(report.cache_lookups.values()):
+    if not any(report.compilation.cache_lookups.values()):
         return (
             "<p class='empty' id='caches-empty'>No compile-cache lookups recorded (backends other than Inductor "
             "use neither the FX graph nor the AOTAutograd cache).</p>"
@@ -150,30 +151,30 @@ def _caches(report: Report) -> str:
         rows.append(
             (
                 cache,
-                *(report.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
+                *(report.compilation.cache_lookups[(cache, r)] for r in CACHE_RESULTS),
                 "-" if rate is None else f"{100 * rate:.0f} %",
             )
         )
     return (
         f'<p id="cache-saved">Seconds saved by cache hits (as torch reports them): '
-        f"<b>{report.cache_seconds_saved:.2f} s</b></p>"
+        f"<b>{report.compilation.cache_seconds_saved:.2f} s</b></p>"
         + _simple_table("caches-table", ("Cache", *CACHE_RESULTS, "Hit rate"), rows)
     )
 
 
 def _trace_functions(report: Report) -> str:
-    if not report.trace_seconds_by_function:
+    if not report.compilation.trace_seconds_by_function:
         return ""
     table = _simple_table(
         "trace-functions-table",
         ("User function", "Dynamo trace seconds (exclusive)"),
-        ((f, f"{s:.3f}") for f, s in report.trace_seconds_by_function.most_common(15)),
+        ((f, f"{s:.3f}") for f, s in report.compilation.trace_seconds_by_function.most_common(15)),
     )
     return f'<section id="trace-functions"><h2>Which user functions cost Dynamo trace time</h2>{table}</section>'
 
 
 def _graph_breaks(report: Report) -> str:
-    ranked = ranked_breaks(report)
+    ranked = report.breaks.ranked()
     rows = []
     for group in ranked[:MAX_BREAKS_TABLED]:
         hints = "".join(f"<li>{_e(h)}</li>" for h in group.hints)
@@ -228,7 +229,7 @@ def render_html(
         phases=html_charts.phase_chart(report, frames),
         table=_frames_section(report, frames, FIX_HINTS),
         limits=_limits(frames),
-        limit=_e(report.recompile_limit),
+        limit=_e(report.run.recompile_limit),
         breaks=_breaks(report),
         failures=_failures(report),
         css=_CSS,
@@ -240,9 +241,9 @@ def render_html(
 
 
 def _steps_kpi(report: Report) -> int | str:
-    if not report.from_torch_trace:
-        return report.last_step
-    return f"≥ {report.last_step}" if report.steps_from_trace else "unknown"
+    if not report.run.from_torch_trace:
+        return report.run.last_step
+    return f"≥ {report.run.last_step}" if report.run.steps_from_trace else "unknown"
 
 
 def _kpi_cards(report: Report, frames: list[FrameReport]) -> str:
@@ -258,7 +259,7 @@ def _kpi_cards(report: Report, frames: list[FrameReport]) -> str:
         ("lost-seconds", "Lost to recompiles (s)", round(report.recompile_seconds, 2)),
         (
             "steps",
-            "Training steps" + (" (last seen)" if report.incomplete else ""),
+            "Training steps" + (" (last seen)" if report.sessions.incomplete else ""),
             _steps_kpi(report),
         ),
     ]
@@ -282,7 +283,8 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
             + "; ".join(
                 f"{f.label}: "
                 + ", ".join(
-                    f"rank {r} {f.recompiles_by_rank.get(r, 0)}" for r in sorted(report.ranks)
+                    f"rank {r} {f.ranks.recompiles_by_rank.get(r, 0)}"
+                    for r in sorted(report.run.ranks)
                 )
                 for f in diverging[:5]
             )
@@ -293,7 +295,7 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
 
 def _compiling_at_end(report: Report) -> str:
     """The compile the run ended with, above everything else: it is what stalled or ended the job."""
-    lines = "".join(f"<li>{_e(line)}</li>" for line in report.running_at_end())
+    lines = "".join(f"<li>{_e(line)}</li>" for line in running_at_end(report.sessions))
     return (
         f'<section class="stalled" id="compiling-at-end"><h2>The run ended while compiling</h2><ul>{lines}</ul></section>'
         if lines
@@ -303,8 +305,8 @@ def _compiling_at_end(report: Report) -> str:
 
 def _meta(report: Report) -> str:
     return (
-        f"run {', '.join(report.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.ranks)) or '0'} · "
-        f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.recompile_limit} · "
+        f"run {', '.join(report.run.runs) or '?'} · ranks {', '.join(str(r) for r in sorted(report.run.ranks)) or '0'} · "
+        f"{describe_source(report).replace(' | ', ' · ')} · recompile_limit {report.run.recompile_limit} · "
         f"generated {time.strftime('%Y-%m-%d %H:%M:%S')} by recompprof {__version__}"
     )
 
@@ -313,7 +315,7 @@ def _frames_section(report: Report, frames: list[FrameReport], hints: dict[str, 
     if not frames:
         return "<p class='empty'>No compiles recorded.</p>"
     return _frames_table(
-        frames, hints, steps_known=report.steps_known, steady_known=not report.from_torch_trace
+        frames, hints, steps_known=report.steps_known, steady_known=not report.run.from_torch_trace
     )
 
 
@@ -338,16 +340,16 @@ def _limits(frames: list[FrameReport]) -> str:
 
 def _breaks(report: Report) -> str:
     return (
-        _graph_breaks(report)
-        if report.graph_break_groups
-        else "<p class='empty'>No graph breaks.</p>"
+        _graph_breaks(report) if report.breaks.groups else "<p class='empty'>No graph breaks.</p>"
     )
 
 
 def _failures(report: Report) -> str:
-    if not report.failure_messages:
+    if not report.compilation.failure_messages:
         return "<p class='empty'>No compile failures.</p>"
-    return _simple_table("failures-table", ("Frame", "Type", "Message"), report.failure_messages)
+    return _simple_table(
+        "failures-table", ("Frame", "Type", "Message"), report.compilation.failure_messages
+    )
 
 
 _CSS = """

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from collections import Counter
 
-from recompprof._analysis.report import FrameReport, Report
+from recompprof._analysis.report.frames import FrameReport
+from recompprof._analysis.report.model import Report
 from recompprof._model.events import CATEGORIES, PHASES
 
 MAX_FRAMES_CHARTED = 12
@@ -42,7 +43,7 @@ def steps_chart(report: Report, frames: list[FrameReport]) -> str:
     charted = [f for f in frames if f.recompiles][:MAX_FRAMES_CHARTED]
     if not charted:
         return '<p class="empty" id="steps-empty">No recompiles: every frame compiled once.</p>'
-    if report.last_step == 0:
+    if report.run.last_step == 0:
         return (
             '<p class="empty" id="steps-empty">This run has no training-step information (e.g. ingested from '
             "TORCH_TRACE); see the per-frame counts below.</p>"
@@ -50,7 +51,7 @@ def steps_chart(report: Report, frames: list[FrameReport]) -> str:
     label_w, row_h, top, right = 300, 30, 12, 24
     plot_w = CHART_WIDTH - label_w - right
     height = top + row_h * len(charted) + 40
-    last = max(report.last_step, 1)
+    last = max(report.run.last_step, 1)
 
     def x(step: int) -> float:
         return label_w + plot_w * step / last
@@ -175,13 +176,13 @@ def category_chart(report: Report) -> str:
 
 
 def phase_chart(report: Report, frames: list[FrameReport]) -> str:
-    total = sum(report.phases.values())
+    total = sum(report.frames.phases.values())
     if total <= 0:
         return '<p class="empty" id="phases-empty">No compile time recorded.</p>'
     charted = sorted(
         (f for f in frames if f.compile_seconds > 0), key=lambda f: -f.compile_seconds
     )[:MAX_FRAMES_CHARTED]
-    rows: list[tuple[str, dict[str, float], float]] = [("all frames", report.phases, total)]
+    rows: list[tuple[str, dict[str, float], float]] = [("all frames", report.frames.phases, total)]
     rows += [(f.label, f.phases, f.compile_seconds) for f in charted]
     label_w, row_h, top, right = 300, 28, 34, 80
     plot_w = CHART_WIDTH - label_w - right

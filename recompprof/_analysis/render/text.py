@@ -1,4 +1,4 @@
-"""The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.Report` as tables."""
+"""The terminal report: ``render_text`` draws a :class:`~recompprof._analysis.report.model.Report` as tables."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from recompprof._analysis import divergence
-from recompprof._analysis.fold import ranked_breaks
-from recompprof._analysis.render import plaintext
+from recompprof._analysis.render import divergence, plaintext
 from recompprof._analysis.render.wording import (
     FIX_FIRST,
     automatic_dynamic_notes,
@@ -22,9 +20,12 @@ from recompprof._analysis.render.wording import (
     frame_steps,
     frames_in_order,
     more_causes,
+    running_at_end,
     share,
 )
-from recompprof._analysis.report import MAX_FRAMES, FrameReport, Report
+from recompprof._analysis.report.bounded import MAX_FRAMES
+from recompprof._analysis.report.frames import FrameReport
+from recompprof._analysis.report.model import Report
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
 from recompprof._model.texts import escape
@@ -92,9 +93,9 @@ def _print_fix_first(
 
 
 def _print_breaks(console: Console, report: Report) -> None:
-    if not report.graph_break_groups:
+    if not report.breaks.groups:
         return
-    ranked = ranked_breaks(report)
+    ranked = report.breaks.ranked()
     rows: list[tuple[str, ...]] = [
         (
             g.reason,
@@ -136,18 +137,18 @@ def _print_breaks(console: Console, report: Report) -> None:
 
 
 def _print_caches(console: Console, report: Report) -> None:
-    if not any(report.cache_lookups.values()):
+    if not any(report.compilation.cache_lookups.values()):
         return
     rows = []
     for cache in CACHES:
-        counts = [report.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
+        counts = [report.compilation.cache_lookups[(cache, r)] for r in CACHE_RESULTS]
         rate = report.cache_hit_rate(cache)
         rows.append(
             (cache, *(str(n) for n in counts), "-" if rate is None else f"{100 * rate:.0f} %")
         )
     console.print(
         plaintext.table(
-            f"Compile caches (seconds saved by hits: {report.cache_seconds_saved:.2f} s)",
+            f"Compile caches (seconds saved by hits: {report.compilation.cache_seconds_saved:.2f} s)",
             ("Cache", *CACHE_RESULTS, "Hit rate"),
             rows,
             right=(*CACHE_RESULTS, "Hit rate"),
@@ -198,15 +199,15 @@ def render_text(report: Report, width: int = 160) -> str:
 
 
 def _run_line(report: Report) -> str:
-    ranks = ", ".join(str(r) for r in sorted(report.ranks)) or "0"
+    ranks = ", ".join(str(r) for r in sorted(report.run.ranks)) or "0"
     return (
-        f"run {', '.join(report.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
+        f"run {', '.join(report.run.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
         f"compile time {report.compile_seconds:.2f} s"
         + (
-            f" of {report.wall_seconds:.1f} s wall"
-            if report.wall_seconds and len(report.ranks) <= 1
+            f" of {report.run.wall_seconds:.1f} s wall"
+            if report.run.wall_seconds and len(report.run.ranks) <= 1
             else " summed over ranks"
-            if len(report.ranks) > 1
+            if len(report.run.ranks) > 1
             else ""
         )
     )
@@ -215,9 +216,9 @@ def _run_line(report: Report) -> str:
 def _print_warnings(console: Console, report: Report) -> None:
     """A compile the run ended with (first: it is what stalled or ended the job), then what the figures
     cannot vouch for: dark signals, sessions without an end, gaps in a log."""
-    for line in report.running_at_end():
+    for line in running_at_end(report.sessions):
         console.print(line, soft_wrap=True)
-    for name, why in report.signals_dark.items():
+    for name, why in report.run.signals_dark.items():
         console.print(
             f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run"
         )
@@ -230,15 +231,15 @@ def _print_header(console: Console, report: Report) -> None:
     console.print("=================")
     console.print(_run_line(report))
     _print_warnings(console, report)
-    if report.profile_mechanisms:
+    if report.run.profile_mechanisms:
         console.print(
-            f"profile mode mechanism: {', '.join(sorted(report.profile_mechanisms))} "
+            f"profile mode mechanism: {', '.join(sorted(report.run.profile_mechanisms))} "
             "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)"
         )
     notes = list(report.notes)
-    if report.frames_dropped:
+    if report.frames.dropped:
         notes.append(
-            f"{report.frames_dropped} event(s) of frames past the first {MAX_FRAMES} are not shown"
+            f"{report.frames.dropped} event(s) of frames past the first {MAX_FRAMES} are not shown"
         )
     notes += automatic_dynamic_notes(report)
     for note in notes:
@@ -251,7 +252,7 @@ def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
         f.label,
         str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
         str(f.recompiles),
-        str(f.steady_state_recompiles) if not report.from_torch_trace else "-",
+        str(f.steady_state_recompiles) if not report.run.from_torch_trace else "-",
         (frame_steps(f) or "-") if steps_known else "-",
         ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0",
         str(f.graph_breaks),
@@ -352,7 +353,7 @@ def _print_why(console: Console, frames: list[FrameReport], hints: dict[str, str
 
 
 def _print_phases(console: Console, report: Report) -> None:
-    total = sum(report.phases.values()) or 1.0
+    total = sum(report.frames.phases.values()) or 1.0
     console.print(
         plaintext.table(
             "Compile time by phase (exclusive, seconds)",
@@ -360,8 +361,8 @@ def _print_phases(console: Console, report: Report) -> None:
             [
                 (
                     phase,
-                    f"{report.phases.get(phase, 0.0):.3f}",
-                    f"{100 * report.phases.get(phase, 0.0) / total:.1f} %",
+                    f"{report.frames.phases.get(phase, 0.0):.3f}",
+                    f"{100 * report.frames.phases.get(phase, 0.0) / total:.1f} %",
                 )
                 for phase in PHASES
             ],
@@ -371,7 +372,7 @@ def _print_phases(console: Console, report: Report) -> None:
 
 
 def _print_trace_functions(console: Console, report: Report) -> None:
-    if not report.trace_seconds_by_function:
+    if not report.compilation.trace_seconds_by_function:
         return
     console.print(
         plaintext.table(
@@ -379,7 +380,9 @@ def _print_trace_functions(console: Console, report: Report) -> None:
             ("Function", "Seconds"),
             [
                 (function, f"{seconds:.3f}")
-                for function, seconds in report.trace_seconds_by_function.most_common(15)
+                for function, seconds in report.compilation.trace_seconds_by_function.most_common(
+                    15
+                )
             ],
             right=("Seconds",),
             fold=("Function",),
@@ -388,7 +391,7 @@ def _print_trace_functions(console: Console, report: Report) -> None:
 
 
 def _print_cudagraph_skips(console: Console, report: Report) -> None:
-    if not report.cudagraph_skips:
+    if not report.compilation.cudagraph_skips:
         return
     console.print(
         plaintext.table(
@@ -396,7 +399,7 @@ def _print_cudagraph_skips(console: Console, report: Report) -> None:
             ("Frame", "Reason", "Compiles", "Fix"),
             [
                 (label, reason, str(count), SKIP_HINTS.get(reason, ""))
-                for (label, reason), count in report.cudagraph_skips.most_common(20)
+                for (label, reason), count in report.compilation.cudagraph_skips.most_common(20)
             ],
             right=("Compiles",),
             fold=("Frame", "Fix"),
@@ -405,13 +408,13 @@ def _print_cudagraph_skips(console: Console, report: Report) -> None:
 
 
 def _print_failures(console: Console, report: Report) -> None:
-    if not report.failure_messages:
+    if not report.compilation.failure_messages:
         return
     console.print(
         plaintext.table(
             "Compile failures",
             ("Frame", "Type", "Message"),
-            list(report.failure_messages),
+            list(report.compilation.failure_messages),
             fold=("Frame", "Type", "Message"),
         )
     )
@@ -424,7 +427,7 @@ def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -
     console.line()
     console.print(
         "Limits: each frame needed this many compiled variants "
-        f"(torch.compile falls back to eager past recompile_limit, {report.recompile_limit} here):"
+        f"(torch.compile falls back to eager past recompile_limit, {report.run.recompile_limit} here):"
     )
     for f in busy:
         cut = " - the limit cut in" if f.limit_hits else ""
@@ -432,11 +435,11 @@ def _print_limits(console: Console, report: Report, frames: list[FrameReport]) -
 
 
 def _print_internal_errors(console: Console, report: Report) -> None:
-    if report.internal_errors:
+    if report.run.internal_errors:
         console.line()
         console.print(
             "recompprof internal errors: "
-            + ", ".join(f"{k} x{v}" for k, v in report.internal_errors.items())
+            + ", ".join(f"{k} x{v}" for k, v in report.run.internal_errors.items())
         )
 
 

@@ -13,11 +13,23 @@ from typing import TYPE_CHECKING
 from recompprof._model.status import describe_at_end
 
 if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
-    from recompprof._analysis.report import CauseReport, FrameReport, Report
+    from recompprof._analysis.report.figures import CauseReport
+    from recompprof._analysis.report.frames import FrameReport
+    from recompprof._analysis.report.model import Report
+    from recompprof._analysis.report.sessions import LogGap, Sessions
 
 FIX_FIRST = 10  # causes shown in the "fix these first" list
 CAUSE_STEPS = 8  # steps listed for a cause (the rest counted)
 FRAME_STEPS = 12  # recompile steps listed for a frame (the rest counted)
+LISTED_RANKS = 16  # ranks named in a line about sessions (the rest counted)
+
+# session_end totals -> what they count, as the report says it.
+_COUNTS = (
+    ("compiles", "compile(s)"),
+    ("recompiles", "recompile(s)"),
+    ("graph_breaks", "graph break(s)"),
+    ("recompile_limit_hits", "recompile-limit hit(s)"),
+)
 
 
 def first_of(
@@ -97,19 +109,20 @@ def warmup_avoidance(made_dynamic: str) -> str:
 
 def describe_source(report: Report) -> str:
     """``mode monitor | steps 12``, or what an ingested run can say instead (it has neither)."""
-    if report.from_torch_trace and not report.modes:
+    if report.run.from_torch_trace and not report.run.modes:
         steps = (
-            f"recompile steps up to {report.last_step}"
-            if report.steps_from_trace
+            f"recompile steps up to {report.run.last_step}"
+            if report.run.steps_from_trace
             else "steps unknown"
         )
         return f"from TORCH_TRACE (no mode) | {steps}"
-    return f"mode {', '.join(sorted(report.modes)) or '?'} | steps {steps_seen(report)}"
+    return f"mode {', '.join(sorted(report.run.modes)) or '?'} | steps {steps_seen(report)}"
 
 
 def steps_seen(report: Report) -> str:
     """The training steps of the run, or the last one seen when a rank's session ended without saying."""
-    return f">= {report.last_step} (last seen)" if report.incomplete else str(report.last_step)
+    last = report.run.last_step
+    return f">= {last} (last seen)" if report.sessions.incomplete else str(last)
 
 
 def _when(seconds: float) -> str:
@@ -125,7 +138,7 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
     """What the log cannot vouch for, one line per rank and verdict: ``("incomplete", line)`` for
     sessions without session_end, ``("log_gap", line)`` for gaps."""
     lines = []
-    for rank, ended in report.incomplete.items():
+    for rank, ended in report.sessions.incomplete.items():
         step = "unknown" if ended.step is None else ended.step
         more = f"; {ended.sessions} of its sessions ended so" if ended.sessions > 1 else ""
         compiling = (
@@ -140,12 +153,12 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
                 f"(last event at {_when(ended.time)}, step {step}{more}){compiling}",
             )
         )
-    for rank, gap in report.log_gaps.items():
+    for rank, gap in report.sessions.log_gaps.items():
         more = f" ({gap.sessions} sessions have gaps; the latest shown)" if gap.sessions > 1 else ""
         lines.append(
             (
                 "log_gap",
-                f"rank {rank}: the event log has a gap: {gap.detail}{more}; "
+                f"rank {rank}: the event log has a gap: {gap_detail(gap)}{more}; "
                 "the figures miss what the log lacks",
             )
         )
@@ -198,3 +211,37 @@ def frames_in_order(report: Report) -> list[FrameReport]:
     return sorted(
         report.frames.values(), key=lambda f: (-f.recompiles, -f.compile_seconds, f.label)
     )
+
+
+def gap_detail(gap: LogGap) -> str:
+    """What the latest gapped session's ``session_end`` counts beyond its log, said in words."""
+    parts = [
+        f"{_number(value)} {dict(_COUNTS)[key]}, the log holds {logged}"
+        for key, value, logged in gap.missing
+    ]
+    said = ["session_end counts " + "; ".join(parts)] if parts else []
+    if gap.writer_dropped:
+        said.append(f"the writer could not write {gap.writer_dropped} event(s)")
+    return "; ".join(said)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def running_at_end(sessions: Sessions) -> list[str]:
+    """One line per rank whose run ended with a compile running, naming the ranks that were not:
+    ``rank 1 was compiling `Model.forward` (recompile: ...) for 612 s when the run ended; rank 0 was
+    not compiling``."""
+    idle = sessions.not_compiling_at_end
+    others = f"; {_ranks(idle)} {'was' if len(idle) == 1 else 'were'} not compiling" if idle else ""
+    return [
+        describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
+        for rank, end in sessions.compiling_at_end.items()
+    ]
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 0`` / ``ranks 0, 2, 3`` (the first few of many, and how many more)."""
+    listed = first_of(ranks, LISTED_RANKS, more=" (+{} more)")
+    return ("rank " if len(ranks) == 1 else "ranks ") + listed

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import Report
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace import frames
 from recompprof._analysis.trace.records import (
     TRACE_PREFIX,

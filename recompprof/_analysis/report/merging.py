@@ -2,9 +2,9 @@
 processes.
 
 ``build_run_report`` folds each event-log file of a large run in a forked worker
-(:mod:`recompprof._analysis.workers`) and merges the partial reports in file order, which is the order the
+(:mod:`recompprof._analysis.report.workers`) and merges the partial reports in file order, which is the order the
 single-process fold reads them in. Each figure family of the report merges itself
-(:meth:`recompprof._analysis.report.Report.merge`; the rules sit beside the family's fold), and the merge
+(:meth:`recompprof._analysis.report.model.Report.merge`; the rules sit beside the family's fold), and the merge
 gives the report that one fold over the files gives:
 
 - sums and counters add; "first seen" values (a first step, an example) come from the earliest
@@ -29,15 +29,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from recompprof._analysis import workers as parallel
-from recompprof._analysis.bounded import Unmergeable
-from recompprof._analysis.fold import build_report
-from recompprof._analysis.report import Report
+from recompprof._analysis.report import workers as parallel
+from recompprof._analysis.report.bounded import Unmergeable
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
 from recompprof._model.events import Event
 
 
 def build_run_report(events: Iterable[Event], *, workers: int | None = None) -> Report:
-    """:func:`recompprof._analysis.fold.build_report` over a run; a large run of event-log files (an
+    """:func:`recompprof._analysis.report.fold.build_report` over a run; a large run of event-log files (an
     ``EventStream``) is folded file by file in up to ``workers`` forked processes (default: one per
     CPU above ``workers.PARALLEL_MIN_BYTES``) and merged, with the same result."""
     return build_run_reports([events], workers=workers)[0]
@@ -70,9 +70,9 @@ def build_run_reports(
 
 
 def _fold_file(stream: Any, index: int, detail: bool) -> Report:
-    report = build_report(stream.of_file(stream.files[index]), detail=detail)
-    report.drop_fold_state()  # it would not pickle
-    return report
+    return build_report(
+        stream.of_file(stream.files[index]), detail=detail
+    )  # figures only: it pickles
 
 
 def merge(parts: list[Report]) -> Report | None:

@@ -1,18 +1,25 @@
 """The report's per-frame figures: a frame's counts, reason groups, recompile detail and phases.
 
-:class:`FrameReport` is one frame's fold state and figures, with ``add_compile`` and ``merge`` side
-by side; :class:`FrameFigures` is the report's bounded map of them (one part of the
-:class:`~recompprof._analysis.report.Report`).
+:class:`FrameReport` is one frame's figures, with ``add`` and ``merge`` side by side; it holds its
+counts (:class:`~recompprof._model.counting.FrameCounts`) and what it did on each rank
+(:class:`~recompprof._analysis.report.divergence.RankFigures`). :class:`Frames` is the report's bounded
+map of them (the ``frames`` family of the :class:`~recompprof._analysis.report.model.Report`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator, Mapping, ValuesView
 
-from recompprof._analysis import bounded
-from recompprof._analysis.bounded import MAX_FRAMES, MAX_GROUPS_PER_FRAME, MAX_STEPS_LISTED
-from recompprof._analysis.divergence import RankFigures
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import (
+    MAX_FRAMES,
+    MAX_GROUPS_PER_FRAME,
+    MAX_STEPS_LISTED,
+    MergeContext,
+)
+from recompprof._analysis.report.divergence import RankFigures, RankFold, fold_rank_compile
 from recompprof._model.causes import explaining_reason
 from recompprof._model.counting import (
     COSTS,
@@ -22,7 +29,14 @@ from recompprof._model.counting import (
     fold_compile,
     fold_limit_hit,
 )
-from recompprof._model.events import PHASES, Category, Compile, Frame, RecompileLimitHit
+from recompprof._model.events import (
+    PHASES,
+    Category,
+    Compile,
+    Frame,
+    GraphBreak,
+    RecompileLimitHit,
+)
 from recompprof._model.explaining import changed_subject
 
 
@@ -38,8 +52,9 @@ class ReasonGroup:
 
 
 @dataclasses.dataclass
-class FrameReport(FrameCounts, RankFigures):
-    """One frame's counts (folded by :func:`recompprof._model.counting.fold_compile`) and the report's detail."""
+class FrameReport:
+    """One frame's counts (folded by :func:`recompprof._model.counting.fold_compile`), what it did on
+    each rank, and the report's detail."""
 
     label: str  # displayed (events.Frame.label)
     name: str
@@ -48,6 +63,8 @@ class FrameReport(FrameCounts, RankFigures):
     key: str = (
         ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
     )
+    counts: FrameCounts = dataclasses.field(default_factory=FrameCounts)
+    ranks: RankFigures = dataclasses.field(default_factory=RankFigures)
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).
     automatic_dynamic: list[str] = dataclasses.field(default_factory=list)
     automatic_dynamic_recompiles: int = 0
@@ -62,12 +79,42 @@ class FrameReport(FrameCounts, RankFigures):
     failures: Counter[str] = dataclasses.field(default_factory=Counter)
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
+    # The frame's counts, read as the frame's own (``frame.recompiles``): what every reader asks first.
+    @property
+    def compiles(self) -> int:
+        return self.counts.compiles
+
+    @property
+    def recompiles(self) -> int:
+        return self.counts.recompiles
+
+    @property
+    def steady_state_recompiles(self) -> int:
+        return self.counts.steady_state_recompiles
+
+    @property
+    def backward_compiles(self) -> int:
+        return self.counts.backward_compiles
+
+    @property
+    def compile_seconds(self) -> float:
+        return self.counts.compile_seconds
+
+    @property
+    def guard_failures(self) -> Counter[str]:
+        return self.counts.guard_failures
+
+    @property
+    def limit_hits(self) -> Counter[str]:
+        return self.counts.limit_hits
+
     @property
     def variants_needed(self) -> int:
         """Compiled variants one process needed: distinct guard sets where known, else forward compiles."""
-        if self.guard_sets_by_rank:
-            return max(len(sets) for sets in self.guard_sets_by_rank.values())
-        return max(self.compiles_by_rank.values(), default=self.compiles)
+        ranks = self.ranks
+        if ranks.guard_sets_by_rank:
+            return max(len(sets) for sets in ranks.guard_sets_by_rank.values())
+        return max(ranks.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
         return sorted(
@@ -75,11 +122,12 @@ class FrameReport(FrameCounts, RankFigures):
         )
 
     # -- fold -------------------------------------------------------------------------------------
-    def add_compile(self, event: Compile, detail: bool) -> int:
-        """Fold one compile event of this frame; returns its :func:`recompprof._model.counting.verdict`."""
+    def add(self, event: Compile, detail: bool, rank_folds: dict[int, RankFold]) -> int:
+        """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame);
+        returns its :func:`recompprof._model.counting.verdict`."""
         # The hottest code of the offline commands (a million events): one pass over the reasons, locals
         # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
-        counted = fold_compile(self, event)
+        counted = fold_compile(self.counts, event)
         explained: list[str] | None = None  # the categories of the reasons that explain a recompile
         if event.reasons:
             groups = self.reasons
@@ -94,7 +142,7 @@ class FrameReport(FrameCounts, RankFigures):
                     group.changes += 1
                     explained = [category] if explained is None else [*explained, category]
         if counted & COUNTED and detail:
-            self.add_rank_compile(event, explained)
+            fold_rank_compile(rank_folds, event, explained)
             if event.is_recompile:
                 self._add_recompile(event)
         if event.reasons_omitted:
@@ -141,20 +189,17 @@ class FrameReport(FrameCounts, RankFigures):
                 group = self.reasons[key] = ReasonGroup(category, subject, example=text[:300])
         return group
 
+    def add_graph_break(self, event: GraphBreak) -> None:
+        self.graph_breaks += event.count
+
     def add_limit_hit(self, event: RecompileLimitHit) -> None:
-        fold_limit_hit(self, event)
-        self.add_rank_limit_hit(event.rank, event.step or 0)
+        fold_limit_hit(self.counts, event)
+        self.ranks.add_limit_hit(event.rank, event.step or 0)
 
     # -- merge ------------------------------------------------------------------------------------
     def merge(self, part: FrameReport) -> None:
         """Add ``part`` (this frame, folded from later events) as one fold would have."""
-        self.compiles += part.compiles
-        self.recompiles += part.recompiles
-        self.steady_state_recompiles += part.steady_state_recompiles
-        self.backward_compiles += part.backward_compiles
-        self.compile_seconds += part.compile_seconds
-        self.guard_failures.update(part.guard_failures)
-        self.limit_hits.update(part.limit_hits)
+        self.counts.merge(part.counts)
         bounded.extend(self.automatic_dynamic, part.automatic_dynamic, MAX_STEPS_LISTED)
         self.automatic_dynamic_recompiles += part.automatic_dynamic_recompiles
         for changed, text in part.changed_again.items():
@@ -173,69 +218,69 @@ class FrameReport(FrameCounts, RankFigures):
         self.failures.update(part.failures)
         for phase, seconds in part.phases.items():
             self.phases[phase] = self.phases.get(phase, 0.0) + seconds
-        self.merge_ranks(part)
+        self.ranks.merge(part.ranks)
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
-class FrameFigures:
-    """The report's frames, by key, bounded by ``MAX_FRAMES`` (later new frames are counted as dropped)."""
+@dataclasses.dataclass
+class Frames(Mapping[str, FrameReport]):
+    """The report's frames, by key (events.Frame.key), bounded by ``MAX_FRAMES`` (later new frames are
+    counted as dropped); read as a mapping of the frames by key."""
 
-    frames: dict[str, FrameReport] = dataclasses.field(
-        default_factory=dict
-    )  # by frame key (events.Frame.key)
-    frames_dropped: int = 0
+    by_key: dict[str, FrameReport] = dataclasses.field(default_factory=dict)
+    dropped: int = 0
     # The frames' figures summed (events of dropped frames count in neither): compile seconds by phase, and
     # recompiles by the category of the reason that explains them.
     phases: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     categories: Counter[str] = dataclasses.field(default_factory=Counter)
-    frame_cache: dict[Frame, FrameReport] = dataclasses.field(
-        default_factory=dict, repr=False, metadata={"fold_state": True}
-    )
 
-    def frame_of(self, frame: Frame) -> FrameReport | None:
-        """The entry for ``frame`` (an event's Frame or its view), or None once MAX_FRAMES are kept."""
-        found = self.frame_cache.get(
-            frame
-        )  # hashed by value: one lookup for every event of a known frame
-        if found is not None:
-            return found
+    def __getitem__(self, key: str) -> FrameReport:
+        return self.by_key[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.by_key)
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    def values(self) -> ValuesView[FrameReport]:
+        return self.by_key.values()
+
+    def add(self, frame: Frame) -> FrameReport | None:
+        """The entry for ``frame`` (an event's Frame or its view), new if need be; None once
+        ``MAX_FRAMES`` are kept (the frame is counted as dropped)."""
         key = frame.key
-        found = self.frames.get(key)
+        found = self.by_key.get(key)
         if found is None:
-            if len(self.frames) >= MAX_FRAMES:
-                self.frames_dropped += 1
+            if len(self.by_key) >= MAX_FRAMES:
+                self.dropped += 1
                 return None
-            found = self.frames[key] = FrameReport(
+            found = self.by_key[key] = FrameReport(
                 frame.label, frame.name, frame.file, frame.line, key
             )
-        if len(self.frame_cache) < 2 * MAX_FRAMES:  # one Frame and one view per frame, as a rule
-            self.frame_cache[frame] = found
         return found
 
-    def finish_frames(self) -> None:
-        """The per-rank figures of every frame, as the fold kept them, in rank order; the frames' sums."""
-        for frame in self.frames.values():
-            frame.finish_ranks()
-        self._sum_frames()
+    def finish(self, rank_folds: dict[str, dict[int, RankFold]]) -> None:
+        """The per-rank figures of every frame from the fold's per-rank state, in rank order; the frames' sums."""
+        for key, frame in self.by_key.items():
+            frame.ranks.finish(rank_folds.get(key, {}))
+        self._sum()
 
-    def merge_frames(self, part: FrameFigures) -> None:
-        bounded.check(not part.frames_dropped)
-        for key in bounded.new_keys(self.frames, part.frames, MAX_FRAMES):
-            frame = part.frames[key]
-            self.frames[key] = FrameReport(
-                frame.label, frame.name, frame.file, frame.line, frame.key
-            )
-        for key, frame in part.frames.items():
-            self.frames[key].merge(frame)
-        for frame in self.frames.values():
-            frame.sort_ranks()
-        self._sum_frames()
+    def merge(self, part: Frames, ctx: MergeContext) -> None:
+        bounded.check(not part.dropped)
+        frames = self.by_key
+        for key in bounded.new_keys(frames, part.by_key, MAX_FRAMES):
+            frame = part.by_key[key]
+            frames[key] = FrameReport(frame.label, frame.name, frame.file, frame.line, frame.key)
+        for key, frame in part.by_key.items():
+            frames[key].merge(frame)
+        for frame in frames.values():
+            frame.ranks.sort()
+        self._sum()
 
-    def _sum_frames(self) -> None:
+    def _sum(self) -> None:
         phases = dict.fromkeys(PHASES, 0.0)
         categories: Counter[str] = Counter()
-        for frame in self.frames.values():
+        for frame in self.by_key.values():
             for phase, seconds in frame.phases.items():
                 phases[phase] += seconds
             for group in frame.reasons.values():
@@ -244,4 +289,4 @@ class FrameFigures:
         self.phases, self.categories = phases, categories
 
 
-__all__ = ["FrameFigures", "FrameReport", "ReasonGroup"]
+__all__ = ["FrameReport", "Frames", "ReasonGroup"]

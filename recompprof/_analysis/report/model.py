@@ -2,64 +2,51 @@
 
 Recompiles are counted once per recompile, not once per failing cache entry as the old CompileProfiler
 did; the reason that *explains* each recompile is counted separately from the guard failures against
-older entries. :mod:`recompprof._analysis.fold` builds a :class:`Report` from events and
-:mod:`recompprof._analysis.text` draws it.
+older entries. A :class:`Report` is plain data: its figure families are its attributes, each with
+``add`` and ``merge`` side by side. :class:`recompprof._analysis.report.fold.Folder` builds one from
+events; the layouts under :mod:`recompprof._analysis.render` draw it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
-from recompprof._analysis.bounded import (
-    CAPTURE_SIGNALS,
-    MAX_BREAK_GROUPS,
-    MAX_BREAK_HINTS,
-    MAX_CAUSES,
-    MAX_FRAMES,
-    MAX_FUNCTIONS,
-    MAX_GROUPS_PER_FRAME,
-    MAX_GUARD_SETS,
-    MAX_LISTED,
-    MAX_STEPS_LISTED,
-    OTHER_BREAKS,
-)
-from recompprof._analysis.completeness import Incomplete, LogGap, SessionFigures, SessionFold
-from recompprof._analysis.divergence import find as find_divergence
-from recompprof._analysis.figures import (
-    BreakFigures,
-    BreakGroup,
-    CauseFigures,
+from recompprof._analysis.report.bounded import MergeContext
+from recompprof._analysis.report.divergence import find as find_divergence
+from recompprof._analysis.report.figures import (
+    Breaks,
     CauseReport,
-    CompileFigures,
+    Causes,
+    Compilation,
     RunFigures,
 )
-from recompprof._analysis.frame_figures import FrameFigures, FrameReport, ReasonGroup
-from recompprof._model.causes import CauseTracker
+from recompprof._analysis.report.frames import FrameReport, Frames
+from recompprof._analysis.report.sessions import Sessions
 
 
 @dataclasses.dataclass
-class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigures, SessionFigures):
-    """Everything the terminal and HTML reports show; built by :func:`recompprof._analysis.fold.build_report`.
+class Report:
+    """Everything the terminal and HTML reports show; built by :func:`recompprof._analysis.report.fold.build_report`.
 
-    Its figures come in families (the bases), each a fold state with ``add`` and ``merge`` side by
-    side; :meth:`merge` adds a part folded from later events, family by family.
+    Its figures come in families, one attribute each; :meth:`merge` adds a part folded from later
+    events, family by family, as one fold over both would have.
     """
 
+    run: RunFigures = dataclasses.field(default_factory=RunFigures)
+    frames: Frames = dataclasses.field(default_factory=Frames)
+    compilation: Compilation = dataclasses.field(default_factory=Compilation)
+    breaks: Breaks = dataclasses.field(default_factory=Breaks)
+    causes: Causes = dataclasses.field(default_factory=Causes)
+    sessions: Sessions = dataclasses.field(default_factory=Sessions)
     # The caller's, about how the events were read (not folded).
     notes: list[str] = dataclasses.field(default_factory=list, metadata={"figure": False})
     # False: only the figures ``diff`` compares were folded (see build_report's ``detail``); not for rendering.
     detail: bool = dataclasses.field(default=True, metadata={"figure": False})  # how it was folded
-    # How ``str(report)`` draws the report: given by whoever hands it to a user who prints it (the session's
-    # ``report()`` gives the terminal renderer), so the model imports no renderer. None: the dataclass repr.
-    renderer: Callable[[Report], str] | None = dataclasses.field(
-        default=None, repr=False, compare=False, metadata={"figure": False}
-    )
 
     @property
     def steps_known(self) -> bool:
         """Whether recompiles carry training steps (an ingested trace has them only from an attached run)."""
-        return not self.from_torch_trace or self.steps_from_trace
+        return not self.run.from_torch_trace or self.run.steps_from_trace
 
     @property
     def compiles(self) -> int:
@@ -92,7 +79,8 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
 
     def cache_hit_rate(self, cache: str) -> float | None:
         """Hits over lookups that hit or missed (bypasses never could hit); None without lookups."""
-        hits, misses = self.cache_lookups[(cache, "hit")], self.cache_lookups[(cache, "miss")]
+        lookups = self.compilation.cache_lookups
+        hits, misses = lookups[(cache, "hit")], lookups[(cache, "miss")]
         return hits / (hits + misses) if hits + misses else None
 
     @property
@@ -108,28 +96,26 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
         return sum(sum(f.failures.values()) for f in self.frames.values())
 
     def diverging_frames(self) -> list[FrameReport]:
-        """Frames whose recompiles, limit hits or reason categories differ across ranks (see recompprof._analysis.divergence)."""
+        """Frames whose recompiles, limit hits or reason categories differ across ranks (see recompprof._analysis.report.divergence)."""
         return [self.frames[d.frame.key] for d in find_divergence(self)]
-
-    def __str__(self) -> str:
-        return self.renderer(self) if self.renderer is not None else repr(self)
 
     def merge(self, part: Report) -> None:
         """Add ``part``, folded from the events right after those folded here, as one fold over both would
-        have; raises :class:`~recompprof._analysis.bounded.Unmergeable` where the parts cannot say."""
-        earlier_ranks = {rank for frame in self.frames.values() for rank in frame.compiles_by_rank}
-        self.merge_sessions(part, started=self.ranks, touched=part.ranks | part.sessions_unopened)
-        self.merge_causes(part, earlier_ranks)
-        self.merge_run(part)
-        self.merge_compile_figures(part)
-        self.merge_breaks(part)
-        self.merge_frames(part)
+        have; raises :class:`~recompprof._analysis.report.bounded.Unmergeable` where the parts cannot say."""
+        ctx = MergeContext(
+            earlier_ranks=frozenset(
+                rank for frame in self.frames.values() for rank in frame.ranks.compiles_by_rank
+            ),
+            started=frozenset(self.run.ranks),
+            touched=frozenset(part.run.ranks | part.sessions.unopened),
+        )
+        self.sessions.merge(part.sessions, ctx)
+        self.causes.merge(part.causes, ctx)
+        self.run.merge(part.run, ctx)
+        self.compilation.merge(part.compilation, ctx)
+        self.breaks.merge(part.breaks, ctx)
+        self.frames.merge(part.frames, ctx)
         self.detail = self.detail and part.detail
-
-    def finish(self) -> None:
-        """The figures the fold kept in its own form, once every event is folded."""
-        self.finish_sessions()
-        self.finish_frames()
 
     def require_detail(self) -> None:
         """Raise ValueError for a report folded with ``detail=False``: rendered, it would show zeros it never counted."""
@@ -137,31 +123,3 @@ class Report(RunFigures, FrameFigures, CompileFigures, BreakFigures, CauseFigure
             raise ValueError(
                 "a report folded with detail=False lacks the per-rank and phase figures it would show"
             )
-
-    def drop_fold_state(self) -> None:
-        """Forget what only folding more events needs: it holds the events' views, which do not pickle."""
-        self.tracker = CauseTracker()
-        self.frame_cache = {}
-        self.session_fold = SessionFold()
-
-
-__all__ = [
-    "CAPTURE_SIGNALS",
-    "MAX_BREAK_GROUPS",
-    "MAX_BREAK_HINTS",
-    "MAX_CAUSES",
-    "MAX_FRAMES",
-    "MAX_FUNCTIONS",
-    "MAX_GROUPS_PER_FRAME",
-    "MAX_GUARD_SETS",
-    "MAX_LISTED",
-    "MAX_STEPS_LISTED",
-    "OTHER_BREAKS",
-    "BreakGroup",
-    "CauseReport",
-    "FrameReport",
-    "Incomplete",
-    "LogGap",
-    "ReasonGroup",
-    "Report",
-]

@@ -2,13 +2,14 @@
 
 Every figure keyed by something the input chooses (frames, reason groups, causes, graph-break places,
 traced functions, guard sets) is bounded, so one pathological run cannot exhaust memory. The fold
-states of the report (:mod:`recompprof._analysis.report` and the modules it composes) keep the bounds
+states of the report (:mod:`recompprof._analysis.report.model` and the modules it composes) keep the bounds
 while they fold, and merge with :func:`new_keys` and :func:`extend` so that a merge of parts gives
 what one fold over them gives, or declines (:class:`Unmergeable`) where the parts cannot say.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 # The signals a run's counts come from: when one is dark, the report says so and ``check`` refuses the run.
@@ -53,3 +54,16 @@ def new_keys(into: dict[Any, Any], part: dict[Any, Any], bound: int) -> list[Any
 def extend(into: list[Any], part: list[Any], bound: int) -> None:
     """A later part's list after an earlier one's, cut at ``bound``: what one fold appends."""
     into.extend(part[: max(0, bound - len(into))])
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeContext:
+    """What every family's ``merge`` may need to know of the report folded so far and the part added
+    to it, computed once per merge (:meth:`recompprof._analysis.report.model.Report.merge`)."""
+
+    # Ranks that compiled in the events before the part's (where a backward's forward may be).
+    earlier_ranks: frozenset[int]
+    # Ranks with a ``session_start`` before the part.
+    started: frozenset[int]
+    # Every rank with an event in the part.
+    touched: frozenset[int]

@@ -1,18 +1,20 @@
-"""The report's run-wide figure families, each a fold state with its ``add`` and ``merge`` side by side.
+"""The report's run-wide figure families, each with its ``add`` and ``merge`` side by side.
 
-A family is a dataclass mixin of :class:`~recompprof._analysis.report.Report`: its fields are report
-figures, its ``add_*`` methods fold events into them (called by :func:`recompprof._analysis.fold.build_report`)
-and its ``merge_*`` method adds the same figures of a part folded from later events (called by
-:func:`recompprof._analysis.merging.merge`), so one fold and a merge of parts are the same rules.
+A family is one attribute of :class:`~recompprof._analysis.report.model.Report`: its fields are report
+figures, its ``add`` methods fold events into them (called by the
+:class:`~recompprof._analysis.report.fold.Folder`) and its ``merge`` adds the same figures of a part
+folded from later events (called by :meth:`Report.merge <recompprof._analysis.report.model.Report.merge>`),
+so one fold and a merge of parts are the same rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator, Mapping, ValuesView
 
-from recompprof._analysis import bounded
-from recompprof._analysis.bounded import (
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import (
     CAPTURE_SIGNALS,
     MAX_BREAK_GROUPS,
     MAX_BREAK_HINTS,
@@ -21,12 +23,11 @@ from recompprof._analysis.bounded import (
     MAX_LISTED,
     MAX_STEPS_LISTED,
     OTHER_BREAKS,
+    MergeContext,
 )
-from recompprof._analysis.frame_figures import FrameReport
-from recompprof._model.causes import CauseTracker, explaining_reason
+from recompprof._model.causes import explaining_reason
 from recompprof._model.events import (
     Compile,
-    Frame,
     GraphBreak,
     SessionEnd,
     SessionStart,
@@ -35,8 +36,7 @@ from recompprof._model.events import (
 )
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
+@dataclasses.dataclass
 class RunFigures:
     """What the run's sessions say: runs, ranks, modes, settings, signals, wall time and internal errors."""
 
@@ -60,7 +60,11 @@ class RunFigures:
     # What merging needs: each signal's last why from a session end.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
-    def add_session_start(self, event: SessionStart) -> None:
+    def add_read(self, events: int, last_step: int) -> None:
+        """What the fold's loop counted itself: the events it folded and the last step they named."""
+        self.events, self.last_step = events, last_step
+
+    def add_start(self, event: SessionStart) -> None:
         self.ranks.add(event.rank)
         if event.signals.get("torch_trace"):  # ingested: the event's mode is a placeholder
             self.from_torch_trace = True
@@ -83,7 +87,7 @@ class RunFigures:
         if not event.live:
             self.signals_dark.setdefault(event.signal, event.reason or "went dark")
 
-    def add_session_end(self, event: SessionEnd) -> None:
+    def add_end(self, event: SessionEnd) -> None:
         for name in (
             self.signals_dark.keys() & event.signals_off.keys()
         ):  # the why, as the session saw it
@@ -92,7 +96,7 @@ class RunFigures:
         self.wall_seconds = max(self.wall_seconds, event.totals.get("wall_seconds", 0.0))
         self.internal_errors.update(event.internal_errors)
 
-    def merge_run(self, part: RunFigures) -> None:
+    def merge(self, part: RunFigures, ctx: MergeContext) -> None:
         for run in part.runs:
             if run not in self.runs and len(self.runs) < MAX_LISTED:
                 self.runs.append(run)
@@ -133,22 +137,19 @@ class BreakGroup:
         return short_path(self.location) if self.location else "-"
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
-class BreakFigures:
+@dataclasses.dataclass
+class Breaks:
     """Graph breaks by reason, place and whether the frame ran eagerly (bounded)."""
 
-    graph_break_groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(
-        default_factory=dict
-    )
+    groups: dict[tuple[str, str, bool], BreakGroup] = dataclasses.field(default_factory=dict)
 
-    def add_graph_break(self, event: GraphBreak, label: str) -> None:
+    def add(self, event: GraphBreak, label: str) -> None:
         """Count a break in its group, new groups past MAX_BREAK_GROUPS in one for the rest."""
         reason = (
             event.reason.strip().splitlines()[0][:200] if event.reason.strip() else "graph break"
         )
         key = (reason, event.user_location or "", event.skipped_frame)
-        groups = self.graph_break_groups
+        groups = self.groups
         group = groups.get(key)
         if group is None:
             if len(groups) >= MAX_BREAK_GROUPS:
@@ -158,22 +159,18 @@ class BreakFigures:
                 group = groups[key] = BreakGroup(*key, frame=label, hints=hints)
         group.count += event.count
 
-    def ranked_breaks(self) -> list[BreakGroup]:
+    def ranked(self) -> list[BreakGroup]:
         """Graph-break groups, most breaks first (frames that ran eagerly first among equals)."""
         return sorted(
-            self.graph_break_groups.values(),
+            self.groups.values(),
             key=lambda g: (-g.count, not g.skipped_frame, g.reason, g.location),
         )
 
-    def merge_breaks(self, part: BreakFigures) -> None:
-        for key in bounded.new_keys(
-            self.graph_break_groups, part.graph_break_groups, MAX_BREAK_GROUPS
-        ):
-            self.graph_break_groups[key] = dataclasses.replace(
-                part.graph_break_groups[key], count=0
-            )
-        for key, group in part.graph_break_groups.items():
-            self.graph_break_groups[key].count += group.count
+    def merge(self, part: Breaks, ctx: MergeContext) -> None:
+        for key in bounded.new_keys(self.groups, part.groups, MAX_BREAK_GROUPS):
+            self.groups[key] = dataclasses.replace(part.groups[key], count=0)
+        for key, group in part.groups.items():
+            self.groups[key].count += group.count
 
 
 class SecondsByName(dict[str, float]):
@@ -186,9 +183,8 @@ class SecondsByName(dict[str, float]):
         return ranked if n is None else ranked[:n]
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
-class CompileFigures:
+@dataclasses.dataclass
+class Compilation:
     """Run-wide figures of compile events: cudagraph skips, failure messages, compile caches and Dynamo
     trace time by function."""
 
@@ -204,7 +200,7 @@ class CompileFigures:
     cache_seconds_saved: float = 0.0
     trace_seconds_by_function: SecondsByName = dataclasses.field(default_factory=SecondsByName)
 
-    def add_compile_figures(self, event: Compile, label: str) -> None:
+    def add(self, event: Compile, label: str) -> None:
         """Fold a compile of a kept frame (``label``)."""
         if event.cudagraph_skip is not None:
             key = (label, event.cudagraph_skip)
@@ -226,7 +222,7 @@ class CompileFigures:
                 if function in by_function or len(by_function) < MAX_FUNCTIONS:
                     by_function[function] = by_function.get(function, 0.0) + seconds
 
-    def merge_compile_figures(self, part: CompileFigures) -> None:
+    def merge(self, part: Compilation, ctx: MergeContext) -> None:
         for key in bounded.new_keys(self.cudagraph_skips, part.cudagraph_skips, MAX_LISTED):
             self.cudagraph_skips[key] = 0
         self.cudagraph_skips.update(part.cudagraph_skips)
@@ -273,45 +269,36 @@ class CauseReport:
         return 2 if self.warmup >= self.recompiles else 1
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
-class CauseFigures:
-    """Recompiles and their compile seconds by cause (frame x category x subject), bounded."""
+@dataclasses.dataclass
+class Causes(Mapping[tuple[str, str, str], CauseReport]):
+    """Recompiles and their compile seconds by cause (frame key x category x subject), bounded; read
+    as a mapping of the causes by key."""
 
-    causes: dict[tuple[str, str, str], CauseReport] = dataclasses.field(
-        default_factory=dict
-    )  # (frame key, category, subject)
-    # What only the fold needs: each forward's cause, for its backward.
-    tracker: CauseTracker = dataclasses.field(
-        default_factory=CauseTracker, repr=False, metadata={"fold_state": True}
-    )
+    by_key: dict[tuple[str, str, str], CauseReport] = dataclasses.field(default_factory=dict)
     # What merging needs: the ranks of backward compiles whose forward this report never saw.
     orphan_backward_ranks: set[int] = dataclasses.field(default_factory=set, repr=False)
 
-    def add_cost(
-        self, event: Compile, frame: FrameReport, counted: int, known: dict[Frame, FrameReport]
-    ) -> None:
-        """Charge a compile that cost seconds (verdict ``counted``) of ``frame`` to its cause, if it has one.
-        ``known``: the report's frames by event frame, for a backward's forward."""
-        found = self.tracker.cause_of(event, counted)
-        if found is None:
-            if event.backward and not self.tracker.remembers(
-                event
-            ):  # its forward is in no event folded here
-                self.orphan_backward_ranks.add(event.rank)
-            return
-        cause_frame, category, subject = found
-        label, frame_key = frame.label, frame.key
-        if (
-            event.backward
-        ):  # its forward's frame: the same one, as a rule, but the forward's cause decides
-            forward = known.get(cause_frame)
-            label, frame_key = (
-                (forward.label, forward.key)
-                if forward is not None
-                else (cause_frame.label, cause_frame.key)
-            )
-        cause = self.causes.get((frame_key, category, subject))
+    def __getitem__(self, key: tuple[str, str, str]) -> CauseReport:
+        return self.by_key[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        return iter(self.by_key)
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    def values(self) -> ValuesView[CauseReport]:
+        return self.by_key.values()
+
+    def add_orphan(self, event: Compile) -> None:
+        """A backward compile whose forward is in no event folded here."""
+        self.orphan_backward_ranks.add(event.rank)
+
+    def add(self, event: Compile, label: str, key: tuple[str, str, str]) -> None:
+        """Charge a compile that cost seconds to its cause ``key`` (frame key, category, subject), of
+        the frame labelled ``label``."""
+        frame_key, category, subject = key
+        cause = self.by_key.get(key)
         if cause is None:
             cause = self._new_cause(label, frame_key, category, subject)
         cause.seconds += event.duration
@@ -334,27 +321,28 @@ class CauseFigures:
 
     def _new_cause(self, label: str, frame_key: str, category: str, subject: str) -> CauseReport:
         """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""
-        if len(self.causes) >= MAX_CAUSES:
+        causes = self.by_key
+        if len(causes) >= MAX_CAUSES:
             key = (frame_key, category, "(other subjects)")
-            return self.causes.setdefault(
-                key, CauseReport(label, category, key[2], frame_key=frame_key)
-            )
-        cause = self.causes[(frame_key, category, subject)] = CauseReport(
+            return causes.setdefault(key, CauseReport(label, category, key[2], frame_key=frame_key))
+        cause = causes[(frame_key, category, subject)] = CauseReport(
             label, category, subject, frame_key=frame_key
         )
         return cause
 
-    def merge_causes(self, part: CauseFigures, earlier_ranks: set[int]) -> None:
-        """``earlier_ranks``: ranks that compiled in the events before ``part``'s, where a backward's forward may be."""
-        bounded.check(not part.orphan_backward_ranks & earlier_ranks)
+    def merge(self, part: Causes, ctx: MergeContext) -> None:
+        """``ctx.earlier_ranks``: ranks that compiled in the events before ``part``'s, where a
+        backward's forward may be."""
+        bounded.check(not part.orphan_backward_ranks & ctx.earlier_ranks)
         self.orphan_backward_ranks |= part.orphan_backward_ranks
-        for key in bounded.new_keys(self.causes, part.causes, MAX_CAUSES):
-            cause = part.causes[key]
-            self.causes[key] = CauseReport(
+        causes = self.by_key
+        for key in bounded.new_keys(causes, part.by_key, MAX_CAUSES):
+            cause = part.by_key[key]
+            causes[key] = CauseReport(
                 cause.frame, cause.category, cause.subject, frame_key=cause.frame_key
             )
-        for key, part_cause in part.causes.items():
-            cause = self.causes[key]
+        for key, part_cause in part.by_key.items():
+            cause = causes[key]
             cause.recompiles += part_cause.recompiles
             cause.seconds += part_cause.seconds
             bounded.extend(cause.steps, part_cause.steps, MAX_STEPS_LISTED)

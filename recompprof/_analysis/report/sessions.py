@@ -17,7 +17,7 @@ forward compile is a compile, and summing per session costs the fold on every ev
 only backward compiles (the one loss these counts miss) shows in the writer's own count. Events of a rank
 before any ``session_start`` of it (a log started again after it was deleted) form a session of their
 own, reconciled at its end; with no end they get no verdict, since nothing says a session began.
-The report's fold (``recompprof._analysis.fold.build_report``) counts each session as it reads (a list
+The report's fold (``recompprof._analysis.report.fold.build_report``) counts each session as it reads (a list
 increment per compile, no second pass); ``check --after-step`` counts the events it leaves out of the
 figures through :meth:`SessionFold.tally`.
 
@@ -34,7 +34,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from recompprof._analysis import bounded
+from recompprof._analysis.report import bounded
+from recompprof._analysis.report.bounded import MergeContext
 from recompprof._eventlog.fastread import by_type
 from recompprof._eventlog.writer import (
     DROPPED as WRITER_DROPPED,
@@ -52,17 +53,10 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof._model.status import OpenCompile, describe_at_end
+from recompprof._model.status import OpenCompile
 
-_LISTED_RANKS = 16  # ranks named in a line; more are counted
-
-# session_end totals -> what they count, as the report says it.
-_COUNTS = (
-    ("compiles", "compile(s)"),
-    ("recompiles", "recompile(s)"),
-    ("graph_breaks", "graph break(s)"),
-    ("recompile_limit_hits", "recompile-limit hit(s)"),
-)
+# The session_end totals a log gap compares with the session's logged events.
+GAP_COUNTS = ("compiles", "recompiles", "graph_breaks", "recompile_limit_hits")
 
 
 @dataclasses.dataclass
@@ -91,7 +85,9 @@ class LogGap:
     """A rank's sessions whose log misses events, and what the latest one's ``session_end`` says."""
 
     sessions: int
-    detail: str
+    # Each total of GAP_COUNTS the latest session_end counts beyond its logged events: (total, value, logged).
+    missing: tuple[tuple[str, float, int], ...]
+    writer_dropped: int  # events the writer counted but could not write
 
 
 class _Session:
@@ -177,10 +173,11 @@ class SessionFold:
                 self.seen.add(rank)
                 self.unopened.add(rank)
             session = _Session(False, event)
-        missing = _missing(session, event.totals, event.events_dropped.get(WRITER_DROPPED, 0))
-        if missing:
+        dropped = event.events_dropped.get(WRITER_DROPPED, 0)
+        missing = _missing(session, event.totals, dropped)
+        if missing or dropped:
             gap = self.gaps.get(rank)
-            self.gaps[rank] = LogGap((gap.sessions if gap else 0) + 1, missing)
+            self.gaps[rank] = LogGap((gap.sessions if gap else 0) + 1, missing, dropped)
 
     def session_of(self, event: Any) -> _Session:
         """The open session of ``event``'s rank (one opened by it, if none), with ``event`` its latest."""
@@ -225,27 +222,21 @@ def _model(value: Any) -> Running:
     )
 
 
-def _missing(session: _Session, totals: dict[str, float], dropped: int) -> str:
-    """What ``totals`` count beyond the session's logged events, said in words ("" when nothing)."""
+def _missing(
+    session: _Session, totals: dict[str, float], dropped: int
+) -> tuple[tuple[str, float, int], ...]:
+    """What ``totals`` count beyond the session's logged events: ``(total, its value, logged)`` each."""
     logged = {
         "compiles": session.compiles(COUNTED),
         "recompiles": session.compiles(RECOMPILE),
         "graph_breaks": session.graph_breaks,
         "recompile_limit_hits": session.limit_hits,
     }
-    parts = [
-        f"{_number(totals[key])} {what}, the log holds {logged[key]}"
-        for key, what in _COUNTS
+    return tuple(
+        (key, totals[key], logged[key])
+        for key in GAP_COUNTS
         if key in totals and totals[key] > logged[key]
-    ]
-    said = ["session_end counts " + "; ".join(parts)] if parts else []
-    if dropped:
-        said.append(f"the writer could not write {dropped} event(s)")
-    return "; ".join(said)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    )
 
 
 def _tally_compile(fold: SessionFold, event: Compile) -> None:
@@ -289,85 +280,60 @@ _TALLY: dict[type, Callable[[SessionFold, Any], None]] = by_type(
 )
 
 
-# Fields only: the dataclass it is a part of makes __init__, __repr__ and __eq__ (less to build at import).
-@dataclasses.dataclass(kw_only=True, init=False, repr=False, eq=False)
-class SessionFigures:
+@dataclasses.dataclass
+class Sessions:
     """Ranks whose log cannot vouch for their whole session, in rank order: sessions that ended without
-    ``session_end``, and sessions whose ``session_end`` counts events the log lacks."""
+    ``session_end``, and sessions whose ``session_end`` counts events the log lacks; and what each
+    rank's latest session ended with."""
 
     incomplete: dict[int, Incomplete] = dataclasses.field(default_factory=dict)
     log_gaps: dict[int, LogGap] = dataclasses.field(default_factory=dict)
     # What merging needs: ranks with a session open at the end of the fold, and ranks whose first
     # event here is not a session_start (it may continue an earlier part's session).
-    sessions_open: set[int] = dataclasses.field(default_factory=set, repr=False)
-    sessions_unopened: set[int] = dataclasses.field(default_factory=set, repr=False)
+    open: set[int] = dataclasses.field(default_factory=set, repr=False)
+    unopened: set[int] = dataclasses.field(default_factory=set, repr=False)
     # What each rank's latest session ended with: the compile it left running (RunningAtEnd), or None;
     # and the ranks whose log records compile starts (the others' "not compiling" is not known).
-    session_ends: dict[int, RunningAtEnd | None] = dataclasses.field(default_factory=dict)
+    ends: dict[int, RunningAtEnd | None] = dataclasses.field(default_factory=dict)
     records_starts: set[int] = dataclasses.field(default_factory=set)
-    session_fold: SessionFold = dataclasses.field(
-        default_factory=SessionFold, repr=False, metadata={"fold_state": True}
-    )
 
-    def finish_sessions(self) -> None:
+    @classmethod
+    def of(cls, fold: SessionFold) -> Sessions:
         """The verdicts, once every event is folded (sessions still open ended without ``session_end``)."""
-        sessions = self.session_fold
-        self.sessions_open = sessions.finish()
-        self.sessions_unopened = set(sessions.unopened)
-        self.incomplete = dict(sorted(sessions.incomplete.items()))
-        self.log_gaps = dict(sorted(sessions.gaps.items()))
-        self.session_ends = dict(sorted(sessions.ends.items()))
-        self.records_starts = set(sessions.records_starts)
+        still_open = fold.finish()
+        return cls(
+            incomplete=dict(sorted(fold.incomplete.items())),
+            log_gaps=dict(sorted(fold.gaps.items())),
+            open=still_open,
+            unopened=set(fold.unopened),
+            ends=dict(sorted(fold.ends.items())),
+            records_starts=set(fold.records_starts),
+        )
 
     @property
     def compiling_at_end(self) -> dict[int, RunningAtEnd]:
         """The ranks whose run ended with a compile running, and that compile, in rank order."""
-        return {rank: end for rank, end in self.session_ends.items() if end is not None}
+        return {rank: end for rank, end in self.ends.items() if end is not None}
 
     @property
     def not_compiling_at_end(self) -> list[int]:
         """The ranks whose run ended with no compile running, as far as their log can say."""
         return [
-            rank
-            for rank, end in self.session_ends.items()
-            if end is None and rank in self.records_starts
+            rank for rank, end in self.ends.items() if end is None and rank in self.records_starts
         ]
 
-    def running_at_end(self) -> list[str]:
-        """One line per rank whose run ended with a compile running, naming the ranks that were not:
-        ``rank 1 was compiling `Model.forward` (recompile: ...) for 612 s when the run ended; rank 0 was
-        not compiling``."""
-        idle = self.not_compiling_at_end
-        others = (
-            f"; {_ranks(idle)} {'was' if len(idle) == 1 else 'were'} not compiling" if idle else ""
-        )
-        return [
-            describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
-            for rank, end in self.compiling_at_end.items()
-        ]
-
-    def merge_sessions(self, part: SessionFigures, started: set[int], touched: set[int]) -> None:
-        """``started``: ranks with a ``session_start`` before ``part``; ``touched``: every rank with an event in it."""
-        bounded.check(
-            not part.sessions_unopened & self.sessions_open
-        )  # later events of an earlier part's session
+    def merge(self, part: Sessions, ctx: MergeContext) -> None:
+        """Add ``part``'s verdicts (``ctx.started``: ranks with a ``session_start`` before it;
+        ``ctx.touched``: every rank with an event in it)."""
+        bounded.check(not part.unopened & self.open)  # later events of an earlier part's session
         merge_verdicts(self.incomplete, part.incomplete)
         merge_verdicts(self.log_gaps, part.log_gaps)
-        self.sessions_unopened |= part.sessions_unopened - started - self.sessions_unopened
-        self.sessions_open = (self.sessions_open - touched) | part.sessions_open
+        self.unopened |= part.unopened - ctx.started - self.unopened
+        self.open = (self.open - ctx.touched) | part.open
         self.incomplete = dict(sorted(self.incomplete.items()))
         self.log_gaps = dict(sorted(self.log_gaps.items()))
-        self.session_ends = dict(
-            sorted({**self.session_ends, **part.session_ends}.items())
-        )  # its sessions are later
+        self.ends = dict(sorted({**self.ends, **part.ends}.items()))  # its sessions are later
         self.records_starts |= part.records_starts
-
-
-def _ranks(ranks: list[int]) -> str:
-    """``rank 0`` / ``ranks 0, 2, 3`` (the first few of many, and how many more)."""
-    shown = ", ".join(map(str, ranks[:_LISTED_RANKS]))
-    more = f" (+{len(ranks) - _LISTED_RANKS} more)" if len(ranks) > _LISTED_RANKS else ""
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown + more
 
 
 def merge_verdicts(into: dict[int, Any], part: dict[int, Any]) -> None:

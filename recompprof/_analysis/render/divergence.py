@@ -1,0 +1,190 @@
+"""The divergence section: the per-rank matrix and the "diverging" table of the frames that
+:func:`recompprof._analysis.report.divergence.find` finds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from recompprof._analysis.render import plaintext
+from recompprof._analysis.render.wording import running_at_end
+from recompprof._analysis.report.divergence import Divergence, RankCell, all_ranks, cell, find
+
+if TYPE_CHECKING:
+    from recompprof._analysis.report.model import Report
+
+# Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
+MAX_RANK_COLUMNS = 8
+MAX_MATRIX_FRAMES = 20
+MAX_LISTED_RANKS = 16
+
+
+def describe(divergence: Divergence) -> str:
+    """One line: frame, ranks, steps and what differs."""
+    return (
+        f"{divergence.frame.label}: {_ranks_with_steps(divergence.first_steps)} ({', '.join(divergence.aspects)} differ from "
+        f"{_rank_list(divergence.baseline_ranks)})"
+    )
+
+
+class DescribedDivergence(Divergence):
+    """A :class:`~recompprof._analysis.report.divergence.Divergence` that says itself in one line: what
+    ``recompprof.find_divergence`` gives (public as ``recompprof.Divergence``)."""
+
+    def describe(self) -> str:
+        """One line: frame, ranks, steps and what differs."""
+        return describe(self)
+
+
+def find_divergence(report: Report) -> list[DescribedDivergence]:
+    """:func:`~recompprof._analysis.report.divergence.find`, each divergence able to say itself."""
+    return [
+        DescribedDivergence(**{f.name: getattr(d, f.name) for f in dataclasses.fields(d)})
+        for d in find(report)
+    ]
+
+
+def cell_text(rank_cell: RankCell) -> str:
+    """``compiles/recompiles``, and ``Ln`` for recompile-limit hits."""
+    text = f"{rank_cell.compiles}/{rank_cell.recompiles}"
+    if rank_cell.limit_hits:
+        text += f" L{rank_cell.limit_hits}"
+    return text
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, capped)."""
+    runs: list[tuple[int, int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
+        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
+    )
+    return ("rank " if len(ranks) == 1 else "ranks ") + shown
+
+
+def _ranks_with_steps(first_steps: dict[int, int | None]) -> str:
+    """``{1: 3, 5: 3, 7: None}`` -> ``ranks 1, 5 at step 3; rank 7``."""
+    by_step: dict[int | None, list[int]] = {}
+    for rank, step in first_steps.items():
+        by_step.setdefault(step, []).append(rank)
+    parts = [
+        f"{_rank_list(ranks)} at step {step}" if step is not None else _rank_list(ranks)
+        for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    ]
+    return "; ".join(parts)
+
+
+def _categories(c: RankCell) -> str:
+    return ", ".join(sorted(c.categories)) or "-"
+
+
+def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
+    frames = sorted(
+        report.frames.values(),
+        key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label),
+    )[:MAX_MATRIX_FRAMES]
+    table = Table(
+        title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
+        title_justify="left",
+    )
+    table.add_column("Frame", no_wrap=True, overflow="fold")
+    if len(ranks) <= MAX_RANK_COLUMNS:
+        for r in ranks:
+            table.add_column(f"rank {r}", justify="right")
+        for f in frames:
+            table.add_row(
+                ("* " if f.key in diverging else "") + f.label,
+                *(cell_text(cell(f, r)) for r in ranks),
+            )
+    else:
+        table.add_column("Ranks with the same cell", overflow="fold")
+        for f in frames:
+            groups: dict[str, list[int]] = {}
+            for r in ranks:
+                groups.setdefault(cell_text(cell(f, r)), []).append(r)
+            text = "; ".join(
+                f"{_rank_list(rs)}: {value}"
+                for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+            )
+            table.add_row(("* " if f.key in diverging else "") + f.label, text)
+    return table
+
+
+def _diverging_table(found: list[Divergence]) -> Table:
+    table = Table(
+        title="Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
+        "stall or time out the job)",
+        title_justify="left",
+    )
+    for col in (
+        "Frame",
+        "Diverging ranks (first divergent step)",
+        "Differs in",
+        "These ranks",
+        "Other ranks",
+    ):
+        table.add_column(col, no_wrap=col == "Frame", overflow="fold")
+    for d in found:
+        odd = d.cells[d.ranks[0]]
+        mine = (
+            f"recompiles {odd.recompiles}, limit hits {odd.limit_hits}, reasons {_categories(odd)}"
+        )
+        if len({d.cells[r].behaviour for r in d.ranks}) > 1:
+            mine = "vary: " + "; ".join(
+                f"rank {r}: {d.cells[r].recompiles} recompiles" for r in d.ranks[:MAX_LISTED_RANKS]
+            )
+        theirs = (
+            f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
+            f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}"
+        )
+        table.add_row(
+            d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs
+        )
+    return table
+
+
+def print_divergence(console: Console, report: Report) -> None:
+    """Print the per-rank matrix and the diverging section on ``console`` (nothing for a one-rank report)."""
+    ranks = all_ranks(report)
+    if len(ranks) < 2:
+        return
+    stalled = running_at_end(
+        report.sessions
+    )  # the rank a collective waited on when the job ended, if it was compiling
+    for line in stalled:
+        console.print(f"At the end: {line}", soft_wrap=True)
+    if not report.frames:
+        return
+    if stalled:
+        console.line()
+    found = find(report)
+    console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
+    if not found:
+        console.line()
+        console.print(
+            f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
+            "the same number of times for the same kinds of reason."
+        )
+        return
+    console.line()
+    console.print(f"DIVERGING: {len(found)} frame(s) compile differently across ranks:")
+    for d in found:
+        console.print(f"  {describe(d)}", soft_wrap=True)
+    console.print(_diverging_table(found))
+
+
+def render_divergence(report: Report, width: int = 160) -> str:
+    """The divergence section as plain text (empty for a one-rank report)."""
+    console, out = plaintext.console(width)
+    print_divergence(console, report)
+    return out.getvalue()

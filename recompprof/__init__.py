@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         find_divergence,
     )
     from recompprof._analysis.report.model import Report
-    from recompprof._analysis.report.runs import RunError
+    from recompprof._analysis.runs import RunError
     from recompprof._analysis.trace.ingest import IngestError
     from recompprof._capture.exporting import ExporterUnavailable
     from recompprof._capture.session import Session, attach, current
@@ -64,7 +64,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "ExporterUnavailable": ("recompprof._capture.exporting", "ExporterUnavailable"),
     "EventLogError": ("recompprof._eventlog.reader", "EventLogError"),
     "read_run": ("recompprof._eventlog.reader", "read_run"),
-    "RunError": ("recompprof._analysis.report.runs", "RunError"),
+    "RunError": ("recompprof._analysis.runs", "RunError"),
     "IngestError": ("recompprof._analysis.trace.ingest", "IngestError"),
     "CheckInputError": ("recompprof._analysis.check", "CheckInputError"),
     "Report": ("recompprof._analysis.report.model", "Report"),

@@ -3,7 +3,7 @@
 Every such error derives from :class:`RecompprofError`, so ``except RecompprofError`` catches them all;
 each also keeps the builtin base callers already catch (``ConfigError`` is a ``ValueError``,
 ``RecompiledError`` an ``AssertionError``). The classes themselves live with their concept
-(``recompprof._capture.settings.ConfigError``, ``recompprof._analysis.report.runs.RunError``, ...); the ``recompprof`` command
+(``recompprof._capture.settings.ConfigError``, ``recompprof._analysis.runs.RunError``, ...); the ``recompprof`` command
 maps them to exit codes in one table (``recompprof._cli.main.exit_code``, listed in docs/cli.md).
 """
 

@@ -344,7 +344,7 @@ def test_check_reads_an_event_log_run_rank_by_rank(generated_run: Path) -> None:
     """A run's event logs are check's RankedEvents: each rank is read from its own files alone, and the
     violations, rank by rank, are those of the same events held in one list."""
     from recompprof._analysis.check import RankedEvents
-    from recompprof._analysis.report.runs import load
+    from recompprof._analysis.runs import load
 
     stream = load(generated_run).events
     assert isinstance(stream, RankedEvents) and not isinstance(list(stream), RankedEvents)

@@ -138,7 +138,7 @@ def test_a_run_error_keeps_the_error_that_caused_it(
 ) -> None:
     """A path that cannot be read as a run raises RunError whose cause is the reader's own error (its class and
     fields reachable as ``__cause__``), while main() still prints the one documented line and exits 2."""
-    from recompprof._analysis.report.runs import RunError, load
+    from recompprof._analysis.runs import RunError, load
 
     path = make(tmp_path)
     with pytest.raises(RunError) as raised:

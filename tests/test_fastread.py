@@ -28,7 +28,7 @@ from recompprof._analysis.diff import compare
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.report.model import Report
-from recompprof._analysis.report.runs import EventStream
+from recompprof._analysis.runs import EventStream
 from recompprof._eventlog import fastread
 from recompprof._eventlog.reader import ReadStats, read_file, read_run, run_files, scan_file
 from recompprof._eventlog.writer import write_events

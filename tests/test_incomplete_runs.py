@@ -27,7 +27,7 @@ from recompprof._analysis.render import text as text_module
 from recompprof._analysis.render.wording import gap_detail
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.report.merging import build_run_report, merge
-from recompprof._analysis.report.runs import load
+from recompprof._analysis.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, GraphBreak, SessionEnd, SessionStart
 

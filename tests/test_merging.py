@@ -30,7 +30,7 @@ from recompprof._analysis.report import (
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.report.merging import build_run_report, merge
 from recompprof._analysis.report.model import Report
-from recompprof._analysis.report.runs import load
+from recompprof._analysis.runs import load
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import (
     Compile,

@@ -18,7 +18,7 @@ from recompprof._analysis import check as check_module
 from recompprof._analysis.check import CheckInputError, Rules, check
 from recompprof._analysis.diff import compare, render
 from recompprof._analysis.report import workers as workers_module
-from recompprof._analysis.report.runs import load
+from recompprof._analysis.runs import load
 
 RULES = Rules(
     max_recompiles=3,

@@ -22,7 +22,7 @@ from recompprof._analysis.check import Rules, check
 from recompprof._analysis.render.wording import running_at_end
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.report.merging import build_run_report
-from recompprof._analysis.report.runs import load
+from recompprof._analysis.runs import load
 from recompprof._model.events import HEARTBEAT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from recompprof._analysis.check import Rules, check
-from recompprof._analysis.report.runs import load
+from recompprof._analysis.runs import load
 from recompprof._eventlog.reader import ReadStats, read_file, scan_file
 from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, Running, SessionEnd, SessionStart, to_json

@@ -110,7 +110,7 @@ class CheckResult:
 
 @runtime_checkable
 class RankedEvents(Protocol):
-    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.report.runs.EventStream`)."""
+    """Events that can be read one rank at a time, without holding any (:class:`recompprof._analysis.runs.EventStream`)."""
 
     def ranks(self) -> list[int] | None:
         """The ranks the events belong to, or None where that is not known before reading them."""

@@ -144,7 +144,7 @@ def _summarise(run_dir: Path) -> None:
     """A few lines on stderr: the counts, the costliest cause, and where the full report is."""
     from recompprof._analysis.render.text import render_summary
     from recompprof._analysis.report.fold import build_report
-    from recompprof._analysis.report.runs import RunError, load
+    from recompprof._analysis.runs import RunError, load
 
     try:
         run = load(run_dir)

@@ -18,7 +18,7 @@ from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
     from recompprof._analysis.check import CheckResult
-    from recompprof._analysis.report.runs import Run
+    from recompprof._analysis.runs import Run
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -259,7 +259,7 @@ def _explain(exc: BaseException) -> None:
 def _open(*paths: Path) -> list[Run]:
     """The runs at ``paths`` (read lazily); raises RunError when one cannot be opened, after printing
     the errors of the others, so every bad path is named."""
-    from recompprof._analysis.report.runs import RunError, load
+    from recompprof._analysis.runs import RunError, load
 
     runs: list[Run] = []
     failed: list[RunError] = []
@@ -277,7 +277,7 @@ def _open(*paths: Path) -> list[Run]:
 
 def _finish(run: Run, *, strict: bool) -> None:
     """After the pass that computed the figures: print what was skipped; raises RunError if they must not be shown."""
-    from recompprof._analysis.report.runs import RunError
+    from recompprof._analysis.runs import RunError
 
     run.finish()
     for line in run.warnings:

@@ -78,7 +78,7 @@ class _Follower:
         )
 
     def refresh(self) -> None:
-        from recompprof._analysis.report.runs import RunError
+        from recompprof._analysis.runs import RunError
 
         try:
             for log, event in self.tail.poll():
@@ -127,7 +127,7 @@ class _Follower:
 
 def _check_path(run_dir: Path, *, once: bool) -> None:
     """Refuse what cannot become a run directory; a directory not there yet is waited for (not with ``--once``)."""
-    from recompprof._analysis.report.runs import RunError
+    from recompprof._analysis.runs import RunError
 
     try:
         info = run_dir.stat()
@@ -229,7 +229,7 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
 
 
 def _once(follower: _Follower, args: argparse.Namespace) -> int:
-    from recompprof._analysis.report.runs import RunError
+    from recompprof._analysis.runs import RunError
     from recompprof._model.texts import escape
 
     follower.refresh()

@@ -38,7 +38,7 @@ def default_workers(streams: Sequence[Any], tasks: int) -> int:
 
 
 def can_fork(streams: Sequence[Any]) -> bool:
-    """The streams record their reads for a worker to hand back (``recompprof._analysis.report.runs.EventStream``)."""
+    """The streams record their reads for a worker to hand back (``recompprof._analysis.runs.EventStream``)."""
     return all(hasattr(stream, "take_progress") and hasattr(stream, "absorb") for stream in streams)
 
 

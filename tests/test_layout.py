@@ -202,3 +202,70 @@ def test_tests_share_helpers_through_helper_modules_and_never_import_benchmarks(
                 if top.startswith("test_") or top in benchmarks:
                     wrong.append(f"{where}:{node.lineno} imports {top}")
     assert not wrong, sorted(wrong)
+
+
+# The offline wing's layers, lowest first: a layer imports only layers below it (and itself). The
+# models (the report and its fold; the per-rank state ``watch`` shows) are the ground; the commands
+# (runs, check, diff) sit on top of everything.
+OFFLINE = "recompprof._analysis."
+OFFLINE_RANK = {"report": 0, "watching": 0, "trace": 1, "render": 1}
+
+
+def _offline_layer(name: str) -> str | None:
+    if not name.startswith(OFFLINE):
+        return None
+    layer = name.removeprefix(OFFLINE).split(".")[0]
+    return layer if layer in OFFLINE_RANK else "commands"
+
+
+def test_the_offline_layers_import_one_way() -> None:
+    """The models import no renderer, no trace reader, no command and not each other; the renderers and
+    the trace reader stand on the models and not on each other; only the commands use them all."""
+    wrong = []
+    for name, deps in GRAPH.items():
+        layer = _offline_layer(name)
+        if layer is None or layer == "commands":
+            continue
+        for dep in deps:
+            other = _offline_layer(dep)
+            if other is None or other == layer:
+                continue
+            if other == "commands" or OFFLINE_RANK[other] >= OFFLINE_RANK[layer]:
+                wrong.append(f"{name} -> {dep}")
+    assert not wrong
+
+
+# The modules a user imports: only they hand on names defined elsewhere.
+FACES = {"recompprof", "recompprof.exporter", "recompprof.testing", "recompprof.integrations"}
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module binds itself (functions, classes, assignments), at any depth of its top-level
+    statements (a definition under ``if``/``try`` counts); not the names it imports."""
+    names = set()
+    for top in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in ast.walk(top):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def test_names_are_imported_from_the_module_that_defines_them() -> None:
+    """A name is imported from the module that defines it; a private module never passes on a name it
+    imported (re-exports are for the package faces alone), so moving a name moves its imports with it."""
+    defined = {name: _defined(path) for name, path in MODULES.items()}
+    wrong = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in MODULES:
+                continue
+            if node.module in FACES:
+                continue
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}" in MODULES
+                if not submodule and alias.name not in defined[node.module]:
+                    wrong.append(f"{name}: {alias.name} from {node.module}")
+    assert not wrong

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
 from recompprof._model.events import Event, SignalChange
-from recompprof._model.reasons import clean_text
+from recompprof._model.texts import clean_text
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
@@ -80,13 +80,11 @@ class Readings:
     def __init__(self, settings: Settings) -> None:
         self.steps = StepCounter()
         self.guards = GuardFailureReader()
-        self.break_counter: GraphBreakCounter | None = (
-            None  # installed where torch traces no breaks
-        )
+        # installed where torch traces no breaks
+        self.break_counter: GraphBreakCounter | None = None
         self.dynamo_profiler: DynamoProfilerTap | None = None
-        self.own_reason: Callable[[str], bool] | None = (
-            None  # profile mode's reasons are not the job's
-        )
+        # profile mode's reasons are not the job's
+        self.own_reason: Callable[[str], bool] | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile.mode import ProfileMode
 

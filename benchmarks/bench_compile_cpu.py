@@ -169,9 +169,8 @@ def main() -> None:
                 depth["gc_start"] = 0
 
     gc.callbacks.append(on_gc)
-    profiler = (
-        cProfile.Profile(time.thread_time_ns, 1e-9) if args.profile else None
-    )  # CPU time, as above
+    # CPU time, as above
+    profiler = cProfile.Profile(time.thread_time_ns, 1e-9) if args.profile else None
 
     # The fan-out (emit, exporters, event log) runs inside the record hook and inside the compile start:
     # booked under "start." while the compile start is on the stack, so each entry point's parts add up.

@@ -318,9 +318,8 @@ def main() -> None:
                 continue
             for name in chosen:
                 if name not in ("floor", base):
-                    per = (
-                        2 if name.startswith("diff") else 1
-                    )  # diff reads both runs: compared per million events
+                    # diff reads both runs: compared per million events
+                    per = 2 if name.startswith("diff") else 1
                     print(
                         f"{name:26} / {base} ({what}): wall {med(name, 0) / per / med(base, 0):.2f}x  "
                         f"cpu {med(name, 3) / per / med(base, 3):.2f}x"

@@ -170,9 +170,8 @@ def generate(run_dir: Path, ranks: int, per_rank: int, seed: int, worse: bool = 
                         )
                     )
                 )
-                entries[frame.label] = (
-                    0  # as after a restart or torch._dynamo.reset(): the frame compiles afresh
-                )
+                # as after a restart or torch._dynamo.reset(): the frame compiles afresh
+                entries[frame.label] = 0
             else:
                 entries[frame.label] = n + 1
         lines = lines[: per_rank - 1]

@@ -38,9 +38,8 @@ class Older:
     logged: bool = True  # torch logs the recompile under TORCH_LOGS=recompiles
     subject: str | None = None  # None: as declared
     since: tuple[int, int] = (0, 0)  # applies from this version up to (not including) ``version``
-    text_category: str | None = (
-        None  # from the text alone in another process (ingest), where that differs
-    )
+    # from the text alone in another process (ingest), where that differs
+    text_category: str | None = None
 
 
 @dataclass(frozen=True)

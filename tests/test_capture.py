@@ -110,9 +110,8 @@ def test_bypassed_compile_hook_is_recovered_and_a_lost_stretch_goes_dark(tmp_pat
     with recompprof.attach(run_dir=tmp_path / "run") as session:
         fn(torch.ones(2), "a")
         hooked = utils.add_compilation_metrics_to_chromium
-        utils.add_compilation_metrics_to_chromium = (
-            hooked.__wrapped__
-        )  # another tool replaces the function
+        # another tool replaces the function
+        utils.add_compilation_metrics_to_chromium = hooked.__wrapped__
         try:
             fn(torch.ones(2), "bb")  # missed by the hook, recovered at the next compile start
             fn(torch.ones(2), "ccc")

@@ -36,9 +36,8 @@ _WRAPPERS = {
     "helper",
     "inner",
 }  # the shapes' and torch's wrappers' names
-_HELPER = (
-    frame_shapes.SyncedModule.no_sync.__code__
-)  # contextlib's helper, one code object for every such method
+# contextlib's helper, one code object for every such method
+_HELPER = frame_shapes.SyncedModule.no_sync.__code__
 
 
 def _short(qualname: str) -> str:

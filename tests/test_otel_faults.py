@@ -227,9 +227,8 @@ def test_bsp_export_timeout_ends_a_hanging_export(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
         exporter, _ = _started()
         _emit_many(exporter, 1)
-        deadline = (
-            time.monotonic() + 5
-        )  # the OTLP exporter's own default (10 s) would not fail in time
+        # the OTLP exporter's own default (10 s) would not fail in time
+        deadline = time.monotonic() + 5
         while not exporter.dropped().get("export_failed") and time.monotonic() < deadline:
             time.sleep(0.1)
         exporter.shutdown(1.0)

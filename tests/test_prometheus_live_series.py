@@ -39,9 +39,8 @@ pytestmark = pytest.mark.servers
 COMPILE_SECONDS = 8
 RULES = FAST.replace(long_compile_seconds=2, long_compile_for="1s")
 RUNNING = "torch_compile_compile_running_seconds"
-SETTLE = (
-    15.0  # seconds after the compile for the last write, scrape and rule evaluation to catch up
-)
+# seconds after the compile for the last write, scrape and rule evaluation to catch up
+SETTLE = 15.0
 
 
 @contextlib.contextmanager

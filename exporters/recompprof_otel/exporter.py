@@ -136,9 +136,8 @@ class OtelExporter(Exporter):
             )
         self._owner.claim()
         self._active = True
-        self.traces = (
-            self._ids is not None
-        )  # a tracer that takes no ids of ours cannot name its traces
+        # a tracer that takes no ids of ours cannot name its traces
+        self.traces = self._ids is not None
         # A weak reference: fork handlers cannot be unregistered and must not keep a detached exporter alive.
         after_fork = weakref.WeakMethod(self._after_fork_in_child)
         os.register_at_fork(
@@ -162,9 +161,8 @@ class OtelExporter(Exporter):
                     root = self._builder.compile_span(event)
                 finally:
                     if self._ids is not None:
-                        self._ids.next_trace_id = (
-                            None  # a duplicate (no span) must not pass its id on
-                        )
+                        # a duplicate (no span) must not pass its id on
+                        self._ids.next_trace_id = None
                 if root is not None and self.metrics is not None:
                     self.metrics.record_compile(event, trace.set_span_in_context(root))
             elif isinstance(event, CompileStart):

@@ -406,9 +406,8 @@ class SpanBuilder:
             result = tracer.sampler.should_sample(
                 parent, trace_id, name, SpanKind.INTERNAL, _PHASE_ATTRS[phase], ()
             )
-            span_id = (
-                tracer.id_generator.generate_span_id()
-            )  # drawn for a dropped span too, as the SDK does
+            # drawn for a dropped span too, as the SDK does
+            span_id = tracer.id_generator.generate_span_id()
             if not result.decision.is_recording():
                 continue
             flags = TraceFlags(

@@ -93,9 +93,8 @@ class BoundedServer(WSGIServer):
     tls: ssl.SSLContext | None = None
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
-        self.deadline = (
-            threading.local()
-        )  # the deadline of the connection a handler thread is answering
+        # the deadline of the connection a handler thread is answering
+        self.deadline = threading.local()
         self.waiting: dict[
             socket.socket, tuple[Any, float]
         ] = {}  # oldest first: (client address, accepted at)

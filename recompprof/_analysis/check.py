@@ -43,9 +43,8 @@ class Rules:
     max_total_recompiles: int | None = None  # per rank, all frames
     after_step: int | None = None
     max_compile_seconds: float | None = None  # per rank
-    max_recompile_seconds: float | None = (
-        None  # per rank: compile seconds lost to recompiles (all causes)
-    )
+    # per rank: compile seconds lost to recompiles (all causes)
+    max_recompile_seconds: float | None = None
     forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
     max_limit_hits: int | None = None  # per rank
     max_graph_breaks: int | None = None  # per rank
@@ -389,9 +388,8 @@ class Option:
     metavar: str | None
     help: str
     find: Callable[[_Scope], Iterator[Violation]] | None = None  # None: no rule (after_step)
-    place: int = (
-        0  # the rules' violations are listed in this order (a compile the run ended with first)
-    )
+    # the rules' violations are listed in this order (a compile the run ended with first)
+    place: int = 0
 
     @property
     def flag(self) -> str:

@@ -70,9 +70,8 @@ class RankState:
     counts: FrameCounts = dataclasses.field(default_factory=FrameCounts)
     sessions: int = 0  # sessions started (a restart adds one)
     last_time: float = 0.0  # the time of its last event
-    last_step: int | None = (
-        None  # the step of its last event that had one (steps are not logged one by one)
-    )
+    # the step of its last event that had one (steps are not logged one by one)
+    last_step: int | None = None
 
     @property
     def limit_hits(self) -> int:

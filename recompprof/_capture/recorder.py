@@ -85,19 +85,16 @@ class CompileRecorder:
         self.trace_ids = False  # give each compile a trace id (an exporter sends it as a trace)
         self.assembler = CompileAssembler(settings.redact)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
-        self.running: CompileStart | None = (
-            None  # the compile running now (set at its start, cleared at its end)
-        )
-        self.ended: Callable[[], None] | None = (
-            None  # told when a compile ends (the status line clears)
-        )
+        # the compile running now (set at its start, cleared at its end)
+        self.running: CompileStart | None = None
+        # told when a compile ends (the status line clears)
+        self.ended: Callable[[], None] | None = None
         self.reasons_at_start = torch_info().has("reasons_before_compile_start")
         # Compile id -> the trace id its compile_start carried, taken by its forward compile record (bounded:
         # a start whose record never comes is forgotten after MAX_STARTED_TRACES later starts).
         self._start_traces: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._named: tuple[str, tuple[str, str, int], Frame] | None = (
-            None  # the last start's id, code key and frame
-        )
+        # the last start's id, code key and frame
+        self._named: tuple[str, tuple[str, str, int], Frame] | None = None
         self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
         self._send, self._lock, self._closed = emit, lock, closed
 

@@ -45,9 +45,8 @@ class CompileTicker:
         still_running: Callable[[Running], None] | None = None,
     ) -> None:
         self._status = status
-        self._still_running = (
-            still_running  # records a long compile as still running (the event log's heartbeat)
-        )
+        # records a long compile as still running (the event log's heartbeat)
+        self._still_running = still_running
         self._after, self._every = settings.compile_status_after, settings.compile_status_every
         self._stream = stream if stream is not None else sys.stderr
         self._line = settings.status_line and _is_terminal(self._stream)
@@ -56,9 +55,8 @@ class CompileTicker:
         self._thread: threading.Thread | None = None
         self._drawn = False
         self._lock = threading.Lock()  # the thread draws, the compile path clears (compile_ended)
-        self._compile: tuple[str, float] | None = (
-            None  # (compile id, start) of the compile being watched
-        )
+        # (compile id, start) of the compile being watched
+        self._compile: tuple[str, float] | None = None
         self._next_log = 0.0
         self._next_beat = HEARTBEAT_SECONDS
 

@@ -73,9 +73,8 @@ class _Follower:
         self.run_dir = run_dir
         self.tail = RunTail(run_dir)
         self.watch = Watch()
-        self.waiting = (
-            ""  # why there is nothing to show yet (or why the directory cannot be read now)
-        )
+        # why there is nothing to show yet (or why the directory cannot be read now)
+        self.waiting = ""
 
     def refresh(self) -> None:
         from recompprof._analysis.runs import RunError

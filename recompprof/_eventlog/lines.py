@@ -9,9 +9,8 @@ from __future__ import annotations
 
 BLOCK = 1 << 20  # bytes read at a time
 MAX_LINE = 16 * 1024 * 1024
-OVERSIZED = (
-    b"\x00"  # stands in for a line of MAX_LINE bytes or more: not JSON, so its line is corrupt
-)
+# stands in for a line of MAX_LINE bytes or more: not JSON, so its line is corrupt
+OVERSIZED = b"\x00"
 
 
 class LineSplitter:

@@ -46,9 +46,8 @@ class CompileRecord:
     """
 
     compile_id: str | None = None  # torch's compile id, as torch wrote it
-    code_name: str | None = (
-        None  # the compiled code object (None: the record names none, a limit hit)
-    )
+    # the compiled code object (None: the record names none, a limit hit)
+    code_name: str | None = None
     code_file: str | None = None
     code_line: int | None = None
     backward: bool = False  # a lazily compiled backward, which shares its forward's compile id
@@ -68,9 +67,8 @@ class CompileRecord:
     cache_lookups: dict[CacheName, dict[CacheResult, int]] = dataclasses.field(default_factory=dict)
     cache_seconds_saved: float | None = None
     cudagraph_skip: CudagraphSkip | None = None
-    runtime_work: tuple[str, float] | None = (
-        None  # a GPU runtime record (CUDA-graph recording, autotune): no compile
-    )
+    # a GPU runtime record (CUDA-graph recording, autotune): no compile
+    runtime_work: tuple[str, float] | None = None
     dynamic: DynamicSettings = DynamicSettings()
 
 

@@ -12,9 +12,8 @@ from typing import Any
 from recompprof._model.breaks import parse_graph_break
 from recompprof._model.events import Frame, GraphBreak
 
-MAX_REMEMBERED_COMPILES = (
-    4096  # compile id -> frame, to attribute lazily compiled backwards and late breaks
-)
+# compile id -> frame, to attribute lazily compiled backwards and late breaks
+MAX_REMEMBERED_COMPILES = 4096
 
 
 class Correlation:

@@ -132,9 +132,8 @@ class SessionStart(_Event):
     pid: int
     versions: dict[str, str]
     mode: Literal["monitor", "profile"]
-    recompile_limit: int | None = (
-        None  # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
-    )
+    # None: unlimited (profile mode), or unknown (a trace without dynamo_config)
+    recompile_limit: int | None = None
     warmup_steps: int = 0
     signals: dict[str, bool] = {}
     profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
@@ -203,9 +202,8 @@ class CompileStart(_Event):
     # after a reset, so a compile is named by (generation, compile_id).
     generation: int | None = None
     is_recompile: bool
-    reason: Reason | None = (
-        None  # the guard failure that triggered a recompile (None for a first compile)
-    )
+    # the guard failure that triggered a recompile (None for a first compile)
+    reason: Reason | None = None
     # W3C trace id its compile will carry as ``Compile.trace_id`` (set only while an exporter sends traces):
     # the OpenTelemetry exporter opens the compile's root span under it now.
     trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
@@ -220,9 +218,8 @@ class Running(_Model):
     started: float
     seconds: float
     reason: Reason | None = None
-    is_recompile: bool = (
-        False  # as in its compile_start (torch before 2.6 gives no reason at the start)
-    )
+    # as in its compile_start (torch before 2.6 gives no reason at the start)
+    is_recompile: bool = False
 
 
 class CompileRunning(_Event):
@@ -249,9 +246,8 @@ class GraphBreak(_Event):
     user_location: str | None = None  # file:line of the user code that broke the graph
     explanation: str | None = Field(default=None, max_length=MAX_TEXT)
     hints: list[str] = []
-    skipped_frame: bool = (
-        False  # torch could not resume after the break: the whole frame ran eagerly
-    )
+    # torch could not resume after the break: the whole frame ran eagerly
+    skipped_frame: bool = False
     count: int = 1
 
 

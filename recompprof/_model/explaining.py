@@ -42,9 +42,8 @@ def changed_subject(reason: Reason) -> str | None:
         match = _SIZE_MISMATCH.search(reason.text)
         if match is not None:
             return f"dim {match.group(1)} of {subject}"
-        return (
-            f"a dim of {subject}" if reason.text.startswith("size guard failed") else None
-        )  # redacted text
+        # redacted text
+        return f"a dim of {subject}" if reason.text.startswith("size guard failed") else None
     if reason.category == "symbolic_shape":
         match = _SIZE_OF.match(subject)
         return f"dim {match.group(2)} of {match.group(1)}" if match else None

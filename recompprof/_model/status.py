@@ -56,19 +56,16 @@ class OpenCompile:
     """
 
     def __init__(self) -> None:
-        self.start: CompileStart | None = (
-            None  # the latest compile_start not yet matched by its compile
-        )
+        # the latest compile_start not yet matched by its compile
+        self.start: CompileStart | None = None
         self.ended: SessionEnd | None = None  # the session_end, once read
-        self.alive = (
-            0.0  # the latest time a compile_running says the open compile was still running
-        )
+        # the latest time a compile_running says the open compile was still running
+        self.alive = 0.0
 
     def add(self, event: Event) -> None:
         """Read the next event of the session (any kind; only these three matter)."""
-        kind = (
-            event.kind
-        )  # not isinstance: the offline commands' fast-read views are not the models
+        # not isinstance: the offline commands' fast-read views are not the models
+        kind = event.kind
         if kind == "compile_start":
             self.started(event)  # type: ignore[arg-type]
         elif kind == "compile":

@@ -56,9 +56,8 @@ class CompileMetricsTap:
         self._on_late = on_late
         self._on_lost = on_lost
         self._undo: list[Callable[[], None]] = []
-        self._seen: collections.OrderedDict[int, Any] = (
-            collections.OrderedDict()
-        )  # id -> record (kept alive)
+        # id -> record (kept alive)
+        self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._start_callback: Callable[..., None] | None = None
         self._end_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped

@@ -52,9 +52,8 @@ class Compiling:
     caller: (
         types.FrameType | None
     )  # the frame that called into the compiled code (and torch's wrappers)
-    guarded_code: Any = (
-        None  # what the compile produced, once it has (None while tracing or on failure)
-    )
+    # what the compile produced, once it has (None while tracing or on failure)
+    guarded_code: Any = None
     # The frame's cache entries torch counts this compile against (its CompilationMetrics.cache_size: those of
     # its isolate_recompiles region, with the same ID_MATCH'd objects); None where torch holds no such count.
     cache_entries: int | None = None
@@ -133,9 +132,8 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
     if found is not None:
         key, function = found
         target = _unwrap(function)
-        shown = (
-            _short(target.__qualname__) if target is not function else key
-        )  # a bare wrapper: its global's name
+        # a bare wrapper: its global's name
+        shown = _short(target.__qualname__) if target is not function else key
         return Named(shown, target.__code__.co_filename, target.__code__.co_firstlineno)
     return Named(_short(getattr(code, "co_qualname", name)), filename, line)
 

@@ -25,9 +25,8 @@ from recompprof.integrations._common import (
 __all__ = ["RecompprofCallback", "SteadyStateRecompileError"]
 
 log = logging.getLogger("lightning.pytorch")
-_DECIDE_EVERY = (
-    50  # optimizer steps between the ranks' fail-on decisions when log_every_n_steps is 0
-)
+# optimizer steps between the ranks' fail-on decisions when log_every_n_steps is 0
+_DECIDE_EVERY = 50
 
 
 class RecompprofCallback(Callback):

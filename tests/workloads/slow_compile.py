@@ -40,9 +40,8 @@ def main() -> None:
     print("FIRST", flush=True)
     model(torch.ones(6))
     print("DONE", flush=True)
-    deadline = (
-        time.monotonic() + 120
-    )  # with HOLD: stay attached, between compiles, until that file exists
+    # with HOLD: stay attached, between compiles, until that file exists
+    deadline = time.monotonic() + 120
     while len(sys.argv) > 2 and time.monotonic() < deadline:
         try:
             open(sys.argv[2]).close()

@@ -175,9 +175,8 @@ def table(
     # At least as wide as the title (within the console), so a narrow table does not wrap its title.
     grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, min_width=len(title))
     right, fold = set(right), set(fold)
-    needed = (
-        2 + 3 * len(columns) - 1
-    )  # the table's edges, each cell's padding and the gaps between columns
+    # the table's edges, each cell's padding and the gaps between columns
+    needed = 2 + 3 * len(columns) - 1
     wrapping: dict[int, tuple[int, int]] = {}
     for i, col in enumerate(columns):
         word = max(len(w) for w in col.split())

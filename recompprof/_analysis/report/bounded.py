@@ -19,13 +19,11 @@ MAX_GROUPS_PER_FRAME = 100
 MAX_STEPS_LISTED = 50
 MAX_LISTED = 50
 MAX_CAUSES = 10_000  # past this, new causes of a frame fold into "(other subjects)"
-MAX_FUNCTIONS = (
-    1_000  # user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
-)
+# user functions whose Dynamo trace time is kept (profile mode, dynamo_profiler)
+MAX_FUNCTIONS = 1_000
 MAX_GUARD_SETS = 10_000  # distinct guard sets remembered per frame and rank
-MAX_BREAK_GROUPS = (
-    1_000  # distinct graph-break groups (reason x place x eager); later new ones fold into one
-)
+# distinct graph-break groups (reason x place x eager); later new ones fold into one
+MAX_BREAK_GROUPS = 1_000
 MAX_BREAK_HINTS = 3  # torch's hints kept per graph-break group
 OTHER_BREAKS = ("(graph breaks at more places)", "", False)
 

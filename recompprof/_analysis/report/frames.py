@@ -60,9 +60,8 @@ class FrameReport:
     name: str
     file: str
     line: int
-    key: str = (
-        ""  # the frame's identity (events.Frame.key): what the report, merges and diff match on
-    )
+    # the frame's identity (events.Frame.key): what the report, merges and diff match on
+    key: str = ""
     counts: FrameCounts = dataclasses.field(default_factory=FrameCounts)
     ranks: RankFigures = dataclasses.field(default_factory=RankFigures)
     # Dims torch's automatic dynamic shapes made dynamic, one per expected warm-up recompile (bounded).

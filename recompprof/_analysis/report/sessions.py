@@ -66,9 +66,8 @@ class Incomplete:
     sessions: int
     time: float
     step: int | None
-    compiling: Running | None = (
-        None  # the compile the latest one left running (how long: up to its last event)
-    )
+    # the compile the latest one left running (how long: up to its last event)
+    compiling: Running | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,9 +102,8 @@ class _Session:
         self.verdicts = [0] * (LIMIT_HIT << 1)
         self.graph_breaks = 0
         self.limit_hits = 0
-        self.compiling: OpenCompile | None = (
-            None  # from its first compile_start (older logs have none)
-        )
+        # from its first compile_start (older logs have none)
+        self.compiling: OpenCompile | None = None
 
     def compiles(self, bit: int) -> int:
         """Compile events whose verdict has ``bit``."""
@@ -124,9 +122,8 @@ class SessionFold:
         self.ends: dict[
             int, RunningAtEnd | None
         ] = {}  # what each rank's latest closed session left compiling
-        self.records_starts: set[int] = (
-            set()
-        )  # ranks whose log records compile starts (so "not compiling" is known)
+        # ranks whose log records compile starts (so "not compiling" is known)
+        self.records_starts: set[int] = set()
 
     def unstarted(self, event: Any) -> _Session:
         """A session opened by ``event``, for a rank with none open: its events before any

@@ -42,9 +42,8 @@ def can_fork(streams: Sequence[Any]) -> bool:
     return all(hasattr(stream, "take_progress") and hasattr(stream, "absorb") for stream in streams)
 
 
-_JOB: tuple[Callable[[Any], Any], Sequence[Any]] | None = (
-    None  # what forked workers run, and on which streams
-)
+# what forked workers run, and on which streams
+_JOB: tuple[Callable[[Any], Any], Sequence[Any]] | None = None
 
 
 def map_forked(

@@ -136,9 +136,8 @@ class _Definition:
     first: (
         str | None
     )  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
-    wraps: str | None = (
-        None  # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
-    )
+    # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
+    wraps: str | None = None
 
 
 @functools.lru_cache(maxsize=256)

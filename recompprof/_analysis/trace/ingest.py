@@ -123,9 +123,8 @@ class _Process:
         self.recompile_limit: int | None = None
         self.accumulated_limit: int | None = None
         self.strings: dict[int, str] = {}
-        self.scripts: set[str] = (
-            set()
-        )  # files run as __main__ (the outermost frame of a compile's stack)
+        # files run as __main__ (the outermost frame of a compile's stack)
+        self.scripts: set[str] = set()
         self.reasons: dict[CompileId, list[str]] = {}
         # frames of frame ids, breaks held for their compile, reasons seen per frame (as live)
         self.assembler = CompileAssembler(redact)

@@ -150,9 +150,8 @@ class ProfileMode:
         self.observer = RecompprofObserver()
         self.mechanism = MECHANISM_UNLIMITED if recompile_limit is None else MECHANISM_EVICT
         self.why_off = ""  # why the evict mechanism fell back to unlimited, if it did
-        self.parking = (
-            False  # evicted entries are parked for re-enabling (evict mechanism, internals present)
-        )
+        # evicted entries are parked for re-enabling (evict mechanism, internals present)
+        self.parking = False
         self.why_no_parking = ""
         self.on_reuse: GuardFailureCallback | None = None
         self._parked = ParkedEntries()

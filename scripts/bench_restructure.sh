@@ -14,7 +14,8 @@
 #     us/event figure is printed too: the whole process includes importing torch, and its wall time the OTel
 #     exporter's retries against the collector that is down, so quote its CPU ratio.
 #
-# Environment: CORPUS (default /work/golden/corpus), PY (default /work/main/.venv/bin/python), EVENTS
+# Environment: CORPUS (required: the folder scripts/record_corpus.py wrote), PY (default this checkout's
+# .venv/bin/python), EVENTS
 # (default 20000), OUT (where the benchmark's output is kept; default a new folder under /tmp).
 # Target: every median ratio NEW/OLD <= 1.03.
 set -euo pipefail
@@ -26,8 +27,9 @@ fi
 OLD=$(realpath "$1")
 NEW=$(realpath "$2")
 MODE=${3:-5}
-CORPUS=$(realpath "${CORPUS:-/work/golden/corpus}")
-PY=${PY:-/work/main/.venv/bin/python}
+[ -n "${CORPUS:-}" ] || { echo "bench_restructure.sh: set CORPUS to the folder scripts/record_corpus.py wrote" >&2; exit 2; }
+CORPUS=$(realpath "$CORPUS")
+PY=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
 EVENTS=${EVENTS:-20000}
 OUT=${OUT:-$(mktemp -d /tmp/bench-restructure.XXXXXX)}
 mkdir -p "$OUT"

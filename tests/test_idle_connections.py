@@ -79,7 +79,7 @@ def _wait_closed(socks: list[socket.socket], opened: list[float], timeout: float
 def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, secure: bool) -> None:
     """500 silent sockets to a training job's metrics port add no thread and at most MAX_WAITING descriptors to the
     job, a scrape (urllib, and a real Prometheus) is answered while they are open, and the job closes every one of
-    them within CONNECTION_SECONDS of its connect (the oldest at once once MAX_WAITING wait)."""
+    them within CONNECTION_SECONDS of its connect (the oldest at once once PER_PEER_WAITING from its address wait)."""
     _raise_fd_limit(IDLE + 256)
     port = free_port()
     env = {

@@ -191,8 +191,8 @@ def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
     """Two training processes (local ranks 0 and 1) write one multiprocess dir; local rank 0's one endpoint, scraped by Prometheus, has both ranks' exact totals."""
     port, mpdir = free_port(), tmp_path / "multiproc"
     mpdir.mkdir(mode=0o700)
-    (mpdir / "counter_recompprof-r1.db").write_bytes(
-        b"stale from an earlier run"
+    (mpdir / "counter_recompprof-modes-r1.db").write_bytes(
+        b"stale from an earlier attempt of this run"
     )  # removed by rank 1 at start
     procs, summaries = [], []
     for rank in (0, 1):
@@ -207,6 +207,7 @@ def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
             "LOCAL_RANK": str(rank),
             "WORLD_SIZE": "2",
             "LOCAL_WORLD_SIZE": "2",
+            "RECOMPPROF_RUN_ID": "modes",  # one job: its ranks share a run id
             "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
             "RECOMPPROF_PROMETHEUS_PUSH_INTERVAL": "1",
         }
@@ -248,7 +249,7 @@ def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
         for proc in procs:
             proc.wait(60)
     assert sorted(p.name for p in mpdir.glob("*.db")) == sorted(  # beside each rank's lock file
-        f"{kind}_recompprof-r{rank}.db"
+        f"{kind}_recompprof-modes-r{rank}.db"
         for kind in ("counter", "gauge_max", "histogram")
         for rank in (0, 1)
     )

@@ -96,6 +96,7 @@ def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(
         method,
         cwd=tmp_path,
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"),
+        RECOMPPROF_RUN_ID="loader-job",
         timeout=400,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -107,10 +108,10 @@ def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(
     assert (result["before"], result["after_workers"], result["after_next"]) == (5, 5, 6)
     assert [p.name for p in run_dir.glob("*.jsonl")] == [f"rank00000-{result['pid']}.jsonl"]
     assert sorted(p.name for p in (tmp_path / "prom").iterdir()) == [
-        "counter_recompprof-r0.db",
-        "gauge_max_recompprof-r0.db",
-        "histogram_recompprof-r0.db",
-        "recompprof-r0.lock",
+        "counter_recompprof-loader-job-r0.db",
+        "gauge_max_recompprof-loader-job-r0.db",
+        "histogram_recompprof-loader-job-r0.db",
+        "recompprof-loader-job-r0.lock",
     ]
 
 
@@ -290,12 +291,13 @@ _CLAIMANT = textwrap.dedent("""
 def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metric_files(
     tmp_path: Path,
 ) -> None:
-    """Two independent single-process jobs sharing PROMETHEUS_MULTIPROC_DIR both claim rank 0: the second
+    """Two single-process jobs given one run id (RECOMPPROF_RUN_ID reused) and one
+    PROMETHEUS_MULTIPROC_DIR both claim rank 0 of that run: the second
     writes and serves nothing there and says so in one line naming the first one's pid; the first keeps
     serving its own counts (5 while the second runs and after it ends, 6 after its next compile)."""
     script = tmp_path / "claimant.py"
     script.write_text(_CLAIMANT)
-    env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"))
+    env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prom"), RECOMPPROF_RUN_ID="reused")
     first = subprocess.Popen(
         [sys.executable, str(script), str(free_port()), "5", "wait"],
         env=env,

@@ -139,6 +139,8 @@ def _start_attributes(start: CompileStart) -> dict[str, Any]:
     }
     if start.step is not None:
         attrs["recompprof.step"] = start.step
+    if start.generation is not None:
+        attrs["recompprof.generation"] = start.generation
     return attrs
 
 
@@ -187,7 +189,8 @@ class SpanBuilder:
         self._processor = processor if processor is not None and _sdk_tracer(tracer) else None
         self._phase_attributes: dict[str, BoundedAttributes] = {}
         self._max_frames = max_frames
-        self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str]] = (
+        # per frame: its last compile's span, compile id and reset generation
+        self._last: collections.OrderedDict[FrameKey, tuple[SpanContext, str, int | None]] = (
             collections.OrderedDict()
         )
         # Compile ids of limit hits already turned into a span: torch reports a limit hit both as a
@@ -202,8 +205,10 @@ class SpanBuilder:
     def _key(frame: Frame, backward: bool) -> FrameKey:
         return (frame.key, backward)
 
-    def _remember(self, key: FrameKey, context: SpanContext, compile_id: str) -> None:
-        self._last[key] = (context, compile_id)
+    def _remember(
+        self, key: FrameKey, context: SpanContext, compile_id: str, generation: int | None
+    ) -> None:
+        self._last[key] = (context, compile_id, generation)
         self._last.move_to_end(key)
         while len(self._last) > self._max_frames:
             self._last.popitem(last=False)
@@ -212,13 +217,14 @@ class SpanBuilder:
         previous = self._last.get(key)
         if previous is None:
             return []
-        context, compile_id = previous
-        return [
-            Link(
-                context,
-                {"recompprof.link.reason": "recompile_of", "recompprof.compile_id": compile_id},
-            )
-        ]
+        context, compile_id, generation = previous
+        attrs: dict[str, Any] = {
+            "recompprof.link.reason": "recompile_of",
+            "recompprof.compile_id": compile_id,
+        }
+        if generation is not None:
+            attrs["recompprof.generation"] = generation
+        return [Link(context, attrs)]
 
     def _seen_limit_hit(self, key: FrameKey, event: Compile | RecompileLimitHit) -> bool:
         if event.compile_id is None:
@@ -326,7 +332,7 @@ class SpanBuilder:
             )
         root.end(end_time=end_ns)
         if not limit_hit:
-            self._remember(key, root.get_span_context(), event.compile_id)
+            self._remember(key, root.get_span_context(), event.compile_id, event.generation)
         return root
 
     def _compile_attributes(self, event: Compile) -> dict[str, object]:
@@ -345,6 +351,7 @@ class SpanBuilder:
         }
         optional = {
             "recompprof.step": event.step,
+            "recompprof.generation": event.generation,
             "recompprof.cache_entries": event.cache_entries,
             "recompprof.guard_count": event.guard_count,
             "recompprof.graph_op_count": event.graph_op_count,

@@ -25,7 +25,6 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from recompprof.exporter import ConfigError, Exporter, Owner, contain
@@ -184,7 +183,7 @@ class PrometheusExporter(Exporter):
         claim = multiprocess.prepare(path, identity)
         assert self.collector is not None
         collector = self.collector
-        mirror = multiprocess.MmapMirror(path, identity.rank, claim)
+        mirror = multiprocess.MmapMirror(path, identity.run_id, identity.rank, claim)
         self._start_periodic(
             CallbackOutput(
                 "prometheus.multiprocess",
@@ -195,7 +194,7 @@ class PrometheusExporter(Exporter):
         )
         if identity.local_rank == 0:
             pod = CollectorRegistry(auto_describe=False)
-            MultiProcessCollector(pod, path=str(path))
+            pod.register(multiprocess.JobCollector(path, identity.run_id))
             with contain("prometheus.server"):
                 self.server = self._serve(pod, 0, 1)
 

@@ -11,6 +11,12 @@ torch leaves out of the metrics of a limit hit. A trace carries training steps o
 was attached (it hands torch the step for each compile record, see ``recompprof._torch.steps``): those
 forward compiles, their graph breaks and limit hits get their step; backward compiles have none.
 A record of a known kind but not the shape torch writes is skipped and counted by its handler.
+
+A trace has no record of ``torch._dynamo.reset()``, but a reset restarts compile ids: a
+``dynamo_start`` of a compile id already started since the last restart begins the next reset
+generation, as live capture counts it (what was joined by compile id is let go there, as live). A
+reset with no compile since the one before it (or before the first compile) leaves no mark, so there
+ingest's ``generation`` is lower than the live one.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import abc
 import dataclasses
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,8 +52,11 @@ from recompprof._model.assembler import CompileAssembler, Seen
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord
 from recompprof._model.events import (
+    Compile,
     Event,
     Frame,
+    GraphBreak,
+    RecompileLimitHit,
     SessionEnd,
     SessionStart,
 )
@@ -135,6 +144,8 @@ class _Process:
         self.first_time: float | None = None
         self.last_time = 0.0
         self.steps_read = False  # some recompile carried the step recompprof handed torch
+        self.generation: int | None = None  # restarts of compile ids seen (None: none yet)
+        self.started: set[CompileId] = set()  # compiles started in this generation
 
     def note(self, record: TraceRecord) -> None:
         """Take what every record says of its process: pid, rank and time."""
@@ -143,6 +154,26 @@ class _Process:
             self.rank = record.meta["rank"]
         self.first_time = record.time if self.first_time is None else self.first_time
         self.last_time = max(self.last_time, record.time)
+
+    def start(self, key: CompileId) -> None:
+        """A compile ``key`` starts: one already started means torch restarted compile ids (a reset)."""
+        if key in self.started:
+            self.add(self.assembler.flush())  # breaks held for compiles of the last generation
+            self.assembler.forget_compiles()
+            self.reasons = {k: v for k, v in self.reasons.items() if k == key}
+            self.first_args = {k: v for k, v in self.first_args.items() if k == key}
+            self.started.clear()
+            self.generation = (self.generation or 0) + 1
+        self.started.add(key)
+
+    def add(self, events: Iterable[Event]) -> None:
+        """Take events of the assembler, in the generation they belong to (as the live recorder does)."""
+        for event in events:
+            if self.generation is not None and isinstance(
+                event, (Compile, GraphBreak, RecompileLimitHit)
+            ):
+                event = event.model_copy(update={"generation": self.generation})
+            self.events.append(event)
 
     def name_frame_id(self, key: CompileId, top: dict[str, Any], file: str) -> None:
         """Name the frame id of compile ``key`` by the innermost entry ``top`` of the stack its compile started in."""
@@ -161,7 +192,7 @@ class _Process:
     def graph_break(self, record: TraceRecord, reason: str) -> None:
         """A graph break (its reason artifact), held until its compile's metrics come, as live capture holds it."""
         key = record.key
-        self.events.extend(
+        self.add(
             self.assembler.graph_break(
                 reason,
                 time=record.time,
@@ -204,7 +235,7 @@ class _Process:
                 "accumulated_recompile_limit": self.accumulated_limit,
             },
         )
-        self.events.extend(self.assembler.compile(m, seen))
+        self.add(self.assembler.compile(m, seen))
 
     def _read_limits(self, fields: dict[str, Any]) -> None:
         if self.recompile_limit is None:
@@ -244,7 +275,7 @@ class _Process:
     def finish(self, host: str) -> list[Event]:
         """The process's events between its ``session_start`` and ``session_end``."""
         # breaks of compiles whose record never came (a crash mid-compile)
-        self.events.extend(self.assembler.flush())
+        self.add(self.assembler.flush())
         start = SessionStart(
             time=self.first_time or 0.0,
             rank=self.rank,
@@ -320,6 +351,8 @@ class _DynamoStart(RecordHandler):
     def read(self, record: TraceRecord, process: _Process) -> None:
         stack = (record.meta.get("dynamo_start") or {}).get("stack") or []
         key = record.key
+        if key is not None:
+            process.start(key)
         if not stack or key is None or not isinstance(stack[-1], dict):
             return
         top = stack[-1]

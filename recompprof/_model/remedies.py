@@ -38,14 +38,14 @@ REMEDIES: tuple[Remedy, ...] = (
         "mark_unbacked",
         (2, 5),
         frozenset({"size"}),
-        "a dim that changes from 0 or 1 (torch always specialises those): "
+        "for a dim that changes from 0 or 1 (torch always specialises those): "
         "torch._dynamo.decorators.mark_unbacked(x, dim) before the call",
     ),
     Remedy(
         "allow_unspec_int_on_nn_module",
         (2, 7),
         frozenset({"module_attribute"}),
-        "an int attribute of an nn.Module (a step or layer counter): "
+        "for an int attribute of an nn.Module (a step or layer counter): "
         "torch._dynamo.config.allow_unspec_int_on_nn_module = True lets torch make it dynamic",
     ),
     Remedy(
@@ -92,5 +92,5 @@ def fix_hints(*torch_versions: str) -> dict[str, str]:
     for remedy in REMEDIES:
         if _shown(remedy, torch_versions):
             for category in remedy.categories:
-                hints[category] += f" Torch's remedy for {remedy.text}."
+                hints[category] += f" Torch's remedy {remedy.text}."
     return hints

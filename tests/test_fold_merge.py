@@ -55,6 +55,7 @@ def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
         recompile_limit=8,
         warmup_steps=1 + rank % 3,
         profile_mechanism="evict" if rank % 2 else None,
+        restart_count=rank % 2,  # some ranks on their second attempt
         signals={"torch_trace": True, "step_in_trace": True} if rank == 4 else {},
     )
     events: list[Event] = [start] if rank != 5 else []

@@ -21,7 +21,9 @@ from recompprof._analysis.render.wording import (
     fix_text,
     frame_steps,
     frames_in_order,
+    hints_for,
     more_causes,
+    restart_notes,
     running_at_end,
     share,
 )
@@ -215,9 +217,7 @@ def render_html(
 ) -> str:
     """The whole report as one HTML document (no external resources)."""
     report.require_detail()
-    from recompprof._model.reasons import FIX_HINTS
-
-    frames = frames_in_order(report)
+    frames, hints = frames_in_order(report), hints_for(report)
     return _PAGE.format(
         title=_e(title),
         meta=_e(_meta(report)),
@@ -227,14 +227,14 @@ def render_html(
         steps=html_charts.steps_chart(report, frames),
         categories=html_charts.category_chart(report),
         phases=html_charts.phase_chart(report, frames),
-        table=_frames_section(report, frames, FIX_HINTS),
+        table=_frames_section(report, frames, hints),
         limits=_limits(frames),
         limit=_e(report.run.recompile_limit),
         breaks=_breaks(report),
         failures=_failures(report),
         css=_CSS,
         js=_JS,
-        fix_first=_fix_first(report, FIX_HINTS),
+        fix_first=_fix_first(report, hints),
         caches=_caches(report),
         trace_functions=_trace_functions(report),
     )
@@ -275,7 +275,7 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
     notes = (
         [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
     )
-    notes += automatic_dynamic_notes(report)
+    notes += automatic_dynamic_notes(report) + restart_notes(report)
     diverging = report.diverging_frames()
     if diverging:
         notes.append(

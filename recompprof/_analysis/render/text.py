@@ -19,7 +19,9 @@ from recompprof._analysis.render.wording import (
     fix_text,
     frame_steps,
     frames_in_order,
+    hints_for,
     more_causes,
+    restart_notes,
     running_at_end,
     share,
 )
@@ -35,12 +37,6 @@ WHY_ROWS_PER_FRAME = (
     5  # reason groups per frame in the terminal report's "why" table, then one row for the rest
 )
 BREAK_ROWS = 20  # graph-break groups in the terminal table (the HTML report lists more)
-
-
-def _hints() -> dict[str, str]:
-    from recompprof._model.reasons import FIX_HINTS
-
-    return FIX_HINTS
 
 
 def _clip(text: str, limit: int = EXAMPLE_CHARS) -> str:
@@ -187,7 +183,7 @@ def render_text(report: Report, width: int = 160) -> str:
         console.line()
         console.print("No compiles recorded.")
         return out.getvalue()
-    hints = _hints()
+    hints = hints_for(report)
     _print_fix_first(console, report, hints, steps=report.steps_known)
     _print_frames(console, report, frames)
     _print_why(console, frames, hints)
@@ -241,7 +237,7 @@ def _print_header(console: Console, report: Report) -> None:
         notes.append(
             f"{report.frames.dropped} event(s) of frames past the first {MAX_FRAMES} are not shown"
         )
-    notes += automatic_dynamic_notes(report)
+    notes += automatic_dynamic_notes(report) + restart_notes(report)
     for note in notes:
         console.print(f"note: {note}")
 

@@ -194,6 +194,28 @@ def automatic_dynamic_notes(report: Report) -> list[str]:
     return notes
 
 
+def hints_for(report: Report) -> dict[str, str]:
+    """The fix hints for this report's run: torch's remedies only where every session's release has them."""
+    from recompprof._model.remedies import fix_hints  # the rules' tables: not for every parser
+
+    return fix_hints(*sorted(report.run.torch_versions))
+
+
+def restart_notes(report: Report) -> list[str]:
+    """A restarted job that warmed up again: torch's profile-guided automatic dynamic would have started
+    it dynamic, and the warm-up repeats on every restart until the job says who it is."""
+    from recompprof._model.remedies import PGO, has_pgo
+
+    warmed = report.automatic_dynamic_recompiles
+    if not (report.run.restarts and warmed and has_pgo(*report.run.torch_versions)):
+        return []
+    return [
+        f"This job had been restarted {report.run.restarts} time(s) (TORCHELASTIC_RESTART_COUNT) and "
+        f"warmed up again: its {warmed} automatic-dynamic recompile(s) repeat on every restart. To "
+        f"start dynamic instead, {PGO.text}."
+    ]
+
+
 def counts_line(report: Report) -> str:
     """``compiles 8 (+8 bwd) | recompiles 7 | limit hits 1 | graph breaks 0 | failures 0``: the report's header
     counts, in the words every command uses for them."""

@@ -53,6 +53,10 @@ class RunFigures:
     internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
     # Capture signals that were off from the start or went dark mid-run, with why: the counts miss them.
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The torch release of each session (a fix hint names only the remedies that release has) and
+    # the most launcher restarts a session had been through (a restart that warms up again is told).
+    torch_versions: set[str] = dataclasses.field(default_factory=set)
+    restarts: int = 0
     # Read from TORCH_TRACE logs (recompprof ingest): no mode and no warm-up setting were recorded, and training
     # steps only for forward compiles of a run recompprof was attached to (steps_from_trace).
     from_torch_trace: bool = False
@@ -77,6 +81,9 @@ class RunFigures:
             self.profile_mechanisms.add(event.profile_mechanism)
         self.recompile_limit = event.recompile_limit
         self.warmup_steps = event.warmup_steps
+        if torch_version := event.versions.get("torch"):
+            self.torch_versions.add(torch_version)
+        self.restarts = max(self.restarts, event.restart_count)
         if event.run_id not in self.runs and len(self.runs) < MAX_LISTED:
             self.runs.append(event.run_id)
         for name in CAPTURE_SIGNALS:
@@ -104,6 +111,8 @@ class RunFigures:
             self.recompile_limit, self.warmup_steps = part.recompile_limit, part.warmup_steps
         self.ranks |= part.ranks
         self.modes |= part.modes
+        self.torch_versions |= part.torch_versions
+        self.restarts = max(self.restarts, part.restarts)
         self.profile_mechanisms |= part.profile_mechanisms
         self.from_torch_trace = self.from_torch_trace or part.from_torch_trace
         self.steps_from_trace = self.steps_from_trace or part.steps_from_trace

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._eventlog.fastread import by_type
-from recompprof._history.tables import EXPORT_VERSION
+from recompprof._history.tables import DIMENSIONS, EXPORT_VERSION, FACT_KEY, SCHEMAS
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import COSTS, COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
@@ -36,15 +36,18 @@ from recompprof._model.events import (
 )
 from recompprof._version import __version__
 
-# A session's rows go to a sink: ``sink(table, run_id, rank, pid, day, row)``.
-Sink = Callable[[str, str, int, int, datetime.date, dict[str, Any]], None]
+# Where a session's rows go: ``sink(table, run_id, rank, pid, day)`` is the function that takes the
+# rows of that table, session and UTC day, each row its table's columns in the schema's order (times
+# in seconds: the writer converts them).
+Append = Callable[[Sequence[Any]], None]
+Sink = Callable[[str, str, int, int, datetime.date], Append]
 PROMOTED = ("team", "model")  # labels that are columns of every table
-_CACHE_KEYS = tuple(
-    (f"{cache}_{result}", cache, result)
-    for cache in ("fx_graph", "aot_autograd")
-    for result in ("hit", "miss", "bypass")
-)
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
+_NONE: dict[str, int] = {}
+DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
+_RUNS = tuple(SCHEMAS["runs"].names)
+_COMPILE_ID = FACT_KEY.index("compile_id")
+_LIMIT_NAME = SCHEMAS["compiles"].names.index("limit_name")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,10 +89,6 @@ def day_of(seconds: float) -> datetime.date:
     return day
 
 
-def micros(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1_000_000)
-
-
 class _Session:
     """One rank session being read: its identity, its completeness fold and its running totals."""
 
@@ -106,9 +105,10 @@ class _Session:
         self.steady = self.backward = self.limit_hits = self.failures = 0
         self.guard_failures = self.graph_breaks = 0
         self.compile_seconds = self.recompile_seconds = 0.0
-        self.dims: dict[str, Any] = {}
+        self.dims: tuple[Any, ...] = (None, None, None, None)  # tables.DIMENSIONS
         self.labels: dict[str, str] = {}
-        self.last_compile: dict[str, Any] | None = None  # for the limit hit that follows it
+        self.appenders: dict[tuple[str, datetime.date], Append] = {}
+        self.last_compile: list[Any] | None = None  # for the limit hit that follows it
 
     def count(self, bit: int) -> int:
         return sum(n for bits, n in enumerate(self.verdicts) if bits & bit)
@@ -158,12 +158,12 @@ class SessionRows:
                 None, event.rank, self.default_run, self.default_pid
             )
             session.labels = dict(self.labels)
-            session.dims = {
-                "torch_version": None,
-                "job": self.default_run,
-                "team": self.labels.get("team"),
-                "model": self.labels.get("model"),
-            }
+            session.dims = (
+                None,
+                self.default_run,
+                self.labels.get("team"),
+                self.labels.get("model"),
+            )
         time = event.time
         if session.first_time is None:
             session.first_time = time
@@ -185,12 +185,12 @@ class SessionRows:
         session = self.open[event.rank] = _Session(event, event.rank, event.run_id, event.pid)
         labels = {**event.labels, **self.labels}
         session.labels = labels
-        session.dims = {
-            "torch_version": event.versions.get("torch") or None,
-            "job": event.job or event.run_id,
-            "team": labels.get("team"),
-            "model": labels.get("model"),
-        }
+        session.dims = (
+            event.versions.get("torch") or None,
+            event.job or event.run_id,
+            labels.get("team"),
+            labels.get("model"),
+        )
         session.first_time = session.last_time = event.time
         for name in CAPTURE_SIGNALS:
             if event.signals.get(name) is False:
@@ -235,17 +235,28 @@ class SessionRows:
             )
         return found
 
-    def _key(self, session: _Session, event: Any) -> dict[str, Any]:
-        return {
-            "run_id": session.run_id,
-            "rank": session.rank,
-            "pid": session.pid,
-            **session.dims,
-            "time": micros(event.time),
-            "step": event.step,
-            "compile_id": event.compile_id,
-            "generation": event.generation,
-        }
+    def _append(self, session: _Session, table: str, day: datetime.date) -> Append:
+        """What takes the session's rows of ``table`` for ``day`` (asked of the sink once)."""
+        found = session.appenders.get((table, day))
+        if found is None:
+            found = session.appenders[(table, day)] = self.sink(
+                table, session.run_id, session.rank, session.pid, day
+            )
+        return found
+
+    def _key(self, session: _Session, event: Any) -> tuple[Any, ...]:
+        """The columns every fact row starts with (tables.FACT_KEY), in order; times stay seconds
+        until a batch is written (``tables.TIMESTAMP`` columns are converted there, in Arrow)."""
+        return (
+            session.run_id,
+            session.rank,
+            session.pid,
+            *session.dims,
+            event.time,
+            event.step,
+            event.compile_id,
+            event.generation,
+        )
 
     def _on_compile(self, event: Compile) -> None:
         session = self._session(event)
@@ -254,118 +265,112 @@ class SessionRows:
         found = verdict(event)
         session.verdicts[found] += 1
         cause = self.tracker.cause_of(event, found)
-        if found & COUNTED and found & RECOMPILE and event.steady_state:
+        recompile = bool(found & RECOMPILE)
+        if recompile and event.steady_state:
             session.steady += 1
         if event.backward:
             session.backward += 1
         if event.outcome == "failed":
             session.failures += 1
+        reasons = event.reasons
         omitted = sum(event.reasons_omitted.values()) if event.reasons_omitted else 0
-        session.guard_failures += len(event.reasons) + omitted
-        cost = event.duration if found & COSTS else 0.0
+        session.guard_failures += len(reasons) + omitted
+        duration = event.duration
+        cost = duration if found & COSTS else 0.0
         session.compile_seconds += cost
         if cause is not None:
-            session.recompile_seconds += event.duration
-        key, name, file, line, owner, label = self._frame(event.frame)
+            session.recompile_seconds += duration
+        frame_key, name, file, line, owner, label = self._frame(event.frame)
         text = self.text
-        row = self._key(session, event)
+        key = self._key(session, event)
         lookups: Any = event.cache_lookups  # keyed by the closed CacheName set
-        row.update(
-            start_time=micros(event.start_time),
-            backward=event.backward,
-            frame_key=key,
-            frame_name=name,
-            frame_file=file,
-            frame_line=line,
-            frame_owner=owner,
-            frame_label=label,
-            is_recompile=event.is_recompile,
-            cache_entries=event.cache_entries,
-            outcome=event.outcome,
-            fail_type=event.fail_type,
-            fail_reason=event.fail_reason if text.texts else None,
-            installed_code=event.installed_code,
-            limit_name=None,
-            limit_value=None,
-            counts_as_compile=bool(found & COUNTED),
-            counts_as_recompile=bool(found & RECOMPILE),
-            steady_state_recompile=bool(found & RECOMPILE) and event.steady_state,
-            compile_seconds=cost,
-            duration_s=event.duration,
-            guard_count=event.guard_count,
-            graph_op_count=event.graph_op_count,
-            graph_breaks=event.graph_breaks,
-            cause_category=cause[1] if cause is not None else None,
-            cause_subject=cause[2] if cause is not None else None,
-            reason_count=len(event.reasons),
-            reasons_omitted=omitted,
-            steady_state=event.steady_state,
-            automatic_dynamic=event.automatic_dynamic,
-            cache=event.cache,
-            cache_seconds_saved=event.cache_seconds_saved,
-            guard_set=event.guard_set,
-            trace_id=event.trace_id,
-            call_site=[text.location(line) for line in event.call_site],
-            cudagraph_skip=event.cudagraph_skip,
-            graph_node_count=event.graph_node_count,
-            graph_input_count=event.graph_input_count,
-            shape_env_guard_count=event.shape_env_guard_count,
-            accumulated_cache_size=event.accumulated_cache_size,
-            param_numel=event.param_numel,
-            param_bytes=event.param_bytes,
-            triton_compile_s=event.triton_compile_s,
-            restart_count=event.restart_count,
-            dynamo_config_sha=event.dynamo_config_sha,
-            inductor_config_sha=event.inductor_config_sha,
-        )
         phases: Any = event.phases  # keyed by Phase
-        for phase in PHASES:
-            row[f"{phase}_s"] = phases.get(phase)
-        for column, cache, result in _CACHE_KEYS:
-            row[column] = lookups.get(cache, {}).get(result)
+        fx, aot = lookups.get("fx_graph") or _NONE, lookups.get("aot_autograd") or _NONE
+        # In the order of tables.COMPILES (checked at import: COMPILE_COLUMNS).
+        row = [
+            *key,
+            event.start_time,
+            event.backward,
+            frame_key,
+            name,
+            file,
+            line,
+            owner,
+            label,
+            event.is_recompile,
+            event.cache_entries,
+            event.outcome,
+            event.fail_type,
+            event.fail_reason if text.texts else None,
+            event.installed_code,
+            None,  # limit_name: the recompile_limit_hit that follows fills it in
+            None,  # limit_value
+            bool(found & COUNTED),
+            recompile,
+            recompile and event.steady_state,
+            cost,
+            duration,
+            *[phases.get(phase) for phase in PHASES],
+            event.guard_count,
+            event.graph_op_count,
+            event.graph_breaks,
+            cause[1] if cause is not None else None,
+            cause[2] if cause is not None else None,
+            len(reasons),
+            omitted,
+            event.steady_state,
+            event.automatic_dynamic,
+            event.cache,
+            event.cache_seconds_saved,
+            fx.get("hit"),
+            fx.get("miss"),
+            fx.get("bypass"),
+            aot.get("hit"),
+            aot.get("miss"),
+            aot.get("bypass"),
+            event.guard_set,
+            event.trace_id,
+            [text.location(line) for line in event.call_site] if event.call_site else [],
+            event.cudagraph_skip,
+            event.graph_node_count,
+            event.graph_input_count,
+            event.shape_env_guard_count,
+            event.accumulated_cache_size,
+            event.param_numel,
+            event.param_bytes,
+            event.triton_compile_s,
+            event.restart_count,
+            event.dynamo_config_sha,
+            event.inductor_config_sha,
+        ]
         day = day_of(event.time)
         session.last_compile = row if found == LIMIT_HIT else None
-        self.sink("compiles", session.run_id, session.rank, session.pid, day, row)
-        if event.reasons or omitted:
-            self._reasons(session, event, found, key, name, day)
-
-    def _reasons(
-        self, session: _Session, event: Compile, found: int, key: str, name: str, day: datetime.date
-    ) -> None:
-        changed = bool(found & RECOMPILE)
-        texts = self.text.texts
-        for position, reason in enumerate(event.reasons):
-            row = self._key(session, event)
-            row.update(
-                frame_key=key,
-                frame_name=name,
-                position=position,
-                entry=reason.entry,
-                category=reason.category,
-                subject=reason.subject,
-                explains_change=reason.explains_change,
-                counts_as_change=changed and reason.explains_change,
-                steady_state=event.steady_state,
-                text=reason.text if texts else "",
-                count=1,
+        self._append(session, "compiles", day)(row)
+        if not (reasons or omitted):
+            return
+        head = (*key, frame_key, name)
+        steady = event.steady_state
+        texts = text.texts
+        append = self._append(session, "guard_failures", day)
+        for position, reason in enumerate(reasons):
+            explains = reason.explains_change
+            append(
+                (
+                    *head,
+                    position,
+                    reason.entry,
+                    reason.category,
+                    reason.subject,
+                    explains,
+                    recompile and explains,
+                    steady,
+                    reason.text if texts else "",
+                    1,
+                ),
             )
-            self.sink("guard_failures", session.run_id, session.rank, session.pid, day, row)
         for category, count in sorted(event.reasons_omitted.items()):
-            row = self._key(session, event)
-            row.update(
-                frame_key=key,
-                frame_name=name,
-                position=None,
-                entry=None,
-                category=category,
-                subject=_OMITTED,
-                explains_change=False,
-                counts_as_change=False,
-                steady_state=event.steady_state,
-                text="",
-                count=count,
-            )
-            self.sink("guard_failures", session.run_id, session.rank, session.pid, day, row)
+            row_omitted = (*head, None, None, category, _OMITTED, False, False, steady, "", count)
+            append(row_omitted)
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)
@@ -373,8 +378,8 @@ class SessionRows:
         self._counted(session, event)
         session.limit_hits += 1
         row = session.last_compile
-        if row is not None and row["compile_id"] == event.compile_id:
-            row["limit_name"], row["limit_value"] = event.limit, event.value
+        if row is not None and row[_COMPILE_ID] == event.compile_id:
+            row[_LIMIT_NAME], row[_LIMIT_NAME + 1] = event.limit, event.value
         session.last_compile = None
 
     def _on_graph_break(self, event: GraphBreak) -> None:
@@ -386,20 +391,18 @@ class SessionRows:
             session.graph_breaks += event.count
         key, name = self._frame(frame)[:2] if frame is not None else (None, None)
         texts = self.text.texts
-        row = self._key(session, event)
-        row.update(
-            frame_key=key,
-            frame_name=name,
-            reason=event.reason,
-            explanation=event.explanation if texts else None,
-            hints=list(event.hints) if texts else [],
-            user_location=self.text.location(event.user_location) if event.user_location else None,
-            skipped_frame=event.skipped_frame,
-            count=event.count,
+        row = (
+            *self._key(session, event),
+            key,
+            name,
+            event.reason,
+            event.explanation if texts else None,
+            list(event.hints) if texts else [],
+            self.text.location(event.user_location) if event.user_location else None,
+            event.skipped_frame,
+            event.count,
         )
-        self.sink(
-            "graph_breaks", session.run_id, session.rank, session.pid, day_of(event.time), row
-        )
+        self._append(session, "graph_breaks", day_of(event.time))(row)
 
     # -- the session's row ----------------------------------------------------------------------
     def _close(self, session: _Session, skipped_lines: int) -> None:
@@ -416,15 +419,15 @@ class SessionRows:
             "run_id": session.run_id,
             "rank": rank,
             "pid": session.pid,
-            **session.dims,
+            **dict(zip(DIMENSION_NAMES, session.dims, strict=True)),
             **_identity(start),
             "python_version": versions.get("python") or None,
             "recompprof_version": versions.get("recompprof") or None,
             "triton_version": versions.get("triton") or None,
             "cuda_version": versions.get("cuda") or None,
             "labels": sorted(session.labels.items()),
-            "start_time": micros(first),
-            "end_time": micros(session.last_time),
+            "start_time": first,
+            "end_time": session.last_time,
             "ended": end is not None,
             "signals_off": sorted(session.signals_off),
             "events_dropped": dropped,
@@ -448,7 +451,7 @@ class SessionRows:
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
         }
-        self.sink("runs", session.run_id, rank, session.pid, day_of(first), row)
+        self._append(session, "runs", day_of(first))([row[n] for n in _RUNS])
 
 
 def _identity(start: Any) -> dict[str, Any]:

@@ -110,6 +110,22 @@ class _Session:
         self.appenders: dict[tuple[str, datetime.date], Append] = {}
         self.last_compile: list[Any] | None = None  # for the limit hit that follows it
 
+    def add_compile(
+        self, event: Compile, found: int, cost: float, charged: bool, omitted: int
+    ) -> None:
+        """Count one compile event with verdict ``found`` into the session's totals."""
+        self.verdicts[found] += 1
+        if found & RECOMPILE and event.steady_state:
+            self.steady += 1
+        if event.backward:
+            self.backward += 1
+        if event.outcome == "failed":
+            self.failures += 1
+        self.guard_failures += len(event.reasons) + omitted
+        self.compile_seconds += cost
+        if charged:
+            self.recompile_seconds += event.duration
+
     def count(self, bit: int) -> int:
         return sum(n for bits, n in enumerate(self.verdicts) if bits & bit)
 
@@ -263,23 +279,13 @@ class SessionRows:
         session.fold.tally(event)
         self._counted(session, event)
         found = verdict(event)
-        session.verdicts[found] += 1
         cause = self.tracker.cause_of(event, found)
         recompile = bool(found & RECOMPILE)
-        if recompile and event.steady_state:
-            session.steady += 1
-        if event.backward:
-            session.backward += 1
-        if event.outcome == "failed":
-            session.failures += 1
         reasons = event.reasons
         omitted = sum(event.reasons_omitted.values()) if event.reasons_omitted else 0
-        session.guard_failures += len(reasons) + omitted
         duration = event.duration
         cost = duration if found & COSTS else 0.0
-        session.compile_seconds += cost
-        if cause is not None:
-            session.recompile_seconds += duration
+        session.add_compile(event, found, cost, cause is not None, omitted)
         frame_key, name, file, line, owner, label = self._frame(event.frame)
         text = self.text
         key = self._key(session, event)
@@ -346,13 +352,22 @@ class SessionRows:
         day = day_of(event.time)
         session.last_compile = row if found == LIMIT_HIT else None
         self._append(session, "compiles", day)(row)
-        if not (reasons or omitted):
-            return
-        head = (*key, frame_key, name)
+        if reasons or omitted:
+            self._reasons(session, event, recompile, (*key, frame_key, name), day)
+
+    def _reasons(
+        self,
+        session: _Session,
+        event: Compile,
+        recompile: bool,
+        head: tuple[Any, ...],
+        day: datetime.date,
+    ) -> None:
+        """The ``guard_failures`` rows of a compile (``head``: its key and frame columns)."""
         steady = event.steady_state
-        texts = text.texts
+        texts = self.text.texts
         append = self._append(session, "guard_failures", day)
-        for position, reason in enumerate(reasons):
+        for position, reason in enumerate(event.reasons):
             explains = reason.explains_change
             append(
                 (
@@ -369,8 +384,7 @@ class SessionRows:
                 ),
             )
         for category, count in sorted(event.reasons_omitted.items()):
-            row_omitted = (*head, None, None, category, _OMITTED, False, False, steady, "", count)
-            append(row_omitted)
+            append((*head, None, None, category, _OMITTED, False, False, steady, "", count))
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)

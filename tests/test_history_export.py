@@ -441,3 +441,25 @@ def test_torch_record_fields_read_where_present_and_none_where_absent() -> None:
             "inductor_config_sha",
         )
     )
+
+
+def test_session_end_export_past_its_deadline_is_stopped_and_counted(tmp_path: Path) -> None:
+    """An export at session end that does not finish within ``history_timeout`` is killed and counted
+    as an internal error (``history``); detach returns and nothing half-written shows in the lake."""
+    import time
+
+    import recompprof
+    from recompprof import _internal
+    from recompprof.testing import raise_internal_errors
+
+    lake = tmp_path / "lake"
+    with raise_internal_errors(False):
+        session = recompprof.attach(
+            run_dir=tmp_path / "run", history_uri=str(lake), history_timeout=0.05
+        )
+        began = time.monotonic()
+        session.detach()
+        took = time.monotonic() - began
+    assert _internal.counts().get("history") == 1
+    assert took < 30  # the child was killed at the deadline, not waited for
+    assert not [p for p in lake.rglob("*.parquet") if not p.name.startswith(".")]

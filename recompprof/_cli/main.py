@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
 
-    from recompprof._cli import demo, launch, watch
+    from recompprof._cli import demo, export, launch, watch
 
     p = sub.add_parser(
         "demo",
@@ -181,6 +181,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--redact", action="store_true", help="keep no source text (only categories and subjects)"
     )
+
+    p = sub.add_parser(
+        "export",
+        help="write runs into a history lake (Parquet tables; docs/history.md)",
+        formatter_class=_Formatter,
+        description=export.__doc__,
+        epilog=_EXIT_CODES,
+    )
+    export.add_arguments(p)
     return parser
 
 
@@ -429,6 +438,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from recompprof._cli import watch
 
             return watch.main(args)
+        if args.subcommand == "export":
+            from recompprof._cli import export
+
+            return export.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[
             args.subcommand
         ](args)

@@ -130,13 +130,18 @@ def _first_counts(stream: Any) -> str:
 
 
 def _watched(run: Path, *options: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    """A piped watch of ``run``, killed after 180 s (its output then ends: no read waits forever)."""
+    proc = subprocess.Popen(
         [*WATCH, str(run), "--interval", "0.1", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
+    deadline = threading.Timer(180, proc.kill)
+    deadline.daemon = True
+    deadline.start()
+    return proc
 
 
 def _rest(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:

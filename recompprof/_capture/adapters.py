@@ -228,13 +228,15 @@ class Adapters:
         return [("graph_breaks_counter", counter.uninstall)]
 
     # -- signals that change mid-run -----------------------------------------------------------
-    def lost(self, name: str, why: str) -> None:
-        """A signal went dark mid-run: say so in the log, the events and the internal-error counter."""
+    def lost(self, name: str, why: str, *, fault: bool = True) -> None:
+        """A signal went dark mid-run: say so in the log and the events, and, when ``fault`` (not the job's
+        own doing, such as its ``set_stance``), in the internal-error counter."""
         with self._lock:
             if not self.signals.get(name, False):
                 return
             self.signals[name], self.signals_off[name] = False, why
-            _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
+            if fault:
+                _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
             self._emit(
                 SignalChange(
                     time=time.time(),
@@ -264,6 +266,7 @@ class Adapters:
                 "profile_backend",
                 "the job changed the torch.compile stance (set_stance): compiles use "
                 "the job's backend, with the job's own recompile limits",
+                fault=False,
             )
             return
         with self._lock:

@@ -80,8 +80,7 @@ class _Follower:
         from recompprof._analysis.runs import RunError
 
         try:
-            for log, event in self.tail.poll():
-                self.watch.add(log, event)
+            self._poll()
         except FileNotFoundError:
             self.waiting = f"waiting for {self.run_dir} to be created"
         except NotADirectoryError as exc:
@@ -98,6 +97,23 @@ class _Follower:
                 if self.tail.logs
                 else f"waiting for event logs ({LOG_GLOB}) in {self.run_dir}"
             )
+
+    def _poll(self) -> None:
+        from recompprof._analysis.watching import Watch
+        from recompprof._eventlog.tail import RunTail
+
+        restarts = self.tail.restarts
+        for log, event in self.tail.poll():
+            self.watch.add(log, event)
+        if self.tail.restarts > restarts:
+            # A log now holds other content: what the fold took from its old content is no longer the
+            # run's, and a fold cannot take it back. Fold every log again, as ``--once`` would now.
+            restarted, restarts = self.tail.restarted, self.tail.restarts
+            self.tail, self.watch = RunTail(self.run_dir), Watch()
+            for log, event in self.tail.poll():
+                self.watch.add(log, event)
+            self.tail.restarted.update(restarted)
+            self.tail.restarts += restarts
 
     def finish(self) -> None:
         for log, event in self.tail.finish():

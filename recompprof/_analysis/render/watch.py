@@ -133,6 +133,7 @@ def render(
     out.print(_header(watch, tail, str(tail.run_dir), now, interval))
     notes = [waiting] if waiting else []
     notes += [f"cannot read {path.name}: {why}" for path, why in list(tail.unreadable.items())[:3]]
+    notes += [f"{path.name} {why}" for path, why in list(tail.restarted.items())[:3]]
     if tail.stats.skipped:
         notes.append(tail.stats.describe())
     for note in notes:
@@ -211,7 +212,7 @@ def signature(watch: Watch, tail: RunTail, now: float) -> tuple[object, ...]:
         )
         for r in sorted(watch.ranks.values(), key=lambda r: r.rank)
     )
-    return ranks, tail.logs, tuple(tail.unreadable.items()), tail.stats.skipped
+    return ranks, tail.logs, tuple(tail.unreadable.items()), tail.stats.skipped, tail.restarts
 
 
 def _running_id(rank: RankState, now: float) -> str | None:

@@ -189,7 +189,9 @@ class ProfileMode:
         info = torch_info()
         # Evicted entries never count toward recompile_limit, but every compile still counts toward the
         # accumulated cap (frame_compile_id and the entry total): lift it for either mechanism.
-        limit = self.recompile_limit if self.mechanism == MECHANISM_EVICT else sys.maxsize
+        limit = self.recompile_limit
+        if self.mechanism != MECHANISM_EVICT or limit is None:  # None: the unlimited mechanism
+            limit = sys.maxsize
         self._settings.set_limit(config, info.limit_config_name, limit)
         self._settings.set_limit(config, info.accumulated_limit_config_name, sys.maxsize)
 

@@ -4,10 +4,17 @@ the stance that forces the observer backend; and the job's own stance changes, f
 Without the forced observer the job's backend compiles its frames, and profile mode's low limit would
 make fullgraph code raise: while the stance is not profile mode's, the job gets its own limits back;
 when it is profile mode's again, the limit is re-applied (docs/profile-mode.md, "The job changing the stance").
+
+What is whose is known by ownership, never by comparing values: a limit recompprof sets is a
+:class:`Held` object, so a value the job sets (a ``config.patch``, even of the same number) is another
+object and stays the job's, while a ``config.patch`` ending puts recompprof's own object back. The stance
+is recompprof's while it is the very ``DynamoStance`` object it set. recompprof changes or restores only
+what it still holds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +23,47 @@ from recompprof._internal import contain
 from recompprof._torch.patching import replace
 
 log = logging.getLogger("recompprof")
+
+
+class Held(int):
+    """A limit recompprof put into ``torch._dynamo.config``: an ``int`` to torch, and an object of its own to
+    recompprof, which holds the setting for as long as this very object is the value. A copy is the same
+    object (a copied config still holds it); pickled, it is a plain ``int`` (other processes hold nothing)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __copy__(self) -> Held:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Held:
+        return self
+
+    def __reduce__(self) -> tuple[type[int], tuple[int]]:
+        return int, (int(self),)
+
+
+def _held(value: Any) -> Any:
+    """``value`` as an object recompprof can tell apart from the same value set by the job."""
+    return Held(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+@dataclasses.dataclass
+class _Limit:
+    """One limit of the session: the job's value at attach, what recompprof set, and the job's value as
+    recompprof put it back while the stance is not its own (None when it did not)."""
+
+    job: Any
+    ours: Held
+    lent: Any = None
+
+    def holds(self, current: Any) -> bool:
+        """Whether ``current``, the value in force, is one recompprof set (else the job set it since)."""
+        return current is self.ours or (self.lent is not None and current is self.lent)
 
 
 class SessionSettings:
@@ -29,25 +77,23 @@ class SessionSettings:
         self._on_change = on_change
         self._stance: Any = None
         self._ours = True  # the stance in force is profile mode's
-        self._limits: dict[str, tuple[Any, Any]] = {}  # config name -> (the job's value, ours)
+        self._limits: dict[str, _Limit] = {}  # by config name
 
-    def set_limit(self, config: Any, name: str, value: Any) -> None:
-        """Set ``torch._dynamo.config.<name>`` for the session; undone unless someone changed it meanwhile."""
-        old = getattr(config, name)
-        setattr(config, name, value)
-        self._limits[name] = (old, value)
+    def set_limit(self, config: Any, name: str, value: int) -> None:
+        """Set ``torch._dynamo.config.<name>`` for the session; undone if recompprof still holds it then."""
+        limit = self._limits[name] = _Limit(getattr(config, name), Held(value))
+        setattr(config, name, limit.ours)
 
         def restore() -> None:
-            if not self._ours and getattr(config, name) == old:  # the job's value is back already
-                return
-            if getattr(config, name) == value:
-                setattr(config, name, old)
-            else:
-                log.warning(
-                    "recompprof: torch._dynamo.config.%s was changed during the profile session; "
-                    "leaving the new value %r",
+            current = getattr(config, name)
+            if limit.holds(current):
+                setattr(config, name, limit.job)
+            else:  # the job set its own value during the session (a config.patch still open, say)
+                log.info(
+                    "recompprof: torch._dynamo.config.%s was set by the job during the profile "
+                    "session; leaving its value %r",
                     name,
-                    getattr(config, name),
+                    current,
                 )
 
         self._undo.append(restore)
@@ -63,10 +109,10 @@ class SessionSettings:
         def restore() -> None:
             if eval_frame._stance is ours:
                 eval_frame._set_stance(handle.prev)
-            else:
-                log.warning(
-                    "recompprof: the torch.compile stance was changed during the profile session; "
-                    "leaving it as it is now"
+            else:  # the job set a stance of its own that is still in force: it stays
+                log.info(
+                    "recompprof: the job set its own torch.compile stance during the profile "
+                    "session; leaving it in force"
                 )
 
         return restore
@@ -94,7 +140,13 @@ class SessionSettings:
         if ours == self._ours:
             return
         self._ours = ours
-        for name, (job_value, our_value) in self._limits.items():
-            if getattr(config, name) == (job_value if ours else our_value):
-                setattr(config, name, our_value if ours else job_value)
+        for name, limit in self._limits.items():
+            if not limit.holds(getattr(config, name)):
+                continue  # the job's own value: whatever the stance, it stays
+            if ours:
+                setattr(config, name, limit.ours)
+                limit.lent = None
+            else:
+                limit.lent = _held(limit.job)
+                setattr(config, name, limit.lent)
         self._on_change(ours)

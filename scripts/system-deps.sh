@@ -9,6 +9,7 @@ command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporte
 command -v chromium >/dev/null || need+=(chromium)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v tmux >/dev/null || need+=(tmux)  # recompprof watch is tested in a real terminal
+command -v rsync >/dev/null || need+=(rsync)  # watch over a log synced in by a real rsync
 # Spark (pyspark, the history lake's distributed-engine test) needs Java 17 or newer
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then

@@ -116,7 +116,9 @@ def test_variants_count_the_cache_entries_torch_holds(tmp_path: Path) -> None:
         compiled(t, u, u)
     held = len(_debug_get_cache_entry_list(add.__code__))
     compiles = [e for e in session.recent_events() if isinstance(e, Compile)]
-    assert held == 2 and len({e.guard_set for e in compiles}) == 1  # the shape under test
+    # Torch 2.13 fingerprints both entries alike (one guard set: the undercount under test); 2.15
+    # prints the ``is`` guard among the entry's guards, so there the fingerprints differ too.
+    assert held == 2 and len(compiles) == 2
     [frame] = [f for f in recompprof.report(session).frames.values() if f.name == "add"]
     assert frame.variants_needed == held
 

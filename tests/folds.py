@@ -160,6 +160,7 @@ def random_events(rng: random.Random, n: int) -> list[Any]:
                     if rng.random() < 0.2
                     else {},
                     cudagraph_skip="cpu_device" if rng.random() < 0.05 else None,
+                    cache_entries=rng.choice((None, 0, 1, 4)),
                 )
             )
     return events

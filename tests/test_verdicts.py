@@ -247,7 +247,7 @@ def test_three_sources_agree(summaries: dict[str, dict[str, Summary]], workload:
 
 # Categories only the live process can decide, from the guarded object itself (docs/categories.md): from the text
 # alone (TORCH_LOGS, an ingested trace) such a reason is "other", recompprof's unknown, never a guess.
-BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type"}
+BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type", "aliasing"}
 
 
 def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:

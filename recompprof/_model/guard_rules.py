@@ -19,7 +19,12 @@ from recompprof._model.subjects import (
     Kinds,
     by_subject,
     identity_category,
+    is_dict_kind,
+    is_module_kind,
+    is_tensor_kind,
     local,
+    owner,
+    readable,
     singleton_kind,
     subject_of_check,
 )
@@ -79,6 +84,7 @@ _NOT = re.compile(rf"^not\s+{SOURCE}$")
 _DEALLOC = re.compile(rf"because\s+({SOURCE})\s+got deallocated")
 _DUPLICATE = re.compile(r"Duplicate tensors? found:?\s*(.*)")
 _QUOTED_SOURCE = re.compile(rf"['\"]({SOURCE})['\"]")
+_TENSOR_HELD = re.compile(r"\._(?:parameters|buffers)\[")
 
 
 def _invalidated(expr: str, kinds: Kinds) -> Found:
@@ -148,15 +154,31 @@ def _mark_dynamic(expr: str, kinds: Kinds) -> Found:
 
 
 def _global_state(expr: str, kinds: Kinds) -> Found:
-    """torch's global-state guard: grad mode, autocast, or other global state, with what changed."""
+    """torch's global-state guard: grad mode, autocast, or other global state, with what changed (the
+    first change; :func:`global_state_changes` files each of several)."""
+    changes = global_state_changes(expr)
+    return changes[0] if changes else None
+
+
+def _state_category(change: str) -> str:
+    if change == "grad_mode":
+        return "grad_mode"
+    return "autocast" if "autocast" in change else "global_state"
+
+
+def global_state_changes(expr: str) -> list[tuple[str, str]]:
+    """``GLOBAL_STATE changed: grad_mode autocast(cpu)_enabled``: one (category, subject) per kind of
+    change, in torch's order (both grad mode and autocast changed: both are filed, each with its fix);
+    [] when ``expr`` is no global-state guard."""
     if "GLOBAL_STATE" not in expr and "___check_global_state" not in expr:
-        return None
+        return []
     changed = expr.split("changed:", 1)[1].split() if "changed:" in expr else []
-    if changed[:1] == ["grad_mode"]:
-        return "grad_mode", " ".join(changed)
-    return ("autocast" if changed and "autocast" in changed[0] else "global_state"), " ".join(
-        changed
-    )
+    by_category: dict[str, list[str]] = {}
+    for change in changed:
+        by_category.setdefault(_state_category(change), []).append(change)
+    if not by_category:
+        return [("global_state", "")]
+    return [(category, " ".join(names)) for category, names in by_category.items()]
 
 
 def _torch_state(expr: str, kinds: Kinds) -> Found:
@@ -187,9 +209,21 @@ def _identity(expr: str, kinds: Kinds) -> Found:
     return identity_category(subject, expected, kinds.get(subject), kinds), subject
 
 
+def _sized(subject: str, kinds: Kinds) -> str:
+    """A length guard's category by what the container is: a dict's length is which keys it holds (a
+    keyword argument that came or went through ``**kwargs``); a list's or tuple's is its length."""
+    kind = kinds.get(subject)
+    if kind is not None:
+        return "dict_keys" if is_dict_kind(kind) else "container_length"
+    # Text alone: ``**kwargs`` is a dict (the name every wrapper gives it).
+    return "dict_keys" if subject == "L['kwargs']" else "container_length"
+
+
 def _length(expr: str, kinds: Kinds) -> Found:
-    m = _LEN.search(expr)
-    return ("container_length", local(m.group(1))) if m else None
+    if (m := _LEN.search(expr)) is None:
+        return None
+    subject = local(m.group(1))
+    return _sized(subject, kinds), subject
 
 
 def _keys(expr: str, kinds: Kinds) -> Found:
@@ -223,14 +257,35 @@ def _is_none(expr: str, kinds: Kinds) -> Found:
 
 
 def _same_object(expr: str, kinds: Kinds) -> Found:
-    return (
-        ("aliasing", local(expr.split(" is ", 1)[0].strip())) if _SAME_OBJECT.match(expr) else None
-    )
+    """``a is b``: two sources that held one object and do not now (torch's DUPLICATE_INPUT guard, on
+    tensors and other objects alike): by what the object is. Tensors are aliasing; any other object is
+    a shared object that was replaced on one side: ``module_attribute`` when a module holds it (PEFT's
+    ``q_proj._active_adapter is v_proj._active_adapter``), else ``object_identity``."""
+    if not _SAME_OBJECT.match(expr):
+        return None
+    subject = local(expr.split(" is ", 1)[0].strip())
+    kind = kinds.get(subject)
+    if kind is not None:
+        tensor = is_tensor_kind(kind)
+    elif _TENSOR_HELD.search(subject):  # a parameter or buffer: a tensor by its path
+        tensor = True
+    else:  # nothing resolved: a tensor or not (torch writes both alike), recompprof cannot tell
+        return "other", subject
+    if tensor:
+        return "aliasing", subject
+    held = owner(subject)
+    held_kind = kinds.get(held) if held is not None else None
+    if held_kind is not None and is_module_kind(held_kind):
+        return "module_attribute", subject
+    return "object_identity", subject
 
 
 def _empty(expr: str, kinds: Kinds) -> Found:
     """``not L['xs']``: a container that was empty and is not now."""
-    return ("container_length", local(expr[3:].strip())) if _NOT.match(expr) else None
+    if not _NOT.match(expr):
+        return None
+    subject = local(expr[3:].strip())
+    return _sized(subject, kinds), subject
 
 
 def _symbolic(expr: str, kinds: Kinds) -> Found:
@@ -272,9 +327,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def classify(expr: str, kinds: Kinds) -> tuple[str, str]:
-    """(category, subject) for one guard expression with its compile id and stack block removed."""
+def classify(expr: str, kinds: Kinds) -> list[tuple[str, str]]:
+    """(category, subject) for one guard expression with its compile id and stack block removed: one
+    pair, or one per kind of change where one guard says several (:func:`global_state_changes`).
+
+    Torch's access spellings are read as the user writes them first (``subjects.readable``)."""
+    expr = readable(expr)
+    if several := global_state_changes(expr):
+        return several
     for rule in RULES:
         if (found := rule(expr, kinds)) is not None:
-            return found
-    return "other", ""
+            return [found]
+    return [("other", "")]

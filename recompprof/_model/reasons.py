@@ -21,7 +21,7 @@ import re
 from recompprof import _internal
 from recompprof._model.events import MAX_SUBJECT, MAX_TEXT, Reason
 from recompprof._model.guard_rules import classify as _classify
-from recompprof._model.subjects import ENUM_KIND, MODULE_KIND, SOURCE, Kinds, owner
+from recompprof._model.subjects import ENUM_KIND, MODULE_KIND, SOURCE, Kinds, owner, readable
 from recompprof._model.texts import clean_text, graph_break_text
 
 __all__ = [
@@ -50,8 +50,8 @@ FIX_HINTS: dict[str, str] = {
     "module_attribute": "Avoid toggling module attributes (training, flags) between calls: set it once; a flag that takes a few states compiles once per state (compiling the module twice does not separate them: torch keeps one cache per code object).",
     "object_identity": "Reuse the same object (function, module, class) across calls instead of creating a new one each step.",
     "type": "Pass the same kind of value each call (always a tensor or always None, always a list or always a tuple).",
-    "container_length": "Keep the list/tuple length fixed, or stack the items into one tensor.",
-    "dict_keys": "Keep the dict's keys (and their order) fixed across calls.",
+    "container_length": "Keep the list/tuple length fixed (through *args: pass the same number of positional arguments), or stack the items into one tensor.",
+    "dict_keys": "Pass the same keys each call: through **kwargs, the same keyword arguments (pass None rather than leaving one out); a dict argument, the same keys in the same order.",
     "aliasing": "Pass distinct tensors consistently (or always the same tensor twice); clone an input when it aliases another.",
     "grad_mode": "Call the compiled function under one grad mode; a train and an eval phase compile one variant each (compiling the function twice does not separate them: torch keeps one cache per code object).",
     "autocast": "Enter autocast consistently: always inside, or always outside, the compiled call.",
@@ -90,6 +90,15 @@ def _redacted(category: str, subject: str, expr: str) -> str:
     return f"{category} guard failed on {subject}" if subject else f"{category} guard failed"
 
 
+def _shown(part: str) -> str:
+    """One guard as shown: its expression with torch's access spellings as the user writes them
+    (``subjects.readable``: a 182-character PEFT path is half as long, and both sides of an ``is`` fit
+    the report's example), then torch's source comment as torch wrote it."""
+    comment = _COMMENT.search(part)
+    cut = comment.start() if comment else len(part)
+    return _COMMENT_GAP.sub("  # ", readable(part[:cut]) + part[cut:])
+
+
 def _split(body: str) -> list[str]:
     """Split one entry's body into single reasons (joined by newlines before 2.5, by '; ' after)."""
     parts: list[str] = []
@@ -107,7 +116,17 @@ def _split(body: str) -> list[str]:
 
 # Categories the live objects can refine: what a guard's subject is, and what holds it.
 _BY_OBJECT = frozenset(
-    {"object_identity", "python_constant", "module_attribute", "global", "type", "other"}
+    {
+        "object_identity",
+        "python_constant",
+        "module_attribute",
+        "global",
+        "type",
+        "other",
+        "aliasing",
+        "container_length",
+        "dict_keys",
+    }
 )
 
 
@@ -177,14 +196,17 @@ def _parse(text: str, redact: bool, kinds: Kinds) -> list[Reason]:
     reasons: list[Reason] = []
     for part in _split(body[m.end() :] if m else body):
         expr = _COMMENT.split(part, 1)[0].strip()
-        category, subject = _classify(expr, kinds)
-        subject = clean_text(subject, MAX_SUBJECT)
-        shown = _redacted(category, subject, expr) if redact else _COMMENT_GAP.sub("  # ", part)
-        reasons.append(
-            Reason(
-                text=clean_text(shown, MAX_TEXT), category=category, subject=subject, entry=entry
+        for category, found in _classify(expr, kinds):
+            subject = clean_text(found, MAX_SUBJECT)
+            shown = _redacted(category, subject, expr) if redact else _shown(part)
+            reasons.append(
+                Reason(
+                    text=clean_text(shown, MAX_TEXT),
+                    category=category,
+                    subject=subject,
+                    entry=entry,
+                )
             )
-        )
     if not reasons:  # every failing entry yields at least one reason
         # Torch found no failing guard: before 2.10 it then writes nothing ("" on 2.4, "0/0: " later) and the
         # entry was refused for its backend, the one check made outside the guards (2.10 names it BACKEND_MATCH).

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 Kinds = Mapping[str, str]
 
 # What the live resolver (recompprof._torch.sources) appends to a type name where isinstance says more than
-# the name can: "Reduction:enum" (an enum.Enum member), "Block:module" (a torch.nn.Module).
-ENUM_KIND, MODULE_KIND = "enum", "module"
+# the name can: "Reduction:enum" (an enum.Enum member), "Block:module" (a torch.nn.Module),
+# "Parameter:tensor" (a torch.Tensor that is not named Tensor), "BatchEncoding:dict" (a dict subclass).
+ENUM_KIND, MODULE_KIND, TENSOR_KIND, DICT_KIND = "enum", "module", "tensor", "dict"
 
 # A guarded source: L['x'], G['x'], x, self; then attributes, subscripts and calls like .size()[0].
 SOURCE = r"(?:[LG]\[\s*['\"][^'\"\]\n]{0,100}['\"]\s*\]|[A-Za-z_]\w{0,100})(?:\.\w{1,100}(?:\(\))?|\[[^\[\]\n]{0,100}\]){0,20}"
@@ -98,6 +99,43 @@ _CODE_KINDS = frozenset(
         "OpOverloadPacket",
     }
 )
+
+
+# torch spells a submodule by the dict holding it (``L['self'].__dict__['_modules']['q_proj']``,
+# ``layers._modules['0']``) and an instance attribute by ``__dict__['x']``; the user writes
+# ``L['self'].q_proj``, ``layers[0]``. Parameters and buffers keep torch's spelling: ``_parameters``
+# is how a subject says it is a parameter (explaining.py reads it).
+_MODULE_ITEM = re.compile(
+    r"""\.(?:__dict__\[\s*(['"])_modules\1\s*\]|_modules)\[\s*(['"])([A-Za-z_0-9]{1,100})\2\s*\]"""
+)
+_INSTANCE_ITEM = re.compile(r"""\.__dict__\[\s*(['"])([A-Za-z_]\w{0,100})\1\s*\]""")
+# ``dict.__getitem__(X, list(dict.keys(X))[0])``: torch's way to read a dict's first value (a
+# ``ModelOutput`` passed in), shown as ``X.values()[0]``; ``dict.__getitem__(X, 'k')`` as ``X['k']``.
+_NTH_VALUE = re.compile(
+    rf"dict\.__getitem__\(\s*({SOURCE})\s*,\s*list\(dict\.keys\(\s*\1\s*\)\)\[(\d{{1,9}})\]\s*\)"
+)
+_KEYED_VALUE = re.compile(
+    rf"""dict\.__getitem__\(\s*({SOURCE})\s*,\s*((['"])[^'"\n]{{0,100}}\3|-?\d{{1,9}})\s*\)"""
+)
+
+
+def _module_item(m: re.Match[str]) -> str:
+    name = m.group(3)
+    if name.isdigit():
+        return f"[{name}]"
+    return f".{name}" if name.isidentifier() else m.group(0)
+
+
+def readable(text: str) -> str:
+    """A guard expression or subject with torch's access spellings written as the user writes them:
+    ``L['self'].__dict__['_modules']['q_proj']`` is ``L['self'].q_proj``, ``seq._modules['0']`` is
+    ``seq[0]``, ``x.__dict__['n']`` is ``x.n``, and a dict read through ``dict.__getitem__`` a subscript."""
+    if "__" not in text and "_modules" not in text:
+        return text
+    text = _MODULE_ITEM.sub(_module_item, text)
+    text = _INSTANCE_ITEM.sub(lambda m: f".{m.group(2)}", text)
+    text = _NTH_VALUE.sub(lambda m: f"{m.group(1)}.values()[{m.group(2)}]", text)
+    return _KEYED_VALUE.sub(lambda m: f"{m.group(1)}[{m.group(2)}]", text)
 
 
 def local(subject: str) -> str:
@@ -192,6 +230,18 @@ def _kind_name(kind: str) -> str:
 
 def _kind_base(kind: str) -> str:
     return kind.partition(":")[2]
+
+
+def is_tensor_kind(kind: str) -> bool:
+    return _kind_name(kind) == "Tensor" or _kind_base(kind) == TENSOR_KIND
+
+
+def is_dict_kind(kind: str) -> bool:
+    return _kind_name(kind) == "dict" or _kind_base(kind) == DICT_KIND
+
+
+def is_module_kind(kind: str) -> bool:
+    return _kind_base(kind) == MODULE_KIND
 
 
 def _kind_group(kind: str) -> str:

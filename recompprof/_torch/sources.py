@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from recompprof._model.subjects import ENUM_KIND, MODULE_KIND
+from recompprof._model.subjects import DICT_KIND, ENUM_KIND, MODULE_KIND, TENSOR_KIND
 
 _ROOT = re.compile(r"""^([LG])\[\s*(['"])([^'"\]\n]{1,200})\2\s*\]""")
 _STEP = re.compile(
@@ -55,6 +55,10 @@ def kind(value: Any) -> str:
         return f"{name}:{ENUM_KIND}"
     if isinstance(value, torch.nn.Module):
         return f"{name}:{MODULE_KIND}"
+    if isinstance(value, torch.Tensor) and name != "Tensor":
+        return f"{name}:{TENSOR_KIND}"
+    if isinstance(value, dict) and name != "dict":
+        return f"{name}:{DICT_KIND}"
     return name
 
 
@@ -63,6 +67,11 @@ def _step(value: Any, step: re.Match[str]) -> Any:
     if attr is not None:
         return _attribute(value, attr)
     container_key: Any = key if key is not None else int(index)
+    if isinstance(value, torch.nn.Module):  # layers[0]: a ModuleList's or Sequential's child
+        children = getattr(value, "__dict__", {}).get("_modules")
+        return (
+            children.get(str(container_key), _MISSING) if isinstance(children, dict) else _MISSING
+        )
     if isinstance(value, (dict, list, tuple)):
         try:
             return value[container_key]
@@ -78,6 +87,12 @@ def _attribute(value: Any, name: str) -> Any:
     instance_dict = getattr(value, "__dict__", None)
     if isinstance(instance_dict, dict) and name in instance_dict:
         return instance_dict[name]
+    if isinstance(value, torch.nn.Module) and isinstance(instance_dict, dict):
+        # A submodule, parameter or buffer: the subject reads it as ``.q_proj`` (subjects.readable).
+        for held in ("_modules", "_parameters", "_buffers"):
+            found = instance_dict.get(held)
+            if isinstance(found, dict) and name in found:
+                return found[name]
     for klass in type(value).__mro__:
         if name in vars(klass):
             found = vars(klass)[name]

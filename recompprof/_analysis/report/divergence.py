@@ -31,6 +31,7 @@ class RankFold:
         "category_first_step",
         "categories",
         "compiles",
+        "entries",
         "first_recompile_step",
         "guard_sets",
         "recompiles",
@@ -39,6 +40,7 @@ class RankFold:
 
     def __init__(self) -> None:
         self.compiles = 0
+        self.entries = 0
         self.recompiles = 0
         self.first_recompile_step: int | None = None
         self.steps: list[int] = []
@@ -49,6 +51,7 @@ class RankFold:
 
 _BY_RANK = (
     "compiles_by_rank",
+    "cache_entries_by_rank",
     "guard_sets_by_rank",
     "recompiles_by_rank",
     "first_recompile_step_by_rank",
@@ -66,6 +69,10 @@ class RankFigures:
 
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
+    # The most cache entries torch held for the frame after one of its compiles (the entries it was
+    # counted against, plus the one it installed): entries that differ only by a guard the guard-set
+    # fingerprint does not see (an ``is`` guard) are still entries, and the limit counts them.
+    cache_entries_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
     recompiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
     first_recompile_step_by_rank: dict[int, int] = dataclasses.field(default_factory=dict)
     # Steps bounded by MAX_STEPS_LISTED per rank.
@@ -86,6 +93,10 @@ class RankFigures:
             self.compiles_by_rank[rank] += fold.compiles
             if fold.guard_sets is not None:
                 self.guard_sets_by_rank[rank] = fold.guard_sets
+            if fold.entries:
+                self.cache_entries_by_rank[rank] = max(
+                    fold.entries, self.cache_entries_by_rank.get(rank, 0)
+                )
             if fold.recompiles:
                 self.recompiles_by_rank[rank] += fold.recompiles
                 self.first_recompile_step_by_rank[rank] = fold.first_recompile_step or 0
@@ -111,6 +122,8 @@ class RankFigures:
             seen = self.guard_sets_by_rank.setdefault(rank, set())
             bounded.check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
             seen |= sets
+        for rank, entries in part.cache_entries_by_rank.items():
+            self.cache_entries_by_rank[rank] = max(entries, self.cache_entries_by_rank.get(rank, 0))
         self.recompiles_by_rank.update(part.recompiles_by_rank)
         for rank, step in part.first_recompile_step_by_rank.items():
             self.first_recompile_step_by_rank.setdefault(rank, step)
@@ -138,6 +151,8 @@ def fold_rank_compile(
     if fold is None:
         fold = folds[event.rank] = RankFold()
     fold.compiles += 1
+    if event.cache_entries is not None and event.installed_code and event.outcome == "ok":
+        fold.entries = max(fold.entries, event.cache_entries + 1)
     if event.guard_set is not None:
         if fold.guard_sets is None:
             fold.guard_sets = set()

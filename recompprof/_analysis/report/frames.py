@@ -109,11 +109,14 @@ class FrameReport:
 
     @property
     def variants_needed(self) -> int:
-        """Compiled variants one process needed: distinct guard sets where known, else forward compiles."""
+        """Compiled variants one process needed: the most cache entries torch held for the frame, or
+        more distinct guard sets where known (profile mode evicts entries it retraces), else forward
+        compiles."""
         ranks = self.ranks
+        held = max(ranks.cache_entries_by_rank.values(), default=0)
         if ranks.guard_sets_by_rank:
-            return max(len(sets) for sets in ranks.guard_sets_by_rank.values())
-        return max(ranks.compiles_by_rank.values(), default=self.compiles)
+            return max(held, *(len(sets) for sets in ranks.guard_sets_by_rank.values()))
+        return held or max(ranks.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
         return sorted(

@@ -18,6 +18,7 @@ from recompprof import _internal
 from recompprof._model.events import Event, SignalChange
 from recompprof._model.texts import clean_text
 from recompprof._torch import versions as torch_versions
+from recompprof._torch.backward_starts import BackwardStarts
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
 from recompprof._torch.guard_failures import GuardFailureReader
@@ -57,7 +58,7 @@ class CompileSink(Protocol):
 
     def on_graph_break(self, payload: str, compile_id: str | None) -> None: ...
 
-    def on_compile_start(self, compile_id: str | None) -> None: ...
+    def on_compile_start(self, compile_id: str | None, backward: bool = False) -> None: ...
 
     def on_compile_end(self) -> None: ...
 
@@ -148,6 +149,7 @@ class Adapters:
             on_end=sink.on_compile_end,
             on_reset=sink.on_reset,
         )
+        self.backward_starts = BackwardStarts(self.metrics)
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile.mode import ProfileMode
@@ -176,6 +178,7 @@ class Adapters:
             adapters.append(("optimizer_steps", self.steps))
         adapters.append(("step_in_trace", self.step_in_trace))
         adapters.append(("compile_metrics", self.metrics))
+        adapters.append(("backward_compile_start", self.backward_starts))
         if self.dynamo_profiler is not None:
             adapters.append(("dynamo_profiler", self.dynamo_profiler))
         return adapters

@@ -357,6 +357,7 @@ class Session:
                         compile_id=compiling.compile_id,
                         generation=compiling.generation,
                         seconds=compiling.seconds,
+                        backward=compiling.backward,
                     )
                 )
 

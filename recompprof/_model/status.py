@@ -38,6 +38,7 @@ def running(start: CompileStart | None, now: float) -> Running | None:
             "seconds": max(0.0, now - start.time),
             "reason": start.reason,
             "is_recompile": start.is_recompile,
+            "backward": start.backward,
         },
         from_attributes=True,
     )
@@ -47,7 +48,8 @@ class OpenCompile:
     """Which compile one session's log leaves running, read event by event in log order.
 
     A session's compiles run one at a time, so only its latest ``compile_start`` can be open: it closes
-    with the ``compile`` of the same compile id and generation (ids restart after a reset). A
+    with the ``compile`` of the same compile id, generation (ids restart after a reset) and direction (a
+    lazily compiled backward shares its forward's compile id: its start and compile say ``backward``). A
     ``session_end`` is authoritative: its ``compiling`` is the compile that was running when the session
     ended (or none). A log without a ``session_end``
     (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
@@ -101,13 +103,17 @@ class OpenCompile:
 
 
 def _same(event: Compile | CompileRunning, start: CompileStart) -> bool:
-    """Whether ``event`` is of the compile ``start`` began."""
-    return (event.compile_id, event.generation) == (start.compile_id, start.generation)
+    """Whether ``event`` is of the compile ``start`` began (a backward shares its forward's compile id)."""
+    return (event.compile_id, event.generation, event.backward) == (
+        start.compile_id,
+        start.generation,
+        start.backward,
+    )
 
 
 def describe(rank: int, compiling: Running) -> str:
     """One line for people: ``rank 1 compiling `Model.forward` (recompile: size of `L['x']` dim 0 changed), 42 s``."""
-    return f"rank {rank} compiling `{compiling.frame.name}`{_why(compiling)}, {compiling.seconds:.0f} s"
+    return f"rank {rank} compiling {_what(compiling)}{_why(compiling)}, {compiling.seconds:.0f} s"
 
 
 def describe_at_end(
@@ -119,9 +125,15 @@ def describe_at_end(
     ended then ("its log", for a session that may not be the rank's last)."""
     at_least = "at least " if lower_bound else ""
     return (
-        f"rank {rank} was compiling `{compiling.frame.name}`{_why(compiling)} for {at_least}"
+        f"rank {rank} was compiling {_what(compiling)}{_why(compiling)} for {at_least}"
         f"{compiling.seconds:.0f} s when {ended} ended"
     )
+
+
+def _what(compiling: Running) -> str:
+    """The frame compiling, or "the backward of" it for a lazily compiled backward."""
+    name = f"`{compiling.frame.name}`"
+    return f"the backward of {name}" if compiling.backward else name
 
 
 def _why(compiling: Running) -> str:

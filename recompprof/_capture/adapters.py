@@ -133,7 +133,7 @@ class Adapters:
         self.readings = readings
         self.signals: dict[str, bool] = {}
         self.signals_off: dict[str, str] = {}
-        self._rank, self._emit, self._lock = rank, emit, lock
+        self._rank, self._emit, self._lock, self._sink = rank, emit, lock, sink
         self.steps, self.guards, self.dynamo_profiler = (
             readings.steps,
             readings.guards,
@@ -145,7 +145,7 @@ class Adapters:
             sink.on_torch_record,
             on_late=self._on_metrics_late,
             on_lost=lambda why: self.lost("compile_metrics", why),
-            on_start=sink.on_compile_start,
+            on_start=self._on_compile_start,
             on_end=sink.on_compile_end,
             on_reset=sink.on_reset,
         )
@@ -231,13 +231,17 @@ class Adapters:
         return [("graph_breaks_counter", counter.uninstall)]
 
     # -- signals that change mid-run -----------------------------------------------------------
-    def lost(self, name: str, why: str) -> None:
-        """A signal went dark mid-run: say so in the log, the events and the internal-error counter."""
+    def lost(self, name: str, why: str, *, by_job: bool = False) -> None:
+        """A signal went dark mid-run: say so in the log, the events and (unless ``by_job``: the job's own
+        legitimate call turned it off, no fault of recompprof's) the internal-error counter."""
         with self._lock:
             if not self.signals.get(name, False):
                 return
             self.signals[name], self.signals_off[name] = False, why
-            _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
+            if by_job:
+                log.warning("recompprof: signal %s went dark: %s", name, why)
+            else:
+                _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
             self._emit(
                 SignalChange(
                     time=time.time(),
@@ -248,6 +252,13 @@ class Adapters:
                     reason=clean_text(why),
                 )
             )
+
+    def _on_compile_start(self, compile_id: str | None, backward: bool) -> None:
+        """A compile began: the step hook it will call must still be torch's, then the recorder's start."""
+        why = self.step_in_trace.gone()
+        if why is not None:
+            self.lost("step_in_trace", why, by_job=True)
+        self._sink.on_compile_start(compile_id, backward)
 
     def _on_metrics_late(self, count: int, why: str) -> None:
         _internal.record(

@@ -31,7 +31,7 @@ from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
-from recompprof._model.status import Status, running
+from recompprof._model.status import Status, running, unseen_backward
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.limits import configured_limits
 
@@ -289,6 +289,7 @@ class Session:
             rank=self.identity.rank,
             step=self._adapters.steps.step,
             compiling=running(self._recorder.running, time.time()),
+            backward_unknown=unseen_backward(self.signals),
         )
 
     def snapshot(self) -> Snapshot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from recompprof._model.events import (
     Compile,
@@ -22,7 +23,17 @@ class Status:
 
     rank: int
     step: int
-    compiling: Running | None  # None: no compile is running on this rank
+    compiling: Running | None  # None: no compile is running on this rank, as far as torch marks one
+    # True where torch marks no lazily compiled backward's start (torch < 2.8): ``compiling`` None then
+    # does not rule out a backward compile (:func:`unseen_backward`).
+    backward_unknown: bool = False
+
+
+def unseen_backward(signals: Mapping[str, bool]) -> bool:
+    """Whether a session with these ``signals`` (its ``session_start``'s) may compile a backward unseen: its
+    torch marks no lazily compiled backward's start. Logs written before that signal existed say nothing
+    of it, and are taken as they read."""
+    return signals.get("backward_compile_start") is False
 
 
 def running(start: CompileStart | None, now: float) -> Running | None:
@@ -127,6 +138,20 @@ def describe_at_end(
     return (
         f"rank {rank} was compiling {_what(compiling)}{_why(compiling)} for {at_least}"
         f"{compiling.seconds:.0f} s when {ended} ended"
+    )
+
+
+_NO_BACKWARD_START = "its torch marks no backward compile's start"
+
+
+def describe_unseen_backward(rank: int, *, ended: str | None = None) -> str:
+    """What is known of a rank with no compile known running whose torch marks no backward compile's start:
+    ``rank 0: a backward compile may be running (...)``; ``ended``: what ended ("its log", "the run")."""
+    if ended is None:
+        return f"rank {rank}: a backward compile may be running ({_NO_BACKWARD_START})"
+    return (
+        f"rank {rank}: a backward compile may have been running when {ended} ended "
+        f"({_NO_BACKWARD_START})"
     )
 
 

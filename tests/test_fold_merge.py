@@ -42,7 +42,8 @@ NEVER_MERGED = {"Frames.dropped"}
 def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
     """One rank's log: a session start (none on rank 5: a log started again after it was deleted), ``n``
     random events of every kind, and a session end (none on rank 1: the session was killed, during a
-    compile) whose totals count more compiles than the log holds on rank 2 (a gap), and which names the
+    compile; none on rank 4 either: killed with no compile known running, on a torch that marks no
+    backward compile's start) whose totals count more compiles than the log holds on rank 2 (a gap), and which names the
     compile still running on rank 3."""
     start = SessionStart(
         time=0.5,
@@ -56,7 +57,11 @@ def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
         warmup_steps=1 + rank % 3,
         profile_mechanism="evict" if rank % 2 else None,
         restart_count=rank % 2,  # some ranks on their second attempt
-        signals={"torch_trace": True, "step_in_trace": True} if rank == 4 else {},
+        signals=(
+            {"torch_trace": True, "step_in_trace": True, "backward_compile_start": False}
+            if rank == 4
+            else {}
+        ),
     )
     events: list[Event] = [start] if rank != 5 else []
     events += [
@@ -116,7 +121,7 @@ def session_file(rng: random.Random, rank: int, n: int) -> list[Event]:
                 reason=trigger,
             )
         )
-    if rank != 1:
+    if rank not in (1, 4):
         totals = {"wall_seconds": 10.0 + rank, "compiles": 1e6 if rank == 2 else 0}
         compiling = (
             Running(

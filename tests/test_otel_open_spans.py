@@ -19,6 +19,7 @@ from slow_jobs import stop_during_recompile
 
 import recompprof
 from recompprof._model.events import Compile, CompileStart, Event, Reason, SessionEnd
+from recompprof._torch.versions import torch_info
 from recompprof_otel import OtelExporter
 from recompprof_otel.open_spans import MAX_OPEN_SPANS
 
@@ -127,24 +128,32 @@ def test_a_failed_compile_ends_its_open_span_with_error(receiver: OtlpReceiver) 
     )
 
 
-def test_compiles_without_a_start_get_a_trace_of_their_own(receiver: OtlpReceiver) -> None:
-    """A lazily compiled backward (same compile id as its forward, no ``compile_start``) is its own trace,
-    started at torch's start time, while its forward's span opened at the forward's start."""
+@pytest.mark.skipif(
+    not torch_info().has("backward_compile_start"), reason="this torch marks no backward's start"
+)
+def test_a_backward_compile_opens_a_trace_of_its_own_at_its_start(receiver: OtlpReceiver) -> None:
+    """A lazily compiled backward (same compile id as its forward) has its own ``compile_start``
+    (``backward``, torch 2.8 on) and its own trace: its root span opens at that start and ends at its
+    ``compile``, while its forward's span opened at the forward's start."""
     with recompprof.attach(exporters=["otel"]) as session:
         model = torch.compile(torch.nn.Linear(4, 1), backend="aot_eager", dynamic=False)
         model(torch.ones(2, 4)).sum().backward()
     events = session.recent_events()
-    (start,) = [e for e in events if isinstance(e, CompileStart)]
+    start, back_start = sorted(
+        (e for e in events if isinstance(e, CompileStart)), key=lambda e: e.backward
+    )
     forward, backward = sorted(
         (e for e in events if isinstance(e, Compile)), key=lambda e: e.backward
     )
     assert backward.backward and backward.compile_id == forward.compile_id == start.compile_id
-    assert forward.trace_id == start.trace_id and backward.trace_id not in (None, forward.trace_id)
+    assert back_start.backward and back_start.compile_id == start.compile_id
+    assert forward.trace_id == start.trace_id and backward.trace_id == back_start.trace_id
+    assert backward.trace_id not in (None, forward.trace_id)
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2))
     assert roots[forward.trace_id or ""]["start_ns"] == _ns(start.time)
     back = roots[backward.trace_id or ""]
     assert back["attributes"]["recompprof.backward"] is True and back["status"] == "UNSET"
-    assert (back["start_ns"], back["end_ns"]) == (_ns(backward.start_time or 0), _end_ns(backward))
+    assert (back["start_ns"], back["end_ns"]) == (_ns(back_start.time), _end_ns(backward))
 
 
 def test_profile_mode_reuses_get_their_own_span(receiver: OtlpReceiver, tmp_path: Path) -> None:

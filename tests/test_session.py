@@ -205,6 +205,7 @@ def test_session_start_says_which_signals_are_live(tmp_path: Path) -> None:
         "recompile_limit_hits": info.has("recompile_limit_hits"),
         "backward_compiles": info.has("backward_compiles"),
         "step_in_trace": info.has("recompile_user_context"),
+        "backward_compile_start": info.has("backward_compile_start"),
     }
     assert start.versions["torch"] == torch.__version__
 

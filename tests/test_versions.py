@@ -188,6 +188,30 @@ def _reasons_at_compile_start() -> bool:
     return len(seen) == 2 and seen[1] > 0
 
 
+def _backward_start_named() -> bool:
+    """Whether a lazily compiled backward runs the start callbacks with a LAZY_BACKWARD trigger."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except ImportError:
+        return False
+    triggers: list[str] = []
+
+    def on_start(*args: object) -> None:
+        trigger = getattr(args[0], "callback_trigger", None) if args else None
+        triggers.append(getattr(trigger, "name", ""))
+
+    callback_handler.register_start_callback(on_start)
+    try:
+        torch._dynamo.reset()
+        callback_handler.register_start_callback(on_start)
+        _backward_job()
+    finally:
+        if on_start in callback_handler.start_callbacks:
+            callback_handler.remove_start_callback(on_start)
+        torch._dynamo.reset()
+    return "LAZY_BACKWARD" in triggers
+
+
 def _reset_clears_callbacks() -> bool:
     """Whether ``torch._dynamo.reset()`` empties ``callback_handler`` through its ``clear()``."""
     try:
@@ -251,6 +275,7 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     ),
     "reasons_before_compile_start": _reasons_at_compile_start,
     "reset_clears_callbacks": _reset_clears_callbacks,
+    "backward_compile_start": _backward_start_named,
 }
 
 
@@ -298,6 +323,7 @@ FUTURE = (99, 0)
         ("phase_times", "phase_times"),
         ("recompile_limit_hits", "recompile_limit_hits"),
         ("backward_compiles", "backward_compiles"),
+        ("backward_compile_start", "backward_compile_start"),
         ("recompile_user_context", "step_in_trace"),
     ],
 )

@@ -133,7 +133,7 @@ def _start_attributes(start: CompileStart) -> dict[str, Any]:
         "recompprof.compile_id": start.compile_id,
         "recompprof.rank": start.rank,
         "recompprof.is_recompile": start.is_recompile,
-        "recompprof.backward": False,
+        "recompprof.backward": start.backward,
         "recompprof.frame": start.frame.label,
         **reason_attributes([start.reason] if start.reason is not None else []),
     }
@@ -243,7 +243,7 @@ class SpanBuilder:
     def start_compile(self, start: CompileStart) -> Span:
         """Start the root span of a compile that is beginning, at its start (ended by its ``compile``). Its
         attributes are set once, when it ends: from the ``compile`` (all of them), else from this start."""
-        key = self._key(start.frame, False)
+        key = self._key(start.frame, start.backward)
         start_ns = round(start.time * 1e9)
         # An empty context: a compile is its own trace even if the training loop has a span open.
         root = self._tracer.start_span(

@@ -20,7 +20,7 @@ from recompprof._analysis.render.wording import cause_label, completeness_warnin
 from recompprof._analysis.report import workers as parallel
 from recompprof._errors import RecompprofError
 from recompprof._model.events import CATEGORIES, Event
-from recompprof._model.status import describe_at_end
+from recompprof._model.status import describe_at_end, describe_unseen_backward
 
 if TYPE_CHECKING:
     from recompprof._analysis.report.frames import FrameReport
@@ -71,7 +71,8 @@ class Rules:
 @dataclasses.dataclass(frozen=True)
 class Violation:
     """One finding, one line: a broken rule's (``rule``: its name), an untrusted count's (``rule``: its
-    :data:`UNTRUSTED` name) or a note's (``rule``: :data:`RUNNING_COMPILE_NOTE`)."""
+    :data:`UNTRUSTED` name) or a note's (``rule``: :data:`RUNNING_COMPILE_NOTE`,
+    :data:`UNSEEN_BACKWARD_NOTE`)."""
 
     rule: str
     rank: int
@@ -217,7 +218,10 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> CheckResult:
     return CheckResult(
         violations=[violation for rule in _RULES for violation in rule(scope)],
         untrusted=list(_untrusted_counts(scope)),
-        notes=[] if rules.fail_on_running_compile else list(_ended_compiling(scope, False)),
+        notes=[
+            *([] if rules.fail_on_running_compile else _ended_compiling(scope, False)),
+            *_unseen_backward(scope),
+        ],
     )
 
 
@@ -336,6 +340,8 @@ def _at_most(
 
 
 RUNNING_COMPILE_NOTE = "compile_running_note"  # not a rule: a fact the CLI says without failing
+# not a rule either: what is not known (a backward compile torch marks no start of), said without failing
+UNSEEN_BACKWARD_NOTE = "backward_unseen_note"
 
 
 def _ended_compiling(scope: _Scope, broken: bool) -> Iterator[Violation]:
@@ -348,6 +354,16 @@ def _ended_compiling(scope: _Scope, broken: bool) -> Iterator[Violation]:
             rank,
             end.running.frame.label,
             describe_at_end(rank, end.running, lower_bound=end.lower_bound),
+        )
+
+
+def _unseen_backward(scope: _Scope) -> Iterator[Violation]:
+    """A rank killed with no compile known running, on a torch that marks no backward compile's start: a
+    backward compile may have been running. Not known, so a note, never a violation (the rank is refused as
+    incomplete unless ``--accept-incomplete-runs``)."""
+    for rank in sorted(scope.report.sessions.unseen_backward):
+        yield Violation(
+            UNSEEN_BACKWARD_NOTE, rank, None, describe_unseen_backward(rank, ended="the run")
         )
 
 

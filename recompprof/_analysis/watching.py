@@ -29,7 +29,7 @@ from recompprof._model.events import (
     SessionEnd,
     SessionStart,
 )
-from recompprof._model.status import OpenCompile
+from recompprof._model.status import OpenCompile, unseen_backward
 
 MAX_CAUSES = (
     1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
@@ -59,6 +59,8 @@ class Now:
     state: Literal["compiling", "idle", "ended"]
     compiling: Running | None = None
     ended_at: float | None = None
+    # idle as far as torch marks compiles, on a torch that marks no backward compile's start
+    backward_unknown: bool = False
 
 
 @dataclasses.dataclass
@@ -83,7 +85,10 @@ class RankState:
         if ended is not None:
             return Now("ended", ended.compiling, ended.time)
         compiling = self.session.open.left_running(now)
-        return Now("compiling", compiling) if compiling is not None else Now("idle")
+        if compiling is not None:
+            return Now("compiling", compiling)
+        start = self.session.start
+        return Now("idle", backward_unknown=start is not None and unseen_backward(start.signals))
 
 
 @dataclasses.dataclass

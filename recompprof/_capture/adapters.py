@@ -18,6 +18,7 @@ from recompprof import _internal
 from recompprof._model.events import Event, SignalChange
 from recompprof._model.texts import clean_text
 from recompprof._torch import versions as torch_versions
+from recompprof._torch.backward_starts import BackwardStarts
 from recompprof._torch.compile_metrics import CompileMetricsTap
 from recompprof._torch.graph_breaks import GraphBreakCounter, GraphBreakTap
 from recompprof._torch.guard_failures import GuardFailureReader
@@ -57,7 +58,7 @@ class CompileSink(Protocol):
 
     def on_graph_break(self, payload: str, compile_id: str | None) -> None: ...
 
-    def on_compile_start(self, compile_id: str | None) -> None: ...
+    def on_compile_start(self, compile_id: str | None, backward: bool = False) -> None: ...
 
     def on_compile_end(self) -> None: ...
 
@@ -132,7 +133,7 @@ class Adapters:
         self.readings = readings
         self.signals: dict[str, bool] = {}
         self.signals_off: dict[str, str] = {}
-        self._rank, self._emit, self._lock = rank, emit, lock
+        self._rank, self._emit, self._lock, self._sink = rank, emit, lock, sink
         self.steps, self.guards, self.dynamo_profiler = (
             readings.steps,
             readings.guards,
@@ -144,10 +145,11 @@ class Adapters:
             sink.on_torch_record,
             on_late=self._on_metrics_late,
             on_lost=lambda why: self.lost("compile_metrics", why),
-            on_start=sink.on_compile_start,
+            on_start=self._on_compile_start,
             on_end=sink.on_compile_end,
             on_reset=sink.on_reset,
         )
+        self.backward_starts = BackwardStarts(self.metrics)
         self.profile: ProfileMode | None = None
         if settings.mode == "profile":
             from recompprof._torch.profile.mode import ProfileMode
@@ -176,6 +178,7 @@ class Adapters:
             adapters.append(("optimizer_steps", self.steps))
         adapters.append(("step_in_trace", self.step_in_trace))
         adapters.append(("compile_metrics", self.metrics))
+        adapters.append(("backward_compile_start", self.backward_starts))
         if self.dynamo_profiler is not None:
             adapters.append(("dynamo_profiler", self.dynamo_profiler))
         return adapters
@@ -228,14 +231,16 @@ class Adapters:
         return [("graph_breaks_counter", counter.uninstall)]
 
     # -- signals that change mid-run -----------------------------------------------------------
-    def lost(self, name: str, why: str, *, fault: bool = True) -> None:
-        """A signal went dark mid-run: say so in the log and the events, and, when ``fault`` (not the job's
-        own doing, such as its ``set_stance``), in the internal-error counter."""
+    def lost(self, name: str, why: str, *, by_job: bool = False) -> None:
+        """A signal went dark mid-run: say so in the log, the events and (unless ``by_job``: the job's own
+        legitimate call turned it off, no fault of recompprof's) the internal-error counter."""
         with self._lock:
             if not self.signals.get(name, False):
                 return
             self.signals[name], self.signals_off[name] = False, why
-            if fault:
+            if by_job:
+                log.warning("recompprof: signal %s went dark: %s", name, why)
+            else:
                 _internal.record(f"signal.{name}", RuntimeError(why), "signal went dark")
             self._emit(
                 SignalChange(
@@ -247,6 +252,13 @@ class Adapters:
                     reason=clean_text(why),
                 )
             )
+
+    def _on_compile_start(self, compile_id: str | None, backward: bool) -> None:
+        """A compile began: the step hook it will call must still be torch's, then the recorder's start."""
+        why = self.step_in_trace.gone()
+        if why is not None:
+            self.lost("step_in_trace", why, by_job=True)
+        self._sink.on_compile_start(compile_id, backward)
 
     def _on_metrics_late(self, count: int, why: str) -> None:
         _internal.record(
@@ -266,7 +278,7 @@ class Adapters:
                 "profile_backend",
                 "the job changed the torch.compile stance (set_stance): compiles use "
                 "the job's backend, with the job's own recompile limits",
-                fault=False,
+                by_job=True,
             )
             return
         with self._lock:

@@ -90,9 +90,11 @@ class CompileRecorder:
         # told when a compile ends (the status line clears)
         self.ended: Callable[[], None] | None = None
         self.reasons_at_start = torch_info().has("reasons_before_compile_start")
-        # Compile id -> the trace id its compile_start carried, taken by its forward compile record (bounded:
+        # (compile id, backward) -> the trace id its compile_start carried, taken by its record (bounded:
         # a start whose record never comes is forgotten after MAX_STARTED_TRACES later starts).
-        self._start_traces: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._start_traces: collections.OrderedDict[tuple[str, bool], str] = (
+            collections.OrderedDict()
+        )
         # the last start's id, code key and frame
         self._named: tuple[str, tuple[str, str, int], Frame] | None = None
         self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
@@ -106,12 +108,16 @@ class CompileRecorder:
         self._send(event)
 
     # -- adapter callbacks ---------------------------------------------------------------------
-    def on_compile_start(self, compile_id: str | None) -> None:
-        """torch began compiling a frame: record what is known now (a ``compile_start``)."""
+    def on_compile_start(self, compile_id: str | None, backward: bool = False) -> None:
+        """torch began compiling a frame, or (``backward``) the backward of one: record what is known now
+        (a ``compile_start``)."""
+        if backward:
+            self._backward_started(compile_id or "?")
+            return
         ctx = torch_frames.compiling()
         if (
             ctx is None
-        ):  # a lazily compiled backward: no frame of its own, its forward's compile is over
+        ):  # no frame compiles: runtime work (CUDA-graph recording), or a backward unseen
             return
         with self._lock:
             if self._closed():
@@ -134,7 +140,7 @@ class CompileRecorder:
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
-            trace_id = self._start_trace(compile_id) if self.trace_ids else None
+            trace_id = self._start_trace((compile_id, False)) if self.trace_ids else None
             event = CompileStart(
                 time=time.time(),
                 rank=self.rank,
@@ -149,10 +155,32 @@ class CompileRecorder:
             self.running = event
             self._emit(event)
 
-    def _start_trace(self, compile_id: str) -> str:
-        """A trace id for the compile starting now, kept for its compile record (the span opens under it)."""
-        trace_id = self._start_traces[compile_id] = new_trace_id()
-        self._start_traces.move_to_end(compile_id)
+    def _backward_started(self, compile_id: str) -> None:
+        """torch began the lazy compile of a backward: its frame and compile id are its forward's (the
+        forward's compile ended long before); it is no recompile and has no reason of its own."""
+        with self._lock:
+            if self._closed():
+                return
+            key = (compile_id, True)
+            event = CompileStart(
+                time=time.time(),
+                rank=self.rank,
+                step=self.signals.step,
+                frame=self.assembler.backward_frame(compile_id),
+                compile_id=compile_id,
+                generation=self.generation,
+                is_recompile=False,
+                backward=True,
+                trace_id=self._start_trace(key) if self.trace_ids else None,
+            )
+            self.running = event
+            self._emit(event)
+
+    def _start_trace(self, key: tuple[str, bool]) -> str:
+        """A trace id for the compile starting now (its compile id, whether a backward), kept for its
+        compile record (the span opens under it)."""
+        trace_id = self._start_traces[key] = new_trace_id()
+        self._start_traces.move_to_end(key)
         if len(self._start_traces) > MAX_STARTED_TRACES:
             self._start_traces.popitem(last=False)
         return trace_id
@@ -294,15 +322,15 @@ class CompileRecorder:
             steady_state=step >= self.settings.warmup_steps,
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type is not None or m.fail_reason else None,
-            trace_id=self._trace_id(compile_id, not m.backward),
+            trace_id=self._trace_id(compile_id, m.backward),
         )
 
-    def _trace_id(self, compile_id: str, forward: bool) -> str | None:
-        """The trace id of a compile: the one its start opened (a forward), else a new one (a backward,
-        which shares its forward's compile id, a limit hit, a compile whose start was not seen)."""
+    def _trace_id(self, compile_id: str, backward: bool) -> str | None:
+        """The trace id of a compile: the one its start opened (a backward's start is keyed apart: it
+        shares its forward's compile id), else a new one (a limit hit, a compile whose start was not seen)."""
         if not self.trace_ids:
             return None
-        started = self._start_traces.pop(compile_id, None) if forward else None
+        started = self._start_traces.pop((compile_id, backward), None)
         return started or new_trace_id()
 
     def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> Seen:

@@ -31,7 +31,7 @@ from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
-from recompprof._model.status import Status, running
+from recompprof._model.status import Status, running, unseen_backward
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.job import torch_job_id
 from recompprof._torch.limits import configured_limits
@@ -298,6 +298,7 @@ class Session:
             rank=self.identity.rank,
             step=self._adapters.steps.step,
             compiling=running(self._recorder.running, time.time()),
+            backward_unknown=unseen_backward(self.signals),
         )
 
     def snapshot(self) -> Snapshot:
@@ -366,6 +367,7 @@ class Session:
                         compile_id=compiling.compile_id,
                         generation=compiling.generation,
                         seconds=compiling.seconds,
+                        backward=compiling.backward,
                     )
                 )
 

@@ -356,7 +356,13 @@ def _refuse_untrusted(result: CheckResult, args: argparse.Namespace) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from recompprof._analysis.check import OPTIONS, CheckInputError, Rules, check
+    from recompprof._analysis.check import (
+        OPTIONS,
+        RUNNING_COMPILE_NOTE,
+        CheckInputError,
+        Rules,
+        check,
+    )
 
     values = {option.name: getattr(args, option.name) for option in OPTIONS}
     try:
@@ -381,7 +387,8 @@ def _check(args: argparse.Namespace) -> int:
     # Counts that cannot be trusted whole: refused unless accepted (then still said, as warnings).
     _refuse_untrusted(result, args)
     for note in result.notes:
-        _err(f"warning: {note} (pass --fail-on-running-compile to fail on it)")
+        fail_on = " (pass --fail-on-running-compile to fail on it)"
+        _err(f"warning: {note}{fail_on if note.rule == RUNNING_COMPILE_NOTE else ''}")
     for violation in result.violations:
         _say(f"FAIL {violation.rule}: {violation}")
     if result.violations:

@@ -160,8 +160,10 @@ class CompileAssembler:
         return in_order(event, breaks, hit)
 
     def _backward_frame(self, record: CompileRecord) -> Frame:
+        return self.backward_frame(record.compile_id if record.compile_id is not None else "?")
+
+    def backward_frame(self, compile_id: str) -> Frame:
         """A lazily compiled backward's frame: its forward's, which has its compile id."""
-        compile_id = record.compile_id if record.compile_id is not None else "?"
         return self.correlation.frame_of(compile_id) or Frame(
             name="<backward>", file="<unknown>", line=0
         )

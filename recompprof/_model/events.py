@@ -223,6 +223,9 @@ class CompileStart(_Event):
     is_recompile: bool
     # the guard failure that triggered a recompile (None for a first compile)
     reason: Reason | None = None
+    # A lazily compiled backward (torch compiles it at the first .backward(), after its forward's compile
+    # ended): it shares its forward's compile id and frame, and its ``compile`` has ``backward`` too.
+    backward: bool = False
     # W3C trace id its compile will carry as ``Compile.trace_id`` (set only while an exporter sends traces):
     # the OpenTelemetry exporter opens the compile's root span under it now.
     trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
@@ -239,6 +242,7 @@ class Running(_Model):
     reason: Reason | None = None
     # as in its compile_start (torch before 2.6 gives no reason at the start)
     is_recompile: bool = False
+    backward: bool = False  # as in its compile_start: a lazily compiled backward
 
 
 class CompileRunning(_Event):
@@ -249,6 +253,7 @@ class CompileRunning(_Event):
     compile_id: str
     generation: int | None = None  # as in its compile_start
     seconds: float  # how long it had run when this was written
+    backward: bool = False  # as in its compile_start: a lazily compiled backward
 
 
 HEARTBEAT_SECONDS = 10.0

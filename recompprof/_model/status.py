@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from recompprof._model.events import (
     Compile,
@@ -22,7 +23,17 @@ class Status:
 
     rank: int
     step: int
-    compiling: Running | None  # None: no compile is running on this rank
+    compiling: Running | None  # None: no compile is running on this rank, as far as torch marks one
+    # True where torch marks no lazily compiled backward's start (torch < 2.8): ``compiling`` None then
+    # does not rule out a backward compile (:func:`unseen_backward`).
+    backward_unknown: bool = False
+
+
+def unseen_backward(signals: Mapping[str, bool]) -> bool:
+    """Whether a session with these ``signals`` (its ``session_start``'s) may compile a backward unseen: its
+    torch marks no lazily compiled backward's start. Logs written before that signal existed say nothing
+    of it, and are taken as they read."""
+    return signals.get("backward_compile_start") is False
 
 
 def running(start: CompileStart | None, now: float) -> Running | None:
@@ -38,6 +49,7 @@ def running(start: CompileStart | None, now: float) -> Running | None:
             "seconds": max(0.0, now - start.time),
             "reason": start.reason,
             "is_recompile": start.is_recompile,
+            "backward": start.backward,
         },
         from_attributes=True,
     )
@@ -47,7 +59,8 @@ class OpenCompile:
     """Which compile one session's log leaves running, read event by event in log order.
 
     A session's compiles run one at a time, so only its latest ``compile_start`` can be open: it closes
-    with the ``compile`` of the same compile id and generation (ids restart after a reset). A
+    with the ``compile`` of the same compile id, generation (ids restart after a reset) and direction (a
+    lazily compiled backward shares its forward's compile id: its start and compile say ``backward``). A
     ``session_end`` is authoritative: its ``compiling`` is the compile that was running when the session
     ended (or none). A log without a ``session_end``
     (the process was killed outright) leaves its last unmatched ``compile_start`` open; how long it ran
@@ -101,13 +114,17 @@ class OpenCompile:
 
 
 def _same(event: Compile | CompileRunning, start: CompileStart) -> bool:
-    """Whether ``event`` is of the compile ``start`` began."""
-    return (event.compile_id, event.generation) == (start.compile_id, start.generation)
+    """Whether ``event`` is of the compile ``start`` began (a backward shares its forward's compile id)."""
+    return (event.compile_id, event.generation, event.backward) == (
+        start.compile_id,
+        start.generation,
+        start.backward,
+    )
 
 
 def describe(rank: int, compiling: Running) -> str:
     """One line for people: ``rank 1 compiling `Model.forward` (recompile: size of `L['x']` dim 0 changed), 42 s``."""
-    return f"rank {rank} compiling `{compiling.frame.name}`{_why(compiling)}, {compiling.seconds:.0f} s"
+    return f"rank {rank} compiling {_what(compiling)}{_why(compiling)}, {compiling.seconds:.0f} s"
 
 
 def describe_at_end(
@@ -119,9 +136,29 @@ def describe_at_end(
     ended then ("its log", for a session that may not be the rank's last)."""
     at_least = "at least " if lower_bound else ""
     return (
-        f"rank {rank} was compiling `{compiling.frame.name}`{_why(compiling)} for {at_least}"
+        f"rank {rank} was compiling {_what(compiling)}{_why(compiling)} for {at_least}"
         f"{compiling.seconds:.0f} s when {ended} ended"
     )
+
+
+_NO_BACKWARD_START = "its torch marks no backward compile's start"
+
+
+def describe_unseen_backward(rank: int, *, ended: str | None = None) -> str:
+    """What is known of a rank with no compile known running whose torch marks no backward compile's start:
+    ``rank 0: a backward compile may be running (...)``; ``ended``: what ended ("its log", "the run")."""
+    if ended is None:
+        return f"rank {rank}: a backward compile may be running ({_NO_BACKWARD_START})"
+    return (
+        f"rank {rank}: a backward compile may have been running when {ended} ended "
+        f"({_NO_BACKWARD_START})"
+    )
+
+
+def _what(compiling: Running) -> str:
+    """The frame compiling, or "the backward of" it for a lazily compiled backward."""
+    name = f"`{compiling.frame.name}`"
+    return f"the backward of {name}" if compiling.backward else name
 
 
 def _why(compiling: Running) -> str:

@@ -43,7 +43,7 @@ class CompileMetricsTap:
         on_metrics: Callable[[Any], None],
         on_late: Callable[[int, str], None] | None = None,
         on_lost: Callable[[str], None] | None = None,
-        on_start: Callable[[str | None], None] | None = None,
+        on_start: Callable[[str | None, bool], None] | None = None,
         on_end: Callable[[], None] | None = None,
         on_reset: Callable[[], None] | None = None,
     ) -> None:
@@ -51,7 +51,9 @@ class CompileMetricsTap:
         self._on_start, self._on_end = (
             on_start,
             on_end,
-        )  # a compile began (its compile id) / ended, failed or not
+        )  # a compile began (its compile id, whether a lazily compiled backward) / ended, failed or not
+        # Tells a lazily compiled backward's start callback (set by backward_starts.BackwardStarts).
+        self.is_backward: Callable[[tuple[Any, ...]], bool] | None = None
         self._on_reset = on_reset  # torch._dynamo.reset() ran
         self._on_late = on_late
         self._on_lost = on_lost
@@ -137,7 +139,11 @@ class CompileMetricsTap:
             if self._on_start is not None:
                 with _internal.contain("torch.compile_start"):
                     compile_id = getattr(args[0], "compile_id", None) if args else None
-                    self._on_start(str(compile_id) if compile_id is not None else None)
+                    is_backward = self.is_backward
+                    self._on_start(
+                        str(compile_id) if compile_id is not None else None,
+                        is_backward is not None and is_backward(args),
+                    )
 
         def on_compile_end(*_: Any) -> None:
             if self._on_end is not None:
@@ -156,6 +162,11 @@ class CompileMetricsTap:
 
         self._undo.append(remove)
         self._watch_resets(callback_handler)
+
+    @property
+    def starts_seen(self) -> bool:
+        """Whether torch's compile-start callbacks reach the tap."""
+        return self.live and self._start_callback is not None
 
     def _watch_resets(self, handler: Any) -> None:
         """``torch._dynamo.reset()`` clears every compile callback (``callback_handler.clear()``), ours included,

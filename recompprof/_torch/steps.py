@@ -75,7 +75,9 @@ class StepInTrace:
     which TORCH_TRACE keeps), so ``recompprof ingest`` of an attached run's trace has steps.
 
     torch calls the hook once per compile (the first of a frame too, despite its name): nothing runs per
-    training step.
+    training step. This is the one thing monitor mode writes into torch's own records: without it the
+    field is None. ``torch._dynamo.reset_recompile_user_contexts()`` drops every hook, ours included, and
+    torch says nothing; :meth:`gone` notices at the next compile start, and the signal goes dark.
     """
 
     def __init__(self, steps: StepCounter) -> None:
@@ -99,6 +101,24 @@ class StepInTrace:
         utils.register_hook_for_recompile_user_context(hook)
         self._hook = hook
         self.live = True
+
+    def gone(self) -> str | None:
+        """Why our hook no longer runs (torch's list lost it since the last call), else None (read at each
+        compile start: one list lookup)."""
+        hook = self._hook
+        if hook is None:
+            return None
+        from torch._dynamo import utils
+
+        hooks = utils.get_hook_for_recompile_user_context()
+        if hooks is not None and hook in hooks:
+            return None
+        self._hook, self.live = None, False
+        return (
+            "recompprof's step hook was removed from torch's recompile user contexts "
+            "(torch._dynamo.reset_recompile_user_contexts() or another tool): compile records, "
+            "and a TORCH_TRACE of this run, carry no step from here on"
+        )
 
     def uninstall(self) -> None:
         """Take our hook out of torch's list (torch has no unregister; its reset would drop the job's own hooks)."""

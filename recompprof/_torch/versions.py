@@ -52,6 +52,13 @@ GATES: dict[str, Gate] = {
         "CompilationMetrics records for lazily compiled backward graphs (is_forward=False)",
         "backward compiles are not recorded; their compile time is missing",
     ),
+    "backward_compile_start": Gate(
+        (2, 8),
+        "compile-start callbacks that name their trigger (CallbackArgs.callback_trigger), LAZY_BACKWARD for "
+        "a backward compiled at the first .backward()",
+        "a backward compile's start is not seen: while one runs, status(), the gauge and the offline commands "
+        "say a backward compile may be running",
+    ),
     "guard_failures": Gate(
         (2, 4),
         "torch._dynamo.utils.guard_failures[code]: one reason string per failing cache entry",

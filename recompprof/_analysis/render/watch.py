@@ -19,7 +19,7 @@ from recompprof._analysis.render.wording import cause_label, first_of
 from recompprof._analysis.watching import RankState, Watch
 from recompprof._eventlog.tail import RunTail
 from recompprof._model.events import HEARTBEAT_SECONDS
-from recompprof._model.status import describe
+from recompprof._model.status import describe, describe_unseen_backward
 
 CAUSES_SHOWN = 5
 # A compile writes a compile_running every HEARTBEAT_SECONDS: this long without one, its process may be gone.
@@ -61,7 +61,7 @@ def _doing(rank: RankState, now: float) -> str:
             f"(a running compile says so every {HEARTBEAT_SECONDS:g} s): its process may be gone"
         )
     if state.state == "idle":
-        return "idle"
+        return describe_unseen_backward(rank.rank) if state.backward_unknown else "idle"
     ended = f"ended {_clock(state.ended_at or 0.0)} UTC"
     if state.compiling is not None:  # session_end names the compile it interrupted
         return f"{ended} while {describe(rank.rank, state.compiling).removeprefix(f'rank {rank.rank} ')}"

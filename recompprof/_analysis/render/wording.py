@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from recompprof._model.status import describe_at_end
+from recompprof._model.status import describe_at_end, describe_unseen_backward
 
 if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
     from recompprof._analysis.report.figures import CauseReport
@@ -146,6 +146,8 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
             if ended.compiling is None
             else "; " + describe_at_end(rank, ended.compiling, lower_bound=True, ended="its log")
         )
+        if rank in report.sessions.unseen_backward:
+            compiling = "; " + describe_unseen_backward(rank, ended="its log")
         lines.append(
             (
                 "incomplete",
@@ -260,6 +262,8 @@ def running_at_end(sessions: Sessions) -> list[str]:
     return [
         describe_at_end(rank, end.running, lower_bound=end.lower_bound) + others
         for rank, end in sessions.compiling_at_end.items()
+    ] + [
+        describe_unseen_backward(rank, ended="the run") for rank in sorted(sessions.unseen_backward)
     ]
 
 

@@ -91,7 +91,8 @@ class RunFigures:
                 self.signals_dark.setdefault(name, "off from the start")
 
     def add_signal(self, event: SignalChange) -> None:
-        if not event.live:
+        # Only the signals the counts come from (step_in_trace, say, feeds TORCH_TRACE's steps alone).
+        if not event.live and event.signal in CAPTURE_SIGNALS:
             self.signals_dark.setdefault(event.signal, event.reason or "went dark")
 
     def add_end(self, event: SessionEnd) -> None:

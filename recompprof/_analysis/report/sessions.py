@@ -25,7 +25,9 @@ Each rank's latest session also says whether it ended with a compile running
 (:class:`~recompprof._model.status.OpenCompile`): its ``session_end.compiling``, or, for a session
 without ``session_end``, its last ``compile_start`` without its ``compile``, run until the session's
 last logged event (a lower bound: only that process's own events show it was still alive; another
-rank's later events do not).
+rank's later events do not). A session without ``session_end``, with no compile known running, whose
+``session_start`` says its torch marks no backward compile's start (signal ``backward_compile_start`` off)
+may have been compiling a backward: it is neither compiling nor "not compiling" (``unseen_backward``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
-from recompprof._model.status import OpenCompile
+from recompprof._model.status import OpenCompile, unseen_backward
 
 # The session_end totals a log gap compares with the session's logged events.
 GAP_COUNTS = ("compiles", "recompiles", "graph_breaks", "recompile_limit_hits")
@@ -92,7 +94,15 @@ class LogGap:
 class _Session:
     """The counts of one session's logged events, by the live totals' rules."""
 
-    __slots__ = ("compiling", "graph_breaks", "last", "limit_hits", "started", "verdicts")
+    __slots__ = (
+        "compiling",
+        "graph_breaks",
+        "last",
+        "limit_hits",
+        "started",
+        "unseen_backward",
+        "verdicts",
+    )
 
     def __init__(self, started: bool, last: Any) -> None:
         self.started = started  # opened by a session_start (else by the rank's first event after none or an end)
@@ -104,6 +114,8 @@ class _Session:
         self.limit_hits = 0
         # from its first compile_start (older logs have none)
         self.compiling: OpenCompile | None = None
+        # its torch marks no backward compile's start (its session_start says so)
+        self.unseen_backward = False
 
     def compiles(self, bit: int) -> int:
         """Compile events whose verdict has ``bit``."""
@@ -124,6 +136,9 @@ class SessionFold:
         ] = {}  # what each rank's latest closed session left compiling
         # ranks whose log records compile starts (so "not compiling" is known)
         self.records_starts: set[int] = set()
+        # ranks whose latest session ended without session_end, no compile known running, on a torch that
+        # marks no backward compile's start: a backward compile may have been running
+        self.unseen_backward: set[int] = set()
 
     def unstarted(self, event: Any) -> _Session:
         """A session opened by ``event``, for a rank with none open: its events before any
@@ -139,7 +154,8 @@ class SessionFold:
         rank = event.rank
         self.seen.add(rank)
         self._close_unended(self.open.get(rank), rank)
-        self.open[rank] = _Session(True, event)
+        session = self.open[rank] = _Session(True, event)
+        session.unseen_backward = unseen_backward(event.signals)
 
     def compile_start(self, event: Any) -> None:
         """A compile began; it counts nothing, and is not the session's latest event (its figures stop at
@@ -163,6 +179,7 @@ class SessionFold:
         session = self.open.pop(rank, None)
         compiling = event.compiling
         self.ends[rank] = RunningAtEnd(_model(compiling)) if compiling is not None else None
+        self.unseen_backward.discard(rank)
         if compiling is not None:
             self.records_starts.add(rank)
         if session is None:
@@ -197,6 +214,10 @@ class SessionFold:
             return
         left = _left_running(session)
         self.ends[rank] = RunningAtEnd(left, lower_bound=True) if left is not None else None
+        if left is None and session.unseen_backward:
+            self.unseen_backward.add(rank)
+        else:
+            self.unseen_backward.discard(rank)
         if not session.started:
             return
         known = self.incomplete.get(rank)
@@ -293,6 +314,9 @@ class Sessions:
     # and the ranks whose log records compile starts (the others' "not compiling" is not known).
     ends: dict[int, RunningAtEnd | None] = dataclasses.field(default_factory=dict)
     records_starts: set[int] = dataclasses.field(default_factory=set)
+    # Ranks whose latest session ended without session_end and no compile known running, on a torch that
+    # marks no backward compile's start: a backward compile may have been running (not "not compiling").
+    unseen_backward: set[int] = dataclasses.field(default_factory=set)
 
     @classmethod
     def of(cls, fold: SessionFold) -> Sessions:
@@ -305,6 +329,7 @@ class Sessions:
             unopened=set(fold.unopened),
             ends=dict(sorted(fold.ends.items())),
             records_starts=set(fold.records_starts),
+            unseen_backward=set(fold.unseen_backward),
         )
 
     @property
@@ -316,7 +341,9 @@ class Sessions:
     def not_compiling_at_end(self) -> list[int]:
         """The ranks whose run ended with no compile running, as far as their log can say."""
         return [
-            rank for rank, end in self.ends.items() if end is None and rank in self.records_starts
+            rank
+            for rank, end in self.ends.items()
+            if end is None and rank in self.records_starts and rank not in self.unseen_backward
         ]
 
     def merge(self, part: Sessions, ctx: MergeContext) -> None:
@@ -330,6 +357,7 @@ class Sessions:
         self.incomplete = dict(sorted(self.incomplete.items()))
         self.log_gaps = dict(sorted(self.log_gaps.items()))
         self.ends = dict(sorted({**self.ends, **part.ends}.items()))  # its sessions are later
+        self.unseen_backward = (self.unseen_backward - part.ends.keys()) | part.unseen_backward
         self.records_starts |= part.records_starts
 
 

@@ -269,11 +269,7 @@ class Adapters:
 
     def _on_stance_change(self, ours: bool) -> None:
         """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
-        if not ours:
-            log.warning(
-                "recompprof: the job changed the torch.compile stance during profile mode; its own backend "
-                "compiles now and recompprof gave it back its own recompile limits"
-            )
+        if not ours:  # lost() warns once, naming what changed
             self.lost(
                 "profile_backend",
                 "the job changed the torch.compile stance (set_stance): compiles use "

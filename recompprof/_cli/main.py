@@ -181,6 +181,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--redact", action="store_true", help="keep no source text (only categories and subjects)"
     )
+
+    from recompprof._cli import history
+
+    p = sub.add_parser(
+        "history",
+        help="fleet questions over an exported lake (top causes, cost, regressions, a CI gate, SQL)",
+        formatter_class=_Formatter,
+        description=history.__doc__,
+    )
+    history.add_arguments(p)
     return parser
 
 
@@ -429,6 +439,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from recompprof._cli import watch
 
             return watch.main(args)
+        if args.subcommand == "history":
+            from recompprof._cli import history
+
+            return history.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[
             args.subcommand
         ](args)

@@ -9,6 +9,8 @@ command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporte
 command -v chromium >/dev/null || need+=(chromium)
 command -v docker-compose >/dev/null || need+=(docker-compose)
 command -v tmux >/dev/null || need+=(tmux)  # recompprof watch is tested in a real terminal
+# Spark (pyspark, the history lake's distributed-engine test) needs Java 17 or newer
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "missing system packages: ${need[*]} (run as root: apt-get install ${need[*]})" >&2

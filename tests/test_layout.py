@@ -17,9 +17,18 @@ SOURCES = [ROOT / "recompprof", ROOT / "exporters"]
 
 # The core parts, lowest first: a part imports only from parts below it (and from itself), so parts
 # of one rank (capture and analysis, the two halves over the model and the event log) import neither.
+# History (the Parquet lake) stands on analysis: it reads runs and the fold's counting rules.
 # The faces (the CLI, integrations, testing, the public package) sit on top and may import any part.
-CORE = ("_foundation", "_model", "_eventlog", "_torch", "_analysis", "_capture")
-RANK = {"_foundation": 0, "_model": 1, "_eventlog": 2, "_torch": 2, "_analysis": 3, "_capture": 3}
+CORE = ("_foundation", "_model", "_eventlog", "_torch", "_analysis", "_capture", "_history")
+RANK = {
+    "_foundation": 0,
+    "_model": 1,
+    "_eventlog": 2,
+    "_torch": 2,
+    "_analysis": 3,
+    "_capture": 3,
+    "_history": 4,
+}
 FOUNDATION = {"recompprof._errors", "recompprof._internal", "recompprof._version"}
 # What the event model and its rules may import: no torch and no I/O.
 MODEL_ALLOWED = {

@@ -1,0 +1,189 @@
+"""Where the history lake keeps its files: one rule for the exporter that writes them and the queries
+that read them (docs/history.md, "Layout").
+
+::
+
+    URI/v1/<table>/dt=YYYY-MM-DD/<run_id>__<writer>.parquet       # one writer per file
+    URI/v1/<table>/dt=YYYY-MM-DD/.<run_id>__<writer>.parquet.tmp  # being written (hidden), then renamed
+
+``<writer>`` is ``all`` when one exporter had every rank's log of the run, or ``rank00003-12345`` (rank
+and pid) when a rank session exported its own log. A file's name is a pure function of what was
+exported, so exporting again overwrites the same file instead of adding a second one. ``URI`` is a
+local or shared path or an object-store URI that pyarrow's filesystems open (``s3://bucket/prefix``,
+``gs://…``; ``?endpoint_override=…`` for an S3-compatible server). On a local or shared filesystem a
+file is written under its hidden temporary name and renamed into place; an object store has no
+rename, and an object appears only when its upload completes, so it is written once, to its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import re
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from recompprof._errors import RecompprofError
+
+ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
+SUFFIX = ".parquet"
+ALL_RANKS = "all"
+_PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")
+_SEPARATOR = "__"
+
+
+class LakeError(RecompprofError):
+    """The lake cannot be opened or written; the message is one line naming the URI and why."""
+
+
+def writer_of(rank: int, pid: int) -> str:
+    """The writer name of one rank session exporting its own log."""
+    return f"rank{rank:05d}-{pid}"
+
+
+def file_name(run_id: str, writer: str) -> str:
+    """The file of one run (and writer) in a partition: the run id quoted so it is one safe name part,
+    never hidden and never a path."""
+    quoted = urllib.parse.quote(run_id, safe="-_.=+")
+    if quoted.startswith("."):
+        quoted = "%2E" + quoted[1:]
+    return f"{quoted}{_SEPARATOR}{writer}{SUFFIX}"
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a file is written under before it is renamed to ``name`` (readers skip it)."""
+    return f".{name}.tmp"
+
+
+def partition(day: datetime.date) -> str:
+    """The Hive partition directory of a UTC day."""
+    return f"dt={day.isoformat()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LakeFile:
+    """One data file of a table: where it is, and what its path says."""
+
+    path: str  # in the lake's filesystem
+    day: datetime.date
+    run_id: str
+    writer: str
+    size: int
+
+
+def parse_path(path: str) -> LakeFile | None:
+    """What a data file's path says, or None for anything that is not one (hidden, temporary, foreign)."""
+    parent, _, name = path.rpartition("/")
+    found = _PARTITION.search(parent)
+    if found is None or name.startswith((".", "_")) or not name.endswith(SUFFIX):
+        return None
+    stem = name[: -len(SUFFIX)]
+    run, sep, writer = stem.rpartition(_SEPARATOR)
+    if not sep or not run or not writer:
+        return None
+    try:
+        day = datetime.date.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+    return LakeFile(path, day, urllib.parse.unquote(run), writer, -1)
+
+
+class Lake:
+    """A lake root, opened through pyarrow's filesystems: where each table and file is, how a file is
+    written (hidden name and rename, or one upload) and which files a table holds."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.fs, base = _open(uri)
+        self.base = base.rstrip("/")
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def table_dir(self, table: str) -> str:
+        return f"{self.base}/{ROOT}/{table}"
+
+    def path_of(self, table: str, day: datetime.date, run_id: str, writer: str) -> str:
+        """The path of one run's (and writer's) file of ``table`` for UTC day ``day``."""
+        return f"{self.table_dir(table)}/{partition(day)}/{file_name(run_id, writer)}"
+
+    def files(self, table: str) -> list[LakeFile]:
+        """The data files of ``table``, sorted by path (none, where the table has no files yet);
+        temporary and hidden files are left out."""
+        selector = pafs.FileSelector(self.table_dir(table), recursive=True, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except OSError as error:
+            raise LakeError(f"{self.uri}: cannot list {table}: {_one_line(error)}") from error
+        found = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            parsed = parse_path(info.path)
+            if parsed is not None:
+                found.append(dataclasses.replace(parsed, size=info.size or 0))
+        return sorted(found, key=lambda f: f.path)
+
+    def uri_of(self, path: str) -> str:
+        """A path of this lake's filesystem as a URI another engine opens (a local path stays a path)."""
+        if self.local:
+            return path
+        scheme = urllib.parse.urlsplit(self.uri).scheme
+        return f"{scheme}://{path}"
+
+    def write(self, path: str, write: Callable[[Any], None]) -> None:
+        """Write one file with ``write(stream)``: locally under its hidden name, then renamed over
+        ``path`` (a reader sees the old file or the new one, never half of one); to an object store
+        as one upload (the object appears when it completes)."""
+        parent = path.rpartition("/")[0]
+        try:
+            self.fs.create_dir(parent, recursive=True)
+            if not self.local:
+                with self.fs.open_output_stream(path) as stream:
+                    write(stream)
+                return
+            temp = f"{parent}/{temp_name(path.rpartition('/')[2])}"
+            try:
+                with self.fs.open_output_stream(temp) as stream:
+                    write(stream)
+                self.fs.move(temp, path)
+            except BaseException:
+                _remove_quietly(self.fs, temp)
+                raise
+        except OSError as error:
+            raise LakeError(f"{self.uri}: cannot write {path}: {_one_line(error)}") from error
+
+    def delete(self, path: str) -> None:
+        """Remove a data file another export superseded (gone already is fine)."""
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise LakeError(f"{self.uri}: cannot delete {path}: {_one_line(error)}") from error
+
+
+def _open(uri: str) -> tuple[pafs.FileSystem, str]:
+    if not uri:
+        raise LakeError("the lake URI is empty")
+    if "://" not in uri:  # a local or shared path
+        return pafs.LocalFileSystem(), str(Path(uri).expanduser().absolute())
+    if uri.startswith("file://"):
+        return pafs.LocalFileSystem(), urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
+    try:
+        fs, base = pafs.FileSystem.from_uri(uri)
+    except (OSError, ValueError, TypeError) as error:
+        raise LakeError(f"{uri}: cannot open the lake: {_one_line(error)}") from error
+    return fs, base
+
+
+def _remove_quietly(fs: pafs.FileSystem, path: str) -> None:
+    with contextlib.suppress(OSError):
+        fs.delete_file(path)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__

@@ -69,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "--all", action="store_true", help="every recompile, not only steady-state ones"
             )
         _common(p)
-    p = sub.add_parser("sql", help="any SELECT over the views runs, compiles, guard_failures, graph_breaks")
+    p = sub.add_parser(
+        "sql", help="any SELECT over the views runs, compiles, guard_failures, graph_breaks"
+    )
     p.add_argument("text", metavar="SQL")
     _common(p)
     p = sub.add_parser(
@@ -91,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lake", required=True, metavar="URI", help="the lake's root: a path or s3://...")
+    p.add_argument(
+        "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
+    )
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "html"))
     p.add_argument("--output", type=Path, default=None, help="write the answer to FILE")
     p.add_argument(
@@ -197,7 +201,9 @@ def main(args: argparse.Namespace) -> int:
     if args.print_sql:
         return _print_sql(args, params)
     if args.dialect != "duckdb":
-        raise CommandError("--dialect only applies with --print-sql (the embedded engine is DuckDB)")
+        raise CommandError(
+            "--dialect only applies with --print-sql (the embedded engine is DuckDB)"
+        )
     from recompprof._history import engine, render, views
 
     lake = views.open_lake(args.lake)

@@ -42,8 +42,12 @@ class Compaction:
     """What one compaction did."""
 
     through: datetime.date | None
-    days: list[tuple[str, datetime.date, int, int]] = field(default_factory=list)  # table, day, files, rows
-    redone: list[tuple[str, datetime.date]] = field(default_factory=list)  # late files found by --check
+    days: list[tuple[str, datetime.date, int, int]] = field(
+        default_factory=list
+    )  # table, day, files, rows
+    redone: list[tuple[str, datetime.date]] = field(
+        default_factory=list
+    )  # late files found by --check
     skipped: list[Skipped] = field(default_factory=list)
 
 
@@ -94,9 +98,7 @@ def _compact_day(
         merged = merged.replace_schema_metadata({health.UNREADABLE_KEY: lost})
     lake.write(
         daily.part_path(lake, table, day),
-        lambda stream: pq.write_table(
-            merged, stream, compression="zstd", row_group_size=ROW_GROUP
-        ),
+        lambda stream: pq.write_table(merged, stream, compression="zstd", row_group_size=ROW_GROUP),
     )
     # Every raw file is recorded, the unreadable ones too: --check looks for new files, and readers
     # say the unreadable ones from the compacted file's footer.

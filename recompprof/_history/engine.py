@@ -101,20 +101,46 @@ class Engine:
                 columns = [d[0] for d in cursor.description or ()]
                 return Result(title, columns, [tuple(r) for r in cursor.fetchall()], trend)
             except self._duckdb.Error as error:
-                if not self._drop_broken(str(error)):
+                if not self._drop_broken(str(error)) and not self._probe(error, sql):
                     raise
         raise CommandError(f"{self.lake.uri}: too many unreadable files; see the warnings")
 
+    def _drop(self, table: str, path: str, why: str) -> None:
+        checked = self.selection.tables[table]
+        checked.good.remove(path)
+        checked.skipped.append(Skipped(table, path, "unreadable", _first_line(why)))
+
     def _drop_broken(self, message: str) -> bool:
+        """Drop the file DuckDB's error names, if it names one of ours."""
         for table, checked in self.selection.tables.items():
             for path in checked.good:
                 if path in message:
-                    checked.good.remove(path)
-                    skipped = Skipped(table, path, "unreadable", _first_line(message))
-                    checked.skipped.append(skipped)
+                    self._drop(table, path, message)
                     self._create_views()
                     return True
         return False
+
+    def _probe(self, error: Exception, sql: str) -> bool:
+        """An error reading data that names no file (a damaged page): decode each file of the tables
+        ``sql`` reads, whole, and drop those that fail. Errors in the query itself are not probed."""
+        d = self._duckdb
+        if isinstance(error, (d.ParserException, d.BinderException, d.CatalogException)):
+            return False
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        found = False
+        for table in sorted(_tables_read([sql])):
+            for path in list(self.selection.tables[table].good):
+                try:
+                    with self.lake.fs.open_input_file(path) as handle:
+                        pq.ParquetFile(handle).read()
+                except (OSError, pa.ArrowException, ValueError) as broken:
+                    self._drop(table, path, f"{error}; {broken}")
+                    found = True
+        if found:
+            self._create_views()
+        return found
 
 
 def _first_line(message: str) -> str:

@@ -245,12 +245,12 @@ LIMIT {top}"""
 # The baseline: the last N runs of the job that started before the candidate and whose every rank
 # session ended (a killed run is no baseline).
 _BASE_RUNS = """base_runs AS (
-  SELECT run_id FROM runs
+  SELECT run_id, MIN(start_time) AS started FROM runs
   WHERE job = {job} AND run_id <> {run}
   GROUP BY run_id
   HAVING MIN(CASE WHEN ended THEN 1 ELSE 0 END) = 1
      AND MIN(start_time) < (SELECT MIN(start_time) FROM runs WHERE run_id = {run})
-  ORDER BY MIN(start_time) DESC, run_id DESC
+  ORDER BY started DESC, run_id DESC
   LIMIT {last})"""
 
 _COMPARE_BASELINE = (

@@ -141,7 +141,10 @@ def _table(result: Result, *, title: bool) -> str:
         max(len(name), *(len(row[i]) for row in cells)) for i, name in enumerate(result.columns)
     ]
     numeric = [
-        all(isinstance(row[i], (int, float, decimal.Decimal)) or row[i] is None for row in result.rows)
+        all(
+            isinstance(row[i], (int, float, decimal.Decimal)) or row[i] is None
+            for row in result.rows
+        )
         for i in range(len(result.columns))
     ]
 

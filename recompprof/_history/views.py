@@ -69,7 +69,7 @@ def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
     by_day: dict[datetime.date, list[LakeFile]] = {}
     for f in files:
         by_day.setdefault(f.day, []).append(f)
-    late = []
+    late: list[str] = []
     for day, day_files in sorted(by_day.items()):
         covered = daily.read_sources(lake, table, day) or set()
         late.extend(f.path for f in day_files if (f.path.rpartition("/")[2], f.size) not in covered)
@@ -259,7 +259,9 @@ def _duckdb_text(lake: Lake, through: datetime.date | None) -> str:
         cols = _columns(table, None, "duckdb") + ", dt"
         compacted, raw = _roots(lake, table)
         opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
-        parts = [f"SELECT {cols} FROM read_parquet({_literal(raw + '/*/*.parquet')}, {opts}){raw_cut}"]
+        parts = [
+            f"SELECT {cols} FROM read_parquet({_literal(raw + '/*/*.parquet')}, {opts}){raw_cut}"
+        ]
         if through is not None:
             parts.insert(
                 0,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recompprof import _internal
 from recompprof._bootstrap import lineage
-from recompprof._capture import exporting, forks, settings as settings_module
+from recompprof._capture import exporting, forks, history, settings as settings_module
 from recompprof._capture.adapters import Adapters, Readings
 from recompprof._capture.identity import Identity, detect
 from recompprof._capture.recorder import CompileRecorder
@@ -33,6 +33,7 @@ from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
 from recompprof._model.status import Status, running
 from recompprof._torch import versions as torch_versions
+from recompprof._torch.job import torch_job_id
 from recompprof._torch.limits import configured_limits
 
 if TYPE_CHECKING:
@@ -244,8 +245,16 @@ class Session:
                     "eventlog", "the event log could not be flushed at detach; check free space"
                 ):
                     self._writer.close()
+            self._export_history()
             if _current is self:
                 _current = None
+
+    def _export_history(self) -> None:
+        """The log, into the history lake when a setting names one (bounded; never raises)."""
+        uri, log = self.settings.history_uri, self.event_log_path
+        if uri and log is not None and self._writer is not None:
+            with _internal.contain("history", "the event log was not exported to the lake"):
+                history.export_at_end(log, uri, self.settings.history_timeout, self.settings.redact)
 
     def __enter__(self) -> Session:
         return self
@@ -427,6 +436,8 @@ class Session:
             profile_mechanism=self._profile.mechanism if self._profile is not None else None,
             launcher=ident.launcher,
             restart_count=ident.restart_count,
+            job=self.settings.job or torch_job_id() or ident.run_id,
+            labels=dict(self.settings.labels),
         )
 
     def _session_end(self) -> SessionEnd:

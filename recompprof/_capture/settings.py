@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, cast
@@ -30,6 +31,27 @@ _NON_SETTING_ENV = {
     "RECOMPPROF_RUN_ID",
     "RECOMPPROF_PARENT",
 }
+
+
+# Labels: names as in Prometheus and SQL identifiers; values bounded like a reason's subject.
+LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+MAX_LABEL = 200
+MAX_LABELS = 32
+# The lake's URI schemes pyarrow's filesystems open (a plain path needs none).
+HISTORY_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``"team=x,model=y"`` as a dict; raises ValueError naming a part without ``=``."""
+    labels: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"{part.strip()!r} is not name=value")
+        labels[key.strip()] = value.strip()
+    return labels
 
 
 class ConfigError(RecompprofError, ValueError):
@@ -73,6 +95,42 @@ class CoreSettings(_Part):
     dynamo_profiler: bool = False
     # auto: a global optimizer step hook counts steps until session.step() is called; manual: only session.step()
     step_source: Literal["auto", "manual"] = "auto"
+    # Fleet history (docs/history.md): the job this run belongs to (default: torch.compiler.config.job_id,
+    # else the launcher's run id), free labels ("team=x,model=y") on session_start and every lake row,
+    # and the lake this session's log is exported to when it ends (off by default), within a deadline.
+    job: str | None = Field(default=None, min_length=1, max_length=200)
+    labels: Annotated[dict[str, str], NoDecode] = {}
+    history_uri: str | None = None
+    history_timeout: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _parse_labels(cls, value: Any) -> Any:
+        return parse_labels(value) if isinstance(value, str) else value
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not LABEL_KEY.fullmatch(key):
+                raise ValueError(f"label name {key!r} must match {LABEL_KEY.pattern}")
+            if len(text) > MAX_LABEL:
+                raise ValueError(f"label {key!r} is longer than {MAX_LABEL} characters")
+        if len(value) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+        return value
+
+    @field_validator("history_uri")
+    @classmethod
+    def _check_history_uri(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        scheme = value.partition("://")[0].lower() if "://" in value else ""
+        if scheme and scheme not in HISTORY_SCHEMES:
+            raise ValueError(
+                f"unknown scheme {scheme!r}: a path, or one of {', '.join(HISTORY_SCHEMES)}"
+            )
+        return value.strip()
 
     @field_validator("exporters", mode="before")
     @classmethod
@@ -82,7 +140,12 @@ class CoreSettings(_Part):
         return value
 
     @field_validator(
-        "recompile_limit", "warmup_steps", "max_frames", "recent_events", mode="before"
+        "recompile_limit",
+        "warmup_steps",
+        "max_frames",
+        "recent_events",
+        "history_timeout",
+        mode="before",
     )
     @classmethod
     def _no_booleans(cls, value: Any) -> Any:

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
 
-    from recompprof._cli import demo, launch, watch
+    from recompprof._cli import demo, export, history, launch, watch
 
     p = sub.add_parser(
         "demo",
@@ -182,7 +182,14 @@ def _parser() -> argparse.ArgumentParser:
         "--redact", action="store_true", help="keep no source text (only categories and subjects)"
     )
 
-    from recompprof._cli import history
+    p = sub.add_parser(
+        "export",
+        help="write runs into a history lake (Parquet tables; docs/history.md)",
+        formatter_class=_Formatter,
+        description=export.__doc__,
+        epilog=_EXIT_CODES,
+    )
+    export.add_arguments(p)
 
     p = sub.add_parser(
         "history",
@@ -439,6 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from recompprof._cli import watch
 
             return watch.main(args)
+        if args.subcommand == "export":
+            from recompprof._cli import export
+
+            return export.main(args)
         if args.subcommand == "history":
             from recompprof._cli import history
 

@@ -20,12 +20,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import itertools
+import os
 import re
+import tempfile
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from recompprof._errors import RecompprofError
@@ -35,6 +39,8 @@ SUFFIX = ".parquet"
 ALL_RANKS = "all"
 _PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")
 _SEPARATOR = "__"
+_TEMPS = itertools.count()
+_CHUNK = 8 << 20  # bytes per write of an upload
 
 
 class LakeError(RecompprofError):
@@ -56,8 +62,10 @@ def file_name(run_id: str, writer: str) -> str:
 
 
 def temp_name(name: str) -> str:
-    """The hidden name a file is written under before it is renamed to ``name`` (readers skip it)."""
-    return f".{name}.tmp"
+    """The hidden name a file is written under before it is renamed to ``name`` (readers skip it): one
+    per writer, so two exporters of the same run never write into one temporary file (the last rename
+    wins, and both wrote the same rows)."""
+    return f".{name}.{os.getpid()}-{next(_TEMPS)}.tmp"
 
 
 def partition(day: datetime.date) -> str:
@@ -91,6 +99,61 @@ def parse_path(path: str) -> LakeFile | None:
     except ValueError:
         return None
     return LakeFile(path, day, urllib.parse.unquote(run), writer, -1)
+
+
+class PendingFile:
+    """One file being written: ``stream`` takes its bytes; :meth:`commit` makes it appear at its path
+    whole, :meth:`abort` leaves nothing behind.
+
+    On a local or shared filesystem it is written under a hidden temporary name beside its path and
+    renamed; for an object store it is written to a local temporary file and uploaded as one object at
+    commit (an object store has no rename; the upload is its one write), so a failed export leaves no
+    object and holds no more than a row group in memory.
+    """
+
+    def __init__(self, lake: Lake, path: str) -> None:
+        self.lake, self.path = lake, path
+        parent, _, name = path.rpartition("/")
+        try:
+            if lake.local:
+                lake.fs.create_dir(parent, recursive=True)
+                self._temp = f"{parent}/{temp_name(name)}"
+                self.stream = lake.fs.open_output_stream(self._temp)
+            else:
+                handle, self._temp = tempfile.mkstemp(prefix="recompprof-", suffix=SUFFIX)
+                os.close(handle)
+                self.stream = pa.OSFile(self._temp, "wb")
+        except OSError as error:
+            raise LakeError(f"{lake.uri}: cannot write {path}: {_one_line(error)}") from error
+
+    def commit(self) -> None:
+        lake = self.lake
+        try:
+            self.stream.close()
+            if lake.local:
+                lake.fs.move(self._temp, self.path)
+                return
+            lake.fs.create_dir(self.path.rpartition("/")[0], recursive=True)
+            with (
+                pa.OSFile(self._temp, "rb") as source,
+                lake.fs.open_output_stream(self.path) as target,
+            ):
+                while chunk := source.read(_CHUNK):
+                    target.write(chunk)
+        except OSError as error:
+            self.abort()
+            raise LakeError(f"{lake.uri}: cannot write {self.path}: {_one_line(error)}") from error
+        if not lake.local:
+            self.abort()  # the local copy
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stream.close()
+        if self.lake.local:
+            _remove_quietly(self.lake.fs, self._temp)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp)
 
 
 class Lake:
@@ -134,27 +197,19 @@ class Lake:
         scheme = urllib.parse.urlsplit(self.uri).scheme
         return f"{scheme}://{path}"
 
+    def create(self, path: str) -> PendingFile:
+        """A file to write at ``path``, invisible to readers until :meth:`PendingFile.commit`."""
+        return PendingFile(self, path)
+
     def write(self, path: str, write: Callable[[Any], None]) -> None:
-        """Write one file with ``write(stream)``: locally under its hidden name, then renamed over
-        ``path`` (a reader sees the old file or the new one, never half of one); to an object store
-        as one upload (the object appears when it completes)."""
-        parent = path.rpartition("/")[0]
+        """Write one whole file with ``write(stream)`` and commit it (nothing is left on failure)."""
+        pending = self.create(path)
         try:
-            self.fs.create_dir(parent, recursive=True)
-            if not self.local:
-                with self.fs.open_output_stream(path) as stream:
-                    write(stream)
-                return
-            temp = f"{parent}/{temp_name(path.rpartition('/')[2])}"
-            try:
-                with self.fs.open_output_stream(temp) as stream:
-                    write(stream)
-                self.fs.move(temp, path)
-            except BaseException:
-                _remove_quietly(self.fs, temp)
-                raise
-        except OSError as error:
-            raise LakeError(f"{self.uri}: cannot write {path}: {_one_line(error)}") from error
+            write(pending.stream)
+            pending.commit()
+        except BaseException:
+            pending.abort()
+            raise
 
     def delete(self, path: str) -> None:
         """Remove a data file another export superseded (gone already is fine)."""

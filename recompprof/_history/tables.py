@@ -216,6 +216,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "guard_failures": GUARD_FAILURES,
     "graph_breaks": GRAPH_BREAKS,
 }
+# The columns every fact table (compiles, guard_failures, graph_breaks) starts with, in order.
+FACT_KEY = tuple(field.name for field in [*SESSION_KEY, *DIMENSIONS, *_POSITION])
 # The column each table's dt partition is the UTC date of.
 DATE_COLUMN = {
     "runs": "start_time",

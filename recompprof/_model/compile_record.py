@@ -70,6 +70,17 @@ class CompileRecord:
     # a GPU runtime record (CUDA-graph recording, autotune): no compile
     runtime_work: tuple[str, float] | None = None
     dynamic: DynamicSettings = DynamicSettings()
+    # More of torch's record, for the history lake (None: the torch release does not report it).
+    graph_node_count: int | None = None
+    graph_input_count: int | None = None
+    shape_env_guard_count: int | None = None
+    accumulated_cache_size: int | None = None
+    param_numel: int | None = None
+    param_bytes: int | None = None
+    triton_compile_s: float | None = None
+    restart_count: int | None = None
+    dynamo_config_sha: str | None = None
+    inductor_config_sha: str | None = None
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or

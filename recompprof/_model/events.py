@@ -139,6 +139,10 @@ class SessionStart(_Event):
     profile_mechanism: str | None = None  # profile mode: "evict" (limit held) or "unlimited"
     launcher: str = "single"
     restart_count: int = 0
+    # The job this session belongs to: torch.compiler.config.job_id (TORCH_COMPILE_JOB_ID), else the
+    # launcher's run id, else the run id; and the free labels of the ``labels`` setting (team, model, ...).
+    job: str | None = Field(default=None, max_length=MAX_SUBJECT)
+    labels: dict[str, str] = {}
 
 
 class Compile(_Event):
@@ -189,6 +193,21 @@ class Compile(_Event):
     cudagraph_skip_reason: str | None = Field(default=None, max_length=MAX_TEXT)
     # W3C trace id (32 hex digits) of the trace an exporter sends for this compile (the duration exemplar).
     trace_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    # More of torch's record (None: this torch release, or an older log, does not say): the fleet
+    # history's dimensions (docs/history.md).
+    graph_node_count: int | None = None
+    graph_input_count: int | None = None
+    shape_env_guard_count: int | None = None  # guards on symbolic shapes
+    accumulated_cache_size: int | None = (
+        None  # compiles of the code object across its cache entries
+    )
+    param_numel: int | None = None  # parameters of the compiled module(s), elements
+    param_bytes: int | None = None
+    triton_compile_s: float | None = None  # of duration: compiling Triton kernels
+    restart_count: int | None = None  # times Dynamo restarted tracing the frame within this compile
+    # sha256 (first 16 hex digits) of torch's Dynamo / Inductor config JSON for this compile
+    dynamo_config_sha: str | None = Field(default=None, max_length=64)
+    inductor_config_sha: str | None = Field(default=None, max_length=64)
 
 
 class CompileStart(_Event):

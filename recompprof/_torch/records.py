@@ -8,6 +8,7 @@ empty.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Literal
@@ -178,6 +179,40 @@ def runtime_work(m: Any) -> tuple[str, float] | None:
     return "other", 0.0
 
 
+# text -> its hash: a job's compiles repeat a few config texts (a forward's and a backward's differ).
+_HASHED: dict[str, str] = {}
+
+
+def config_sha(value: Any) -> str | None:
+    """The first 16 hex digits of the sha256 of a config JSON torch's record carries (its text, or a
+    trace's dict of it, written back with sorted keys), None where the record has none: which config a
+    compile ran with, without the tens of kilobytes of the text."""
+    if isinstance(value, dict):
+        value = json.dumps(value, sort_keys=True, default=str)
+    if not isinstance(value, str) or not value:
+        return None
+    found = _HASHED.get(value)
+    if found is None:
+        if len(_HASHED) >= 16:  # bounded: settings changed mid-job
+            _HASHED.clear()
+        found = _HASHED[value] = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:16]
+    return found
+
+
+def restart_count(value: Any) -> int | None:
+    """How many times Dynamo restarted the compile's trace: torch records the reasons (a set; a trace's
+    list), None where the record has no such field."""
+    return len(value) if isinstance(value, (set, frozenset, list, tuple)) else None
+
+
+def _seconds(value_us: Any) -> float | None:
+    return (
+        float(value_us) / 1e6
+        if isinstance(value_us, (int, float)) and not isinstance(value_us, bool)
+        else None
+    )
+
+
 def fail_type_name(value: Any) -> str:
     """The exception's class name; torch before 2.5 records ``str(type(exc))``, "<class 'torch._dynamo.exc.X'>"."""
     text = clean_text(value, 200)
@@ -245,4 +280,14 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         cudagraph_skip=cudagraph_skip(m),
         runtime_work=runtime_work(m),
         dynamic=dynamic_settings(m),
+        graph_node_count=_int(getattr(m, "graph_node_count", None)),
+        graph_input_count=_int(getattr(m, "graph_input_count", None)),
+        shape_env_guard_count=_int(getattr(m, "shape_env_guard_count", None)),
+        accumulated_cache_size=_int(getattr(m, "accumulated_cache_size", None)),
+        param_numel=_int(getattr(m, "param_numel", None)),
+        param_bytes=_int(getattr(m, "param_bytes", None)),
+        triton_compile_s=_seconds(getattr(m, "triton_compile_time_us", None)),
+        restart_count=restart_count(getattr(m, "restart_reasons", None)),
+        dynamo_config_sha=config_sha(getattr(m, "dynamo_config", None)),
+        inductor_config_sha=config_sha(getattr(m, "inductor_config", None)),
     )

@@ -1,0 +1,93 @@
+"""``recompprof export`` at scale: CPU per million events against the JSONL parse floor, and the
+lake's bytes against the event logs' bytes.
+
+The run is the test suite's synthetic run (``tests/generated_runs.py``, as ``bench_scale.py`` uses;
+default 8 ranks x 125,000 events = 1,000,000 events, real event models and real reason texts from
+torch 2.13). Each round runs, interleaved, as real subprocesses measured by ``/usr/bin/time`` (wall,
+CPU = user + system, peak RSS):
+
+- ``floor``: a child that reads every log of the run with the offline commands' fast reader
+  (``recompprof._eventlog.reader.scan_file``, msgspec views: ``recompprof/_eventlog/fastread.py``)
+  and does nothing with the events: what any reader of the JSONL pays;
+- ``export``: ``python -m recompprof._cli.main export RUN --to LAKE`` (the lake emptied first).
+
+    .venv/bin/python benchmarks/bench_export.py --rounds 3                  # 1M events
+    .venv/bin/python benchmarks/bench_export.py --ranks 2 --per-rank 20000  # quick
+
+Targets: export CPU <= 1.5x the floor's; the lake's Parquet <= 1/10 of the JSONL's bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import load_test_helper
+from bench_scale import measure
+
+FLOOR = """
+import sys
+from recompprof._eventlog.reader import ReadStats, run_files, scan_file
+n = 0
+for path in run_files(sys.argv[1]):
+    for _ in scan_file(path, ReadStats()):
+        n += 1
+print(n)
+"""
+
+
+def _bytes(root: Path, suffix: str) -> int:
+    return sum(p.stat().st_size for p in root.rglob(f"*{suffix}") if p.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--per-rank", type=int, default=125_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", type=Path, help="generate the run here (reused when present)")
+    args = parser.parse_args()
+    where = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    run = args.keep or where / "run"
+    try:
+        if not run.exists():
+            generated = load_test_helper("generated_runs")
+            generated.generate(run, ranks=args.ranks, per_rank=args.per_rank, seed=args.seed)
+        events = args.ranks * args.per_rank
+        lake = where / "lake"
+        samples: dict[str, list[tuple[float, float, int, float]]] = {"floor": [], "export": []}
+        for _ in range(args.rounds):
+            samples["floor"].append(measure([sys.executable, "-c", FLOOR, str(run)]))
+            shutil.rmtree(lake, ignore_errors=True)
+            cmd = [sys.executable, "-m", "recompprof._cli.main", "export", str(run)]
+            samples["export"].append(measure([*cmd, "--to", str(lake)]))
+        per_million = 1_000_000 / events
+        cpu = {name: statistics.median(s[3] for s in got) for name, got in samples.items()}
+        print(f"run: {args.ranks} ranks x {args.per_rank} events = {events:,} events")
+        for name, got in samples.items():
+            wall = statistics.median(s[0] for s in got)
+            rss = max(s[1] for s in got)
+            print(
+                f"{name:7} wall {wall:7.2f} s  cpu {cpu[name]:7.2f} s "
+                f"({cpu[name] * per_million:.2f} s per 1M events)  peak RSS {rss:.0f} MB  "
+                f"exit {got[-1][2]}"
+            )
+        print(f"export / floor CPU: {cpu['export'] / cpu['floor']:.2f}x (target <= 1.5x)")
+        jsonl, parquet = _bytes(run, ".jsonl"), _bytes(lake, ".parquet")
+        print(
+            f"bytes: JSONL {jsonl:,}  Parquet {parquet:,}  = 1/{jsonl / max(parquet, 1):.1f} "
+            "(target <= 1/10)"
+        )
+        for table in ("runs", "compiles", "guard_failures", "graph_breaks"):
+            print(f"  {table:15} {_bytes(lake / 'v1' / table, '.parquet'):>13,} bytes")
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

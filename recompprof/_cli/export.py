@@ -1,0 +1,104 @@
+"""Write runs into a history lake: ``recompprof export RUN_DIR... --to URI`` (docs/history.md).
+
+Each run directory, event log or TORCH_TRACE directory is exported as Parquet rows of the tables
+``runs``, ``compiles``, ``guard_failures`` and ``graph_breaks`` under ``URI/v1/`` (a path, or an
+object-store URI such as ``s3://bucket/lake``). Exporting again rewrites the same files: it never
+adds a second copy of a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from recompprof._errors import CommandError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directory, one event log, or a TORCH_TRACE directory",
+    )
+    parser.add_argument(
+        "--to",
+        required=True,
+        metavar="URI",
+        help="the lake: a local or shared path, or s3://bucket/prefix (any pyarrow filesystem URI)",
+    )
+    parser.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="one file per rank session (writer rank<r>-<pid>) instead of one per run (writer all)",
+    )
+    parser.add_argument(
+        "--labels",
+        default="",
+        metavar="K=V,...",
+        help="labels added to every session exported (over those it recorded), e.g. team=x,model=y",
+    )
+    parser.add_argument(
+        "--no-text",
+        action="store_true",
+        help="leave out reason, failure and graph-break texts (for lakes that must not hold source)",
+    )
+    parser.add_argument(
+        "--redact",
+        action="store_true",
+        help="as the redact setting (RECOMPPROF_REDACT): no texts, and paths cut to their last two parts",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from recompprof._capture.settings import parse_labels
+    from recompprof._history.export import export
+    from recompprof._history.rows import TextPolicy
+    from recompprof._model.texts import escape
+
+    try:
+        labels = parse_labels(args.labels)
+    except ValueError as exc:
+        raise CommandError(f"--labels: {exc}") from None
+    redact = args.redact or _redact_from_environment()
+    result = export(
+        args.run_dirs,
+        args.to,
+        per_rank=args.per_rank,
+        labels=labels,
+        text=TextPolicy(redact=redact, no_text=args.no_text),
+    )
+    for run in result.runs:  # what could not be read is said; the runs rows count it too
+        run.finish()
+        for line in run.warnings + run.problems:
+            print(escape(f"recompprof: warning: {line}"), file=sys.stderr)
+    files = sum(len(paths) for paths in result.files.values())
+    rows = ", ".join(f"{table} {count}" for table, count in result.rows.items())
+    print(
+        escape(f"exported {result.sessions} session(s) to {args.to}: {files} file(s); rows: {rows}")
+    )
+    if result.replaced:
+        print(f"  replaced {len(result.replaced)} per-rank file(s) of the same run(s)")
+    return 0
+
+
+def _redact_from_environment() -> bool:
+    """The ``redact`` setting from ``RECOMPPROF_REDACT``, read as attach() reads it."""
+    import os
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from recompprof._capture.settings import ConfigError
+
+    value = os.environ.get("RECOMPPROF_REDACT")
+    if value is None:
+        return False
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError:
+        raise ConfigError(
+            f"recompprof setting 'redact' (environment variable RECOMPPROF_REDACT): "
+            f"not a boolean; got {value!r}"
+        ) from None

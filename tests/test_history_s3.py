@@ -1,0 +1,163 @@
+"""The history lake on an object store, over HTTP: moto's standalone server, which emulates Amazon S3,
+started by these tests on 127.0.0.1 (a real server process and real HTTP requests; pyarrow's own S3
+filesystem is the client)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pafs = pytest.importorskip("pyarrow.fs")
+pytest.importorskip("moto.server")
+duckdb = pytest.importorskip("duckdb")
+
+from generated_runs import generate  # noqa: E402
+
+from recompprof._history.export import export  # noqa: E402
+from recompprof._history.layout import Lake  # noqa: E402
+from recompprof._history.tables import TABLES  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """An S3-compatible server (moto, emulating S3) on 127.0.0.1, with a bucket ``lake``."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until it accepts connections (or the deadline: the fixture fails)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, "moto server exited"
+                assert time.monotonic() < deadline, "moto server did not start in 60 s"
+                time.sleep(0.1)
+        endpoint = f"127.0.0.1:{port}"
+        fs = pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            scheme="http",
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
+        fs.create_dir("lake")
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated two-rank run."""
+    where = tmp_path_factory.mktemp("s3run") / "run"
+    generate(where, ranks=2, per_rank=1500, seed=3)
+    return where
+
+
+def _uri(endpoint: str, prefix: str) -> str:
+    return f"s3://lake/{prefix}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+
+
+def _objects(lake: Lake) -> dict[str, bytes]:
+    infos = lake.fs.get_file_info(pafs.FileSelector(lake.base, recursive=True))
+    found = {}
+    for info in infos:
+        if info.type == pafs.FileType.File:
+            with lake.fs.open_input_stream(info.path) as stream:
+                found[info.path.removeprefix(lake.base + "/")] = stream.read()
+    return found
+
+
+def test_export_to_s3_writes_the_bytes_a_local_export_writes(
+    s3_endpoint: str, run: Path, tmp_path: Path
+) -> None:
+    """An export to an S3 URI writes, as whole objects under the same names, the bytes an export to a
+    local path writes; exporting again leaves the same objects (no second copy, no temporary object)."""
+    uri = _uri(s3_endpoint, "same")
+    export([run], uri)
+    local = tmp_path / "lake"
+    export([run], str(local))
+    lake = Lake(uri)
+    objects = _objects(lake)
+    expected = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert len(objects) == 4 and objects == expected
+    export([run], uri)
+    assert _objects(lake) == objects
+    assert [f.run_id for t in TABLES for f in lake.files(t)] == ["scale-3"] * 4
+
+
+def test_a_run_exported_whole_replaces_per_rank_objects(s3_endpoint: str, run: Path) -> None:
+    """Per-rank objects of a run are deleted from the bucket once the run is exported whole."""
+    uri = _uri(s3_endpoint, "replace")
+    export([run], uri, per_rank=True)
+    lake = Lake(uri)
+    assert len(lake.files("runs")) == 2
+    result = export([run], uri)
+    assert len(result.replaced) == 8
+    assert {f.writer for t in TABLES for f in lake.files(t)} == {"all"}
+
+
+def test_duckdb_reads_what_was_exported_to_s3(s3_endpoint: str, run: Path) -> None:
+    """The rows an S3 export wrote read back through pyarrow's dataset API into DuckDB, with the
+    sessions and compiles the run holds."""
+    import pyarrow.dataset as ds
+
+    uri = _uri(s3_endpoint, "query")
+    result = export([run], uri)
+    lake = Lake(uri)
+    compiles = ds.dataset(
+        [f.path for f in lake.files("compiles")], filesystem=lake.fs, format="parquet"
+    ).to_table()
+    con = duckdb.connect()
+    con.register("compiles", compiles)
+    [(rows, ranks)] = con.execute("SELECT COUNT(*), COUNT(DISTINCT rank) FROM compiles").fetchall()
+    assert rows == result.rows["compiles"] and ranks == 2
+
+
+def test_session_end_export_to_s3(s3_endpoint: str, tmp_path: Path) -> None:
+    """A session whose ``history_uri`` names an S3 lake exports its log there when it ends: its
+    ``runs`` row, under its own per-rank name, with its labels."""
+    import recompprof
+
+    uri = _uri(s3_endpoint, "session")
+    session = recompprof.attach(
+        run_dir=tmp_path / "run", history_uri=uri, labels={"team": "infra"}, history_timeout=120
+    )
+    session.detach()
+    files = Lake(uri).files("runs")
+    assert [f.writer for f in files] == [f"rank00000-{session.identity.pid}"]
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(files[0].path, filesystem=Lake(uri).fs)
+    assert table.column("team").to_pylist() == ["infra"]
+    assert table.column("ended").to_pylist() == [True]

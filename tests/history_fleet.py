@@ -37,6 +37,7 @@ class Fleet:
     ranks: int = 2
     compiles_per_session: int = 12
     reasons_per_recompile: int = 2
+    recompile_share: float = 0.2  # of the compiles after each frame's first
     jobs: int = 6
     upgrade_day: int = 2  # from this day on, runs use torch NEW
     regressing_job: int = 1  # this job recompiles 4x as often on NEW
@@ -80,9 +81,9 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
     frames = 6
     frame = k % frames
     backward = (k % 4) == 3
-    p_recompile = np.where((job[s_of] == fleet.regressing_job) & (version == NEW), 0.8, 0.2) * (
-        k >= frames
-    )
+    p_recompile = np.where(
+        (job[s_of] == fleet.regressing_job) & (version == NEW), 0.8, fleet.recompile_share
+    ) * (k >= frames)
     is_recompile = (rng.random(n) < p_recompile) & ~backward
     # divergence: odd ranks of even jobs never recompile frame 0
     is_recompile &= ~((rank[s_of] % 2 == 1) & (job[s_of] % 2 == 0) & (frame == 0))

@@ -9,6 +9,8 @@ import datetime
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +19,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from history_fleet import NEW, Fleet, write_fleet
+from recorded_runs import clean_env, cli
 
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.runs import load
 from recompprof._cli.main import main
 
 SINCE = "2026-10-01"
@@ -68,7 +73,7 @@ def test_top_causes_sums_the_seconds_charged_to_each_cause(lake, capsys):
     assert seconds == sorted(seconds, reverse=True)
     compiles = rows_of(lake, "compiles")
     mask = pc.and_(pc.is_valid(compiles["cause_category"]), compiles["steady_state"])
-    expected = pc.sum(pc.filter(compiles["compile_seconds"], mask)).as_py()
+    expected = pc.sum(pc.filter(compiles["duration_s"], mask)).as_py()
     assert sum(seconds) == pytest.approx(expected, abs=0.001 * len(rows))
     assert {r["model"] for r in rows} <= set(pc.unique(compiles["model"]).to_pylist())
 
@@ -397,3 +402,92 @@ def test_a_lake_path_that_does_not_exist_is_one_line_exit_2(tmp_path, capsys):
     code, out, err = history(capsys, "top-causes", "--lake", str(tmp_path / "nowhere"))
     assert code == 2
     assert err.count("\n") == 1 and "no such lake" in err and "nowhere" in err
+
+
+# ---- real runs: real torch.compile jobs, exported with `recompprof export` -------------------------
+
+WORKLOAD = Path(__file__).parent / "workloads" / "train_recompiles.py"
+
+
+@pytest.fixture(scope="module")
+def real_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """Two real CPU jobs of one job id, labelled, exported by the real command: ``base`` changes two
+    things between steps (size, a Python constant), ``cand`` four (also a global and a module
+    attribute): the candidate adds guard failures its job's history does not have."""
+    where = tmp_path_factory.mktemp("real")
+    lake = where / "lake"
+    runs = {}
+    for name, changes in (("base", "2"), ("cand", "4")):
+        env = clean_env(
+            RECOMPPROF_RUN_DIR=str(where / name),
+            RECOMPPROF_LABELS="team=vision,model=tinynet",
+            TORCH_COMPILE_JOB_ID="train-tinynet",
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(WORKLOAD),
+                "--backend",
+                "eager",
+                "--steps",
+                "12",
+                "--changes",
+                changes,
+            ],
+            env=env,
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[name] = where / name
+    exported = cli("export", str(runs["base"]), str(runs["cand"]), "--to", str(lake))
+    assert exported.returncode == 0, exported.stderr
+    return lake, runs
+
+
+def test_real_runs_cost_and_causes_agree_with_the_report(real_lake, capsys):
+    """On real exported runs, cost's compile hours and the part lost to recompiles, and top-causes'
+    seconds per cause, add up to the report's compile and recompile seconds of the same runs."""
+    lake, runs = real_lake
+    reports = [build_report(load(path).events) for path in runs.values()]
+    compile_s = sum(r.compile_seconds for r in reports)
+    recompile_s = sum(r.recompile_seconds for r in reports)
+    assert recompile_s > 0
+    code, out, err = history(
+        capsys, "cost", "--lake", str(lake), "--since", "30d", "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and [r["team"] for r in rows] == ["vision"] and rows[0]["runs"] == 2
+    assert rows[0]["compile_hours"] * 3600 == pytest.approx(compile_s, abs=0.004)
+    assert rows[0]["recompile_hours"] * 3600 == pytest.approx(recompile_s, abs=0.004)
+    code, out, _ = history(
+        capsys, "top-causes", "--lake", str(lake), "--since", "30d", "--all", "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and {r["model"] for r in rows} == {"tinynet"}
+    assert sum(r["seconds"] for r in rows) == pytest.approx(recompile_s, abs=0.001 * len(rows))
+    assert sum(r["recompiles"] for r in rows) == sum(r.recompiles for r in reports)
+    for command in ("limit-hits", "divergence", "latency"):
+        code, out, err = history(capsys, command, "--lake", str(lake), "--since", "30d")
+        assert code == 0, err
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", "30d", "--format", "json"
+    )
+    assert as_json(out)["results"][0]["rows"][0]["compiles"] == sum(r.compiles for r in reports)
+
+
+def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, capsys):
+    """compare, the CI gate, on real runs: the candidate that recompiles for two more reasons than its
+    job's earlier run exits 1 and names them; the job's first run has no baseline and passes."""
+    lake, _ = real_lake
+    _, out, _ = history(capsys, "sql", "--lake", str(lake), "SELECT run_id FROM runs ORDER BY start_time", "--format", "json")
+    base, cand = (row["run_id"] for row in as_json(out)["results"][0]["rows"])
+    code, out, err = history(capsys, "compare", cand, "--lake", str(lake), "--format", "json")
+    answer = as_json(out)
+    assert code == 1 and answer["findings"]
+    added = {row["category"] for row in answer["results"][0]["rows"]}
+    assert added and all(row["baseline_max"] == 0 for row in answer["results"][0]["rows"])
+    code, out, err = history(capsys, "compare", base, "--lake", str(lake))
+    assert code == 0 and "nothing to compare with" in err

@@ -186,7 +186,7 @@ def last_runs(text: str) -> int:
 _TOP_CAUSES = """
 SELECT {by}, cause_category, cause_subject,
        SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS recompiles,
-       ROUND(SUM(compile_seconds), 3) AS seconds, COUNT(DISTINCT run_id) AS runs
+       ROUND(SUM(duration_s), 3) AS seconds, COUNT(DISTINCT run_id) AS runs
 FROM compiles
 WHERE dt >= {since} AND cause_category IS NOT NULL{steady}
 GROUP BY {by}, cause_category, cause_subject
@@ -194,8 +194,8 @@ ORDER BY seconds DESC, recompiles DESC, {by}, cause_category, cause_subject
 LIMIT {top}"""
 
 _COST = """
-SELECT {by}, WEEK(dt) AS week, ROUND(SUM(compile_seconds) / 3600, 4) AS compile_hours,
-       ROUND(SUM(CASE WHEN cause_category IS NOT NULL THEN compile_seconds ELSE 0 END) / 3600, 4)
+SELECT {by}, WEEK(dt) AS week, ROUND(SUM(compile_seconds) / 3600, 6) AS compile_hours,
+       ROUND(SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s ELSE 0 END) / 3600, 6)
          AS recompile_hours,
        COUNT(DISTINCT run_id) AS runs
 FROM compiles

@@ -145,6 +145,7 @@ def _table(result: Result, *, title: bool) -> str:
             isinstance(row[i], (int, float, decimal.Decimal)) or row[i] is None
             for row in result.rows
         )
+        and any(row[i] is not None for row in result.rows)
         for i in range(len(result.columns))
     ]
 

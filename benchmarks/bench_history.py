@@ -75,17 +75,26 @@ def _bytes(root: Path, suffix: str) -> int:
 def bench_run(args: argparse.Namespace) -> None:
     where = Path(tempfile.mkdtemp(prefix="bench-history-"))
     run = args.keep or where / "run"
-    lake = where / "lake"
+    lake = args.lake or where / "lake"
     try:
         if not run.exists():
             generated = load_test_helper("generated_runs")
             generated.generate(run, ranks=args.ranks, per_rank=args.per_rank, seed=args.seed)
-        exported = measure(
-            [sys.executable, "-m", "recompprof._cli.main", "export", str(run), "--to", str(lake)]
-        )
-        print(
-            f"run: {args.ranks} ranks x {args.per_rank:,} events; export wall {exported[0]:.1f} s, exit {exported[2]}"
-        )
+        if not lake.exists():
+            exported = measure(
+                [
+                    sys.executable,
+                    "-m",
+                    "recompprof._cli.main",
+                    "export",
+                    str(run),
+                    "--to",
+                    str(lake),
+                ]
+            )
+            print(
+                f"run: {args.ranks} ranks x {args.per_rank:,} events; export wall {exported[0]:.1f} s, exit {exported[2]}"
+            )
         report, asked, inside = [], [], []
         for _ in range(args.rounds):
             report.append(
@@ -209,6 +218,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", type=Path, help="generate the run here (reused when present)")
+    p.add_argument("--lake", type=Path, help="export the run into this lake (kept)")
     p = sub.add_parser("fleet")
     p.add_argument("--days", type=int, default=30)
     p.add_argument("--runs-per-day", type=int, default=60)

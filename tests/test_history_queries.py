@@ -482,7 +482,15 @@ def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, ca
     """compare, the CI gate, on real runs: the candidate that recompiles for two more reasons than its
     job's earlier run exits 1 and names them; the job's first run has no baseline and passes."""
     lake, _ = real_lake
-    _, out, _ = history(capsys, "sql", "--lake", str(lake), "SELECT run_id FROM runs ORDER BY start_time", "--format", "json")
+    _, out, _ = history(
+        capsys,
+        "sql",
+        "--lake",
+        str(lake),
+        "SELECT run_id FROM runs ORDER BY start_time",
+        "--format",
+        "json",
+    )
     base, cand = (row["run_id"] for row in as_json(out)["results"][0]["rows"])
     code, out, err = history(capsys, "compare", cand, "--lake", str(lake), "--format", "json")
     answer = as_json(out)
@@ -491,3 +499,57 @@ def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, ca
     assert added and all(row["baseline_max"] == 0 for row in answer["results"][0]["rows"])
     code, out, err = history(capsys, "compare", base, "--lake", str(lake))
     assert code == 0 and "nothing to compare with" in err
+
+
+def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
+    """The same questions over an S3 lake: moto's standalone server (it emulates Amazon S3) started on
+    127.0.0.1, pyarrow's S3 filesystem the client; compaction and the marker work there too, and the
+    answers equal those of the same fleet on a local path."""
+    pytest.importorskip("moto.server")
+    import socket
+    import time
+
+    import pyarrow.fs as pafs
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+        ).create_dir("lake")
+        uri = f"s3://lake/fleet?endpoint_override=127.0.0.1:{port}&scheme=http"
+        fleet = Fleet(days=2, runs_per_day=3)
+        write_fleet(uri, fleet)
+        write_fleet(tmp_path / "local", fleet)
+        question = ["top-causes", "--since", SINCE, "--all", "--format", "json"]
+        _, local, _ = history(capsys, question[0], "--lake", str(tmp_path / "local"), *question[1:])
+        _, remote, err = history(capsys, question[0], "--lake", uri, *question[1:])
+        assert as_json(remote)["results"] == as_json(local)["results"] and "did not end" in err
+        assert main(["history", "compact", "--lake", uri, "--through", str(fleet.start)]) == 0
+        capsys.readouterr()
+        _, compacted, _ = history(capsys, question[0], "--lake", uri, *question[1:])
+        assert as_json(compacted)["results"] == as_json(local)["results"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -394,3 +394,72 @@ def test_session_end_export_failure_is_counted_never_raised(tmp_path: Path) -> N
         session.detach()
     assert _internal.counts().get("history") == 1
     assert session.event_log_path is not None and session.event_log_path.exists()
+
+
+def test_torch_record_fields_read_where_present_and_none_where_absent() -> None:
+    """The added record fields read torch's values where a record has them (a trace's dict config
+    hashes as its JSON text with sorted keys does) and None where a torch release has no such field."""
+    from recompprof._analysis.trace.records import TraceMetrics
+    from recompprof._torch.records import read_record
+
+    config = {"b": 1, "a": [2, 3]}
+    full = read_record(
+        TraceMetrics(
+            {
+                "compile_id": "0/1",
+                "co_name": "f",
+                "graph_node_count": 12,
+                "graph_input_count": 3,
+                "shape_env_guard_count": 2,
+                "accumulated_cache_size": 4,
+                "param_numel": 1000,
+                "param_bytes": 4000,
+                "triton_compile_time_us": 2_500_000,
+                "restart_reasons": ["a", "b"],
+                "dynamo_config": config,
+                "inductor_config": json.dumps(config, sort_keys=True),
+            }
+        )
+    )
+    assert (full.graph_node_count, full.graph_input_count, full.shape_env_guard_count) == (12, 3, 2)
+    assert (full.accumulated_cache_size, full.param_numel, full.param_bytes) == (4, 1000, 4000)
+    assert full.triton_compile_s == 2.5 and full.restart_count == 2
+    assert full.dynamo_config_sha == full.inductor_config_sha and len(full.dynamo_config_sha) == 16
+    bare = read_record(TraceMetrics({"compile_id": "0/0", "co_name": "f"}))
+    assert all(
+        getattr(bare, name) is None
+        for name in (
+            "graph_node_count",
+            "graph_input_count",
+            "shape_env_guard_count",
+            "accumulated_cache_size",
+            "param_numel",
+            "param_bytes",
+            "triton_compile_s",
+            "restart_count",
+            "dynamo_config_sha",
+            "inductor_config_sha",
+        )
+    )
+
+
+def test_session_end_export_past_its_deadline_is_stopped_and_counted(tmp_path: Path) -> None:
+    """An export at session end that does not finish within ``history_timeout`` is killed and counted
+    as an internal error (``history``); detach returns and nothing half-written shows in the lake."""
+    import time
+
+    import recompprof
+    from recompprof import _internal
+    from recompprof.testing import raise_internal_errors
+
+    lake = tmp_path / "lake"
+    with raise_internal_errors(False):
+        session = recompprof.attach(
+            run_dir=tmp_path / "run", history_uri=str(lake), history_timeout=0.05
+        )
+        began = time.monotonic()
+        session.detach()
+        took = time.monotonic() - began
+    assert _internal.counts().get("history") == 1
+    assert took < 30  # the child was killed at the deadline, not waited for
+    assert not [p for p in lake.rglob("*.parquet") if not p.name.startswith(".")]

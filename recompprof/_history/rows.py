@@ -336,7 +336,7 @@ class SessionRows:
             aot.get("bypass"),
             event.guard_set,
             event.trace_id,
-            [text.location(line) for line in event.call_site] if event.call_site else [],
+            _call_site(event.call_site, text),
             event.cudagraph_skip,
             event.graph_node_count,
             event.graph_input_count,
@@ -383,8 +383,9 @@ class SessionRows:
                     1,
                 ),
             )
-        for category, count in sorted(event.reasons_omitted.items()):
-            append((*head, None, None, category, _OMITTED, False, False, steady, "", count))
+        if event.reasons_omitted:  # rare: past the per-event cap
+            for category, count in sorted(event.reasons_omitted.items()):
+                append((*head, None, None, category, _OMITTED, False, False, steady, "", count))
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)
@@ -466,6 +467,12 @@ class SessionRows:
             "exporter_version": __version__,
         }
         self._append(session, "runs", day_of(first))([row[n] for n in _RUNS])
+
+
+def _call_site(lines: list[str], text: TextPolicy) -> list[str]:
+    if not lines:
+        return []
+    return [text.location(line) for line in lines] if text.redact else list(lines)
 
 
 def _identity(start: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
 
-    from recompprof._cli import demo, export, launch, watch
+    from recompprof._cli import demo, export, history, launch, watch
 
     p = sub.add_parser(
         "demo",
@@ -190,6 +190,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EXIT_CODES,
     )
     export.add_arguments(p)
+
+    p = sub.add_parser(
+        "history",
+        help="fleet questions over an exported lake (top causes, cost, regressions, a CI gate, SQL)",
+        formatter_class=_Formatter,
+        description=history.__doc__,
+    )
+    history.add_arguments(p)
     return parser
 
 
@@ -449,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from recompprof._cli import export
 
             return export.main(args)
+        if args.subcommand == "history":
+            from recompprof._cli import history
+
+            return history.main(args)
         return {"report": _report, "check": _check, "diff": _diff, "ingest": _ingest}[
             args.subcommand
         ](args)

@@ -1,0 +1,233 @@
+"""recompprof history: fleet questions over a lake that `recompprof export` wrote (docs/history.md).
+
+  recompprof history top-causes  --lake URI [--since 7d] [--by model|team|job] [--all]
+  recompprof history cost        --lake URI [--since 30d] [--by team]
+  recompprof history regressions --lake URI --baseline torch=2.14.1 --candidate torch=2.15.0
+  recompprof history compare RUN --lake URI [--baseline last:50] [--job J]
+  recompprof history limit-hits | divergence | latency --lake URI [--since 7d]
+  recompprof history sql --lake URI 'SELECT ...'
+  recompprof history compact --lake URI [--through DATE] [--check]
+
+DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
+definitions and the query for a fleet's own engine instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from recompprof._errors import CommandError
+
+EXIT_OK, EXIT_FINDINGS = 0, 1
+
+_QUESTIONS = {
+    "top-causes": ("the costliest recompile causes, by model, team or job", "7d", "model"),
+    "cost": ("compile hours per week and the part lost to recompiles", "30d", "team"),
+    "regressions": ("jobs and causes that recompile more on a new version (exit 1)", None, None),
+    "compare": ("CI gate: did this run add guard failures or compile time? (exit 1)", None, None),
+    "limit-hits": ("frames that hit the recompile limit", "7d", None),
+    "divergence": ("frames some ranks recompiled and others did not", "7d", None),
+    "latency": ("compile latency percentiles per model and torch version", "30d", "model"),
+}
+_EXITS = (
+    "exit codes: 0 answered; 1 regressions/compare found something; "
+    "2 bad input (an unknown option value, a lake path that does not exist, a failed sql query)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="question", metavar="QUESTION", required=True)
+    for name, (help_text, since, by) in _QUESTIONS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=_EXITS)
+        if name == "compare":
+            p.add_argument("run", metavar="RUN", help="the run id to hold to its job's history")
+            p.add_argument("--baseline", default="last:50", help="last:N finished runs of the job")
+            p.add_argument("--job", default="", help="the job (default: the one its sessions name)")
+            p.add_argument(
+                "--max-time-increase",
+                type=float,
+                default=10.0,
+                metavar="PCT",
+                help="compile seconds count as added beyond the baseline's most plus PCT%% (10)",
+            )
+        if name == "regressions":
+            p.add_argument("--baseline", required=True, metavar="torch=VERSION")
+            p.add_argument("--candidate", required=True, metavar="torch=VERSION")
+        if since is not None:
+            p.add_argument(
+                "--since", default=since, help=f"days back (7d) or a date (default {since})"
+            )
+        if by is not None:
+            p.add_argument(
+                "--by", default=by, choices=("model", "team", "job"), help=f"(default {by})"
+            )
+        if name == "top-causes":
+            p.add_argument(
+                "--all", action="store_true", help="every recompile, not only steady-state ones"
+            )
+        _common(p)
+    p = sub.add_parser(
+        "sql", help="any SELECT over the views runs, compiles, guard_failures, graph_breaks"
+    )
+    p.add_argument("text", metavar="SQL")
+    _common(p)
+    p = sub.add_parser(
+        "compact",
+        help="merge each closed day into one file per table (query time follows file count)",
+    )
+    p.add_argument("--lake", required=True, metavar="URI")
+    p.add_argument(
+        "--through",
+        default=None,
+        metavar="DATE",
+        help="compact raw days up to this date (default: 3 days ago, UTC)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also re-compact compacted days that raw files arrived for late",
+    )
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
+    )
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "html"))
+    p.add_argument("--output", type=Path, default=None, help="write the answer to FILE")
+    p.add_argument(
+        "--print-sql",
+        action="store_true",
+        help="print the view definitions and the query instead of running them",
+    )
+    p.add_argument(
+        "--dialect", default="duckdb", choices=("duckdb", "spark", "trino", "clickhouse")
+    )
+
+
+def _params(args: argparse.Namespace) -> object:
+    from recompprof._history import questions as q
+
+    values: dict[str, object] = {}
+    if getattr(args, "since", None) is not None:
+        values["since"] = q.since_date(args.since)
+    if getattr(args, "by", None) is not None:
+        values["by"] = q.group(args.by)
+    if args.question == "top-causes":
+        values["steady_only"] = not args.all
+    if args.question == "regressions":
+        key, before = q.version_pair(args.baseline, "--baseline")
+        key2, after = q.version_pair(args.candidate, "--candidate")
+        if key != key2:
+            raise CommandError("--baseline and --candidate must name the same key (torch=...)")
+        values.update(key=key, baseline=before, candidate=after)
+    if args.question == "compare":
+        values["run"] = q.value_text(args.run, "RUN")
+        values["job"] = q.value_text(args.job, "--job") if args.job else ""
+        values["last"] = q.last_runs(args.baseline)
+        if args.max_time_increase < 0:
+            raise CommandError("--max-time-increase must not be negative")
+        values["time_tolerance"] = args.max_time_increase / 100
+    return q.Params(**values)  # type: ignore[arg-type]
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from exc
+    print(f"written: {output}")
+
+
+def _say(kind: str, line: str) -> None:
+    from recompprof._model.texts import escape
+
+    print(escape(f"recompprof: {kind}: {line}"), file=sys.stderr)
+
+
+def _print_sql(args: argparse.Namespace, params: object) -> int:
+    from recompprof._history import questions as q, views
+
+    lake = views.open_lake(args.lake)
+    from recompprof._history import daily
+
+    dialect = q.DIALECTS[args.dialect]
+    text = views.printed(lake, args.dialect, daily.through(lake))
+    if args.question == "sql":
+        text += f"\n{args.text.strip().rstrip(';')};\n"
+    else:
+        bound = q.bind(args.question, params, dialect)  # type: ignore[arg-type]
+        for query in bound.queries:
+            text += f"\n-- {query.title}\n{query.text};\n"
+        text += f"\n-- completeness of the sessions read\n{q.completeness(bound.scope, dialect)};\n"
+    _emit(text, args.output)
+    return EXIT_OK
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from recompprof._history import compact as c, questions as q, views
+
+    lake = views.open_lake(args.lake)
+    through = None
+    if args.through is not None:
+        through = q.since_date(args.through, option="--through")
+    elif not args.check:
+        today = datetime.datetime.now(datetime.timezone.utc).date()
+        through = today - datetime.timedelta(days=c.GRACE_DAYS)
+    done = c.compact(lake, through, check=args.check)
+    for s in done.skipped:
+        _say("warning", f"{s.table}: left out {s.path} ({s.why}: {s.detail})")
+    for table, day in done.redone:
+        _say("note", f"{table} {day}: raw files arrived after compaction; compacted again")
+    files = sum(d[2] for d in done.days)
+    rows = sum(d[3] for d in done.days)
+    print(
+        f"recompprof history compact: {len(done.days)} table-day(s) from {files} raw file(s), "
+        f"{rows} row(s); compacted through {done.through or 'nothing yet'}"
+    )
+    return EXIT_OK
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.question == "compact":
+        return _compact(args)
+    params = _params(args) if args.question != "sql" else None
+    if args.print_sql:
+        return _print_sql(args, params)
+    if args.dialect != "duckdb":
+        raise CommandError(
+            "--dialect only applies with --print-sql (the embedded engine is DuckDB)"
+        )
+    from recompprof._history import engine, render, views
+
+    lake = views.open_lake(args.lake)
+    selection = views.select(lake)
+    runner = engine.Engine(lake, selection)
+    if args.question == "sql":
+        answer = engine.free_query(runner, args.text)
+    else:
+        answer = engine.ask(runner, args.question, params)  # type: ignore[arg-type]
+    files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
+    for line in render.warnings(answer, files):
+        _say("warning", line)
+    for line in render.notes(answer):
+        _say("note", line)
+    if args.format == "csv":
+        text = render.csv_text(answer)
+    elif args.format == "json":
+        text = render.json_text(answer, files)
+    elif args.format == "html":
+        text = render.html_page(answer, files, f"recompprof history {args.question}")
+    else:
+        text = render.table_text(answer)
+        final = render.verdict(answer)
+        if final:
+            text += final + "\n"
+    _emit(text, args.output)
+    return EXIT_FINDINGS if answer.findings else EXIT_OK

@@ -1,0 +1,221 @@
+"""The embedded engine: DuckDB over the lake's views, and the answers it gives (data, never sentences).
+
+An :class:`Answer` holds each query's rows plus what the reader must know to trust them: the files
+left out (by :mod:`~recompprof._history.health`, or here when DuckDB finds a broken page behind a good
+footer: the file is dropped and the query run again), the tables with no files yet, and how many of
+the sessions in range did not end or had a dark signal. :mod:`recompprof._history.render` words it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from recompprof._errors import CommandError
+from recompprof._history import questions, views
+from recompprof._history.health import Skipped
+from recompprof._history.layout import Lake
+from recompprof._history.questions import Params
+from recompprof._history.tables import TABLES
+
+_MAX_RETRIES = 50  # files dropped for broken pages, one per retry
+
+
+class EngineMissing(CommandError):
+    """DuckDB is not installed (the ``history`` extra)."""
+
+
+@dataclass
+class Result:
+    title: str
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    trend: tuple[str, tuple[str, ...], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """The rank sessions a question read, and how many of them are partial."""
+
+    scope: str
+    sessions: int
+    not_ended: int
+    dark: int
+    log_gaps: int
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.not_ended or self.dark or self.log_gaps)
+
+
+@dataclass
+class Answer:
+    command: str
+    results: list[Result] = field(default_factory=list)
+    completeness: Completeness | None = None
+    skipped: list[Skipped] = field(default_factory=list)
+    missing: dict[str, Counter[str]] = field(default_factory=dict)
+    empty_tables: list[str] = field(default_factory=list)
+    lost_at_compaction: dict[str, list[str]] = field(default_factory=dict)
+    late: dict[str, list[str]] = field(default_factory=dict)
+    baseline_runs: int | None = None  # compare: the runs the gate held the candidate to
+    gate: bool = False
+
+    @property
+    def findings(self) -> bool:
+        return self.gate and any(r.rows for r in self.results)
+
+
+class Engine:
+    """DuckDB with the lake's views; one per command."""
+
+    def __init__(self, lake: Lake, selection: views.Selection) -> None:
+        try:
+            import duckdb
+        except ImportError:
+            raise EngineMissing(
+                "recompprof history needs DuckDB: pip install 'recompprof[history]'"
+            ) from None
+        self._duckdb = duckdb
+        self.lake = lake
+        self.selection = selection
+        self.dropped: list[Skipped] = []
+        self.con = duckdb.connect(":memory:")
+        self._create_views()
+
+    def _create_views(self) -> None:
+        statements, datasets = views.duckdb_views(self.lake, self.selection)
+        for name, dataset in datasets.items():
+            self.con.register(name, dataset)
+        for statement in statements:
+            self.con.execute(statement)
+
+    def query(self, sql: str, title: str = "", trend: Any = None) -> Result:
+        """Run ``sql``; a file whose pages turn out broken is dropped (and said) and the query rerun."""
+        for _ in range(_MAX_RETRIES):
+            try:
+                cursor = self.con.execute(sql)
+                columns = [d[0] for d in cursor.description or ()]
+                return Result(title, columns, [tuple(r) for r in cursor.fetchall()], trend)
+            except self._duckdb.Error as error:
+                if not self._drop_broken(str(error)) and not self._probe(error, sql):
+                    raise
+        raise CommandError(f"{self.lake.uri}: too many unreadable files; see the warnings")
+
+    def _drop(self, table: str, path: str, why: str) -> None:
+        checked = self.selection.tables[table]
+        checked.good.remove(path)
+        checked.skipped.append(Skipped(table, path, "unreadable", _first_line(why)))
+
+    def _drop_broken(self, message: str) -> bool:
+        """Drop the file DuckDB's error names, if it names one of ours."""
+        for table, checked in self.selection.tables.items():
+            for path in checked.good:
+                if path in message:
+                    self._drop(table, path, message)
+                    self._create_views()
+                    return True
+        return False
+
+    def _probe(self, error: Exception, sql: str) -> bool:
+        """An error reading data that names no file (a damaged page): decode each file of the tables
+        ``sql`` reads, whole, and drop those that fail. Errors in the query itself are not probed."""
+        d = self._duckdb
+        if isinstance(error, (d.ParserException, d.BinderException, d.CatalogException)):
+            return False
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        found = False
+        for table in sorted(_tables_read([sql])):
+            for path in list(self.selection.tables[table].good):
+                try:
+                    with self.lake.fs.open_input_file(path) as handle:
+                        pq.ParquetFile(handle).read()
+                except (OSError, pa.ArrowException, ValueError) as broken:
+                    self._drop(table, path, f"{error}; {broken}")
+                    found = True
+        if found:
+            self._create_views()
+        return found
+
+
+def _first_line(message: str) -> str:
+    return " ".join(message.split())[:200]
+
+
+_TABLE_NAMES = re.compile(r"\b(" + "|".join(TABLES) + r")\b")
+
+
+def _tables_read(sqls: list[str]) -> set[str]:
+    return {m for sql in sqls for m in _TABLE_NAMES.findall(sql)}
+
+
+def completeness(engine: Engine, scope: str, words: str) -> Completeness:
+    row = engine.query(questions.completeness(scope)).rows[0]
+    sessions, not_ended, dark, gaps = (int(v or 0) for v in row)
+    return Completeness(words, sessions, not_ended, dark, gaps)
+
+
+def _frame(answer: Answer, engine: Engine, read: set[str]) -> Answer:
+    """What the answer must say about the files behind it."""
+    for table, checked in engine.selection.tables.items():
+        answer.skipped.extend(checked.skipped)
+        if table not in read:
+            continue
+        if not checked.good:
+            answer.empty_tables.append(table)
+        if checked.missing:
+            answer.missing[table] = checked.missing
+        if checked.late:
+            answer.late[table] = checked.late
+        if checked.lost_at_compaction:
+            answer.lost_at_compaction[table] = checked.lost_at_compaction
+    return answer
+
+
+def ask(engine: Engine, command: str, params: Params) -> Answer:
+    """Answer one of the canonical questions (``questions.COMMANDS``)."""
+    if command == "compare":
+        params = _compare_params(engine, params)
+    bound = questions.bind(command, params)
+    answer = Answer(command, gate=bound.gate)
+    if command == "compare":
+        found = engine.query(questions.compare_baseline(params)).rows[0][0]
+        answer.baseline_runs = int(found or 0)
+    if answer.baseline_runs != 0:
+        for q in bound.queries:
+            answer.results.append(engine.query(q.text, q.title, q.trend))
+    answer.completeness = completeness(engine, bound.scope, bound.scope_words)
+    return _frame(answer, engine, _tables_read([q.text for q in bound.queries]) | {"runs"})
+
+
+def _compare_params(engine: Engine, params: Params) -> Params:
+    """compare's job: the one its run's sessions name (``--job`` when they name several)."""
+    run = questions.DUCKDB.string(params.run)
+    jobs = engine.query(f"SELECT DISTINCT job FROM runs WHERE run_id = {run} ORDER BY job").rows
+    if not jobs:
+        raise CommandError(f"run {params.run!r} is not in the lake (no rank session of it in runs)")
+    if params.job:
+        return params
+    names = [j[0] for j in jobs if j[0] is not None]
+    if len(names) != 1:
+        raise CommandError(
+            f"run {params.run!r} names {len(names)} jobs ({', '.join(map(str, names)) or 'none'}); "
+            "pass --job"
+        )
+    return dataclasses.replace(params, job=names[0])
+
+
+def free_query(engine: Engine, sql: str) -> Answer:
+    """``history sql``: any query over the views (the only free-form text)."""
+    try:
+        result = engine.query(sql, "")
+    except engine._duckdb.Error as error:
+        raise CommandError(f"the query failed: {_first_line(str(error))}") from None
+    answer = Answer("sql", results=[result])
+    answer.completeness = completeness(engine, "true", "the whole lake")
+    return _frame(answer, engine, _tables_read([sql]) | {"runs"})

@@ -1,0 +1,112 @@
+"""Which files of a table a query can trust: each file's footer and columns, read before a query runs.
+
+A lake can hold a file an exporter left half written (killed before its rename, or a store that lost
+its tail), a file another schema version wrote, or a file of a newer exporter with more columns. A
+question must then answer from the rest and say what it left out, by name and count: never a
+traceback, never a figure silently short. Reading a footer costs well under a millisecond, so every
+file is looked at; a file whose pages are broken behind a good footer is caught when the engine reads
+it (:mod:`recompprof._history.engine`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from recompprof._history.layout import Lake
+from recompprof._history.tables import SCHEMAS, SESSION_KEY
+
+# Written into each compacted file's footer: the raw files its day held that could not be read.
+UNREADABLE_KEY = b"recompprof.unreadable"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out, and why."""
+
+    table: str
+    path: str
+    why: str  # "unreadable" (corrupt or truncated), "schema" (another schema version)
+    detail: str
+
+
+@dataclass
+class Checked:
+    """A table's files, sorted into those a query reads and those it leaves out."""
+
+    table: str
+    good: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    # Known columns some readable files lack (an older exporter): null there. Column -> files.
+    missing: Counter[str] = field(default_factory=Counter)
+    present: set[str] = field(default_factory=set)
+    # Raw files that were unreadable when a compacted day was written (from its footer).
+    lost_at_compaction: list[str] = field(default_factory=list)
+    # Raw files that arrived after their day was compacted: not read until `compact --check`.
+    late: list[str] = field(default_factory=list)
+
+
+def _compatible(found: pa.DataType, known: pa.DataType) -> bool:
+    if found == known:
+        return True
+    if pa.types.is_integer(found) and pa.types.is_integer(known):
+        return True
+    if pa.types.is_floating(found) and pa.types.is_floating(known):
+        return True
+    if pa.types.is_string(known) and (pa.types.is_large_string(found) or pa.types.is_string(found)):
+        return True
+    return pa.types.is_timestamp(found) and pa.types.is_timestamp(known)
+
+
+def _schema_problem(table: str, schema: pa.Schema) -> str | None:
+    known = SCHEMAS[table]
+    names = set(schema.names)
+    lacking = [f.name for f in SESSION_KEY if f.name not in names]
+    if lacking:
+        return f"no {', '.join(lacking)} column"
+    for name in names & set(known.names):
+        found, expected = schema.field(name).type, known.field(name).type
+        if not _compatible(found, expected):
+            return f"column {name} is {found}, not {expected}"
+    return None
+
+
+def check(lake: Lake, table: str, paths: list[str]) -> Checked:
+    """Read the footer of each of ``paths`` (files of ``table``)."""
+    checked = Checked(table)
+    known = SCHEMAS[table].names
+    for path in paths:
+        try:
+            with lake.fs.open_input_file(path) as handle:
+                meta = pq.read_metadata(handle)
+            schema = meta.schema.to_arrow_schema()
+        except (OSError, pa.ArrowException, ValueError) as error:
+            checked.skipped.append(Skipped(table, path, "unreadable", _one_line(error)))
+            continue
+        problem = _schema_problem(table, schema)
+        if problem is not None:
+            checked.skipped.append(Skipped(table, path, "schema", problem))
+            continue
+        checked.good.append(path)
+        checked.present.update(schema.names)
+        checked.missing.update(name for name in known if name not in schema.names)
+        lost = (meta.metadata or {}).get(UNREADABLE_KEY)
+        if lost:
+            checked.lost_at_compaction.extend(_names(lost))
+    return checked
+
+
+def _names(raw: bytes) -> list[str]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return ["?"]
+    return [str(v) for v in value] if isinstance(value, list) else ["?"]
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__

@@ -1,0 +1,490 @@
+"""The fleet questions ``recompprof history`` answers: one portable SQL text each (docs/history.md).
+
+Each text runs unchanged on DuckDB, Spark SQL, Trino and ClickHouse over the lake's four views, except
+for the few functions that have no common spelling, written here as macros that a :class:`Dialect`
+expands: ``PCTL(x, p)`` (a percentile), ``WEEK(d)`` (the Monday of ``d``'s week) and ``SIZE(list)``.
+The rest keeps to the subset every engine reads alike (``CASE WHEN`` inside sums, no ``FILTER``, no
+lambdas, ``CAST(... AS DOUBLE)`` before dividing, a total ``ORDER BY``).
+
+Parameters are bound here, as SQL literals: a value a user typed only ever reaches a text as a quoted
+string, a date or an integer, and a column a user picks (``--by``) only from a closed set. The
+verdicts (what counts as a compile or a recompile, which cause a compile's seconds are charged to,
+steady state) are columns the exporter computed with the event model's rules: the texts sum them and
+never re-derive one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from recompprof._errors import CommandError
+
+# A candidate job regresses when its recompiles per session grow past 1.2x the baseline's plus one;
+# a cause, when its recompiles per session grow past 2x plus one (small counts are noise).
+JOB_GROWTH = 1.2
+CAUSE_GROWTH = 2.0
+# compare: a run's compile seconds (its slowest rank) above the baseline's largest by more than this.
+TIME_TOLERANCE = 0.10
+TOP_ROWS = 20
+
+# The columns a user may group by (--by): denormalised onto every table, so each question can use them.
+GROUPS = ("model", "team", "job")
+# The keys --baseline/--candidate may compare, and the column each names.
+VERSION_KEYS = {"torch": "torch_version"}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one engine spells what has no portable spelling: string and date literals, percentiles,
+    the week of a date, the length of a list."""
+
+    name: str
+    percentile: str  # with {x} and {p}
+    week: str  # with {d}
+    size: str  # with {x}
+    date: str = "DATE '{d}'"
+    backslash_escapes: bool = False  # Spark and ClickHouse read \ in a string literal as an escape
+
+    def string(self, value: str) -> str:
+        if self.backslash_escapes:
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return "'" + value.replace("'", "''") + "'"
+
+    def expand(self, text: str) -> str:
+        """``text`` with the macros spelled for this engine."""
+        text = _PCTL.sub(lambda m: self.percentile.format(x=m["x"], p=m["p"]), text)
+        text = _WEEK.sub(lambda m: self.week.format(d=m["d"]), text)
+        return _SIZE.sub(lambda m: self.size.format(x=m["x"]), text)
+
+
+_PCTL = re.compile(r"PCTL\((?P<x>[\w.]+), (?P<p>[0-9.]+)\)")
+_WEEK = re.compile(r"WEEK\((?P<d>[\w.]+)\)")
+_SIZE = re.compile(r"SIZE\((?P<x>[\w.]+)\)")
+
+DUCKDB = Dialect(
+    "duckdb",
+    percentile="quantile_cont({x}, {p})",
+    week="CAST(date_trunc('week', {d}) AS DATE)",
+    size="len({x})",
+)
+# Exact percentiles cost Spark 3x the time of approximate ones on a fleet month (docs/history.md).
+SPARK = Dialect(
+    "spark",
+    percentile="percentile_approx({x}, {p})",
+    week="CAST(date_trunc('week', {d}) AS DATE)",
+    size="size({x})",
+    backslash_escapes=True,
+)
+TRINO = Dialect(
+    "trino",
+    percentile="approx_percentile({x}, {p})",
+    week="CAST(date_trunc('week', {d}) AS DATE)",
+    size="cardinality({x})",
+)
+CLICKHOUSE = Dialect(
+    "clickhouse",
+    percentile="quantile({p})({x})",
+    week="toMonday({d})",
+    size="length({x})",
+    date="toDate('{d}')",
+    backslash_escapes=True,
+)
+DIALECTS = {d.name: d for d in (DUCKDB, SPARK, TRINO, CLICKHOUSE)}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One SQL text of a question, with the title its answer is shown under."""
+
+    title: str
+    text: str
+    # A chart answers it better than a table (the HTML page draws one): (x column, y columns, series).
+    trend: tuple[str, tuple[str, ...], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A question's texts with their parameters bound, ready for one engine."""
+
+    command: str
+    queries: tuple[Query, ...]
+    # The rank sessions the question reads, as a predicate over ``runs``: their completeness is said.
+    scope: str
+    scope_words: str
+    # Rows of these queries are findings (regressions, compare: exit 1).
+    gate: bool = False
+    params: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Params:
+    """What a user asked, validated (:func:`since_date`, :func:`group`, :func:`version_pair`)."""
+
+    since: dt.date | None = None
+    by: str = "model"
+    steady_only: bool = True
+    key: str = "torch"
+    baseline: str = ""
+    candidate: str = ""
+    run: str = ""
+    job: str = ""
+    last: int = 50
+    time_tolerance: float = TIME_TOLERANCE
+
+
+def since_date(text: str, *, today: dt.date | None = None, option: str = "--since") -> dt.date:
+    """``7d`` (days before today, UTC) or ``2026-11-20``."""
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    days = re.fullmatch(r"(\d{1,5})d", text.strip())
+    if days:
+        return today - dt.timedelta(days=int(days[1]))
+    try:
+        return dt.date.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            f"{option} {text!r}: give a number of days (7d) or a date (2026-11-20)"
+        ) from None
+
+
+def group(text: str) -> str:
+    if text not in GROUPS:
+        raise CommandError(f"--by {text!r}: one of {', '.join(GROUPS)}")
+    return text
+
+
+def version_pair(text: str, option: str) -> tuple[str, str]:
+    """``torch=2.15.0`` -> (``torch``, ``2.15.0``)."""
+    key, sep, value = text.partition("=")
+    if not sep or key not in VERSION_KEYS or not value:
+        raise CommandError(
+            f"{option} {text!r}: give KEY=VERSION with KEY one of {', '.join(VERSION_KEYS)} "
+            "(e.g. torch=2.15.0)"
+        )
+    return key, value_text(value, option)
+
+
+def value_text(value: str, option: str) -> str:
+    """A free value (a version, a run id, a job): any printable text; it is bound as a quoted literal."""
+    if not value or not value.isprintable() or len(value) > 512:
+        raise CommandError(f"{option}: give a printable value of at most 512 characters")
+    return value
+
+
+def last_runs(text: str) -> int:
+    """``last:50`` -> 50."""
+    match = re.fullmatch(r"last:(\d{1,6})", text.strip())
+    if not match or int(match[1]) < 1:
+        raise CommandError(f"--baseline {text!r}: give last:N, N >= 1 (e.g. last:50)")
+    return int(match[1])
+
+
+# ---- the texts ---------------------------------------------------------------------------------
+
+_TOP_CAUSES = """
+SELECT {by}, cause_category, cause_subject,
+       SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS recompiles,
+       ROUND(SUM(duration_s), 3) AS seconds, COUNT(DISTINCT run_id) AS runs
+FROM compiles
+WHERE dt >= {since} AND cause_category IS NOT NULL{steady}
+GROUP BY {by}, cause_category, cause_subject
+ORDER BY seconds DESC, recompiles DESC, {by}, cause_category, cause_subject
+LIMIT {top}"""
+
+_COST = """
+SELECT {by}, WEEK(dt) AS week, ROUND(SUM(compile_seconds) / 3600, 6) AS compile_hours,
+       ROUND(SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s ELSE 0 END) / 3600, 6)
+         AS recompile_hours,
+       COUNT(DISTINCT run_id) AS runs
+FROM compiles
+WHERE dt >= {since}
+GROUP BY {by}, WEEK(dt)
+ORDER BY week, recompile_hours DESC, compile_hours DESC, {by}"""
+
+_REGRESSED_JOBS = """
+WITH per_job AS (
+  SELECT job,
+         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions,
+         AVG(CASE WHEN {key} = {baseline} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
+         AVG(CASE WHEN {key} = {candidate} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
+  FROM runs WHERE {key} IN ({baseline}, {candidate}) GROUP BY job)
+SELECT job, before_sessions, after_sessions,
+       ROUND(before_avg, 2) AS recompiles_per_session_before,
+       ROUND(after_avg, 2) AS recompiles_per_session_after
+FROM per_job
+WHERE before_sessions > 0 AND after_sessions > 0 AND after_avg > {job_growth} * before_avg + 1
+ORDER BY after_avg - before_avg DESC, job"""
+
+_REGRESSED_CAUSES = """
+WITH sessions AS (
+  SELECT job,
+         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions
+  FROM runs WHERE {key} IN ({baseline}, {candidate}) GROUP BY job),
+causes AS (
+  SELECT job, cause_category,
+         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_n,
+         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_n
+  FROM compiles
+  WHERE counts_as_recompile AND cause_category IS NOT NULL AND {key} IN ({baseline}, {candidate})
+  GROUP BY job, cause_category)
+SELECT c.job, c.cause_category, c.before_n, c.after_n,
+       ROUND(CAST(c.before_n AS DOUBLE) / s.before_sessions, 2) AS per_session_before,
+       ROUND(CAST(c.after_n AS DOUBLE) / s.after_sessions, 2) AS per_session_after
+FROM causes c JOIN sessions s ON s.job = c.job
+WHERE s.before_sessions > 0 AND s.after_sessions > 0
+  AND CAST(c.after_n AS DOUBLE) / s.after_sessions
+      > {cause_growth} * CAST(c.before_n AS DOUBLE) / s.before_sessions + 1
+ORDER BY CAST(c.after_n AS DOUBLE) / s.after_sessions - CAST(c.before_n AS DOUBLE) / s.before_sessions
+         DESC, c.job, c.cause_category
+LIMIT {top}"""
+
+# The baseline: the last N runs of the job that started before the candidate and whose every rank
+# session ended (a killed run is no baseline).
+_BASE_RUNS = """base_runs AS (
+  SELECT run_id, MIN(start_time) AS started FROM runs
+  WHERE job = {job} AND run_id <> {run}
+  GROUP BY run_id
+  HAVING MIN(CASE WHEN ended THEN 1 ELSE 0 END) = 1
+     AND MIN(start_time) < (SELECT MIN(start_time) FROM runs WHERE run_id = {run})
+  ORDER BY started DESC, run_id DESC
+  LIMIT {last})"""
+
+_COMPARE_BASELINE = (
+    "WITH "
+    + _BASE_RUNS
+    + """
+SELECT COUNT(*) AS baseline_runs FROM base_runs"""
+)
+
+_COMPARE_GUARDS = (
+    "WITH "
+    + _BASE_RUNS
+    + """,
+per_run AS (
+  SELECT run_id, frame_key, category, MAX(frame_name) AS frame_name, SUM(count) AS n
+  FROM guard_failures
+  WHERE counts_as_change AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs))
+  GROUP BY run_id, frame_key, category),
+base AS (
+  SELECT frame_key, category, SUM(n) AS total, MAX(n) AS max_n
+  FROM per_run WHERE run_id <> {run} GROUP BY frame_key, category)
+SELECT c.frame_name, c.frame_key, c.category, c.n AS this_run,
+       ROUND(CAST(COALESCE(b.total, 0) AS DOUBLE) / NULLIF((SELECT COUNT(*) FROM base_runs), 0), 2)
+         AS baseline_mean,
+       COALESCE(b.max_n, 0) AS baseline_max
+FROM per_run c LEFT JOIN base b ON b.frame_key = c.frame_key AND b.category = c.category
+WHERE c.run_id = {run} AND c.n > COALESCE(b.max_n, 0)
+ORDER BY c.n - COALESCE(b.max_n, 0) DESC, c.frame_key, c.category"""
+)
+
+# A run's compile time is its slowest rank's: ranks compile side by side.
+_COMPARE_SECONDS = (
+    "WITH "
+    + _BASE_RUNS
+    + """,
+per_run AS (
+  SELECT run_id, MAX(compile_seconds) AS compile_s
+  FROM runs WHERE run_id = {run} OR run_id IN (SELECT run_id FROM base_runs) GROUP BY run_id),
+base AS (SELECT AVG(compile_s) AS mean_s, MAX(compile_s) AS max_s FROM per_run WHERE run_id <> {run})
+SELECT ROUND(c.compile_s, 3) AS this_run_compile_s, ROUND(b.mean_s, 3) AS baseline_mean_s,
+       ROUND(b.max_s, 3) AS baseline_max_s
+FROM per_run c, base b
+WHERE c.run_id = {run} AND b.max_s IS NOT NULL AND c.compile_s > b.max_s * {time_limit}"""
+)
+
+_LIMIT_HITS = """
+SELECT frame_name, frame_key, COUNT(*) AS hits, COUNT(DISTINCT job) AS jobs,
+       COUNT(DISTINCT run_id) AS runs
+FROM compiles
+WHERE outcome = 'limit_hit' AND dt >= {since}
+GROUP BY frame_name, frame_key
+ORDER BY hits DESC, frame_name, frame_key
+LIMIT {top}"""
+
+# Approximate where divergence.py is exact: a rank with no compile of the frame at all is absent, not 0.
+_DIVERGENCE = """
+WITH per_rank AS (
+  SELECT run_id, job, frame_key, rank,
+         SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS rc
+  FROM compiles WHERE dt >= {since} GROUP BY run_id, job, frame_key, rank),
+divergent AS (
+  SELECT run_id, job, frame_key FROM per_rank
+  GROUP BY run_id, job, frame_key HAVING MIN(rc) = 0 AND MAX(rc) > 0)
+SELECT job, COUNT(*) AS divergent_frames, COUNT(DISTINCT run_id) AS runs
+FROM divergent
+GROUP BY job
+ORDER BY divergent_frames DESC, job
+LIMIT {top}"""
+
+_LATENCY = """
+SELECT {by}, torch_version, COUNT(*) AS compiles,
+       ROUND(PCTL(duration_s, 0.5), 3) AS p50_s,
+       ROUND(PCTL(duration_s, 0.9), 3) AS p90_s,
+       ROUND(PCTL(duration_s, 0.99), 3) AS p99_s,
+       ROUND(MAX(duration_s), 3) AS max_s
+FROM compiles
+WHERE counts_as_compile AND NOT backward AND outcome = 'ok' AND dt >= {since}
+GROUP BY {by}, torch_version
+ORDER BY {by}, torch_version"""
+
+# Completeness of the sessions a question read, said by every command (as ``check`` does).
+COMPLETENESS = """
+SELECT COUNT(*) AS sessions,
+       SUM(CASE WHEN ended THEN 0 ELSE 1 END) AS not_ended,
+       SUM(CASE WHEN SIZE(signals_off) > 0 THEN 1 ELSE 0 END) AS dark,
+       SUM(CASE WHEN log_gap THEN 1 ELSE 0 END) AS log_gaps
+FROM runs WHERE {scope}"""
+
+# The same per day: Q9 of docs/history.md (`history sql` users read it there).
+COMPLETENESS_BY_DAY = """
+SELECT dt, COUNT(*) AS sessions, SUM(CASE WHEN ended THEN 0 ELSE 1 END) AS not_ended,
+       SUM(CASE WHEN SIZE(signals_off) > 0 THEN 1 ELSE 0 END) AS dark
+FROM runs GROUP BY dt ORDER BY dt DESC"""
+
+
+def _since_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
+    return "dt >= {since}", f"since {params.since}"
+
+
+def _versions_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
+    return (
+        "{key} IN ({baseline}, {candidate})",
+        f"{params.key} {params.baseline} or {params.candidate}",
+    )
+
+
+def _job_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
+    return "job = {job}", f"job {params.job}"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``recompprof history`` command: its texts, what its rows mean, and its scope."""
+
+    name: str
+    queries: tuple[Query, ...]
+    scope: Callable[[Params, dict[str, str]], tuple[str, str]]
+    gate: bool = False
+
+
+COMMANDS = {
+    c.name: c
+    for c in (
+        Command(
+            "top-causes",
+            (Query("recompile causes, costliest first (seconds charged to each)", _TOP_CAUSES),),
+            _since_scope,
+        ),
+        Command(
+            "cost",
+            (
+                Query(
+                    "compile hours per week, and the part lost to recompiles",
+                    _COST,
+                    trend=("week", ("compile_hours", "recompile_hours"), "{by}"),
+                ),
+            ),
+            _since_scope,
+        ),
+        Command(
+            "regressions",
+            (
+                Query("jobs that recompile more per session", _REGRESSED_JOBS),
+                Query("causes that recompile more per session", _REGRESSED_CAUSES),
+            ),
+            _versions_scope,
+            gate=True,
+        ),
+        Command(
+            "compare",
+            (
+                Query("guard failures beyond the baseline's most", _COMPARE_GUARDS),
+                Query("compile seconds beyond the baseline's most", _COMPARE_SECONDS),
+            ),
+            _job_scope,
+            gate=True,
+        ),
+        Command(
+            "limit-hits",
+            (Query("frames that hit the recompile limit", _LIMIT_HITS),),
+            _since_scope,
+        ),
+        Command(
+            "divergence",
+            (Query("frames some ranks recompiled and others did not, per job", _DIVERGENCE),),
+            _since_scope,
+        ),
+        Command(
+            "latency",
+            (
+                Query(
+                    "compile latency percentiles (forward compiles that installed code)",
+                    _LATENCY,
+                    trend=("torch_version", ("p50_s", "p90_s"), "{by}"),
+                ),
+            ),
+            _since_scope,
+        ),
+    )
+}
+
+
+def literals(params: Params, dialect: Dialect) -> dict[str, str]:
+    """Every parameter as the SQL text it is bound as (quoted, or from a closed set)."""
+    values = {
+        "by": group(params.by),
+        "steady": " AND steady_state" if params.steady_only else "",
+        "key": VERSION_KEYS[params.key],
+        "baseline": dialect.string(params.baseline),
+        "candidate": dialect.string(params.candidate),
+        "run": dialect.string(params.run),
+        # Unknown until the lake is read: the job of the run's sessions (the CLI looks it up first).
+        "job": dialect.string(params.job)
+        if params.job
+        else f"(SELECT MIN(job) FROM runs WHERE run_id = {dialect.string(params.run)})",
+        "last": str(int(params.last)),
+        "top": str(TOP_ROWS),
+        "job_growth": repr(JOB_GROWTH),
+        "cause_growth": repr(CAUSE_GROWTH),
+        "time_limit": repr(1.0 + float(params.time_tolerance)),
+        "since": dialect.date.format(d=(params.since or dt.date(1970, 1, 1)).isoformat()),
+    }
+    return values
+
+
+def bind(command: str, params: Params, dialect: Dialect = DUCKDB) -> Bound:
+    """``command``'s texts with ``params`` bound, spelled for ``dialect``."""
+    spec = COMMANDS[command]
+    values = literals(params, dialect)
+    scope, words = spec.scope(params, values)
+    queries = tuple(
+        Query(
+            q.title,
+            dialect.expand(q.text.strip().format(**values)),
+            None
+            if q.trend is None
+            else (q.trend[0], q.trend[1], q.trend[2] and q.trend[2].format(**values)),
+        )
+        for q in spec.queries
+    )
+    return Bound(
+        command,
+        queries,
+        scope=dialect.expand(scope.format(**values)),
+        scope_words=words,
+        gate=spec.gate,
+        params=values,
+    )
+
+
+def completeness(scope: str, dialect: Dialect = DUCKDB) -> str:
+    return dialect.expand(COMPLETENESS.strip().format(scope=scope))
+
+
+def compare_baseline(params: Params, dialect: Dialect = DUCKDB) -> str:
+    """The text counting the baseline runs ``compare`` found (none: the gate has nothing to hold to)."""
+    return dialect.expand(_COMPARE_BASELINE.strip().format(**literals(params, dialect)))

@@ -1,0 +1,354 @@
+"""The four views a question reads, and which files each is made of (the readers' one rule).
+
+A table is its compacted days up to the ``_through`` marker and its raw days after it
+(:mod:`recompprof._history.daily`); each view names every known column, so a file of an older exporter
+reads its missing columns as null and a newer one's extra columns are ignored. :func:`select` applies
+that rule to a lake's listing for the embedded engine; :func:`printed` writes the same rule as view
+definitions for a fleet's own engine (Spark, Trino, ClickHouse or DuckDB), with the marker of the moment
+baked in: run them again after each compaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from recompprof._history import daily, health
+from recompprof._history.layout import ROOT, Lake, LakeError, LakeFile
+from recompprof._history.tables import SCHEMAS, TABLES
+
+
+@dataclass
+class Selection:
+    """What a lake holds for a query: the marker, and each table's checked files."""
+
+    through: datetime.date | None
+    tables: dict[str, health.Checked] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> list[health.Skipped]:
+        return [s for checked in self.tables.values() for s in checked.skipped]
+
+
+def open_lake(uri: str) -> Lake:
+    """The lake at ``uri``; raises LakeError (one line) when the path does not exist."""
+    lake = Lake(uri)
+    try:
+        info = lake.fs.get_file_info(lake.base)
+    except OSError as error:
+        raise LakeError(f"{uri}: cannot open the lake: {' '.join(str(error).split())}") from error
+    if info.type == pafs.FileType.NotFound:
+        raise LakeError(f"{uri}: no such lake (the path does not exist)")
+    if info.type == pafs.FileType.File:
+        raise LakeError(f"{uri}: is a file; give the lake's root folder")
+    return lake
+
+
+def select(lake: Lake, tables: tuple[str, ...] = TABLES) -> Selection:
+    """Each table's files by the reader rule, their footers read."""
+    marker = daily.through(lake)
+    selection = Selection(marker)
+    for table in tables:
+        compacted = []
+        if marker is not None:
+            compacted = [p for d, (p, _) in daily.compacted(lake, table).items() if d <= marker]
+        listing = lake.files(table)
+        raw = [f.path for f in listing if marker is None or f.day > marker]
+        checked = health.check(lake, table, sorted(compacted) + raw)
+        if marker is not None:
+            checked.late = _late(lake, table, [f for f in listing if f.day <= marker])
+        selection.tables[table] = checked
+    return selection
+
+
+def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
+    """Raw files of compacted days that their day's ``_sources`` does not list."""
+    by_day: dict[datetime.date, list[LakeFile]] = {}
+    for f in files:
+        by_day.setdefault(f.day, []).append(f)
+    late: list[str] = []
+    for day, day_files in sorted(by_day.items()):
+        covered = daily.read_sources(lake, table, day) or set()
+        late.extend(f.path for f in day_files if (f.path.rpartition("/")[2], f.size) not in covered)
+    return late
+
+
+# ---- column types per engine ---------------------------------------------------------------------
+
+_TYPES = {
+    "duckdb": {
+        "string": "VARCHAR",
+        "int32": "INTEGER",
+        "int64": "BIGINT",
+        "double": "DOUBLE",
+        "bool": "BOOLEAN",
+        "timestamp": "TIMESTAMPTZ",
+        "list": "VARCHAR[]",
+        "map": "MAP(VARCHAR, VARCHAR)",
+        "date": "DATE",
+    },
+    "spark": {
+        "string": "STRING",
+        "int32": "INT",
+        "int64": "BIGINT",
+        "double": "DOUBLE",
+        "bool": "BOOLEAN",
+        "timestamp": "TIMESTAMP",
+        "list": "ARRAY<STRING>",
+        "map": "MAP<STRING, STRING>",
+        "date": "DATE",
+    },
+    "trino": {
+        "string": "varchar",
+        "int32": "integer",
+        "int64": "bigint",
+        "double": "double",
+        "bool": "boolean",
+        "timestamp": "timestamp(6) with time zone",
+        "list": "array(varchar)",
+        "map": "map(varchar, varchar)",
+        "date": "date",
+    },
+    "clickhouse": {
+        "string": "Nullable(String)",
+        "int32": "Nullable(Int32)",
+        "int64": "Nullable(Int64)",
+        "double": "Nullable(Float64)",
+        "bool": "Nullable(Bool)",
+        "timestamp": "Nullable(DateTime64(6, 'UTC'))",
+        "list": "Array(String)",
+        "map": "Map(String, String)",
+        "date": "Date",
+    },
+}
+
+
+def _kind(kind: pa.DataType) -> str:
+    if pa.types.is_timestamp(kind):
+        return "timestamp"
+    if pa.types.is_list(kind):
+        return "list"
+    if pa.types.is_map(kind):
+        return "map"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    if pa.types.is_int32(kind):
+        return "int32"
+    if pa.types.is_integer(kind):
+        return "int64"
+    if pa.types.is_floating(kind):
+        return "double"
+    return "string"
+
+
+def sql_type(kind: pa.DataType, engine: str) -> str:
+    return _TYPES[engine][_kind(kind)]
+
+
+def _columns(table: str, present: set[str] | None, engine: str) -> str:
+    """The view's column list: every known column, null where no file has it."""
+    out = []
+    for f in SCHEMAS[table]:
+        if present is None or f.name in present:
+            out.append(f.name)
+        else:
+            out.append(f"CAST(NULL AS {sql_type(f.type, engine)}) AS {f.name}")
+    return ", ".join(out)
+
+
+def _literal(path: str) -> str:
+    return "'" + path.replace("'", "''") + "'"
+
+
+def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str, object]]:
+    """The statements that create the embedded engine's views, and the Arrow datasets they read
+    (for an object store, which DuckDB reaches through pyarrow's filesystem)."""
+    statements: list[str] = []
+    datasets: dict[str, object] = {}
+    for table, checked in selection.tables.items():
+        if not checked.good:
+            empty = ", ".join(
+                f"CAST(NULL AS {sql_type(f.type, 'duckdb')}) AS {f.name}" for f in SCHEMAS[table]
+            )
+            statements.append(
+                f"CREATE OR REPLACE VIEW {table} AS SELECT {empty}, CAST(NULL AS DATE) AS dt WHERE false"
+            )
+            continue
+        columns = _columns(table, checked.present, "duckdb")
+        if lake.local:
+            files = ", ".join(_literal(p) for p in checked.good)
+            source = (
+                f"read_parquet([{files}], hive_partitioning = true, union_by_name = true, "
+                "hive_types = {'dt': 'DATE'})"
+            )
+        else:
+            source = f"_files_{table}"
+            datasets[source] = _dataset(lake, table, checked.good)
+        statements.append(f"CREATE OR REPLACE VIEW {table} AS SELECT {columns}, dt FROM {source}")
+    return statements, datasets
+
+
+def _dataset(lake: Lake, table: str, paths: list[str]) -> object:
+    """An object store's files as one Arrow dataset, ``dt`` read from each file's folder."""
+    import pyarrow.dataset as ds
+
+    schema = SCHEMAS[table].append(pa.field("dt", pa.date32()))
+    parts = []
+    for base in (f"{lake.base}/{daily.DAILY}/{table}", f"{lake.base}/{ROOT}/{table}"):
+        mine = [p for p in paths if p.startswith(base + "/")]
+        if mine:
+            parts.append(
+                ds.dataset(
+                    mine,
+                    schema=schema,
+                    filesystem=lake.fs,
+                    format="parquet",
+                    partitioning=ds.partitioning(pa.schema([("dt", pa.date32())]), flavor="hive"),
+                    partition_base_dir=base,
+                )
+            )
+    return parts[0] if len(parts) == 1 else ds.dataset(parts)
+
+
+# ---- the same views, printed for a fleet's engine ------------------------------------------------
+
+
+def printed(lake: Lake, dialect: str, through: datetime.date | None) -> str:
+    """View definitions of the four tables for ``dialect``, obeying the marker ``through``."""
+    if dialect not in _TYPES:
+        raise LakeError(f"no view definitions for {dialect!r}")
+    return {
+        "duckdb": _duckdb_text,
+        "spark": _spark_text,
+        "trino": _trino_text,
+        "clickhouse": _clickhouse_text,
+    }[dialect](lake, through)
+
+
+def _split(through: datetime.date | None, date: str) -> tuple[str, str]:
+    """The filters of the compacted and the raw part, given a date literal format."""
+    if through is None:
+        return "", ""
+    d = date.format(d=through.isoformat())
+    return f" WHERE dt <= {d}", f" WHERE dt > {d}"
+
+
+def _roots(lake: Lake, table: str) -> tuple[str, str]:
+    return (
+        lake.uri_of(f"{lake.base}/{daily.DAILY}/{table}"),
+        lake.uri_of(f"{lake.base}/{ROOT}/{table}"),
+    )
+
+
+def _marker_comment(through: datetime.date | None) -> str:
+    if through is None:
+        return "-- not compacted yet: every view reads the raw files (re-create them after `compact`)\n"
+    return (
+        f"-- compacted through {through}: days up to it from {daily.DAILY}/, later days raw "
+        "(re-create these views after each `compact`)\n"
+    )
+
+
+def _duckdb_text(lake: Lake, through: datetime.date | None) -> str:
+    daily_cut, raw_cut = _split(through, "DATE '{d}'")
+    out = [_marker_comment(through)]
+    for table in TABLES:
+        cols = _columns(table, None, "duckdb") + ", dt"
+        compacted, raw = _roots(lake, table)
+        opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
+        parts = [
+            f"SELECT {cols} FROM read_parquet({_literal(raw + '/*/*.parquet')}, {opts}){raw_cut}"
+        ]
+        if through is not None:
+            parts.insert(
+                0,
+                f"SELECT {cols} FROM read_parquet({_literal(compacted + '/*/*.parquet')}, {opts})"
+                f"{daily_cut}",
+            )
+        out.append(f"CREATE OR REPLACE VIEW {table} AS\n" + "\nUNION ALL\n".join(parts) + ";\n")
+    return "".join(out)
+
+
+def _spark_text(lake: Lake, through: datetime.date | None) -> str:
+    daily_cut, raw_cut = _split(through, "DATE '{d}'")
+    out = [_marker_comment(through)]
+    for table in TABLES:
+        cols = _columns(table, None, "spark") + ", dt"
+        compacted, raw = _roots(lake, table)
+        out.append(
+            f"CREATE OR REPLACE TEMPORARY VIEW {table}_raw USING parquet "
+            f"OPTIONS (path {_literal(raw)}, mergeSchema 'true');\n"
+        )
+        parts = [f"SELECT {cols} FROM {table}_raw{raw_cut}"]
+        if through is not None:
+            out.append(
+                f"CREATE OR REPLACE TEMPORARY VIEW {table}_daily USING parquet "
+                f"OPTIONS (path {_literal(compacted)}, mergeSchema 'true');\n"
+            )
+            parts.insert(0, f"SELECT {cols} FROM {table}_daily{daily_cut}")
+        out.append(
+            f"CREATE OR REPLACE TEMPORARY VIEW {table} AS\n" + "\nUNION ALL\n".join(parts) + ";\n"
+        )
+    return "".join(out)
+
+
+def _trino_text(lake: Lake, through: datetime.date | None) -> str:
+    daily_cut, raw_cut = _split(through, "DATE '{d}'")
+    out = [
+        _marker_comment(through),
+        "-- Hive connector (catalog `hive`, e.g. hive.metastore=file); schema `recompprof`\n",
+        "CREATE SCHEMA IF NOT EXISTS hive.recompprof;\n",
+    ]
+    for table in TABLES:
+        columns = ",\n  ".join(f"{f.name} {sql_type(f.type, 'trino')}" for f in SCHEMAS[table])
+        compacted, raw = _roots(lake, table)
+        cols = _columns(table, None, "trino") + ", dt"
+        parts = []
+        for suffix, where, cut in (("daily", compacted, daily_cut), ("raw", raw, raw_cut)):
+            if suffix == "daily" and through is None:
+                continue
+            name = f"hive.recompprof.{table}_{suffix}"
+            out.append(
+                f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
+                f"(external_location = {_literal(where)}, format = 'PARQUET', "
+                "partitioned_by = ARRAY['dt']);\n"
+                f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"
+            )
+            parts.append(f"SELECT {cols} FROM {name}{cut}")
+        out.append(
+            f"CREATE OR REPLACE VIEW hive.recompprof.{table} AS\n"
+            + "\nUNION ALL\n".join(parts)
+            + ";\n"
+        )
+    return "".join(out)
+
+
+def _clickhouse_text(lake: Lake, through: datetime.date | None) -> str:
+    daily_cut, raw_cut = _split(through, "toDate('{d}')")
+    out = [
+        _marker_comment(through),
+        "-- file() reads under the server's user_files_path; for a bucket use "
+        "s3('https://<bucket>.s3.<region>.amazonaws.com/<prefix>/...', 'Parquet')\n",
+    ]
+    function = "file" if lake.local else "s3"
+    for table in TABLES:
+        cols = _columns(table, None, "clickhouse") + ", dt"
+        compacted, raw = _roots(lake, table)
+        parts = [
+            f"SELECT {cols} FROM {function}({_literal(raw + '/*/*.parquet')}, 'Parquet'){raw_cut}"
+        ]
+        if through is not None:
+            parts.insert(
+                0,
+                f"SELECT {cols} FROM {function}({_literal(compacted + '/*/*.parquet')}, "
+                f"'Parquet'){daily_cut}",
+            )
+        out.append(
+            f"CREATE OR REPLACE VIEW {table} AS\n"
+            + "\nUNION ALL\n".join(parts)
+            + "\nSETTINGS use_hive_partitioning = 1;\n"
+        )
+    return "".join(out)

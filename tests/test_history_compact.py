@@ -1,0 +1,149 @@
+"""``recompprof history compact``: one file per table and day, the ``_through`` marker every reader
+obeys (nothing counted twice, nothing lost), and ``--check`` for raw files that arrive late."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from history_fleet import Fleet, write_fleet
+
+from recompprof._cli.main import main
+from recompprof._history import compact, daily
+from recompprof._history.layout import Lake
+
+FLEET = Fleet(days=4)
+QUESTIONS = (
+    ["top-causes", "--since", "2026-10-01"],
+    ["cost", "--since", "2026-10-01"],
+    ["regressions", "--baseline", "torch=2.14.1", "--candidate", "torch=2.15.0"],
+    ["limit-hits", "--since", "2026-10-01"],
+    ["divergence", "--since", "2026-10-01"],
+    ["latency", "--since", "2026-10-01"],
+    ["sql", "SELECT COUNT(*) AS n, ROUND(SUM(compile_seconds), 6) AS s FROM compiles"],
+    ["sql", "SELECT COUNT(*) AS n FROM guard_failures"],
+    ["sql", "SELECT COUNT(*) AS n, SUM(recompiles) AS r FROM runs"],
+)
+
+
+@pytest.fixture(scope="module")
+def raw_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("raw") / "lake"
+    write_fleet(root, FLEET)
+    return root
+
+
+@pytest.fixture
+def lake(raw_lake: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "lake"
+    shutil.copytree(raw_lake, copy)
+    return copy
+
+
+def answers(capsys: pytest.CaptureFixture[str], root: Path) -> list[object]:
+    out = []
+    for argv in QUESTIONS:
+        main(["history", *argv[:1], "--lake", str(root), *argv[1:], "--format", "json"])
+        document = json.loads(capsys.readouterr().out)
+        out.append([r["rows"] for r in document["results"]])
+    return out
+
+
+def _day(n: int) -> datetime.date:
+    return FLEET.start + datetime.timedelta(days=n)
+
+
+def test_compaction_changes_no_answer(lake, capsys):
+    """Every question gives the same rows before and after compacting two of four days, and after
+    compacting all of them: the compacted days replace their raw files, never add to them."""
+    before = answers(capsys, lake)
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(1))]) == 0
+    assert "compacted through 2026-11-02" in capsys.readouterr().out
+    assert answers(capsys, lake) == before
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(3))]) == 0
+    capsys.readouterr()
+    assert answers(capsys, lake) == before
+
+
+def test_one_sorted_file_per_table_and_day_with_its_sources(lake):
+    """Each compacted day is one file, sorted by job, frame and time, beside the list of raw files it
+    covered; the marker names the last day."""
+    handle = Lake(str(lake))
+    done = compact.compact(handle, _day(1))
+    assert done.through == _day(1) and not done.skipped
+    assert daily.through(handle) == _day(1)
+    for table in ("runs", "compiles", "guard_failures", "graph_breaks"):
+        parts = sorted((lake / "v1-daily" / table).rglob("*.parquet"))
+        assert [p.parent.name for p in parts] == ["dt=2026-11-01", "dt=2026-11-02"]
+        for part in parts:
+            raw = sorted((lake / "v1" / table / part.parent.name).glob("*.parquet"))
+            listed = (part.parent / "_sources").read_text().splitlines()
+            assert sorted(line.rsplit(" ", 1)[0] for line in listed) == [p.name for p in raw]
+            assert pq.read_metadata(part).num_rows == sum(pq.read_metadata(p).num_rows for p in raw)
+    rows = pq.read_table(lake / "v1-daily" / "compiles" / "dt=2026-11-01" / "part-0.parquet")
+    keys = list(zip(*(rows[c].to_pylist() for c in ("job", "frame_key", "time"))))
+    assert keys == sorted(keys)
+
+
+def test_a_compaction_stopped_before_its_marker_counts_nothing_twice(lake, capsys):
+    """Compacted files written but the marker not moved (a compaction killed half way): readers stay on
+    the raw files, and the answers do not change."""
+    before = answers(capsys, lake)
+    handle = Lake(str(lake))
+    compact.compact(handle, _day(2))
+    (lake / "v1-daily" / "_through").write_text(f"{_day(0)}\n")
+    assert answers(capsys, lake) == before
+
+
+def test_late_raw_files_are_warned_about_then_recompacted_by_check(lake, tmp_path, capsys):
+    """A raw file that arrives for a compacted day is not read, and every query names it; --check
+    compacts that day again and the figures include it."""
+    late_fleet = Fleet(days=1, runs_per_day=2, seed=99)
+    extra = tmp_path / "extra"
+    write_fleet(extra, late_fleet)
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(1))]) == 0
+    capsys.readouterr()
+    moved = []
+    for source in sorted((extra / "v1").rglob("*.parquet")):
+        target = lake / "v1" / source.relative_to(extra / "v1")
+        target = target.with_name("late-" + target.name)
+        shutil.copy(source, target)
+        moved.append(target)
+    count = ["sql", "--lake", str(lake), "SELECT COUNT(*) AS n FROM compiles", "--format", "json"]
+    main(["history", *count])
+    captured = capsys.readouterr()
+    n_before = json.loads(captured.out)["results"][0]["rows"][0]["n"]
+    assert "arrived after their day was compacted" in captured.err
+    assert "compact --check" in captured.err
+    assert main(["history", "compact", "--lake", str(lake), "--check"]) == 0
+    assert "compacted again" in capsys.readouterr().err
+    main(["history", *count])
+    captured = capsys.readouterr()
+    late_rows = sum(pq.read_metadata(p).num_rows for p in moved if "compiles" in p.parts)
+    assert json.loads(captured.out)["results"][0]["rows"][0]["n"] == n_before + late_rows
+    assert "arrived after" not in captured.err
+
+
+def test_an_unreadable_raw_file_is_said_after_compaction_too(lake, capsys):
+    """A raw file that cannot be read when its day is compacted is recorded in the compacted file, and
+    every later query still names it (its rows are not counted)."""
+    bad = sorted((lake / "v1" / "compiles" / "dt=2026-11-01").glob("*.parquet"))[0]
+    bad.write_bytes(b"garbage")
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    assert bad.name in capsys.readouterr().err
+    main(["history", "sql", "--lake", str(lake), "SELECT COUNT(*) FROM compiles"])
+    err = capsys.readouterr().err
+    assert "could not be read when their day was compacted" in err and bad.name in err
+
+
+def test_print_sql_views_obey_the_marker(lake, capsys):
+    """The printed views read compacted days up to the marker and raw days after it."""
+    compact.compact(Lake(str(lake)), _day(1))
+    main(["history", "top-causes", "--lake", str(lake), "--print-sql", "--dialect", "spark"])
+    out = capsys.readouterr().out
+    assert "WHERE dt <= DATE '2026-11-02'" in out and "WHERE dt > DATE '2026-11-02'" in out
+    assert "v1-daily/compiles" in out

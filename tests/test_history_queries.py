@@ -1,0 +1,555 @@
+"""``recompprof history``: every question answered by the embedded DuckDB over a real Parquet lake, its
+figures checked against the rows themselves (read with pyarrow), its formats, exit codes, bound
+parameters, and the faults a lake can hold (docs/history.md)."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from history_fleet import NEW, Fleet, write_fleet
+from recorded_runs import clean_env, cli
+
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.runs import load
+from recompprof._cli.main import main
+
+SINCE = "2026-10-01"
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("lake") / "lake"
+    write_fleet(root, Fleet())
+    return root
+
+
+@pytest.fixture
+def own_lake(lake: Path, tmp_path: Path) -> Path:
+    """A copy of the lake a test may damage."""
+    copy = tmp_path / "lake"
+    shutil.copytree(lake, copy)
+    return copy
+
+
+def history(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["history", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def rows_of(root: Path, table: str) -> pa.Table:
+    """Every raw row of ``table``, read with pyarrow (the check the SQL answers are held to)."""
+    return ds.dataset(
+        root / "v1" / table, format="parquet", partitioning="hive", exclude_invalid_files=False
+    ).to_table()
+
+
+def as_json(out: str) -> dict:
+    return json.loads(out)
+
+
+def test_top_causes_sums_the_seconds_charged_to_each_cause(lake, capsys):
+    """top-causes: per model and cause, the steady-state recompiles and the seconds charged to the
+    cause, costliest first; the total equals the rows' own sum."""
+    code, out, err = history(
+        capsys, "top-causes", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    assert code == 0
+    rows = as_json(out)["results"][0]["rows"]
+    assert rows, out
+    seconds = [r["seconds"] for r in rows]
+    assert seconds == sorted(seconds, reverse=True)
+    compiles = rows_of(lake, "compiles")
+    mask = pc.and_(pc.is_valid(compiles["cause_category"]), compiles["steady_state"])
+    expected = pc.sum(pc.filter(compiles["duration_s"], mask)).as_py()
+    assert sum(seconds) == pytest.approx(expected, abs=0.001 * len(rows))
+    assert {r["model"] for r in rows} <= set(pc.unique(compiles["model"]).to_pylist())
+
+
+def test_top_causes_by_team_and_all_recompiles(lake, capsys):
+    """--by team groups by team; --all takes every recompile, not only steady-state ones (more seconds)."""
+    _, steady, _ = history(
+        capsys,
+        "top-causes",
+        "--lake",
+        str(lake),
+        "--since",
+        SINCE,
+        "--by",
+        "team",
+        "--format",
+        "json",
+    )
+    _, every, _ = history(
+        capsys,
+        "top-causes",
+        "--lake",
+        str(lake),
+        "--since",
+        SINCE,
+        "--by",
+        "team",
+        "--all",
+        "--format",
+        "json",
+    )
+    steady_rows, every_rows = (
+        as_json(steady)["results"][0]["rows"],
+        as_json(every)["results"][0]["rows"],
+    )
+    assert "team" in steady_rows[0] and "model" not in steady_rows[0]
+    assert sum(r["seconds"] for r in every_rows) > sum(r["seconds"] for r in steady_rows)
+
+
+def test_cost_gives_compile_hours_per_team_and_week(lake, capsys):
+    """cost: compile hours and the part lost to recompiles, per team and week, summing to the rows' totals."""
+    code, out, _ = history(
+        capsys, "cost", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    assert code == 0
+    rows = as_json(out)["results"][0]["rows"]
+    compiles = rows_of(lake, "compiles")
+    total = pc.sum(compiles["compile_seconds"]).as_py() / 3600
+    assert sum(r["compile_hours"] for r in rows) == pytest.approx(total, abs=1e-4 * len(rows))
+    assert all(r["recompile_hours"] <= r["compile_hours"] for r in rows)
+    assert {datetime.date.fromisoformat(r["week"]).weekday() for r in rows} == {0}
+
+
+def test_regressions_find_the_job_that_recompiles_more_and_exit_1(lake, capsys):
+    """regressions: the job that recompiles 4x as often on the new torch is found per session; exit 1."""
+    code, out, _ = history(
+        capsys,
+        "regressions",
+        "--lake",
+        str(lake),
+        "--baseline",
+        "torch=2.14.1",
+        "--candidate",
+        f"torch={NEW}",
+    )
+    assert code == 1
+    assert "job1" in out and "1 finding(s)" in out
+    code, out, _ = history(
+        capsys,
+        "regressions",
+        "--lake",
+        str(lake),
+        "--baseline",
+        "torch=2.14.1",
+        "--candidate",
+        "torch=2.14.1",
+    )
+    assert code == 0 and "ok" in out
+
+
+def test_compare_is_a_ci_gate(lake, capsys):
+    """compare: a run with guard failures beyond its job's last runs exits 1 and lists them; a run with no
+    earlier run of its job passes with a note; a run not in the lake is a usage error."""
+    runs = rows_of(lake, "runs").to_pylist()
+    last = max(runs, key=lambda r: r["start_time"])["run_id"]
+    first_of_job = {}
+    for r in sorted(runs, key=lambda r: r["start_time"]):
+        first_of_job.setdefault(r["job"], r["run_id"])
+    code, out, err = history(capsys, "compare", first_of_job["job3"], "--lake", str(lake))
+    assert code == 0 and "nothing to compare with" in err
+    code, out, err = history(capsys, "compare", last, "--lake", str(lake), "--format", "json")
+    answer = as_json(out)
+    assert code == (1 if answer["findings"] else 0)
+    for row in answer["results"][0]["rows"]:
+        assert row["this_run"] > row["baseline_max"]
+    code, out, err = history(capsys, "compare", "no-such-run", "--lake", str(lake))
+    assert code == 2 and "not in the lake" in err and "Traceback" not in err
+
+
+def test_limit_hits_divergence_and_latency(lake, capsys):
+    """limit-hits names the frame at the limit; divergence the jobs whose ranks disagree; latency gives
+    ordered percentiles per model and torch version."""
+    code, out, _ = history(
+        capsys, "limit-hits", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    compiles = rows_of(lake, "compiles")
+    hits = pc.sum(pc.equal(compiles["outcome"], "limit_hit")).as_py()
+    assert code == 0 and rows[0]["frame_name"] == "Block4.forward" and rows[0]["hits"] == hits
+    code, out, _ = history(
+        capsys, "divergence", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and rows and all(r["divergent_frames"] > 0 for r in rows)
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and {r["torch_version"] for r in rows} == {"2.14.1", NEW}
+    assert all(r["p50_s"] <= r["p90_s"] <= r["p99_s"] <= r["max_s"] for r in rows)
+
+
+def test_every_command_says_when_sessions_are_partial(lake, capsys):
+    """Sessions that did not end or went dark are counted in one warning line, as check says them."""
+    runs = rows_of(lake, "runs")
+    not_ended = pc.sum(pc.invert(runs["ended"])).as_py()
+    for argv in (["top-causes", "--since", SINCE], ["sql", "SELECT 1 AS one"]):
+        code, out, err = history(capsys, *argv, "--lake", str(lake))
+        assert code == 0
+        assert f"of {runs.num_rows} rank session(s)" in err
+        assert f"{not_ended} did not end" in err and "dark" in err
+
+
+def test_formats(lake, capsys):
+    """csv parses with a header; json carries rows and warnings; html draws an SVG chart for a trend."""
+    _, out, _ = history(capsys, "cost", "--lake", str(lake), "--since", SINCE, "--format", "csv")
+    table = list(csv.reader(io.StringIO(out)))
+    assert table[0] == ["team", "week", "compile_hours", "recompile_hours", "runs"]
+    _, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "html"
+    )
+    assert out.startswith("<!doctype html>") and "<svg" in out and "p90_s" in out
+    _, out, _ = history(
+        capsys, "limit-hits", "--lake", str(lake), "--since", SINCE, "--format", "html"
+    )
+    assert "<svg" not in out and "<table>" in out
+
+
+def test_parameters_are_bound_as_literals(lake, capsys):
+    """A value that tries to break out of its quotes stays a value: no rows, no error, nothing run;
+    --by takes only a closed set of columns."""
+    hostile = "torch=2.15.0' OR '1'='1"
+    code, out, _ = history(
+        capsys,
+        "regressions",
+        "--lake",
+        str(lake),
+        "--baseline",
+        "torch=2.14.1",
+        "--candidate",
+        hostile,
+    )
+    assert code == 0 and "ok" in out
+    code, out, err = history(capsys, "compare", "x'); DROP VIEW runs; --", "--lake", str(lake))
+    assert code == 2 and "not in the lake" in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["history", "top-causes", "--lake", str(lake), "--by", "model; DROP VIEW runs"])
+    assert exit_info.value.code == 2
+    code, out, err = history(capsys, "top-causes", "--lake", str(lake), "--since", "last week")
+    assert code == 2 and "--since" in err
+    _, out, _ = history(
+        capsys, "compare", "a\\'b", "--lake", str(lake), "--print-sql", "--dialect", "spark"
+    )
+    assert "'a\\\\\\'b'" in out  # Spark reads \ as an escape: both are escaped
+
+
+def test_sql_runs_any_query_over_the_views(lake, capsys):
+    """history sql runs free SQL over the four views; a bad query is one line, exit 2."""
+    code, out, _ = history(
+        capsys, "sql", "--lake", str(lake), "SELECT COUNT(*) AS n FROM compiles", "--format", "json"
+    )
+    assert code == 0
+    assert as_json(out)["results"][0]["rows"][0]["n"] == rows_of(lake, "compiles").num_rows
+    code, out, err = history(capsys, "sql", "--lake", str(lake), "SELECT nope FROM compiles")
+    assert code == 2 and err.count("\n") == 1 and "the query failed" in err
+
+
+def test_print_sql_switches_percentiles_by_dialect(lake, capsys):
+    """--print-sql prints the views and the query for each engine, percentiles spelled its way."""
+    spelled = {
+        "duckdb": "quantile_cont(duration_s, 0.5)",
+        "spark": "percentile_approx(duration_s, 0.5)",
+        "trino": "approx_percentile(duration_s, 0.5)",
+        "clickhouse": "quantile(0.5)(duration_s)",
+    }
+    for dialect, text in spelled.items():
+        code, out, _ = history(
+            capsys, "latency", "--lake", str(lake), "--print-sql", "--dialect", dialect
+        )
+        assert code == 0 and text in out
+        assert out.count("VIEW") >= 4
+    sqlglot = pytest.importorskip("sqlglot")  # optional: Trino and ClickHouse are not run here
+    commands = (
+        ["top-causes"],
+        ["cost"],
+        ["limit-hits"],
+        ["divergence"],
+        ["latency"],
+        ["regressions", "--baseline", "torch=2.14.1", "--candidate", "torch=2.15.0"],
+        ["compare", "run-001-0001"],
+    )
+    for dialect in ("trino", "clickhouse", "spark", "duckdb"):
+        for command in commands:
+            _, out, _ = history(
+                capsys, *command, "--lake", str(lake), "--print-sql", "--dialect", dialect
+            )
+            statements = [
+                "\n".join(line for line in s.splitlines() if not line.startswith("--"))
+                for s in out.split(";\n")
+            ]
+            parsed = [s for s in statements if s.strip() and not s.startswith("CALL ")]
+            assert len(parsed) >= 5
+            for statement in parsed:
+                assert sqlglot.parse(statement, read=dialect), statement
+
+
+# ---- faults -------------------------------------------------------------------------------------
+
+
+def _files(root: Path, table: str) -> list[Path]:
+    return sorted((root / "v1" / table).rglob("*.parquet"))
+
+
+def _figure(capsys, root: Path) -> tuple[int, float, str]:
+    code, out, err = history(
+        capsys,
+        "sql",
+        "--lake",
+        str(root),
+        "SELECT SUM(compile_seconds) AS s FROM compiles",
+        "--format",
+        "json",
+    )
+    rows = as_json(out)["results"][0]["rows"] if code == 0 else [{"s": None}]
+    return code, rows[0]["s"], err
+
+
+def _sum_of(paths: list[Path]) -> float:
+    return sum(pc.sum(pq.read_table(p)["compile_seconds"]).as_py() for p in paths)
+
+
+def test_a_corrupt_or_truncated_file_is_named_and_the_rest_answered(own_lake, capsys):
+    """A truncated file (an exporter killed mid-write) and one of garbage are left out with a warning
+    naming them and counting them; the figure is the sum over the other files, exactly."""
+    files = _files(own_lake, "compiles")
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[: len(data) // 2])
+    files[1].write_bytes(b"not parquet at all")
+    code, figure, err = _figure(capsys, own_lake)
+    assert code == 0 and "Traceback" not in err
+    assert f"compiles: 2 of {len(files)} file(s) left out, unreadable" in err
+    assert files[0].name in err and files[1].name in err
+    assert figure == pytest.approx(_sum_of(files[2:]))
+
+
+def test_a_file_broken_behind_a_good_footer_is_dropped_when_read(own_lake, capsys):
+    """A file whose data pages are damaged but whose footer reads is found when DuckDB reads it: left
+    out, named, and the query answered from the rest."""
+    files = _files(own_lake, "compiles")
+    data = bytearray(files[0].read_bytes())
+    group = pq.ParquetFile(files[0]).metadata.row_group(0)
+    chunk = group.column(
+        group.to_dict()["columns"].index(
+            next(c for c in group.to_dict()["columns"] if c["path_in_schema"] == "compile_seconds")
+        )
+    )
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    for i in range(start, start + chunk.total_compressed_size):
+        data[i] ^= 0x5A
+    files[0].write_bytes(bytes(data))
+    code, figure, err = _figure(capsys, own_lake)
+    assert code == 0 and files[0].name in err and "left out" in err
+    assert figure == pytest.approx(_sum_of(files[1:]))
+
+
+def test_a_file_of_another_schema_version_is_left_out_and_named(own_lake, capsys):
+    """A file whose columns have other types (another schema version) is left out by name; one that
+    only lacks newer columns is read, those columns unknown, and said so."""
+    files = _files(own_lake, "compiles")
+    table = pq.read_table(files[0])
+    table = table.set_column(
+        table.schema.get_field_index("rank"), "rank", pc.cast(table["rank"], pa.string())
+    )
+    pq.write_table(table, files[0])
+    older = pq.read_table(files[1]).drop_columns(["dynamo_config_sha", "inductor_config_sha"])
+    pq.write_table(older, files[1])
+    code, figure, err = _figure(capsys, own_lake)
+    assert code == 0
+    assert "1 of" in err and "of another schema version" in err and files[0].name in err
+    assert "predate column(s) dynamo_config_sha, inductor_config_sha" in err
+    assert figure == pytest.approx(_sum_of(files[1:]))
+
+
+def test_an_empty_table_or_lake_answers_empty_with_a_note(own_lake, tmp_path, capsys):
+    """A table with no files yet gives no rows and a note, not an error; so does an empty lake."""
+    shutil.rmtree(own_lake / "v1" / "graph_breaks")
+    code, out, err = history(
+        capsys,
+        "sql",
+        "--lake",
+        str(own_lake),
+        "SELECT COUNT(*) AS n FROM graph_breaks",
+        "--format",
+        "json",
+    )
+    assert code == 0 and as_json(out)["results"][0]["rows"][0]["n"] == 0
+    assert "graph_breaks has no files yet" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = history(capsys, "top-causes", "--lake", str(empty))
+    assert code == 0 and "(no rows)" in out and "compiles has no files yet" in err
+
+
+def test_a_lake_path_that_does_not_exist_is_one_line_exit_2(tmp_path, capsys):
+    """A lake that does not exist: one error line naming it, exit 2, no traceback."""
+    code, out, err = history(capsys, "top-causes", "--lake", str(tmp_path / "nowhere"))
+    assert code == 2
+    assert err.count("\n") == 1 and "no such lake" in err and "nowhere" in err
+
+
+# ---- real runs: real torch.compile jobs, exported with `recompprof export` -------------------------
+
+WORKLOAD = Path(__file__).parent / "workloads" / "train_recompiles.py"
+
+
+@pytest.fixture(scope="module")
+def real_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """Two real CPU jobs of one job id, labelled, exported by the real command: ``base`` changes two
+    things between steps (size, a Python constant), ``cand`` four (also a global and a module
+    attribute): the candidate adds guard failures its job's history does not have."""
+    where = tmp_path_factory.mktemp("real")
+    lake = where / "lake"
+    runs = {}
+    for name, changes in (("base", "2"), ("cand", "4")):
+        env = clean_env(
+            RECOMPPROF_RUN_DIR=str(where / name),
+            RECOMPPROF_LABELS="team=vision,model=tinynet",
+            TORCH_COMPILE_JOB_ID="train-tinynet",
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(WORKLOAD),
+                "--backend",
+                "eager",
+                "--steps",
+                "12",
+                "--changes",
+                changes,
+            ],
+            env=env,
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[name] = where / name
+    exported = cli("export", str(runs["base"]), str(runs["cand"]), "--to", str(lake))
+    assert exported.returncode == 0, exported.stderr
+    return lake, runs
+
+
+def test_real_runs_cost_and_causes_agree_with_the_report(real_lake, capsys):
+    """On real exported runs, cost's compile hours and the part lost to recompiles, and top-causes'
+    seconds per cause, add up to the report's compile and recompile seconds of the same runs."""
+    lake, runs = real_lake
+    reports = [build_report(load(path).events) for path in runs.values()]
+    compile_s = sum(r.compile_seconds for r in reports)
+    recompile_s = sum(r.recompile_seconds for r in reports)
+    assert recompile_s > 0
+    code, out, err = history(
+        capsys, "cost", "--lake", str(lake), "--since", "30d", "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and [r["team"] for r in rows] == ["vision"] and rows[0]["runs"] == 2
+    assert rows[0]["compile_hours"] * 3600 == pytest.approx(compile_s, abs=0.004)
+    assert rows[0]["recompile_hours"] * 3600 == pytest.approx(recompile_s, abs=0.004)
+    code, out, _ = history(
+        capsys, "top-causes", "--lake", str(lake), "--since", "30d", "--all", "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and {r["model"] for r in rows} == {"tinynet"}
+    assert sum(r["seconds"] for r in rows) == pytest.approx(recompile_s, abs=0.001 * len(rows))
+    assert sum(r["recompiles"] for r in rows) == sum(r.recompiles for r in reports)
+    for command in ("limit-hits", "divergence", "latency"):
+        code, out, err = history(capsys, command, "--lake", str(lake), "--since", "30d")
+        assert code == 0, err
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", "30d", "--format", "json"
+    )
+    assert as_json(out)["results"][0]["rows"][0]["compiles"] == sum(r.compiles for r in reports)
+
+
+def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, capsys):
+    """compare, the CI gate, on real runs: the candidate that recompiles for two more reasons than its
+    job's earlier run exits 1 and names them; the job's first run has no baseline and passes."""
+    lake, _ = real_lake
+    _, out, _ = history(
+        capsys,
+        "sql",
+        "--lake",
+        str(lake),
+        "SELECT run_id FROM runs ORDER BY start_time",
+        "--format",
+        "json",
+    )
+    base, cand = (row["run_id"] for row in as_json(out)["results"][0]["rows"])
+    code, out, err = history(capsys, "compare", cand, "--lake", str(lake), "--format", "json")
+    answer = as_json(out)
+    assert code == 1 and answer["findings"]
+    added = {row["category"] for row in answer["results"][0]["rows"]}
+    assert added and all(row["baseline_max"] == 0 for row in answer["results"][0]["rows"])
+    code, out, err = history(capsys, "compare", base, "--lake", str(lake))
+    assert code == 0 and "nothing to compare with" in err
+
+
+def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
+    """The same questions over an S3 lake: moto's standalone server (it emulates Amazon S3) started on
+    127.0.0.1, pyarrow's S3 filesystem the client; compaction and the marker work there too, and the
+    answers equal those of the same fleet on a local path."""
+    pytest.importorskip("moto.server")
+    import socket
+    import time
+
+    import pyarrow.fs as pafs
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+        ).create_dir("lake")
+        uri = f"s3://lake/fleet?endpoint_override=127.0.0.1:{port}&scheme=http"
+        fleet = Fleet(days=2, runs_per_day=3)
+        write_fleet(uri, fleet)
+        write_fleet(tmp_path / "local", fleet)
+        question = ["top-causes", "--since", SINCE, "--all", "--format", "json"]
+        _, local, _ = history(capsys, question[0], "--lake", str(tmp_path / "local"), *question[1:])
+        _, remote, err = history(capsys, question[0], "--lake", uri, *question[1:])
+        assert as_json(remote)["results"] == as_json(local)["results"] and "did not end" in err
+        assert main(["history", "compact", "--lake", uri, "--through", str(fleet.start)]) == 0
+        capsys.readouterr()
+        _, compacted, _ = history(capsys, question[0], "--lake", uri, *question[1:])
+        assert as_json(compacted)["results"] == as_json(local)["results"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,154 @@
+"""The lake on an existing distributed engine: Apache Spark in local mode runs the view definitions
+``--print-sql --dialect spark`` prints and every canonical question, and returns the rows DuckDB
+returns over the same lake (half of it compacted, so both roots and the marker are exercised).
+
+Needs Java 17+ (scripts/system-deps.sh installs openjdk-17-jre-headless) and pyspark (the dev extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from history_fleet import NEW, Fleet, write_fleet
+
+from recompprof._history import compact, daily, engine, questions, views
+from recompprof._history.layout import Lake
+
+if shutil.which("java") is None:
+    pytest.skip(
+        "java not found: Spark needs Java 17+ (scripts/system-deps.sh installs "
+        "openjdk-17-jre-headless)",
+        allow_module_level=True,
+    )
+pyspark_sql = pytest.importorskip("pyspark.sql", reason="pyspark is not installed (the dev extra)")
+
+FLEET = Fleet(days=3, runs_per_day=4)
+# Spark's exact percentile interpolates as DuckDB's quantile_cont does; the printed text uses the
+# approximate one (checked to run below), which a fleet month needs.
+SPARK_EXACT = dataclasses.replace(questions.SPARK, percentile="percentile({x}, {p})")
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    root = tmp_path_factory.mktemp("spark") / "lake"
+    write_fleet(root, FLEET)
+    handle = Lake(str(root))
+    compact.compact(handle, FLEET.start)  # the first day compacted, the others raw
+    return handle
+
+
+@pytest.fixture(scope="module")
+def spark(lake: Lake) -> Iterator[Any]:
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2]")
+        .appName("recompprof-history-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    for statement in views.printed(lake, "spark", daily.through(lake)).split(";\n"):
+        body = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
+        if body.strip():
+            session.sql(body)
+    yield session
+    session.stop()
+
+
+def _params(lake: Lake) -> questions.Params:
+    duck = engine.Engine(lake, views.select(lake))
+    last = duck.query("SELECT run_id, job FROM runs ORDER BY start_time DESC, run_id LIMIT 1").rows
+    run, job = last[0]
+    return questions.Params(
+        since=datetime.date(2026, 10, 1),
+        baseline="2.14.1",
+        candidate=NEW,
+        run=run,
+        job=job,
+        last=50,
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        value = float(value)
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, datetime.datetime):
+        return value.date().isoformat()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return value
+
+
+def _same(duck_rows: list[tuple[Any, ...]], spark_rows: list[tuple[Any, ...]]) -> bool:
+    if len(duck_rows) != len(spark_rows):
+        return False
+    for a, b in zip(duck_rows, spark_rows):
+        for x, y in zip(a, b, strict=True):
+            x, y = _plain(x), _plain(y)
+            if isinstance(x, float) or isinstance(y, float):
+                if x is None or y is None or abs(float(x) - float(y)) > 0.0011:
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
+    """Every canonical question (each --by of those that group) and the completeness count give the
+    same rows on Spark local mode as on DuckDB, from the same portable texts."""
+    duck = engine.Engine(lake, views.select(lake))
+    base = _params(lake)
+    asked = []
+    for name in questions.COMMANDS:
+        for by in questions.GROUPS if name in ("top-causes", "cost", "latency") else ("model",):
+            params = dataclasses.replace(base, by=by)
+            for dq, sq in zip(
+                questions.bind(name, params, questions.DUCKDB).queries,
+                questions.bind(name, params, SPARK_EXACT).queries,
+            ):
+                duck_rows = duck.query(dq.text).rows
+                spark_rows = [tuple(r) for r in spark.sql(sq.text).collect()]
+                assert _same(duck_rows, spark_rows), (name, by, dq.title, duck_rows, spark_rows)
+                asked.append((name, bool(duck_rows)))
+    scope = "dt >= DATE '2026-10-01'"
+    duck_rows = duck.query(questions.completeness(scope, questions.DUCKDB)).rows
+    spark_rows = [tuple(r) for r in spark.sql(questions.completeness(scope, SPARK_EXACT)).collect()]
+    assert _same(duck_rows, spark_rows)
+    assert duck_rows[0][1] > 0  # the fleet has sessions that did not end: the count is exercised
+    # the comparison is not vacuous: most questions have rows on this fleet
+    answered = {name for name, has in asked if has}
+    assert {"top-causes", "cost", "divergence", "latency"} <= answered, asked
+
+
+def test_the_printed_spark_text_runs_with_approximate_percentiles(lake, spark):
+    """latency as printed for Spark (percentile_approx) runs and gives DuckDB's groups and counts."""
+    params = _params(lake)
+    printed = questions.bind("latency", params, questions.SPARK).queries[0].text
+    assert "percentile_approx" in printed
+    rows = [tuple(r) for r in spark.sql(printed).collect()]
+    duck = engine.Engine(lake, views.select(lake))
+    expected = duck.query(questions.bind("latency", params).queries[0].text).rows
+    assert [r[:3] for r in rows] == [r[:3] for r in expected]
+    assert all(r[3] <= r[4] <= r[5] <= r[6] for r in rows)
+
+
+def test_views_read_both_roots(lake, spark):
+    """The Spark views take the compacted first day and the raw later days: every day once."""
+    days = spark.sql("SELECT dt, COUNT(*) AS n FROM compiles GROUP BY dt ORDER BY dt").collect()
+    duck = engine.Engine(lake, views.select(lake))
+    expected = duck.query("SELECT dt, COUNT(*) AS n FROM compiles GROUP BY dt ORDER BY dt").rows
+    assert [(r[0], r[1]) for r in days] == expected
+    assert len(expected) == FLEET.days
+    assert Path(daily.part_path(lake, "compiles", FLEET.start)).exists()

@@ -75,7 +75,8 @@ class Explained:
     # dim or scalar.
     first_change: bool = True
     # True when what the explaining reason names (its category and subject) explained a recompile of this
-    # frame before: the same change keeps recompiling (the verdict of a job that advanced no step).
+    # frame before, or its dim or scalar changes again: the same change keeps recompiling (the verdict of
+    # a job that advanced no step).
     recurring: bool = False
     # True when the compile's own installed guards hold the scalar the explaining reason changed at its new
     # value (``G['cfg'].ls == 0.2``): torch tried it dynamic and the traced code specialised it again in
@@ -196,6 +197,9 @@ class ReasonExplainer:
             and changed.startswith("value of ")
             and _installed_equality(changed.removeprefix("value of "), installed)
         )
+        # A dim or scalar that changes again after its first change stays static or was specialised again:
+        # each new value recompiles, however the guard that shows it is worded (a size, a shape guard).
+        recurring = recurring or (changed is not None and not first_change)
         return Explained(kept, dict(omitted), first_change, recurring, specialised)
 
 
@@ -250,15 +254,27 @@ def _made_dynamic_now(parsed: list[Reason], index: int, seen: _History) -> bool:
 def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     """The dim or scalar of ``parsed[index]`` changed before on this frame, and this reason's entry was
     compiled before that first change (so with it static), while no entry compiled since fails on it: torch
-    made it dynamic and this variant (another flag value) now compiles with it dynamic, once."""
+    made it dynamic and this variant (another flag value) now compiles with it dynamic, once. Each entry
+    compiled since fails on what tells the variants apart, never on a size, a scalar or a shape guard."""
     changed = changed_subject(parsed[index])
     before = seen.get(hash(("changed", changed)))
     entry = _ordinal(parsed[index].entry)
     if before is None or entry is None or entry > before:
         return False
+    subject = parsed[index].subject
     return not any(
-        changed_subject(r) == changed and (o := _ordinal(r.entry)) is not None and o > before
+        (o := _ordinal(r.entry)) is not None and o > before and _may_be_a_change(r, subject)
         for r in parsed
+    )
+
+
+def _may_be_a_change(reason: Reason, subject: str) -> bool:
+    """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
+    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again."""
+    return (
+        reason.subject == subject
+        or reason.category == "symbolic_shape"
+        or changed_subject(reason) is not None
     )
 
 

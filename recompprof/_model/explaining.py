@@ -160,6 +160,7 @@ class ReasonExplainer:
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
+        static_variant = _static_variant(parsed, explaining, seen)  # judged on what was seen before
         cause = hash(("explained", parsed[explaining].category, parsed[explaining].subject))
         recurring = cause in seen
         seen[cause] = None
@@ -175,7 +176,7 @@ class ReasonExplainer:
         changed = changed_subject(parsed[explaining])
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
             key = hash(("changed", changed))
-            first_change = key not in seen or _static_variant(parsed, explaining, seen)
+            first_change = key not in seen or static_variant
             if key not in seen:
                 ordinals = [o for r in parsed if (o := _ordinal(r.entry)) is not None]
                 seen[key] = max(ordinals, default=-1)
@@ -262,9 +263,11 @@ def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     if before is None or entry is None or entry > before:
         return False
     subject = parsed[index].subject
+    newer = [r for r in parsed if (o := _ordinal(r.entry)) is not None and o > before]
+    # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
+    # flipped now), not a known variant's difference: then this is no variant compiled static.
     return not any(
-        (o := _ordinal(r.entry)) is not None and o > before and _may_be_a_change(r, subject)
-        for r in parsed
+        _may_be_a_change(r, subject) or hash(("subject", r.subject)) not in seen for r in newer
     )
 
 

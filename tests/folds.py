@@ -153,6 +153,7 @@ def random_events(rng: random.Random, n: int) -> list[Any]:
                     guard_set=rng.choice((None, "g1", "g2")),
                     steady_state=rng.random() < 0.5,
                     automatic_dynamic="dim 0 of L['x']" if reasons and rng.random() < 0.2 else None,
+                    specialised="value of L['ls']" if reasons and rng.random() < 0.1 else None,
                     call_site=["train.py:3 in step"] if rng.random() < 0.5 else [],
                     cache_lookups={"fx_graph": {"hit": 1}} if rng.random() < 0.2 else {},
                     cache_seconds_saved=0.5 if rng.random() < 0.2 else None,

@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise
@@ -118,7 +119,21 @@ STEADY = {
     "clip": {"0/1": False},
     "unet": {"0/1": False, "0/2": False},
 }
+# Verdicts recompprof still gets wrong, each marked xfail(strict=True) on the one case that asserts it:
+# (test, its parameters...) -> the bug.
+KNOWN_WRONG: dict[tuple[str, ...], str] = {}
 WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
+
+
+def cases(test: str, combos: list[tuple[str, ...]]) -> list[Any]:
+    """``pytest.param`` per combination, those ``KNOWN_WRONG`` names for ``test`` marked xfail (strict)."""
+    out = []
+    for combo in combos:
+        bug = KNOWN_WRONG.get((test, *combo))
+        out.append(
+            pytest.param(*combo, marks=[pytest.mark.xfail(strict=True, reason=bug)] if bug else [])
+        )
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +269,9 @@ def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
 # -- frames ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize(
+    ("workload", "source"), cases("names", [(w, s) for w in WORKLOADS for s in SOURCES])
+)
 def test_frames_named_as_the_user_knows_them(
     events: dict[tuple[str, str], list[Event]], workload: str, source: str
 ) -> None:
@@ -265,7 +281,7 @@ def test_frames_named_as_the_user_knows_them(
     assert names and set(names.values()) == {NAMES[workload]}, names
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", cases("alike", [(w,) for w in WORKLOADS]))
 def test_live_and_ingest_name_frames_alike(
     events: dict[tuple[str, str], list[Event]], workload: str
 ) -> None:
@@ -277,7 +293,7 @@ def test_live_and_ingest_name_frames_alike(
     assert live == traced, (live, traced)
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", cases("diff", [(w,) for w in WORKLOADS]))
 def test_diff_of_a_run_against_its_own_trace_is_empty(
     recorded: dict[str, Recorded], workload: str, tmp_path: Path
 ) -> None:
@@ -304,33 +320,30 @@ def test_diff_of_a_run_against_its_own_trace_is_empty(
 # -- explaining reasons and categories ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("workload", WORKLOADS)
-def test_explaining_reasons(
-    events: dict[tuple[str, str], list[Event]], workload: str, source: str
+@pytest.mark.parametrize(
+    ("workload", "compile_id", "source"),
+    cases("explain", [(w, cid, s) for w in WORKLOADS for cid in EXPLAINED[w] for s in SOURCES]),
+)
+def test_explaining_reason(
+    events: dict[tuple[str, str], list[Event]], workload: str, compile_id: str, source: str
 ) -> None:
     """Each recompile is explained by the change torch made (``EXPLAINED``): its entry, category and subject.
     Ingested, a category decided by the guarded object may be ``other`` (unknown from text), never another."""
-    explained = {}
-    for cid, event in forward(events[(workload, source)]).items():
-        if event.is_recompile:
-            reason = explaining_reason(event.reasons)
-            assert reason is not None, cid
-            explained[cid] = (reason.entry, reason.category, reason.subject)
-    wrong = {}
-    for cid, (entry, category, subject) in explained.items():
-        allowed = EXPLAINED[workload].get(cid, set())
-        if source == "trace" and category == "other":
-            allowed = {(e, "other", s) for e, c, s in allowed if c in BY_OBJECT}
-        if (entry, category, subject) not in allowed:
-            wrong[cid] = (entry, category, subject)
-    assert set(explained) == set(EXPLAINED[workload]) and not wrong, (wrong, EXPLAINED[workload])
+    compiles = forward(events[(workload, source)])
+    recompiles = sorted(cid for cid, e in compiles.items() if e.is_recompile)
+    assert recompiles == sorted(EXPLAINED[workload])
+    reason = explaining_reason(compiles[compile_id].reasons)
+    assert reason is not None
+    allowed = EXPLAINED[workload][compile_id]
+    if source == "trace" and reason.category == "other":
+        allowed = {(e, "other", s) for e, c, s in allowed if c in BY_OBJECT}
+    assert (reason.entry, reason.category, reason.subject) in allowed, (reason, allowed)
 
 
 # -- steady state or warm-up, and the fix shown first --------------------------------------------------
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", cases("steady", [(w,) for w in WORKLOADS]))
 def test_steady_state(
     recorded: dict[str, Recorded], events: dict[tuple[str, str], list[Event]], workload: str
 ) -> None:
@@ -346,7 +359,7 @@ def test_steady_state(
             assert event.automatic_dynamic and not event.steady_state, (cid, event)
 
 
-@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("workload", cases("fix_first", [(w,) for w in WORKLOADS]))
 def test_fix_first_never_leads_with_a_warmup(
     events: dict[tuple[str, str], list[Event]], workload: str
 ) -> None:

@@ -66,12 +66,12 @@ NAMES = {
 }
 # torch's code object of those frames (co_name, the file's last two parts), read from the trace by the fixture test.
 CODE = {"optim": {"1": ("wrapper", "optim/optimizer.py"), "2": ("step", "optim/adam.py")}}
-# What ingest cannot know from a trace (docs/frames.md, "what ingest cannot name"), held exactly so a change shows:
-# optim frame 1 is torch's Optimizer.step hook, whose source does not say which method it wraps, so ingest keeps
-# the wrapper's code name (its identity still matches live: diff exits 0). The MoE compile that failed (the
-# decorator on Qwen2MoeModel.forward graph-breaks and torch skips it) leaves no guard tree to read the instance's
-# class from: ingest names it ("wrapper", None) (moe_frames finds its frame number).
-TRACE_NAMES = {("optim", "1"): ("AdamW.wrapper", "AdamW")}
+# What ingest cannot know from a trace (docs/frames.md, "what ingest cannot name"), held exactly so a change shows.
+# torch's Optimizer.step hook (optim frame 1) is named as live, AdamW.step: optimizer.py installs the hook on
+# `step` at run time. The MoE compile that failed (the decorator on Qwen2MoeModel.forward graph-breaks and torch
+# skips it) leaves no guard tree to read the instance's class from: ingest names it ("wrapper", None)
+# (moe_frames finds its frame number).
+TRACE_NAMES: dict[tuple[str, str], tuple[str, str | None]] = {}
 FAILED_TRACE_NAME = ("wrapper", None)
 
 

@@ -8,7 +8,7 @@ other run at the same code. A *regression* is any count that grew: recompiles of
 recompiles explained by a category, recompile-limit hits, compile failures, graph breaks; except that
 recompiles moved between ``other`` (unknown) and a frame's known categories, no more than the other side
 lost, are the same recompiles classified with less or more knowledge (an ingested trace has no live
-objects to resolve), a change, not worse.
+objects to resolve): "changed", neither worse nor better.
 Compile time is noisy, so it (a frame's compile seconds, and the seconds lost to each cause) only counts
 as a regression past ``max_time_increase`` (a fraction) when given.
 """
@@ -40,6 +40,17 @@ class Change:
     before: float
     after: float
     regression: bool
+    # recompiles moved between ``other`` (unknown) and a known category: classified with more or less
+    # knowledge, neither better nor worse ("changed")
+    reclassified: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """``worse``, ``better`` or ``changed`` (a figure that grew without being a regression, or moved
+        between ``other`` and a known category)."""
+        if self.regression:
+            return "worse"
+        return "better" if self.delta < 0 and not self.reclassified else "changed"
 
     @property
     def delta(self) -> float:
@@ -72,7 +83,7 @@ class Diff:
 
     @property
     def improvements(self) -> list[Change]:
-        return [c for c in self.changes if not c.regression and c.delta < 0]
+        return [c for c in self.changes if c.verdict == "better"]
 
 
 def _figures(frame: FrameReport | None, causes: list[CauseReport]) -> dict[str, float]:
@@ -165,6 +176,17 @@ class _Reclassified:
     known_fell: float
     known_rose: float
     other_fell: float
+    other_rose: float
+
+    def moved(self, what: str) -> bool:
+        """Whether ``what`` is a category whose change is (in part) recompiles moved into or out of
+        ``other``: ``other`` and the known categories went opposite ways (a cause's seconds lost move with
+        its category)."""
+        if what.startswith(SECONDS_LOST):
+            what = "category " + what.removeprefix(SECONDS_LOST).split()[0]
+        if what != OTHER_CATEGORY and what not in self.known:
+            return False
+        return bool((self.other_rose and self.known_fell) or (self.other_fell and self.known_rose))
 
     @classmethod
     def of(cls, fa: dict[str, float], fb: dict[str, float]) -> _Reclassified:
@@ -174,6 +196,7 @@ class _Reclassified:
             sum(max(0.0, fa.get(w, 0) - fb.get(w, 0)) for w in known),
             sum(max(0.0, fb.get(w, 0) - fa.get(w, 0)) for w in known),
             max(0.0, fa.get(OTHER_CATEGORY, 0) - fb.get(OTHER_CATEGORY, 0)),
+            max(0.0, fb.get(OTHER_CATEGORY, 0) - fa.get(OTHER_CATEGORY, 0)),
         )
 
 
@@ -206,6 +229,7 @@ def _frame_changes(
             fa.get(what, 0),
             fb.get(what, 0),
             _worse(what, fa.get(what, 0), fb.get(what, 0), moved, max_time_increase),
+            moved.moved(what),
         )
         for what in dict.fromkeys([*fa, *fb])
         if fa.get(what, 0) != fb.get(what, 0)
@@ -260,14 +284,13 @@ def render(diff: Diff, width: int = 120) -> str:
             diff.changes, key=lambda c: (not c.regression, c.delta >= 0, c.frame, c.what)
         )
         for c in order:
-            verdict = "worse" if c.regression else ("better" if c.delta < 0 else "changed")
             table.add_row(
                 c.frame,
                 c.what,
                 _fmt(c.before),
                 _fmt(c.after),
                 ("+" if c.delta > 0 else "") + _fmt(c.delta),
-                verdict,
+                c.verdict,
             )
         console.print(table)
     regressions = diff.regressions

@@ -34,7 +34,7 @@ from recompprof._model.events import (
 )
 from recompprof._model.texts import clean_text, graph_break_text
 from recompprof._torch import frames as torch_frames
-from recompprof._torch.guard_failures import guard_set
+from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
 from recompprof._torch.sources import type_name
@@ -292,6 +292,7 @@ class CompileRecorder:
             step=step,
             frame=frame,
             steady_state=step >= self.settings.warmup_steps,
+            no_step=step == 0,
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type is not None or m.fail_reason else None,
             trace_id=self._trace_id(compile_id, not m.backward),
@@ -316,6 +317,7 @@ class CompileRecorder:
         if ctx is not None:
             with _internal.contain("torch.guard_set"):
                 seen.guard_set = guard_set(ctx.guarded_code)
+            seen.installed = _installed(ctx.guarded_code)
         texts: list[str] = []
         # A changed torch internal loses this compile's reasons, never the compile itself.
         with _internal.contain(
@@ -403,3 +405,15 @@ def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None]
     if ctx is None:
         return None
     return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
+
+
+def _installed(guarded_code: object) -> Callable[[], list[str]]:
+    """The compile's installed guards, read when the explainer asks (never raising into torch: a changed
+    internal reads as none installed, so no scalar is called specialised)."""
+
+    def read() -> list[str]:
+        with _internal.contain("torch.installed_guards"):
+            return installed_guards(guarded_code)
+        return []
+
+    return read

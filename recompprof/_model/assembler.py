@@ -20,7 +20,7 @@ from recompprof._model.compile_record import CompileRecord, reason_texts
 from recompprof._model.compiles import CompileContext, compile_events, in_order
 from recompprof._model.correlation import Correlation, graph_break_event
 from recompprof._model.events import Event, Frame, GraphBreak, Reason
-from recompprof._model.explaining import Explained, ReasonExplainer
+from recompprof._model.explaining import Explained, InstalledGuards, ReasonExplainer
 
 Resolve = Callable[
     [str], "str | None"
@@ -46,11 +46,13 @@ class Seen:
     breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
     resolve: Resolve | None = None
     steady_state: bool = False
+    no_step: bool = False  # the job has advanced no step: steady state is judged by repeats
     limits: dict[str, int | None] | None = None
     call_site: list[str] = dataclasses.field(default_factory=list)
     guard_set: str | None = None
     trace_id: str | None = None
     trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
+    installed: InstalledGuards | None = None  # the guards the compile installed (None: unknown)
 
 
 def _key_of(compile_id: str | CompileId) -> str:
@@ -145,10 +147,11 @@ class CompileAssembler:
                 rank=seen.rank,
                 step=seen.step,
                 frame=frame,
-                explained=self.explainer.explain(frame, texts, seen.resolve),
+                explained=self.explainer.explain(frame, texts, seen.resolve, seen.installed),
                 graph_breaks=sum(b.count for b in breaks),
                 redact=self.redact,
                 steady_state=seen.steady_state,
+                no_step=seen.no_step,
                 limits=seen.limits,
                 call_site=seen.call_site,
                 guard_set=seen.guard_set,

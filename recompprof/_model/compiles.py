@@ -52,6 +52,9 @@ class CompileContext:
     graph_breaks: int = 0
     redact: bool = False
     steady_state: bool = False
+    # The job has advanced no training step yet (generation, evaluation, serving): steady state is then
+    # judged by recompiles that repeat, not by steps (docs/steady-state.md).
+    no_step: bool = False
     limits: dict[str, int | None] | None = None
     call_site: list[str] = dataclasses.field(default_factory=list)
     guard_set: str | None = None
@@ -86,8 +89,9 @@ def compile_events(
         reasons=reasons,
         reasons_omitted=cast("dict[Category, int]", omitted),
         graph_breaks=ctx.graph_breaks,
-        steady_state=ctx.steady_state and dynamic is None,
+        steady_state=steady_state(ctx, dynamic),
         automatic_dynamic=dynamic,
+        specialised=_specialised(ctx, reasons),
         call_site=ctx.call_site,
         guard_set=ctx.guard_set,
         cudagraph_skip=skip.category if skip else None,
@@ -110,13 +114,31 @@ def compile_events(
     )
 
 
+def steady_state(ctx: CompileContext, dynamic: str | None) -> bool:
+    """The verdict of a recompile: past the warm-up steps and no automatic dynamic warm-up; in a job that
+    advanced no step, only when the same change (category and subject) recompiled this frame before: a
+    one-time variant (prefill, then decode) compiles once and is done."""
+    if not ctx.steady_state or dynamic is not None:
+        return False
+    return ctx.explained.recurring or not ctx.no_step
+
+
+def _specialised(ctx: CompileContext, reasons: list[Reason]) -> str | None:
+    """The scalar the compile's installed guards kept at its new value (:class:`Explained`), or None."""
+    if not ctx.explained.specialised:
+        return None
+    reason = next((r for r in reasons if r.explains_change), None)
+    return f"value of {reason.subject}" if reason is not None else None
+
+
 def _automatic_dynamic(
     m: CompileRecord, ctx: CompileContext, reasons: list[Reason], hit: tuple[str, int | None] | None
 ) -> str | None:
     """What automatic dynamic made dynamic with this forward compile (a limit hit or a failure made nothing)."""
     if m.backward or hit is not None or m.fail_type is not None:
         return None
-    return automatic_dynamic(m, reasons, ctx.explained.first_change)
+    explained = ctx.explained
+    return automatic_dynamic(m, reasons, explained.first_change, explained.specialised)
 
 
 def in_order(

@@ -174,6 +174,9 @@ class Compile(_Event):
     # argument, after which it is dynamic ("dim 0 of L['x']", "value of L['lr']"). A one-time warm-up: never
     # steady state (docs/steady-state.md).
     automatic_dynamic: str | None = Field(default=None, max_length=MAX_SUBJECT)
+    # Set on a recompile whose scalar the compile's own installed guards hold at its new value ("value of
+    # G['cfg'].ls"): torch tried it dynamic, the traced code needed it constant; every new value recompiles.
+    specialised: str | None = Field(default=None, max_length=MAX_SUBJECT)
     # The user's call site of a recompile: innermost-last "file:line in function" lines (bounded, redactable).
     call_site: list[str] = []
     # Compile-cache lookups of this compile, by cache and result, as torch counted them.

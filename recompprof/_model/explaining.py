@@ -10,8 +10,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
 from recompprof._model.reasons import parse_guard_failure, resolvable_subjects
@@ -19,6 +20,11 @@ from recompprof._model.reasons import parse_guard_failure, resolvable_subjects
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
+
+# Per frame, hashes of what was seen, in the order last seen. A dim or scalar's first change keeps the
+# newest cache entry that existed before it (its compile number), -1 if unknown: an entry up to that one
+# was compiled while the dim was still static.
+_History = collections.OrderedDict[int, "int | None"]
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
@@ -68,6 +74,19 @@ class Explained:
     # already changed on this frame, so it is not automatic dynamic warming up: that happens once per
     # dim or scalar.
     first_change: bool = True
+    # True when what the explaining reason names (its category and subject) explained a recompile of this
+    # frame before, or its dim or scalar changes again: the same change keeps recompiling (the verdict of
+    # a job that advanced no step).
+    recurring: bool = False
+    # True when the compile's own installed guards hold the scalar the explaining reason changed at its new
+    # value (``G['cfg'].ls == 0.2``): torch tried it dynamic and the traced code specialised it again in
+    # the same compile, so every new value recompiles (None of this is known: False).
+    specialised: bool = False
+
+
+# What a job's installed guards are read through: the compile's guard texts (each without its source
+# comment), called only for a recompile explained by a scalar's change.
+InstalledGuards = Callable[[], Iterable[str]]
 
 
 class ReasonExplainer:
@@ -77,9 +96,12 @@ class ReasonExplainer:
     recently used entry first, each the *first* guard of that entry that failed (so an entry of
     another variant, a decode step against a prefill, fails on what tells the variants apart, not
     on what changed). The reason that explains the change is, in this order: the subject that failed
-    against every entry; else the first reason (most recently used entry first) whose subject never
-    failed on this frame before (the variants' own differences have failed before); else the first
-    reason whose text is new; else the first. docs/steady-state.md has the rule and its grounds.
+    against every entry; else the change torch makes dynamic now (a tensor dim or an int/float that
+    changes for the first time on this frame, or a size from an expected 0 or 1), most recently used
+    entry first: its entry passed every guard before it, so it is the entry compiled under the same
+    variant; else the first reason whose subject never failed on this frame before (the variants' own
+    differences have failed before); else the first reason whose text is new; else the first.
+    docs/steady-state.md has the rule and its grounds.
     An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
     rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
     and in frames (least recently compiled dropped).
@@ -87,9 +109,7 @@ class ReasonExplainer:
 
     def __init__(self, redact: bool = False) -> None:
         self.redact = redact
-        self._seen: collections.OrderedDict[str, collections.OrderedDict[int, None]] = (
-            collections.OrderedDict()
-        )
+        self._seen: collections.OrderedDict[str, _History] = collections.OrderedDict()
 
     def trigger(
         self,
@@ -124,11 +144,13 @@ class ReasonExplainer:
         frame: Frame,
         texts: list[str],
         resolve: Callable[[str], str | None] | None = None,
+        installed: InstalledGuards | None = None,
     ) -> Explained:
         """The kept reasons and the omitted counts by category for one compile of ``frame``.
 
         ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
         tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
+        ``installed()`` gives the guards the compile installed (None: not known, as in ``ingest``).
         """
         parsed = self._parse(texts, resolve)
         if not parsed:
@@ -138,6 +160,10 @@ class ReasonExplainer:
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
+        cause = hash(("explained", parsed[explaining].category, parsed[explaining].subject))
+        recurring = cause in seen
+        seen[cause] = None
+        seen.move_to_end(cause)
         for reason in parsed:
             for key in (
                 hash((reason.category, reason.subject, reason.text)),
@@ -149,8 +175,10 @@ class ReasonExplainer:
         changed = changed_subject(parsed[explaining])
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
             key = hash(("changed", changed))
-            first_change = key not in seen
-            seen[key] = None
+            first_change = key not in seen or _static_variant(parsed, explaining, seen)
+            if key not in seen:
+                ordinals = [o for r in parsed if (o := _ordinal(r.entry)) is not None]
+                seen[key] = max(ordinals, default=-1)
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
             seen.popitem(last=False)
@@ -163,10 +191,26 @@ class ReasonExplainer:
                 kept.append(reason)
             else:
                 omitted[reason.category] += 1
-        return Explained(kept, dict(omitted), first_change)
+        specialised = (
+            changed is not None
+            and installed is not None
+            and changed.startswith("value of ")
+            and _installed_equality(changed.removeprefix("value of "), installed)
+        )
+        # A dim or scalar that changes again after its first change stays static or was specialised again:
+        # each new value recompiles, however the guard that shows it is worded (a size, a shape guard).
+        recurring = recurring or (changed is not None and not first_change)
+        return Explained(kept, dict(omitted), first_change, recurring, specialised)
 
 
-def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) -> int:
+def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
+    """The compile installed an equality guard on ``subject`` (``G['cfg'].ls == 0.2``): the value stayed
+    specialised in the compile that was to make it dynamic."""
+    prefix = f"{subject} == "
+    return any(text.startswith(prefix) for text in installed())
+
+
+def _explaining(parsed: list[Reason], seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
     entries: dict[str | None, set[str]] = {}
     for reason in parsed:
@@ -175,6 +219,9 @@ def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) 
         common = set.intersection(*entries.values()) - {""}
         if common:
             return next(i for i, r in enumerate(parsed) if r.subject in common)
+    dynamic_now = next((i for i in range(len(parsed)) if _made_dynamic_now(parsed, i, seen)), None)
+    if dynamic_now is not None:
+        return dynamic_now
     new_subject = next(
         (i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen),
         None,
@@ -186,8 +233,59 @@ def _explaining(parsed: list[Reason], seen: collections.OrderedDict[int, None]) 
     )
 
 
+def _made_dynamic_now(parsed: list[Reason], index: int, seen: _History) -> bool:
+    """A change torch's automatic dynamic acts on now: a tensor dim or an int/float scalar changing for the
+    first time on this frame, or for a variant whose entry was compiled before torch made it dynamic, or
+    a size from an expected 0 or 1 (compiled static even in a dynamic dim). The compile's settings decide
+    later whether torch did (:func:`automatic_dynamic`)."""
+    reason = parsed[index]
+    if reason.category == "symbolic_shape":
+        return False
+    changed = changed_subject(reason)
+    if changed is None:
+        return False
+    return (
+        hash(("changed", changed)) not in seen
+        or _from_zero_or_one(reason)
+        or _static_variant(parsed, index, seen)
+    )
+
+
+def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
+    """The dim or scalar of ``parsed[index]`` changed before on this frame, and this reason's entry was
+    compiled before that first change (so with it static), while no entry compiled since fails on it: torch
+    made it dynamic and this variant (another flag value) now compiles with it dynamic, once. Each entry
+    compiled since fails on what tells the variants apart, never on a size, a scalar or a shape guard."""
+    changed = changed_subject(parsed[index])
+    before = seen.get(hash(("changed", changed)))
+    entry = _ordinal(parsed[index].entry)
+    if before is None or entry is None or entry > before:
+        return False
+    subject = parsed[index].subject
+    return not any(
+        (o := _ordinal(r.entry)) is not None and o > before and _may_be_a_change(r, subject)
+        for r in parsed
+    )
+
+
+def _may_be_a_change(reason: Reason, subject: str) -> bool:
+    """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
+    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again."""
+    return (
+        reason.subject == subject
+        or reason.category == "symbolic_shape"
+        or changed_subject(reason) is not None
+    )
+
+
+def _ordinal(entry: str | None) -> int | None:
+    """The frame's compile number of a cache entry's compile id (``"0/3"`` -> 3), None if unknown."""
+    parsed = CompileId.parse(entry) if entry else None
+    return parsed.frame_compile_id if parsed is not None else None
+
+
 def automatic_dynamic(
-    m: CompileRecord, reasons: list[Reason], first_change: bool = True
+    m: CompileRecord, reasons: list[Reason], first_change: bool = True, specialised: bool = False
 ) -> str | None:
     """What torch's automatic dynamic made dynamic with this recompile (``"dim 0 of L['x']"``,
     ``"value of L['lr']"``), or None.
@@ -198,11 +296,14 @@ def automatic_dynamic(
     by that first change is a one-time warm-up, as the compile's own Dynamo settings decide (see
     docs/steady-state.md): not when the same dim or scalar changed before on this frame
     (``first_change`` False: it stayed static, or the code specialised it again), unless the cached
-    graph held the dim at size 0 or 1, which torch never makes dynamic.
+    graph held the dim at size 0 or 1, which torch never makes dynamic. Not when the compile's own
+    installed guards hold the scalar at its new value (``specialised``): the traced code needed it
+    constant, so every new value recompiles.
     """
     reason = next((r for r in reasons if r.explains_change), None)
     if (
         reason is None
+        or specialised
         or reason.category == "symbolic_shape"
         or not (first_change or _from_zero_or_one(reason))
     ):

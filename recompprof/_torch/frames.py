@@ -258,9 +258,9 @@ def _find_in_class(cls: type, code: types.CodeType) -> _Found:
                 _attr(value, "func"),
                 value,
             ):
-                holder = _holding(function, code)
-                if holder is not None:
-                    found.append((attr, function, holder))
+                holders = _holding(function, code)
+                found.extend((attr, function, holder) for holder in holders)
+                if holders:
                     break
     if found:
         return tuple(found)
@@ -273,15 +273,17 @@ def _find_in_class(cls: type, code: types.CodeType) -> _Found:
     return ()
 
 
-def _holding(function: Any, code: types.CodeType) -> Any:
-    """``function``, or the function in its ``__wrapped__`` chain, whose code is ``code``."""
+def _holding(function: Any, code: types.CodeType) -> list[Any]:
+    """``function`` and the functions in its ``__wrapped__`` chain whose code is ``code``: several when one
+    decorator is stacked on itself (two ``deprecate_kwarg`` on one ``forward``), each with its own closure."""
+    held = []
     for _ in range(16):
         if function is None:
-            return None
+            break
         if _attr(function, "__code__") is code:
-            return function
+            held.append(function)
         function = _attr(function, "__wrapped__")
-    return None
+    return held
 
 
 def _attr(value: Any, name: str) -> Any:
@@ -310,7 +312,7 @@ def _global_function(
         found = tuple(
             (key, value, holder)
             for key, value in list(namespace.items())
-            if (holder := _holding(value, code)) is not None
+            for holder in _holding(value, code)
         )
         chosen = _this_call(found, code, closure)
         if chosen is not None and chosen[1] is not None:

@@ -40,6 +40,19 @@ def guard_set(guarded_code: Any) -> str | None:
     ).hexdigest()
 
 
+def installed_guards(guarded_code: Any) -> list[str]:
+    """The guards a compile installed, as torch prints them without their source comments: the guard
+    tree's code parts and its shape-env guards (epilogue lambda guards, ``G['cfg'].ls == 0.2``). Read
+    only when a rule asks (a recompile explained by a scalar's change); empty when torch has neither."""
+    guarded_code = getattr(guarded_code, "guarded_code", guarded_code)
+    manager = getattr(guarded_code, "guard_manager", None)
+    texts = [str(p) for p in getattr(manager, "code_parts", None) or ()]
+    epilogue = getattr(getattr(manager, "root", None), "get_epilogue_lambda_guards", None)
+    for guard in epilogue() if epilogue is not None else ():
+        texts += [str(part).split("#")[0].rstrip() for part in guard.verbose_code_parts()]
+    return texts
+
+
 class GuardFailureReader:
     """Hands out the reasons appended since the last read, per code object."""
 

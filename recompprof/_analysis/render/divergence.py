@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from recompprof._analysis.render import plaintext
+from recompprof._analysis.render.plaintext import Fitted
 from recompprof._analysis.render.wording import running_at_end
 from recompprof._analysis.report.divergence import Divergence, RankCell, all_ranks, cell, find
 
@@ -88,52 +88,69 @@ def _categories(c: RankCell) -> str:
     return ", ".join(sorted(c.categories)) or "-"
 
 
-def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Table:
+MATRIX_TITLE = (
+    "Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)"
+)
+DIVERGING_TITLE = (
+    "Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
+    "stall or time out the job)"
+)
+DIVERGING_COLUMNS = (
+    "Frame",
+    "Diverging ranks (first divergent step)",
+    "Differs in",
+    "These ranks",
+    "Other ranks",
+)
+
+
+def matrix_rows(
+    report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The matrix's columns and rows: one column per rank up to ``MAX_RANK_COLUMNS`` ranks, else ranks
+    with equal cells grouped into ranges."""
     frames = sorted(
         report.frames.values(),
         key=lambda f: (f.key not in diverging, -f.recompiles, -f.compiles, f.label),
     )[:MAX_MATRIX_FRAMES]
-    table = Table(
-        title="Compiles per frame and rank (compiles/recompiles, Ln = recompile-limit hits; * = diverging)",
-        title_justify="left",
-    )
-    table.add_column("Frame", no_wrap=True, overflow="fold")
+    rows: list[tuple[str, ...]]
     if len(ranks) <= MAX_RANK_COLUMNS:
-        for r in ranks:
-            table.add_column(f"rank {r}", justify="right")
-        for f in frames:
-            table.add_row(
+        columns = ("Frame", *(f"rank {r}" for r in ranks))
+        rows = [
+            (
                 ("* " if f.key in diverging else "") + f.label,
                 *(cell_text(cell(f, r)) for r in ranks),
             )
-    else:
-        table.add_column("Ranks with the same cell", overflow="fold")
-        for f in frames:
-            groups: dict[str, list[int]] = {}
-            for r in ranks:
-                groups.setdefault(cell_text(cell(f, r)), []).append(r)
-            text = "; ".join(
-                f"{_rank_list(rs)}: {value}"
-                for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
-            )
-            table.add_row(("* " if f.key in diverging else "") + f.label, text)
-    return table
+            for f in frames
+        ]
+        return columns, rows
+    rows = []
+    for f in frames:
+        groups: dict[str, list[int]] = {}
+        for r in ranks:
+            groups.setdefault(cell_text(cell(f, r)), []).append(r)
+        text = "; ".join(
+            f"{_rank_list(rs)}: {value}"
+            for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+        )
+        rows.append((("* " if f.key in diverging else "") + f.label, text))
+    return ("Frame", "Ranks with the same cell"), rows
 
 
-def _diverging_table(found: list[Divergence]) -> Table:
-    table = Table(
-        title="Diverging across ranks (a rank that recompiles while its peers wait in a collective can "
-        "stall or time out the job)",
-        title_justify="left",
+def _matrix(report: Report, ranks: Sequence[int], diverging: dict[str, Divergence]) -> Fitted:
+    columns, rows = matrix_rows(report, ranks, diverging)
+    # Every column may wrap between words: a rank column is as wide as "rank 12" where the width allows,
+    # never narrower than its figures; a label too long for the width prints the rows as records.
+    grouped = columns[1] == "Ranks with the same cell"
+    return plaintext.table(
+        MATRIX_TITLE, columns, rows, right=() if grouped else columns[1:], fold=columns
     )
-    for col in (
-        "Frame",
-        "Diverging ranks (first divergent step)",
-        "Differs in",
-        "These ranks",
-        "Other ranks",
-    ):
-        table.add_column(col, no_wrap=col == "Frame", overflow="fold")
+
+
+def diverging_rows(found: list[Divergence]) -> list[tuple[str, ...]]:
+    """One row per diverging frame, in ``DIVERGING_COLUMNS`` order: the frame, the odd ranks with their
+    first divergent step, what differs, what the odd ranks did and what the others did."""
+    rows: list[tuple[str, ...]] = []
     for d in found:
         odd = d.cells[d.ranks[0]]
         mine = (
@@ -147,10 +164,29 @@ def _diverging_table(found: list[Divergence]) -> Table:
             f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
             f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}"
         )
-        table.add_row(
-            d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs
+        rows.append(
+            (d.frame.label, _ranks_with_steps(d.first_steps), ", ".join(d.aspects), mine, theirs)
         )
-    return table
+    return rows
+
+
+def _diverging_table(found: list[Divergence]) -> Fitted:
+    # Every column wraps between words: a long frame label never squeezes the others into letters.
+    return plaintext.table(
+        DIVERGING_TITLE, DIVERGING_COLUMNS, diverging_rows(found), fold=DIVERGING_COLUMNS
+    )
+
+
+def no_divergence(ranks: Sequence[int]) -> str:
+    """What the report says when no frame diverges across ``ranks``."""
+    return (
+        f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
+        "the same number of times for the same kinds of reason."
+    )
+
+
+def diverging_headline(found: list[Divergence]) -> str:
+    return f"{len(found)} frame(s) compile differently across ranks:"
 
 
 def print_divergence(console: Console, report: Report) -> None:
@@ -171,13 +207,10 @@ def print_divergence(console: Console, report: Report) -> None:
     console.print(_matrix(report, ranks, {d.frame.key: d for d in found}))
     if not found:
         console.line()
-        console.print(
-            f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
-            "the same number of times for the same kinds of reason."
-        )
+        console.print(no_divergence(ranks))
         return
     console.line()
-    console.print(f"DIVERGING: {len(found)} frame(s) compile differently across ranks:")
+    console.print(f"DIVERGING: {diverging_headline(found)}")
     for d in found:
         console.print(f"  {describe(d)}", soft_wrap=True)
     console.print(_diverging_table(found))

@@ -11,6 +11,16 @@ import time
 from collections.abc import Iterable
 
 from recompprof._analysis.render import html_charts
+from recompprof._analysis.render.divergence import (
+    DIVERGING_COLUMNS,
+    DIVERGING_TITLE,
+    MATRIX_TITLE,
+    describe,
+    diverging_headline,
+    diverging_rows,
+    matrix_rows,
+    no_divergence,
+)
 from recompprof._analysis.render.html_charts import CATEGORY_COLORS, escape as _e
 from recompprof._analysis.render.wording import (
     FIX_FIRST,
@@ -27,6 +37,7 @@ from recompprof._analysis.render.wording import (
     running_at_end,
     share,
 )
+from recompprof._analysis.report.divergence import all_ranks, find
 from recompprof._analysis.report.frames import FrameReport
 from recompprof._analysis.report.model import Report
 from recompprof._model.events import CACHE_RESULTS, CACHES
@@ -223,6 +234,7 @@ def render_html(
         meta=_e(_meta(report)),
         cards=_kpi_cards(report, frames),
         notes=_notes(report, warnings),
+        divergence=_divergence(report),
         compiling=_compiling_at_end(report),
         steps=html_charts.steps_chart(report, frames),
         categories=html_charts.category_chart(report),
@@ -291,6 +303,30 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
         )
     notes_html = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return f'<ul class="notes" id="notes">{notes_html}</ul>' if notes_html else ""
+
+
+def _divergence(report: Report) -> str:
+    """A multi-rank run's divergence, as the text report has it: each diverging frame with its odd ranks,
+    their first divergent step and what differs, what those ranks and the others did, and the per-rank
+    matrix of compiles."""
+    ranks = all_ranks(report)
+    if len(ranks) < 2 or not report.frames:
+        return ""
+    found = find(report)
+    columns, rows = matrix_rows(report, ranks, {d.frame.key: d for d in found})
+    if found:
+        items = "".join(f'<li class="frame">{_e(describe(d))}</li>' for d in found)
+        head = (
+            f'<p class="bad">{_e(diverging_headline(found))}</p><ul id="diverging">{items}</ul>'
+            f"<p>{_e(DIVERGING_TITLE)}</p>"
+            + _simple_table("diverging-table", DIVERGING_COLUMNS, diverging_rows(found))
+        )
+    else:
+        head = f'<p class="empty">{_e(no_divergence(ranks))}</p>'
+    return (
+        f'<section id="divergence"><h2>Ranks</h2>{head}<p>{_e(MATRIX_TITLE)}</p>'
+        f'<div class="scroll">{_simple_table("rank-matrix", columns, rows)}</div></section>'
+    )
 
 
 def _compiling_at_end(report: Report) -> str:
@@ -408,6 +444,7 @@ _PAGE = """<!DOCTYPE html>
 {compiling}
 <div class="kpis">{cards}</div>
 {notes}
+{divergence}
 <section id="fix-first"><h2>Fix these first: compile time lost per cause</h2>{fix_first}</section>
 <section id="steps"><h2>Recompiles over training steps, per frame</h2>{steps}</section>
 <section id="categories"><h2>Guard failures by category</h2>{categories}</section>

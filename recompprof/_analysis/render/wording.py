@@ -82,6 +82,8 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
     automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
     traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
+    if cause.specialised:
+        return specialised_text(cause.specialised)
     if cause.tier != 2 or not cause.made_dynamic:
         return hints.get(cause.category, "")
     frame = report.frames.get(cause.frame_key) if report is not None else None
@@ -97,6 +99,17 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     return (
         f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
         f"it will not recur. To avoid even this recompile, {warmup_avoidance(cause.made_dynamic)}."
+    )
+
+
+def specialised_text(specialised: str) -> str:
+    """The fix of a scalar the traced code kept specialised in the very compile that was to make it dynamic:
+    a tensor or dynamic=True cannot help (the code needs the number), so say what can."""
+    name = specialised.removeprefix("value of ")
+    return (
+        f"the traced code needs {name} as a Python number (torch tried it dynamic and the same compile "
+        f"guarded it to its new value again), so every new value recompiles: keep it constant while the "
+        "job runs, or move what uses it out of the compiled function."
     )
 
 
@@ -116,7 +129,17 @@ def describe_source(report: Report) -> str:
             else "steps unknown"
         )
         return f"from TORCH_TRACE (no mode) | {steps}"
-    return f"mode {', '.join(sorted(report.run.modes)) or '?'} | steps {steps_seen(report)}"
+    return (
+        f"mode {', '.join(sorted(report.run.modes)) or '?'} | steps {steps_seen(report)}"
+        f" | {steady_basis(report)}"
+    )
+
+
+def steady_basis(report: Report) -> str:
+    """What the steady-state verdicts rest on, as the report's header says it."""
+    if report.run.steady_basis == "repeats":
+        return "steady state by repeats (no step advanced: a change that recompiled before)"
+    return f"steady state by steps (warm-up {report.run.warmup_steps})"
 
 
 def steps_seen(report: Report) -> str:

@@ -64,6 +64,15 @@ class RunFigures:
     # What merging needs: each signal's last why from a session end.
     signals_off_last: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
+    @property
+    def steady_basis(self) -> str | None:
+        """What the run's steady-state verdicts rest on: ``"steps"`` (a step past ``warmup_steps``), ``"repeats"``
+        (the job advanced no step: only a change that recompiled a frame before), None (an ingested trace:
+        no verdict). docs/steady-state.md#jobs-without-steps."""
+        if self.from_torch_trace and not self.modes:
+            return None
+        return "steps" if self.last_step > 0 else "repeats"
+
     def add_read(self, events: int, last_step: int) -> None:
         """What the fold's loop counted itself: the events it folded and the last step they named."""
         self.events, self.last_step = events, last_step
@@ -262,6 +271,9 @@ class CauseReport:
     steady_state: int = 0  # of its recompiles, those counted as steady state
     warmup: int = 0  # of its recompiles, automatic dynamic warming up (one-time)
     made_dynamic: str = ""  # what torch made dynamic with the first of those ("dim 0 of L['x']")
+    specialised: str = (
+        ""  # a scalar the traced code kept specialised in its own compile ("value of ...")
+    )
     frame_key: str = ""  # the frame's identity (``frame`` is its label): causes are keyed by it
 
     @property
@@ -320,6 +332,8 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
         if event.automatic_dynamic is not None:
             cause.warmup += 1
             cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
+        if event.specialised is not None:
+            cause.specialised = cause.specialised or event.specialised
         if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
             cause.steps.append(event.step)
         if not cause.example:
@@ -361,3 +375,4 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.steady_state += part_cause.steady_state
             cause.warmup += part_cause.warmup
             cause.made_dynamic = cause.made_dynamic or part_cause.made_dynamic
+            cause.specialised = cause.specialised or part_cause.specialised

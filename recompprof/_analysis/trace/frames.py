@@ -27,6 +27,8 @@ _LOCAL_TYPE = re.compile(
 _TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
 # The code Dynamo generates to resume a function after a graph break: "torch_dynamo_resume_in_forward_at_20".
 _RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")
+# torch's own wrapper around a compiled module (``inner``, which calls the module it closes over as ``fn``).
+_TORCH_WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
 
 
 def name_frame(
@@ -42,9 +44,15 @@ def name_frame(
     ``guarded``: what the compile's guard tree says of its arguments; ``known_files``: the files the trace
     names (to find a class's module next to them); ``scripts``: the files run as ``__main__``.
     """
+    guarded = guarded or GuardedArgs({}, None, frozenset())
+    known_files, scripts = tuple(known_files), tuple(scripts)  # each is read more than once
+    if file.endswith(_TORCH_WRAPPER_FILES):
+        module = _module_forward(file, line, guarded, known_files, scripts)
+        if module is not None:
+            return module
     name = qualified_name(file, line, code_name)
     definition = _definitions(file).get((line, code_name))
-    cls = _owner(guarded or GuardedArgs({}, None, frozenset()), definition)
+    cls = _owner(guarded, definition)
     if cls is None:
         return Frame(name=name, file=file, line=line, code_file=file, code_line=line)
     owner, method, user_file, user_line = (
@@ -68,16 +76,65 @@ def name_frame(
     )
 
 
+def _module_forward(
+    file: str,
+    line: int,
+    guarded: GuardedArgs,
+    known_files: Iterable[str],
+    scripts: Iterable[str],
+) -> Frame | None:
+    """torch's wrapper around a compiled module, named as live names it: ``<Module>.forward`` at the
+    forward's line, the module's class read from the guard on the ``fn`` the wrapper calls, when the
+    class's source defines or inherits a ``forward`` (a ``functools.partial`` does not)."""
+    cls = guarded.classes.get("fn")
+    if cls is None or "." not in cls or "fn" in guarded.tensors:
+        return None
+    owner = cls.rsplit(".", 1)[-1]
+    found = _method_of(cls, lambda node: node.name == "forward", known_files, scripts)
+    if found is None:
+        return None
+    return Frame(
+        name=f"{owner}.forward",
+        file=found[1],
+        line=found[2],
+        code_file=file,
+        code_line=line,
+        owner=owner,
+    )
+
+
 def _wrapped_method(
     cls: str, wrapper: _Definition, known_files: Iterable[str], scripts: Iterable[str]
 ) -> tuple[str, str, int] | None:
     """``(attribute, file, first line)`` of the method of class ``cls`` (``module.QualName``) that the
-    decorator defining ``wrapper`` decorates in the class's source, when exactly one method is."""
+    decorator defining ``wrapper`` decorates in the class's source, when exactly one method is; else the
+    attribute a wrapper installed at run time says or is assigned to (``@wraps(cls.forward)``,
+    ``cls.step = hook(cls.step)``: torch's hook around every ``Optimizer.step``)."""
     if wrapper.kind != "nested":
         return None
     decorators = frozenset(
         part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1]
     )
+    found = _method_of(
+        cls,
+        lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list),
+        known_files,
+        scripts,
+    )
+    attribute = wrapper.wraps or _installed_as(wrapper.file, decorators)
+    if found is None and attribute is not None:
+        found = _method_of(cls, lambda node: node.name == attribute, known_files, scripts)
+    return found
+
+
+def _method_of(
+    cls: str,
+    pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
+    known_files: Iterable[str],
+    scripts: Iterable[str],
+) -> tuple[str, str, int] | None:
+    """``(name, file, first line)`` of the one method of class ``cls`` (``module.QualName``), or of a base
+    class, that ``pick`` picks, in the class's source file."""
     parts = cls.split(".")
     files = set(scripts) if parts[0] == "__main__" else set()
     known = set(known_files)
@@ -86,18 +143,34 @@ def _wrapped_method(
     ):  # the module is some prefix of the class's qualified name
         files.update(_module_files("/".join(parts[:end]), known))
     for file in sorted(files):
-        found = _class_method(
-            file,
-            parts[-1],
-            lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list),
-        )
-        if (
-            found is None and wrapper.wraps is not None
-        ):  # a wrapper installed at run time, saying what it wraps
-            found = _class_method(file, parts[-1], lambda node: node.name == wrapper.wraps)
+        found = _class_method(file, parts[-1], pick)
         if found is not None:
-            return found[0], file, found[1]
+            return found
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _installed(file: str) -> dict[str, frozenset[str]]:
+    """For each function ``file`` calls in an assignment to an attribute (``cls.step = hook(cls.step)``),
+    the attributes it is assigned to."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            called = _decorator_name(node.value)
+            for target in node.targets:
+                if called is not None and isinstance(target, ast.Attribute):
+                    out.setdefault(called, set()).add(target.attr)
+    return {called: frozenset(attrs) for called, attrs in out.items()}
+
+
+def _installed_as(file: str, decorators: frozenset[str]) -> str | None:
+    """The one attribute that the decorator(s) defining a wrapper are installed on at run time in ``file``."""
+    attributes = {a for d in decorators for a in _installed(file).get(d, ())}
+    return next(iter(attributes)) if len(attributes) == 1 else None
 
 
 def qualified_name(file: str, line: int, name: str) -> str:
@@ -138,6 +211,7 @@ class _Definition:
     )  # what its first positional argument is: "self" (the parameter's name), "args[0]", or None
     # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
     wraps: str | None = None
+    file: str = ""  # the source file that defines it
 
 
 @functools.lru_cache(maxsize=256)
@@ -164,6 +238,7 @@ def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
                     "function" if static else kind,
                     _first_argument(child.args),
                     _wrapped_attribute(child, scope),
+                    file,
                 )
                 visit(child, f"{qualname}.<locals>.", "nested", child)
             elif isinstance(child, ast.ClassDef):
@@ -207,9 +282,10 @@ def _class_method(
     cls: str,
     pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
     depth: int = 0,
-) -> tuple[str, int] | None:
-    """``(name, first line)`` of the one method of class ``cls`` (or of a base class defined in the same
-    file) that ``pick`` picks; None when none or several are."""
+) -> tuple[str, str, int] | None:
+    """``(name, file, first line)`` of the one method of class ``cls`` (or of a base class defined in the
+    same file or imported into it relatively, ``from .adam import Adam``) that ``pick`` picks; None when
+    none or several are."""
     found = _classes(file).get(cls, [])
     if len(found) != 1 or depth > 8:
         return None
@@ -220,15 +296,41 @@ def _class_method(
     ]
     if len(methods) == 1:
         method = methods[0]
-        return method.name, min([method.lineno, *(d.lineno for d in method.decorator_list)])
+        return method.name, file, min([method.lineno, *(d.lineno for d in method.decorator_list)])
     if methods:
         return None
     for base in found[0].bases:
-        if isinstance(base, ast.Name) and (
-            inherited := _class_method(file, base.id, pick, depth + 1)
-        ):
+        if not isinstance(base, ast.Name):
+            continue
+        where = file if base.id in _classes(file) else _imported_from(file, base.id)
+        if where is not None and (inherited := _class_method(where, base.id, pick, depth + 1)):
             return inherited
     return None
+
+
+def _imported_from(file: str, name: str) -> str | None:
+    """The file a relative import in ``file`` takes ``name`` from (``from .adam import Adam``), if it exists."""
+    return _relative_imports(file).get(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _relative_imports(file: str) -> dict[str, str]:
+    """Name -> source file of every relative ``from .module import name`` at the top of ``file``."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.level and node.module):
+            continue
+        parents = Path(file).parents
+        if node.level - 1 >= len(parents):
+            continue
+        path = parents[node.level - 1].joinpath(*node.module.split(".")).with_suffix(".py")
+        if path.is_file():
+            out.update({alias.asname or alias.name: str(path) for alias in node.names})
+    return out
 
 
 def _wrapped_attribute(
@@ -313,7 +415,7 @@ def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
     its class taken from the guard tree, when the source defines the function in a class body, or
     nested in a function (a decorator's wrapper) with ``self`` or ``*args`` first; never a tensor or a
     builtin. A method that never reads ``self`` (or a compile that installed no guards) says nothing of
-    it: its defining class stands in.
+    it: the class is unknown (None), and the frame is named by the function's qualified name.
     Without the source: ``self`` or ``args[0]`` as the first local."""
     source = _instance_source(guarded, definition)
     if source is None:
@@ -321,9 +423,7 @@ def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:
     if source.endswith("[0]") and guarded.first_local not in (None, source[:-3]):
         return None  # *args is not the first local: the tuple guarded is another one
     cls = guarded.classes.get(source)
-    if cls is None:
-        if definition is not None and definition.kind == "method" and not source.endswith("[0]"):
-            return definition.qualname.rsplit(".", 1)[0]
+    if cls is None:  # the instance's class is unknown (a subclass may run the method it inherits)
         return None
     if "." not in cls or source in guarded.tensors:  # builtins print without a module
         return None

@@ -1,0 +1,133 @@
+"""Steady state in jobs that never step an optimizer: generation, evaluation, serving (docs/steady-state.md).
+
+Their step stays 0, so a warm-up counted in steps never ends. Before the first step a recompile is steady
+state only when its change repeats (the same cause recompiled the frame before): a job that compiled its
+variants early and then ran a thousand calls without compiling pages no one; one that keeps compiling new
+values of the same change does, from the second. The report's header says which basis it used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import recompprof
+from recompprof._analysis.render.text import render_text
+from recompprof._model.events import Compile
+
+
+class _Classifier(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor, with_loss: bool) -> torch.Tensor:
+        logits = self.body(x).mean(dim=1)
+        return logits.logsumexp(-1).mean() if with_loss else logits
+
+
+def _recompiles(session: recompprof.Session) -> list[Compile]:
+    return [
+        e
+        for e in session.recent_events()
+        if isinstance(e, Compile) and e.is_recompile and not e.backward
+    ]
+
+
+def _header(session: recompprof.Session) -> str:
+    return " ".join(render_text(recompprof.report(session), width=200).split())
+
+
+def test_eval_loop_that_compiled_its_variants_early_is_not_steady_state() -> None:
+    """An eval-only loop: a loss/no-loss flag and a short last batch compile early (the flag once, the batch
+    dim once, torch's automatic dynamic), then 1,000 calls compile nothing (torch's truth: the compile count
+    stands). No recompile is steady state and the header says the verdict rests on repeats."""
+    torch._dynamo.reset()
+    model = torch.compile(_Classifier().eval(), backend="eager")
+    batches = [torch.randn(8, 10, 16), torch.randn(5, 10, 16)]
+    with recompprof.attach(event_log=False) as session, torch.no_grad():
+        for x in batches:
+            for with_loss in (True, False):
+                model(x, with_loss)
+        early = len(_recompiles(session))
+        for i in range(1000):
+            model(batches[i % 2], i % 3 == 0)
+        assert len(_recompiles(session)) == early > 0
+    assert [e.steady_state for e in _recompiles(session)] == [False] * early
+    report = recompprof.report(session)
+    assert sum(f.steady_state_recompiles for f in report.frames.values()) == 0
+    assert "steady state by repeats" in _header(session)
+
+
+def test_eval_loop_that_keeps_compiling_is_steady_state() -> None:
+    """An eval loop under dynamic=False over ever new sequence lengths: every length recompiles (torch
+    makes nothing dynamic), and from the second such recompile on each is steady state."""
+    torch._dynamo.reset()
+    model = torch.compile(_Classifier().eval(), backend="eager", dynamic=False)
+    with recompprof.attach(event_log=False) as session, torch.no_grad():
+        for length in range(10, 16):
+            for _ in range(20):
+                model(torch.randn(4, length, 16), False)
+    recompiles = _recompiles(session)
+    assert len(recompiles) == 5
+    assert [e.steady_state for e in recompiles] == [False, True, True, True, True]
+    assert sum(f.steady_state_recompiles for f in session.snapshot().frames.values()) == 4
+
+
+def test_generate_loop_that_keeps_compiling_is_steady_state(tmp_path: Path) -> None:
+    """A tiny Llama's generate loop compiled with dynamic=False over three prompt lengths: each new length
+    recompiles its prefill (torch's truth), a change that repeats, so the later ones are steady state;
+    the first decode step (a variant compiled once) is not."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, backend="eager", dynamic=False)
+    per_length = []
+    with recompprof.attach(run_dir=tmp_path) as session, torch.no_grad():
+        for length in (5, 7, 9):
+            ids = torch.randint(3, 128, (1, length))
+            model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=2,
+                min_new_tokens=2,
+                do_sample=False,
+                cache_implementation="static",
+            )
+            per_length.append(len(_recompiles(session)))
+    assert per_length[1] > per_length[0] and per_length[2] > per_length[1]  # each length recompiled
+    recompiles = _recompiles(session)
+    assert not recompiles[0].steady_state  # the first decode: a variant compiled once
+    assert recompiles[-1].steady_state
+    report = recompprof.report(session)
+    assert sum(f.steady_state_recompiles for f in report.frames.values()) > 0
+
+
+def test_a_job_that_steps_keeps_the_steps_basis(tmp_path: Path) -> None:
+    """A training loop whose optimizer steps: a flag flipped at step 2 recompiles once and is steady state
+    (past warmup_steps 0, judged by steps), and the header says so."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, flag: x * 2 if flag else x * 3, backend="eager")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for step in range(4):
+            compiled(torch.ones(3), step < 2)
+            opt.step()
+    (recompile,) = _recompiles(session)
+    assert (recompile.step, recompile.steady_state) == (2, True)
+    assert "steady state by steps (warm-up 0)" in _header(session)

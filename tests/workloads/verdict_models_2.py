@@ -12,12 +12,13 @@ No hub access: every model is built from a tiny config with random weights. As i
   ``generate(cache_implementation="static")`` over batches of 1, 2 and 3 prompts, then a longer
   prompt: prefill and decode are two variants, the batch dim warms up once.
 - ``llama_dynamic``: the same model compiled in place, ``generate()`` with the default dynamic cache
-  over two prompt lengths.
+  over three prompt lengths (the third compiles nothing: torch made the length dynamic).
 - ``peft_lora``: a PEFT LoRA Llama trained a few steps, evaluated with ``disable_adapter()``, then a
   second adapter added and switched to with ``set_adapter()``.
-- ``clip``: ``torch.compile(CLIPModel)`` on text and image batches of two sizes.
+- ``clip``: ``torch.compile(CLIPModel)`` on text and image batches of three sizes.
 - ``unet``: a diffusers ``UNet2DConditionModel`` denoising loop with classifier-free guidance (the
-  batch doubled), an int timestep per step, then a second resolution.
+  batch doubled), an int timestep per step, then a second and a third resolution (the third compiles
+  nothing: torch made the resolution dynamic on its first change).
 """
 
 from __future__ import annotations
@@ -83,11 +84,11 @@ def llama_static() -> None:
 
 
 def llama_dynamic() -> None:
-    """The model compiled in place; generate() with the default (dynamic) cache on two prompt lengths."""
+    """The model compiled in place; generate() with the default (dynamic) cache on three prompt lengths."""
     model = tiny_llama()
     model.compile(backend=BACKEND)
     with recompprof.attach():
-        for length in (5, 9):
+        for length in (5, 9, 7):
             _generate(model, 1, length)
 
 
@@ -119,7 +120,7 @@ def peft_lora() -> None:
 
 
 def clip() -> None:
-    """torch.compile(CLIPModel) on text and image batches of two sizes."""
+    """torch.compile(CLIPModel) on text and image batches of three sizes."""
     from transformers import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
 
     model = CLIPModel(
@@ -152,7 +153,7 @@ def clip() -> None:
 
 
 def unet() -> None:
-    """A denoising loop with classifier-free guidance and an int timestep, then a second resolution."""
+    """A denoising loop with classifier-free guidance and an int timestep, then two more resolutions."""
     from diffusers import UNet2DConditionModel
 
     model = UNet2DConditionModel(
@@ -170,7 +171,7 @@ def unet() -> None:
     compiled = torch.compile(model, backend=BACKEND)
     text = torch.randn(2, 7, 32)  # conditional and unconditional prompt embeddings (CFG)
     with recompprof.attach(), torch.no_grad():
-        for size in (8, 16):
+        for size in (8, 16, 12):
             latents = torch.randn(1, 4, size, size)
             for t in (999, 666, 333):
                 both = torch.cat([latents] * 2)

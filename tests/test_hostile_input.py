@@ -158,6 +158,8 @@ def _bad_values(name: str, field: Any) -> list[tuple[str, Any]]:
         cases += [("env", "bogus"), ("arg", ["bogus"]), ("arg", 3)]
     elif base in (str, Path):
         cases += [("arg", 12), ("arg", ["a"])]
+    elif origin is dict:  # name=value pairs (labels)
+        cases += [("env", "team"), ("env", "bad name=x"), ("arg", {"team": 3}), ("arg", ["a"])]
     return cases
 
 

@@ -51,6 +51,7 @@ COMPILE = Compile(
     duration=0.25,
     phases={"dynamo_trace": 0.25},
     cache_seconds_saved=0.5,
+    triton_compile_s=0.25,
     trace_seconds_by_function={"f": 0.125},
 )
 END = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0, "compile_seconds": 0.25})
@@ -69,6 +70,7 @@ FIELDS: list[tuple[Any, tuple[str, ...]]] = [
     (COMPILE, ("duration",)),
     (COMPILE, ("phases", "dynamo_trace")),
     (COMPILE, ("cache_seconds_saved",)),
+    (COMPILE, ("triton_compile_s",)),
     (COMPILE, ("trace_seconds_by_function", "f")),
     (START, ("time",)),
     (END, ("totals", "compile_seconds")),

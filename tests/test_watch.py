@@ -272,8 +272,9 @@ def _report_counts(run: Path, rank: int) -> tuple[int, int, int]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    header = " ".join(done.stdout.split())  # the header line wraps at the terminal's width
     found = re.search(
-        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", done.stdout
+        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", header
     )
     assert found, done.stdout
     return int(found.group(1)), int(found.group(2)), int(found.group(3))

@@ -104,8 +104,9 @@ def _report_compiles(tmp: Path, name: str, data: bytes) -> tuple[int, int, int]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
+    header = " ".join(done.stdout.split())  # the header line wraps at the terminal's width
     found = re.search(
-        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", done.stdout
+        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", header
     )
     assert found, done.stdout
     return int(found.group(1)), int(found.group(2)), int(found.group(3))

@@ -63,6 +63,11 @@ class HeldBackward:
         self.entered = threading.Event()
         self.release = threading.Event()
 
+    def __deepcopy__(self, memo: dict[int, object]) -> HeldBackward:
+        # Lightning, once imported anywhere in the process (the suite imports it), wraps torch.compile and
+        # deep-copies its arguments; a copy of this compiler would never be released: it is shared state.
+        return self
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # type: ignore[no-untyped-def]
         self.entered.set()
         self.release.wait(60)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# The monitor-mode signals the probe reports, one column each: every signal a version gate of
+# recompprof/_torch/versions.py can turn off is here under its signal name (tests/test_compat_table.py).
 SIGNALS = (
     "compile_metrics",
     "phase_times",
@@ -22,6 +24,7 @@ SIGNALS = (
     "graph_breaks",
     "recompile_limit_hits",
     "backward_compiles",
+    "backward_compile_start",
     "optimizer_steps",
 )
 

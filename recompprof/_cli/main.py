@@ -249,12 +249,16 @@ def _say(line: str) -> None:
     print(escape(line))
 
 
-def _width(asked: int | None) -> int:
-    """``--width``, else $COLUMNS, else the terminal's width; 120 when piped. At least 100: narrower tables cannot
-    hold their columns without breaking words."""
+def _columns(asked: int | None) -> int:
+    """``--width``, else $COLUMNS, else the terminal's width; 120 when piped."""
     import shutil
 
-    return max(100, asked or shutil.get_terminal_size((120, 24)).columns)
+    return asked or shutil.get_terminal_size((120, 24)).columns
+
+
+def _width(asked: int | None) -> int:
+    """:func:`_columns`, at least 100: narrower tables cannot hold their columns without breaking words."""
+    return max(100, _columns(asked))
 
 
 def _explain(exc: BaseException) -> None:
@@ -332,7 +336,8 @@ def _report(args: argparse.Namespace) -> int:
                 else "no training steps are recorded"
             )
         )
-    print(render_text(report, width=_width(args.width)), end="")
+    # The header's text wraps at the terminal itself (between fields); only tables need 100 columns.
+    print(render_text(report, width=_width(args.width), header_width=_columns(args.width)), end="")
     if args.html:
         from recompprof._analysis.render.html import render_html
 

@@ -173,11 +173,13 @@ def render_summary(report: Report, width: int = 100) -> str:
     return out.getvalue()
 
 
-def render_text(report: Report, width: int = 160) -> str:
-    """The report as plain text tables (no colour codes), for terminals and logs."""
+def render_text(report: Report, width: int = 160, header_width: int | None = None) -> str:
+    """The report as plain text tables (no colour codes), for terminals and logs. The header's text wraps
+    at ``header_width`` (default ``width``): the terminal's own width where the tables keep a wider least
+    width of their own."""
     report.require_detail()
     console, out = plaintext.console(width)
-    _print_header(console, report)
+    _print_header(console, report, header_width or width)
     frames = frames_in_order(report)
     if not frames:
         console.line()
@@ -194,43 +196,72 @@ def render_text(report: Report, width: int = 160) -> str:
     return out.getvalue()
 
 
-def _run_line(report: Report) -> str:
+_FIELD_SEPARATOR = " | "
+
+
+def _run_fields(report: Report) -> list[str]:
+    """The header line's fields, in order: run, ranks, mode, steps, steady-state basis, counts, compile time."""
     ranks = ", ".join(str(r) for r in sorted(report.run.ranks)) or "0"
-    return (
-        f"run {', '.join(report.run.runs) or '?'} | ranks {ranks} | {describe_source(report)} | {counts_line(report)} | "
-        f"compile time {report.compile_seconds:.2f} s"
-        + (
-            f" of {report.run.wall_seconds:.1f} s wall"
-            if report.run.wall_seconds and len(report.run.ranks) <= 1
-            else " summed over ranks"
-            if len(report.run.ranks) > 1
-            else ""
-        )
+    compile_time = f"compile time {report.compile_seconds:.2f} s" + (
+        f" of {report.run.wall_seconds:.1f} s wall"
+        if report.run.wall_seconds and len(report.run.ranks) <= 1
+        else " summed over ranks"
+        if len(report.run.ranks) > 1
+        else ""
     )
+    return [
+        f"run {', '.join(report.run.runs) or '?'}",  # whole: a run id may hold a " | " of its own
+        f"ranks {ranks}",
+        *describe_source(report).split(_FIELD_SEPARATOR),
+        *counts_line(report).split(_FIELD_SEPARATOR),
+        compile_time,
+    ]
 
 
-def _print_warnings(console: Console, report: Report) -> None:
+def _between_fields(fields: list[str], width: int) -> list[str]:
+    """``fields`` joined by " | " in lines of at most ``width`` columns, broken only where a " | " was (a
+    line that goes on ends with " |"), so no count is parted from its name; only a field wider than a line
+    of its own is broken, between its words (:func:`plaintext.wrap`)."""
+    lines: list[str] = []
+    line = ""
+    for index, field in enumerate(fields):
+        tail = 0 if index == len(fields) - 1 else len(" |")  # a line ending here goes on
+        if line and len(line) + len(_FIELD_SEPARATOR) + len(field) + tail <= width:
+            line += _FIELD_SEPARATOR + field
+            continue
+        if line:
+            lines.append(line + " |")
+        *whole, line = plaintext.wrap(field, width - tail) if len(field) + tail > width else [field]
+        lines += whole
+    return [*lines, line]
+
+
+def _print_warnings(console: Console, report: Report, width: int | None = None) -> None:
     """A compile the run ended with (first: it is what stalled or ended the job), then what the figures
     cannot vouch for: dark signals, sessions without an end, gaps in a log."""
     for line in running_at_end(report.sessions):
         console.print(line, soft_wrap=True)
     for name, why in report.run.signals_dark.items():
         console.print(
-            f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run"
+            f"WARNING: signal {name} was dark ({why}): what it records is incomplete in this run",
+            width=width,
         )
     for _, line in completeness_warnings(report):
         console.print(f"WARNING: {line}", soft_wrap=True)
 
 
-def _print_header(console: Console, report: Report) -> None:
+def _print_header(console: Console, report: Report, width: int) -> None:
     console.print("recompprof report")
     console.print("=================")
-    console.print(_run_line(report))
-    _print_warnings(console, report)
+    # Escaped before measuring (a control character in a run id prints as several columns).
+    for line in _between_fields([escape(field) for field in _run_fields(report)], width):
+        console.print(line, width=width)
+    _print_warnings(console, report, width)
     if report.run.profile_mechanisms:
         console.print(
             f"profile mode mechanism: {', '.join(sorted(report.run.profile_mechanisms))} "
-            "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)"
+            "(evict: each frame held at recompile_limit live entries; unlimited: limit lifted)",
+            width=width,
         )
     notes = list(report.notes)
     if report.frames.dropped:
@@ -239,7 +270,7 @@ def _print_header(console: Console, report: Report) -> None:
         )
     notes += automatic_dynamic_notes(report) + restart_notes(report)
     for note in notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", width=width)
 
 
 def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:

@@ -84,6 +84,8 @@ class Engine:
         self.selection = selection
         self.dropped: list[Skipped] = []
         self.con = duckdb.connect(":memory:")
+        # Every query binds the views again; without the cache each bind re-reads the footers.
+        self.con.execute("SET parquet_metadata_cache = true")
         self._create_views()
 
     def _create_views(self) -> None:

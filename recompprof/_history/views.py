@@ -180,8 +180,9 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
         columns = _columns(table, checked.present, "duckdb")
         if lake.local:
             files = ", ".join(_literal(p) for p in checked.good)
+            union = "false" if checked.uniform else "true"
             source = (
-                f"read_parquet([{files}], hive_partitioning = true, union_by_name = true, "
+                f"read_parquet([{files}], hive_partitioning = true, union_by_name = {union}, "
                 "hive_types = {'dt': 'DATE'})"
             )
         else:

@@ -196,6 +196,34 @@ def test_limit_hits_divergence_and_latency(lake, capsys):
     assert all(r["p50_s"] <= r["p90_s"] <= r["p99_s"] <= r["max_s"] for r in rows)
 
 
+def test_latency_percentiles_are_the_exact_interpolated_ones(lake, capsys):
+    """latency's p50/p90/p99 (DuckDB reads all three from one list aggregate) are each group's exact
+    linearly interpolated percentiles of its rows, as pyarrow computes them."""
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    compiles = rows_of(lake, "compiles")
+    kept = compiles.filter(
+        pc.and_(
+            pc.and_(compiles["counts_as_compile"], pc.invert(compiles["backward"])),
+            pc.equal(compiles["outcome"], "ok"),
+        )
+    )
+    assert code == 0 and rows
+    for row in rows:
+        mine = kept.filter(
+            pc.and_(
+                pc.equal(kept["model"], row["model"]),
+                pc.equal(kept["torch_version"], row["torch_version"]),
+            )
+        )["duration_s"]
+        expected = pc.quantile(mine, q=[0.5, 0.9, 0.99], interpolation="linear").to_pylist()
+        assert row["compiles"] == len(mine)
+        got = [row["p50_s"], row["p90_s"], row["p99_s"]]
+        assert got == pytest.approx([round(v, 3) for v in expected], abs=0.0011), row
+
+
 @pytest.mark.parametrize("argv", [["top-causes", "--since", SINCE], ["sql", "SELECT 1 AS one"]])
 def test_every_command_says_when_sessions_are_partial(lake, capsys, argv):
     """Sessions that did not end or went dark are counted in one warning line, as check says them."""

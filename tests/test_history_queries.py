@@ -596,3 +596,16 @@ def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_slow_query_prints_no_progress_bar_into_the_answer(lake, capfd):
+    """DuckDB draws a progress bar on stdout once a query runs past progress_bar_time (2 s): under
+    load that corrupted `--format json` written to stdout. The engine turns the bar off."""
+    from recompprof._history import engine, views
+
+    opened = views.open_lake(str(lake))
+    runner = engine.Engine(opened, views.select(opened))
+    runner.con.execute("SET progress_bar_time = 0")  # as if every query were slow
+    capfd.readouterr()
+    runner.query("SELECT SUM(i) FROM range(200000000) t(i)")
+    assert capfd.readouterr().out == ""

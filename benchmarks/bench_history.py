@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -55,7 +56,8 @@ for name in questions.COMMANDS:
     t = time.perf_counter()
     answer = engine.ask(duck, name, params)
     timings[name] = [time.perf_counter() - t, sum(len(r.rows) for r in answer.results)]
-print(json.dumps({"import_s": imported, "open_s": opened - imported, "total_s": time.perf_counter() - start, "questions": timings,
+print(json.dumps({"import_s": imported, "open_s": opened - imported, "total_s": time.perf_counter() - start,
+                  "cpu_s": time.process_time(), "questions": timings,
                   "files": {t: len(c.good) for t, c in selection.tables.items()}}))
 """
 
@@ -66,6 +68,11 @@ def _ask(lake: Path, baseline: str, candidate: str) -> tuple[tuple[float, float,
     sample = measure(cmd)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return sample, json.loads(out.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    """The machine's load average: on a shared machine wall times stretch with it (CPU does not)."""
+    return "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
 def _bytes(root: Path, suffix: str) -> int:
@@ -121,6 +128,9 @@ def bench_run(args: argparse.Namespace) -> None:
         print(
             f"report / question set wall: {r_wall / q_wall:.1f}x (whole processes); {r_wall / total_inside:.1f}x (the set inside its process); target >= 50x"
         )
+        r_cpu = statistics.median(s[3] for s in report)
+        q_cpu = statistics.median(s[3] for s in asked)
+        print(f"report / question set CPU: {r_cpu / q_cpu:.1f}x (whole processes); {_load()}")
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
@@ -193,7 +203,7 @@ def bench_fleet(args: argparse.Namespace) -> None:
             samples.append(sample)
             inside.append(printed)
         print(
-            f"question set process: wall {statistics.median(s[0] for s in samples):.2f} s  cpu {statistics.median(s[3] for s in samples):.2f} s  peak RSS {max(s[1] for s in samples):.0f} MB"
+            f"question set process: wall {statistics.median(s[0] for s in samples):.2f} s  cpu {statistics.median(s[3] for s in samples):.2f} s  peak RSS {max(s[1] for s in samples):.0f} MB; {_load()}"
         )
         print(
             f"inside it: imports {statistics.median(p['import_s'] for p in inside):.3f} s; lake listed, "
@@ -206,7 +216,7 @@ def bench_fleet(args: argparse.Namespace) -> None:
             each = statistics.median(p["questions"][name][0] for p in inside)
             worst = max(worst, each)
             print(f"  {name:12} {each:7.3f} s  rows {inside[0]['questions'][name][1]}")
-        print(f"slowest question {worst:.3f} s (target <= 2 s)")
+        print(f"slowest question {worst:.3f} s (target <= 2 s); {_load()}")
     finally:
         if args.keep is None:
             shutil.rmtree(where, ignore_errors=True)

@@ -17,23 +17,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
-from recompprof._model.events import (
-    CATEGORIES,
-    PHASES,
-    Compile,
-    CompileRunning,
-    CompileStart,
-    Event,
-    Frame,
-    GraphBreak,
-    Reason,
-    RecompileLimitHit,
-    Running,
-    SessionEnd,
-    SessionStart,
-    SignalChange,
-)
-from recompprof._model.status import Status
 from recompprof._version import __version__
 
 if TYPE_CHECKING:
@@ -50,12 +33,46 @@ if TYPE_CHECKING:
     from recompprof._capture.settings import ConfigError, Settings
     from recompprof._eventlog.reader import EventLogError, read_run
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS as CUDAGRAPH_SKIP_HINTS
+    from recompprof._model.events import (
+        CATEGORIES,
+        PHASES,
+        Compile,
+        CompileRunning,
+        CompileStart,
+        Event,
+        Frame,
+        GraphBreak,
+        Reason,
+        RecompileLimitHit,
+        Running,
+        SessionEnd,
+        SessionStart,
+        SignalChange,
+    )
     from recompprof._model.reasons import FIX_HINTS
+    from recompprof._model.status import Status
 
 # Public name -> (private module, name there). Imported on first use: the offline commands (report,
 # check, diff) never start a session, and the session's imports (settings, exporters, torch adapters)
 # were a third of their start-up; nothing here imports torch.
 _LAZY: dict[str, tuple[str, str]] = {
+    # The event model builds its pydantic validators on import (~0.3 s): loaded on first use, so
+    # commands that never read an event (history) do not pay for it.
+    "CATEGORIES": ("recompprof._model.events", "CATEGORIES"),
+    "PHASES": ("recompprof._model.events", "PHASES"),
+    "Compile": ("recompprof._model.events", "Compile"),
+    "CompileRunning": ("recompprof._model.events", "CompileRunning"),
+    "CompileStart": ("recompprof._model.events", "CompileStart"),
+    "Event": ("recompprof._model.events", "Event"),
+    "Frame": ("recompprof._model.events", "Frame"),
+    "GraphBreak": ("recompprof._model.events", "GraphBreak"),
+    "Reason": ("recompprof._model.events", "Reason"),
+    "RecompileLimitHit": ("recompprof._model.events", "RecompileLimitHit"),
+    "Running": ("recompprof._model.events", "Running"),
+    "SessionEnd": ("recompprof._model.events", "SessionEnd"),
+    "SessionStart": ("recompprof._model.events", "SessionStart"),
+    "SignalChange": ("recompprof._model.events", "SignalChange"),
+    "Status": ("recompprof._model.status", "Status"),
     "Session": ("recompprof._capture.session", "Session"),
     "attach": ("recompprof._capture.session", "attach"),
     "current": ("recompprof._capture.session", "current"),

@@ -196,58 +196,93 @@ def test_limit_hits_divergence_and_latency(lake, capsys):
     assert all(r["p50_s"] <= r["p90_s"] <= r["p99_s"] <= r["max_s"] for r in rows)
 
 
-def test_every_command_says_when_sessions_are_partial(lake, capsys):
+def test_latency_percentiles_are_the_exact_interpolated_ones(lake, capsys):
+    """latency's p50/p90/p99 (DuckDB reads all three from one list aggregate) are each group's exact
+    linearly interpolated percentiles of its rows, as pyarrow computes them."""
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "json"
+    )
+    rows = as_json(out)["results"][0]["rows"]
+    compiles = rows_of(lake, "compiles")
+    kept = compiles.filter(
+        pc.and_(
+            pc.and_(compiles["counts_as_compile"], pc.invert(compiles["backward"])),
+            pc.equal(compiles["outcome"], "ok"),
+        )
+    )
+    assert code == 0 and rows
+    for row in rows:
+        mine = kept.filter(
+            pc.and_(
+                pc.equal(kept["model"], row["model"]),
+                pc.equal(kept["torch_version"], row["torch_version"]),
+            )
+        )["duration_s"]
+        expected = pc.quantile(mine, q=[0.5, 0.9, 0.99], interpolation="linear").to_pylist()
+        assert row["compiles"] == len(mine)
+        got = [row["p50_s"], row["p90_s"], row["p99_s"]]
+        assert got == pytest.approx([round(v, 3) for v in expected], abs=0.0011), row
+
+
+@pytest.mark.parametrize("argv", [["top-causes", "--since", SINCE], ["sql", "SELECT 1 AS one"]])
+def test_every_command_says_when_sessions_are_partial(lake, capsys, argv):
     """Sessions that did not end or went dark are counted in one warning line, as check says them."""
     runs = rows_of(lake, "runs")
     not_ended = pc.sum(pc.invert(runs["ended"])).as_py()
-    for argv in (["top-causes", "--since", SINCE], ["sql", "SELECT 1 AS one"]):
-        code, out, err = history(capsys, *argv, "--lake", str(lake))
-        assert code == 0
-        assert f"of {runs.num_rows} rank session(s)" in err
-        assert f"{not_ended} did not end" in err and "dark" in err
+    code, out, err = history(capsys, *argv, "--lake", str(lake))
+    assert code == 0
+    assert f"of {runs.num_rows} rank session(s)" in err
+    assert f"{not_ended} did not end" in err and "dark" in err
 
 
-def test_formats(lake, capsys):
-    """csv parses with a header; json carries rows and warnings; html draws an SVG chart for a trend."""
-    _, out, _ = history(capsys, "cost", "--lake", str(lake), "--since", SINCE, "--format", "csv")
+def _csv_header(out: str) -> bool:
     table = list(csv.reader(io.StringIO(out)))
-    assert table[0] == ["team", "week", "compile_hours", "recompile_hours", "runs"]
-    _, out, _ = history(
-        capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "html"
-    )
-    assert out.startswith("<!doctype html>") and "<svg" in out and "p90_s" in out
-    _, out, _ = history(
-        capsys, "limit-hits", "--lake", str(lake), "--since", SINCE, "--format", "html"
-    )
-    assert "<svg" not in out and "<table>" in out
+    return table[0] == ["team", "week", "compile_hours", "recompile_hours", "runs"]
 
 
-def test_parameters_are_bound_as_literals(lake, capsys):
-    """A value that tries to break out of its quotes stays a value: no rows, no error, nothing run;
-    --by takes only a closed set of columns."""
-    hostile = "torch=2.15.0' OR '1'='1"
-    code, out, _ = history(
-        capsys,
-        "regressions",
-        "--lake",
-        str(lake),
-        "--baseline",
-        "torch=2.14.1",
-        "--candidate",
-        hostile,
-    )
-    assert code == 0 and "ok" in out
-    code, out, err = history(capsys, "compare", "x'); DROP VIEW runs; --", "--lake", str(lake))
-    assert code == 2 and "not in the lake" in err
+@pytest.mark.parametrize(
+    "command, fmt, shown",
+    [
+        ("cost", "csv", _csv_header),
+        ("latency", "html", lambda out: out.startswith("<!doctype html>") and "<svg" in out),
+        ("limit-hits", "html", lambda out: "<svg" not in out and "<table>" in out),
+    ],
+    ids=["csv-header", "html-trend-chart", "html-table-no-chart"],
+)
+def test_formats(lake, capsys, command, fmt, shown):
+    """csv parses with a header; html draws an SVG chart for a trend, a plain table otherwise."""
+    _, out, _ = history(capsys, command, "--lake", str(lake), "--since", SINCE, "--format", fmt)
+    assert shown(out) and (fmt != "html" or command != "latency" or "p90_s" in out), out[:300]
+
+
+@pytest.mark.parametrize(
+    "argv, code, stream, said",
+    [
+        # A value trying to break out of its quotes matches nothing: no rows, no error.
+        (
+            ["regressions", "--baseline", "torch=2.14.1", "--candidate", "torch=2.15.0' OR '1'='1"],
+            0,
+            "out",
+            "ok",
+        ),
+        (["compare", "x'); DROP VIEW runs; --"], 2, "err", "not in the lake"),
+        (["top-causes", "--since", "last week"], 2, "err", "--since"),
+        # Spark reads \ as an escape: both are escaped.
+        (["compare", "a\\'b", "--print-sql", "--dialect", "spark"], 0, "out", "'a\\\\\\'b'"),
+    ],
+    ids=["quote-in-version", "sql-in-run", "bad-since", "spark-backslash"],
+)
+def test_parameters_are_bound_as_literals(lake, capsys, argv, code, stream, said):
+    """A value that tries to break out of its quotes stays a value: nothing injected is run."""
+    got, out, err = history(capsys, *argv, "--lake", str(lake))
+    assert got == code and said in (out if stream == "out" else err), (out, err)
+
+
+def test_by_takes_only_a_closed_set_of_columns(lake):
+    """--by is a choice, never a column name spliced into the text."""
     with pytest.raises(SystemExit) as exit_info:
         main(["history", "top-causes", "--lake", str(lake), "--by", "model; DROP VIEW runs"])
     assert exit_info.value.code == 2
-    code, out, err = history(capsys, "top-causes", "--lake", str(lake), "--since", "last week")
-    assert code == 2 and "--since" in err
-    _, out, _ = history(
-        capsys, "compare", "a\\'b", "--lake", str(lake), "--print-sql", "--dialect", "spark"
-    )
-    assert "'a\\\\\\'b'" in out  # Spark reads \ as an escape: both are escaped
 
 
 def test_sql_runs_any_query_over_the_views(lake, capsys):
@@ -261,22 +296,29 @@ def test_sql_runs_any_query_over_the_views(lake, capsys):
     assert code == 2 and err.count("\n") == 1 and "the query failed" in err
 
 
-def test_print_sql_switches_percentiles_by_dialect(lake, capsys):
+@pytest.mark.parametrize(
+    "dialect, spelled",
+    [
+        # DuckDB takes a column's percentiles from one list aggregate (computed once).
+        ("duckdb", "quantile_cont(duration_s, [0.5, 0.9, 0.99])[1]"),
+        ("spark", "percentile_approx(duration_s, 0.5)"),
+        ("trino", "approx_percentile(duration_s, 0.5)"),
+        ("clickhouse", "quantile(0.5)(duration_s)"),
+    ],
+)
+def test_print_sql_switches_percentiles_by_dialect(lake, capsys, dialect, spelled):
     """--print-sql prints the views and the query for each engine, percentiles spelled its way."""
-    spelled = {
-        "duckdb": "quantile_cont(duration_s, 0.5)",
-        "spark": "percentile_approx(duration_s, 0.5)",
-        "trino": "approx_percentile(duration_s, 0.5)",
-        "clickhouse": "quantile(0.5)(duration_s)",
-    }
-    for dialect, text in spelled.items():
-        code, out, _ = history(
-            capsys, "latency", "--lake", str(lake), "--print-sql", "--dialect", dialect
-        )
-        assert code == 0 and text in out
-        assert out.count("VIEW") >= 4
-    sqlglot = pytest.importorskip("sqlglot")  # optional: Trino and ClickHouse are not run here
-    commands = (
+    code, out, _ = history(
+        capsys, "latency", "--lake", str(lake), "--print-sql", "--dialect", dialect
+    )
+    assert code == 0 and spelled in out
+    assert out.count("VIEW") >= 4
+
+
+@pytest.mark.parametrize("dialect", ["trino", "clickhouse", "spark", "duckdb"])
+@pytest.mark.parametrize(
+    "command",
+    [
         ["top-causes"],
         ["cost"],
         ["limit-hits"],
@@ -284,20 +326,21 @@ def test_print_sql_switches_percentiles_by_dialect(lake, capsys):
         ["latency"],
         ["regressions", "--baseline", "torch=2.14.1", "--candidate", "torch=2.15.0"],
         ["compare", "run-001-0001"],
-    )
-    for dialect in ("trino", "clickhouse", "spark", "duckdb"):
-        for command in commands:
-            _, out, _ = history(
-                capsys, *command, "--lake", str(lake), "--print-sql", "--dialect", dialect
-            )
-            statements = [
-                "\n".join(line for line in s.splitlines() if not line.startswith("--"))
-                for s in out.split(";\n")
-            ]
-            parsed = [s for s in statements if s.strip() and not s.startswith("CALL ")]
-            assert len(parsed) >= 5
-            for statement in parsed:
-                assert sqlglot.parse(statement, read=dialect), statement
+    ],
+    ids=lambda command: command[0],
+)
+def test_print_sql_parses_in_each_dialect(lake, capsys, dialect, command):
+    """Every printed statement (views and query) parses as its engine's SQL."""
+    sqlglot = pytest.importorskip("sqlglot")  # optional: Trino and ClickHouse are not run here
+    _, out, _ = history(capsys, *command, "--lake", str(lake), "--print-sql", "--dialect", dialect)
+    statements = [
+        "\n".join(line for line in s.splitlines() if not line.startswith("--"))
+        for s in out.split(";\n")
+    ]
+    parsed = [s for s in statements if s.strip() and not s.startswith("CALL ")]
+    assert len(parsed) >= 5
+    for statement in parsed:
+        assert sqlglot.parse(statement, read=dialect), statement
 
 
 # ---- faults -------------------------------------------------------------------------------------
@@ -553,3 +596,16 @@ def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_slow_query_prints_no_progress_bar_into_the_answer(lake, capfd):
+    """DuckDB draws a progress bar on stdout once a query runs past progress_bar_time (2 s): under
+    load that corrupted `--format json` written to stdout. The engine turns the bar off."""
+    from recompprof._history import engine, views
+
+    opened = views.open_lake(str(lake))
+    runner = engine.Engine(opened, views.select(opened))
+    runner.con.execute("SET progress_bar_time = 0")  # as if every query were slow
+    capfd.readouterr()
+    runner.query("SELECT SUM(i) FROM range(200000000) t(i)")
+    assert capfd.readouterr().out == ""

@@ -84,6 +84,12 @@ class Engine:
         self.selection = selection
         self.dropped: list[Skipped] = []
         self.con = duckdb.connect(":memory:")
+        # Every query binds the views again; without the cache each bind re-reads the footers.
+        self.con.execute("SET parquet_metadata_cache = true")
+        # DuckDB draws its progress bar on stdout, where the answer (json, csv) goes: never drawn
+        # (printing off too, as SET progress_bar_time turns the bar itself back on).
+        self.con.execute("SET enable_progress_bar = false")
+        self.con.execute("SET enable_progress_bar_print = false")
         self._create_views()
 
     def _create_views(self) -> None:

@@ -48,6 +48,13 @@ class Checked:
     lost_at_compaction: list[str] = field(default_factory=list)
     # Raw files that arrived after their day was compacted: not read until `compact --check`.
     late: list[str] = field(default_factory=list)
+    # The distinct column lists (names and types) of the readable files: one means a reader need not
+    # reconcile columns across files (DuckDB's union_by_name reads every footer again on each query).
+    schemas: set[tuple[tuple[str, pa.DataType], ...]] = field(default_factory=set)
+
+    @property
+    def uniform(self) -> bool:
+        return len(self.schemas) <= 1
 
 
 def _compatible(found: pa.DataType, known: pa.DataType) -> bool:
@@ -92,8 +99,10 @@ def check(lake: Lake, table: str, paths: list[str]) -> Checked:
             checked.skipped.append(Skipped(table, path, "schema", problem))
             continue
         checked.good.append(path)
-        checked.present.update(schema.names)
-        checked.missing.update(name for name in known if name not in schema.names)
+        checked.schemas.add(tuple(zip(schema.names, schema.types)))
+        names = set(schema.names)
+        checked.present.update(names)
+        checked.missing.update(name for name in known if name not in names)
         lost = (meta.metadata or {}).get(UNREADABLE_KEY)
         if lost:
             checked.lost_at_compaction.extend(_names(lost))

@@ -14,7 +14,6 @@ from typing import Any
 
 from recompprof._history.engine import Answer, Completeness, Result
 from recompprof._history.health import Skipped
-from recompprof._model.texts import escape
 
 FORMATS = ("table", "csv", "json", "html")
 _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
@@ -136,6 +135,9 @@ def _table(result: Result, *, title: bool) -> str:
     head = f"{result.title}:\n" if title and result.title else ""
     if not result.rows:
         return head + "  (no rows)\n"
+    # Imported here: the text rules load the event model, which json/csv/html answers never need.
+    from recompprof._model.texts import escape
+
     cells = [[escape(_cell(v)) for v in row] for row in result.rows]
     widths = [
         max(len(name), *(len(row[i]) for row in cells)) for i, name in enumerate(result.columns)

@@ -11,6 +11,7 @@ baked in: run them again after each compaction.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -78,51 +79,28 @@ def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
 
 # ---- column types per engine ---------------------------------------------------------------------
 
+ENGINES = ("duckdb", "spark", "trino", "clickhouse")
+# Each kind of column as each engine (in the order of ENGINES) declares it.
 _TYPES = {
-    "duckdb": {
-        "string": "VARCHAR",
-        "int32": "INTEGER",
-        "int64": "BIGINT",
-        "double": "DOUBLE",
-        "bool": "BOOLEAN",
-        "timestamp": "TIMESTAMPTZ",
-        "list": "VARCHAR[]",
-        "map": "MAP(VARCHAR, VARCHAR)",
-        "date": "DATE",
-    },
-    "spark": {
-        "string": "STRING",
-        "int32": "INT",
-        "int64": "BIGINT",
-        "double": "DOUBLE",
-        "bool": "BOOLEAN",
-        "timestamp": "TIMESTAMP",
-        "list": "ARRAY<STRING>",
-        "map": "MAP<STRING, STRING>",
-        "date": "DATE",
-    },
-    "trino": {
-        "string": "varchar",
-        "int32": "integer",
-        "int64": "bigint",
-        "double": "double",
-        "bool": "boolean",
-        "timestamp": "timestamp(6) with time zone",
-        "list": "array(varchar)",
-        "map": "map(varchar, varchar)",
-        "date": "date",
-    },
-    "clickhouse": {
-        "string": "Nullable(String)",
-        "int32": "Nullable(Int32)",
-        "int64": "Nullable(Int64)",
-        "double": "Nullable(Float64)",
-        "bool": "Nullable(Bool)",
-        "timestamp": "Nullable(DateTime64(6, 'UTC'))",
-        "list": "Array(String)",
-        "map": "Map(String, String)",
-        "date": "Date",
-    },
+    "string": ("VARCHAR", "STRING", "varchar", "Nullable(String)"),
+    "int32": ("INTEGER", "INT", "integer", "Nullable(Int32)"),
+    "int64": ("BIGINT", "BIGINT", "bigint", "Nullable(Int64)"),
+    "double": ("DOUBLE", "DOUBLE", "double", "Nullable(Float64)"),
+    "bool": ("BOOLEAN", "BOOLEAN", "boolean", "Nullable(Bool)"),
+    "timestamp": (
+        "TIMESTAMPTZ",
+        "TIMESTAMP",
+        "timestamp(6) with time zone",
+        "Nullable(DateTime64(6, 'UTC'))",
+    ),
+    "list": ("VARCHAR[]", "ARRAY<STRING>", "array(varchar)", "Array(String)"),
+    "map": (
+        "MAP(VARCHAR, VARCHAR)",
+        "MAP<STRING, STRING>",
+        "map(varchar, varchar)",
+        "Map(String, String)",
+    ),
+    "date": ("DATE", "DATE", "date", "Date"),
 }
 
 
@@ -145,7 +123,7 @@ def _kind(kind: pa.DataType) -> str:
 
 
 def sql_type(kind: pa.DataType, engine: str) -> str:
-    return _TYPES[engine][_kind(kind)]
+    return _TYPES[_kind(kind)][ENGINES.index(engine)]
 
 
 def _columns(table: str, present: set[str] | None, engine: str) -> str:
@@ -170,9 +148,7 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
     datasets: dict[str, object] = {}
     for table, checked in selection.tables.items():
         if not checked.good:
-            empty = ", ".join(
-                f"CAST(NULL AS {sql_type(f.type, 'duckdb')}) AS {f.name}" for f in SCHEMAS[table]
-            )
+            empty = _columns(table, set(), "duckdb")
             statements.append(
                 f"CREATE OR REPLACE VIEW {table} AS SELECT {empty}, CAST(NULL AS DATE) AS dt WHERE false"
             )
@@ -180,8 +156,9 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
         columns = _columns(table, checked.present, "duckdb")
         if lake.local:
             files = ", ".join(_literal(p) for p in checked.good)
+            union = "false" if checked.uniform else "true"
             source = (
-                f"read_parquet([{files}], hive_partitioning = true, union_by_name = true, "
+                f"read_parquet([{files}], hive_partitioning = true, union_by_name = {union}, "
                 "hive_types = {'dt': 'DATE'})"
             )
         else:
@@ -216,31 +193,102 @@ def _dataset(lake: Lake, table: str, paths: list[str]) -> object:
 # ---- the same views, printed for a fleet's engine ------------------------------------------------
 
 
-def printed(lake: Lake, dialect: str, through: datetime.date | None) -> str:
-    """View definitions of the four tables for ``dialect``, obeying the marker ``through``."""
-    if dialect not in _TYPES:
-        raise LakeError(f"no view definitions for {dialect!r}")
-    return {
-        "duckdb": _duckdb_text,
-        "spark": _spark_text,
-        "trino": _trino_text,
-        "clickhouse": _clickhouse_text,
-    }[dialect](lake, through)
+@dataclass(frozen=True)
+class _Spelling:
+    """How one engine's view text differs; the reader rule itself is written once, in printed()."""
+
+    date: str  # a date literal, with {d}
+    # One root of a table: (statements that must run first, the FROM source), given the table, the
+    # root's suffix ("daily" or "raw") and its URI.
+    source: Callable[[Lake, str, str, str], tuple[str, str]]
+    view: str = "CREATE OR REPLACE VIEW {table} AS\n{body};\n"
+    preamble: str = ""
 
 
-def _split(through: datetime.date | None, date: str) -> tuple[str, str]:
-    """The filters of the compacted and the raw part, given a date literal format."""
-    if through is None:
-        return "", ""
-    d = date.format(d=through.isoformat())
-    return f" WHERE dt <= {d}", f" WHERE dt > {d}"
+def _duckdb_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
+    opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
+    return "", f"read_parquet({_literal(root + '/*/*.parquet')}, {opts})"
 
 
-def _roots(lake: Lake, table: str) -> tuple[str, str]:
-    return (
-        lake.uri_of(f"{lake.base}/{daily.DAILY}/{table}"),
-        lake.uri_of(f"{lake.base}/{ROOT}/{table}"),
+def _spark_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
+    setup = (
+        f"CREATE OR REPLACE TEMPORARY VIEW {table}_{suffix} USING parquet "
+        f"OPTIONS (path {_literal(root)}, mergeSchema 'true');\n"
     )
+    return setup, f"{table}_{suffix}"
+
+
+def _trino_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
+    columns = ",\n  ".join(f"{f.name} {sql_type(f.type, 'trino')}" for f in SCHEMAS[table])
+    name = f"hive.recompprof.{table}_{suffix}"
+    setup = (
+        f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
+        f"(external_location = {_literal(root)}, format = 'PARQUET', "
+        "partitioned_by = ARRAY['dt']);\n"
+        f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"
+    )
+    return setup, name
+
+
+def _clickhouse_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
+    function = "file" if lake.local else "s3"
+    return "", f"{function}({_literal(root + '/*/*.parquet')}, 'Parquet')"
+
+
+_SPELLINGS = {
+    "duckdb": _Spelling("DATE '{d}'", _duckdb_source),
+    "spark": _Spelling(
+        "DATE '{d}'", _spark_source, view="CREATE OR REPLACE TEMPORARY VIEW {table} AS\n{body};\n"
+    ),
+    "trino": _Spelling(
+        "DATE '{d}'",
+        _trino_source,
+        view="CREATE OR REPLACE VIEW hive.recompprof.{table} AS\n{body};\n",
+        preamble=(
+            "-- Hive connector (catalog `hive`, e.g. hive.metastore=file); schema `recompprof`\n"
+            "CREATE SCHEMA IF NOT EXISTS hive.recompprof;\n"
+        ),
+    ),
+    "clickhouse": _Spelling(
+        "toDate('{d}')",
+        _clickhouse_source,
+        view="CREATE OR REPLACE VIEW {table} AS\n{body}\nSETTINGS use_hive_partitioning = 1;\n",
+        preamble=(
+            "-- file() reads under the server's user_files_path; for a bucket use "
+            "s3('https://<bucket>.s3.<region>.amazonaws.com/<prefix>/...', 'Parquet')\n"
+        ),
+    ),
+}
+
+
+def printed(lake: Lake, dialect: str, through: datetime.date | None) -> str:
+    """View definitions of the four tables for ``dialect``, obeying the marker ``through``: a table is
+    its compacted days up to it and its raw days after it (before any compaction, its raw days)."""
+    spelling = _SPELLINGS.get(dialect)
+    if spelling is None:
+        raise LakeError(f"no view definitions for {dialect!r}")
+    out = [_marker_comment(through), spelling.preamble]
+    for table in TABLES:
+        cols = _columns(table, None, dialect) + ", dt"
+        parts = []
+        for suffix, root, cut in _roots(lake, table, through, spelling.date):
+            setup, source = spelling.source(lake, table, suffix, root)
+            out.append(setup)
+            parts.append(f"SELECT {cols} FROM {source}{cut}")
+        out.append(spelling.view.format(table=table, body="\nUNION ALL\n".join(parts)))
+    return "".join(out)
+
+
+def _roots(
+    lake: Lake, table: str, through: datetime.date | None, date: str
+) -> list[tuple[str, str, str]]:
+    """The roots a table's view reads, each with its suffix, URI and the filter of its days."""
+    raw = lake.uri_of(f"{lake.base}/{ROOT}/{table}")
+    if through is None:
+        return [("raw", raw, "")]
+    d = date.format(d=through.isoformat())
+    compacted = lake.uri_of(f"{lake.base}/{daily.DAILY}/{table}")
+    return [("daily", compacted, f" WHERE dt <= {d}"), ("raw", raw, f" WHERE dt > {d}")]
 
 
 def _marker_comment(through: datetime.date | None) -> str:
@@ -250,105 +298,3 @@ def _marker_comment(through: datetime.date | None) -> str:
         f"-- compacted through {through}: days up to it from {daily.DAILY}/, later days raw "
         "(re-create these views after each `compact`)\n"
     )
-
-
-def _duckdb_text(lake: Lake, through: datetime.date | None) -> str:
-    daily_cut, raw_cut = _split(through, "DATE '{d}'")
-    out = [_marker_comment(through)]
-    for table in TABLES:
-        cols = _columns(table, None, "duckdb") + ", dt"
-        compacted, raw = _roots(lake, table)
-        opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
-        parts = [
-            f"SELECT {cols} FROM read_parquet({_literal(raw + '/*/*.parquet')}, {opts}){raw_cut}"
-        ]
-        if through is not None:
-            parts.insert(
-                0,
-                f"SELECT {cols} FROM read_parquet({_literal(compacted + '/*/*.parquet')}, {opts})"
-                f"{daily_cut}",
-            )
-        out.append(f"CREATE OR REPLACE VIEW {table} AS\n" + "\nUNION ALL\n".join(parts) + ";\n")
-    return "".join(out)
-
-
-def _spark_text(lake: Lake, through: datetime.date | None) -> str:
-    daily_cut, raw_cut = _split(through, "DATE '{d}'")
-    out = [_marker_comment(through)]
-    for table in TABLES:
-        cols = _columns(table, None, "spark") + ", dt"
-        compacted, raw = _roots(lake, table)
-        out.append(
-            f"CREATE OR REPLACE TEMPORARY VIEW {table}_raw USING parquet "
-            f"OPTIONS (path {_literal(raw)}, mergeSchema 'true');\n"
-        )
-        parts = [f"SELECT {cols} FROM {table}_raw{raw_cut}"]
-        if through is not None:
-            out.append(
-                f"CREATE OR REPLACE TEMPORARY VIEW {table}_daily USING parquet "
-                f"OPTIONS (path {_literal(compacted)}, mergeSchema 'true');\n"
-            )
-            parts.insert(0, f"SELECT {cols} FROM {table}_daily{daily_cut}")
-        out.append(
-            f"CREATE OR REPLACE TEMPORARY VIEW {table} AS\n" + "\nUNION ALL\n".join(parts) + ";\n"
-        )
-    return "".join(out)
-
-
-def _trino_text(lake: Lake, through: datetime.date | None) -> str:
-    daily_cut, raw_cut = _split(through, "DATE '{d}'")
-    out = [
-        _marker_comment(through),
-        "-- Hive connector (catalog `hive`, e.g. hive.metastore=file); schema `recompprof`\n",
-        "CREATE SCHEMA IF NOT EXISTS hive.recompprof;\n",
-    ]
-    for table in TABLES:
-        columns = ",\n  ".join(f"{f.name} {sql_type(f.type, 'trino')}" for f in SCHEMAS[table])
-        compacted, raw = _roots(lake, table)
-        cols = _columns(table, None, "trino") + ", dt"
-        parts = []
-        for suffix, where, cut in (("daily", compacted, daily_cut), ("raw", raw, raw_cut)):
-            if suffix == "daily" and through is None:
-                continue
-            name = f"hive.recompprof.{table}_{suffix}"
-            out.append(
-                f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
-                f"(external_location = {_literal(where)}, format = 'PARQUET', "
-                "partitioned_by = ARRAY['dt']);\n"
-                f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"
-            )
-            parts.append(f"SELECT {cols} FROM {name}{cut}")
-        out.append(
-            f"CREATE OR REPLACE VIEW hive.recompprof.{table} AS\n"
-            + "\nUNION ALL\n".join(parts)
-            + ";\n"
-        )
-    return "".join(out)
-
-
-def _clickhouse_text(lake: Lake, through: datetime.date | None) -> str:
-    daily_cut, raw_cut = _split(through, "toDate('{d}')")
-    out = [
-        _marker_comment(through),
-        "-- file() reads under the server's user_files_path; for a bucket use "
-        "s3('https://<bucket>.s3.<region>.amazonaws.com/<prefix>/...', 'Parquet')\n",
-    ]
-    function = "file" if lake.local else "s3"
-    for table in TABLES:
-        cols = _columns(table, None, "clickhouse") + ", dt"
-        compacted, raw = _roots(lake, table)
-        parts = [
-            f"SELECT {cols} FROM {function}({_literal(raw + '/*/*.parquet')}, 'Parquet'){raw_cut}"
-        ]
-        if through is not None:
-            parts.insert(
-                0,
-                f"SELECT {cols} FROM {function}({_literal(compacted + '/*/*.parquet')}, "
-                f"'Parquet'){daily_cut}",
-            )
-        out.append(
-            f"CREATE OR REPLACE VIEW {table} AS\n"
-            + "\nUNION ALL\n".join(parts)
-            + "\nSETTINGS use_hive_partitioning = 1;\n"
-        )
-    return "".join(out)

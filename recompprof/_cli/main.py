@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
     from recompprof._analysis.check import CheckResult
     from recompprof._analysis.runs import Run
 
@@ -49,7 +50,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recompprof",
         formatter_class=_Formatter,
@@ -58,8 +59,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"recompprof {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+    # Only the named command's parser is built when argv names one: building every command's
+    # options imports what each needs (the demo's settings model, check's rules), which every
+    # quick command (`history`, `report`) would otherwise pay at start. Help and typos get them all.
+    chosen = argv[0] if argv and argv[0] in _COMMANDS else None
+    for name, add in _COMMANDS.items():
+        if chosen in (None, name):
+            add(sub)
+    return parser
 
-    from recompprof._cli import demo, export, history, launch, watch
+
+def _add_demo(sub: Commands) -> None:
+    from recompprof._cli import demo
 
     p = sub.add_parser(
         "demo",
@@ -68,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         description=demo.__doc__,
     )
     demo.add_arguments(p)
+
+
+def _add_run(sub: Commands) -> None:
+    from recompprof._cli import launch
 
     p = sub.add_parser(
         "run",
@@ -89,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_settings_options(p)
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- the program and its arguments")
 
+
+def _add_report(sub: Commands) -> None:
     p = sub.add_parser(
         "report",
         help="the report of a run (terminal, or --html FILE)",
@@ -113,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--strict", action="store_true", help="exit 2 if any line could not be read")
 
+
+def _add_check(sub: Commands) -> None:
     p = sub.add_parser(
         "check",
         help="CI gate: exit 1 when the run breaks a rule",
@@ -123,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     _add_check_options(p)
 
+
+def _add_diff(sub: Commands) -> None:
     p = sub.add_parser(
         "diff",
         help="what got better or worse between two runs (exit 1 on regressions)",
@@ -149,6 +170,10 @@ def _parser() -> argparse.ArgumentParser:
         help="text width (default: the terminal's, else $COLUMNS, else 120)",
     )
 
+
+def _add_watch(sub: Commands) -> None:
+    from recompprof._cli import watch
+
     p = sub.add_parser(
         "watch",
         help="follow a running job's event logs: what each rank compiles now, live",
@@ -158,6 +183,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     watch.add_arguments(p)
 
+
+def _add_ingest(sub: Commands) -> None:
     p = sub.add_parser(
         "ingest",
         help="convert TORCH_TRACE logs into recompprof event logs",
@@ -182,6 +209,10 @@ def _parser() -> argparse.ArgumentParser:
         "--redact", action="store_true", help="keep no source text (only categories and subjects)"
     )
 
+
+def _add_export(sub: Commands) -> None:
+    from recompprof._cli import export
+
     p = sub.add_parser(
         "export",
         help="write runs into a history lake (Parquet tables; docs/history.md)",
@@ -191,6 +222,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_arguments(p)
 
+
+def _add_history(sub: Commands) -> None:
+    from recompprof._cli import history
+
     p = sub.add_parser(
         "history",
         help="fleet questions over an exported lake (top causes, cost, regressions, a CI gate, SQL)",
@@ -198,7 +233,19 @@ def _parser() -> argparse.ArgumentParser:
         description=history.__doc__,
     )
     history.add_arguments(p)
-    return parser
+
+
+_COMMANDS: dict[str, Callable[[Commands], None]] = {
+    "demo": _add_demo,
+    "run": _add_run,
+    "report": _add_report,
+    "check": _add_check,
+    "diff": _add_diff,
+    "watch": _add_watch,
+    "ingest": _add_ingest,
+    "export": _add_export,
+    "history": _add_history,
+}
 
 
 def _add_check_options(parser: argparse.ArgumentParser) -> None:
@@ -444,7 +491,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``recompprof`` console script."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(argv).parse_args(argv)
     try:
         if args.subcommand == "demo":
             from recompprof._cli import demo

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import Callable, Iterable, Sequence
+import gc
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 from recompprof._analysis.runs import EventStream, Run, load
 from recompprof._eventlog.writer import log_rank
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
-from recompprof._history.rows import SessionRows, TextPolicy
+from recompprof._history.rows import Buffer, Repeated, SessionRows, TextPolicy, buffer
 from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP
 
 BATCH_ROWS = 8192  # rows per row group: what one table's buffer holds at most
@@ -48,24 +49,18 @@ class ExportResult:
 class _Output:
     """One file being written: its buffered rows and its Parquet writer (opened at the first batch)."""
 
-    def __init__(self, lake: Lake, table: str, path: str) -> None:
+    def __init__(self, lake: Lake, table: str, path: str, text: TextPolicy) -> None:
         self.lake, self.table, self.path = lake, table, path
         self.schema = SCHEMAS[table]
-        self.rows: list[Sequence[Any]] = []
+        # A full buffer is written at the next row, not at its last: a limit hit still fills in the
+        # compile row just before it.
+        self.rows = buffer(table, text, self.flush, BATCH_ROWS)
         self.count = 0
         self.pending: PendingFile | None = None
         self.writer: pq.ParquetWriter | None = None
 
-    def add(self, row: Sequence[Any]) -> None:
-        # A row is buffered before the batch is written: a limit hit still fills in the compile
-        # row just before it (SessionRows keeps that row), so only a full buffer is written, at the
-        # next row.
-        if len(self.rows) >= BATCH_ROWS:
-            self.flush()
-        self.rows.append(row)
-
     def flush(self) -> None:
-        if not self.rows:
+        if not self.rows.size:
             return
         if self.writer is None:
             self.pending = self.lake.create(self.path)
@@ -75,9 +70,8 @@ class _Output:
                 compression=COMPRESSION,
                 write_statistics=True,
             )
-        self.writer.write_table(batch(self.schema, self.rows))
-        self.count += len(self.rows)
-        self.rows = []
+        self.count += self.rows.size
+        self.writer.write_table(batch(self.schema, self.rows.columns()))
 
     def close(self) -> None:
         """Write what is buffered and finish the file (not visible yet: :meth:`commit`)."""
@@ -97,42 +91,51 @@ class _Output:
             self.pending.abort()
 
 
-def batch(schema: pa.Schema, rows: list[Sequence[Any]]) -> pa.Table:
-    """Rows (each its table's columns in order, times in seconds) as one Arrow table of ``schema``:
-    transposed in C, each column converted by Arrow, times to microseconds there too."""
+def batch(schema: pa.Schema, columns: list[Sequence[Any]]) -> pa.Table:
+    """Columns (``schema``'s, in order, times in seconds) as one Arrow table of ``schema``: each
+    column converted by Arrow (a :class:`Repeated` one: each value once, then taken), times to
+    microseconds there too."""
     arrays = []
-    for field, column in zip(schema, zip(*rows, strict=True), strict=True):
-        if field.type == TIMESTAMP:
-            seconds = pa.array(column, pa.float64())
-            micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
-            arrays.append(micros.cast(TIMESTAMP))
+    taken: dict[int, pa.Array] = {}  # the indices of Repeated columns, converted once
+    for field, column in zip(schema, columns, strict=True):
+        if isinstance(column, Repeated):
+            indices = taken.get(id(column.indices))
+            if indices is None:
+                indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
+            arrays.append(_array(field.type, column.values).take(indices))
         else:
-            arrays.append(pa.array(column, field.type))
+            arrays.append(_array(field.type, column))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _array(kind: pa.DataType, column: Sequence[Any]) -> pa.Array:
+    if kind == TIMESTAMP:
+        seconds = pa.array(column, pa.float64())
+        micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
+        return micros.cast(TIMESTAMP)
+    return pa.array(column, kind)
 
 
 class _Writers:
     """The files an export writes, by (table, day, run, writer); rows go to them as they come."""
 
-    def __init__(self, lake: Lake, per_rank: bool) -> None:
-        self.lake, self.per_rank = lake, per_rank
+    def __init__(self, lake: Lake, per_rank: bool, text: TextPolicy) -> None:
+        self.lake, self.per_rank, self.text = lake, per_rank, text
         self.outputs: dict[tuple[str, datetime.date, str, str], _Output] = {}
         self.result = ExportResult()
         self.run_ids: set[str] = set()
 
-    def sink(
-        self, table: str, run_id: str, rank: int, pid: int, day: datetime.date
-    ) -> Callable[[Sequence[Any]], None]:
-        """What takes one session's rows of ``table`` for ``day``: its file's ``add``."""
+    def sink(self, table: str, run_id: str, rank: int, pid: int, day: datetime.date) -> Buffer:
+        """What takes one session's rows of ``table`` for ``day``: its file's buffer."""
         writer = writer_of(rank, pid) if self.per_rank else ALL_RANKS
         key = (table, day, run_id, writer)
         output = self.outputs.get(key)
         if output is None:
             self.run_ids.add(run_id)
             output = self.outputs[key] = _Output(
-                self.lake, table, self.lake.path_of(table, day, run_id, writer)
+                self.lake, table, self.lake.path_of(table, day, run_id, writer), self.text
             )
-        return output.add
+        return output.rows
 
     def finish(self, keys: Iterable[tuple[str, datetime.date, str, str]] | None = None) -> None:
         """Finish and commit the files of ``keys`` (all when None): each appears whole, or not at all."""
@@ -169,10 +172,12 @@ def export(
     cannot write (files already in the lake stay as they were)."""
     runs = [load(path) for path in paths]
     lake = Lake(uri)
-    writers = _Writers(lake, per_rank)
+    text = text or TextPolicy()
+    writers = _Writers(lake, per_rank, text)
     try:
-        for run in runs:
-            _export_run(run, writers, labels or {}, text or TextPolicy())
+        with _collector_paused():
+            for run in runs:
+                _export_run(run, writers, labels or {}, text)
         writers.finish()
     except BaseException:
         writers.abort()
@@ -182,6 +187,20 @@ def export(
     if not per_rank:
         result.replaced = _replace_per_rank(lake, writers.run_ids)
     return result
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the events are read: the rows, events and frames of a pass
+    are many short-lived containers without cycles (reference counting frees them), and the
+    collector's passes over them were a sixth of an export's CPU. It is as it was afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _export_run(run: Run, writers: _Writers, labels: dict[str, str], text: TextPolicy) -> None:

@@ -14,12 +14,20 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Callable, Sequence
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._eventlog.fastread import by_type
-from recompprof._history.tables import DIMENSIONS, EXPORT_VERSION, FACT_KEY, SCHEMAS
+from recompprof._history.tables import (
+    DIMENSIONS,
+    EXPORT_VERSION,
+    FACT_KEY,
+    PHASE_COLUMNS,
+    SCHEMAS,
+    SESSION_KEY,
+)
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import COSTS, COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
@@ -36,18 +44,14 @@ from recompprof._model.events import (
 )
 from recompprof._version import __version__
 
-# Where a session's rows go: ``sink(table, run_id, rank, pid, day)`` is the function that takes the
-# rows of that table, session and UTC day, each row its table's columns in the schema's order (times
-# in seconds: the writer converts them).
-Append = Callable[[Sequence[Any]], None]
-Sink = Callable[[str, str, int, int, datetime.date], Append]
+# Where a session's rows go: ``sink(table, run_id, rank, pid, day)`` is the buffer (:func:`buffer`)
+# that holds the rows of that table, session and UTC day until its writer takes them as columns.
+Sink = Callable[[str, str, int, int, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
 _NONE: dict[str, int] = {}
 DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
 _RUNS = tuple(SCHEMAS["runs"].names)
-_COMPILE_ID = FACT_KEY.index("compile_id")
-_LIMIT_NAME = SCHEMAS["compiles"].names.index("limit_name")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +93,260 @@ def day_of(seconds: float) -> datetime.date:
     return day
 
 
+# -- the buffers: a batch of one table's rows, held as the parts they are made of ----------------------
+class Buffer:
+    """Rows of one table (one session, or every session of a run, and one UTC day) until they are
+    written: at most ``limit`` of them; the row that finds the buffer full first has ``flush`` (the
+    writer's) take them (:meth:`columns`), so the row before it can still be changed (a compile's
+    limit columns, by the ``recompile_limit_hit`` that follows it). The columns are built once per
+    batch, each in one pass over the batch, rather than row by row."""
+
+    def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
+        self.text, self.flush, self.limit = text, flush, limit
+        self.size = 0
+        self.batches = 0  # batches taken: a row's place is (batches, index)
+
+    def _room(self) -> None:
+        """Before one more row: a full buffer is written first."""
+        if self.size >= self.limit:
+            self.flush()
+
+    def columns(self) -> list[Sequence[Any]]:
+        """The buffered rows as their table's columns in the schema's order (times in seconds), and
+        the buffer emptied."""
+        found = self._columns()
+        self._clear()
+        self.size = 0
+        self.batches += 1
+        return found
+
+    def _columns(self) -> list[Sequence[Any]]:
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+
+class RowBuffer(Buffer):
+    """Whole rows, each its table's columns in order: the tables with few rows (runs, graph_breaks)."""
+
+    def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
+        super().__init__(text, flush, limit)
+        self.rows: list[Sequence[Any]] = []
+
+    def add(self, row: Sequence[Any]) -> None:
+        self._room()
+        self.rows.append(row)
+        self.size += 1
+
+    def _columns(self) -> list[Sequence[Any]]:
+        return list(zip(*self.rows, strict=True))
+
+    def _clear(self) -> None:
+        self.rows = []
+
+
+# The compile columns read straight off the event (or its frame, or its session), by schema column.
+_COMPILE_KEY = (*(field.name for field in SESSION_KEY), *DIMENSION_NAMES)
+_FRAME_COLUMNS = (
+    "frame_key",
+    "frame_name",
+    "frame_file",
+    "frame_line",
+    "frame_owner",
+    "frame_label",
+)
+_VERDICT_COLUMNS = (
+    "counts_as_compile",
+    "counts_as_recompile",
+    "steady_state_recompile",
+    "compile_seconds",
+    "cause_category",
+    "cause_subject",
+    "reasons_omitted",
+)
+_CACHE_LOOKUPS = {
+    f"{cache}_{result}": (cache, result)
+    for cache in ("fx_graph", "aot_autograd")
+    for result in ("hit", "miss", "bypass")
+}
+_COMPILE_NAMES = tuple(SCHEMAS["compiles"].names)
+# Columns that are an event field of another name, and the fields other columns are made from.
+_RENAMED = {"duration_s": "duration"}
+_MADE_FROM = ("phases", "cache_lookups", "reasons", "call_site")
+_DERIVED = {
+    *_COMPILE_KEY,
+    *_FRAME_COLUMNS,
+    *_VERDICT_COLUMNS,
+    *PHASE_COLUMNS,
+    *_CACHE_LOOKUPS,
+    "limit_name",
+    "limit_value",
+    "reason_count",
+    "call_site",
+}
+_OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
+_OWN_FIELDS = (*(_RENAMED.get(name, name) for name in _OWN_COLUMNS), *_MADE_FROM)
+# An event's own fields in one call (one visit of the event, not one per column).
+_OWN = attrgetter(*_OWN_FIELDS)
+
+
+class CompileBuffer(Buffer):
+    """``compiles`` rows: each its event's own fields, its session's key, its frame's columns and its
+    verdicts (the event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`)."""
+
+    def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
+        super().__init__(text, flush, limit)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.own: list[tuple[Any, ...]] = []
+        self.keys: list[tuple[Any, ...]] = []
+        self.frames: list[tuple[Any, ...]] = []
+        self.verdicts: list[tuple[Any, ...]] = []
+        self.limits: dict[int, tuple[str, int | None]] = {}
+
+    def add(
+        self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
+    ) -> tuple[int, int]:
+        """Buffer a compile's row; returns its place (for :meth:`set_limit`)."""
+        self._room()
+        self.own.append(_OWN(event))
+        self.keys.append(key)
+        self.frames.append(frame)
+        self.verdicts.append(found)
+        self.size += 1
+        return self.batches, self.size - 1
+
+    def set_limit(self, place: tuple[int, int], name: str, value: int | None) -> None:
+        """The limit a compile hit, where its row is still buffered (a written row stays as written)."""
+        batches, index = place
+        if batches == self.batches and index < self.size:
+            self.limits[index] = (name, value)
+
+    def _columns(self) -> list[Sequence[Any]]:
+        n, text = self.size, self.text
+        parts: dict[str, Sequence[Any]] = {}
+        parts.update(zip(_COMPILE_KEY, zip(*self.keys, strict=True), strict=True))
+        parts.update(zip(_FRAME_COLUMNS, zip(*self.frames, strict=True), strict=True))
+        parts.update(zip(_VERDICT_COLUMNS, zip(*self.verdicts, strict=True), strict=True))
+        own = list(zip(*self.own, strict=True))
+        parts.update(zip(_OWN_COLUMNS, own, strict=False))
+        phases, lookups, reasons, sites = own[len(_OWN_COLUMNS) :]
+        if not text.texts:
+            parts["fail_reason"] = [None] * n
+        names: list[str | None] = [None] * n
+        values: list[int | None] = [None] * n
+        for index, (name, value) in self.limits.items():
+            names[index], values[index] = name, value
+        parts["limit_name"], parts["limit_value"] = names, values
+        for phase, column in zip(PHASES, PHASE_COLUMNS, strict=True):
+            parts[column] = [found.get(phase) for found in phases]
+        for column, (cache, result) in _CACHE_LOOKUPS.items():
+            parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
+        parts["reason_count"] = list(map(len, reasons))
+        parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
+        return [parts[name] for name in _COMPILE_NAMES]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Omitted:
+    """The reasons of one category an event left out past its cap, as the reason its row stands for."""
+
+    category: str
+    entry: None = None
+    subject: str = _OMITTED
+    explains_change: bool = False
+    text: str = ""
+
+
+_HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
+_REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
+_REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
+
+
+class Repeated(NamedTuple):
+    """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
+    columns a compile's guard-failure rows share)."""
+
+    values: Sequence[Any]
+    indices: list[int]
+
+
+class GuardFailureBuffer(Buffer):
+    """``guard_failures`` rows: each its reason, its place, and its compile's head (key and frame
+    columns, whether the compile is a recompile, its steady_state), held once for its compile's rows."""
+
+    def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
+        super().__init__(text, flush, limit)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
+        self.which: list[int] = []  # each row's head
+        self.reasons: list[Any] = []
+        self.positions: list[int | None] = []
+        self.counts: list[int] = []
+
+    def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
+        """A compile's reasons, in order (positions 0, 1, ...)."""
+        n = len(reasons)
+        if self.size + n <= self.limit:  # all in this batch (the usual case)
+            self.which.extend([len(self.heads)] * n)
+            self.heads.append(head)
+            self.reasons.extend(reasons)
+            self.positions.extend(range(n))
+            self.counts.extend([1] * n)
+            self.size += n
+            return
+        for position, reason in enumerate(reasons):
+            self.add_one(head, reason, position, 1)
+
+    def add_one(self, head: tuple[Any, ...], reason: Any, position: int | None, count: int) -> None:
+        self._room()
+        if not self.heads or self.heads[-1] is not head:
+            self.heads.append(head)
+        self.which.append(len(self.heads) - 1)
+        self.reasons.append(reason)
+        self.positions.append(position)
+        self.counts.append(count)
+        self.size += 1
+
+    def _columns(self) -> list[Sequence[Any]]:
+        reasons, which = self.reasons, self.which
+        parts: dict[str, Sequence[Any]] = {
+            name: Repeated(values, which)
+            for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
+        }
+        for name, values in zip(
+            _REASON_COLUMNS, zip(*map(_REASON_FIELDS, reasons), strict=True), strict=True
+        ):
+            parts[name] = values
+        recompiles = parts["recompile"].values  # type: ignore[attr-defined]
+        parts["counts_as_change"] = [
+            recompiles[head] and explains
+            for head, explains in zip(which, parts["explains_change"], strict=True)
+        ]
+        if not self.text.texts:
+            parts["text"] = [""] * self.size
+        parts["position"], parts["count"] = self.positions, self.counts
+        return [parts[name] for name in _GUARD_FAILURE_NAMES]
+
+
+_GUARD_FAILURE_NAMES = tuple(SCHEMAS["guard_failures"].names)
+_BUFFERS: dict[str, type[Buffer]] = {
+    "runs": RowBuffer,
+    "compiles": CompileBuffer,
+    "guard_failures": GuardFailureBuffer,
+    "graph_breaks": RowBuffer,
+}
+
+
+def buffer(table: str, text: TextPolicy, flush: Callable[[], None], limit: int) -> Buffer:
+    """An empty buffer of ``table``'s rows, written by ``flush`` when full."""
+    return _BUFFERS[table](text, flush, limit)
+
+
 class _Session:
     """One rank session being read: its identity, its completeness fold and its running totals."""
 
@@ -106,9 +364,18 @@ class _Session:
         self.guard_failures = self.graph_breaks = 0
         self.compile_seconds = self.recompile_seconds = 0.0
         self.dims: tuple[Any, ...] = (None, None, None, None)  # tables.DIMENSIONS
+        self.key: tuple[
+            Any, ...
+        ] = ()  # run_id, rank, pid and dims: what every fact row starts with
         self.labels: dict[str, str] = {}
-        self.appenders: dict[tuple[str, datetime.date], Append] = {}
-        self.last_compile: list[Any] | None = None  # for the limit hit that follows it
+        self.buffers: dict[tuple[str, datetime.date], Any] = {}
+        # the row of a compile that hit the limit, for the recompile_limit_hit that follows it:
+        # its buffer, its place there and its compile id
+        self.last_compile: tuple[CompileBuffer, tuple[int, int], str] | None = None
+
+    def set_dims(self, dims: tuple[Any, ...]) -> None:
+        self.dims = dims
+        self.key = (self.run_id, self.rank, self.pid, *dims)
 
     def add_compile(
         self, event: Compile, found: int, cost: float, charged: bool, omitted: int
@@ -174,11 +441,8 @@ class SessionRows:
                 None, event.rank, self.default_run, self.default_pid
             )
             session.labels = dict(self.labels)
-            session.dims = (
-                None,
-                self.default_run,
-                self.labels.get("team"),
-                self.labels.get("model"),
+            session.set_dims(
+                (None, self.default_run, self.labels.get("team"), self.labels.get("model"))
             )
         time = event.time
         if session.first_time is None:
@@ -201,11 +465,13 @@ class SessionRows:
         session = self.open[event.rank] = _Session(event, event.rank, event.run_id, event.pid)
         labels = {**event.labels, **self.labels}
         session.labels = labels
-        session.dims = (
-            event.versions.get("torch") or None,
-            event.job or event.run_id,
-            labels.get("team"),
-            labels.get("model"),
+        session.set_dims(
+            (
+                event.versions.get("torch") or None,
+                event.job or event.run_id,
+                labels.get("team"),
+                labels.get("model"),
+            )
         )
         session.first_time = session.last_time = event.time
         for name in CAPTURE_SIGNALS:
@@ -251,28 +517,14 @@ class SessionRows:
             )
         return found
 
-    def _append(self, session: _Session, table: str, day: datetime.date) -> Append:
-        """What takes the session's rows of ``table`` for ``day`` (asked of the sink once)."""
-        found = session.appenders.get((table, day))
+    def _buffer(self, session: _Session, table: str, day: datetime.date) -> Any:
+        """The buffer of the session's rows of ``table`` for ``day`` (asked of the sink once)."""
+        found = session.buffers.get((table, day))
         if found is None:
-            found = session.appenders[(table, day)] = self.sink(
+            found = session.buffers[(table, day)] = self.sink(
                 table, session.run_id, session.rank, session.pid, day
             )
         return found
-
-    def _key(self, session: _Session, event: Any) -> tuple[Any, ...]:
-        """The columns every fact row starts with (tables.FACT_KEY), in order; times stay seconds
-        until a batch is written (``tables.TIMESTAMP`` columns are converted there, in Arrow)."""
-        return (
-            session.run_id,
-            session.rank,
-            session.pid,
-            *session.dims,
-            event.time,
-            event.step,
-            event.compile_id,
-            event.generation,
-        )
 
     def _on_compile(self, event: Compile) -> None:
         session = self._session(event)
@@ -281,120 +533,50 @@ class SessionRows:
         found = verdict(event)
         cause = self.tracker.cause_of(event, found)
         recompile = bool(found & RECOMPILE)
-        reasons = event.reasons
         omitted = sum(event.reasons_omitted.values()) if event.reasons_omitted else 0
-        duration = event.duration
-        cost = duration if found & COSTS else 0.0
+        cost = event.duration if found & COSTS else 0.0
         session.add_compile(event, found, cost, cause is not None, omitted)
-        frame_key, name, file, line, owner, label = self._frame(event.frame)
-        text = self.text
-        key = self._key(session, event)
-        lookups: Any = event.cache_lookups  # keyed by the closed CacheName set
-        phases: Any = event.phases  # keyed by Phase
-        fx, aot = lookups.get("fx_graph") or _NONE, lookups.get("aot_autograd") or _NONE
-        # In the order of tables.COMPILES (checked at import: COMPILE_COLUMNS).
-        row = [
-            *key,
-            event.start_time,
-            event.backward,
-            frame_key,
-            name,
-            file,
-            line,
-            owner,
-            label,
-            event.is_recompile,
-            event.cache_entries,
-            event.outcome,
-            event.fail_type,
-            event.fail_reason if text.texts else None,
-            event.installed_code,
-            None,  # limit_name: the recompile_limit_hit that follows fills it in
-            None,  # limit_value
+        frame = self._frame(event.frame)
+        day = day_of(event.time)
+        # The columns the event model's rules give (CompileBuffer: the rest are the event's own).
+        verdicts = (
             bool(found & COUNTED),
             recompile,
             recompile and event.steady_state,
             cost,
-            duration,
-            *[phases.get(phase) for phase in PHASES],
-            event.guard_count,
-            event.graph_op_count,
-            event.graph_breaks,
             cause[1] if cause is not None else None,
             cause[2] if cause is not None else None,
-            len(reasons),
             omitted,
-            event.steady_state,
-            event.automatic_dynamic,
-            event.cache,
-            event.cache_seconds_saved,
-            fx.get("hit"),
-            fx.get("miss"),
-            fx.get("bypass"),
-            aot.get("hit"),
-            aot.get("miss"),
-            aot.get("bypass"),
-            event.guard_set,
-            event.trace_id,
-            _call_site(event.call_site, text),
-            event.cudagraph_skip,
-            event.graph_node_count,
-            event.graph_input_count,
-            event.shape_env_guard_count,
-            event.accumulated_cache_size,
-            event.param_numel,
-            event.param_bytes,
-            event.triton_compile_s,
-            event.restart_count,
-            event.dynamo_config_sha,
-            event.inductor_config_sha,
-        ]
-        day = day_of(event.time)
-        session.last_compile = row if found == LIMIT_HIT else None
-        self._append(session, "compiles", day)(row)
-        if reasons or omitted:
-            self._reasons(session, event, recompile, (*key, frame_key, name), day)
-
-    def _reasons(
-        self,
-        session: _Session,
-        event: Compile,
-        recompile: bool,
-        head: tuple[Any, ...],
-        day: datetime.date,
-    ) -> None:
-        """The ``guard_failures`` rows of a compile (``head``: its key and frame columns)."""
-        steady = event.steady_state
-        texts = self.text.texts
-        append = self._append(session, "guard_failures", day)
-        for position, reason in enumerate(event.reasons):
-            explains = reason.explains_change
-            append(
-                (
-                    *head,
-                    position,
-                    reason.entry,
-                    reason.category,
-                    reason.subject,
-                    explains,
-                    recompile and explains,
-                    steady,
-                    reason.text if texts else "",
-                    1,
-                ),
+        )
+        compiles: CompileBuffer = self._buffer(session, "compiles", day)
+        place = compiles.add(event, session.key, frame, verdicts)
+        session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
+        if event.reasons or omitted:
+            head = (
+                *session.key,
+                event.time,
+                event.step,
+                event.compile_id,
+                event.generation,
+                frame[0],
+                frame[1],
+                recompile,
+                event.steady_state,
             )
-        if event.reasons_omitted:  # rare: past the per-event cap
-            for category, count in sorted(event.reasons_omitted.items()):
-                append((*head, None, None, category, _OMITTED, False, False, steady, "", count))
+            failures: GuardFailureBuffer = self._buffer(session, "guard_failures", day)
+            failures.add(head, event.reasons)
+            if event.reasons_omitted:  # rare: past the per-event cap
+                for category, count in sorted(event.reasons_omitted.items()):
+                    failures.add_one(head, _Omitted(category), None, count)
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)
         session.fold.tally(event)
         self._counted(session, event)
         session.limit_hits += 1
-        row = session.last_compile
-        if row is not None and row[_COMPILE_ID] == event.compile_id:
-            row[_LIMIT_NAME], row[_LIMIT_NAME + 1] = event.limit, event.value
+        last = session.last_compile
+        if last is not None and last[2] == event.compile_id:
+            last[0].set_limit(last[1], event.limit, event.value)
         session.last_compile = None
 
     def _on_graph_break(self, event: GraphBreak) -> None:
@@ -407,7 +589,11 @@ class SessionRows:
         key, name = self._frame(frame)[:2] if frame is not None else (None, None)
         texts = self.text.texts
         row = (
-            *self._key(session, event),
+            *session.key,
+            event.time,
+            event.step,
+            event.compile_id,
+            event.generation,
             key,
             name,
             event.reason,
@@ -417,7 +603,7 @@ class SessionRows:
             event.skipped_frame,
             event.count,
         )
-        self._append(session, "graph_breaks", day_of(event.time))(row)
+        self._buffer(session, "graph_breaks", day_of(event.time)).add(row)
 
     # -- the session's row ----------------------------------------------------------------------
     def _close(self, session: _Session, skipped_lines: int) -> None:
@@ -466,7 +652,7 @@ class SessionRows:
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
         }
-        self._append(session, "runs", day_of(first))([row[n] for n in _RUNS])
+        self._buffer(session, "runs", day_of(first)).add([row[n] for n in _RUNS])
 
 
 def _call_site(lines: list[str], text: TextPolicy) -> list[str]:

@@ -8,6 +8,8 @@ own record (no further compile for the next batch size) is the ground truth.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,101 @@ def test_static_cache_generate_decode_at_a_new_batch_is_the_batch_dim(tmp_path: 
     report = recompprof.report(session)
     assert sum(f.steady_state_recompiles for f in report.frames.values()) == 0
     assert "steady state by repeats" in " ".join(render_text(report, width=200).split())
+
+
+def test_a_new_prompt_length_is_explained_against_the_prefill_entry() -> None:
+    """f(ids, cache) as a dynamic-cache generate calls it: prefill (length 5, no cache), decode (length 1,
+    cache 5), decode (cache 6), then a prefill of length 9. That prefill fails the decode entries on the
+    length held at 1 (static in any graph) and on the cache's type, and the first prefill's entry on the
+    length 5 -> 9: torch makes the length dynamic now (length 12 compiles nothing), so the recompile is
+    explained by that size against the prefill entry it shares its variant with, as a warm-up."""
+
+    def f(ids: torch.Tensor, cache: torch.Tensor | None) -> torch.Tensor:
+        h = ids.float().sum(-1, keepdim=True)
+        return h * 2 if cache is None else h + cache.sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="eager")
+    with recompprof.attach(event_log=False) as session:
+        compiled(torch.ones(1, 5), None)
+        compiled(torch.ones(1, 1), torch.ones(1, 5))
+        compiled(torch.ones(1, 1), torch.ones(1, 6))
+        compiled(torch.ones(1, 9), None)
+        before_length_12 = len(_forward_compiles(session))
+        compiled(torch.ones(1, 12), None)
+    compiles = _forward_compiles(session)
+    assert len(compiles) == before_length_12 == 4  # torch: length 12 reuses the dynamic entry
+    second_prefill = compiles[3]
+    assert {r.entry for r in second_prefill.reasons} == {"0/0", "0/1", "0/2"}
+    reason = _explaining(second_prefill)
+    assert (reason.category, reason.subject, reason.entry) == ("size", "L['ids']", "0/0")
+    assert "expected 5, actual 9" in reason.text
+    assert (second_prefill.automatic_dynamic, second_prefill.steady_state) == (
+        "dim 1 of L['ids']",
+        False,
+    )
+
+
+# A static cache's generate in miniature: prefill and decode told apart by a keyword argument, the batch
+# 1 then 2 (torch makes the prompt length dynamic too: it saw 5 and 1), then a longer prompt with a longer
+# cache, a plain object's int; then a still longer one, which compiles nothing.
+_CACHE_LENGTH_SCRIPT = """
+import torch, recompprof
+
+class Cache:
+    def __init__(self, max_len):
+        self.max_len = max_len
+
+def forward(**kw):
+    h = kw["ids"].float().sum(-1, keepdim=True) * kw["cache"].max_len
+    return h + kw["pos"] if "pos" in kw else h
+
+step = torch.compile(forward, backend="eager")
+with recompprof.attach():
+    for batch, length, max_len in ((1, 5, 7), (2, 5, 7), (1, 9, 11), (1, 13, 15)):
+        step(ids=torch.ones(batch, length), cache=Cache(max_len))
+        step(ids=torch.ones(batch, 1), cache=Cache(max_len), pos=1.0)
+"""
+
+
+def test_a_plain_objects_int_is_explained_alike_live_and_ingested(tmp_path: Path) -> None:
+    """The longer prompt's prefill (0/4) fails the newest prefill entry on the cache's int (7 -> 11, a
+    plain object's attribute torch makes dynamic now: the longest prompt compiles nothing) and the first
+    prefill's entry on the prompt length, which torch already made dynamic. Live and ingested from
+    TORCH_TRACE, it is explained by the int against entry 0/2; ingest, which cannot see what holds it, may
+    call its category ``other``, never claims it warmed up, and ``diff`` finds no regression."""
+    from recorded_runs import clean_env
+
+    from recompprof._analysis.diff import compare
+    from recompprof._analysis.trace.ingest import read_trace
+    from recompprof._eventlog.reader import read_run
+
+    script = tmp_path / "cache_length.py"
+    script.write_text(_CACHE_LENGTH_SCRIPT)
+    env = clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), TORCH_TRACE=str(tmp_path / "trace"))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    live_events = list(read_run(tmp_path / "run"))
+    traced_events = [e for events in read_trace(tmp_path / "trace").events for e in events]
+    subject = "L['kw']['cache'].max_len"
+    for source, events in (("live", live_events), ("trace", traced_events)):
+        compiles = {e.compile_id: e for e in events if isinstance(e, Compile) and not e.backward}
+        assert sorted(compiles) == [f"0/{n}" for n in range(6)], (source, sorted(compiles))
+        longer = compiles["0/4"]
+        assert {r.entry for r in longer.reasons} == {"0/0", "0/1", "0/2", "0/3"}
+        reason = _explaining(longer)
+        categories = {"python_constant"} if source == "live" else {"python_constant", "other"}
+        assert (reason.subject, reason.entry) == (subject, "0/2"), (source, reason)
+        assert reason.category in categories, (source, reason)
+        if reason.category == "python_constant":
+            assert longer.automatic_dynamic == f"value of {subject}", source
+        else:
+            assert longer.automatic_dynamic is None, source
+    assert compare(live_events, traced_events).regressions == []

@@ -31,15 +31,17 @@ _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
 _SIZE_OF = re.compile(r"^(.*)\.size\(\)\[(\d+)\]$")
 # A scalar's equality guard: "k == 2", "self.param_groups[0]['lr'] == 0.01" (before a source comment).
 _SCALAR_LITERAL = re.compile(r"\s==\s(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|inf|nan))\s*(?:#|$)")
-_SCALAR_CATEGORIES = frozenset({"python_constant", "global", "module_attribute"})
+# "other" is a value guard on an attribute whose holder the text cannot tell (a module or a plain object:
+# ``cache.max_len == 7`` read from a trace): still a scalar whose value changed.
+_SCALAR_CATEGORIES = frozenset({"python_constant", "global", "module_attribute", "other"})
 
 
 def changed_subject(reason: Reason) -> str | None:
     """What a reason says changed, as the unit torch's automatic dynamic decides on, or None.
 
     A tensor dim (``"dim 0 of L['x']"``) for a size mismatch or a dynamic-shape guard on ``x.size()[0]``;
-    a scalar's value (``"value of L['lr']"``) for an int or float equality guard. Under ``redact`` a
-    size text keeps no index: ``"a dim of L['x']"``.
+    a scalar's value (``"value of L['lr']"``) for an int or float equality guard, also one whose holder
+    is unknown (category ``other``). Under ``redact`` a size text keeps no index: ``"a dim of L['x']"``.
     """
     subject = reason.subject
     if not subject:
@@ -96,11 +98,14 @@ class ReasonExplainer:
     recently used entry first, each the *first* guard of that entry that failed (so an entry of
     another variant, a decode step against a prefill, fails on what tells the variants apart, not
     on what changed). The reason that explains the change is, in this order: the subject that failed
-    against every entry; else the change torch makes dynamic now (a tensor dim or an int/float that
-    changes for the first time on this frame, or a size from an expected 0 or 1), most recently used
-    entry first: its entry passed every guard before it, so it is the entry compiled under the same
-    variant; else the first reason whose subject never failed on this frame before (the variants' own
-    differences have failed before); else the first reason whose text is new; else the first.
+    against every entry; else the change torch makes dynamic now, most recently used entry first (its
+    entry passed every guard before it, so it is the entry compiled under the same variant): first a
+    tensor dim or an int/float that changes for the first time on this frame, or that fails an entry
+    compiled while it was still static (:func:`_static_variant`), then a size from an expected 0 or 1
+    (an entry holding a dim at 0 or 1 holds it static even once torch made it dynamic, so that size is
+    its variant's, a decode step's one token); else the first reason whose subject never failed on this
+    frame before (the variants' own differences have failed before); else the first reason whose text
+    is new; else the first.
     docs/steady-state.md has the rule and its grounds.
     An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
     rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
@@ -220,9 +225,10 @@ def _explaining(parsed: list[Reason], seen: _History) -> int:
         common = set.intersection(*entries.values()) - {""}
         if common:
             return next(i for i, r in enumerate(parsed) if r.subject in common)
-    dynamic_now = next((i for i in range(len(parsed)) if _made_dynamic_now(parsed, i, seen)), None)
-    if dynamic_now is not None:
-        return dynamic_now
+    for tier in (_made_dynamic_now, _from_zero_or_one_now):
+        dynamic_now = next((i for i in range(len(parsed)) if tier(parsed, i, seen)), None)
+        if dynamic_now is not None:
+            return dynamic_now
     new_subject = next(
         (i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen),
         None,
@@ -236,27 +242,29 @@ def _explaining(parsed: list[Reason], seen: _History) -> int:
 
 def _made_dynamic_now(parsed: list[Reason], index: int, seen: _History) -> bool:
     """A change torch's automatic dynamic acts on now: a tensor dim or an int/float scalar changing for the
-    first time on this frame, or for a variant whose entry was compiled before torch made it dynamic, or
-    a size from an expected 0 or 1 (compiled static even in a dynamic dim). The compile's settings decide
-    later whether torch did (:func:`automatic_dynamic`)."""
+    first time on this frame, or for a variant whose entry was compiled before torch made it dynamic. The
+    compile's settings decide later whether torch did (:func:`automatic_dynamic`)."""
     reason = parsed[index]
     if reason.category == "symbolic_shape":
         return False
     changed = changed_subject(reason)
     if changed is None:
         return False
-    return (
-        hash(("changed", changed)) not in seen
-        or _from_zero_or_one(reason)
-        or _static_variant(parsed, index, seen)
-    )
+    return hash(("changed", changed)) not in seen or _static_variant(parsed, index, seen)
+
+
+def _from_zero_or_one_now(parsed: list[Reason], index: int, seen: _History) -> bool:
+    """Else a size from an expected 0 or 1, which torch compiled static even in a dynamic dim: the first
+    other size makes it dynamic in that variant's graph (``seen`` is not needed: the text says it)."""
+    return _from_zero_or_one(parsed[index])
 
 
 def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     """The dim or scalar of ``parsed[index]`` changed before on this frame, and this reason's entry was
     compiled before that first change (so with it static), while no entry compiled since fails on it: torch
     made it dynamic and this variant (another flag value) now compiles with it dynamic, once. Each entry
-    compiled since fails on what tells the variants apart, never on a size, a scalar or a shape guard."""
+    compiled since fails on what tells the variants apart, never on a size (but this dim held at 0 or 1),
+    a scalar or a shape guard."""
     changed = changed_subject(parsed[index])
     before = seen.get(hash(("changed", changed)))
     entry = _ordinal(parsed[index].entry)
@@ -267,13 +275,18 @@ def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
     # flipped now), not a known variant's difference: then this is no variant compiled static.
     return not any(
-        _may_be_a_change(r, subject) or hash(("subject", r.subject)) not in seen for r in newer
+        _may_be_a_change(r, subject, changed) or hash(("subject", r.subject)) not in seen
+        for r in newer
     )
 
 
-def _may_be_a_change(reason: Reason, subject: str) -> bool:
+def _may_be_a_change(reason: Reason, subject: str, changed: str | None) -> bool:
     """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
-    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again."""
+    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again;
+    not when that entry holds this very dim at 0 or 1, which torch keeps static in a dynamic dim too
+    (the entry of a decode step's one token, failed by a prefill's length)."""
+    if _from_zero_or_one(reason) and changed_subject(reason) == changed:
+        return False
     return (
         reason.subject == subject
         or reason.category == "symbolic_shape"
@@ -335,7 +348,9 @@ def _scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
     """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
 
     Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,
-    a global, an ``nn.Module`` attribute (unless ``allow_unspec_int_on_nn_module``) or a default argument.
+    a global, an ``nn.Module`` attribute (unless ``allow_unspec_int_on_nn_module``) or a default argument;
+    an attribute whose holder is unknown (``other``: a module's or a plain object's) counts as a module's,
+    so it is claimed only where either would be made dynamic.
     """
     literal = _scalar_literal(reason)
     if literal is None:
@@ -350,4 +365,7 @@ def _scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
         or "__kwdefaults__" in subject
     ):
         return False
-    return reason.category != "module_attribute" or settings.unspec_int_on_modules is True
+    return (
+        reason.category not in ("module_attribute", "other")
+        or settings.unspec_int_on_modules is True
+    )

@@ -408,20 +408,20 @@ def _into(function: types.FunctionType, item: int | str, rest: str, depth: int) 
     code = function.__code__
     varargs, varkw = _varargs_names(code)
     if isinstance(item, int):
-        if item < code.co_argcount:
-            return f"L['{code.co_varnames[item]}']{rest}"
-        if varargs is None:
+        if item < code.co_argcount:  # a wrapper's own leading parameter goes on through it too
+            subject = f"L['{code.co_varnames[item]}']{rest}"
+        elif varargs is None:
             return None
-        subject = f"L['{varargs}'][{item - code.co_argcount}]{rest}"
+        else:
+            subject = f"L['{varargs}'][{item - code.co_argcount}]{rest}"
     else:
-        named = code.co_varnames[
-            code.co_posonlyargcount : code.co_argcount + code.co_kwonlyargcount
-        ]
-        if item in named:
-            return f"L['{item}']{rest}"
-        if varkw is None:
+        first = code.co_posonlyargcount
+        if item in code.co_varnames[first : code.co_argcount + code.co_kwonlyargcount]:
+            subject = f"L['{item}']{rest}"
+        elif varkw is None:
             return None
-        subject = f"L['{varkw}'][{item!r}]{rest}"
+        else:
+            subject = f"L['{varkw}'][{item!r}]{rest}"
     deeper = (
         bind(subject, code, function.__closure__, function.__globals__, depth + 1)
         if depth < MAX_DEPTH

@@ -13,6 +13,7 @@ The ``subject`` itself stays torch's spelling in both runs (it is the identity o
 from __future__ import annotations
 
 import functools
+import html
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,11 @@ from typing import Any
 import pytest
 import torch
 
+from recompprof._analysis.render.html import render_html
+from recompprof._analysis.render.text import render_text
+from recompprof._analysis.render.wording import cause_label
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.watching import Watch
 from recompprof._model.events import Compile, Reason
 from recompprof._model.subjects import argument_root, parameter_shown
 from recompprof._torch.parameters import bind, plan
@@ -409,3 +415,50 @@ def test_real_decorators_are_judged_by_their_code() -> None:
         merged = generic.merge_with_config_defaults(model_forward)
         assert plan(merged.__code__) is None or not plan(merged.__code__).star  # type: ignore[union-attr]
         assert bind("L['kwargs']['input_ids']", merged.__code__, merged.__closure__) is None
+
+
+# -- presentation --------------------------------------------------------------------------------------
+
+
+def _strip(events: list[Any]) -> list[Any]:
+    """The events as a run ingested from TORCH_TRACE has them: no closure, so no ``parameter``."""
+    out = []
+    for event in events:
+        if isinstance(event, Compile) and event.reasons:
+            reasons = [r.model_copy(update={"parameter": None}) for r in event.reasons]
+            event = event.model_copy(update={"reasons": reasons})
+        out.append(event)
+    return out
+
+
+def test_report_and_watch_show_the_parameter_beside_torchs_spelling() -> None:
+    """A live run of a wrapped forward: the report's causes and reason groups and watch's causes show
+    ``timestep (L['args'][1])``; the same events without ``parameter`` (an ingested trace) are the same
+    causes with the same counts, shown in torch's spelling alone."""
+    torch._dynamo.reset()
+    module = type("Module", (torch.nn.Module,), {"forward": first_named(forward)})()
+    compiled = torch.compile(module, backend="eager", dynamic=False)
+    with capture_events() as events:
+        for timestep in (3, 4, 5):
+            compiled(torch.ones(2), timestep, scale=2.0)
+    live, ingested = build_report(events), build_report(_strip(events))
+    assert set(live.causes) == set(ingested.causes) and live.recompiles == ingested.recompiles == 2
+    assert [c.recompiles for c in live.causes.values()] == [
+        c.recompiles for c in ingested.causes.values()
+    ]
+    shown = "timestep (L['args'][1])"
+    assert {c.parameter for c in live.causes.values()} == {"L['timestep']"}
+    text = render_text(live, width=400)
+    assert shown in text and text.count(shown) >= 2, text  # a cause and a reason group
+    plain = render_text(ingested, width=400)
+    assert shown not in plain and "L['args'][1]" in plain
+    escaped = html.escape(shown)
+    assert escaped in render_html(live) and escaped not in render_html(ingested)
+    watch = Watch()
+    for event in events:
+        if isinstance(event, Compile):
+            watch.add("log", event.model_copy(update={"steady_state": True}))
+    (cause,) = watch.top_causes(5)
+    assert cause_label(cause.category, cause.subject, parameter=cause.parameter) == (
+        f"python_constant · {shown}"
+    )

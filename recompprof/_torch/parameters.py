@@ -188,30 +188,48 @@ def _plan(code: types.CodeType, globals_: dict[str, Any]) -> Plan | None:
         return None
     ins = _instructions(code)
     calls = [c for j in range(len(ins)) if (c := _call(ins, j, code, varargs, varkw)) is not None]
-    if not calls or len({(c[0], c[1], c[2], c[3]) for c in calls}) != 1:
+    if not calls or len({c[:4] for c in calls}) != 1:
         return None  # no pass-through call, or calls of different shapes
     callee, leading, star, keywords = calls[0][:4]
     consumed = {j for c in calls for j in c[4]}
-    if not _callee_only_called(ins, code, callee, consumed):
-        return None
-    rebound = {i.argval for i in ins if i.opname in _STORES}
     nested = _nested(code)
-    if any(callee in n.co_freevars for n in nested):
-        return None  # the function escapes into an inner function
+    if not _callee_only_called(ins, code, callee) or any(callee in n.co_freevars for n in nested):
+        return None  # the function is called otherwise, or escapes into an inner function
+    rebound = _rebound(ins)
     star = star and varargs not in rebound
     leading = tuple(p if p not in rebound else None for p in leading)
     touched: list[_Key] = []
-    if keywords:
-        keywords = varkw not in rebound and _dict_kept(ins, varkw, consumed, touched, globals_)
-        keywords = keywords and all(
-            _dict_kept(_instructions(n), varkw, set(), touched, globals_)
-            and varkw not in {i.argval for i in _instructions(n) if i.opname in _STORES}
-            for n in nested
-            if varkw in n.co_freevars
-        )
+    keywords = keywords and _keywords_kept(ins, nested, varkw, consumed, touched, globals_)
     if not (star or keywords or any(leading)):
         return None
     return Plan(callee, leading, star, keywords, tuple(touched), varargs, varkw)
+
+
+def _rebound(ins: Sequence[_Ins]) -> set[Any]:
+    return {i.argval for i in ins if i.opname in _STORES}
+
+
+def _keywords_kept(
+    ins: Sequence[_Ins],
+    nested: Sequence[types.CodeType],
+    varkw: str | None,
+    consumed: set[int],
+    touched: list[_Key],
+    globals_: dict[str, Any],
+) -> bool:
+    """``kwargs`` is never rebound and every use of it, in the wrapper and in the inner functions that
+    close over it, reads it or changes a key the code names."""
+    if varkw in _rebound(ins) or not _dict_kept(ins, varkw, consumed, touched, globals_):
+        return False
+    for inner in nested:
+        if varkw not in inner.co_freevars:
+            continue
+        inner_ins = _instructions(inner)
+        if varkw in _rebound(inner_ins):
+            return False
+        if not _dict_kept(inner_ins, varkw, set(), touched, globals_):
+            return False
+    return True
 
 
 _Call = tuple[str, tuple[str | None, ...], bool, bool, list[int]]
@@ -259,23 +277,28 @@ def _positional(
         own = ins[k].opname != "LOAD_CONST" and ins[k].argval in code.co_varnames
         leading.append(ins[k].argval if own else None)
         k += 1
-    if k + 3 < len(ins) and ins[k].opname == "BUILD_LIST" and ins[k].arg == len(leading):
-        to_tuple = ins[k + 3]
-        if (
-            _is_load(ins[k + 1], varargs)
-            and ins[k + 2].opname == "LIST_EXTEND"
-            and "LIST_TO_TUPLE" in to_tuple.opname + " " + to_tuple.argrepr
-        ):
-            return k + 4, tuple(leading), True, [k + 1]
+    if k >= len(ins):
         return None
-    built = ins[k].opname == "BUILD_TUPLE" and ins[k].arg == len(leading) if k < len(ins) else False
-    empty = not leading and k < len(ins) and ins[k].opname == "LOAD_CONST" and ins[k].argval == ()
+    if ins[k].opname == "BUILD_LIST" and ins[k].arg == len(leading):
+        return (k + 4, tuple(leading), True, [k + 1]) if _extended(ins, k, varargs) else None
+    built = ins[k].opname == "BUILD_TUPLE" and ins[k].arg == len(leading)
+    empty = not leading and ins[k].opname == "LOAD_CONST" and ins[k].argval == ()
     return (k + 1, tuple(leading), False, []) if built or empty else None
 
 
-def _callee_only_called(
-    ins: Sequence[_Ins], code: types.CodeType, callee: str, consumed: set[int]
-) -> bool:
+def _extended(ins: Sequence[_Ins], k: int, varargs: str | None) -> bool:
+    """``ins[k]`` (a BUILD_LIST of the leading arguments) is extended by ``*args`` and made a tuple."""
+    if k + 3 >= len(ins):
+        return False
+    to_tuple = ins[k + 3]
+    return (
+        _is_load(ins[k + 1], varargs)
+        and ins[k + 2].opname == "LIST_EXTEND"
+        and "LIST_TO_TUPLE" in to_tuple.opname + " " + to_tuple.argrepr
+    )
+
+
+def _callee_only_called(ins: Sequence[_Ins], code: types.CodeType, callee: str) -> bool:
     """Every load of the called function is a pass-through call's, or reads its metadata."""
     calls = 0
     for j, i in enumerate(ins):
@@ -333,28 +356,16 @@ def _dict_use(
     touched: list[_Key],
     globals_: dict[str, Any],
 ) -> bool:
+    """The use of the dict loaded at ``ins[j]`` (followed by ``after`` and ``then``) reads it, or changes
+    a key the code names (added to ``touched``)."""
     if after is None:
         return False
     if after.opname in _TRUTH or after.opname in ("DICT_MERGE", "DICT_UPDATE", "GET_ITER"):
         return True  # `k in kwargs`, `if kwargs:`, `{**kwargs}`, `g(**kwargs)`, `for k in kwargs`: read
     if after.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-        if after.argval in _READ_METHODS:
-            return True
-        if after.argval in _KEYED_METHODS and then is not None:
-            key = _key(then)
-            if key is not None:
-                touched.append(key)
-                return True
-        return False
+        return _method_use(after, then, touched)
     if then is not None and after.opname in _SIMPLE:
-        if then.opname == "BINARY_SUBSCR" or (then.opname == "BINARY_OP" and "[" in then.argrepr):
-            return True  # kwargs[k]: read
-        if then.opname in ("STORE_SUBSCR", "DELETE_SUBSCR"):
-            key = _key(after)
-            if key is not None:
-                touched.append(key)
-                return True
-        return False
+        return _subscript_use(after, then, touched)
     before = ins[j - 1] if j > 0 else None
     return (
         before is not None
@@ -364,6 +375,27 @@ def _dict_use(
         and after.opname in _CALLS
         and after.arg == 1
     )
+
+
+def _method_use(method: _Ins, then: _Ins | None, touched: list[_Key]) -> bool:
+    """``kwargs.get(...)`` reads; ``kwargs.pop(key, ...)`` changes ``key``, where the code names it."""
+    if method.argval in _READ_METHODS:
+        return True
+    key = _key(then) if then is not None and method.argval in _KEYED_METHODS else None
+    if key is not None:
+        touched.append(key)
+    return key is not None
+
+
+def _subscript_use(index: _Ins, then: _Ins, touched: list[_Key]) -> bool:
+    """``kwargs[k]`` reads; ``kwargs[key] = ...`` and ``del kwargs[key]`` change ``key``, where the code
+    names it."""
+    if then.opname == "BINARY_SUBSCR" or (then.opname == "BINARY_OP" and "[" in then.argrepr):
+        return True
+    key = _key(index) if then.opname in ("STORE_SUBSCR", "DELETE_SUBSCR") else None
+    if key is not None:
+        touched.append(key)
+    return key is not None
 
 
 # -- binding a subject -------------------------------------------------------------------------------

@@ -387,6 +387,33 @@ def test_unknown_uses_prove_nothing() -> None:
         assert found is None, wrapper.__name__
 
 
+def test_a_parameter_an_inner_function_rebinds_is_not_named() -> None:
+    """``nonlocal self; self = ...`` in an inner function rebinds the wrapper's cell: ``self`` proves nothing,
+    while the same wrapper with an inner function that only reads it names ``self`` by the wrapped function's
+    first parameter."""
+
+    def deco(func: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        def rebinding(self: Any, *args: Any, **kwargs: Any) -> Any:
+            def inner() -> None:
+                nonlocal self
+                self = None
+
+            return func(self, *args, **kwargs)
+
+        def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+            def inner() -> Any:
+                return self
+
+            return func(self, *args, **kwargs)
+
+        return rebinding, reading
+
+    rebinding, reading = deco(keyword_only)
+    assert bind("L['self']", rebinding.__code__, rebinding.__closure__) is None
+    assert bind("L['self']", reading.__code__, reading.__closure__) == "L['x']"
+    assert bind("L['args'][0]", rebinding.__code__, rebinding.__closure__) == "L['n']"
+
+
 def test_real_decorators_are_judged_by_their_code() -> None:
     """transformers' and diffusers' own wrappers: pass-throughs are proven, the keys they rename or pop are
     not named, and one that rebinds its arguments proves nothing."""

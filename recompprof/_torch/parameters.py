@@ -195,7 +195,7 @@ def _plan(code: types.CodeType, globals_: dict[str, Any]) -> Plan | None:
     nested = _nested(code)
     if not _callee_only_called(ins, code, callee) or any(callee in n.co_freevars for n in nested):
         return None  # the function is called otherwise, or escapes into an inner function
-    rebound = _rebound(ins)
+    rebound = _rebound(ins, nested)
     star = star and varargs not in rebound
     leading = tuple(p if p not in rebound else None for p in leading)
     touched: list[_Key] = []
@@ -205,8 +205,12 @@ def _plan(code: types.CodeType, globals_: dict[str, Any]) -> Plan | None:
     return Plan(callee, leading, star, keywords, tuple(touched), varargs, varkw)
 
 
-def _rebound(ins: Sequence[_Ins]) -> set[Any]:
-    return {i.argval for i in ins if i.opname in _STORES}
+def _rebound(ins: Sequence[_Ins], nested: Sequence[types.CodeType] = ()) -> set[Any]:
+    """The names ``ins`` store to, and the cells the inner functions ``nested`` store to (``nonlocal``)."""
+    found = {i.argval for i in ins if i.opname in _STORES}
+    for inner in nested:
+        found |= set(inner.co_freevars) & _rebound(_instructions(inner))
+    return found
 
 
 def _keywords_kept(

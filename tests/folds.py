@@ -18,15 +18,29 @@ from recompprof._model.events import (
     Compile,
     Frame,
     GraphBreak,
+    Reason,
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
     SignalChange,
 )
+from recompprof._model.subjects import argument_root
 
 POOL = [
     reason for parsed in reason_pool() for reason in parsed
 ]  # every recorded torch 2.13 reason, parsed
+
+
+def _as_live(reason: Reason) -> Reason:
+    """A reason as live capture records it when a pass-through wrapper's ``**kwargs`` holds its subject: also
+    named by the wrapped function's parameter (``Reason.parameter``; ingest has none)."""
+    root = argument_root(reason.subject)
+    if root is None or root[1] != "kwargs" or not isinstance(root[2], str):
+        return reason
+    return reason.model_copy(update={"parameter": f"{root[0]}L['{root[2]}']{root[3]}"})
+
+
+POOL = [_as_live(reason) for reason in POOL]
 FRAMES = [Frame(name=f"fn{i}", file=f"/job/m{i % 2}.py", line=10 * i) for i in range(4)]
 
 

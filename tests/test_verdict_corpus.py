@@ -16,6 +16,7 @@ workloads by hand side by side, at load 15: 200-270 s wall each.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.causes import explaining_reason
 from recompprof._model.events import Compile, Event
+from recompprof._model.subjects import argument_root
 
 pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
 pytest.importorskip("peft", reason="the verdict corpus runs a PEFT LoRA model")
@@ -396,3 +398,52 @@ def test_fix_first_never_leads_with_a_warmup(
             assert WARMUP_WORDS.search(fix.group(1)), block
         else:
             assert "nothing to fix" not in fix.group(1), block
+
+
+def _by_signature(function: Any, popped: set[str], subject: str) -> str | None:
+    """The subject torch gives when the decorated ``forward`` itself is compiled, from its signature alone:
+    positional ``i`` of the wrapper's ``*args`` (after ``self``) is the ``forward``'s parameter ``i + 1``, a
+    ``**kwargs`` key its parameter of that name; a key the decorator takes for itself (``popped``) or one the
+    forward's own ``**kwargs`` would hold has no other name (None)."""
+    root = argument_root(subject)
+    if root is None or root[2] is None:
+        return None
+    prefix, name, item, rest = root
+    parameters = list(inspect.signature(inspect.unwrap(function)).parameters.values())
+    named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if name == "args" and isinstance(item, int) and item + 1 < len(named):
+        return f"{prefix}L['{named[item + 1]}']{rest}"
+    if name == "kwargs" and item in named and item not in popped:
+        return f"{prefix}L['{item}']{rest}"
+    return None
+
+
+def test_live_names_wrapper_subjects_by_the_forwards_parameters(
+    events: dict[tuple[str, str], list[Event]],
+) -> None:
+    """transformers' ``can_return_tuple`` and diffusers' ``apply_lora_scale`` wrappers are the compiled frames:
+    every live reason rooted in their ``*args``/``**kwargs`` names, in ``parameter``, the subject the decorated
+    ``forward``'s own signature gives (``L['input_ids']``, ``L['sample']``), and no key the decorator takes for
+    itself; the subject stays torch's in both sources, and the ingested trace (no closures) has no parameter."""
+    transformers = pytest.importorskip("transformers")
+    diffusers = pytest.importorskip("diffusers")
+    decorated = {
+        "llama_static": (transformers.LlamaForCausalLM.forward, {"return_dict"}),
+        "llama_dynamic": (transformers.LlamaForCausalLM.forward, {"return_dict"}),
+        "clip": (transformers.CLIPModel.forward, {"return_dict"}),
+        "unet": (diffusers.UNet2DConditionModel.forward, {"cross_attention_kwargs"}),
+    }
+    named: dict[str, int] = {}
+    for workload in WORKLOADS:
+        assert all(
+            r.parameter is None
+            for c in forward(events[(workload, "trace")]).values()
+            for r in c.reasons
+        )
+        function, popped = decorated.get(workload, (None, set()))
+        for compile_ in forward(events[(workload, "live")]).values():
+            for reason in compile_.reasons:
+                want = _by_signature(function, popped, reason.subject) if function else None
+                assert reason.parameter == want, (workload, compile_.compile_id, reason)
+                named[workload] = named.get(workload, 0) + (want is not None)
+    assert all(named.get(w, 0) > 0 for w in decorated), named

@@ -101,6 +101,7 @@ class SteadyCause:
     recompiles: int = 0
     ranks: set[int] = dataclasses.field(default_factory=set)  # at most MAX_RANKS_LISTED of them
     example: str = ""  # a reason text
+    parameter: str = ""  # its subject by the wrapped function's parameters (Reason.parameter)
 
 
 class Watch:
@@ -173,6 +174,7 @@ class Watch:
         if not cause.example and key != OTHER_CAUSES:
             reason = explaining_reason(event.reasons)
             cause.example = reason.text[:300] if reason is not None else ""
+            cause.parameter = (reason.parameter if reason is not None else None) or ""
 
     def top_causes(self, count: int) -> list[SteadyCause]:
         """The ``count`` causes with the most steady-state recompiles."""

@@ -25,15 +25,17 @@ from recompprof._model.compile_record import CompileRecord
 from recompprof._model.compiles import is_recompile
 from recompprof._model.correlation import MAX_REMEMBERED_COMPILES
 from recompprof._model.events import (
+    MAX_SUBJECT,
     Compile,
     CompileStart,
     Event,
     Frame,
     GraphBreak,
+    Reason,
     RecompileLimitHit,
 )
 from recompprof._model.texts import clean_text, graph_break_text
-from recompprof._torch import frames as torch_frames
+from recompprof._torch import frames as torch_frames, parameters as torch_parameters
 from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
@@ -43,6 +45,8 @@ from recompprof._torch.versions import torch_info
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
 
+# Names a guard's subject by the parameters of the function a decorator's wrapper calls (None: it does not bind).
+Bind = Callable[[str], "str | None"]
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
 MAX_STARTED_TRACES = 8  # trace ids of started compiles held until their records come
 
@@ -149,7 +153,9 @@ class CompileRecorder:
                 compile_id=compile_id,
                 generation=self.generation,
                 is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
-                reason=self.assembler.trigger(frame, texts, _resolver(ctx)),
+                reason=_with_parameter(
+                    self.assembler.trigger(frame, texts, _resolver(ctx)), _binder(ctx, code_key)
+                ),
                 trace_id=trace_id,
             )
             self.running = event
@@ -302,13 +308,13 @@ class CompileRecorder:
             running is not None and running.compile_id == compile_id
         ):  # its end was not seen (callbacks reset)
             self.running = None
-        seen = (
-            self._seen(m, compile_id, now, step, None)
-            if m.backward
-            else self._forward(m, compile_id, now, step)
-        )
+        bind: Bind | None = None
+        if m.backward:
+            seen = self._seen(m, compile_id, now, step, None)
+        else:
+            seen, bind = self._forward(m, compile_id, now, step)
         for out in self.assembler.compile(m, seen):
-            self._emit(out)
+            self._emit(_with_parameters(out, bind) if bind is not None else out)
 
     def _seen(
         self, m: CompileRecord, compile_id: str, now: float, step: int, frame: Frame | None
@@ -334,9 +340,12 @@ class CompileRecorder:
         started = self._start_traces.pop((compile_id, backward), None)
         return started or new_trace_id()
 
-    def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> Seen:
+    def _forward(
+        self, m: CompileRecord, compile_id: str, now: float, step: int
+    ) -> tuple[Seen, Bind | None]:
         """What the compile path saw of forward compile ``m``: its frame, reasons, call site, guard set,
-        profile times and the graph breaks torch counted."""
+        profile times and the graph breaks torch counted; and how its subjects bind to the parameters of
+        the function its code passes its arguments to."""
         ctx = torch_frames.compiling()
         frame, code_key = self._name_frame(m, compile_id, ctx)
         seen = self._seen(m, compile_id, now, step, frame)
@@ -372,7 +381,7 @@ class CompileRecorder:
                 for text, count in self.signals.counted_breaks()
             ]
         seen.trace_seconds = self.signals.trace_seconds()
-        return seen
+        return seen, _binder(ctx, code_key)
 
     def _name_frame(
         self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
@@ -433,6 +442,44 @@ def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None]
     if ctx is None:
         return None
     return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
+
+
+def _binder(ctx: torch_frames.Compiling | None, code_key: tuple[str, str, int]) -> Bind | None:
+    """Names a subject of the compile of ``code_key`` by the parameters of the function its code (a
+    decorator's wrapper) passes its arguments to (``recompprof._torch.parameters``); None where torch's
+    compile frame is not this code's."""
+    if ctx is None:
+        return None
+    code = ctx.code
+    if (code.co_name, code.co_filename, code.co_firstlineno) != code_key:
+        return None
+    return torch_parameters.binder(code, ctx.closure, ctx.f_globals)
+
+
+def _with_parameter(reason: Reason | None, bind: Bind | None) -> Reason | None:
+    """``reason`` with its subject also named by the wrapped function's parameters, where that binds."""
+    if reason is None or bind is None or not reason.subject or reason.parameter is not None:
+        return reason
+    parameter = None
+    with _internal.contain("torch.parameters", "subjects keep torch's spelling only"):
+        parameter = bind(reason.subject)
+    if parameter is None or len(parameter) > MAX_SUBJECT:
+        return reason
+    return reason.model_copy(update={"parameter": clean_text(parameter, MAX_SUBJECT)})
+
+
+def _with_parameters(event: Event, bind: Bind) -> Event:
+    """A compile's or a limit hit's reasons with their subjects also named by the wrapped function's
+    parameters (the compile path: once per recompile, never per step)."""
+    if isinstance(event, Compile) and event.reasons:
+        reasons = [_with_parameter(r, bind) or r for r in event.reasons]
+        if any(a is not b for a, b in zip(reasons, event.reasons)):
+            return event.model_copy(update={"reasons": reasons})
+    elif isinstance(event, RecompileLimitHit) and event.last_reason is not None:
+        reason = _with_parameter(event.last_reason, bind)
+        if reason is not event.last_reason:
+            return event.model_copy(update={"last_reason": reason})
+    return event
 
 
 def _installed(guarded_code: object) -> Callable[[], list[str]]:

@@ -114,6 +114,10 @@ class Reason(_Model):
     subject: str = Field(default="", max_length=MAX_SUBJECT)
     explains_change: bool = False
     entry: str | None = None  # compile id of the cache entry that failed, e.g. "0/2"
+    # Added field: the subject as torch names it when the function a decorator's wrapper calls is compiled
+    # itself (``L['input_ids']`` for the wrapper's ``L['kwargs']['input_ids']``), where the wrapper provably
+    # passes it on unchanged (live only; docs/categories.md). Presentation: ``subject`` stays the identity.
+    parameter: str | None = Field(default=None, max_length=MAX_SUBJECT)
 
 
 class _Event(_Model):

@@ -146,6 +146,34 @@ def local(subject: str) -> str:
     return f"L['{m.group(1)}']{m.group(2)}"
 
 
+# A subject rooted in one of the compiled function's arguments: ``L['x']…``, ``L['args'][0]…``,
+# ``L['kwargs']['input_ids']…``, each also inside ``type(…)``.
+_ARGUMENT = re.compile(
+    r"""(type\()?L\['([A-Za-z_]\w{0,100})'\](?:\[(\d{1,9})\]|\[('[^'\\\n]{1,100}'|"[^"\\\n]{1,100}")\])?(.*)""",
+    re.S,
+)
+_BOUND = re.compile(r"(type\()?L\['([A-Za-z_]\w{0,100})'\](.*)", re.S)
+
+
+def argument_root(subject: str) -> tuple[str, str, int | str | None, str] | None:
+    """``(prefix, name, item, rest)`` of a subject rooted in a local: ``type(L['args'][0]).x`` is
+    ``("type(", "args", 0, ").x")``, ``L['kwargs']['ids'].shape`` is ``("", "kwargs", "ids", ".shape")``,
+    ``L['self'].training`` is ``("", "self", None, ".training")``; None for any other subject."""
+    m = _ARGUMENT.fullmatch(subject)
+    if m is None:
+        return None
+    prefix, name, index, key, rest = m.groups()
+    item: int | str | None = int(index) if index is not None else key[1:-1] if key else None
+    return prefix or "", name, item, rest
+
+
+def parameter_shown(parameter: str) -> str:
+    """A subject named by the wrapped function's parameters as the user writes it: ``L['input_ids']`` is
+    ``input_ids``, ``L['past_key_values'].layers[0].keys`` is ``past_key_values.layers[0].keys``."""
+    m = _BOUND.fullmatch(parameter)
+    return f"{m.group(1) or ''}{m.group(2)}{m.group(3)}" if m else parameter
+
+
 def subject_of_check(raw: str) -> str:
     """The guarded subject in normalised form; ``type(x).attr`` stays a call on the normalised ``x``."""
     m = _TYPE_OF.match(raw)

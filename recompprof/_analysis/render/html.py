@@ -36,6 +36,7 @@ from recompprof._analysis.render.wording import (
     restart_notes,
     running_at_end,
     share,
+    subject_text,
 )
 from recompprof._analysis.report.divergence import all_ranks, find
 from recompprof._analysis.report.frames import FrameReport
@@ -61,7 +62,7 @@ def _reasons_list(frame: FrameReport, hints: dict[str, str]) -> str:
         color = CATEGORY_COLORS.get(g.category, "#888")
         items.append(
             f'<li><span class="chip" style="background:{color}">{_e(g.category)}</span> '
-            f"<code>{_e(g.subject or '-')}</code> <b>{g.changes}</b> / {g.failures}"
+            f"<code>{_e(subject_text(g.subject, g.parameter) or '-')}</code> <b>{g.changes}</b> / {g.failures}"
             f'<div class="hint">{_e(hints.get(g.category, ""))}</div>'
             + (
                 f"<details><summary>example</summary><pre>{_e(g.example)}</pre></details>"
@@ -135,7 +136,7 @@ def _fix_first(report: Report, hints: dict[str, str]) -> str:
         rows.append(
             f'<tr data-cause="{_e(cause.category)}"><td class="n">{number}</td>'
             f'<td><div class="frame">{_e(cause.frame)}</div><span class="chip" style="background:{color}">'
-            f"{_e(cause.category)}</span> <code>{_e(cause.subject or '-')}</code></td>"
+            f"{_e(cause.category)}</span> <code>{_e(subject_text(cause.subject, cause.parameter) or '-')}</code></td>"
             f'<td class="n">{cause.recompiles}</td><td class="n lost" data-sort="{cause.seconds:.6f}">'
             f'<div class="meter" style="width:{100 * cause.seconds / peak:.0f}%"></div>{cause.seconds:.3f}</td>'
             f'<td class="n">{_e(share(cause.seconds, total))}</td><td>{_e(cause_steps(cause))}</td>'

@@ -24,6 +24,7 @@ from recompprof._analysis.render.wording import (
     restart_notes,
     running_at_end,
     share,
+    subject_text,
 )
 from recompprof._analysis.report.bounded import MAX_FRAMES
 from recompprof._analysis.report.frames import FrameReport
@@ -64,7 +65,7 @@ def _print_fix_first(
     console.print("Fix these first: compile time lost per cause")
     for rank, cause in enumerate(ranked[:FIX_FIRST], start=1):
         console.print(
-            f"{rank:>2}. {cause_label(cause.category, cause.subject, cause.frame)}: "
+            f"{rank:>2}. {cause_label(cause.category, cause.subject, cause.frame, parameter=cause.parameter)}: "
             f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
             + (f", steps {cause_steps(cause)}" if steps else "")
         )
@@ -167,7 +168,8 @@ def render_summary(report: Report, width: int = 100) -> str:
     if ranked:
         top = ranked[0]
         console.print(
-            f"top cause: {cause_label(top.category, top.subject, top.frame)}: {top.recompiles} recompile(s), "
+            f"top cause: {cause_label(top.category, top.subject, top.frame, parameter=top.parameter)}: "
+            f"{top.recompiles} recompile(s), "
             f"{top.seconds:.3f} s" + (f" - {top.example}" if top.example else "")
         )
     return out.getvalue()
@@ -329,7 +331,7 @@ def _why_rows(frames: list[FrameReport]) -> tuple[list[tuple[str, ...]], list[st
             (
                 f.label,
                 g.category,
-                g.subject or "-",
+                subject_text(g.subject, g.parameter) or "-",
                 str(g.changes),
                 str(g.failures),
                 _clip(g.example) or "-",

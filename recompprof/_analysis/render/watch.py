@@ -186,7 +186,7 @@ def _print_causes(out: Any, watch: Watch, room: int, width: int) -> None:
             f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {first_of(ranks, 8, more=' ...')}"
         )
         what = (
-            cause_label(cause.category, cause.subject, cause.frame)
+            cause_label(cause.category, cause.subject, cause.frame, parameter=cause.parameter)
             if cause.subject
             else cause.frame
         )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from recompprof._model.status import describe_at_end, describe_unseen_backward
+from recompprof._model.subjects import parameter_shown
 
 if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
     from recompprof._analysis.report.figures import CauseReport
@@ -47,12 +48,24 @@ def first_of(
     return listed + more.format(left) if left > 0 else listed
 
 
+def subject_text(subject: str, parameter: str | None = None) -> str:
+    """A subject as shown: by the wrapped function's parameters where a wrapper's were bound to them
+    (``Reason.parameter``), torch's spelling kept beside it: ``input_ids (L['kwargs']['input_ids'])``."""
+    return f"{parameter_shown(parameter)} ({subject})" if parameter and subject else subject
+
+
 def cause_label(
-    category: str, subject: str, frame: str | None = None, *, terse: bool = False
+    category: str,
+    subject: str,
+    frame: str | None = None,
+    *,
+    terse: bool = False,
+    parameter: str | None = None,
 ) -> str:
     """A cause (or a reason group, without ``frame``): ``Model.forward · size · L['x']``, ``-`` for a missing
     subject; ``terse`` (a line of ``check``): ``Model.forward size L['x']``, a subject that only repeats its
-    category (``grad_mode``) or is missing said not at all."""
+    category (``grad_mode``) or is missing said not at all. ``parameter``: see :func:`subject_text`."""
+    subject = subject_text(subject, parameter)
     if terse:
         parts = [category] if not subject or subject in ("-", category) else [category, subject]
     else:

@@ -276,6 +276,8 @@ class CauseReport:
         ""  # a scalar the traced code kept specialised in its own compile ("value of ...")
     )
     frame_key: str = ""  # the frame's identity (``frame`` is its label): causes are keyed by it
+    # The subject by the wrapped function's parameters (``Reason.parameter``): shown, never keyed on.
+    parameter: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -340,6 +342,7 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
         if not cause.example:
             reason = explaining_reason(event.reasons)
             cause.example = reason.text[:300] if reason is not None else ""
+            cause.parameter = (reason.parameter if reason is not None else None) or ""
         if not cause.call_site and event.call_site:
             cause.call_site = list(event.call_site[-5:])
 
@@ -371,7 +374,8 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.seconds += part_cause.seconds
             bounded.extend(cause.steps, part_cause.steps, MAX_STEPS_LISTED)
             cause.steps_total += part_cause.steps_total
-            cause.example = cause.example or part_cause.example
+            if not cause.example:
+                cause.example, cause.parameter = part_cause.example, part_cause.parameter
             cause.call_site = cause.call_site or part_cause.call_site
             cause.steady_state += part_cause.steady_state
             cause.warmup += part_cause.warmup

@@ -49,6 +49,8 @@ class ReasonGroup:
     changes: int = 0  # recompiles this reason explains
     failures: int = 0  # guard failures, one per failing cache entry
     example: str = ""
+    # The subject by the wrapped function's parameters (``Reason.parameter``), as its first reason named it.
+    parameter: str = ""
 
 
 @dataclasses.dataclass
@@ -138,7 +140,7 @@ class FrameReport:
                 category = reason.category
                 group = groups.get((category, reason.subject))  # the common case, without a call
                 if group is None:
-                    group = self._group(category, reason.subject, reason.text)
+                    group = self._group(category, reason.subject, reason.text, reason.parameter)
                 group.failures += 1
                 if changed and reason.explains_change:
                     group.changes += 1
@@ -180,7 +182,9 @@ class FrameReport:
         for category, count in omitted.items():
             self._group(category, "(more cache entries)", "").failures += count
 
-    def _group(self, category: str, subject: str, text: str) -> ReasonGroup:
+    def _group(
+        self, category: str, subject: str, text: str, parameter: str | None = None
+    ) -> ReasonGroup:
         key = (category, subject)
         group = self.reasons.get(key)
         if group is None:
@@ -188,7 +192,9 @@ class FrameReport:
                 key = (category, "(other subjects)")
                 group = self.reasons.setdefault(key, ReasonGroup(*key))
             else:
-                group = self.reasons[key] = ReasonGroup(category, subject, example=text[:300])
+                group = self.reasons[key] = ReasonGroup(
+                    category, subject, example=text[:300], parameter=parameter or ""
+                )
         return group
 
     def add_graph_break(self, event: GraphBreak) -> None:

@@ -122,11 +122,6 @@ STEADY = {
 }
 # Verdicts recompprof still gets wrong, each marked xfail(strict=True) on the one case that asserts it:
 # (test, its parameters...) -> the bug.
-_CLIP_INGEST = (
-    "ingest names torch.compile(CLIPModel)'s frame CLIPModel.wrapper (the can_return_tuple wrapper that "
-    "CLIPModel puts on forward, get_text_features and get_image_features alike); live names it CLIPModel.forward, "
-    "and the trace's user stacks show the wrapper running forward"
-)
 _STATIC_0_4 = (
     "ingest explains the longer prompt's prefill (0/4) by input_ids' length against 0/0, a dim torch made dynamic "
     "at 0/2 already; the change torch makes dynamic at 0/4 is max_cache_len against the prefill entry 0/2 "
@@ -137,8 +132,6 @@ _DYNAMIC_0_3 = (
     "decode variant's length), not the prefill entry 0/0 it shares its variant with ('expected 5, actual 9')"
 )
 KNOWN_WRONG: dict[tuple[str, ...], str] = {
-    ("names", "clip", "trace"): _CLIP_INGEST,
-    ("alike", "clip"): _CLIP_INGEST,
     ("explain", "llama_static", "0/4", "trace"): _STATIC_0_4,
     ("diff", "llama_static"): "diff <live> <ingest> exits 1: " + _STATIC_0_4,
     ("explain", "llama_dynamic", "0/3", "live"): _DYNAMIC_0_3,

@@ -9,14 +9,21 @@ offers a 0-dim tensor or dynamic=True, which cannot help there.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from agreement import record
 
 import recompprof
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
-from recompprof._model.events import Compile
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.trace.ingest import read_trace
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, Event
+
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "float_respecialised.py"
 
 
 @dataclasses.dataclass
@@ -83,3 +90,40 @@ def test_a_float_torch_keeps_dynamic_is_still_warmup() -> None:
             compiled(torch.ones(2), value)
     (recompile,) = _recompiles(session)
     assert (recompile.automatic_dynamic, recompile.specialised) == ("value of L['k']", None)
+
+
+def _verdicts(events: list[Event]) -> dict[str, dict[str, tuple[str | None, str | None, str]]]:
+    """(automatic dynamic, specialised, the explaining reason's category) of each forward recompile, by
+    function and compile id."""
+    out: dict[str, dict[str, tuple[str | None, str | None, str]]] = {}
+    for e in events:
+        if isinstance(e, Compile) and e.is_recompile and not e.backward:
+            explaining = next(r for r in e.reasons if r.explains_change)
+            out.setdefault(e.frame.name, {})[str(e.compile_id)] = (
+                e.automatic_dynamic,
+                e.specialised,
+                explaining.category,
+            )
+    return out
+
+
+def test_ingest_reads_the_installed_guards_of_a_trace_as_live_does(tmp_path: Path) -> None:
+    """A real run with TORCH_TRACE (torch writes each compile's guard tree, ``dynamo_cpp_guards_str``): ingest
+    reads the installed ``ls == 0.2`` of the first change's compile, so the float argument is specialised, not
+    automatic dynamic, as live says, and the ingested report offers no 0-dim tensor. The config object's
+    field, whose holder the text cannot tell from an nn.Module, is the documented unknown ("other"), never
+    automatic dynamic."""
+    run = record(WORKLOAD, [], tmp_path)
+    assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
+    live = _verdicts(list(read_run(run.run_dir)))
+    traced = read_trace(run.trace_dir)
+    ingested = _verdicts([e for per in traced.events for e in per])
+    specialised = (None, "value of L['ls']", "python_constant")
+    assert list(live["by_argument"].values()) == [specialised] * 3, live
+    assert ingested["by_argument"] == live["by_argument"], (live, ingested)
+    assert list(live["by_config"].values()) == [(None, "value of G['CFG'].ls", "global")] * 3
+    assert list(ingested["by_config"].values()) == [(None, None, "other")] * 3, ingested
+    text = " ".join(render_text(build_report(traced.events[0]), width=200).split())
+    fix_first = text[text.index("Fix these first") : text.index("Frames")]
+    assert "as a Python number (torch tried it dynamic" in fix_first
+    assert "0-dim tensor" not in fix_first and "will not recur" not in fix_first

@@ -54,7 +54,8 @@ def test_the_grid_covers_every_kind_depth_and_host(
     _, expected = recorded
     grid = expected["grid"]
     combinations = Counter(want["combination"] for want in expected["compiles"].values())
-    assert len(grid) == 31 * 7 and set(combinations) == set(range(len(grid)))
+    # 31 stacks on 8 hosts, less the 10 stacks holding a bare wrapper on "calls" (frame_vocabulary.grid)
+    assert len(grid) == 31 * 8 - 10 and set(combinations) == set(range(len(grid)))
 
 
 def test_live_names_every_compile_after_the_function_it_ran(

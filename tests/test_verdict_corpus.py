@@ -124,15 +124,8 @@ STEADY = {
 }
 # Verdicts recompprof still gets wrong, each marked xfail(strict=True) on the one case that asserts it:
 # (test, its parameters...) -> the bug.
-_CLIP_INGEST = (
-    "ingest names torch.compile(CLIPModel)'s frame CLIPModel.wrapper (the can_return_tuple wrapper that "
-    "CLIPModel puts on forward, get_text_features and get_image_features alike); live names it CLIPModel.forward, "
-    "and the trace's user stacks show the wrapper running forward"
-)
-KNOWN_WRONG: dict[tuple[str, ...], str] = {
-    ("names", "clip", "trace"): _CLIP_INGEST,
-    ("alike", "clip"): _CLIP_INGEST,
-}
+# None known today: every verdict this corpus asserts holds, live and ingested.
+KNOWN_WRONG: dict[tuple[str, ...], str] = {}
 WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
 
 

@@ -4,7 +4,8 @@ A trace names only the compiled code object (``co_name``, ``co_filename``, ``co_
 class of the instance a method ran on comes from the compile's guard tree, which names the type of each
 argument it guards ("source=L['self'], ..., type=<class 'm.Net'>"); whether the code is a method, and
 what a decorator's wrapper decorates, come from the source files, read where they can be (on the machine
-that ran the job). The rules, and where they fall short, are in docs/frames.md.
+that ran the job); which of several methods one wrapper wraps, from where the compile read what it guards
+(each guard's comment). The rules, and where they fall short, are in docs/frames.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ _TENSOR_SOURCE = re.compile(r"check_tensor\(L\['(\w{1,200})'\](\[0\])?,")
 _RESUME = re.compile(r"torch_dynamo_resume_in_(\w{1,200})_at_(\d{1,9})")
 # torch's own wrapper around a compiled module (``inner``, which calls the module it closes over as ``fn``).
 _TORCH_WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
+# Where a guard's object was read, from the comment torch writes after each guard of the tree:
+# "...  # output = func(self, *args, **kwargs)  # utils/generic.py:943 in wrapper".
+_TRACED_AT = re.compile(r"([^\s#()]{1,500}\.py):(\d{1,9}) in (\w{1,200})")
 
 
 def name_frame(
@@ -62,7 +66,9 @@ def name_frame(
         line,
     )
     wrapped = (
-        _wrapped_method(cls, definition, known_files, scripts) if definition is not None else None
+        _wrapped_method(cls, definition, known_files, scripts, guarded.traced)
+        if definition is not None
+        else None
     )
     if wrapped is not None:  # a decorator's wrapper: the method it decorates, as the user wrote it
         method, user_file, user_line = wrapped
@@ -104,27 +110,73 @@ def _module_forward(
 
 
 def _wrapped_method(
-    cls: str, wrapper: _Definition, known_files: Iterable[str], scripts: Iterable[str]
+    cls: str,
+    wrapper: _Definition,
+    known_files: Iterable[str],
+    scripts: Iterable[str],
+    traced: frozenset[tuple[str, int, str]] = frozenset(),
 ) -> tuple[str, str, int] | None:
     """``(attribute, file, first line)`` of the method of class ``cls`` (``module.QualName``) that the
-    decorator defining ``wrapper`` decorates in the class's source, when exactly one method is; else the
-    attribute a wrapper installed at run time says or is assigned to (``@wraps(cls.forward)``,
-    ``cls.step = hook(cls.step)``: torch's hook around every ``Optimizer.step``)."""
+    decorator defining ``wrapper`` decorates in the class's source, when exactly one method is, or when
+    what the compile traced says which of several it is (:func:`_traced_method`); else the attribute a
+    wrapper installed at run time says or is assigned to (``@wraps(cls.forward)``, ``cls.step =
+    hook(cls.step)``: torch's hook around every ``Optimizer.step``)."""
     if wrapper.kind != "nested":
         return None
     decorators = frozenset(
         part.rsplit(".", 1)[-1] for part in wrapper.qualname.split(".<locals>.")[:-1]
     )
-    found = _method_of(
+    candidates = _methods_of(
         cls,
         lambda node: any(_decorator_name(d) in decorators for d in node.decorator_list),
         known_files,
         scripts,
     )
+    if len(candidates) > 1:  # one wrapper code object for several methods
+        return _traced_method(candidates, traced)
+    found = candidates[0] if candidates else None
     attribute = wrapper.wraps or _installed_as(wrapper.file, decorators)
     if found is None and attribute is not None:
         found = _method_of(cls, lambda node: node.name == attribute, known_files, scripts)
     return found
+
+
+def _traced_method(
+    candidates: list[tuple[str, str, int]], traced: frozenset[tuple[str, int, str]]
+) -> tuple[str, str, int] | None:
+    """Which of several methods one decorator's wrapper wraps this compile ran, from where the compile read
+    the objects it guards (``traced``: ``(path, line, function)`` of each guard's comment). A compile traces
+    the wrapper, the method it wraps and what that method calls, so the method is one whose body the
+    guards were read in; of those, the one no other of the candidates names in its body (CLIP's
+    ``forward`` calls ``get_text_features``, so a compile that read guards in both ran ``forward``). None
+    when no candidate or several such are seen, or the one seen is named by another candidate (it may
+    have been reached from that one, whose body read nothing guarded)."""
+    seen = [c for c in candidates if _traced_in(c, traced)]
+    named = {
+        c[0]: {o[0] for o in candidates if o != c and c[0] in _names_in(o)} for c in candidates
+    }
+    roots = [c for c in seen if not named[c[0]]]
+    return roots[0] if len(roots) == 1 else None
+
+
+def _traced_in(method: tuple[str, str, int], traced: frozenset[tuple[str, int, str]]) -> bool:
+    """Whether a guard was read in the body of ``method`` (``(name, file, first line)``)."""
+    name, file, first = method
+    definition = _definitions(file).get((first, name))
+    if definition is None:
+        return False
+    where = file.replace(os.sep, "/")
+    return any(
+        function == name and first <= line <= definition.last and where.endswith(path)
+        for path, line, function in traced
+    )
+
+
+def _names_in(method: tuple[str, str, int]) -> frozenset[str]:
+    """Every name and attribute the body of ``method`` (``(name, file, first line)``) mentions."""
+    name, file, first = method
+    definition = _definitions(file).get((first, name))
+    return definition.names if definition is not None else frozenset()
 
 
 def _method_of(
@@ -135,6 +187,18 @@ def _method_of(
 ) -> tuple[str, str, int] | None:
     """``(name, file, first line)`` of the one method of class ``cls`` (``module.QualName``), or of a base
     class, that ``pick`` picks, in the class's source file."""
+    found = _methods_of(cls, pick, known_files, scripts)
+    return found[0] if len(found) == 1 else None
+
+
+def _methods_of(
+    cls: str,
+    pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
+    known_files: Iterable[str],
+    scripts: Iterable[str],
+) -> list[tuple[str, str, int]]:
+    """``(name, file, first line)`` of the methods of class ``cls`` (``module.QualName``) that ``pick``
+    picks, in the class's source file: those of the class, else of its nearest base that has any."""
     parts = cls.split(".")
     files = set(scripts) if parts[0] == "__main__" else set()
     known = set(known_files)
@@ -143,10 +207,10 @@ def _method_of(
     ):  # the module is some prefix of the class's qualified name
         files.update(_module_files("/".join(parts[:end]), known))
     for file in sorted(files):
-        found = _class_method(file, parts[-1], pick)
-        if found is not None:
+        found = _class_methods(file, parts[-1], pick)
+        if found:
             return found
-    return None
+    return []
 
 
 @functools.lru_cache(maxsize=256)
@@ -212,6 +276,8 @@ class _Definition:
     # the attribute its ``@wraps(...)`` names (``@wraps(cls.forward)``), if it does
     wraps: str | None = None
     file: str = ""  # the source file that defines it
+    last: int = 0  # the last line of its body
+    names: frozenset[str] = frozenset()  # every name and attribute its body mentions
 
 
 @functools.lru_cache(maxsize=256)
@@ -239,6 +305,8 @@ def _definitions(file: str) -> dict[tuple[int, str], _Definition]:
                     _first_argument(child.args),
                     _wrapped_attribute(child, scope),
                     file,
+                    child.end_lineno or child.lineno,
+                    _mentioned(child),
                 )
                 visit(child, f"{qualname}.<locals>.", "nested", child)
             elif isinstance(child, ast.ClassDef):
@@ -255,6 +323,13 @@ def _module_files(module_path: str, known: set[str]) -> list[str]:
     ``.../a/b/c.py``), that exist on this machine."""
     top = f"/{module_path.split('/', 1)[0]}/"
     roots = {file[:index] for file in known if (index := file.replace(os.sep, "/").rfind(top)) >= 0}
+    # a top-level module of one file names itself: ``.../out/gen.py`` is module ``gen``
+    roots.update(
+        file[: -len(end)]
+        for file in known
+        for end in (f"/{module_path}.py", f"/{module_path}/__init__.py")
+        if file.replace(os.sep, "/").endswith(end)
+    )
     return [
         path
         for root in sorted(roots)[:16]
@@ -277,35 +352,32 @@ def _classes(file: str) -> dict[str, list[ast.ClassDef]]:
     return out
 
 
-def _class_method(
+def _class_methods(
     file: str,
     cls: str,
     pick: Callable[[ast.FunctionDef | ast.AsyncFunctionDef], bool],
     depth: int = 0,
-) -> tuple[str, str, int] | None:
-    """``(name, file, first line)`` of the one method of class ``cls`` (or of a base class defined in the
-    same file or imported into it relatively, ``from .adam import Adam``) that ``pick`` picks; None when
-    none or several are."""
+) -> list[tuple[str, str, int]]:
+    """``(name, file, first line)`` of the methods of class ``cls`` that ``pick`` picks: those of its body,
+    else those of its first base (defined in the same file or imported into it relatively, ``from .adam
+    import Adam``) that has any; empty when the class is not there once."""
     found = _classes(file).get(cls, [])
     if len(found) != 1 or depth > 8:
-        return None
+        return []
     methods = [
-        node
+        (node.name, file, min([node.lineno, *(d.lineno for d in node.decorator_list)]))
         for node in found[0].body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and pick(node)
     ]
-    if len(methods) == 1:
-        method = methods[0]
-        return method.name, file, min([method.lineno, *(d.lineno for d in method.decorator_list)])
     if methods:
-        return None
+        return methods
     for base in found[0].bases:
         if not isinstance(base, ast.Name):
             continue
         where = file if base.id in _classes(file) else _imported_from(file, base.id)
-        if where is not None and (inherited := _class_method(where, base.id, pick, depth + 1)):
+        if where is not None and (inherited := _class_methods(where, base.id, pick, depth + 1)):
             return inherited
-    return None
+    return []
 
 
 def _imported_from(file: str, name: str) -> str | None:
@@ -376,6 +448,18 @@ def _decorator_name(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _mentioned(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The names and attributes a function's body mentions (``self.get_text_features`` and ``forward``)."""
+    out: set[str] = set()
+    for statement in function.body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name):
+                out.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                out.add(node.attr)
+    return frozenset(out)
+
+
 def _first_argument(args: ast.arguments) -> str | None:
     positional = [*args.posonlyargs, *args.args]
     if positional:
@@ -391,6 +475,8 @@ class GuardedArgs:
     classes: dict[str, str]
     first_local: str | None
     tensors: frozenset[str]
+    # where the compile read what it guards: ``(path, line, function)`` of each guard's comment
+    traced: frozenset[tuple[str, int, str]] = frozenset()
 
 
 def guarded_args(payload: str) -> GuardedArgs:
@@ -406,7 +492,10 @@ def guarded_args(payload: str) -> GuardedArgs:
     tensors = frozenset(
         f"{local}[0]" if item else local for local, item in _TENSOR_SOURCE.findall(payload)
     )
-    return GuardedArgs(classes, first_local, tensors)
+    traced = frozenset(
+        (path, int(line), function) for path, line, function in _TRACED_AT.findall(payload)
+    )
+    return GuardedArgs(classes, first_local, tensors, traced)
 
 
 def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:

@@ -39,6 +39,7 @@ from recompprof._analysis.trace.records import (
     TraceRecord,
     config_limit,
     file_rank,
+    installed_guards,
     read_records,
     recompile_reasons,
     torch_version,
@@ -140,6 +141,8 @@ class _Process:
         self.first_args: dict[
             CompileId, frames.GuardedArgs
         ] = {}  # compile -> what its guards say of its arguments
+        # compile -> the guards it installed (traces whose compiles carry their guard tree)
+        self.installed: dict[CompileId, list[str]] = {}
         self.events: list[Event] = []
         self.first_time: float | None = None
         self.last_time = 0.0
@@ -162,6 +165,7 @@ class _Process:
             self.assembler.forget_compiles()
             self.reasons = {k: v for k, v in self.reasons.items() if k == key}
             self.first_args = {k: v for k, v in self.first_args.items() if k == key}
+            self.installed = {k: v for k, v in self.installed.items() if k == key}
             self.started.clear()
             self.generation = (self.generation or 0) + 1
         self.started.add(key)
@@ -220,6 +224,7 @@ class _Process:
             )
         )
         frame = self._frame(fields, key, m.backward)
+        installed = self.installed.pop(key, None) if key is not None and not backward else None
         self._read_limits(fields)
         step = step_of(fields.get("recompile_user_contexts"))
         self.steps_read = self.steps_read or step is not None
@@ -234,6 +239,8 @@ class _Process:
                 "recompile_limit": self.recompile_limit,
                 "accumulated_recompile_limit": self.accumulated_limit,
             },
+            # None where the trace holds no guard tree for the compile: not known, as before
+            installed=None if installed is None else (lambda: installed),
         )
         self.add(self.assembler.compile(m, seen))
 
@@ -383,7 +390,8 @@ class _Artifact(RecordHandler):
 
 
 class _GuardTree(RecordHandler):
-    """A compile's guard tree: what its guards say of the frame's arguments (the class of ``self``)."""
+    """A compile's guard tree: what its guards say of the frame's arguments (the class of ``self``), and
+    the guards it installed (read by the explainer as live capture reads them from torch)."""
 
     kind = "dynamo_cpp_guards_str"
 
@@ -391,8 +399,10 @@ class _GuardTree(RecordHandler):
         key = record.key
         if key is not None and record.payload:
             process.first_args[key] = frames.guarded_args(record.payload)
-            if len(process.first_args) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
-                del process.first_args[next(iter(process.first_args))]
+            process.installed[key] = installed_guards(record.payload)
+            for pending in (process.first_args, process.installed):
+                if len(pending) > MAX_PENDING_GUARDS:  # compiles whose metrics never came
+                    del pending[next(iter(pending))]
 
 
 class _CompilationMetrics(RecordHandler):

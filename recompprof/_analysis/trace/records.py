@@ -185,6 +185,28 @@ def recompile_reasons(payload: str) -> list[str]:
     return [payload]
 
 
+# A guard of a ``dynamo_cpp_guards_str`` guard tree: "| | +- EQUALS_MATCH: G['cfg'].ls == 0.1  # source comment",
+# and the shape-env guards torch prints after the tree, "+- LAMBDA_GUARD: G['cfg'].ls == 0.2  # ...".
+_TREE_GUARD = re.compile(r"^[| ]*\+- [A-Z][A-Z_]{0,60}: (.+)$")
+MAX_INSTALLED_GUARDS = (
+    65536  # guards read from one compile's tree; a larger tree keeps its first ones
+)
+
+
+def installed_guards(payload: str) -> list[str]:
+    """The guards a compile installed, from its ``dynamo_cpp_guards_str`` guard tree, as live capture reads
+    them from torch (``recompprof._torch.guard_failures.installed_guards``): each guard's code without its
+    source comment (``G['cfg'].ls == 0.2``); the tree's accessor lines (``GuardManager: source=...``) are none."""
+    out: list[str] = []
+    for line in payload.splitlines():
+        match = _TREE_GUARD.match(line)
+        if match is not None:
+            out.append(match.group(1).split("#")[0].rstrip())
+            if len(out) >= MAX_INSTALLED_GUARDS:
+                break
+    return out
+
+
 def torch_version(payload: str) -> str:
     """The version a ``torch_version`` artifact names; empty if it names none."""
     return str((json_object(payload) or {}).get("pytorch_version", ""))

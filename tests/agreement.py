@@ -11,12 +11,17 @@ code object, so frames are compared by compile id and their names are checked se
 - trace: ``recompprof._analysis.trace.ingest.read_trace`` (what ``recompprof ingest`` writes)
 
 ``diff(a, b, c)`` says, per aspect and compile id, where the sources disagree (empty when they agree).
+
+The verdict corpora (``tests/test_verdicts.py``, ``tests/test_verdict_corpus.py``) share the fixtures and
+helpers at the end: events and summaries per workload, forward compiles, ``recompprof diff`` of a run against
+its own trace, and the report's "Fix these first" blocks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -26,8 +31,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from recorded_runs import clean_env
 
+from recompprof._analysis.render.text import render_text
+from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, Event, GraphBreak, RecompileLimitHit
@@ -362,3 +370,81 @@ def by_frame(summary: Summary) -> dict[str, list[str]]:
     for cid, name in summary.frames.items():
         out[name].append(cid)
     return dict(out)
+
+
+# -- what the verdict corpora share (tests/test_verdicts.py, tests/test_verdict_corpus.py) ------------
+# Each corpus module defines its ``recorded`` fixture (its workloads run by ``record_workloads``) and imports the
+# fixtures below, which read it.
+
+# Categories only the live process can decide, from the guarded object itself (docs/categories.md): from the text
+# alone (TORCH_LOGS, an ingested trace) such a reason may be "other", recompprof's unknown, never a guess.
+BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type", "aliasing"}
+# How "Fix these first" says a cause was torch's warm-up.
+WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module", name="summaries")
+def summaries_fixture(recorded: dict[str, Recorded]) -> dict[str, dict[str, Summary]]:
+    """Each workload's summary by source."""
+    return {name: summarise(run) for name, run in recorded.items()}
+
+
+@pytest.fixture(scope="module", name="events")
+def events_fixture(recorded: dict[str, Recorded]) -> dict[tuple[str, str], list[Event]]:
+    """Each workload's events by ``(workload, source)``: live (its event log) and ingested from its trace."""
+    out: dict[tuple[str, str], list[Event]] = {}
+    for name, run in recorded.items():
+        out[(name, "live")] = list(read_run(run.run_dir))
+        out[(name, "trace")] = [
+            e for per_file in read_trace(run.trace_dir).events for e in per_file
+        ]
+    return out
+
+
+def forward(events: list[Event]) -> dict[str, Compile]:
+    """Forward compiles by compile id."""
+    return {e.compile_id: e for e in events if isinstance(e, Compile) and not e.backward}
+
+
+def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
+    """The summaries with each live category both text sources call ``other`` read as ``other``, where the live
+    category is one decided by the guarded object: the text sources cannot know it, and do not claim to."""
+    live, logs, trace = summaries["live"], summaries["logs"], summaries["trace"]
+    categories = {}
+    for cid, rows in live.categories.items():
+        text_says = set(logs.categories.get(cid, [])) & set(trace.categories.get(cid, []))
+        categories[cid] = sorted(
+            (text, "other")
+            if (text, "other") in text_says and category in BY_OBJECT
+            else (text, category)
+            for text, category in rows
+        )
+    return {**summaries, "live": dataclasses.replace(live, categories=categories)}
+
+
+def diff_against_own_trace(recorded: Recorded, where: Path) -> subprocess.CompletedProcess[str]:
+    """``recompprof ingest`` of the run's TORCH_TRACE into ``where`` (required to succeed), then what
+    ``recompprof diff <live> <ingested>`` did."""
+    cli = [str(Path(sys.executable).parent / "recompprof")]
+    ingested = where / "ingested"
+    done = subprocess.run(
+        [*cli, "ingest", str(recorded.trace_dir), "-o", str(ingested)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return subprocess.run(
+        [*cli, "diff", str(recorded.run_dir), str(ingested)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def fix_first_blocks(report: Report) -> list[str]:
+    """The "Fix these first" list of the terminal report, one block of text per cause, in the order shown."""
+    text = render_text(report, width=400)
+    listed = text.split("Fix these first", 1)[1].split("\nFrames", 1)[0]
+    return [block for block in re.split(r"\n(?=\s*\d+\. )", listed)[1:] if block.strip()]

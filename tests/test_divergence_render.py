@@ -22,38 +22,44 @@ from recompprof._model.events import Compile, Event, Frame, Reason, SessionStart
 
 SITE = "/venv/lib/python3.11/site-packages"
 LIB = "/root/.pyenv/versions/3.11.7/lib/python3.11"
+DDP = f"{SITE}/torch/nn/parallel/distributed.py"
+# One row a frame: its label, where it is defined, torch's code object (file, first line), the instance's class.
 FRAMES = [
-    Frame(
-        name="DistributedDataParallel.forward",
-        file=f"{SITE}/torch/nn/parallel/distributed.py",
-        line=1884,
-        code_file=f"{SITE}/torch/_dynamo/external_utils.py",
-        code_line=67,
-        owner="DistributedDataParallel",
-    ),
-    Frame(
-        name="DistributedDataParallel._inside_ddp_forward",
-        file=f"{SITE}/torch/nn/parallel/distributed.py",
-        line=1695,
-        code_file=f"{LIB}/contextlib.py",
-        code_line=299,
-        owner="DistributedDataParallel",
-    ),
-    Frame(
-        name="_GeneratorContextManagerBase.torch_dynamo_resume_in___init___at_105",
-        file=f"{LIB}/contextlib.py",
-        line=105,
-        code_file=f"{LIB}/contextlib.py",
-        code_line=105,
-    ),
-    Frame(
-        name="Qwen2MoeForCausalLM.forward",
-        file=f"{SITE}/transformers/models/qwen2_moe/modeling_qwen2_moe.py",
-        line=604,
-        code_file=f"{SITE}/transformers/utils/generic.py",
-        code_line=937,
-        owner="Qwen2MoeForCausalLM",
-    ),
+    Frame(name=name, file=file, line=line, code_file=code_file, code_line=code_line, owner=owner)
+    for name, file, line, code_file, code_line, owner in [
+        (
+            "DistributedDataParallel.forward",
+            DDP,
+            1884,
+            f"{SITE}/torch/_dynamo/external_utils.py",
+            67,
+            "DistributedDataParallel",
+        ),
+        (
+            "DistributedDataParallel._inside_ddp_forward",
+            DDP,
+            1695,
+            f"{LIB}/contextlib.py",
+            299,
+            "DistributedDataParallel",
+        ),
+        (
+            "_GeneratorContextManagerBase.torch_dynamo_resume_in___init___at_105",
+            f"{LIB}/contextlib.py",
+            105,
+            f"{LIB}/contextlib.py",
+            105,
+            None,
+        ),
+        (
+            "Qwen2MoeForCausalLM.forward",
+            f"{SITE}/transformers/models/qwen2_moe/modeling_qwen2_moe.py",
+            604,
+            f"{SITE}/transformers/utils/generic.py",
+            937,
+            "Qwen2MoeForCausalLM",
+        ),
+    ]
 ]
 STEP = 3
 

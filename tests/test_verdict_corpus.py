@@ -15,26 +15,34 @@ workloads by hand side by side, at load 15: 200-270 s wall each.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agreement import ASPECTS, Job, Recorded, Summary, describe, diff, record_workloads, summarise
+from agreement import (
+    ASPECTS,
+    BY_OBJECT,
+    WARMUP_WORDS,
+    Job,
+    Recorded,
+    Summary,
+    describe,
+    diff,
+    diff_against_own_trace,
+    events_fixture,  # noqa: F401 (the fixture events, on this module's recorded)
+    fix_first_blocks,
+    forward,
+    known_as_unknown,
+    record_workloads,
+    summaries_fixture,  # noqa: F401 (the fixture summaries)
+)
 
-from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.fold import build_report
-from recompprof._analysis.report.model import Report
-from recompprof._analysis.trace.ingest import read_trace
-from recompprof._eventlog.reader import read_run
 from recompprof._model.causes import explaining_reason
-from recompprof._model.events import Compile, Event
+from recompprof._model.events import Event
 from recompprof._model.subjects import argument_root
 
 pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
@@ -109,9 +117,6 @@ EXPLAINED: dict[str, dict[str, set[tuple[str, str, str]]]] = {
         },  # the resolution 8 -> 16 (made dynamic; 12 compiles nothing)
     },
 }
-# Categories only the live process can decide from the guarded object (docs/categories.md): from the text alone
-# (TORCH_LOGS, an ingested trace) such a reason may be "other", recompprof's unknown, never a guess.
-BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type", "aliasing"}
 # Steady state, live: no recompile of a job without steps is (each is a one-time variant or torch's warm-up, and
 # no change repeats after torch made it dynamic); PEFT steps its optimizer 3 times and its recompiles come after
 # the warm-up steps (default 0: docs/steady-state.md), judged by steps.
@@ -126,7 +131,6 @@ STEADY = {
 # (test, its parameters...) -> the bug.
 # None known today: every verdict this corpus asserts holds, live and ingested.
 KNOWN_WRONG: dict[tuple[str, ...], str] = {}
-WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
 
 
 def cases(test: str, combos: list[tuple[str, ...]]) -> list[Any]:
@@ -144,27 +148,6 @@ def cases(test: str, combos: list[tuple[str, ...]]) -> list[Any]:
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("corpus")
     return record_workloads({name: Job(WORKLOAD, (name,), base / name) for name in WORKLOADS})
-
-
-@pytest.fixture(scope="module")
-def summaries(recorded: dict[str, Recorded]) -> dict[str, dict[str, Summary]]:
-    return {name: summarise(run) for name, run in recorded.items()}
-
-
-@pytest.fixture(scope="module")
-def events(recorded: dict[str, Recorded]) -> dict[tuple[str, str], list[Event]]:
-    out: dict[tuple[str, str], list[Event]] = {}
-    for name, run in recorded.items():
-        out[(name, "live")] = list(read_run(run.run_dir))
-        out[(name, "trace")] = [
-            e for per_file in read_trace(run.trace_dir).events for e in per_file
-        ]
-    return out
-
-
-def forward(events: list[Event]) -> dict[str, Compile]:
-    """Forward compiles by compile id."""
-    return {e.compile_id: e for e in events if isinstance(e, Compile) and not e.backward}
 
 
 def failures(recorded: Recorded) -> dict[str, list[str]]:
@@ -192,13 +175,6 @@ def made_dynamic(recorded: Recorded) -> dict[str, set[str]]:
                 cid = f"{record['frame_id']}/{record['frame_compile_id']}"
                 out.setdefault(cid, set()).add(re.sub(r"\.size\(\)\[\d+\]$", "", source))
     return out
-
-
-def fix_first_blocks(report: Report) -> list[str]:
-    """The "Fix these first" list of the terminal report, one block of text per cause, in the order shown."""
-    text = render_text(report, width=400)
-    listed = text.split("Fix these first", 1)[1].split("\nFrames", 1)[0]
-    return [block for block in re.split(r"\n(?=\s*\d+\. )", listed)[1:] if block.strip()]
 
 
 # -- what torch did (the ground truth the verdicts below are held to) ------------------------------
@@ -254,22 +230,6 @@ def test_three_sources_agree(summaries: dict[str, dict[str, Summary]], workload:
     assert found == {}, describe(summaries[workload], found)
 
 
-def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
-    """The summaries with each live category both text sources call ``other`` read as ``other``, where the live
-    category is one decided by the guarded object: the text sources cannot know it, and do not claim to."""
-    live, logs, trace = summaries["live"], summaries["logs"], summaries["trace"]
-    categories = {}
-    for cid, rows in live.categories.items():
-        text_says = set(logs.categories.get(cid, [])) & set(trace.categories.get(cid, []))
-        categories[cid] = sorted(
-            (text, "other")
-            if (text, "other") in text_says and category in BY_OBJECT
-            else (text, category)
-            for text, category in rows
-        )
-    return {**summaries, "live": dataclasses.replace(live, categories=categories)}
-
-
 # -- frames ------------------------------------------------------------------------------------------
 
 
@@ -302,22 +262,7 @@ def test_diff_of_a_run_against_its_own_trace_is_empty(
     recorded: dict[str, Recorded], workload: str, tmp_path: Path
 ) -> None:
     """``recompprof ingest`` of the run's TORCH_TRACE, then ``recompprof diff <live> <ingested>`` exits 0."""
-    cli = [str(Path(sys.executable).parent / "recompprof")]
-    ingested = tmp_path / "ingested"
-    done = subprocess.run(
-        [*cli, "ingest", str(recorded[workload].trace_dir), "-o", str(ingested)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    done = subprocess.run(
-        [*cli, "diff", str(recorded[workload].run_dir), str(ingested)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    done = diff_against_own_trace(recorded[workload], tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

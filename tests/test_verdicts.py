@@ -15,9 +15,7 @@ wall on a shared 2-core machine at load 9, 375 s at load 15).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -29,23 +27,27 @@ from typing import Any
 import pytest
 from agreement import (
     ASPECTS,
+    WARMUP_WORDS,
     Job,
     Recorded,
     Summary,
     describe,
     diff,
+    diff_against_own_trace,
+    events_fixture,  # noqa: F401 (the fixture events, on this module's recorded)
+    fix_first_blocks,
+    forward,
+    known_as_unknown,
     record_workloads,
+    summaries_fixture,  # noqa: F401 (the fixture summaries)
     summarise,
     torch_compiles,
 )
 
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.fold import build_report
-from recompprof._analysis.report.model import Report
-from recompprof._analysis.trace.ingest import read_trace
-from recompprof._eventlog.reader import read_run
 from recompprof._model.causes import explaining_reason
-from recompprof._model.events import Compile, Event
+from recompprof._model.events import Event
 
 pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
 pytest.importorskip("lightning", reason="the verdict corpus runs a Lightning fit")
@@ -126,34 +128,10 @@ def trace_names(recorded: dict[str, Recorded]) -> dict[tuple[str, str], tuple[st
     }
 
 
-WARMUP_WORDS = re.compile(r"one[- ]time", re.IGNORECASE)
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("verdicts")
     return record_workloads({name: Job(WORKLOAD, (name,), base / name) for name in WORKLOADS})
-
-
-@pytest.fixture(scope="module")
-def summaries(recorded: dict[str, Recorded]) -> dict[str, dict[str, Summary]]:
-    return {name: summarise(run) for name, run in recorded.items()}
-
-
-@pytest.fixture(scope="module")
-def events(recorded: dict[str, Recorded]) -> dict[tuple[str, str], list[Event]]:
-    out: dict[tuple[str, str], list[Event]] = {}
-    for name, run in recorded.items():
-        out[(name, "live")] = list(read_run(run.run_dir))
-        out[(name, "trace")] = [
-            e for per_file in read_trace(run.trace_dir).events for e in per_file
-        ]
-    return out
-
-
-def forward(events: list[Event]) -> dict[str, Compile]:
-    """Forward compiles by compile id."""
-    return {e.compile_id: e for e in events if isinstance(e, Compile) and not e.backward}
 
 
 def reasons_of(recorded: Recorded, compile_id: str) -> list[str]:
@@ -164,13 +142,6 @@ def reasons_of(recorded: Recorded, compile_id: str) -> list[str]:
         if f"[{compile_id}] [__recompiles]" in line
     ]
     return [line[2:] for line in lines if re.match(r"- !?\d+/\d+: ", line)]
-
-
-def fix_first_blocks(report: Report) -> list[str]:
-    """The "Fix these first" list of the terminal report, one block of text per cause, in the order shown."""
-    text = render_text(report, width=400)
-    listed = text.split("Fix these first", 1)[1].split("\nFrames", 1)[0]
-    return [block for block in re.split(r"\n(?=\s*\d+\. )", listed)[1:] if block.strip()]
 
 
 def short(path: str) -> str:
@@ -243,29 +214,6 @@ def test_three_sources_agree(summaries: dict[str, dict[str, Summary]], workload:
     categories, limit hits and graph breaks."""
     found = diff(known_as_unknown(summaries[workload]), ASPECTS)
     assert found == {}, describe(summaries[workload], found)
-
-
-# Categories only the live process can decide, from the guarded object itself (docs/categories.md): from the text
-# alone (TORCH_LOGS, an ingested trace) such a reason is "other", recompprof's unknown, never a guess.
-BY_OBJECT = {"python_constant", "module_attribute", "global", "object_identity", "type", "aliasing"}
-
-
-def known_as_unknown(summaries: dict[str, Summary]) -> dict[str, Summary]:
-    """The summaries with each live category the text sources both call ``other`` read as ``other``, where the live
-    category is one decided by the guarded object: the text sources cannot know it, and do not claim to."""
-    live, logs, trace = summaries["live"], summaries["logs"], summaries["trace"]
-    categories = {}
-    for cid, rows in live.categories.items():
-        text_says = {row for row in logs.categories.get(cid, [])} & {
-            row for row in trace.categories.get(cid, [])
-        }
-        categories[cid] = sorted(
-            (text, "other")
-            if (text, "other") in text_says and category in BY_OBJECT
-            else (text, category)
-            for text, category in rows
-        )
-    return {**summaries, "live": dataclasses.replace(live, categories=categories)}
 
 
 @pytest.mark.skipif(
@@ -409,22 +357,7 @@ def test_diff_of_a_run_against_its_own_trace_is_empty(
 ) -> None:
     """``recompprof ingest`` of the run's TORCH_TRACE, then ``recompprof diff <live> <ingested>``: same frames, same
     figures, so nothing got worse and diff exits 0."""
-    cli = [str(Path(sys.executable).parent / "recompprof")]
-    ingested = tmp_path / "ingested"
-    done = subprocess.run(
-        [*cli, "ingest", str(recorded[workload].trace_dir), "-o", str(ingested)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    done = subprocess.run(
-        [*cli, "diff", str(recorded[workload].run_dir), str(ingested)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    done = diff_against_own_trace(recorded[workload], tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from report_counts import report_counts
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -264,23 +265,6 @@ def test_a_job_ended_during_a_compile_is_shown_ended_while_compiling(tmp_path: P
     assert "all 1 rank(s) ended" in rest
 
 
-def _report_counts(run: Path, rank: int) -> tuple[int, int, int]:
-    done = subprocess.run(
-        [sys.executable, "-m", "recompprof._cli.main", "report", str(run), "--rank", str(rank)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": PYTHONPATH},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    header = " ".join(done.stdout.split())  # the header line wraps at the terminal's width
-    found = re.search(
-        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", header
-    )
-    assert found, done.stdout
-    return int(found.group(1)), int(found.group(2)), int(found.group(3))
-
-
 def _watch_rows(out: str) -> dict[int, list[str]]:
     return {
         int(line.split()[0]): line.split()
@@ -306,15 +290,17 @@ def test_once_on_a_finished_run_gives_the_counts_report_gives(finished_run: Path
     rows = _watch_rows(done.stdout)
     assert sorted(rows) == [0, 1]
     for rank, row in rows.items():
-        compiles, recompiles, limit_hits = _report_counts(finished_run, rank)
+        compiles, recompiles, limit_hits = report_counts(finished_run, "--rank", str(rank))
         report = build_report(e for e in read_run(finished_run) if e.rank == rank)
         steady = sum(f.steady_state_recompiles for f in report.frames.values())
         assert [int(n) for n in row[2:6]] == [compiles, recompiles, steady, limit_hits], done.stdout
         assert "ended" in row
     assert (
-        _report_counts(finished_run, 1)[1] > _report_counts(finished_run, 0)[1] > 0
+        report_counts(finished_run, "--rank", "1")[1]
+        > report_counts(finished_run, "--rank", "0")[1]
+        > 0
     )  # the ranks differ
-    assert _report_counts(finished_run, 1)[2] > 0
+    assert report_counts(finished_run, "--rank", "1")[2] > 0
 
 
 def _rest(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from report_counts import report_counts
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -93,23 +94,11 @@ def _once(tmp: Path, name: str, data: bytes) -> dict[int, list[int]]:
 
 
 def _report_compiles(tmp: Path, name: str, data: bytes) -> tuple[int, int, int]:
+    """What ``recompprof report`` counts in a run directory holding ``data`` as its log ``name``."""
     run = tmp / "report"
     run.mkdir()
     (run / name).write_bytes(data)
-    done = subprocess.run(
-        [sys.executable, "-m", "recompprof._cli.main", "report", str(run)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    header = " ".join(done.stdout.split())  # the header line wraps at the terminal's width
-    found = re.search(
-        r"compiles (\d+)(?: \(\+\d+ bwd\))? \| recompiles (\d+) \| limit hits (\d+)", header
-    )
-    assert found, done.stdout
-    return int(found.group(1)), int(found.group(2)), int(found.group(3))
+    return report_counts(run)
 
 
 def _next_block(stream: Any) -> str:

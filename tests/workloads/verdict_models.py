@@ -22,10 +22,7 @@ same run can be recorded by recompprof, ``TORCH_LOGS`` and ``TORCH_TRACE`` at on
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import warnings
 from typing import Any
 
 import torch
@@ -34,10 +31,10 @@ from hf_models import (  # the same tiny vocabulary and dynamic padding as the o
     VOCAB,
     padded_batch as token_batch,
 )
+from verdict_cli import BACKEND, main
 
 import recompprof
 
-BACKEND = "aot_eager"
 # Longest sequence of each training batch (dynamic padding): a new length at the second step, then more.
 TRAIN_LENGTHS = ((3, 5), (7, 4), (6, 2), (9, 8))
 PROMPTS = (7, 12)  # generate() prompt lengths: the second call prefills a longer prompt
@@ -330,20 +327,5 @@ WORKLOADS = {
 }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=sorted(WORKLOADS))
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.manual_seed(0)
-    WORKLOADS[args.workload]()
-    print("WORKLOAD DONE", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(WORKLOADS))

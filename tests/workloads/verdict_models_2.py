@@ -23,42 +23,18 @@ No hub access: every model is built from a tiny config with random weights. As i
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import warnings
 from typing import Any
 
 import torch
+from hf_models import PAD, VOCAB, tiny_llama  # the tiny Llama of the other HF workloads
+from verdict_cli import BACKEND, main
 
 import recompprof
-
-BACKEND = "aot_eager"
-VOCAB = 96
-PAD = 0
 
 
 def tokens(batch: int, length: int) -> torch.Tensor:
     return torch.randint(3, VOCAB, (batch, length))
-
-
-def tiny_llama() -> Any:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            pad_token_id=PAD,
-            bos_token_id=1,
-            eos_token_id=2,
-        )
-    ).eval()
 
 
 def _generate(model: Any, batch: int, length: int, **kw: Any) -> None:
@@ -75,7 +51,7 @@ def _generate(model: Any, batch: int, length: int, **kw: Any) -> None:
 
 def llama_static() -> None:
     """HF's static-cache recipe: the forward compiled, generate() over batches 1, 2, 3, then a longer prompt."""
-    model = tiny_llama()
+    model = tiny_llama(layers=2).eval()
     model.forward = torch.compile(model.forward, backend=BACKEND)
     with recompprof.attach():
         for batch in (1, 2, 3):
@@ -85,7 +61,7 @@ def llama_static() -> None:
 
 def llama_dynamic() -> None:
     """The model compiled in place; generate() with the default (dynamic) cache on three prompt lengths."""
-    model = tiny_llama()
+    model = tiny_llama(layers=2).eval()
     model.compile(backend=BACKEND)
     with recompprof.attach():
         for length in (5, 9, 7):
@@ -97,7 +73,7 @@ def peft_lora() -> None:
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(
-        tiny_llama().train(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+        tiny_llama(layers=2).train(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
     )
     compiled = torch.compile(model, backend=BACKEND)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
@@ -189,20 +165,5 @@ WORKLOADS = {
 }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=sorted(WORKLOADS))
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.manual_seed(0)
-    WORKLOADS[args.workload]()
-    print("WORKLOAD DONE", flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(WORKLOADS))

@@ -111,8 +111,8 @@ def test_ingest_reads_the_installed_guards_of_a_trace_as_live_does(tmp_path: Pat
     """A real run with TORCH_TRACE (torch writes each compile's guard tree, ``dynamo_cpp_guards_str``): ingest
     reads the installed ``ls == 0.2`` of the first change's compile, so the float argument is specialised, not
     automatic dynamic, as live says, and the ingested report offers no 0-dim tensor. The config object's
-    field, whose holder the text cannot tell from an nn.Module, is the documented unknown ("other"), never
-    automatic dynamic."""
+    field, whose holder the text cannot tell from an nn.Module, is the documented unknown category ("other"),
+    yet still a scalar whose value changed: specialised as live says, never automatic dynamic."""
     run = record(WORKLOAD, [], tmp_path)
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
     live = _verdicts(list(read_run(run.run_dir)))
@@ -122,7 +122,9 @@ def test_ingest_reads_the_installed_guards_of_a_trace_as_live_does(tmp_path: Pat
     assert list(live["by_argument"].values()) == [specialised] * 3, live
     assert ingested["by_argument"] == live["by_argument"], (live, ingested)
     assert list(live["by_config"].values()) == [(None, "value of G['CFG'].ls", "global")] * 3
-    assert list(ingested["by_config"].values()) == [(None, None, "other")] * 3, ingested
+    assert list(ingested["by_config"].values()) == [(None, "value of G['CFG'].ls", "other")] * 3, (
+        ingested
+    )
     text = " ".join(render_text(build_report(traced.events[0]), width=200).split())
     fix_first = text[text.index("Fix these first") : text.index("Frames")]
     assert "as a Python number (torch tried it dynamic" in fix_first

@@ -159,7 +159,10 @@ def test_event_log_deleted_while_running_is_reopened(
 
 # A job that trains, says so, and waits to be stopped; the final step count only reaches the sinks at exit.
 STOPPABLE = """
-import os, sys, time, torch, recompprof
+import os, signal, sys, time, torch, recompprof
+# A job whose Ctrl-C works: a runner started in the background by a shell hands its children SIGINT
+# ignored (Python then keeps it ignored), and a job that cannot be stopped measures nothing here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 style = sys.argv[1]
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)

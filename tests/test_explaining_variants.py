@@ -8,8 +8,6 @@ own record (no further compile for the next batch size) is the ground truth.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -173,7 +171,7 @@ def test_a_plain_objects_int_is_explained_alike_live_and_ingested(tmp_path: Path
     prefill's entry on the prompt length, which torch already made dynamic. Live and ingested from
     TORCH_TRACE, it is explained by the int against entry 0/2; ingest, which cannot see what holds it, may
     call its category ``other``, never claims it warmed up, and ``diff`` finds no regression."""
-    from recorded_runs import clean_env
+    from agreement import record
 
     from recompprof._analysis.diff import compare
     from recompprof._analysis.trace.ingest import read_trace
@@ -181,18 +179,10 @@ def test_a_plain_objects_int_is_explained_alike_live_and_ingested(tmp_path: Path
 
     script = tmp_path / "cache_length.py"
     script.write_text(_CACHE_LENGTH_SCRIPT)
-    env = clean_env(RECOMPPROF_RUN_DIR=str(tmp_path / "run"), TORCH_TRACE=str(tmp_path / "trace"))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    live_events = list(read_run(tmp_path / "run"))
-    traced_events = [e for events in read_trace(tmp_path / "trace").events for e in events]
+    run = record(script, [], tmp_path / "job", timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    live_events = list(read_run(run.run_dir))
+    traced_events = [e for events in read_trace(run.trace_dir).events for e in events]
     subject = "L['kw']['cache'].max_len"
     for source, events in (("live", live_events), ("trace", traced_events)):
         compiles = {e.compile_id: e for e in events if isinstance(e, Compile) and not e.backward}

@@ -24,11 +24,11 @@ import torch
 
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
-from recompprof._analysis.render.wording import cause_label
+from recompprof._analysis.render.wording import cause_label, parameter_shown
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.watching import Watch
 from recompprof._model.events import Compile, Reason
-from recompprof._model.subjects import argument_root, parameter_shown
+from recompprof._model.subjects import argument_root
 from recompprof._torch.parameters import bind, plan
 from recompprof.testing import capture_events
 

@@ -152,7 +152,6 @@ _ARGUMENT = re.compile(
     r"""(type\()?L\['([A-Za-z_]\w{0,100})'\](?:\[(\d{1,9})\]|\[('[^'\\\n]{1,100}'|"[^"\\\n]{1,100}")\])?(.*)""",
     re.S,
 )
-_BOUND = re.compile(r"(type\()?L\['([A-Za-z_]\w{0,100})'\](.*)", re.S)
 
 
 def argument_root(subject: str) -> tuple[str, str, int | str | None, str] | None:
@@ -165,13 +164,6 @@ def argument_root(subject: str) -> tuple[str, str, int | str | None, str] | None
     prefix, name, index, key, rest = m.groups()
     item: int | str | None = int(index) if index is not None else key[1:-1] if key else None
     return prefix or "", name, item, rest
-
-
-def parameter_shown(parameter: str) -> str:
-    """A subject named by the wrapped function's parameters as the user writes it: ``L['input_ids']`` is
-    ``input_ids``, ``L['past_key_values'].layers[0].keys`` is ``past_key_values.layers[0].keys``."""
-    m = _BOUND.fullmatch(parameter)
-    return f"{m.group(1) or ''}{m.group(2)}{m.group(3)}" if m else parameter
 
 
 def subject_of_check(raw: str) -> str:

@@ -6,12 +6,12 @@ Only words: no layout (tables, markup) and no figures (the report model counts; 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from recompprof._model.status import describe_at_end, describe_unseen_backward
-from recompprof._model.subjects import parameter_shown
 
 if TYPE_CHECKING:  # check imports this module for every command's parser: not the report model
     from recompprof._analysis.report.figures import CauseReport
@@ -46,6 +46,17 @@ def first_of(
     left = (len(items) if total is None else total) - min(shown, len(items))
     listed = sep.join(str(item) for item in items[:shown])
     return listed + more.format(left) if left > 0 else listed
+
+
+# A subject named by the wrapped function's parameters: rooted in one of them, ``L['name']…``.
+_BOUND = re.compile(r"(type\()?L\['([A-Za-z_]\w{0,100})'\](.*)", re.S)
+
+
+def parameter_shown(parameter: str) -> str:
+    """A subject named by the wrapped function's parameters as the user writes it: ``L['input_ids']`` is
+    ``input_ids``, ``L['past_key_values'].layers[0].keys`` is ``past_key_values.layers[0].keys``."""
+    m = _BOUND.fullmatch(parameter)
+    return f"{m.group(1) or ''}{m.group(2)}{m.group(3)}" if m else parameter
 
 
 def subject_text(subject: str, parameter: str | None = None) -> str:

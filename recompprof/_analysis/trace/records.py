@@ -188,9 +188,8 @@ def recompile_reasons(payload: str) -> list[str]:
 # A guard of a ``dynamo_cpp_guards_str`` guard tree: "| | +- EQUALS_MATCH: G['cfg'].ls == 0.1  # source comment",
 # and the shape-env guards torch prints after the tree, "+- LAMBDA_GUARD: G['cfg'].ls == 0.2  # ...".
 _TREE_GUARD = re.compile(r"^[| ]*\+- [A-Z][A-Z_]{0,60}: (.+)$")
-MAX_INSTALLED_GUARDS = (
-    65536  # guards read from one compile's tree; a larger tree keeps its first ones
-)
+# Guards read from one compile's tree; a larger tree keeps its first ones.
+MAX_INSTALLED_GUARDS = 65536
 
 
 def installed_guards(payload: str) -> list[str]:

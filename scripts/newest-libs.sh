@@ -11,6 +11,8 @@
 #                                     # versions to constraints/tested.txt (review and commit it)
 #   --out DIR                         # results: junit XML and versions per side, report.md
 #                                     # (default: newest-results/)
+#   --pinned-junit FILE               # the pinned side's outcomes from a run of the same tests under .venv
+#                                     # (CI passes the gate's own junit XML): the pinned side is not run again
 #   NEWEST_VENV=DIR                   # the newest side's venv (default: .newest-venv/, made anew each run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,13 +22,18 @@ VENV="${NEWEST_VENV:-$ROOT/.newest-venv}"
 OUT="$ROOT/newest-results"
 ALL=0
 FREEZE=0
+PINNED_JUNIT=""
+# pytest-xdist workers, as scripts/test.sh runs the gate (0: none)
+WORKERS="${RECOMPPROF_TEST_WORKERS:-3}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --all) ALL=1 ;;
         --freeze) FREEZE=1; ALL=1 ;;
         --out) OUT="$2"; shift ;;
         --out=*) OUT="${1#--out=}" ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --pinned-junit) PINNED_JUNIT="$2"; shift ;;
+        --pinned-junit=*) PINNED_JUNIT="${1#--pinned-junit=}" ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "newest-libs.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -63,14 +70,28 @@ echo "torch==2.13.0" >"$OUT/torch-pin.txt"
     exit 1
 }
 
-run_side() {  # $1 side name, $2 venv
+workers=()
+[ "$WORKERS" = 0 ] || workers=(-n "$WORKERS" --dist loadscope)
+freeze() {  # $1 side name, $2 venv
     "$2/bin/python" -m pip freeze --all 2>/dev/null | grep -v -E "^(-e |#)" >"$OUT/$1-versions.txt"
+}
+run_side() {  # $1 side name, $2 venv
+    freeze "$1" "$2"
     log "$1: pytest on ${#files[@]} test files"
-    "$2/bin/python" -m pytest -q -p no:cacheprovider -o addopts="" --junitxml="$OUT/$1.xml" "${files[@]}" \
-        >"$OUT/$1-pytest.log" 2>&1
+    "$2/bin/python" -m pytest -q -p no:cacheprovider -o addopts="" "${workers[@]}" --junitxml="$OUT/$1.xml" \
+        "${files[@]}" >"$OUT/$1-pytest.log" 2>&1
     log "$1: $(tail -1 "$OUT/$1-pytest.log")"
 }
-run_side pinned "$ROOT/.venv"
+if [ -n "$PINNED_JUNIT" ]; then
+    # The same tests already ran under .venv (the gate): their outcomes are the pinned side.
+    [ -f "$PINNED_JUNIT" ] || { log "FAILED: --pinned-junit $PINNED_JUNIT: no such file"; exit 1; }
+    freeze pinned "$ROOT/.venv"
+    "$ROOT/.venv/bin/python" scripts/newest_libs_report.py --select "$PINNED_JUNIT" "${files[@]}" \
+        >"$OUT/pinned.xml" || { log "FAILED: cannot read --pinned-junit $PINNED_JUNIT"; exit 1; }
+    log "pinned: the outcomes of $PINNED_JUNIT for ${#files[@]} test files"
+else
+    run_side pinned "$ROOT/.venv"
+fi
 run_side newest "$VENV"
 
 "$ROOT/.venv/bin/python" scripts/newest_libs_report.py "$OUT" "${LIBS[@]}" | tee "$OUT/report.md"

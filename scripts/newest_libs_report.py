@@ -3,6 +3,9 @@
 Usage: newest_libs_report.py OUT LIB... — OUT holds pinned.xml, newest.xml (junit) and
 pinned-versions.txt, newest-versions.txt (pip freeze); the LIBs are listed first in the version table.
 Prints Markdown. Exit status 0 whatever changed (the difference is the result), 2 when an input is missing.
+
+newest_libs_report.py --select JUNIT FILE... prints the junit XML of JUNIT's test cases from those test
+files only: the pinned side taken from a run of the whole suite (the CI gate's) instead of a second run.
 """
 
 from __future__ import annotations
@@ -37,6 +40,17 @@ def read_outcomes(path: Path) -> dict[str, tuple[str, str]]:
                 break
         outcomes[test_id] = (outcome, message)
     return outcomes
+
+
+def select(junit: Path, files: list[str]) -> str:
+    """JUNIT's test cases of ``files`` (``tests/test_x.py`` is the class name ``tests.test_x``), as junit XML."""
+    modules = {f.removesuffix(".py").replace("/", ".") for f in files}
+    suites = ET.Element("testsuites")
+    chosen = ET.SubElement(suites, "testsuite", name="pytest")
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.get("classname", "") in modules:
+            chosen.append(case)
+    return ET.tostring(suites, encoding="unicode")
 
 
 def main(out: Path, libs: list[str]) -> int:
@@ -88,4 +102,7 @@ def _tally(results: dict[str, tuple[str, str]]) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--select"]:
+        print(select(Path(sys.argv[2]), sys.argv[3:]))
+        sys.exit(0)
     sys.exit(main(Path(sys.argv[1]), [re.sub(r"[-_.]+", "-", n).lower() for n in sys.argv[2:]]))

@@ -1,7 +1,7 @@
 """Record one run three ways and compare: recompprof live, ``TORCH_LOGS`` and ``recompprof ingest`` of ``TORCH_TRACE``.
 
-``record(script, args, where)`` runs a workload in a subprocess with recompprof attached (its event
-log in ``where/run``), ``TORCH_LOGS=recompiles,graph_breaks`` (read back from stderr) and
+``record(script, args, where)`` runs a workload in a subprocess (once per test session: ``recordings.py``)
+with recompprof attached (its event log in ``where/run``), ``TORCH_LOGS=recompiles,graph_breaks`` (read back from stderr) and
 ``TORCH_TRACE=where/trace``. ``summarise_*`` turn each source into one comparable ``Summary``, keyed
 by Dynamo compile id (``"0/3"``), the one key all three share: torch's logs name a frame only by its
 code object, so frames are compared by compile id and their names are checked separately.
@@ -25,14 +25,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from recorded_runs import clean_env
+from recordings import Recording, Workload, copy_into, recorded
 
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.model import Report
@@ -65,14 +64,8 @@ _LIMIT_NAMES = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Recorded:
-    where: Path
-    run_dir: Path
-    trace_dir: Path
-    stderr: str
-    stdout: str
-    returncode: int
+# A run recorded three ways (``recordings.Recording``: its directory, stdout, stderr, exit status).
+Recorded = Recording
 
 
 @dataclasses.dataclass
@@ -122,53 +115,28 @@ class Job:
 def record(
     script: Path, args: Iterable[str], where: Path, *, timeout: float = 600, **env: str
 ) -> Recorded:
-    """Run ``python script *args`` once with all three recorders on."""
+    """``python script *args`` with all three recorders on, recorded once per session; a copy in ``where``."""
     return record_all([Job(script, tuple(args), where, env)], timeout=timeout)[0]
 
 
 def record_all(jobs: list[Job], *, timeout: float = 600) -> list[Recorded]:
-    """Run the jobs side by side (each its own process, all three recorders on) and wait for all of them."""
-    started = []
-    for job in jobs:
-        job.where.mkdir(parents=True, exist_ok=True)
-        env = clean_env(
-            RECOMPPROF_RUN_DIR=str(job.where / "run"),
-            TORCH_TRACE=str(job.where / "trace"),
-            TORCH_LOGS="recompiles,graph_breaks",
-            **job.env,
+    """The jobs recorded with all three recorders on (those not yet recorded this session run side by side,
+    each its own process), each copied into its ``where``."""
+    workloads = [
+        Workload(
+            job.script,
+            job.args,
+            (
+                ("RECOMPPROF_RUN_DIR", "{here}/run"),
+                ("TORCH_TRACE", "{here}/trace"),
+                ("TORCH_LOGS", "recompiles,graph_breaks"),
+                *sorted(job.env.items()),
+            ),
+            timeout,
         )
-        out, err = open(job.where / "stdout.txt", "w+"), open(job.where / "stderr.txt", "w+")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, str(job.script), *job.args],
-            env=env,
-            cwd=job.where,
-            stdout=out,
-            stderr=err,
-            text=True,
-        )
-        started.append((job, proc, out, err))
-    done: list[Recorded] = []
-    deadline = time.monotonic() + timeout
-    for job, proc, out, err in started:
-        try:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        with out, err:
-            out.seek(0)
-            err.seek(0)
-            done.append(
-                Recorded(
-                    job.where,
-                    job.where / "run",
-                    job.where / "trace",
-                    err.read(),
-                    out.read(),
-                    proc.returncode,
-                )
-            )
-    return done
+        for job in jobs
+    ]
+    return [copy_into(run, job.where) for run, job in zip(recorded(workloads), jobs)]
 
 
 def record_workloads(jobs: dict[str, Job], *, timeout: float = 900) -> dict[str, Recorded]:

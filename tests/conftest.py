@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +12,63 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import needs
+import recordings
 from generated_runs import generate
+from suite_timing import register as register_timing
 
 from recompprof import _internal
 from recompprof.testing import raise_internal_errors
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--recordings",
+        metavar="DIR",
+        default=None,
+        help="keep real-run recordings in DIR and reuse them while their key matches "
+        "(default: recorded afresh once per session; tests/recordings.py)",
+    )
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the edit loop's tier: leave out tests marked workload, servers, inductor or gpu, "
+        "but for one shared real run's (tests/needs.py)",
+    )
+    parser.addoption(
+        "--timing-files",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print wall and CPU seconds of the N slowest test files at the end (0: off)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register_timing(config)
+    needs.register(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needs.mark_fixture_users(items)
+    needs.quick_tier(config, items)
+    needs.heavy_first(items)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def recording_cache(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """Where this session's real runs are recorded, each once (``recordings.py``): shared by every
+    pytest-xdist worker of the session (their common temporary directory), or ``--recordings DIR``."""
+    kept = request.config.getoption("--recordings")
+    if kept:
+        root = Path(kept).resolve()
+    else:
+        base = tmp_path_factory.getbasetemp()
+        root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "recordings"
+    recordings.configure(root, keep=bool(kept))
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -38,10 +92,13 @@ def internal_errors_raise() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No RECOMPPROF_* leaks in from the environment; event logs go to the test's tmp dir; no session outlives a test."""
-    for key in list(__import__("os").environ):
+    """No RECOMPPROF_* or terminal size leaks in from the environment (pytest-xdist's workers set
+    COLUMNS=80); event logs go to the test's tmp dir; no session outlives a test."""
+    for key in list(os.environ):
         if key.startswith("RECOMPPROF_") and key != "RECOMPPROF_VENV":
             monkeypatch.delenv(key)
+    for key in ("COLUMNS", "LINES"):
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RECOMPPROF_RUN_DIR", str(tmp_path / "run"))
     # No linger for a final scrape at detach unless a test asks for it (each would wait a scrape interval).
     monkeypatch.setenv("RECOMPPROF_PROMETHEUS_LINGER_SECONDS", "0")

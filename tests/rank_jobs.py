@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from recordings import JOB_DEFAULTS
 from servers import free_port, http_get
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -39,13 +40,14 @@ def free_port_pair() -> int:
 
 
 def job_env(extra: dict[str, str]) -> dict[str, str]:
-    """This environment without recompprof, Slurm or launcher variables, unbuffered, one thread, and ``extra``."""
+    """This environment without recompprof, Slurm or launcher variables, with the ``JOB_DEFAULTS``
+    (recordings.py), unbuffered, one thread, and ``extra``."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("RECOMPPROF_", "SLURM_")) and k not in _LAUNCHER_VARS
     }
-    return {**env, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
+    return {**env, **JOB_DEFAULTS, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
 
 
 def alive(pid: int) -> bool:

@@ -1,15 +1,18 @@
 """Real runs recorded for the CLI tests: the CPU workload under ``attach()`` and ``TORCH_TRACE`` at once.
 
 RECOMPPROF_RUN_DIR=<dir>/run TORCH_TRACE=<dir>/trace python tests/workloads/train_recompiles.py --steps 12
+
+Each distinct run is recorded once per test session and copied to the test that asks (``recordings.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from recordings import Workload, clean_env, copy_into, record_one
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -22,33 +25,19 @@ class RecordedRun:
     trace_dir: Path  # TORCH_TRACE logs of the same process
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment with no RECOMPPROF_* or TORCH_TRACE leaking in, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("RECOMPPROF_") and k not in ("TORCH_TRACE", "TORCH_LOGS")
-    }
-    env.update(extra)
-    return env
-
-
-def record(where: Path, *args: str, trace: bool = True) -> RecordedRun:
-    """Run the workload once with both recorders on; raise with its output if it fails."""
-    run_dir, trace_dir = where / "run", where / "trace"
-    env = clean_env(
-        RECOMPPROF_RUN_DIR=str(run_dir), **({"TORCH_TRACE": str(trace_dir)} if trace else {})
+def record(where: Path, *args: str, trace: bool = True, **env: str) -> RecordedRun:
+    """The workload run once with both recorders on (``trace=False``: no ``TORCH_TRACE``) and ``env``
+    added, recorded once per test session; a copy in ``where``. Fails with its output if it failed."""
+    recorders = [("RECOMPPROF_RUN_DIR", "{here}/run")]
+    if trace:
+        recorders.append(("TORCH_TRACE", "{here}/trace"))
+    workload = Workload(
+        WORKLOAD, ("--backend", "eager", *args), (*recorders, *sorted(env.items())), timeout=300
     )
-    proc = subprocess.run(
-        [sys.executable, str(WORKLOAD), "--backend", "eager", *args],
-        env=env,
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return RecordedRun(run_dir, trace_dir)
+    run = record_one(workload)
+    assert run.returncode == 0, run.failure(workload)
+    copy = copy_into(run, where)
+    return RecordedRun(copy.run_dir, copy.trace_dir)
 
 
 def cli(

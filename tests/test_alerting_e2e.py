@@ -6,6 +6,7 @@ no `for`), the way a team would tune them; nothing is mocked.
 
 from __future__ import annotations
 
+import datetime
 import re
 import sys
 import time
@@ -19,12 +20,15 @@ from servers import REPO, alertmanager, free_port, prometheus, train_process, wa
 
 sys.path.insert(0, str(REPO))
 
+from needs import starts
+
 from dashboards import DEFAULT, rules
 
-pytestmark = pytest.mark.servers
+pytestmark = [pytest.mark.servers, pytest.mark.workload]
 
 
 @pytest.fixture
+@starts("servers")
 def stack(tmp_path: Path) -> Iterator[tuple[Any, Webhook, int]]:
     """Webhook <- Alertmanager <- Prometheus (fast rules, 1s scrapes of one port, namespace "ml")."""
     rules_file = tmp_path / "rules.yaml"
@@ -109,6 +113,12 @@ def test_recompiles_over_threshold_reach_the_webhook_with_labels_and_annotations
     }
 
 
+def _evaluated_since(prom: Any) -> float:
+    """The time (epoch seconds) by which every rule group has been evaluated: the oldest last evaluation."""
+    groups = prom.api("rules")["groups"]
+    return min(datetime.datetime.fromisoformat(g["lastEvaluation"]).timestamp() for g in groups)
+
+
 def test_run_at_the_threshold_sends_nothing(
     stack: tuple[Any, Webhook, int], tmp_path: Path
 ) -> None:
@@ -122,8 +132,14 @@ def test_run_at_the_threshold_sends_nothing(
         while _recorded(prom) != recompiles and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _recorded(prom) == recompiles
-        # ... and has evaluated the alerts on it for a while, with Alertmanager's 1s group_wait.
-        time.sleep(8)
+        # ... and has evaluated every rule group on it three times since (an absence needs a window: these
+        # evaluations are it), then Alertmanager's 1 s group_wait has passed twice over.
+        recorded_at = time.time()
+        deadline = time.monotonic() + 30
+        while _evaluated_since(prom) < recorded_at + 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _evaluated_since(prom) >= recorded_at + 3, prom.api("rules")
+        time.sleep(2)  # group_wait 1 s: a notification for those evaluations would be out by now
         assert prom.query("ALERTS") == []
         assert hook.payloads == []
     finally:

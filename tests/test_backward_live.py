@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from functorch.compile import make_boxed_func
+from needs import starts
 from prometheus_client.parser import text_string_to_metric_families
 from recorded_runs import clean_env, cli
 from servers import free_port, http_get
@@ -167,6 +168,7 @@ def _run_killed(
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def killed_in_backward(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A job killed with SIGKILL while its backward compile (300 s) runs, past its first heartbeat."""
     if not torch_info().has("backward_compile_start"):
@@ -266,6 +268,7 @@ def _moved(gate: Gate) -> Gate:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def killed_unseen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A job on a torch that marks no backward compile's start, killed with SIGKILL after its forward
     compile, during its slow (300 s) backward compile."""

@@ -178,6 +178,7 @@ def test_raising_limit_hits_are_limit_hits(tmp_path: Path, how: str) -> None:
     assert report.limit_hits == raised and report.failures == 0
 
 
+@pytest.mark.workload
 def test_graph_breaks_torch_cannot_resume_from_are_counted(tmp_path: Path) -> None:
     """Breaks torch cannot resume from (the frame runs eagerly) are recorded like TORCH_TRACE records them, with explanation and location; counters['graph_break'] misses them."""
     script = tmp_path / "job.py"

@@ -161,6 +161,7 @@ with recompprof.attach(run_dir=sys.argv[1]):
 """
 
 
+@pytest.mark.workload
 def test_skipped_frame_is_no_compile_in_ingest_too(tmp_path: Path) -> None:
     """The same job under attach() and TORCH_TRACE: the ingested trace marks the skipped resumed frame as
     having installed no code, as the live events do, and both count the same compiles."""

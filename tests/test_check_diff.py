@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from needs import starts
 from recorded_runs import ROOT, RecordedRun, clean_env, cli, record
 
 from recompprof._analysis.check import CheckInputError, Rules, check
@@ -20,12 +21,14 @@ from recompprof.testing import RecompiledError, assert_no_recompiles, capture_ev
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def full(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     """Recompiles for size (step 1), a Python float (step 6), a global (step 10), a module flag (step 11)."""
     return record(tmp_path_factory.mktemp("full"), "--steps", "12", trace=False)
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def sizes_only(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("sizes"), "--steps", "12", "--changes", "1", trace=False)
 
@@ -191,6 +194,7 @@ def test_capture_events_collects_compiles() -> None:
     assert compiles[1].reasons[0].category in ("size", "ndim")
 
 
+@pytest.mark.workload
 def test_pytest_plugin_fails_a_recompiling_test(tmp_path: Path) -> None:
     """The no_recompiles fixture fails only the test whose body recompiles, as a test failure with the reason."""
     (tmp_path / "test_model.py").write_text(
@@ -255,23 +259,12 @@ def test_check_names_a_grad_mode_cause_once(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.workload
 def test_diff_warns_when_modes_differ(full: RecordedRun, tmp_path: Path) -> None:
     """diff of a monitor run against a profile run says so, and why the figures then differ; same modes: no warning."""
-    where = tmp_path / "profile"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "workloads" / "train_recompiles.py"),
-            "--steps",
-            "12",
-        ],
-        env=clean_env(RECOMPPROF_RUN_DIR=str(where), RECOMPPROF_MODE="profile"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = record(
+        tmp_path / "profile", "--steps", "12", trace=False, RECOMPPROF_MODE="profile"
+    ).run_dir
     done = cli("diff", str(full.run_dir), str(where))
     flat = " ".join(done.stdout.split())
     assert "WARNING: comparing a monitor run with a profile run" in flat, done.stdout

@@ -40,6 +40,7 @@ def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.workload
 def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
     """The demo hits size, Python-float, train/eval and module-flag recompiles, serves them as metrics, and reports them."""
     pytest.importorskip("prometheus_client")
@@ -72,6 +73,7 @@ def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
     assert "training" in output and "12/12" in output
 
 
+@pytest.mark.workload
 def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -> None:
     """--profile runs the same job in profile mode and ends with the report and the commands to run next."""
     proc = _demo(tmp_path, "--profile")

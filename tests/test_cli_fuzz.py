@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from needs import starts
 from recorded_runs import RecordedRun, clean_env, cli, record
 
 from recompprof._cli.main import main
@@ -29,6 +30,7 @@ HUGE = 200 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("fuzz-recorded"), "--steps", "6")
 
@@ -236,6 +238,7 @@ def test_skipped_lines_are_counted_in_one_warning(recorded: RecordedRun, tmp_pat
     assert code == 2 and "--allow-skipped" in err and "Traceback" not in err
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("kind", ["event_log", "torch_trace"])
 def test_a_200mb_line_is_skipped_without_loading_it(
     recorded: RecordedRun, tmp_path: Path, kind: str

@@ -7,10 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import RecordedRun, cli, record
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("recorded"), "--steps", "12", trace=False)
 

@@ -9,6 +9,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import pytest
 from recorded_runs import ROOT, clean_env, cli
 
 from recompprof._eventlog.reader import read_run
@@ -34,6 +35,7 @@ def _script(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.workload
 def test_run_profiles_an_unmodified_script(tmp_path: Path) -> None:
     """The script's compiles land in the run dir, its exit status comes back, settings apply, and a prior sitecustomize still runs."""
     shadowed = tmp_path / "site"
@@ -80,6 +82,7 @@ def test_run_profiles_an_unmodified_script(tmp_path: Path) -> None:
     assert "Why they recompiled" not in done.stderr
 
 
+@pytest.mark.workload
 def test_run_attaches_every_torchrun_rank(tmp_path: Path) -> None:
     """Under torchrun each rank writes its own event log into one run; the launcher writes none."""
     run_dir = tmp_path / "run"
@@ -111,6 +114,7 @@ def test_run_attaches_every_torchrun_rank(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.workload
 def test_run_usage_errors(tmp_path: Path) -> None:
     """A bad setting or a missing command fails before anything runs; an unknown program exits 127."""
     bad = cli("run", "--mode", "fast", "--", sys.executable, "-c", "pass", cwd=tmp_path)
@@ -122,6 +126,7 @@ def test_run_usage_errors(tmp_path: Path) -> None:
     assert missing.returncode == 127 and "command not found" in missing.stderr
 
 
+@pytest.mark.workload
 def test_run_without_torch_writes_nothing(tmp_path: Path) -> None:
     """A program that never imports torch gets no session, and run says there is nothing to report."""
     run_dir = tmp_path / "run"
@@ -133,6 +138,7 @@ def test_run_without_torch_writes_nothing(tmp_path: Path) -> None:
     assert "no report" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.workload
 def test_attach_variable_alone_attaches_the_installed_package(tmp_path: Path) -> None:
     """`RECOMPPROF_ATTACH=1 python train.py`, with nothing on PYTHONPATH, writes an event log: the package's
     recompprof-attach.pth hook (here from the editable install scripts/setup.sh makes) attaches after torch."""
@@ -172,6 +178,7 @@ def test_pth_hook_costs_nothing_unset_and_waits_for_torch(tmp_path: Path) -> Non
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.workload
 def test_regular_install_ships_the_pth_hook(tmp_path: Path) -> None:
     """A wheel built from the source tree puts recompprof-attach.pth at the root of site-packages (in RECORD, so
     uninstall removes it); installed into a fresh venv, RECOMPPROF_ATTACH=1 alone attaches from that install."""

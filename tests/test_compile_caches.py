@@ -20,6 +20,8 @@ from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
 
+pytestmark = [pytest.mark.workload, pytest.mark.inductor]
+
 REPO = Path(__file__).resolve().parent.parent
 
 JOB = textwrap.dedent("""

@@ -40,6 +40,8 @@ from recompprof._model.events import Compile, CompileStart, Event, SessionEnd
 
 sys.path.insert(0, str(REPO))
 
+from needs import starts
+
 from dashboards import rules
 
 STALL_RANK = 1
@@ -212,6 +214,7 @@ class TimedOut:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def timed_out(tmp_path_factory: pytest.TempPathFactory) -> TimedOut:
     """The job with a process-group timeout of PG_TIMEOUT seconds and a recompile of 60 s on rank 1,
     scraped twice, a second apart, as soon as rank 1 reports the compile."""
@@ -378,6 +381,7 @@ def _active(prom: Any) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+@starts("servers", "workload")
 def alerted(tmp_path_factory: pytest.TempPathFactory) -> Alerted:
     """The job without a process-group timeout, rank 1 recompiling for COMPILE_SECONDS, both ranks
     scraped every second by Prometheus evaluating STALL_RULES every second; the ranks hold after the

@@ -152,6 +152,7 @@ def test_a_run_with_compile_starts_folds_to_the_same_report(tmp_path: Path) -> N
         ), command
 
 
+@pytest.mark.workload
 def test_session_end_names_the_compile_running_at_sigterm(tmp_path: Path) -> None:
     """A job killed with SIGTERM during a slow recompile writes ``session_end.compiling``: the frame,
     compile id, start, how long it had run and the guard failure that triggered it."""
@@ -243,6 +244,7 @@ def _job_env(run: Path, **settings: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.workload
 def test_off_a_terminal_a_long_compile_is_logged_after_the_threshold_and_periodically(
     tmp_path: Path,
 ) -> None:
@@ -269,6 +271,7 @@ def test_off_a_terminal_a_long_compile_is_logged_after_the_threshold_and_periodi
     assert "\r" not in proc.stderr
 
 
+@pytest.mark.workload
 def test_recompprof_run_draws_a_status_line_on_a_terminal(tmp_path: Path) -> None:
     """``recompprof run`` on a terminal (a pty): while the slow recompile runs, one status line is redrawn in
     place (carriage return, erase line) with a growing age, and cleared when the compile ends; no log line."""

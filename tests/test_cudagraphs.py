@@ -196,6 +196,7 @@ with recompprof.attach():
 """
 
 
+@pytest.mark.workload
 def test_ingest_carries_the_skip_as_attach_does(tmp_path: Path) -> None:
     """One process under attach() and TORCH_TRACE: ingest of the trace gives the same cudagraph skip and text as the live log."""
     run_dir, trace_dir = tmp_path / "run", tmp_path / "trace"

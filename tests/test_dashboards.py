@@ -22,6 +22,8 @@ from servers import REPO, free_port, prometheus, train_process, wait_for_line
 
 sys.path.insert(0, str(REPO))
 
+from needs import starts
+
 from dashboards import DEFAULT
 from dashboards.generate import dashboards, stale
 
@@ -149,6 +151,7 @@ def test_duration_panels_request_exemplars() -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("servers", "workload")
 def scraped_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Two ranks of one job scraped from their start under namespace "ml": rank 0 changes four things
     and hits a recompile limit of 2, rank 1 never recompiles (so the frame diverges across ranks).

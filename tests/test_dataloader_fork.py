@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import starts
+from recordings import clean_env
 from servers import free_port
 
 from recompprof._eventlog.reader import read_file
@@ -137,8 +139,9 @@ def _run(tmp: Path, script: str, ending: str) -> tuple[subprocess.CompletedProce
     path.write_text(script)
     port = free_port()
     run_dir = tmp / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECOMPPROF_")}
-    env.update(RECOMPPROF_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    # clean_env: no linger at detach (the job scrapes its own endpoint once; the exporter would then wait
+    # ~20 s for the next scrape of a puller that does not exist)
+    env = clean_env(RECOMPPROF_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(
         [sys.executable, str(path), str(tmp), str(port), ending],
         env=env,
@@ -178,9 +181,22 @@ def _loader_run(
     return done, result, workers
 
 
-def test_dataloader_workers_record_nothing_and_serve_nothing(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+@starts("workload")
+def loader_deleted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+    """One run of the DataLoader job that deletes its loader (workers told to stop and joined)."""
+    where = tmp_path_factory.mktemp("loader-del")
+    _, result, workers = _loader_run(where, "del")
+    return where, result, workers
+
+
+def test_dataloader_workers_record_nothing_and_serve_nothing(
+    loader_deleted: tuple[Path, dict[str, Any], list[dict[str, Any]]],
+) -> None:
     """With num_workers=2 under attach(), workers that compile add no events, files or threads; the parent alone serves."""
-    _, result, workers = _loader_run(tmp_path, "del")
+    tmp_path, result, workers = loader_deleted
     assert sorted(w["pid"] for w in workers) == sorted(result["workers"])
     assert all(w["parent"] == result["pid"] for w in workers)
     for worker in workers:
@@ -208,13 +224,16 @@ def test_dataloader_workers_record_nothing_and_serve_nothing(tmp_path: Path) -> 
     assert len(served) == 1 and served[0].endswith(" 2.0")
 
 
-def test_port_is_released_at_detach_while_workers_live(tmp_path: Path) -> None:
+def test_port_is_released_at_detach_while_workers_live(
+    loader_deleted: tuple[Path, dict[str, Any], list[dict[str, Any]]],
+) -> None:
     """After detach, the metrics port refuses connections even though persistent workers that inherited it still run."""
-    _, result, _ = _loader_run(tmp_path, "del")
+    _, result, _ = loader_deleted
     assert result["workers_alive_after_detach"] == [True, True]
     assert result["port_after_detach"] == "refused"
 
 
+@pytest.mark.workload
 def test_exit_with_persistent_workers_alive_is_clean(tmp_path: Path) -> None:
     """The interpreter exits 0 promptly when persistent workers are still alive and get terminated at exit."""
     done, result, _ = _loader_run(tmp_path, "exit")
@@ -222,6 +241,7 @@ def test_exit_with_persistent_workers_alive_is_clean(tmp_path: Path) -> None:
     assert "Traceback" not in done.stdout, done.stdout[-3000:]
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("ending", ["exit", "sigterm"])
 def test_forked_child_exits_promptly_and_records_nothing(tmp_path: Path, ending: str) -> None:
     """A bare os.fork child that recompiles and then calls sys.exit (atexit) or gets SIGTERM ends at once, silently."""

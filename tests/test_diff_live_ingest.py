@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from needs import starts
 from rank_jobs import TORCHRUN, job_env
 from recorded_runs import cli
 from servers import WORKLOADS
@@ -27,6 +28,7 @@ JOB_TIMEOUT = 300
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def ddp_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One torchrun job, rank 1 recompiling at step 3, recorded by recompprof and by TORCH_TRACE."""
     where = tmp_path_factory.mktemp("ddp")

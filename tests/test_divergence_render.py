@@ -166,6 +166,7 @@ CHROMIUM = (
 )
 
 
+@pytest.mark.servers
 @pytest.mark.skipif(CHROMIUM is None, reason="needs a Chromium binary")
 def test_html_shows_the_divergence_detail_the_text_report_has(
     report: Report, tmp_path: Path

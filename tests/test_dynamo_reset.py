@@ -91,6 +91,7 @@ def test_every_compile_across_resets_has_its_start_in_its_generation() -> None:
     ]
 
 
+@pytest.mark.workload
 def test_dynamo_testcases_give_a_start_for_every_compile(tmp_path: Path) -> None:
     """torch's own Dynamo ``TestCase`` resets before and after every test; with recompprof attached every
     compile of such a test file has its ``compile_start`` (same generation and compile id; a refusal at the

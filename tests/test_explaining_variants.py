@@ -165,6 +165,7 @@ with recompprof.attach():
 """
 
 
+@pytest.mark.workload
 def test_a_plain_objects_int_is_explained_alike_live_and_ingested(tmp_path: Path) -> None:
     """The longer prompt's prefill (0/4) fails the newest prefill entry on the cache's int (7 -> 11, a
     plain object's attribute torch makes dynamic now: the longest prompt compiles nothing) and the first

@@ -21,6 +21,7 @@ from generated_runs import (
     reason_pool,  # every recorded torch 2.13 guard-failure text, parsed by the real parser
 )
 from hypothesis import HealthCheck, example, given, settings, strategies as st
+from needs import starts
 from recorded_runs import RecordedRun, record
 
 from recompprof._analysis.check import Rules, check
@@ -165,6 +166,7 @@ def assert_same_read(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("fastread-recorded"), "--steps", "6", trace=False)
 

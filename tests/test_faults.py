@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from needs import starts
 from otlp_receiver import OtlpReceiver
 from recorded_runs import ROOT, clean_env
 
@@ -96,6 +97,7 @@ def full_filesystem(where: Path) -> Iterator[tuple[Path, object]]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
+@pytest.mark.workload
 def test_full_run_and_textfile_directories_never_stop_training(tmp_path: Path) -> None:
     """With no space left for the event log and the textfile, training ends with the same weights; each sink is logged once and counted."""
     with full_filesystem(tmp_path / "full") as (full, preexec):
@@ -216,6 +218,7 @@ def _assert_no_spans_yet(receiver: OtlpReceiver) -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def plain_exit_seconds() -> float:
     """How long this machine, loaded as it is now, takes to exit the same job without recompprof on Ctrl-C.
 
@@ -233,6 +236,7 @@ def plain_exit_seconds() -> float:
     return _stop(proc, signal.SIGINT)
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize(
     ("signum", "style"),
     [(signal.SIGTERM, "plain"), (signal.SIGINT, "context"), (signal.SIGINT, "plain")],

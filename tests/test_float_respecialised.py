@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from agreement import record
@@ -107,6 +108,7 @@ def _verdicts(events: list[Event]) -> dict[str, dict[str, tuple[str | None, str 
     return out
 
 
+@pytest.mark.workload
 def test_ingest_reads_the_installed_guards_of_a_trace_as_live_does(tmp_path: Path) -> None:
     """A real run with TORCH_TRACE (torch writes each compile's guard tree, ``dynamo_cpp_guards_str``): ingest
     reads the installed ``ls == 0.2`` of the first change's compile, so the float argument is specialised, not

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 from agreement import Recorded, record
+from needs import starts
 from workloads import frame_shapes, shape_decorators
 from workloads.frame_shapes import BARE, SHAPES, USER
 
@@ -205,6 +206,7 @@ def test_a_shared_wrapper_is_named_by_its_closure_or_honestly(
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     run = record(Path(frame_shapes.__file__), [], tmp_path_factory.mktemp("shapes"), timeout=600)
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]

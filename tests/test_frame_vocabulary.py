@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from agreement import Recorded, record
+from needs import starts
 
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
@@ -28,6 +29,7 @@ WORKLOAD = Path(__file__).resolve().parent / "workloads" / "frame_vocabulary.py"
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recorded, dict[str, Any]]:
     where = tmp_path_factory.mktemp("vocabulary")
     out = where / "out"

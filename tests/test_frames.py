@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from agreement import record
+from needs import starts
 from recorded_runs import cli
 from workloads.named_frames import Decoder, Encoder  # a decorator shared by two module classes
 
@@ -214,6 +215,7 @@ def test_profile_mode_names_a_frame_one_way(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Any:
     run = record(
         WORKLOAD, ["optimizer", "decorated", "llama"], tmp_path_factory.mktemp("named"), timeout=600

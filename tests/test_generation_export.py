@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from otlp_receiver import OtlpReceiver, clear_otel_env
+from recordings import clean_env
 
 import recompprof
 from recompprof._analysis.trace.ingest import read_trace
@@ -104,6 +105,7 @@ def _named(events: list[Event]) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.workload
 def test_ingest_of_a_trace_with_resets_gives_the_generations_live_capture_gave(
     tmp_path: Path,
 ) -> None:
@@ -113,16 +115,11 @@ def test_ingest_of_a_trace_with_resets_gives_the_generations_live_capture_gave(
     event log, so the graph break after the first reset is filed under the frame compiled then."""
     script = tmp_path / "job.py"
     script.write_text(_JOB)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("RECOMPPROF_") and k not in ("TORCH_TRACE", "TORCH_LOGS")
-    }
-    env |= {
-        "TORCH_TRACE": str(tmp_path / "trace"),
-        "RECOMPPROF_RUN_DIR": str(tmp_path / "run"),
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "exporters")]),
-    }
+    env = clean_env(
+        TORCH_TRACE=str(tmp_path / "trace"),
+        RECOMPPROF_RUN_DIR=str(tmp_path / "run"),
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "exporters")]),
+    )
     done = subprocess.run(
         [sys.executable, str(script)],
         env=env,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import TESTS, clean_env
 
 from recompprof._analysis.render.html import render_html
@@ -30,6 +31,7 @@ traced_breaks = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def breaks_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real job with a break torch resumes after and two it cannot resume from (tests/workloads/unresumable.py)."""
     where = tmp_path_factory.mktemp("breaks")
@@ -74,6 +76,7 @@ def test_terminal_report_shows_where_hints_and_eager_frames(breaks_run: Path) ->
     ] in rows
 
 
+@pytest.mark.servers
 @traced_breaks
 def test_html_report_shows_where_hints_and_eager_frames(breaks_run: Path, tmp_path: Path) -> None:
     """The HTML graph-break table has one row per reason and place, with the file:line, eager flag, count and hints;

@@ -573,6 +573,7 @@ _PGO_JOB = textwrap.dedent(
 )
 
 
+@pytest.mark.workload
 @pytest.mark.skipif(
     release(TORCH) < PGO.since, reason=f"torch {TORCH} has no profile-guided automatic dynamic"
 )

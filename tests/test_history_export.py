@@ -15,6 +15,7 @@ duckdb = pytest.importorskip("duckdb")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from generated_runs import generate  # noqa: E402
+from needs import starts  # noqa: E402
 from recorded_runs import RecordedRun, clean_env, cli, record  # noqa: E402
 
 from recompprof._analysis.report.fold import build_report  # noqa: E402
@@ -26,49 +27,29 @@ from recompprof._history.tables import SCHEMAS, TABLES  # noqa: E402
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     """A real CPU job under attach() and TORCH_TRACE, with labels, a job id and the lake at session end."""
-    where = tmp_path_factory.mktemp("recorded")
-    lake = where / "lake"
-    env = clean_env(
-        RECOMPPROF_RUN_DIR=str(where / "run"),
-        TORCH_TRACE=str(where / "trace"),
+    return record(
+        tmp_path_factory.mktemp("recorded"),
+        "--steps",
+        "12",
         RECOMPPROF_LABELS="team=vision,model=resnet",
-        RECOMPPROF_HISTORY_URI=str(lake),
+        RECOMPPROF_HISTORY_URI="{here}/lake",
         TORCH_COMPILE_JOB_ID="job-7",
     )
-    workload = Path(__file__).parent / "workloads" / "train_recompiles.py"
-    proc = subprocess.run(
-        [sys.executable, str(workload), "--backend", "eager", "--steps", "12"],
-        env=env,
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return RecordedRun(where / "run", where / "trace")
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real CPU job in profile mode."""
     where = tmp_path_factory.mktemp("profiled")
-    env = clean_env(RECOMPPROF_RUN_DIR=str(where / "run"), RECOMPPROF_MODE="profile")
-    workload = Path(__file__).parent / "workloads" / "train_recompiles.py"
-    proc = subprocess.run(
-        [sys.executable, str(workload), "--backend", "eager", "--steps", "12"],
-        env=env,
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return where / "run"
+    return record(where, "--steps", "12", trace=False, RECOMPPROF_MODE="profile").run_dir
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real CPU job that hits the recompile limit."""
     return record(
@@ -135,6 +116,7 @@ SELECT (SELECT SUM(CASE WHEN counts_as_compile THEN 1 ELSE 0 END) FROM compiles)
         FROM compiles)"""
 
 
+@pytest.mark.workload  # the recorded runs, by name (request.getfixturevalue)
 @pytest.mark.parametrize("which", ["multirank", "recorded", "ingested", "profiled", "limited"])
 def test_runs_and_compiles_totals_equal_the_report(
     which: str, request: pytest.FixtureRequest, tmp_path: Path

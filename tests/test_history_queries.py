@@ -19,7 +19,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from history_fleet import NEW, Fleet, write_fleet
-from recorded_runs import clean_env, cli
+from needs import starts
+from recorded_runs import cli, record
 
 from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.runs import load
@@ -453,6 +454,7 @@ WORKLOAD = Path(__file__).parent / "workloads" / "train_recompiles.py"
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def real_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     """Two real CPU jobs of one job id, labelled, exported by the real command: ``base`` changes two
     things between steps (size, a Python constant), ``cand`` four (also a global and a module
@@ -461,30 +463,14 @@ def real_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     lake = where / "lake"
     runs = {}
     for name, changes in (("base", "2"), ("cand", "4")):
-        env = clean_env(
-            RECOMPPROF_RUN_DIR=str(where / name),
+        recorded = record(
+            where / name,
+            *("--steps", "12", "--changes", changes),
+            trace=False,
             RECOMPPROF_LABELS="team=vision,model=tinynet",
             TORCH_COMPILE_JOB_ID="train-tinynet",
         )
-        proc = subprocess.run(
-            [
-                sys.executable,
-                str(WORKLOAD),
-                "--backend",
-                "eager",
-                "--steps",
-                "12",
-                "--changes",
-                changes,
-            ],
-            env=env,
-            cwd=where,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        runs[name] = where / name
+        runs[name] = recorded.run_dir
     exported = cli("export", str(runs["base"]), str(runs["cand"]), "--to", str(lake))
     assert exported.returncode == 0, exported.stderr
     return lake, runs
@@ -544,6 +530,7 @@ def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, ca
     assert code == 0 and "nothing to compare with" in err
 
 
+@pytest.mark.servers
 def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
     """The same questions over an S3 lake: moto's standalone server (it emulates Amazon S3) started on
     127.0.0.1, pyarrow's S3 filesystem the client; compaction and the marker work there too, and the

@@ -18,6 +18,7 @@ pytest.importorskip("moto.server")
 duckdb = pytest.importorskip("duckdb")
 
 from generated_runs import generate  # noqa: E402
+from needs import starts  # noqa: E402
 
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
@@ -31,6 +32,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
+@starts("servers")
 def s3_endpoint() -> Iterator[str]:
     """An S3-compatible server (moto, emulating S3) on 127.0.0.1, with a bucket ``lake``."""
     port = _free_port()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from history_fleet import NEW, Fleet, write_fleet
+from needs import starts
 
 from recompprof._history import compact, daily, engine, questions, views
 from recompprof._history.layout import Lake
@@ -45,6 +46,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
 
 
 @pytest.fixture(scope="module")
+@starts("servers")
 def spark(lake: Lake) -> Iterator[Any]:
     session = (
         pyspark_sql.SparkSession.builder.master("local[2]")

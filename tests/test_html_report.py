@@ -10,6 +10,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import RecordedRun, cli, record
 
 CHROMIUM = (
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a Chromium binar
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[RecordedRun, Path]:
     where = tmp_path_factory.mktemp("html")
     run = record(where, "--steps", "12", "--recompile-limit", "3", trace=False)
@@ -60,6 +62,7 @@ def test_page_is_self_contained(page: tuple[RecordedRun, Path]) -> None:
     assert text.count("<svg") == 3
 
 
+@pytest.mark.servers
 def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_path: Path) -> None:
     """After its script runs, the DOM holds the three charts, the per-frame table with reasons and hints, and the key figures."""
     done = _chromium(tmp_path, "--dump-dom", page[1].as_uri())
@@ -82,6 +85,7 @@ def test_chromium_draws_charts_and_figures(page: tuple[RecordedRun, Path], tmp_p
     assert "the recompile limit cut in" in dom
 
 
+@pytest.mark.servers
 def test_page_opens_with_the_causes_to_fix_first(
     page: tuple[RecordedRun, Path], tmp_path: Path
 ) -> None:
@@ -126,6 +130,7 @@ def _png_size_and_ink(path: Path) -> tuple[int, int, float]:
     return width, height, sum(1 for b in raw[::7] if b) / len(raw[::7])
 
 
+@pytest.mark.servers
 def test_screenshot_is_not_blank(page: tuple[RecordedRun, Path], tmp_path: Path) -> None:
     """A full-page screenshot has the window's size and real ink on it (a blank page has almost none)."""
     shot = tmp_path / "report.png"

@@ -75,6 +75,8 @@ def _wait_closed(socks: list[socket.socket], opened: list[float], timeout: float
     return lived
 
 
+@pytest.mark.workload
+@pytest.mark.servers
 @pytest.mark.parametrize("secure", [False, True], ids=["http", "https+basic-auth"])
 def test_idle_sockets_cost_the_job_no_threads_and_are_closed(tmp_path: Path, secure: bool) -> None:
     """500 silent sockets to a training job's metrics port add no thread and at most MAX_WAITING descriptors to the

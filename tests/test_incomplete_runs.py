@@ -74,6 +74,7 @@ def _when(event: dict[str, Any]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(event["time"]))
 
 
+@pytest.mark.workload
 def test_a_rank_killed_with_sigkill_is_reported_and_fails_check(tmp_path: Path) -> None:
     """A training process killed by SIGKILL at step 39 leaves a readable log without ``session_end``:
     ``report`` says the rank ended without it (with the time and step of its last event) and shows
@@ -108,6 +109,7 @@ def test_a_rank_killed_with_sigkill_is_reported_and_fails_check(tmp_path: Path) 
     assert f"rank 0 {DIED}" in accepted.stderr  # accepted, still said
 
 
+@pytest.mark.workload
 def test_one_dead_rank_of_a_multi_rank_run_is_named(tmp_path: Path) -> None:
     """Two ranks in one run directory, rank 1 killed mid-run, rank 0 ending normally: the text and
     HTML reports and ``check`` name rank 1, and only rank 1."""
@@ -138,6 +140,7 @@ def test_one_dead_rank_of_a_multi_rank_run_is_named(tmp_path: Path) -> None:
     assert f"rank 1 {DIED}" in checked.stderr and "rank 0 ended" not in checked.stderr
 
 
+@pytest.mark.workload
 def test_a_run_still_being_written_gets_the_same_verdict_and_passes_once_it_ends(
     tmp_path: Path,
 ) -> None:
@@ -181,6 +184,7 @@ def _small_tmpfs(where: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=True)
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("full", ["tmpfs", "rlimit_fsize"])
 def test_a_log_with_a_gap_from_a_full_disk_fails_check(full: str, tmp_path: Path) -> None:
     """A real training run whose log's disk is full for four steps, then freed: its ``session_end``
@@ -234,6 +238,7 @@ def test_a_log_with_a_gap_from_a_full_disk_fails_check(full: str, tmp_path: Path
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("mode", ["monitor", "profile"])
 def test_complete_real_runs_get_no_gap_or_death_warning(mode: str, tmp_path: Path) -> None:
     """Totals that legitimately differ from a count of lines (backward compiles, limit hits, graph

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import RecordedRun, cli, record
 
 from recompprof._analysis.report.fold import build_report
@@ -23,11 +24,13 @@ from recompprof._torch.versions import torch_info
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("recorded"), "--steps", "12")
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("limited"), "--steps", "12", "--recompile-limit", "2")
 

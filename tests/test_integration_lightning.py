@@ -287,6 +287,7 @@ def test_bad_setting_fails_when_the_callback_is_built() -> None:
         RecompprofCallback(warmup_step=3)
 
 
+@pytest.mark.workload
 def test_ddp_two_processes_write_two_rank_logs(tmp_path: Path) -> None:
     """Lightning launches 2 ddp processes itself (gloo, CPU): each writes its own event log, with its
     rank from the trainer, world size 2 and one run id (rank 0's, broadcast), under one run directory;

@@ -91,6 +91,7 @@ def test_monitor_changes_nothing(backend: str, tmp_path: Path) -> None:
         assert backward == [] and session.signals["backward_compiles"] is False
 
 
+@pytest.mark.workload
 @pytest.mark.inductor
 def test_monitor_observes_inductor_and_its_phases(tmp_path: Path) -> None:
     """Under Inductor, monitor mode changes nothing and reports exclusive phases that sum to each compile's duration."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, http_get, train_process, wait_for_line
 
@@ -29,6 +30,7 @@ def _ranks(url: str) -> dict[str, float]:
     return compiles
 
 
+@pytest.mark.workload
 def test_two_jobs_sharing_a_multiprocess_dir_serve_only_their_own_ranks(tmp_path: Path) -> None:
     """Job A (run id job-a, rank 0) and job B (run id job-b, rank 1), each its node's local rank 0, share
     one PROMETHEUS_MULTIPROC_DIR: A's endpoint serves rank 0 only, B's rank 1 only, and each process

@@ -37,6 +37,8 @@ from recompprof._model.events import Compile, Frame, Reason, RecompileLimitHit, 
 
 sys.path.insert(0, str(REPO))
 
+from needs import starts
+
 from dashboards import rules
 
 JOB_TIMEOUT = 240.0  # seconds for a whole two-rank job, start to exit, on a busy 2-core machine
@@ -202,6 +204,7 @@ class DdpRun:
 
 
 @pytest.fixture(scope="module")
+@starts("servers", "workload")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DdpRun:
     """One torchrun job (2 ranks, rank 1 diverges) scraped by Prometheus with fast rules and Alertmanager."""
     tmp = tmp_path_factory.mktemp("ddp")
@@ -380,6 +383,7 @@ def test_torchrun_job_exits_cleanly_and_leaves_no_process(ddp_run: DdpRun) -> No
 # -- torchrun, multiprocess mode: one endpoint per node ------------------------------------------------
 
 
+@pytest.mark.workload
 @pytest.mark.servers
 def test_multiprocess_mode_serves_every_local_rank_from_one_endpoint(tmp_path: Path) -> None:
     """In multiprocess mode local rank 0 alone serves, on the base port, the series of both ranks with their rank labels."""
@@ -416,6 +420,7 @@ def test_multiprocess_mode_serves_every_local_rank_from_one_endpoint(tmp_path: P
 # -- Slurm variables set by hand, no torchrun -----------------------------------------------------------
 
 
+@pytest.mark.workload
 def test_slurm_ranks_take_identity_run_id_log_names_and_labels_from_slurm_variables(
     tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
 from recorded_runs import WORKLOAD, clean_env
@@ -23,6 +24,8 @@ from recompprof._analysis.report.fold import build_report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, SessionEnd
+
+pytestmark = pytest.mark.workload
 
 
 def _prometheus(textfile_dir: Path) -> dict[str, float]:

@@ -166,6 +166,7 @@ def test_otel_metrics_arrive_with_prometheus_compatible_names(
         assert translated == prometheus, name
 
 
+@pytest.mark.workload
 def test_sigterm_flushes_spans_of_a_subprocess_job(receiver: OtlpReceiver, tmp_path: Path) -> None:
     """A training job killed with SIGTERM still delivers every compile span (flush on SIGTERM)."""
     env = {
@@ -288,6 +289,7 @@ def test_rotel_collector_receives_compile_spans(
         proc.wait(10)
 
 
+@pytest.mark.workload
 def test_spans_are_flushed_at_interpreter_exit(receiver: OtlpReceiver, tmp_path: Path) -> None:
     """A script that attaches and never detaches still delivers its compile spans when the interpreter exits."""
     script = (

@@ -217,6 +217,7 @@ def test_a_compile_start_has_no_trace_id_while_no_exporter_sends_traces(
     assert list(_roots(receiver.wait_for(lambda s: len(_roots(s)) == 1))) == [ids[0]]
 
 
+@pytest.mark.workload
 def test_a_run_that_ends_during_a_compile_sends_its_span_with_error(
     receiver: OtlpReceiver, tmp_path: Path
 ) -> None:

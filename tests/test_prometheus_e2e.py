@@ -22,7 +22,7 @@ from servers import (
 
 from recompprof._model.events import Frame
 
-pytestmark = pytest.mark.servers
+pytestmark = [pytest.mark.servers, pytest.mark.workload]
 
 
 def expected_totals(event_log: Path) -> dict[str, Any]:

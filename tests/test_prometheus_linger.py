@@ -34,6 +34,7 @@ JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 def test_final_totals_are_scraped_after_detach(tmp_path: Path) -> None:
     """A real Prometheus (1 s scrapes) holds the job's last step and its last recompile, made just before detach;
     the endpoint lingered less than its bound (it stops as soon as a scrape read the final values)."""

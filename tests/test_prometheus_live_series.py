@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from dashboards import rules
 
-pytestmark = pytest.mark.servers
+pytestmark = [pytest.mark.servers, pytest.mark.workload]
 
 COMPILE_SECONDS = 8
 RULES = FAST.replace(long_compile_seconds=2, long_compile_for="1s")

@@ -105,7 +105,8 @@ def test_unwritable_textfile_dir_is_logged_once_and_counted(
     )
     exporter = PrometheusExporter(session.settings)
     exporter.start(session)
-    time.sleep(0.5)
+    # a periodic write has failed (and the final one at shutdown fails too)
+    assert wait_until(lambda: _internal.counts().get("prometheus.textfile", 0) >= 1)
     exporter.shutdown()
     assert _internal.counts()["prometheus.textfile"] >= 2
     assert len([r for r in caplog.records if "prometheus.textfile" in r.getMessage()]) == 1
@@ -154,7 +155,10 @@ def test_pushgateway_push_repush_and_delete(tmp_path: Path) -> None:
             assert [g["labels"] for g in groups] == [{"job": "trainjob", "rank": "2"}]
         finally:
             exporter.shutdown()
-        assert "torch_compile_compiles_total" not in http_get(f"{gateway}/metrics").decode()
+        # The Pushgateway answers a DELETE (202 Accepted) before it has applied it: wait for that, bounded.
+        assert wait_until(
+            lambda: "torch_compile_compiles_total" not in http_get(f"{gateway}/metrics").decode()
+        )
         assert json.loads(http_get(f"{gateway}/api/v1/metrics"))["data"] == []
 
 
@@ -173,7 +177,8 @@ def test_unreachable_pushgateway_is_logged_once_and_counted(
     )
     exporter = PrometheusExporter(session.settings)
     exporter.start(session)
-    time.sleep(0.5)
+    # a periodic write has failed (and the final one at shutdown fails too)
+    assert wait_until(lambda: _internal.counts().get("prometheus.pushgateway", 0) >= 1)
     started = time.monotonic()
     exporter.shutdown()
     assert time.monotonic() - started < 15
@@ -187,6 +192,7 @@ def test_unreachable_pushgateway_is_logged_once_and_counted(
     )
 
 
+@pytest.mark.workload
 def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
     """Two training processes (local ranks 0 and 1) write one multiprocess dir; local rank 0's one endpoint, scraped by Prometheus, has both ranks' exact totals."""
     port, mpdir = free_port(), tmp_path / "multiproc"
@@ -255,6 +261,7 @@ def test_multiprocess_two_ranks_behind_one_endpoint(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.workload
 def test_sigterm_flushes_and_deletes_the_pushgateway_group(tmp_path: Path) -> None:
     """A training process stopped with SIGTERM pushes its final totals and deletes its Pushgateway group before exiting."""
     with pushgateway(tmp_path) as gateway:

@@ -26,6 +26,7 @@ from agreement import (
     summarise,
     torch_compiles,
 )
+from needs import starts
 from recorded_runs import cli
 
 from recompprof._analysis.report.fold import build_report
@@ -53,6 +54,7 @@ DISTILL_CLASSES = {
 
 
 @pytest.fixture(scope="module")
+@starts("workload", "inductor")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("hf")
     # Inductor's FX-graph and AOT caches off: a cache hit skips lowering and code generation, the phases under test.

@@ -5,6 +5,7 @@ at the width between its `` | ``-separated fields, never inside one, and each li
 from __future__ import annotations
 
 import pytest
+from needs import starts
 from recorded_runs import RecordedRun, cli, record
 
 from recompprof import build_report, read_run
@@ -14,6 +15,7 @@ WIDTHS = (80, 100)
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(tmp_path_factory.mktemp("header"), trace=False)
 

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import RecordedRun, cli, record
 
 from recompprof._analysis.render.plaintext import units
@@ -19,6 +20,7 @@ from recompprof._eventlog.reader import read_run
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
     return record(
         tmp_path_factory.mktemp("limited"),

@@ -25,6 +25,7 @@ from recompprof._capture.settings import ConfigError
 NOT_HERE = "192.0.2.1"
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -141,6 +142,7 @@ _JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("debug", [False, True], ids=["default", "debug-logging"])
 def test_a_taken_port_and_an_unusable_run_dir_print_one_line_each(
     tmp_path: Path, debug: bool

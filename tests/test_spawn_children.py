@@ -67,6 +67,7 @@ _LOADER_JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_spawned_dataloader_workers_leave_rank_0_alone_in_multiprocess_mode(
     tmp_path: Path, method: str
@@ -149,6 +150,7 @@ _WRAPPER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 def test_a_child_attaches_only_with_rank_variables_of_its_own(tmp_path: Path) -> None:
     """RECOMPPROF_ATTACH=1 on a torch-free wrapper: its spawn pool workers (torch imported only there) do not
     attach, the program it runs with subprocess does (rank 0), that program's spawned helper does not, and
@@ -207,6 +209,7 @@ _EXPLICIT_JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 def test_explicit_attach_in_a_spawned_helper_does_not_attach(tmp_path: Path) -> None:
     """A script that calls recompprof.attach() at module level: its spawned child runs that call again; the
     child gets a session that is not attached (one RuntimeWarning saying why), writes no log, and the
@@ -288,6 +291,7 @@ _CLAIMANT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.workload
 def test_a_second_live_process_claiming_the_same_rank_leaves_the_first_ones_metric_files(
     tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from folds import assert_same, figures
+from needs import starts
 from recorded_runs import clean_env, cli
 from slow_jobs import stop_during_recompile
 
@@ -70,6 +71,7 @@ def _stopped_rank(
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def terminated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two ranks of one run: rank 0 finished; rank 1 got SIGTERM during its slow recompile (session_end says so)."""
     run = tmp_path_factory.mktemp("terminated") / "run"
@@ -79,6 +81,7 @@ def terminated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two ranks of one run: rank 0 finished; rank 1 got SIGKILL during its slow recompile (no session_end),
     after the recompile had run long enough to write a ``compile_running``."""
@@ -208,6 +211,7 @@ def test_check_refuses_a_killed_rank_and_its_refusal_names_the_compile(killed: P
     ).group(0)
 
 
+@pytest.mark.workload  # the recorded runs, by name (request.getfixturevalue)
 @pytest.mark.parametrize("which", ["terminated", "killed"])
 def test_merging_worker_folds_gives_the_same_verdict(
     which: str, request: pytest.FixtureRequest
@@ -244,6 +248,7 @@ def test_html_report_shows_the_compile_first(terminated: Path, tmp_path: Path) -
     assert page.index('id="compiling-at-end"') < page.index('id="kpi-compiles"')
 
 
+@pytest.mark.workload
 def test_a_rank_killed_between_compiles_was_not_compiling(tmp_path: Path) -> None:
     """A job killed with SIGKILL between steps (every compile_start has its compile) reports no running compile,
     and ``check --fail-on-running-compile`` (accepting the killed rank) passes, also when ``--after-step``
@@ -300,6 +305,7 @@ FINISHED = {
 }
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("job", list(FINISHED))
 def test_a_finished_run_never_reports_a_running_compile(job: str, tmp_path: Path) -> None:
     """A job that ends normally, whatever its compiles did (failed, hit the recompile limit, broke the graph,
@@ -317,6 +323,7 @@ def test_a_finished_run_never_reports_a_running_compile(job: str, tmp_path: Path
     _assert_not_compiling(run)
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize("mode", ["monitor", "profile"])
 def test_a_finished_demo_never_reports_a_running_compile(mode: str, tmp_path: Path) -> None:
     """``recompprof demo`` in monitor and profile mode (profile mode's parked variants re-enabled without a
@@ -365,6 +372,7 @@ def _as_older_writer(src: Path, dst: Path) -> None:
         (dst / path.name).write_text("".join(lines))
 
 
+@pytest.mark.workload  # the recorded runs, by name (request.getfixturevalue)
 @pytest.mark.parametrize("which", ["terminated", "killed"])
 def test_an_older_log_says_nothing_about_running_compiles(
     which: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -406,6 +414,7 @@ def test_a_recompile_without_its_guard_failure_still_reads_as_a_recompile() -> N
     )
 
 
+@pytest.mark.workload
 def test_recompprof_run_stopped_mid_compile_names_the_compile_in_its_summary(
     tmp_path: Path,
 ) -> None:

@@ -318,6 +318,7 @@ with recompprof.attach():
 """
 
 
+@pytest.mark.workload
 def test_live_and_ingested_runs_give_the_same_warmup_verdicts(tmp_path: Path) -> None:
     """A compiled AdamW step under a scheduler, recorded live and by TORCH_TRACE in one process: the ingested
     run marks the same recompile as the LR made dynamic (warm-up), explained by the same reason."""

@@ -20,6 +20,7 @@ import tty
 from pathlib import Path
 
 import pytest
+from needs import starts
 from recorded_runs import ROOT, clean_env
 
 from recompprof._analysis.render.plaintext import console
@@ -72,6 +73,7 @@ with recompprof.attach() as session:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """Two run directories (rank 0 alone; ranks 0 and 1, rank 1 missing a recompile) whose logs hold EVIL in
     every name and text, under a directory whose own name holds control characters; and the clean log's text."""
@@ -274,6 +276,7 @@ HOSTILE_JOB = ROOT / "tests" / "workloads" / "hostile_names.py"
 CLEAR = "\r\x1b[K"  # the status line's own redraw: carriage return, erase to the end of the line
 
 
+@pytest.mark.workload
 def test_the_long_compile_log_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
     """Piped, the WARNING line a long compile logs from inside the job shows a function name and file full of
     terminal controls escaped as the offline commands show them, and stderr holds no control but newlines."""
@@ -300,6 +303,7 @@ def test_the_long_compile_log_line_shows_a_hostile_name_escaped(tmp_path: Path) 
     assert not _raw(err), f"raw control characters on stderr: {_raw(err)}\n{err!r}"
 
 
+@pytest.mark.workload
 def test_the_status_line_shows_a_hostile_name_escaped(tmp_path: Path) -> None:
     """On a real pseudo-terminal the status line a long compile draws shows the hostile name escaped: the only
     controls written are the line's own carriage return and erase-line, and newlines."""

@@ -119,6 +119,7 @@ def site(tmp_path: Path) -> Path:
     return where
 
 
+@pytest.mark.workload
 def test_a_third_exporter_is_chosen_by_setting_and_receives_the_jobs_events(
     site: Path, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def test_a_third_exporter_is_chosen_by_setting_and_receives_the_jobs_events(
     assert lines[-1]["compiles"] == 2 and lines[-1]["metric"] == "torch_compile_compiles"
 
 
+@pytest.mark.workload
 @pytest.mark.parametrize(
     ("options", "named"),
     [
@@ -177,6 +179,7 @@ def test_a_third_exporters_bad_setting_is_refused_before_the_program_starts(
     assert not (tmp_path / "started").exists()
 
 
+@pytest.mark.workload
 def test_without_the_distribution_the_third_exporter_is_unknown(tmp_path: Path) -> None:
     """The same request with the distribution absent names the exporters that are installed."""
     done = cli(

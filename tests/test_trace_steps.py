@@ -29,6 +29,7 @@ def _forward_compiles(run: Path) -> dict[str, Compile]:
     return {e.compile_id: e for e in read_run(run) if isinstance(e, Compile) and not e.backward}
 
 
+@pytest.mark.workload
 @needs_hooks
 def test_ingested_trace_of_attached_run_has_the_steps_of_its_compiles(tmp_path: Path) -> None:
     """Each forward compile ingested from an attached run's TORCH_TRACE has the training step the live event
@@ -68,6 +69,7 @@ def test_step_hook_lives_while_attached_only(tmp_path: Path) -> None:
     torch._dynamo.reset()
 
 
+@pytest.mark.workload
 def test_trace_of_a_run_without_recompprof_has_no_steps(tmp_path: Path) -> None:
     """A TORCH_TRACE written without recompprof gives compiles with no step, and the report says steps are unknown."""
     env = clean_env(

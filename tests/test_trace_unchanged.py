@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import torch._logging
 from recorded_runs import TESTS, clean_env
@@ -89,6 +90,7 @@ def _differences(a: list[str], b: list[str], attached: list[str]) -> list[str]:
     return found
 
 
+@pytest.mark.workload
 def test_torch_trace_is_unchanged_by_recompprof(tmp_path: Path) -> None:
     """A TORCH_TRACE of a job that compiles (graph breaks, a recompile, a backward) and calls trace_structured
     outside any compile (so torch records the caller's stack) is byte-identical with recompprof attached, up to

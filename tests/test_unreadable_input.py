@@ -25,6 +25,7 @@ from recompprof._eventlog.writer import write_events
 from recompprof._model.events import Compile, Frame, Running, SessionEnd, SessionStart, to_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from needs import starts
 from recorded_runs import clean_env, cli
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "train_until_told.py"
@@ -128,6 +129,7 @@ def test_the_fields_tried_are_every_float_field_of_those_events() -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A complete run of the real workload (aot_eager, 6 steps)."""
     where = tmp_path_factory.mktemp("real") / "run"

@@ -39,6 +39,7 @@ from agreement import (
     record_workloads,
     summaries_fixture,  # noqa: F401 (the fixture summaries)
 )
+from needs import starts
 
 from recompprof._analysis.report.fold import build_report
 from recompprof._model.causes import explaining_reason
@@ -145,6 +146,7 @@ def cases(test: str, combos: list[tuple[str, ...]]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("corpus")
     return record_workloads({name: Job(WORKLOAD, (name,), base / name) for name in WORKLOADS})

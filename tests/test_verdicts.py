@@ -43,6 +43,7 @@ from agreement import (
     summarise,
     torch_compiles,
 )
+from needs import starts
 
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.fold import build_report
@@ -129,6 +130,7 @@ def trace_names(recorded: dict[str, Recorded]) -> dict[tuple[str, str], tuple[st
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
     base = tmp_path_factory.mktemp("verdicts")
     return record_workloads({name: Job(WORKLOAD, (name,), base / name) for name in WORKLOADS})

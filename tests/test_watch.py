@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import starts
 from report_counts import report_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,6 +76,7 @@ def _wait(what: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real two-rank run, both ranks ended: rank 1 recompiles more than rank 0 and hits the recompile limit."""
     run = tmp_path_factory.mktemp("finished") / "run"
@@ -150,6 +152,7 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
+@pytest.mark.workload
 def test_in_a_terminal_the_view_is_redrawn_in_place_while_the_job_compiles(
     tmux: Any, tmp_path: Path
 ) -> None:
@@ -212,6 +215,7 @@ def test_ctrl_c_leaves_with_exit_0_and_the_cursor_back(tmux: Any, tmp_path: Path
     assert cursor == "1"
 
 
+@pytest.mark.workload
 def test_piped_it_prints_plain_blocks_when_something_changes(tmp_path: Path) -> None:
     """Piped, watch writes no escape sequence, a plain block each time something changed (not each refresh):
     one naming the running recompile on one line, then one saying the rank ended; then it exits 0."""
@@ -237,6 +241,7 @@ def test_piped_it_prints_plain_blocks_when_something_changes(tmp_path: Path) -> 
     assert ended and out.index(compiling[0]) < ended.start() < out.index("all 1 rank(s) ended"), out
 
 
+@pytest.mark.workload
 def test_a_job_ended_during_a_compile_is_shown_ended_while_compiling(tmp_path: Path) -> None:
     """Piped: a job that gets SIGTERM during its slow recompile writes a session_end naming that compile, and watch
     shows the rank ended while compiling it (frame, trigger, how long it had run), then stops."""
@@ -615,6 +620,7 @@ def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_pa
     assert after[0][2:6] == before[0][2:6]
 
 
+@pytest.mark.workload
 def test_a_compiling_rank_that_falls_silent_is_said_to_be_maybe_gone(tmp_path: Path) -> None:
     """A long compile writes a ``compile_running`` every 10 s: a rank shown compiling whose log has said nothing
     for 30 s (here: killed outright mid-compile) is flagged "its process may be gone"; one heard from lately is not."""

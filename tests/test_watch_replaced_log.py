@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import starts
 from report_counts import report_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ RSYNC = shutil.which("rsync")
 
 
 @pytest.fixture(scope="module")
+@starts("workload")
 def real_log(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     """The event log of a real job that compiles, recompiles and hits its recompile limit, then ends."""
     run = tmp_path_factory.mktemp("source") / "run"

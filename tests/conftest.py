@@ -55,20 +55,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     needs.heavy_first(items)
 
 
+def _session_dir(factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of the whole session: pytest-xdist's workers each have one below it."""
+    base = factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
+def _recordings_root(config: pytest.Config, session: Path) -> Path:
+    kept = config.getoption("--recordings")
+    return Path(kept).resolve() if kept else session / "recordings"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def recording_cache(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """Where this session's real runs are recorded, each once (``recordings.py``): shared by every
     pytest-xdist worker of the session (their common temporary directory), or ``--recordings DIR``."""
-    kept = request.config.getoption("--recordings")
-    if kept:
-        root = Path(kept).resolve()
-    else:
-        base = tmp_path_factory.getbasetemp()
-        root = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "recordings"
-    recordings.configure(root, keep=bool(kept))
+    session = _session_dir(tmp_path_factory)
+    root = _recordings_root(request.config, session)
+    recordings.configure(
+        root,
+        keep=bool(request.config.getoption("--recordings")),
+        requests=session / "recording-requests.log",
+    )
     return root
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """How many real runs the session recorded for how many requests (``recordings.summary``)."""
+    factory = getattr(
+        config, "_tmp_path_factory", None
+    )  # pytest's own, as the tmp_path fixtures use
+    if factory is None or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    session = _session_dir(factory)
+    line = recordings.summary(session / "recording-requests.log", _recordings_root(config, session))
+    if line:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

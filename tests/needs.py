@@ -172,12 +172,6 @@ class NeedsCheck:
         self, item: pytest.Item
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        import json as _j
-        import os as _o
-
-        if _o.environ.get("NEEDS_DUMP") and self.started:
-            with open(_o.environ["NEEDS_DUMP"], "a") as _f:
-                _f.write(_j.dumps([item.nodeid, report.when, sorted(self.started)]) + "\n")
         unmarked = [k for k in WATCHED if k in self.started and item.get_closest_marker(k) is None]
         if unmarked and report.passed:
             report.outcome = "failed"

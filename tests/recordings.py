@@ -3,8 +3,8 @@
 A recording is one workload process (``python script *args`` with some environment) run with its
 recorders on: recompprof's event log in ``run/``, ``TORCH_TRACE`` in ``trace/`` where asked, its
 stdout and stderr (``TORCH_LOGS`` goes there). Many test files read the same run (the CPU training
-job with twelve steps, say); recording it again for each of them proved nothing new and cost most of
-the suite's time. Here a run is keyed by what decides what it records:
+job with twelve steps, say); recording it again for each of them cost a job's time each and proved
+nothing new. Here a run is keyed by what decides what it records:
 
 - the workload: its script, arguments, extra environment and the time it may take;
 - the code that runs: every source file of recompprof, its exporters and ``tests/workloads/``;
@@ -42,15 +42,16 @@ ROOT = TESTS.parent
 # Sources whose change changes what a recording holds (the workloads import tests/workloads/ only).
 _SOURCES = (ROOT / "recompprof", ROOT / "exporters", TESTS / "workloads")
 # Variables of the test process that reach a workload and change what torch does.
-_INHERITED = ("TORCH", "TORCHINDUCTOR_", "TORCHDYNAMO_", "OMP_", "MKL_", "CUDA_", "PYTHONHASHSEED")
+_INHERITED = ("TORCH", "OMP_", "MKL_", "CUDA_", "PYTHONHASHSEED")
 # A failed recording is reused only by the session that made it; a later session tries again.
 _SESSION = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}-{time.time_ns()}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """One real run: ``python script *args`` in a directory of its own, with ``env`` added to a clean
-    environment (``recorded_runs.clean_env``). ``args`` may name files relative to that directory."""
+    """One real run: ``python script *args`` in a directory of its own (its working directory), with
+    ``env`` added to a clean environment (``clean_env``). ``args`` name files relative to that
+    directory; an ``env`` value names it as ``{here}`` (``RECOMPPROF_RUN_DIR={here}/run``)."""
 
     script: Path
     args: tuple[str, ...] = ()
@@ -100,6 +101,7 @@ class Recording:
 _PREFIX = 10  # characters of the fingerprint that start every key
 
 _root: Path | None = None
+_requests: Path | None = None
 # Called with each workload a test asks for, recorded or not (tests/needs.py notes it).
 watchers: list[Callable[[Workload], None]] = []
 
@@ -126,12 +128,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **JOB_DEFAULTS, **extra}
 
 
-def configure(root: Path, *, keep: bool) -> None:
-    """Where this session's recordings go. In a directory kept across sessions (``keep``), those made
-    by other code or in another environment are removed: they can never be used again."""
-    global _root
+def configure(root: Path, *, keep: bool, requests: Path | None = None) -> None:
+    """Where this session's recordings go, and where each request for one is logged (``requests``, a
+    file of this session's: ``summary`` reads it). In a directory kept across sessions (``keep``),
+    recordings made by other code or in another environment are removed: they can never be used."""
+    global _root, _requests
     root.mkdir(parents=True, exist_ok=True)
-    _root = root
+    _root, _requests = root, requests
     if keep:
         current = fingerprint()[:_PREFIX]
         for old in root.iterdir():
@@ -177,7 +180,25 @@ def recorded(workloads: Sequence[Workload]) -> list[Recording]:
         missing = {k: w for k, w in zip(keys, workloads) if found[k] is None}
         for k, recording in zip(missing, _run(list(missing.items()))):
             found[k] = recording
+    if _requests is not None:
+        with open(_requests, "a") as log:  # one short line per write: appends do not interleave
+            for k in keys:
+                log.write(f"{k} {'recorded' if k in missing else 'reused'}\n")
     return [found[k] for k in keys]  # type: ignore[misc]
+
+
+def summary(requests: Path, root: Path) -> str | None:
+    """How many real runs a session recorded (and their job time) for how many requests."""
+    try:
+        lines = [line.split() for line in requests.read_text().splitlines()]
+    except OSError:
+        return None
+    made = {k for k, how in lines if how == "recorded"}
+    seconds = sum(json.loads((root / k / "result.json").read_text())["seconds"] for k in made)
+    return (
+        f"recordings: {len(made)} real run(s) recorded ({seconds:.0f} s of job time) for "
+        f"{len(lines)} request(s) from tests; {len({k for k, _ in lines})} distinct"
+    )
 
 
 def record_one(workload: Workload) -> Recording:

@@ -114,6 +114,7 @@ def test_bad_paths_raise_a_clear_error(kind: str, tmp_path: Path) -> None:
         target.chmod(0o755) if target.exists() else None
 
 
+@pytest.mark.workload
 def test_sigkill_loses_at_most_the_event_being_written(tmp_path: Path) -> None:
     """A process killed with SIGKILL mid-run leaves a log whose complete lines all read back."""
     script = textwrap.dedent(

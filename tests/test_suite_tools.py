@@ -24,10 +24,11 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A recordings directory of its own for this test (restored afterwards)."""
+    """A recordings directory of its own for this test (the session's is restored afterwards)."""
     monkeypatch.setattr(recordings, "_root", None)
+    monkeypatch.setattr(recordings, "_requests", None)
     root = tmp_path / "recordings"
-    recordings.configure(root, keep=False)
+    recordings.configure(root, keep=False, requests=tmp_path / "requests.log")
     return root
 
 
@@ -55,8 +56,9 @@ def _runs(script: Path) -> int:
 def test_a_workload_is_recorded_once_and_each_asker_gets_its_own_copy(
     cache: Path, tmp_path: Path
 ) -> None:
-    """Asked for twice (once in a batch with another), a workload runs once; each copy holds its output,
-    and changing one copy leaves the recording and the other copies as they were."""
+    """Asked for three times (once in a batch with another), a workload runs once; each copy holds its
+    output, changing one copy leaves the recording and the other copies as they were, and the session's
+    summary counts the runs recorded and the requests."""
     script = _counting_script(tmp_path)
     one = Workload(script, ("a",), (("WHAT", "x"),))
     other = Workload(script, ("b",))
@@ -71,6 +73,9 @@ def test_a_workload_is_recorded_once_and_each_asker_gets_its_own_copy(
     (first.where / "out.txt").write_text("changed")
     again = recordings.copy_into(recordings.record_one(one), tmp_path / "again")
     assert (again.where / "out.txt").read_text() == "x a" and _runs(script) == 2
+    line = recordings.summary(tmp_path / "requests.log", cache)
+    assert line is not None and line.startswith("recordings: 2 real run(s) recorded (")
+    assert line.endswith("for 4 request(s) from tests; 2 distinct"), line
 
 
 def test_the_key_changes_with_what_decides_the_run(tmp_path: Path) -> None:
@@ -111,6 +116,7 @@ def test_a_kept_directory_is_reused_and_loses_recordings_of_other_code(
     """With a kept directory, a second session reuses a recording whose key matches; a recording made by
     other code (another fingerprint) is removed when the directory is opened."""
     monkeypatch.setattr(recordings, "_root", None)
+    monkeypatch.setattr(recordings, "_requests", None)
     kept = tmp_path / "kept"
     stale = kept / "0000000000-0123456789abcdef"
     stale.mkdir(parents=True)
@@ -203,9 +209,11 @@ def test_cheap_probe():
 
 
 def _pytest(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest on ``where``'s test file with this suite's conftest (its checks and options)."""
+    """pytest on ``where``'s test files with this suite's conftest (its checks and options): the
+    generated suite, and a module of one cheap test whose name sorts first."""
     (where / "conftest.py").write_text((TESTS / "conftest.py").read_text())
     (where / "test_generated.py").write_text(_SUITE)
+    (where / "test_a_light.py").write_text("def test_light():\n    pass\n")
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
@@ -231,6 +239,7 @@ def test_a_test_that_starts_a_job_without_its_marker_fails(tmp_path: Path) -> No
         if line.startswith(("PASSED", "FAILED"))
     }
     assert results == {
+        "test_light": "PASSED",
         "test_unmarked_job": "FAILED",
         "test_marked_job": "PASSED",
         "test_through_a_declared_fixture": "PASSED",
@@ -243,8 +252,22 @@ def test_the_quick_tier_leaves_out_what_the_markers_name(tmp_path: Path) -> None
     """With --quick, the tests marked (or given by a fixture) workload are deselected; the others run."""
     done = _pytest(tmp_path, "--quick", "--collect-only")
     collected = {line.split("::")[1] for line in done.stdout.splitlines() if "::" in line}
-    assert collected == {"test_unmarked_job", "test_cheap_probe"}, done.stdout + done.stderr
+    assert collected == {"test_light", "test_unmarked_job", "test_cheap_probe"}, done.stdout
     assert "2 deselected" in done.stdout
+
+
+def test_modules_with_heavy_tests_run_first_each_in_one_piece(tmp_path: Path) -> None:
+    """The module holding workload tests is collected before the one of cheap tests that sorts first,
+    its own tests together and in the order written."""
+    done = _pytest(tmp_path, "--collect-only")
+    order = [line.strip() for line in done.stdout.splitlines() if "::" in line]
+    assert order == [
+        "test_generated.py::test_unmarked_job",
+        "test_generated.py::test_marked_job",
+        "test_generated.py::test_through_a_declared_fixture",
+        "test_generated.py::test_cheap_probe",
+        "test_a_light.py::test_light",
+    ], done.stdout + done.stderr
 
 
 @pytest.mark.workload  # the generated test starts a Python process that imports torch

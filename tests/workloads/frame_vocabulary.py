@@ -254,6 +254,8 @@ def main(out: Path) -> int:
 
     import recompprof
 
+    out = out.resolve()  # the generated module's frames name it by its absolute path
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "vocab_generated.py"
     path.write_text(source())
     spec = importlib.util.spec_from_file_location("vocab_generated", path)

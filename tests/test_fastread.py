@@ -168,7 +168,7 @@ def assert_same_read(path: Path) -> None:
 @pytest.fixture(scope="module")
 @starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
-    return record(tmp_path_factory.mktemp("fastread-recorded"), "--steps", "6", trace=False)
+    return record(tmp_path_factory.mktemp("fastread-recorded"), "--steps", "6")  # as test_cli_fuzz
 
 
 def test_views_have_the_fields_defaults_and_properties_of_their_models() -> None:

@@ -52,8 +52,9 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @starts("workload")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real CPU job that hits the recompile limit."""
+    # the run test_ingest reads too (with TORCH_TRACE: the export reads only the event log)
     return record(
-        tmp_path_factory.mktemp("limited"), "--steps", "12", "--recompile-limit", "2", trace=False
+        tmp_path_factory.mktemp("limited"), "--steps", "12", "--recompile-limit", "2"
     ).run_dir
 
 

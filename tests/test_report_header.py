@@ -17,7 +17,9 @@ WIDTHS = (80, 100)
 @pytest.fixture(scope="module")
 @starts("workload")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> RecordedRun:
-    return record(tmp_path_factory.mktemp("header"), trace=False)
+    return record(
+        tmp_path_factory.mktemp("header"), "--steps", "12", trace=False
+    )  # as the CLI tests
 
 
 def _one_line(run: RecordedRun) -> str:

@@ -2,7 +2,7 @@
 # The GPU check: one command that verifies recompprof on a CUDA device (docs/gpu.md). It installs the
 # carried wheels (.whl/, from scripts/gpu-bundle.sh) and recompprof from this working tree into a
 # --target folder, then runs the gpu-marked tests, real CUDA workloads compared with TORCH_LOGS and
-# TORCH_TRACE, and the overhead measurement, within --budget seconds (default 480), and writes its report
+# TORCH_TRACE, and the overhead measurement, within --budget seconds (default 540), and writes its report
 # under $OUT (else ./gpu-check-out).
 #
 #   scripts/gpu-check.sh               on the device machine

@@ -113,8 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--budget",
         type=float,
-        default=480.0,
-        help="seconds for all checks; later checks are not started once it is spent (default 480)",
+        default=540.0,
+        help="seconds for all checks; later checks are not started once it is spent (default 540)",
     )
     parser.add_argument(
         "--only",

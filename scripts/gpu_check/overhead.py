@@ -2,7 +2,8 @@
 everything on against off, interleaved in one process (the method of benchmarks/bench_everything_on.py,
 on the check's tiny Llama and the device the check runs on).
 
-Compile time: ``--reps`` fresh compiles of the model each way (``torch._dynamo.reset()`` between, Inductor's
+Compile time: after one uncounted compile (the first of a process also starts Inductor and its compile
+workers), ``--reps`` fresh compiles of the model each way (``torch._dynamo.reset()`` between, Inductor's
 caches off through ``TORCHINDUCTOR_FORCE_DISABLE_CACHES``), alternating which goes first; each is the
 wall time of the first step (compile and run). Step time: after warm-up, blocks of ``--block`` steps
 alternate between detached and attached with the event log, the Prometheus endpoint (scraped by
@@ -101,6 +102,8 @@ def main() -> int:
 
     compile_s: dict[bool, list[float]] = {False: [], True: []}
     step, made = build()
+    if args.reps:
+        step()  # uncounted: the first compile of a process also starts Inductor and its workers
     for rep in range(args.reps):
         for on in (True, False) if rep % 2 == 0 else (False, True):
             torch._dynamo.reset()

@@ -1,9 +1,10 @@
 """What the GPU check runs: each check, what it verifies, whether it needs CUDA, and how long it may take.
 
 One table, read by the run (``main.py``), the no-CUDA message and docs/gpu.md. A check's ``rehearsal``
-is how the CPU rehearsal runs it (``None``: it needs CUDA and is listed as not run). The timeouts
-sum to about 8 minutes of the 10 a device command may take; the run stops starting checks when its
-``--budget`` is spent, and reports the rest as not run.
+is how the CPU rehearsal runs it (``None``: it needs CUDA and is listed as not run). Each timeout bounds
+one check; the run as a whole is bounded by ``--budget`` (9 of the 10 minutes a device command may
+take): it starts no check once that is spent (reporting the rest as not run), and gives the last one
+started only what is left. The order is the order of priority.
 """
 
 from __future__ import annotations

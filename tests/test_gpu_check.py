@@ -227,3 +227,48 @@ def test_report_names_the_release_and_the_gates_it_turns_off(release: str) -> No
     assert word in found["range_note"]
     assert set(found["gates_off"]) == {n for n, g in GATES.items() if g.since > parse(release)}
     assert all(release in why for why in found["gates_off"].values())
+
+
+@pytest.mark.workload
+def test_a_wheel_that_does_not_install_is_named_and_exits_4(tmp_path: Path) -> None:
+    """A carried wheel pip cannot install stops the check after the install with exit 4 and one line naming
+    what failed (pip's own last line), no traceback; the report says so and runs nothing after it."""
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip archive")
+    done = run_check(
+        "--rehearse",
+        "--out",
+        str(tmp_path / "out"),
+        "--work",
+        str(tmp_path / "work"),
+        "--wheels",
+        str(tmp_path / "wheels"),
+        where=tmp_path,
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("gpu-check: installing")]
+    assert "the carried wheels failed: " in line and line.endswith("(exit 4)")
+    assert "Traceback" not in done.stdout + done.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    status = {c["name"]: c["status"] for c in report["checks"]}
+    assert status["install"] == "error"
+    assert {s for n, s in status.items() if n not in ("environment", "install")} <= {
+        "not_run",
+        "needs_cuda",
+    }
+
+
+def test_without_torch_it_says_so_in_one_line(tmp_path: Path) -> None:
+    """Run by an interpreter that has no torch (a fresh venv), the check exits 4 with one line naming the
+    interpreter and the import error, and no traceback."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    done = subprocess.run(
+        [str(python), str(CHECK / "main.py")], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 4
+    assert done.stdout.splitlines() == [
+        f"gpu-check: torch cannot be imported by {python}: "
+        "ModuleNotFoundError: No module named 'torch' (exit 4)"
+    ]
+    assert done.stderr == ""

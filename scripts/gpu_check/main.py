@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,7 +239,7 @@ class GpuCheck:
                 )
         else:
             result.note = "no wheels carried: the rehearsal uses this environment's packages"
-        tree = pip + [str(self.site), "--no-build-isolation", str(ROOT)]
+        tree = pip + [str(self.site), "--no-build-isolation", str(self.source())]
         steps.append((tree, "recompprof from the working tree"))
         for cmd, what in steps:
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=self.work)
@@ -265,6 +266,25 @@ class GpuCheck:
         missing = [n for n, where in found.items() if where.startswith("not importable")]
         # msgspec is optional: without it the offline commands read with pydantic.
         result.failures += [f"{n}: {found[n]}" for n in missing if n != "msgspec"]
+
+    def fresh(self, name: str) -> Path:
+        """An empty folder for one check's run (a second run on a warm machine starts clean)."""
+        where = self.work / name
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+        return where
+
+    def source(self) -> Path:
+        """A copy of what builds recompprof, so that the build's own files (build/, *.egg-info) land
+        there and not in the working tree."""
+        source = self.work / "source"
+        shutil.rmtree(source, ignore_errors=True)
+        junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+        for name in ("recompprof", "exporters"):
+            shutil.copytree(ROOT / name, source / name, ignore=junk)
+        for name in ("pyproject.toml", "setup.py", "README.md"):
+            shutil.copy2(ROOT / name, source / name)
+        return source
 
     def gpu_tests(self, result: Result, limit: float) -> None:
         marked = sorted(
@@ -297,8 +317,7 @@ class GpuCheck:
 
     def workload(self, result: Result, limit: float) -> None:
         name = result.check.name
-        where = self.work / name
-        where.mkdir(parents=True, exist_ok=True)
+        where = self.fresh(name)
         program = name
         layers = "2"
         if self.rehearse:  # forward passes of one layer: each CPU compile costs seconds here
@@ -337,8 +356,7 @@ class GpuCheck:
             self.texts[name] = verdict["texts"]
 
     def overhead(self, result: Result, limit: float) -> None:
-        where = self.work / "overhead"
-        where.mkdir(parents=True, exist_ok=True)
+        where = self.fresh("overhead")
         cmd = [self.py, str(HERE / "overhead.py"), "--device", self.device]
         if self.rehearse:
             cmd += [

@@ -246,7 +246,9 @@ def test_a_wheel_that_does_not_install_is_named_and_exits_4(tmp_path: Path) -> N
         where=tmp_path,
     )
     assert done.returncode == 4, done.stdout + done.stderr
-    (line,) = [line for line in done.stdout.splitlines() if line.startswith("gpu-check: installing")]
+    (line,) = [
+        line for line in done.stdout.splitlines() if line.startswith("gpu-check: installing")
+    ]
     assert "the carried wheels failed: " in line and line.endswith("(exit 4)")
     assert "Traceback" not in done.stdout + done.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -261,7 +263,9 @@ def test_a_wheel_that_does_not_install_is_named_and_exits_4(tmp_path: Path) -> N
 def test_without_torch_it_says_so_in_one_line(tmp_path: Path) -> None:
     """Run by an interpreter that has no torch (a fresh venv), the check exits 4 with one line naming the
     interpreter and the import error, and no traceback."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True
+    )
     python = tmp_path / "venv" / "bin" / "python"
     done = subprocess.run(
         [str(python), str(CHECK / "main.py")], capture_output=True, text=True, cwd=tmp_path

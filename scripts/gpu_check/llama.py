@@ -39,6 +39,8 @@ def tiny_llama(layers: int = 1, kind: str = "auto") -> tuple[nn.Module, str]:
             pad_token_id=PAD,
             bos_token_id=1,
             eos_token_id=2,
+            # no key/value cache object among the outputs: CUDA graphs hand back only tensors
+            use_cache=False,
         )
         return transformers.LlamaForCausalLM(config), f"transformers {transformers.__version__}"
     return PlainLlama(layers), "plain torch"

@@ -298,6 +298,7 @@ class GpuCheck:
         began = time.monotonic()
         for name, selection in runs:
             junit = self.work / f"pytest-{name}.xml"
+            junit.unlink(missing_ok=True)  # a killed run writes none: no stale counts
             cmd = [self.py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
             cmd += [f"--junitxml={junit}", *selection]
             log = f"{self.work}/pytest-{name}-"
@@ -319,7 +320,8 @@ class GpuCheck:
         name = result.check.name
         where = self.fresh(name)
         program = name
-        layers = "2"
+        # max-autotune benchmarks every GEMM configuration of each matrix product: one layer's worth
+        layers = "1" if name == "llama_autotune" else "2"
         if self.rehearse:  # forward passes of one layer: each CPU compile costs seconds here
             program, layers = "llama_eval", "1"
         logs = "recompiles,graph_breaks" + (",cudagraphs" if name == "reduce_overhead" else "")

@@ -71,13 +71,13 @@ PLAN: tuple[Check, ...] = (
         "compile time with and without recompprof (fresh compiles, caches off), then training-step "
         "time with everything on (event log, Prometheus scraped, OpenTelemetry) against off, "
         "interleaved in one process, with quartiles",
-        150,
+        180,
         "forward steps on CPU, few rounds, no compile timing (a CPU compile takes ~20 s here): the "
         "figures mean nothing, the code path is what is rehearsed",
     ),
     Check(
         "llama_autotune",
-        "the tiny Llama's forward under mode='max-autotune': autotune seconds (at compile and at first "
+        "the tiny Llama's forward (one layer) under mode='max-autotune': autotune seconds (at compile and at first "
         "launch), phases summing to each compile's duration, the three sources agreeing",
         180,
         None,

@@ -57,6 +57,13 @@ for pin in "${pins[@]}"; do
         failed+=("$pin")
     fi
 done
+# recompprof itself is built there from the working tree, by this setuptools (pyproject's license
+# string needs 77 or later; the device's own may be older): in build/, installed apart from the rest.
+build_pin="$(grep -i '^setuptools==' "$CONSTRAINTS" || echo setuptools)"
+if ! "$PY" -m pip download --quiet --no-deps "${TARGET[@]}" -d "$scratch/wheels/build" "$build_pin" \
+        >"$scratch/one.log" 2>&1; then
+    failed+=("$build_pin")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
     echo "gpu-bundle: no wheel for the device's Python (CPython 3.12, manylinux x86_64): ${failed[*]}" >&2
     exit 1
@@ -64,16 +71,16 @@ fi
 rm -rf "$DEST"
 mv "$scratch/wheels" "$DEST"
 printf '%s\n' "# scripts/gpu-bundle.sh, $(date -u +%FT%TZ): CPython 3.12 manylinux x86_64" "${pins[@]}" \
-    >"$DEST/BUNDLE.txt"
+    "# build/" "$build_pin" >"$DEST/BUNDLE.txt"
 
 # 3. What travels: the working tree (tracked and untracked-not-ignored files) and the wheels.
 tree_bytes="$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null \
     | awk '{s += $1} END {print s + 0}')"
 wheel_bytes="$(du -sb "$DEST" | cut -f1)"
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
-echo "gpu-bundle: ${#pins[@]} wheels in $DEST, $(mib "$wheel_bytes") MiB; working tree $(mib "$tree_bytes") MiB;" \
+echo "gpu-bundle: ${#pins[@]} wheels in $DEST and $build_pin in $DEST/build, $(mib "$wheel_bytes") MiB; working tree $(mib "$tree_bytes") MiB;" \
     "together $(mib $((tree_bytes + wheel_bytes))) of $LIMIT_MIB MiB"
-ls -1 "$DEST"/*.whl | sed 's|^|  |'
+ls -1 "$DEST"/*.whl "$DEST"/build/*.whl | sed 's|^|  |'
 if [ $((tree_bytes + wheel_bytes)) -gt $((LIMIT_MIB * 1048576)) ]; then
     echo "gpu-bundle: over the device tool's $LIMIT_MIB MiB" >&2
     exit 1

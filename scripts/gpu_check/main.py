@@ -239,10 +239,19 @@ class GpuCheck:
                 )
         else:
             result.note = "no wheels carried: the rehearsal uses this environment's packages"
+        # The carried build tools (setuptools) build recompprof, installed apart: the runs never see them.
+        tools = sorted((self.args.wheels / "build").glob("*.whl"))
+        build_env = dict(os.environ)
+        if tools:
+            into = self.work / "build-tools"
+            steps.append((pip + [str(into), *map(str, tools)], "the carried build tools"))
+            build_env["PYTHONPATH"] = str(into)
+            result.figures["build_tools"] = [w.name for w in tools]
         tree = pip + [str(self.site), "--no-build-isolation", str(self.source())]
         steps.append((tree, "recompprof from the working tree"))
         for cmd, what in steps:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=self.work)
+            env = build_env if what.startswith("recompprof") else None
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=self.work, env=env)
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
                 raise SetupError(f"installing {what} failed: {last}")

@@ -79,8 +79,11 @@ def main(args: argparse.Namespace) -> int:
     print(
         escape(f"exported {result.sessions} session(s) to {args.to}: {files} file(s); rows: {rows}")
     )
-    if result.replaced:
-        print(f"  replaced {len(result.replaced)} per-rank file(s) of the same run(s)")
+    if result.replaced:  # a session is in the lake once: its older files gave it up
+        print(
+            f"  replaced {len(result.replaced)} older file(s) holding the same session(s) "
+            "(deleted, or rewritten with their other sessions)"
+        )
     return 0
 
 

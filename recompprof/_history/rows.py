@@ -44,9 +44,10 @@ from recompprof._model.events import (
 )
 from recompprof._version import __version__
 
-# Where a session's rows go: ``sink(table, run_id, rank, pid, day)`` is the buffer (:func:`buffer`)
-# that holds the rows of that table, session and UTC day until its writer takes them as columns.
-Sink = Callable[[str, str, int, int, datetime.date], "Buffer"]
+# Where a session's rows go: ``sink(table, run_id, rank, pid, start, day)`` is the buffer
+# (:func:`buffer`) that holds the rows of that table, session (its start: its first event's time) and
+# UTC day until its writer takes them as columns.
+Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
 _NONE: dict[str, int] = {}
@@ -521,8 +522,9 @@ class SessionRows:
         """The buffer of the session's rows of ``table`` for ``day`` (asked of the sink once)."""
         found = session.buffers.get((table, day))
         if found is None:
+            start = session.first_time if session.first_time is not None else 0.0
             found = session.buffers[(table, day)] = self.sink(
-                table, session.run_id, session.rank, session.pid, day
+                table, session.run_id, session.rank, session.pid, start, day
             )
         return found
 

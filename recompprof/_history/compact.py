@@ -5,8 +5,9 @@ Each raw day up to ``--through`` becomes ``v1-daily/<table>/dt=D/part-0.parquet`
 what queries filter on (job, then frame, then time), beside a ``_sources`` list of the raw files it
 covered; then the ``_through`` marker moves, and readers take the compacted day instead of its raw
 files. Raw files are never deleted (the compacted root can always be rebuilt from them). A raw file that
-arrives after its day was compacted is not read until ``--check`` finds it (its listing differs from
-``_sources``) and compacts the day again; until then every query names it in a warning.
+arrives after its day was compacted (a long job's day, a straggler; or one rewritten or deleted by a
+session exported again) is not read until the next compaction finds it (the day's listing differs
+from ``_sources``) and compacts the day again; until then every query names it in a warning.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class Compaction:
     )  # table, day, files, rows
     redone: list[tuple[str, datetime.date]] = field(
         default_factory=list
-    )  # late files found by --check
+    )  # days whose raw files changed after they were compacted
     skipped: list[Skipped] = field(default_factory=list)
 
 
@@ -59,8 +60,9 @@ def _sources(files: list[LakeFile]) -> set[daily.Source]:
 
 
 def compact(lake: Lake, through: datetime.date | None, *, check: bool = False) -> Compaction:
-    """Compact every raw day up to ``through`` not compacted yet; with ``check``, also every compacted
-    day whose raw files changed since."""
+    """Compact every raw day up to ``through`` not compacted yet, and every compacted day whose raw
+    files changed since (``check``, kept for callers, changes nothing: that is always done)."""
+    del check
     old = daily.through(lake)
     target = max(d for d in (old, through) if d is not None) if (old or through) else None
     done = Compaction(target)
@@ -73,7 +75,9 @@ def compact(lake: Lake, through: datetime.date | None, *, check: bool = False) -
                 by_day[f.day].append(f)
         for day, files in sorted(by_day.items()):
             if old is not None and day <= old:
-                if not check or daily.read_sources(lake, table, day) == _sources(files):
+                # Late files (a long job's day, a straggler, a session re-exported) are taken in by
+                # every compaction: a day whose raw listing changed is compacted again.
+                if daily.read_sources(lake, table, day) == _sources(files):
                     continue
                 done.redone.append((table, day))
             rows = _compact_day(lake, table, day, files, done)

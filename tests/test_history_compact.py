@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -150,3 +152,23 @@ def test_print_sql_views_obey_the_marker(lake, capsys):
     out = capsys.readouterr().out
     assert "WHERE dt <= DATE '2026-11-02'" in out and "WHERE dt > DATE '2026-11-02'" in out
     assert "v1-daily/compiles" in out
+
+
+def test_compaction_removes_temporary_files_killed_exporters_left(lake):
+    """Hidden ``.*.tmp`` files older than a day (an exporter killed mid-write) are deleted by the next
+    compaction, in both roots; a fresh one (an export writing now) and every data file stay."""
+    day = lake / "v1" / "compiles" / f"dt={_day(0)}"
+    data = sorted(p for p in lake.rglob("*.parquet"))
+    old = day / ".run-7__all-s0123456789.parquet.4242-0.tmp"
+    fresh = day / ".run-8__all-s0123456789.parquet.4243-0.tmp"
+    for path in (old, fresh):
+        path.write_bytes(b"PAR1 half a file")
+    a_day_ago = time.time() - 86400 - 60
+    os.utime(old, (a_day_ago, a_day_ago))
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    daily_old = lake / "v1-daily" / "runs" / f"dt={_day(0)}" / ".part-0.parquet.1-0.tmp"
+    daily_old.write_bytes(b"PAR1")
+    os.utime(daily_old, (a_day_ago, a_day_ago))
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    assert not old.exists() and not daily_old.exists() and fresh.exists()
+    assert all(p.exists() for p in data)

@@ -213,3 +213,30 @@ def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
     rank1 = {base_of(f.writer) for f in Lake(str(lake)).files("compiles")}
     assert any(w.startswith("rank00001-") for w in rank1) and "all" in rank1
     assert f"replaced {len(own)} older file(s)" in done.stdout and len(own) >= 3
+
+
+def test_labels_given_to_an_export_are_remembered_for_the_run(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """A run exported with ``--labels``, then exported again without them (whole, and one rank's log on
+    its own, as a straggler's export at its end): every table keeps the run's ``team`` and ``model``,
+    and so do the days a compaction writes after."""
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    _export(str(run_dir), "--to", str(lake), "--labels", "team=vision,model=tiny")
+    _export(str(run_dir), "--to", str(lake))
+    rank0 = sorted(run_dir.glob("rank00000-*.jsonl"))[0]
+    _export(str(rank0), "--to", str(lake), "--per-rank")
+    present = [t for t in TABLES if Lake(str(lake)).files(t)]
+    assert {"runs", "compiles"} <= set(present)
+    for table in present:
+        rows = _sql(lake, f"SELECT DISTINCT team, model FROM {table}")
+        assert rows == [("vision", "tiny")], table
+    [(labels,)] = _sql(lake, "SELECT DISTINCT labels FROM runs")
+    assert dict(labels) == {"team": "vision", "model": "tiny"}
+    done = cli("history", "compact", "--lake", str(lake), "--through", "2999-01-01")
+    assert done.returncode == 0, done.stderr
+    compacted = list((lake / "v1-daily").rglob("part-0.parquet"))
+    assert compacted
+    for part in compacted:
+        table = pq.read_table(part, columns=["team", "model"])
+        assert set(zip(*(table[c].to_pylist() for c in ("team", "model")))) <= {("vision", "tiny")}

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -250,15 +251,17 @@ def export(
     lake = Lake(uri)
     text = text or TextPolicy()
     writers = _Writers(lake, per_rank, text, window or Window())
+    remembered = _Labels(lake, labels or {})
     try:
         with _collector_paused():
             for run in runs:
-                _export_run(run, writers, labels or {}, text)
+                _export_run(run, writers, remembered, text)
         writers.finish()
     except BaseException:
         writers.abort()
         raise
     writers.settle()
+    remembered.remember()
     result = writers.result
     result.runs = runs
     return result
@@ -278,7 +281,44 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _export_run(run: Run, writers: _Writers, labels: dict[str, str], text: TextPolicy) -> None:
+class _Labels:
+    """The labels each run's sessions get over their own: those given to this export (``--labels``),
+    remembered in the lake for the run; without them, those remembered. So exporting a run again
+    without ``--labels`` (a straggler's export at its end, a re-export) keeps its ``team`` and
+    ``model``."""
+
+    def __init__(self, lake: Lake, given: dict[str, str]) -> None:
+        self.lake, self.given = lake, given
+        self.found: dict[str, dict[str, str]] = {}
+
+    def __call__(self, run_id: str) -> dict[str, str]:
+        if self.given:
+            self.found[run_id] = self.given
+        elif run_id not in self.found:
+            self.found[run_id] = self._read(run_id)
+        return self.found[run_id]
+
+    def _read(self, run_id: str) -> dict[str, str]:
+        try:
+            with self.lake.fs.open_input_stream(self.lake.labels_path(run_id)) as stream:
+                found = json.loads(bytes(stream.read()))["labels"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # none remembered (or unreadable: the export goes on without)
+        if not isinstance(found, dict):
+            return {}
+        return {str(k): str(v) for k, v in found.items()}
+
+    def remember(self) -> None:
+        if not self.given:
+            return
+        text = json.dumps({"labels": dict(sorted(self.given.items()))}) + "\n"
+        for run_id in sorted(self.found):
+            self.lake.write(
+                self.lake.labels_path(run_id), lambda stream: stream.write(text.encode())
+            )
+
+
+def _export_run(run: Run, writers: _Writers, labels: _Labels, text: TextPolicy) -> None:
     rows = SessionRows(writers.sink, text, run_id=run.path.name, labels=labels)
     stream = run.events
     if isinstance(stream, EventStream):

@@ -36,6 +36,7 @@ import pyarrow.fs as pafs
 from recompprof._errors import RecompprofError
 
 ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
+DAILY_ROOT = "v1-daily"  # the compacted root (recompprof._history.daily)
 SUFFIX = ".parquet"
 ALL_RANKS = "all"
 _PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")
@@ -191,6 +192,35 @@ class Lake:
             if parsed is not None:
                 found.append(dataclasses.replace(parsed, size=info.size or 0))
         return sorted(found, key=lambda f: f.path)
+
+    def labels_path(self, run_id: str) -> str:
+        """Where the labels given to a run's export are remembered (``v1/_labels/``: no table's
+        folder, and hidden from every engine by its leading ``_``)."""
+        return f"{self.base}/{ROOT}/_labels/{file_name(run_id, 'labels')[: -len(SUFFIX)]}.json"
+
+    def temporaries(self, before: datetime.datetime) -> list[str]:
+        """Hidden temporary files (``.<name>.<n>.tmp``) under the lake's roots last written before
+        ``before``: what exporters killed mid-write left (a live one rewrites its own within minutes)."""
+        found = []
+        for root in (ROOT, DAILY_ROOT):
+            selector = pafs.FileSelector(
+                f"{self.base}/{root}", recursive=True, allow_not_found=True
+            )
+            try:
+                infos = self.fs.get_file_info(selector)
+            except OSError as error:
+                raise LakeError(f"{self.uri}: cannot list {root}: {_one_line(error)}") from error
+            for info in infos:
+                name = info.path.rpartition("/")[2]
+                if (
+                    info.type == pafs.FileType.File
+                    and name.startswith(".")
+                    and name.endswith(".tmp")
+                    and info.mtime is not None
+                    and info.mtime < before
+                ):
+                    found.append(info.path)
+        return sorted(found)
 
     def uri_of(self, path: str) -> str:
         """A path of this lake's filesystem as a URI another engine opens (a local path stays a path)."""

@@ -413,10 +413,12 @@ class SessionRows:
         *,
         run_id: str,
         pid: int = 0,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, str] | Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.sink = sink
-        self.labels = labels or {}  # added to (and over) each session's own
+        # added to (and over) each session's own: the same for every run, or by run id
+        given = labels or {}
+        self.labels_of = given if callable(given) else (lambda _run: given)
         self.text = text
         self.tracker = CauseTracker()
         self.default_run, self.default_pid = run_id, pid
@@ -441,10 +443,8 @@ class SessionRows:
             session = self.open[event.rank] = _Session(
                 None, event.rank, self.default_run, self.default_pid
             )
-            session.labels = dict(self.labels)
-            session.set_dims(
-                (None, self.default_run, self.labels.get("team"), self.labels.get("model"))
-            )
+            labels = session.labels = dict(self.labels_of(self.default_run))
+            session.set_dims((None, self.default_run, labels.get("team"), labels.get("model")))
         time = event.time
         if session.first_time is None:
             session.first_time = time
@@ -464,7 +464,7 @@ class SessionRows:
         if known is not None:
             self._close(known, 0)
         session = self.open[event.rank] = _Session(event, event.rank, event.run_id, event.pid)
-        labels = {**event.labels, **self.labels}
+        labels = {**event.labels, **self.labels_of(event.run_id)}
         session.labels = labels
         session.set_dims(
             (

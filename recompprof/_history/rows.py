@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -77,6 +78,20 @@ class TextPolicy:
         where, sep, rest = line.partition(" in ")
         file, colon, number = where.rpartition(":")
         return f"{short_path(file)}{colon}{number}{sep}{rest}" if colon else line
+
+
+_RELEASES: dict[str | None, str | None] = {None: None}
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+
+def torch_release(version: str | None) -> str | None:
+    """torch's release without its build or pre-release parts (``2.13.0`` for ``2.13.0+cpu`` or
+    ``2.13.0a0+git1234``): what two sessions' versions are compared by (cached: a run has one)."""
+    found = _RELEASES.get(version, _RELEASES)
+    if found is _RELEASES:
+        match = _RELEASE.match(version or "")
+        found = _RELEASES[version] = match.group(0) if match else version
+    return found  # type: ignore[return-value]
 
 
 _DAYS: dict[int, datetime.date] = {}
@@ -185,6 +200,7 @@ _DERIVED = {
     "limit_value",
     "reason_count",
     "call_site",
+    "torch_release",
 }
 _OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
 _OWN_FIELDS = (*(_RENAMED.get(name, name) for name in _OWN_COLUMNS), *_MADE_FROM)
@@ -246,6 +262,7 @@ class CompileBuffer(Buffer):
         for column, (cache, result) in _CACHE_LOOKUPS.items():
             parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
         parts["reason_count"] = list(map(len, reasons))
+        parts["torch_release"] = list(map(torch_release, parts["torch_version"]))
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
         return [parts[name] for name in _COMPILE_NAMES]
 
@@ -331,6 +348,8 @@ class GuardFailureBuffer(Buffer):
         if not self.text.texts:
             parts["text"] = [""] * self.size
         parts["position"], parts["count"] = self.positions, self.counts
+        versions = parts["torch_version"].values  # type: ignore[attr-defined]
+        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -604,6 +623,7 @@ class SessionRows:
             self.text.location(event.user_location) if event.user_location else None,
             event.skipped_frame,
             event.count,
+            torch_release(session.dims[0]),
         )
         self._buffer(session, "graph_breaks", day_of(event.time)).add(row)
 
@@ -647,12 +667,13 @@ class SessionRows:
             "failures": session.failures,
             "guard_failures": session.guard_failures,
             "graph_breaks": session.graph_breaks,
-            "steps": session.steps,
+            "steps": session.steps or None,  # no step counted: unknown, not 0
             "compile_seconds": session.compile_seconds,
             "recompile_seconds": session.recompile_seconds,
             "wall_seconds": end.totals.get("wall_seconds") if end is not None else None,
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
+            "torch_release": torch_release(session.dims[0]),
         }
         self._buffer(session, "runs", day_of(first)).add([row[n] for n in _RUNS])
 

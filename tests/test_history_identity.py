@@ -240,3 +240,24 @@ def test_labels_given_to_an_export_are_remembered_for_the_run(
     for part in compacted:
         table = pq.read_table(part, columns=["team", "model"])
         assert set(zip(*(table[c].to_pylist() for c in ("team", "model")))) <= {("vision", "tiny")}
+
+
+def test_torchelastic_none_or_empty_is_no_run_id() -> None:
+    """Under torchrun, ``TORCHELASTIC_RUN_ID`` ``none`` (any case) or empty gives the node's
+    ``torchrun-<hash>`` id, the same for every rank of the node; a real run id is kept, and
+    ``RECOMPPROF_RUN_ID`` still wins."""
+    from recompprof._capture.identity import detect
+
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    found = {
+        value: detect({**base, "TORCHELASTIC_RUN_ID": value}).run_id
+        for value in ("none", "NONE", "", " none ")
+    }
+    assert len(set(found.values())) == 1 and next(iter(found.values())).startswith("torchrun-")
+    other_rank = detect({**base, "RANK": "1", "TORCHELASTIC_RUN_ID": "none"}).run_id
+    assert other_rank == found["none"]
+    assert detect({**base, "TORCHELASTIC_RUN_ID": "job-9"}).run_id == "job-9"
+    assert detect({**base, "TORCHELASTIC_RUN_ID": "none", "RECOMPPROF_RUN_ID": "x"}).run_id == "x"
+    assert (
+        detect({**base, "TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}).run_id == "slurm-77"
+    )

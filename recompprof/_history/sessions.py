@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recompprof._history.layout import Lake, LakeError, LakeFile, partition
@@ -103,11 +104,10 @@ class Refused(LakeError):
 def check_target(lake: Lake, path: str, run_id: str, sessions: set[Session]) -> None:
     """Refuse (one line) to replace the file at ``path`` when it holds sessions other than these."""
     try:
-        exists = lake.fs.get_file_info(path).type != 0  # FileType.NotFound
+        if lake.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return
     except OSError:
-        return
-    if not exists:
-        return
+        return  # cannot tell: the commit says whether the lake can be written
     found, _ = held(lake, path)
     if found == sessions:
         return

@@ -259,6 +259,10 @@ def export(
         writers.finish()
     except BaseException:
         writers.abort()
+        # The files committed before it failed (per-rank: earlier logs') still take their sessions
+        # from older files; the failure is what the caller hears.
+        with contextlib.suppress(Exception):
+            writers.settle()
         raise
     writers.settle()
     remembered.remember()

@@ -52,6 +52,8 @@ def _timestamps(day: datetime.date, seconds: np.ndarray) -> pa.Array:
 def _table(name: str, columns: dict[str, pa.Array | np.ndarray | list[object]]) -> pa.Table:
     schema = SCHEMAS[name]
     n = len(next(iter(columns.values())))
+    if "torch_release" not in columns and "torch_version" in columns:  # the versions are releases
+        columns = {**columns, "torch_release": columns["torch_version"]}
     arrays = []
     for f in schema:
         value = columns.get(f.name)

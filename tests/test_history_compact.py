@@ -1,11 +1,13 @@
 """``recompprof history compact``: one file per table and day, the ``_through`` marker every reader
-obeys (nothing counted twice, nothing lost), and ``--check`` for raw files that arrive late."""
+obeys (nothing counted twice, nothing lost), and raw files that arrive late taken in by the next."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -99,9 +101,11 @@ def test_a_compaction_stopped_before_its_marker_counts_nothing_twice(lake, capsy
     assert answers(capsys, lake) == before
 
 
-def test_late_raw_files_are_warned_about_then_recompacted_by_check(lake, tmp_path, capsys):
-    """A raw file that arrives for a compacted day is not read, and every query names it; --check
-    compacts that day again and the figures include it."""
+def test_late_raw_files_are_warned_about_then_taken_in_by_the_next_compaction(
+    lake, tmp_path, capsys
+):
+    """A raw file that arrives for a compacted day is not read, and every query names it; the next
+    compaction (no option needed) compacts that day again and the figures include it."""
     late_fleet = Fleet(days=1, runs_per_day=2, seed=99)
     extra = tmp_path / "extra"
     write_fleet(extra, late_fleet)
@@ -119,7 +123,8 @@ def test_late_raw_files_are_warned_about_then_recompacted_by_check(lake, tmp_pat
     n_before = json.loads(captured.out)["results"][0]["rows"][0]["n"]
     assert "arrived after their day was compacted" in captured.err
     assert "compact --check" in captured.err
-    assert main(["history", "compact", "--lake", str(lake), "--check"]) == 0
+    through = str(_day(1))
+    assert main(["history", "compact", "--lake", str(lake), "--through", through]) == 0
     assert "compacted again" in capsys.readouterr().err
     main(["history", *count])
     captured = capsys.readouterr()
@@ -147,3 +152,23 @@ def test_print_sql_views_obey_the_marker(lake, capsys):
     out = capsys.readouterr().out
     assert "WHERE dt <= DATE '2026-11-02'" in out and "WHERE dt > DATE '2026-11-02'" in out
     assert "v1-daily/compiles" in out
+
+
+def test_compaction_removes_temporary_files_killed_exporters_left(lake):
+    """Hidden ``.*.tmp`` files older than a day (an exporter killed mid-write) are deleted by the next
+    compaction, in both roots; a fresh one (an export writing now) and every data file stay."""
+    day = lake / "v1" / "compiles" / f"dt={_day(0)}"
+    data = sorted(p for p in lake.rglob("*.parquet"))
+    old = day / ".run-7__all-s0123456789.parquet.4242-0.tmp"
+    fresh = day / ".run-8__all-s0123456789.parquet.4243-0.tmp"
+    for path in (old, fresh):
+        path.write_bytes(b"PAR1 half a file")
+    a_day_ago = time.time() - 86400 - 60
+    os.utime(old, (a_day_ago, a_day_ago))
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    daily_old = lake / "v1-daily" / "runs" / f"dt={_day(0)}" / ".part-0.parquet.1-0.tmp"
+    daily_old.write_bytes(b"PAR1")
+    os.utime(daily_old, (a_day_ago, a_day_ago))
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    assert not old.exists() and not daily_old.exists() and fresh.exists()
+    assert all(p.exists() for p in data)

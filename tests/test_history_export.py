@@ -23,6 +23,7 @@ from recompprof._analysis.runs import load  # noqa: E402
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.rows import TextPolicy  # noqa: E402
+from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import SCHEMAS, TABLES  # noqa: E402
 
 
@@ -202,11 +203,11 @@ def test_a_run_exported_whole_replaces_its_per_rank_files(multirank: Path, tmp_p
     rows are never counted twice."""
     lake = tmp_path / "lake"
     export([multirank], str(lake), per_rank=True)
-    writers = {f.writer for f in Lake(str(lake)).files("compiles")}
+    writers = {base_of(f.writer) for f in Lake(str(lake)).files("compiles")}
     assert len(writers) == 3 and ALL not in writers
     result = export([multirank], str(lake))
     assert len(result.replaced) == 12
-    assert {f.writer for t in TABLES for f in Lake(str(lake)).files(t)} == {ALL}
+    assert {base_of(f.writer) for t in TABLES for f in Lake(str(lake)).files(t)} == {ALL}
     [(sessions,)] = _sql(lake, "SELECT COUNT(*) FROM runs")
     assert sessions == 3
 
@@ -446,3 +447,40 @@ def test_session_end_export_past_its_deadline_is_stopped_and_counted(tmp_path: P
     assert _internal.counts().get("history") == 1
     assert took < 30  # the child was killed at the deadline, not waited for
     assert not [p for p in lake.rglob("*.parquet") if not p.name.startswith(".")]
+
+
+_NO_STEPS = """
+import torch, recompprof
+f = torch.compile(lambda x: x.sin() + 1, backend="eager", dynamic=False)
+with recompprof.attach(step_source="manual"):
+    for n in (2, 3, 4):
+        f(torch.randn(n))
+"""
+
+
+@pytest.mark.workload
+def test_a_session_without_steps_has_null_steps_and_torch_release(tmp_path: Path) -> None:
+    """A real job that counts no training step (inference: no optimizer step, none told) exports
+    ``steps`` null, not 0; and every table's ``torch_release`` is torch's release without its build
+    (``2.13.0`` for ``2.13.0+cpu``)."""
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_STEPS],
+        env=clean_env(RECOMPPROF_RUN_DIR=str(run)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lake = tmp_path / "lake"
+    assert cli("export", str(run), "--to", str(lake)).returncode == 0
+    [(steps, compiles)] = _sql(lake, "SELECT steps, compiles FROM runs")
+    assert steps is None and compiles >= 3
+    import torch
+
+    release = torch.__version__.split("+")[0]
+    for table in ("runs", "compiles"):
+        [(version, found)] = _sql(
+            lake, f"SELECT DISTINCT torch_version, torch_release FROM {table}"
+        )
+        assert version == torch.__version__ and found == release and "+" not in found

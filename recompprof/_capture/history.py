@@ -1,40 +1,74 @@
-"""Export a session's event log to the history lake when the session ends (``history_uri``).
+"""Export a session's event log to the history lake while it runs and when it ends (``history_uri``).
 
-The export runs as ``recompprof export LOG --to URI --per-rank`` in a child process, so the job's
+Every export runs as ``recompprof export LOG --to URI --per-rank`` in a child process, so the job's
 memory and threads are untouched, and the child is killed at the deadline (``history_timeout``): a
-slow or unreachable lake costs the job's exit at most that long. Whatever goes wrong is counted as
-an internal error (``history``) and logged once; the event log stays the source of truth, and
-``recompprof export`` exports it later (docs/history.md, "Export at session end").
+slow or unreachable lake costs the job's exit at most that long. While the session runs, a thread
+exports every ``history_every`` seconds the days closed since the last export and the day so far, so
+a week-long job's compiles are queryable within that period rather than at its end, and reach each
+day before compaction closes it; at the end only the days after the last closed one exported remain
+(``--after-day``), with the session's ``runs`` row. Each export of a session writes its files under
+the same names (docs/history.md, "Identity"), so a later one replaces an earlier one's days.
+Whatever goes wrong is counted as an internal error (``history``) and logged once; the event log
+stays the source of truth, and ``recompprof export`` exports it later (docs/history.md, "Export at
+session end").
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from recompprof import _internal
 
 
 class HistoryExportFailed(RuntimeError):
-    """The export at session end did not finish (its last line of output says why)."""
+    """An export to the lake did not finish (its last line of output says why)."""
 
 
-def export_at_end(log: Path, uri: str, timeout: float, redact: bool) -> None:
-    """Export ``log`` to the lake at ``uri`` within ``timeout`` seconds; never raises."""
-    hint = (
+def _command(log: Path, uri: str, redact: bool, after: datetime.date | None) -> list[str]:
+    command = [sys.executable, "-m", "recompprof._cli.main", "export", str(log)]
+    command += ["--to", uri, "--per-rank", *(["--redact"] if redact else [])]
+    if after is not None:
+        command += ["--after-day", after.isoformat()]
+    return command
+
+
+def _environment() -> dict[str, str]:
+    """The child must not attach itself (the start-up hook) nor pose as this rank."""
+    return {key: value for key, value in os.environ.items() if key != "RECOMPPROF_ATTACH"}
+
+
+def _hint(log: Path, uri: str) -> str:
+    return (
         f"the event log {log} was not exported to the history lake {uri} (setting history_uri / "
         f"RECOMPPROF_HISTORY_URI); it stays on disk: export it with `recompprof export`"
     )
-    command = [sys.executable, "-m", "recompprof._cli.main", "export", str(log)]
-    command += ["--to", uri, "--per-rank", *(["--redact"] if redact else [])]
-    # The child must not attach itself (the start-up hook) nor pose as this rank.
-    env = {key: value for key, value in os.environ.items() if key != "RECOMPPROF_ATTACH"}
+
+
+def _finished(
+    done: subprocess.CompletedProcess[bytes] | subprocess.Popen[bytes], err: bytes
+) -> str:
+    """Why an export failed ("" when it did not)."""
+    if done.returncode == 0:
+        return ""
+    lines = err.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
+
+
+def export_at_end(
+    log: Path, uri: str, timeout: float, redact: bool, after: datetime.date | None = None
+) -> None:
+    """Export ``log`` to the lake at ``uri`` within ``timeout`` seconds (only the fact rows of days
+    after ``after``, where the session exported its closed days while it ran); never raises."""
+    hint = _hint(log, uri)
     try:
         done = subprocess.run(
-            command,
-            env=env,
+            _command(log, uri, redact, after),
+            env=_environment(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -47,7 +81,72 @@ def export_at_end(log: Path, uri: str, timeout: float, redact: bool) -> None:
     except (OSError, ValueError) as exc:
         _internal.record("history", exc, hint)
         return
-    if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit status {done.returncode}"
+    why = _finished(done, done.stderr)
+    if why:
         _internal.record("history", HistoryExportFailed(why), hint)
+
+
+# A periodic export is off the exit path: it may take longer than history_timeout, up to this.
+_PERIODIC_TIMEOUT = 300.0
+
+
+class PeriodicExport:
+    """The thread that exports the session's log every ``every`` seconds while it runs.
+
+    ``closed`` is the last UTC day whose rows are all in the lake: the day before an export that
+    succeeded started (a day's events are in the log once it is over). :meth:`stop` ends the thread
+    and any export in flight, so the end-of-session export is the last to write the session's files.
+    """
+
+    def __init__(self, log: Path, uri: str, every: float, timeout: float, redact: bool) -> None:
+        self.log, self.uri, self.every, self.timeout, self.redact = log, uri, every, timeout, redact
+        self.closed: datetime.date | None = None
+        self._stop = threading.Event()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()  # the thread starts a child, stop() kills it
+        self._thread = threading.Thread(target=self._run, name="recompprof-history", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._child is not None and self._child.poll() is None:
+                self._child.kill()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with _internal.contain("history", "a periodic export to the lake failed"):
+                self._export_once()
+
+    def _export_once(self) -> None:
+        today = datetime.datetime.now(datetime.timezone.utc).date()
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._child = subprocess.Popen(
+                _command(self.log, self.uri, self.redact, self.closed),
+                env=_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        child = self._child
+        try:
+            _, err = child.communicate(timeout=max(self.timeout, _PERIODIC_TIMEOUT))
+        except subprocess.TimeoutExpired as exc:
+            child.kill()
+            child.communicate()
+            _internal.record(
+                "history", exc, f"{_hint(self.log, self.uri)} within {exc.timeout:g} s"
+            )
+            return
+        if self._stop.is_set():
+            return  # killed by stop(): the end-of-session export writes instead
+        why = _finished(child, err)
+        if why:
+            _internal.record("history", HistoryExportFailed(why), _hint(self.log, self.uri))
+            return
+        self.closed = today - datetime.timedelta(days=1)

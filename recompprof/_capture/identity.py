@@ -44,6 +44,8 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
 
     The run id is shared by every rank of one job (``TORCHELASTIC_RUN_ID`` or ``SLURM_JOB_ID``);
     ``RECOMPPROF_RUN_ID`` overrides it, and a single process gets a fresh time-ordered one.
+    torchelastic's ``none`` (``--rdzv-id``'s default: every job launched without one has it) is no
+    run id: two such jobs would share one run directory and one name in the history lake.
     """
     env = os.environ if env is None else env
     slurm_run = _slurm_run_id(env)
@@ -54,7 +56,12 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
         rank, world = _int(env, "RANK", 0), _int(env, "WORLD_SIZE", 1)
         local_rank = _int(env, "LOCAL_RANK", rank)
         local_world = _int(env, "LOCAL_WORLD_SIZE", world)
-        run_id = env.get("TORCHELASTIC_RUN_ID") or slurm_run or _rendezvous_run_id(env, world)
+        run_id = (
+            _elastic_run_id(env)
+            or slurm_run
+            or _agent_run_id(env, world)
+            or _rendezvous_run_id(env, world)
+        )
     elif launcher == "slurm":
         rank, world = _int(env, "SLURM_PROCID", 0), _int(env, "SLURM_NTASKS", 1)
         local_rank = _int(env, "SLURM_LOCALID", 0)
@@ -86,6 +93,38 @@ def _slurm_run_id(env: Mapping[str, str]) -> str:
         return ""
     step = env.get("SLURM_STEP_ID")
     return f"slurm-{job}.{step}" if step else f"slurm-{job}"
+
+
+# torchelastic's run id when the launch gave none (``--rdzv-id``'s default), or left it empty.
+_NO_RUN_ID = frozenset({"", "none"})
+
+
+def _elastic_run_id(env: Mapping[str, str]) -> str:
+    found = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    return "" if found.lower() in _NO_RUN_ID else found
+
+
+def _agent_run_id(env: Mapping[str, str], world: int) -> str:
+    """Under torchrun without a run id: the ranks of one node share their agent (the parent process),
+    whose pid and start time no other job on the host has, so ``torchrun-<hash>`` never collides. A
+    job on several nodes gets one such id per node (nothing else is shared without a collective):
+    give it ``--rdzv-id`` or ``RECOMPPROF_RUN_ID`` to make it one run."""
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return ""  # no torchelastic agent (a hand-written RANK/WORLD_SIZE set-up)
+    agent = os.getppid()
+    started = _process_start(agent)
+    where = f"{socket.gethostname()}:{agent}:{started}:{env.get('MASTER_ADDR')}:{world}"
+    return "torchrun-" + hashlib.sha1(where.encode()).hexdigest()[:12]
+
+
+def _process_start(pid: int) -> str:
+    """A process's start time in clock ticks since boot (Linux), or "" where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()  # field 22 of stat(5), counted after the command's ")"
+    except (OSError, IndexError):
+        return ""
 
 
 def _rendezvous_run_id(env: Mapping[str, str], world: int) -> str:

@@ -125,6 +125,7 @@ class Session:
         self._lock = threading.RLock()
         self._recent: collections.deque[Event] = collections.deque(maxlen=settings.recent_events)
         self._writer: EventLogWriter | None = None
+        self._periodic: history.PeriodicExport | None = None  # exports while the session runs
         self._exporters: list[exporting.Exporter] = []
         self._listeners: list[Callable[[Event], None]] = []
         self._undo: list[tuple[str, Callable[[], None]]] = []
@@ -164,6 +165,7 @@ class Session:
         previous, value = lineage.mark(lineage.ATTACHED)
         self._undo.append(("lineage", lambda: lineage.restore(previous, value)))
         self._install_sigterm()
+        self._start_periodic_export()
         ticker = CompileTicker(self.status, self.settings, still_running=self._still_running)
         ticker.start()
         self._recorder.ended = ticker.compile_ended
@@ -249,12 +251,29 @@ class Session:
             if _current is self:
                 _current = None
 
+    def _start_periodic_export(self) -> None:
+        """While the session runs, its log goes to the history lake every ``history_every`` seconds."""
+        uri, log = self.settings.history_uri, self.event_log_path
+        if not uri or log is None or self._writer is None:
+            return
+        settings = self.settings
+        periodic = history.PeriodicExport(
+            log, uri, settings.history_every, settings.history_timeout, settings.redact
+        )
+        periodic.start()
+        self._periodic = periodic
+        self._undo.append(("history", periodic.stop))
+
     def _export_history(self) -> None:
-        """The log, into the history lake when a setting names one (bounded; never raises)."""
+        """The log, into the history lake when a setting names one (bounded; never raises): only the
+        days the periodic exports have not closed, and the session's runs row."""
         uri, log = self.settings.history_uri, self.event_log_path
         if uri and log is not None and self._writer is not None:
+            closed = self._periodic.closed if self._periodic is not None else None
             with _internal.contain("history", "the event log was not exported to the lake"):
-                history.export_at_end(log, uri, self.settings.history_timeout, self.settings.redact)
+                history.export_at_end(
+                    log, uri, self.settings.history_timeout, self.settings.redact, closed
+                )
 
     def __enter__(self) -> Session:
         return self

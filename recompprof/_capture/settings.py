@@ -97,11 +97,13 @@ class CoreSettings(_Part):
     step_source: Literal["auto", "manual"] = "auto"
     # Fleet history (docs/history.md): the job this run belongs to (default: torch.compiler.config.job_id,
     # else the launcher's run id), free labels ("team=x,model=y") on session_start and every lake row,
-    # and the lake this session's log is exported to when it ends (off by default), within a deadline.
+    # and the lake this session's log is exported to while it runs (every history_every seconds: the
+    # days closed since, and the day so far) and when it ends (off by default), within a deadline.
     job: str | None = Field(default=None, min_length=1, max_length=200)
     labels: Annotated[dict[str, str], NoDecode] = {}
     history_uri: str | None = None
     history_timeout: float = Field(default=30.0, gt=0, le=600)
+    history_every: float = Field(default=3600.0, ge=1, le=86400)
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -145,6 +147,7 @@ class CoreSettings(_Part):
         "max_frames",
         "recent_events",
         "history_timeout",
+        "history_every",
         mode="before",
     )
     @classmethod

@@ -9,6 +9,7 @@ adds a second copy of a run.
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 
@@ -41,6 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="labels added to every session exported (over those it recorded), e.g. team=x,model=y",
     )
     parser.add_argument(
+        "--after-day",
+        type=_day,
+        metavar="YYYY-MM-DD",
+        help="only the compile, guard-failure and graph-break rows of later UTC days (runs rows "
+        "always): what a session exports at its end after exporting its closed days",
+    )
+    parser.add_argument(
+        "--through-day",
+        type=_day,
+        metavar="YYYY-MM-DD",
+        help="only the compile, guard-failure and graph-break rows up to this UTC day (runs rows always)",
+    )
+    parser.add_argument(
         "--no-text",
         action="store_true",
         help="leave out reason, failure and graph-break texts (for lakes that must not hold source)",
@@ -52,9 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _day(text: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+
+
 def main(args: argparse.Namespace) -> int:
     from recompprof._capture.settings import parse_labels
-    from recompprof._history.export import export
+    from recompprof._history.export import Window, export
     from recompprof._history.rows import TextPolicy
     from recompprof._model.texts import escape
 
@@ -69,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
         per_rank=args.per_rank,
         labels=labels,
         text=TextPolicy(redact=redact, no_text=args.no_text),
+        window=Window(args.after_day, args.through_day),
     )
     for run in result.runs:  # what could not be read is said; the runs rows count it too
         run.finish()
@@ -79,8 +101,11 @@ def main(args: argparse.Namespace) -> int:
     print(
         escape(f"exported {result.sessions} session(s) to {args.to}: {files} file(s); rows: {rows}")
     )
-    if result.replaced:
-        print(f"  replaced {len(result.replaced)} per-rank file(s) of the same run(s)")
+    if result.replaced:  # a session is in the lake once: its older files gave it up
+        print(
+            f"  replaced {len(result.replaced)} older file(s) holding the same session(s) "
+            "(deleted, or rewritten with their other sessions)"
+        )
     return 0
 
 

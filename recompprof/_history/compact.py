@@ -5,24 +5,29 @@ Each raw day up to ``--through`` becomes ``v1-daily/<table>/dt=D/part-0.parquet`
 what queries filter on (job, then frame, then time), beside a ``_sources`` list of the raw files it
 covered; then the ``_through`` marker moves, and readers take the compacted day instead of its raw
 files. Raw files are never deleted (the compacted root can always be rebuilt from them). A raw file that
-arrives after its day was compacted is not read until ``--check`` finds it (its listing differs from
-``_sources``) and compacts the day again; until then every query names it in a warning.
+arrives after its day was compacted (a long job's day, a straggler; or one rewritten or deleted by a
+session exported again) is not read until the next compaction finds it (the day's listing differs
+from ``_sources``) and compacts the day again; until then every query names it in a warning.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
+import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from recompprof._history import daily, health
 from recompprof._history.health import Skipped
-from recompprof._history.layout import Lake, LakeFile
+from recompprof._history.layout import Lake, LakeError, LakeFile
 from recompprof._history.tables import SCHEMAS, TABLES
 
 # Sorted by what queries filter and group on: the ClickHouse lesson, a sort key led by the most
@@ -34,10 +39,15 @@ SORT_KEYS = {
     "graph_breaks": ("job", "frame_key", "time", "run_id", "rank"),
 }
 ROW_GROUP = 128 * 1024
+# DuckDB's memory while it sorts a day: past it, the sort spills to a temporary directory.
+MEMORY_LIMIT = "1GB"
 # Snappy: decoded in about 60% of zstd's CPU, so a question over a compacted month costs ~15% less
 # CPU for ~10% more bytes; every engine the printed views target reads it (docs/history.md).
 COMPRESSION = "snappy"
 GRACE_DAYS = 3  # --through's default: days older than this are taken as closed
+# A hidden temporary file older than this was left by an exporter killed mid-write: an export
+# writes each file within minutes.
+TEMPORARY_AGE = datetime.timedelta(days=1)
 
 
 @dataclass
@@ -50,8 +60,9 @@ class Compaction:
     )  # table, day, files, rows
     redone: list[tuple[str, datetime.date]] = field(
         default_factory=list
-    )  # late files found by --check
+    )  # days whose raw files changed after they were compacted
     skipped: list[Skipped] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # temporary files killed exporters left
 
 
 def _sources(files: list[LakeFile]) -> set[daily.Source]:
@@ -59,11 +70,16 @@ def _sources(files: list[LakeFile]) -> set[daily.Source]:
 
 
 def compact(lake: Lake, through: datetime.date | None, *, check: bool = False) -> Compaction:
-    """Compact every raw day up to ``through`` not compacted yet; with ``check``, also every compacted
-    day whose raw files changed since."""
+    """Compact every raw day up to ``through`` not compacted yet, and every compacted day whose raw
+    files changed since (``check``, kept for callers, changes nothing: that is always done)."""
+    del check
     old = daily.through(lake)
     target = max(d for d in (old, through) if d is not None) if (old or through) else None
     done = Compaction(target)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for path in lake.temporaries(now - TEMPORARY_AGE):
+        lake.delete(path)
+        done.removed.append(path)
     if target is None:
         return done
     for table in TABLES:
@@ -73,7 +89,9 @@ def compact(lake: Lake, through: datetime.date | None, *, check: bool = False) -
                 by_day[f.day].append(f)
         for day, files in sorted(by_day.items()):
             if old is not None and day <= old:
-                if not check or daily.read_sources(lake, table, day) == _sources(files):
+                # Late files (a long job's day, a straggler, a session re-exported) are taken in by
+                # every compaction: a day whose raw listing changed is compacted again.
+                if daily.read_sources(lake, table, day) == _sources(files):
                     continue
                 done.redone.append((table, day))
             rows = _compact_day(lake, table, day, files, done)
@@ -87,47 +105,81 @@ def _compact_day(
     lake: Lake, table: str, day: datetime.date, files: list[LakeFile], done: Compaction
 ) -> int:
     checked = health.check(lake, table, [f.path for f in files])
-    parts = []
-    for path in checked.good:
+    path = daily.part_path(lake, table, day)
+    while True:
+        try:
+            rows = _copy_sorted(lake, table, path, checked)
+            break
+        except (duckdb.Error, OSError, pa.ArrowException, ValueError) as error:
+            bad = _undecodable(lake, table, checked.good)
+            if not bad:
+                raise LakeError(f"{lake.uri}: cannot compact {table} {day}: {error}") from error
+            checked.good = [p for p in checked.good if p not in {s.path for s in bad}]
+            checked.skipped.extend(bad)
+    done.skipped.extend(checked.skipped)
+    # Every raw file is recorded, the unreadable ones too: a later compaction looks for new files,
+    # and readers say the unreadable ones from the compacted file's footer.
+    daily.write_sources(lake, table, day, _sources(files))
+    return rows
+
+
+def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> int:
+    """Write the day's readable files as one sorted file at ``path`` through DuckDB, which streams
+    them and sorts in bounded memory (spilling to a temporary directory), instead of holding the
+    day in memory: the known schema's columns first, in its types (null where an older exporter's
+    files lack one), then any a newer exporter added."""
+    schema = _day_schema(table, checked)
+    source = ds.dataset(checked.good, schema=schema, filesystem=lake.fs, format="parquet")
+    keys = ", ".join(f'"{k}"' for k in SORT_KEYS[table] if k in schema.names)
+    footer = ""
+    if checked.skipped:
+        lost = json.dumps([s.path.rpartition("/")[2] for s in checked.skipped])
+        footer = f", KV_METADATA {{'{health.UNREADABLE_KEY.decode()}': {_quoted(lost)}}}"
+    with tempfile.TemporaryDirectory(prefix="recompprof-compact-") as work:
+        out = os.path.join(work, "part.parquet")
+        con = duckdb.connect(config={"temp_directory": work, "memory_limit": MEMORY_LIMIT})
+        try:
+            con.register("day_rows", source)
+            order = f" ORDER BY {keys}" if keys else ""
+            con.execute(
+                f"COPY (SELECT * FROM day_rows{order}) TO {_quoted(out)} (FORMAT parquet, "
+                f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {ROW_GROUP}{footer})"
+            )
+        finally:
+            con.close()
+        lake.write(path, lambda stream: _copy_file(out, stream))
+        return int(pq.read_metadata(out).num_rows)
+
+
+def _day_schema(table: str, checked: health.Checked) -> pa.Schema:
+    """The known schema of ``table``, then the columns a newer exporter added (as first seen)."""
+    known = SCHEMAS[table]
+    extra: dict[str, pa.DataType] = {}
+    for columns in sorted(checked.schemas, key=str):
+        for name, kind in columns:
+            if name not in known.names and name not in extra:
+                extra[name] = kind
+    return pa.schema([*known, *(pa.field(n, k) for n, k in extra.items())])
+
+
+def _undecodable(lake: Lake, table: str, paths: list[str]) -> list[Skipped]:
+    """The files whose footer reads but whose pages do not decode (read one batch at a time)."""
+    bad = []
+    for path in paths:
         try:
             with lake.fs.open_input_file(path) as handle:
-                parts.append(pq.ParquetFile(handle).read())
+                for _ in pq.ParquetFile(handle).iter_batches(batch_size=ROW_GROUP):
+                    pass
         except (OSError, pa.ArrowException, ValueError) as error:
-            checked.skipped.append(Skipped(table, path, "unreadable", str(error)[:200]))
-    done.skipped.extend(checked.skipped)
-    merged = _merged(table, parts)
-    if checked.skipped:
-        lost = json.dumps([s.path.rpartition("/")[2] for s in checked.skipped]).encode()
-        merged = merged.replace_schema_metadata({health.UNREADABLE_KEY: lost})
-    lake.write(
-        daily.part_path(lake, table, day),
-        lambda stream: pq.write_table(
-            merged, stream, compression=COMPRESSION, row_group_size=ROW_GROUP
-        ),
-    )
-    # Every raw file is recorded, the unreadable ones too: --check looks for new files, and readers
-    # say the unreadable ones from the compacted file's footer.
-    daily.write_sources(lake, table, day, _sources(files))
-    return merged.num_rows
+            bad.append(Skipped(table, path, "unreadable", " ".join(str(error).split())[:200]))
+    return bad
 
 
-def _merged(table: str, parts: list[pa.Table]) -> pa.Table:
-    """The day's rows in the known schema (extra columns of a newer exporter kept after it), sorted."""
-    known = SCHEMAS[table]
-    if not parts:
-        return known.empty_table()
-    merged = pa.concat_tables(parts, promote_options="permissive")
-    columns, fields = [], []
-    for f in known:
-        if f.name in merged.column_names:
-            columns.append(pc.cast(merged[f.name], f.type))
-        else:
-            columns.append(pa.nulls(merged.num_rows, f.type))
-        fields.append(f)
-    for name in merged.column_names:
-        if name not in known.names:
-            columns.append(merged[name])
-            fields.append(merged.schema.field(name))
-    out = pa.Table.from_arrays(columns, schema=pa.schema(fields))
-    keys = [(k, "ascending") for k in SORT_KEYS[table] if k in out.column_names]
-    return out.sort_by(keys) if keys else out
+def _copy_file(source: str, stream: Any) -> None:
+    with open(source, "rb") as handle:
+        while chunk := handle.read(8 << 20):
+            stream.write(chunk)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

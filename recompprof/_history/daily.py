@@ -20,9 +20,9 @@ import re
 
 import pyarrow.fs as pafs
 
-from recompprof._history.layout import Lake, LakeError, partition
+from recompprof._history.layout import DAILY_ROOT, Lake, LakeError, partition
 
-DAILY = "v1-daily"
+DAILY = DAILY_ROOT
 PART = "part-0.parquet"
 SOURCES = "_sources"
 THROUGH = "_through"

@@ -5,8 +5,9 @@ events turned into rows by :class:`recompprof._history.rows.SessionRows`, and th
 bounded batches (one row group each) to one file per table, UTC day, run and writer. Every file is
 written whole and then made visible (:class:`recompprof._history.layout.PendingFile`), and its name is a
 pure function of what was exported, so exporting the same input again writes the same bytes to the
-same names. A run exported whole (writer ``all``) replaces the per-rank files its sessions wrote at
-their end: they hold a subset of the same logs' rows.
+same names. Each file holds the rows of a known set of rank sessions (its footer names them), and a
+session is in the lake once, whichever way it arrived: the files an export commits take its sessions
+from every other file of the run (:mod:`recompprof._history.sessions`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,10 @@ import pyarrow.parquet as pq
 
 from recompprof._analysis.runs import EventStream, Run, load
 from recompprof._eventlog.writer import log_rank
+from recompprof._history import sessions
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
 from recompprof._history.rows import Buffer, Repeated, SessionRows, TextPolicy, buffer
+from recompprof._history.sessions import Session
 from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP
 
 BATCH_ROWS = 8192  # rows per row group: what one table's buffer holds at most
@@ -42,7 +46,9 @@ class ExportResult:
     )
     rows: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(TABLES, 0))
     sessions: int = 0
-    replaced: list[str] = dataclasses.field(default_factory=list)
+    replaced: list[str] = dataclasses.field(
+        default_factory=list
+    )  # other files that gave sessions up
     runs: list[Run] = dataclasses.field(default_factory=list)
 
 
@@ -50,7 +56,7 @@ class _Output:
     """One file being written: its buffered rows and its Parquet writer (opened at the first batch)."""
 
     def __init__(self, lake: Lake, table: str, path: str, text: TextPolicy) -> None:
-        self.lake, self.table, self.path = lake, table, path
+        self.lake, self.table, self.path = lake, table, path  # path: until its sessions name it
         self.schema = SCHEMAS[table]
         # A full buffer is written at the next row, not at its last: a limit hit still fills in the
         # compile row just before it.
@@ -73,14 +79,19 @@ class _Output:
         self.count += self.rows.size
         self.writer.write_table(batch(self.schema, self.rows.columns()))
 
-    def close(self) -> None:
-        """Write what is buffered and finish the file (not visible yet: :meth:`commit`)."""
+    def close(self, footer: dict[bytes, bytes]) -> None:
+        """Write what is buffered and finish the file, ``footer`` in its metadata (not visible yet:
+        :meth:`commit`)."""
         self.flush()
         if self.writer is not None:
+            self.writer.add_key_value_metadata(footer)
             self.writer.close()
 
-    def commit(self) -> None:
+    def commit(self, path: str) -> None:
+        """Make the file appear at ``path``."""
+        self.path = path
         if self.pending is not None:
+            self.pending.path = path
             self.pending.commit()
 
     def abort(self) -> None:
@@ -116,42 +127,107 @@ def _array(kind: pa.DataType, column: Sequence[Any]) -> pa.Array:
     return pa.array(column, kind)
 
 
+class _Discard(Buffer):
+    """Where the rows of a day outside the export's window go: nowhere."""
+
+    def __init__(self) -> None:
+        super().__init__(TextPolicy(), lambda: None, 1)
+
+    def add(self, *_: Any) -> tuple[int, int]:
+        return -1, 0
+
+    def add_one(self, *_: Any) -> None:
+        pass
+
+    def set_limit(self, *_: Any) -> None:
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """The days of fact rows an export writes (``runs`` rows always): all, or only those after
+    ``after`` (what a session's daily exports have not written yet) and up to ``through`` (the days
+    closed while it runs)."""
+
+    after: datetime.date | None = None
+    through: datetime.date | None = None
+
+    def holds(self, table: str, day: datetime.date) -> bool:
+        if table == "runs":
+            return True
+        return (self.after is None or day > self.after) and (
+            self.through is None or day <= self.through
+        )
+
+
 class _Writers:
     """The files an export writes, by (table, day, run, writer); rows go to them as they come."""
 
-    def __init__(self, lake: Lake, per_rank: bool, text: TextPolicy) -> None:
-        self.lake, self.per_rank, self.text = lake, per_rank, text
+    def __init__(self, lake: Lake, per_rank: bool, text: TextPolicy, window: Window) -> None:
+        self.lake, self.per_rank, self.text, self.window = lake, per_rank, text, window
         self.outputs: dict[tuple[str, datetime.date, str, str], _Output] = {}
         self.result = ExportResult()
-        self.run_ids: set[str] = set()
+        # The sessions each (run, writer) holds, and the days each run has rows on.
+        self.sessions: dict[tuple[str, str], set[Session]] = {}
+        self.days: dict[str, set[datetime.date]] = {}
+        self.written: dict[str, set[str]] = {}  # by run: the files committed
+        self.discard = _Discard()
 
-    def sink(self, table: str, run_id: str, rank: int, pid: int, day: datetime.date) -> Buffer:
+    def sink(
+        self, table: str, run_id: str, rank: int, pid: int, start: float, day: datetime.date
+    ) -> Buffer:
         """What takes one session's rows of ``table`` for ``day``: its file's buffer."""
         writer = writer_of(rank, pid) if self.per_rank else ALL_RANKS
+        self.sessions.setdefault((run_id, writer), set()).add((rank, pid, sessions.start_of(start)))
+        if not self.window.holds(table, day):
+            return self.discard
         key = (table, day, run_id, writer)
         output = self.outputs.get(key)
         if output is None:
-            self.run_ids.add(run_id)
+            self.days.setdefault(run_id, set()).add(day)
             output = self.outputs[key] = _Output(
                 self.lake, table, self.lake.path_of(table, day, run_id, writer), self.text
             )
         return output.rows
 
     def finish(self, keys: Iterable[tuple[str, datetime.date, str, str]] | None = None) -> None:
-        """Finish and commit the files of ``keys`` (all when None): each appears whole, or not at all."""
+        """Finish and commit the files of ``keys`` (all when None): each appears whole, or not at all;
+        none when one would replace a file of other sessions (:func:`sessions.check_target`)."""
         chosen = list(self.outputs) if keys is None else list(keys)
-        outputs = [self.outputs.pop(key) for key in chosen]
+        outputs = [(key, self.outputs.pop(key)) for key in chosen]
         try:
-            for output in outputs:
-                output.close()
-            for output in outputs:
-                output.commit()
+            named = []
+            for (table, day, run_id, writer), output in outputs:
+                held = self.sessions[(run_id, writer)]
+                path = self.lake.path_of(table, day, run_id, sessions.writer_name(writer, held))
+                if output.rows.size or output.writer is not None:
+                    sessions.check_target(self.lake, path, run_id, held)
+                named.append((run_id, path, output, sessions.metadata(run_id, held)))
+            for _, _, output, footer in named:
+                output.close(footer)
+            for run_id, path, output, _ in named:
+                if output.pending is None:
+                    continue
+                output.commit(path)
+                self.written.setdefault(run_id, set()).add(path)
                 self.result.files[output.table].append(output.path)
                 self.result.rows[output.table] += output.count
         except BaseException:
-            for output in outputs:
+            for _, output in outputs:
                 output.abort()
             raise
+
+    def settle(self) -> None:
+        """Each session exported is in the lake once: in the files just committed."""
+        for run_id, written in sorted(self.written.items()):
+            held = set().union(*(s for (run, _), s in self.sessions.items() if run == run_id))
+            scope = [
+                (table, day)
+                for day in self.days.get(run_id, ())
+                for table in TABLES
+                if self.window.holds(table, day)
+            ]
+            self.result.replaced += sessions.settle(self.lake, run_id, held, scope, written)
 
     def abort(self) -> None:
         for output in self.outputs.values():
@@ -166,26 +242,32 @@ def export(
     per_rank: bool = False,
     labels: dict[str, str] | None = None,
     text: TextPolicy | None = None,
+    window: Window | None = None,
 ) -> ExportResult:
     """Export the runs at ``paths`` (run directories, event logs or TORCH_TRACE directories) to the
-    lake at ``uri``; raises ``RunError`` for a path that is no run and ``LakeError`` for a lake it
-    cannot write (files already in the lake stay as they were)."""
+    lake at ``uri``, the fact rows of ``window``'s days; raises ``RunError`` for a path that is no run
+    and ``LakeError`` for a lake it cannot write (files already in the lake stay as they were)."""
     runs = [load(path) for path in paths]
     lake = Lake(uri)
     text = text or TextPolicy()
-    writers = _Writers(lake, per_rank, text)
+    writers = _Writers(lake, per_rank, text, window or Window())
+    remembered = _Labels(lake, labels or {})
     try:
         with _collector_paused():
             for run in runs:
-                _export_run(run, writers, labels or {}, text)
+                _export_run(run, writers, remembered, text)
         writers.finish()
     except BaseException:
         writers.abort()
+        # The files committed before it failed (per-rank: earlier logs') still take their sessions
+        # from older files; the failure is what the caller hears.
+        with contextlib.suppress(Exception):
+            writers.settle()
         raise
+    writers.settle()
+    remembered.remember()
     result = writers.result
     result.runs = runs
-    if not per_rank:
-        result.replaced = _replace_per_rank(lake, writers.run_ids)
     return result
 
 
@@ -203,7 +285,44 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _export_run(run: Run, writers: _Writers, labels: dict[str, str], text: TextPolicy) -> None:
+class _Labels:
+    """The labels each run's sessions get over their own: those given to this export (``--labels``),
+    remembered in the lake for the run; without them, those remembered. So exporting a run again
+    without ``--labels`` (a straggler's export at its end, a re-export) keeps its ``team`` and
+    ``model``."""
+
+    def __init__(self, lake: Lake, given: dict[str, str]) -> None:
+        self.lake, self.given = lake, given
+        self.found: dict[str, dict[str, str]] = {}
+
+    def __call__(self, run_id: str) -> dict[str, str]:
+        if self.given:
+            self.found[run_id] = self.given
+        elif run_id not in self.found:
+            self.found[run_id] = self._read(run_id)
+        return self.found[run_id]
+
+    def _read(self, run_id: str) -> dict[str, str]:
+        try:
+            with self.lake.fs.open_input_stream(self.lake.labels_path(run_id)) as stream:
+                found = json.loads(bytes(stream.read()))["labels"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}  # none remembered (or unreadable: the export goes on without)
+        if not isinstance(found, dict):
+            return {}
+        return {str(k): str(v) for k, v in found.items()}
+
+    def remember(self) -> None:
+        if not self.given:
+            return
+        text = json.dumps({"labels": dict(sorted(self.given.items()))}) + "\n"
+        for run_id in sorted(self.found):
+            self.lake.write(
+                self.lake.labels_path(run_id), lambda stream: stream.write(text.encode())
+            )
+
+
+def _export_run(run: Run, writers: _Writers, labels: _Labels, text: TextPolicy) -> None:
     rows = SessionRows(writers.sink, text, run_id=run.path.name, labels=labels)
     stream = run.events
     if isinstance(stream, EventStream):
@@ -229,14 +348,3 @@ def _pid_of(file: Path) -> int:
         return 0
     digits = file.stem.rpartition("-")[2]
     return int(digits) if digits.isdigit() else 0
-
-
-def _replace_per_rank(lake: Lake, run_ids: set[str]) -> list[str]:
-    """Delete the per-rank files of runs just exported whole: their rows are in the ``all`` files."""
-    removed = []
-    for table in TABLES:
-        for found in lake.files(table):
-            if found.run_id in run_ids and found.writer != ALL_RANKS:
-                lake.delete(found.path)
-                removed.append(found.path)
-    return removed

@@ -6,9 +6,10 @@ that read them (docs/history.md, "Layout").
     URI/v1/<table>/dt=YYYY-MM-DD/<run_id>__<writer>.parquet       # one writer per file
     URI/v1/<table>/dt=YYYY-MM-DD/.<run_id>__<writer>.parquet.tmp  # being written (hidden), then renamed
 
-``<writer>`` is ``all`` when one exporter had every rank's log of the run, or ``rank00003-12345`` (rank
-and pid) when a rank session exported its own log. A file's name is a pure function of what was
-exported, so exporting again overwrites the same file instead of adding a second one. ``URI`` is a
+``<writer>`` is ``all-s<digest>`` when one exporter had the run's logs (a run directory), or
+``rank00003-12345-s<digest>`` (rank and pid) when a rank session exported its own log; the digest is
+of the sessions the file holds (:mod:`recompprof._history.sessions`). A file's name is a pure function
+of what was exported, so exporting again overwrites the same file instead of adding a second one. ``URI`` is a
 local or shared path or an object-store URI that pyarrow's filesystems open (``s3://bucket/prefix``,
 ``gs://…``; ``?endpoint_override=…`` for an S3-compatible server). On a local or shared filesystem a
 file is written under its hidden temporary name and renamed into place; an object store has no
@@ -35,6 +36,7 @@ import pyarrow.fs as pafs
 from recompprof._errors import RecompprofError
 
 ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
+DAILY_ROOT = "v1-daily"  # the compacted root (recompprof._history.daily)
 SUFFIX = ".parquet"
 ALL_RANKS = "all"
 _PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")
@@ -173,10 +175,11 @@ class Lake:
         """The path of one run's (and writer's) file of ``table`` for UTC day ``day``."""
         return f"{self.table_dir(table)}/{partition(day)}/{file_name(run_id, writer)}"
 
-    def files(self, table: str) -> list[LakeFile]:
-        """The data files of ``table``, sorted by path (none, where the table has no files yet);
-        temporary and hidden files are left out."""
-        selector = pafs.FileSelector(self.table_dir(table), recursive=True, allow_not_found=True)
+    def files(self, table: str, under: str | None = None) -> list[LakeFile]:
+        """The data files of ``table`` (or of its folder ``under``: one day's), sorted by path (none,
+        where the table has no files yet); temporary and hidden files are left out."""
+        where = under or self.table_dir(table)
+        selector = pafs.FileSelector(where, recursive=True, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
         except OSError as error:
@@ -189,6 +192,35 @@ class Lake:
             if parsed is not None:
                 found.append(dataclasses.replace(parsed, size=info.size or 0))
         return sorted(found, key=lambda f: f.path)
+
+    def labels_path(self, run_id: str) -> str:
+        """Where the labels given to a run's export are remembered (``v1/_labels/``: no table's
+        folder, and hidden from every engine by its leading ``_``)."""
+        return f"{self.base}/{ROOT}/_labels/{file_name(run_id, 'labels')[: -len(SUFFIX)]}.json"
+
+    def temporaries(self, before: datetime.datetime) -> list[str]:
+        """Hidden temporary files (``.<name>.<n>.tmp``) under the lake's roots last written before
+        ``before``: what exporters killed mid-write left (a live one rewrites its own within minutes)."""
+        found = []
+        for root in (ROOT, DAILY_ROOT):
+            selector = pafs.FileSelector(
+                f"{self.base}/{root}", recursive=True, allow_not_found=True
+            )
+            try:
+                infos = self.fs.get_file_info(selector)
+            except OSError as error:
+                raise LakeError(f"{self.uri}: cannot list {root}: {_one_line(error)}") from error
+            for info in infos:
+                name = info.path.rpartition("/")[2]
+                if (
+                    info.type == pafs.FileType.File
+                    and name.startswith(".")
+                    and name.endswith(".tmp")
+                    and info.mtime is not None
+                    and info.mtime < before
+                ):
+                    found.append(info.path)
+        return sorted(found)
 
     def uri_of(self, path: str) -> str:
         """A path of this lake's filesystem as a URI another engine opens (a local path stays a path)."""

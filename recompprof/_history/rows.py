@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -44,9 +45,10 @@ from recompprof._model.events import (
 )
 from recompprof._version import __version__
 
-# Where a session's rows go: ``sink(table, run_id, rank, pid, day)`` is the buffer (:func:`buffer`)
-# that holds the rows of that table, session and UTC day until its writer takes them as columns.
-Sink = Callable[[str, str, int, int, datetime.date], "Buffer"]
+# Where a session's rows go: ``sink(table, run_id, rank, pid, start, day)`` is the buffer
+# (:func:`buffer`) that holds the rows of that table, session (its start: its first event's time) and
+# UTC day until its writer takes them as columns.
+Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
 _NONE: dict[str, int] = {}
@@ -76,6 +78,20 @@ class TextPolicy:
         where, sep, rest = line.partition(" in ")
         file, colon, number = where.rpartition(":")
         return f"{short_path(file)}{colon}{number}{sep}{rest}" if colon else line
+
+
+_RELEASES: dict[str | None, str | None] = {None: None}
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+
+def torch_release(version: str | None) -> str | None:
+    """torch's release without its build or pre-release parts (``2.13.0`` for ``2.13.0+cpu`` or
+    ``2.13.0a0+git1234``): what two sessions' versions are compared by (cached: a run has one)."""
+    found = _RELEASES.get(version, _RELEASES)
+    if found is _RELEASES:
+        match = _RELEASE.match(version or "")
+        found = _RELEASES[version] = match.group(0) if match else version
+    return found  # type: ignore[return-value]
 
 
 _DAYS: dict[int, datetime.date] = {}
@@ -184,6 +200,7 @@ _DERIVED = {
     "limit_value",
     "reason_count",
     "call_site",
+    "torch_release",
 }
 _OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
 _OWN_FIELDS = (*(_RENAMED.get(name, name) for name in _OWN_COLUMNS), *_MADE_FROM)
@@ -245,6 +262,7 @@ class CompileBuffer(Buffer):
         for column, (cache, result) in _CACHE_LOOKUPS.items():
             parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
         parts["reason_count"] = list(map(len, reasons))
+        parts["torch_release"] = list(map(torch_release, parts["torch_version"]))
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
         return [parts[name] for name in _COMPILE_NAMES]
 
@@ -330,6 +348,8 @@ class GuardFailureBuffer(Buffer):
         if not self.text.texts:
             parts["text"] = [""] * self.size
         parts["position"], parts["count"] = self.positions, self.counts
+        versions = parts["torch_version"].values  # type: ignore[attr-defined]
+        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -412,10 +432,12 @@ class SessionRows:
         *,
         run_id: str,
         pid: int = 0,
-        labels: dict[str, str] | None = None,
+        labels: dict[str, str] | Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self.sink = sink
-        self.labels = labels or {}  # added to (and over) each session's own
+        # added to (and over) each session's own: the same for every run, or by run id
+        given = labels or {}
+        self.labels_of = given if callable(given) else (lambda _run: given)
         self.text = text
         self.tracker = CauseTracker()
         self.default_run, self.default_pid = run_id, pid
@@ -440,10 +462,8 @@ class SessionRows:
             session = self.open[event.rank] = _Session(
                 None, event.rank, self.default_run, self.default_pid
             )
-            session.labels = dict(self.labels)
-            session.set_dims(
-                (None, self.default_run, self.labels.get("team"), self.labels.get("model"))
-            )
+            labels = session.labels = dict(self.labels_of(self.default_run))
+            session.set_dims((None, self.default_run, labels.get("team"), labels.get("model")))
         time = event.time
         if session.first_time is None:
             session.first_time = time
@@ -463,7 +483,7 @@ class SessionRows:
         if known is not None:
             self._close(known, 0)
         session = self.open[event.rank] = _Session(event, event.rank, event.run_id, event.pid)
-        labels = {**event.labels, **self.labels}
+        labels = {**event.labels, **self.labels_of(event.run_id)}
         session.labels = labels
         session.set_dims(
             (
@@ -521,8 +541,9 @@ class SessionRows:
         """The buffer of the session's rows of ``table`` for ``day`` (asked of the sink once)."""
         found = session.buffers.get((table, day))
         if found is None:
+            start = session.first_time if session.first_time is not None else 0.0
             found = session.buffers[(table, day)] = self.sink(
-                table, session.run_id, session.rank, session.pid, day
+                table, session.run_id, session.rank, session.pid, start, day
             )
         return found
 
@@ -602,6 +623,7 @@ class SessionRows:
             self.text.location(event.user_location) if event.user_location else None,
             event.skipped_frame,
             event.count,
+            torch_release(session.dims[0]),
         )
         self._buffer(session, "graph_breaks", day_of(event.time)).add(row)
 
@@ -645,12 +667,13 @@ class SessionRows:
             "failures": session.failures,
             "guard_failures": session.guard_failures,
             "graph_breaks": session.graph_breaks,
-            "steps": session.steps,
+            "steps": session.steps or None,  # no step counted: unknown, not 0
             "compile_seconds": session.compile_seconds,
             "recompile_seconds": session.recompile_seconds,
             "wall_seconds": end.totals.get("wall_seconds") if end is not None else None,
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
+            "torch_release": torch_release(session.dims[0]),
         }
         self._buffer(session, "runs", day_of(first)).add([row[n] for n in _RUNS])
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 # Which exporter wrote a file: raised when a column is added or a figure's rule changes (see
 # docs/history.md, "Versioning"); readers take every version of one root.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: torch_release on every table; runs.steps null where no step was counted
 
 TABLES = ("runs", "compiles", "guard_failures", "graph_breaks")
 
@@ -38,6 +38,9 @@ def _fields(*columns: tuple[str, pa.DataType]) -> list[pa.Field]:
 SESSION_KEY = _fields(("run_id", _STR), ("rank", _I32), ("pid", _I32))
 # Denormalised onto every row, so most fleet questions need one table (Parquet dictionary-encodes them).
 DIMENSIONS = _fields(("torch_version", _STR), ("job", _STR), ("team", _STR), ("model", _STR))
+# Columns added since v1's first tables, at the end of every table (EXPORT_VERSION 2): torch's
+# release without its build (``2.13.0`` for ``2.13.0+cpu``), what versions are compared by.
+_ADDED = (("torch_release", _STR),)
 
 RUNS = pa.schema(
     [
@@ -85,6 +88,7 @@ RUNS = pa.schema(
             ("wall_seconds", _F64),
             ("export_version", _I32),
             ("exporter_version", _STR),
+            *_ADDED,
         ),
     ]
 )
@@ -168,6 +172,7 @@ COMPILES = pa.schema(
             ("restart_count", _I32),
             ("dynamo_config_sha", _STR),
             ("inductor_config_sha", _STR),
+            *_ADDED,
         ),
     ]
 )
@@ -189,6 +194,7 @@ GUARD_FAILURES = pa.schema(
             ("steady_state", _BOOL),
             ("text", _STR),  # empty under redact or --no-text
             ("count", _I32),  # 1, or the reasons an event left out past its cap (position null)
+            *_ADDED,
         ),
     ]
 )
@@ -206,6 +212,7 @@ GRAPH_BREAKS = pa.schema(
             ("user_location", _STR),
             ("skipped_frame", _BOOL),
             ("count", _I32),
+            *_ADDED,
         ),
     ]
 )

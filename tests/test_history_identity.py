@@ -1,0 +1,263 @@
+"""A run's identity in the lake, and a rank session counted once whichever way it arrived: real
+2-rank torchrun jobs (gloo, CPU, eager) launched without a run id, exported whole, per rank and from a
+partial run folder (docs/history.md, "Identity")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from needs import starts  # noqa: E402
+from rank_jobs import TORCHRUN, job_env  # noqa: E402
+from recorded_runs import cli  # noqa: E402
+from servers import free_port  # noqa: E402
+
+from recompprof._analysis.report.fold import build_report  # noqa: E402
+from recompprof._analysis.runs import load  # noqa: E402
+from recompprof._history.layout import Lake  # noqa: E402
+from recompprof._history.sessions import base_of  # noqa: E402
+from recompprof._history.tables import TABLES  # noqa: E402
+
+WORKLOAD = Path(__file__).parent / "workloads" / "ddp_diverge.py"
+JOB_TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+@starts("workload")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two 2-rank torchrun jobs launched side by side the default way (static rendezvous, no
+    ``--rdzv-id``: torchelastic's run id ``none``), each in its own working directory, recompprof's
+    run directory left at its default; their run directories."""
+    where = tmp_path_factory.mktemp("none-jobs")
+    procs = []
+    for name, seed_rank in (("a", 1), ("b", 0)):
+        cwd = where / name
+        cwd.mkdir()
+        command = [TORCHRUN, "--nproc-per-node=2", f"--master-port={free_port()}", str(WORKLOAD)]
+        command += ["--steps", "4", "--diverge-step", "2", "--diverge-rank", str(seed_rank)]
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=job_env({}),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    for proc in procs:
+        out, _ = proc.communicate(timeout=JOB_TIMEOUT)
+        assert proc.returncode == 0, out[-3000:]
+    found = []
+    for name in ("a", "b"):
+        [run_dir] = (where / name / "recompprof-runs").iterdir()
+        assert len(list(run_dir.glob("*.jsonl"))) == 2
+        found.append(run_dir)
+    return found
+
+
+def _sql(lake: Path, query: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    for table in TABLES:
+        if Lake(str(lake)).files(table):
+            con.execute(
+                f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
+                f"'{lake}/v1/{table}/*/*.parquet', hive_partitioning=true)"
+            )
+    return con.execute(query).fetchall()
+
+
+def _compiles(*paths: Path) -> int:
+    """The compiles ``report`` counts over these runs (or logs)."""
+    return sum(build_report(load(path).events).compiles for path in paths)
+
+
+def _sessions(lake: Path) -> list[tuple[Any, ...]]:
+    return _sql(lake, "SELECT run_id, rank, pid FROM runs ORDER BY run_id, rank")
+
+
+def _export(*args: str) -> subprocess.CompletedProcess[str]:
+    done = cli("export", *args)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _with_run_id(run_dir: Path, where: Path, run_id: str) -> Path:
+    """A copy of ``run_dir`` whose sessions say ``run_id`` (as a log recorded before this release,
+    under torchelastic's ``none``, says)."""
+    where.mkdir(parents=True)
+    for log in run_dir.glob("*.jsonl"):
+        lines = log.read_text().splitlines(keepends=True)
+        start = json.loads(lines[0])
+        assert start["kind"] == "session_start"
+        start["run_id"] = start["job"] = run_id
+        (where / log.name).write_text(json.dumps(start) + "\n" + "".join(lines[1:]))
+    return where
+
+
+def test_jobs_launched_without_a_run_id_get_their_own_run_ids(jobs: list[Path]) -> None:
+    """Two torchrun jobs launched with torchelastic's run id ``none`` get two run ids (not ``none``),
+    shared by each job's ranks: their run directories differ, and each exports to its own files, so
+    one lake keeps every session and every compile of both."""
+    ids = []
+    for run_dir in jobs:
+        starts = [json.loads(p.read_text().splitlines()[0]) for p in run_dir.glob("*.jsonl")]
+        assert len({s["run_id"] for s in starts}) == 1
+        ids.append(starts[0]["run_id"])
+    assert len(set(ids)) == 2 and "none" not in ids and all(i.startswith("torchrun-") for i in ids)
+    assert [p.name for p in jobs] == ids
+    lake = jobs[0].parent.parent.parent / "lake-ids"
+    for run_dir in jobs:
+        _export(str(run_dir), "--to", str(lake))
+    assert len(_sessions(lake)) == 4
+    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    assert compiles == rows == _compiles(*jobs)
+
+
+def test_two_jobs_logged_under_one_run_id_never_replace_each_other(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """Logs of two jobs that both say run id ``none`` (recorded before this release), exported one
+    after the other into one lake: the second export writes files of its own sessions beside the
+    first's, and both jobs' sessions and compiles stay."""
+    copies = [_with_run_id(run, tmp_path / f"old-{i}", "none") for i, run in enumerate(jobs)]
+    lake = tmp_path / "lake"
+    for copy in copies:
+        _export(str(copy), "--to", str(lake))
+    files = Lake(str(lake)).files("compiles")
+    assert len(files) == 2 and {f.run_id for f in files} == {"none"}
+    assert len({f.writer for f in files}) == 2 and {base_of(f.writer) for f in files} == {"all"}
+    assert len(_sessions(lake)) == 4
+    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    assert compiles == rows == _compiles(*copies)
+
+
+def test_a_file_of_other_sessions_at_the_exports_name_is_refused(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """Where the file an export would write already holds other sessions (here: job A's rows put under
+    job B's name), the export refuses with one line and exit 2, writes nothing and deletes nothing."""
+    first, second = (_with_run_id(run, tmp_path / f"old-{i}", "none") for i, run in enumerate(jobs))
+    scratch, lake = tmp_path / "scratch", tmp_path / "lake"
+    _export(str(second), "--to", str(scratch))
+    _export(str(first), "--to", str(lake))
+    [theirs] = Lake(str(scratch)).files("compiles")
+    [mine] = Lake(str(lake)).files("compiles")
+    target = Path(mine.path).parent / Path(theirs.path).name
+    shutil.copyfile(mine.path, target)
+    before = {p: p.read_bytes() for p in lake.rglob("*") if p.is_file()}
+    done = cli("export", str(second), "--to", str(lake))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "holds 2 other session(s)" in line and "not replaced" in line and target.name in line
+    assert {p: p.read_bytes() for p in lake.rglob("*") if p.is_file()} == before
+
+
+def test_a_straggler_exported_per_rank_after_the_whole_run_is_counted_once(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """A run exported whole, then one rank's log exported on its own (a straggler's session-end export,
+    a re-export of one log): that rank is in the lake once, its rows in its own file, and every table
+    counts the run's compiles and sessions as ``report`` does."""
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    _export(str(run_dir), "--to", str(lake))
+    whole = [f for t in TABLES for f in Lake(str(lake)).files(t)]
+    rank0 = sorted(run_dir.glob("rank00000-*.jsonl"))[0]
+    done = _export(str(rank0), "--to", str(lake), "--per-rank")
+    sessions = _sessions(lake)
+    assert [s[1] for s in sessions] == [0, 1] and len(set(sessions)) == 2
+    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    assert compiles == rows == _compiles(run_dir)
+    by_rank = _sql(
+        lake,
+        "SELECT rank, COUNT(DISTINCT filename) FROM read_parquet("
+        f"'{lake}/v1/compiles/*/*.parquet', filename=true) GROUP BY rank ORDER BY rank",
+    )
+    assert [count for _, count in by_rank] == [1, 1]
+    assert f"replaced {len(whole)} older file(s)" in done.stdout
+    # and exported whole again: the run's files hold both ranks once more, no per-rank file left
+    _export(str(run_dir), "--to", str(lake))
+    writers = {base_of(f.writer) for t in TABLES for f in Lake(str(lake)).files(t)}
+    assert writers == {"all"} and len(_sessions(lake)) == 2
+
+
+def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """Both ranks exported per rank, then a folder holding only rank 0's log exported whole (a node
+    without the shared run directory): rank 1 keeps its rows, rank 0 is counted once, and the message
+    counts the files actually replaced (rank 0's own)."""
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    _export(str(run_dir), "--to", str(lake), "--per-rank")
+    rank0 = sorted(run_dir.glob("rank00000-*.jsonl"))[0]
+    own = [f for t in TABLES for f in Lake(str(lake)).files(t) if f.writer.startswith("rank00000-")]
+    partial = tmp_path / "node0"
+    partial.mkdir()
+    shutil.copy(rank0, partial)
+    done = _export(str(partial), "--to", str(lake))
+    assert [s[1] for s in _sessions(lake)] == [0, 1]
+    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    assert compiles == rows == _compiles(run_dir)
+    rank1 = {base_of(f.writer) for f in Lake(str(lake)).files("compiles")}
+    assert any(w.startswith("rank00001-") for w in rank1) and "all" in rank1
+    assert f"replaced {len(own)} older file(s)" in done.stdout and len(own) >= 3
+
+
+def test_labels_given_to_an_export_are_remembered_for_the_run(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """A run exported with ``--labels``, then exported again without them (whole, and one rank's log on
+    its own, as a straggler's export at its end): every table keeps the run's ``team`` and ``model``,
+    and so do the days a compaction writes after."""
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    _export(str(run_dir), "--to", str(lake), "--labels", "team=vision,model=tiny")
+    _export(str(run_dir), "--to", str(lake))
+    rank0 = sorted(run_dir.glob("rank00000-*.jsonl"))[0]
+    _export(str(rank0), "--to", str(lake), "--per-rank")
+    present = [t for t in TABLES if Lake(str(lake)).files(t)]
+    assert {"runs", "compiles"} <= set(present)
+    for table in present:
+        rows = _sql(lake, f"SELECT DISTINCT team, model FROM {table}")
+        assert rows == [("vision", "tiny")], table
+    [(labels,)] = _sql(lake, "SELECT DISTINCT labels FROM runs")
+    assert dict(labels) == {"team": "vision", "model": "tiny"}
+    done = cli("history", "compact", "--lake", str(lake), "--through", "2999-01-01")
+    assert done.returncode == 0, done.stderr
+    compacted = list((lake / "v1-daily").rglob("part-0.parquet"))
+    assert compacted
+    for part in compacted:
+        table = pq.read_table(part, columns=["team", "model"])
+        assert set(zip(*(table[c].to_pylist() for c in ("team", "model")))) <= {("vision", "tiny")}
+
+
+def test_torchelastic_none_or_empty_is_no_run_id() -> None:
+    """Under torchrun, ``TORCHELASTIC_RUN_ID`` ``none`` (any case) or empty gives the node's
+    ``torchrun-<hash>`` id, the same for every rank of the node; a real run id is kept, and
+    ``RECOMPPROF_RUN_ID`` still wins."""
+    from recompprof._capture.identity import detect
+
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    found = {
+        value: detect({**base, "TORCHELASTIC_RUN_ID": value}).run_id
+        for value in ("none", "NONE", "", " none ")
+    }
+    assert len(set(found.values())) == 1 and next(iter(found.values())).startswith("torchrun-")
+    other_rank = detect({**base, "RANK": "1", "TORCHELASTIC_RUN_ID": "none"}).run_id
+    assert other_rank == found["none"]
+    assert detect({**base, "TORCHELASTIC_RUN_ID": "job-9"}).run_id == "job-9"
+    assert detect({**base, "TORCHELASTIC_RUN_ID": "none", "RECOMPPROF_RUN_ID": "x"}).run_id == "x"
+    assert (
+        detect({**base, "TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}).run_id == "slurm-77"
+    )

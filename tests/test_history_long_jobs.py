@@ -1,0 +1,137 @@
+"""Long jobs in the lake on time: a session's log exported while it runs (``history_every``), closed
+days first and at the end only what remains, each row once (docs/history.md, "Export while it runs")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from generated_runs import generate  # noqa: E402
+from recorded_runs import clean_env, cli  # noqa: E402
+
+from recompprof._analysis.report.fold import build_report  # noqa: E402
+from recompprof._analysis.runs import load  # noqa: E402
+from recompprof._history.layout import Lake  # noqa: E402
+from recompprof._history.rows import day_of  # noqa: E402
+from recompprof._history.tables import TABLES  # noqa: E402
+
+WORKLOAD = Path(__file__).parent / "workloads" / "train_until_told.py"
+
+
+def _sql(lake: Path, query: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    for table in TABLES:
+        if Lake(str(lake)).files(table):
+            con.execute(
+                f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
+                f"'{lake}/v1/{table}/*/*.parquet', hive_partitioning=true)"
+            )
+    return con.execute(query).fetchall()
+
+
+def _in_lake(lake: Path) -> tuple[Any, ...] | None:
+    """The one runs row's (ended, compiles) and the compile rows counted, once a runs file is there."""
+    if not (lake / "v1" / "runs").exists() or not (lake / "v1" / "compiles").exists():
+        return None
+    [(sessions, ended, compiles)] = _sql(
+        lake, "SELECT COUNT(*), BOOL_OR(ended), SUM(compiles) FROM runs"
+    )
+    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    return sessions, ended, compiles, rows
+
+
+@pytest.mark.workload
+def test_a_running_session_is_in_the_lake_before_it_ends(tmp_path: Path) -> None:
+    """With ``history_uri`` and ``history_every`` set, a job still running (blocked after step 6) is in
+    the lake within that period: its session not ended and its compiles so far; once it ends, the lake
+    holds it once, ended, with the compiles ``report`` counts."""
+    run, lake = tmp_path / "run", tmp_path / "lake"
+    env = clean_env(
+        RECOMPPROF_RUN_DIR=str(run),
+        RECOMPPROF_HISTORY_URI=str(lake),
+        RECOMPPROF_HISTORY_EVERY="1",
+        RECOMPPROF_HISTORY_TIMEOUT="120",
+    )
+    command = [
+        sys.executable,
+        str(WORKLOAD),
+        "--steps",
+        "10",
+        "--wait-at",
+        "6",
+        "--backend",
+        "eager",
+    ]
+    proc = subprocess.Popen(
+        command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        for line in proc.stdout:
+            if line.startswith("WAITING"):
+                break
+        so_far = build_report(load(run).events).compiles
+        assert so_far > 0
+        deadline = time.monotonic() + 120
+        found = _in_lake(lake)
+        while time.monotonic() < deadline and (found is None or found[2] != so_far):
+            time.sleep(0.2)
+            found = _in_lake(lake)
+        assert proc.poll() is None  # still running
+        assert found == (1, False, so_far, so_far)
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    total = build_report(load(run).events).compiles
+    assert _in_lake(lake) == (1, True, total, total) and total >= so_far
+
+
+def _across_midnight(where: Path) -> Path:
+    """A generated rank log (real event models) moved in time so it spans a UTC midnight."""
+    generate(where, ranks=1, per_rank=2000, seed=4)
+    [log] = where.glob("*.jsonl")
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    shift = (86400 - lines[0]["time"] % 86400) - 50  # starts 50 s before midnight
+    for event in lines:
+        event["time"] += shift
+    log.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return log
+
+
+def _counts(lake: Path) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        table: _sql(lake, f"SELECT dt, COUNT(*) FROM {table} GROUP BY dt ORDER BY dt")
+        for table in TABLES
+    }
+
+
+def test_closed_days_then_the_rest_hold_each_row_once(tmp_path: Path) -> None:
+    """A session's log exported as its closed day (``--through-day``) and then, at its end, only the
+    later days (``--after-day``), as ``history_uri`` does: the lake holds every row of both days once,
+    as one export of the log does, with its ``runs`` row from the end."""
+    log = _across_midnight(tmp_path / "run")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    first = day_of(events[0]["time"])
+    assert day_of(events[-1]["time"]) > first
+    lake, whole = tmp_path / "lake", tmp_path / "whole"
+    done = cli("export", str(log), "--to", str(lake), "--per-rank", "--through-day", str(first))
+    assert done.returncode == 0, done.stderr
+    assert {d for t in TABLES for d, _ in _counts(lake)[t]} == {first}
+    done = cli("export", str(log), "--to", str(lake), "--per-rank", "--after-day", str(first))
+    assert done.returncode == 0, done.stderr
+    assert cli("export", str(log), "--to", str(whole), "--per-rank").returncode == 0
+    assert _counts(lake) == _counts(whole) and len(_counts(lake)["compiles"]) == 2
+    [(ended, compiles)] = _sql(lake, "SELECT ended, compiles FROM runs")
+    assert ended and compiles == build_report(load(log).events).compiles

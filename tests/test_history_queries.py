@@ -156,8 +156,9 @@ def test_regressions_find_the_job_that_recompiles_more_and_exit_1(lake, capsys):
 
 
 def test_compare_is_a_ci_gate(lake, capsys):
-    """compare: a run with guard failures beyond its job's last runs exits 1 and lists them; a run with no
-    earlier run of its job passes with a note; a run not in the lake is a usage error."""
+    """compare: a run with guard failures beyond its job's last runs and the slack exits 1 and lists
+    them; a run with no earlier run of its job, or fewer than the minimum baseline, passes with a note;
+    a run not in the lake is a usage error."""
     runs = rows_of(lake, "runs").to_pylist()
     last = max(runs, key=lambda r: r["start_time"])["run_id"]
     first_of_job = {}
@@ -167,9 +168,15 @@ def test_compare_is_a_ci_gate(lake, capsys):
     assert code == 0 and "nothing to compare with" in err
     code, out, err = history(capsys, "compare", last, "--lake", str(lake), "--format", "json")
     answer = as_json(out)
+    assert code == 0 and answer["results"] == [] and not answer["findings"]
+    assert answer["baseline_runs"] < answer["min_baseline"] and "nothing is compared" in err
+    code, out, err = history(
+        capsys, "compare", last, "--lake", str(lake), "--format", "json", "--min-baseline", "1"
+    )
+    answer = as_json(out)
     assert code == (1 if answer["findings"] else 0)
     for row in answer["results"][0]["rows"]:
-        assert row["this_run"] > row["baseline_max"]
+        assert row["this_run"] > row["allowed"] >= row["baseline_max"] + 2
     code, out, err = history(capsys, "compare", "no-such-run", "--lake", str(lake))
     assert code == 2 and "not in the lake" in err and "Traceback" not in err
 
@@ -508,8 +515,9 @@ def test_real_runs_cost_and_causes_agree_with_the_report(real_lake, capsys):
 
 
 def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, capsys):
-    """compare, the CI gate, on real runs: the candidate that recompiles for two more reasons than its
-    job's earlier run exits 1 and names them; the job's first run has no baseline and passes."""
+    """compare, the CI gate, on real runs: held to one earlier run it notes the baseline is too small
+    and passes; told to gate on one run with no slack, the candidate that recompiles for two more
+    reasons exits 1 and names them; the job's first run has no baseline and passes."""
     lake, _ = real_lake
     _, out, _ = history(
         capsys,
@@ -521,9 +529,14 @@ def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, ca
         "json",
     )
     base, cand = (row["run_id"] for row in as_json(out)["results"][0]["rows"])
-    code, out, err = history(capsys, "compare", cand, "--lake", str(lake), "--format", "json")
+    code, out, err = history(capsys, "compare", cand, "--lake", str(lake))
+    assert code == 0 and "only 1 earlier finished run(s)" in err  # one run: the job's noise unknown
+    strict = ("--min-baseline", "1", "--max-failure-increase", "0")
+    code, out, err = history(
+        capsys, "compare", cand, "--lake", str(lake), "--format", "json", *strict
+    )
     answer = as_json(out)
-    assert code == 1 and answer["findings"]
+    assert code == 1 and answer["findings"] and answer["baseline_runs"] == 1
     added = {row["category"] for row in answer["results"][0]["rows"]}
     assert added and all(row["baseline_max"] == 0 for row in answer["results"][0]["rows"])
     code, out, err = history(capsys, "compare", base, "--lake", str(lake))

@@ -1,14 +1,14 @@
 """recompprof history: fleet questions over a lake that `recompprof export` wrote (docs/history.md).
 
-  recompprof history top-causes  --lake URI [--since 7d] [--by model|team|job] [--all]
+  recompprof history top-causes  --lake URI [--since 7d] [--by model|team|job|frame] [--all]
   recompprof history cost        --lake URI [--since 30d] [--by team]
   recompprof history regressions --lake URI --baseline torch=2.14.1 --candidate torch=2.15.0
-  recompprof history compare RUN --lake URI [--baseline last:50] [--job J]
+  recompprof history compare RUN --lake URI [--baseline last:50] [--job J] [--min-baseline 5] [--top 10]
   recompprof history limit-hits | divergence | latency --lake URI [--since 7d]
   recompprof history sql --lake URI 'SELECT ...'
   recompprof history compact --lake URI [--through DATE] [--check]
 
-DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
+Every question but compare takes --job/--team/--model to narrow its rows. DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
 definitions and the query for a fleet's own engine instead.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 from recompprof._errors import CommandError
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
+GROUPS = ("model", "team", "job")  # --by, and the --job/--team/--model filters
 
 _QUESTIONS = {
     "top-causes": ("the costliest recompile causes, by model, team or job", "7d", "model"),
@@ -46,13 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("run", metavar="RUN", help="the run id to hold to its job's history")
             p.add_argument("--baseline", default="last:50", help="last:N finished runs of the job")
             p.add_argument("--job", default="", help="the job (default: the one its sessions name)")
-            p.add_argument(
-                "--max-time-increase",
-                type=float,
-                default=10.0,
-                metavar="PCT",
-                help="compile seconds count as added beyond the baseline's most plus PCT%% (10)",
-            )
+            _gate_arguments(p)
         if name == "regressions":
             p.add_argument("--baseline", required=True, metavar="torch=VERSION")
             p.add_argument("--candidate", required=True, metavar="torch=VERSION")
@@ -61,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "--since", default=since, help=f"days back (7d) or a date (default {since})"
             )
         if by is not None:
-            p.add_argument(
-                "--by", default=by, choices=("model", "team", "job"), help=f"(default {by})"
-            )
+            choices = ("model", "team", "job", "frame") if name == "top-causes" else GROUPS
+            p.add_argument("--by", default=by, choices=choices, help=f"(default {by})")
+        if name != "compare":
+            for column in GROUPS:
+                p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
         if name == "top-causes":
             p.add_argument(
                 "--all", action="store_true", help="every recompile, not only steady-state ones"
@@ -92,6 +89,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _gate_arguments(p: argparse.ArgumentParser) -> None:
+    """compare's rule (docs/history.md "The gate's rule"), each slack a flag with the measured default."""
+    from recompprof._history import questions as q
+
+    p.add_argument(
+        "--max-failure-increase",
+        type=int,
+        default=q.FAILURE_SLACK,
+        metavar="N",
+        help="guard failures of a frame and category count as added beyond the baseline's most plus "
+        f"the larger of N and PCT%% of it (N={q.FAILURE_SLACK})",
+    )
+    p.add_argument(
+        "--max-failure-increase-pct",
+        type=float,
+        default=q.FAILURE_TOLERANCE * 100,
+        metavar="PCT",
+        help=f"(PCT={q.FAILURE_TOLERANCE * 100:g})",
+    )
+    p.add_argument(
+        "--max-time-increase",
+        type=float,
+        default=q.TIME_TOLERANCE * 100,
+        metavar="PCT",
+        help="compile seconds count as added beyond the baseline's most plus the larger of "
+        f"PCT%% of it and S seconds (PCT={q.TIME_TOLERANCE * 100:g})",
+    )
+    p.add_argument(
+        "--max-time-increase-s",
+        type=float,
+        default=q.TIME_SLACK_S,
+        metavar="S",
+        help=f"(S={q.TIME_SLACK_S:g})",
+    )
+    p.add_argument(
+        "--min-baseline",
+        type=int,
+        default=q.MIN_BASELINE,
+        metavar="N",
+        help=f"fewer earlier finished runs than N: a note, exit 0 (default {q.MIN_BASELINE})",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=q.TOP_FINDINGS,
+        metavar="N",
+        help=f"show the N worst findings and count the rest (0: all; default {q.TOP_FINDINGS})",
+    )
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
@@ -115,7 +162,9 @@ def _params(args: argparse.Namespace) -> object:
     if getattr(args, "since", None) is not None:
         values["since"] = q.since_date(args.since)
     if getattr(args, "by", None) is not None:
-        values["by"] = q.group(args.by)
+        values["by"] = q.group(args.by, frame=args.question == "top-causes")
+    if args.question != "compare":
+        values["only"] = q.narrowed({c: getattr(args, c, "") for c in q.FILTERS})
     if args.question == "top-causes":
         values["steady_only"] = not args.all
     if args.question == "regressions":
@@ -128,9 +177,22 @@ def _params(args: argparse.Namespace) -> object:
         values["run"] = q.value_text(args.run, "RUN")
         values["job"] = q.value_text(args.job, "--job") if args.job else ""
         values["last"] = q.last_runs(args.baseline)
-        if args.max_time_increase < 0:
-            raise CommandError("--max-time-increase must not be negative")
+        for option in (
+            "max_failure_increase",
+            "max_failure_increase_pct",
+            "max_time_increase",
+            "max_time_increase_s",
+            "min_baseline",
+            "top",
+        ):
+            if getattr(args, option) < 0:
+                raise CommandError(f"--{option.replace('_', '-')} must not be negative")
+        values["failure_slack"] = args.max_failure_increase
+        values["failure_tolerance"] = args.max_failure_increase_pct / 100
         values["time_tolerance"] = args.max_time_increase / 100
+        values["time_slack_s"] = args.max_time_increase_s
+        values["min_baseline"] = args.min_baseline
+        values["top"] = args.top
     return q.Params(**values)  # type: ignore[arg-type]
 
 

@@ -34,6 +34,9 @@ class Result:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     trend: tuple[str, tuple[str, ...], str | None] | None = None
+    total: int | None = (
+        None  # the rows found, where only the first of them are kept (compare's top)
+    )
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,22 @@ class Answer:
     lost_at_compaction: dict[str, list[str]] = field(default_factory=dict)
     late: dict[str, list[str]] = field(default_factory=dict)
     baseline_runs: int | None = None  # compare: the runs the gate held the candidate to
+    min_baseline: int = 0  # compare: fewer baseline runs than this are too few to gate on
     gate: bool = False
 
     @property
+    def too_few(self) -> bool:
+        """compare found fewer earlier runs than it needs to know the job's noise: nothing is gated."""
+        return self.baseline_runs is not None and self.baseline_runs < self.min_baseline
+
+    @property
     def findings(self) -> bool:
-        return self.gate and any(r.rows for r in self.results)
+        return self.gate and not self.too_few and any(r.rows for r in self.results)
+
+    @property
+    def found(self) -> int:
+        """How many findings in all (a summary keeps the worst of them)."""
+        return sum(len(r.rows) if r.total is None else r.total for r in self.results)
 
 
 class Engine:
@@ -192,9 +206,14 @@ def ask(engine: Engine, command: str, params: Params) -> Answer:
     if command == "compare":
         found = engine.query(questions.compare_baseline(params)).rows[0][0]
         answer.baseline_runs = int(found or 0)
-    if answer.baseline_runs != 0:
+        answer.min_baseline = max(1, params.min_baseline)
+    if not answer.too_few:
         for q in bound.queries:
-            answer.results.append(engine.query(q.text, q.title, q.trend))
+            result = engine.query(q.text, q.title, q.trend)
+            if command == "compare" and params.top and len(result.rows) > params.top:
+                result.total = len(result.rows)
+                result.rows = result.rows[: params.top]  # ordered worst first
+            answer.results.append(result)
     answer.completeness = completeness(engine, bound.scope, bound.scope_words)
     return _frame(answer, engine, _tables_read([q.text for q in bound.queries]) | {"runs"})
 

@@ -114,6 +114,64 @@ def test_top_causes_by_team_and_all_recompiles(lake, capsys):
     assert sum(r["seconds"] for r in every_rows) > sum(r["seconds"] for r in steady_rows)
 
 
+QUESTIONS = [
+    ["top-causes", "--all", "--by", "job"],
+    ["cost", "--by", "job"],
+    ["limit-hits"],
+    ["divergence"],
+    ["latency", "--by", "job"],
+    ["regressions", "--baseline", "torch=2.14.1", "--candidate", f"torch={NEW}"],
+]
+
+
+@pytest.mark.parametrize("question", QUESTIONS, ids=lambda q: q[0])
+def test_every_question_takes_job_team_and_model_filters(lake, capsys, question):
+    """--team (and --job, --model) narrow every question to that team's rows: what it counts is the
+    team's part of the unfiltered answer (the same rows where a row names its job), the session count
+    is the team's, and the scope says so."""
+    since = [] if question[0] == "regressions" else ["--since", SINCE]
+    compiles = rows_of(lake, "compiles").to_pylist()
+    team_of = {r["job"]: r["team"] for r in compiles}
+    for team in sorted(set(team_of.values())):
+        _, whole, _ = history(capsys, *question, *since, "--lake", str(lake), "--format", "json")
+        _, part, _ = history(
+            capsys, *question, *since, "--team", team, "--lake", str(lake), "--format", "json"
+        )
+        whole_doc, part_doc = as_json(whole), as_json(part)
+        assert f"team {team}" in part_doc["sessions"]["scope"]
+        assert part_doc["sessions"]["sessions"] < whole_doc["sessions"]["sessions"]
+        for w, p in zip(whole_doc["results"], part_doc["results"], strict=True):
+            if "job" in w["columns"] and question[0] not in ("divergence",):
+                assert (
+                    p["rows"]
+                    == [r for r in w["rows"] if team_of[r["job"]] == team][: len(p["rows"])]
+                )
+            assert len(p["rows"]) <= len(w["rows"]) or question[0] in ("limit-hits", "divergence")
+    code, out, _ = history(capsys, *question, *since, "--job", "no-such-job", "--lake", str(lake))
+    assert code == 0 and "(no rows)" in out
+
+
+def test_top_causes_by_frame_with_a_fix_hint_and_an_example_run(lake, capsys):
+    """top-causes --by frame groups by the frame's name and key; every cause row carries the report's fix
+    hint for its category and a run id that has it."""
+    from recompprof._model.reasons import FIX_HINTS
+
+    code, out, _ = history(
+        capsys, "top-causes", "--by", "frame", "--all", "--since", SINCE, "--lake", str(lake),
+        "--format", "json",
+    )  # fmt: skip
+    rows = as_json(out)["results"][0]["rows"]
+    assert code == 0 and rows and "frame_name" in rows[0] and "model" not in rows[0]
+    compiles = [r for r in rows_of(lake, "compiles").to_pylist() if r["cause_category"]]
+    for row in rows:
+        assert row["fix_hint"] == FIX_HINTS.get(row["cause_category"])  # none for an unknown one
+        assert any(
+            c["run_id"] == row["example_run"] and c["frame_key"] == row["frame_key"]
+            and c["cause_category"] == row["cause_category"]
+            for c in compiles
+        )  # fmt: skip
+
+
 def test_cost_gives_compile_hours_per_team_and_week(lake, capsys):
     """cost: compile hours and the part lost to recompiles, per team and week, summing to the rows' totals."""
     code, out, _ = history(
@@ -284,6 +342,47 @@ def test_parameters_are_bound_as_literals(lake, capsys, argv, code, stream, said
     """A value that tries to break out of its quotes stays a value: nothing injected is run."""
     got, out, err = history(capsys, *argv, "--lake", str(lake))
     assert got == code and said in (out if stream == "out" else err), (out, err)
+
+
+MACROS = ("WEEK(x)", "SIZE(x)", "run-PCTL(a, 0.5)")
+
+
+@pytest.mark.parametrize("value", MACROS)
+def test_a_value_spelled_like_a_macro_runs_as_text(lake, capsys, value):
+    """A value that reads like one of the texts' macros stays a value on DuckDB: the regressions gate
+    matches no version (no crash), compare finds no earlier run of a job of that name, and a run id
+    of that name is not in the lake."""
+    code, out, err = history(
+        capsys, "regressions", "--lake", str(lake), "--baseline", f"torch={value}",
+        "--candidate", "torch=2.15.0",
+    )  # fmt: skip
+    assert code == 0 and "recompprof history regressions: ok" in out and "bug" not in err
+    runs = rows_of(lake, "runs").to_pylist()
+    run = runs[-1]["run_id"]
+    code, out, err = history(capsys, "compare", run, "--lake", str(lake), "--job", value)
+    assert code == 0 and "nothing to compare with" in err
+    code, out, err = history(capsys, "compare", value, "--lake", str(lake))
+    assert code == 2 and f"run {value!r} is not in the lake" in err
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "spark", "trino", "clickhouse"])
+@pytest.mark.parametrize("value", MACROS)
+def test_a_printed_text_keeps_every_value_as_typed(lake, capsys, dialect, value):
+    """--print-sql binds each value after the macros are spelled: in every dialect the run id, the job,
+    the version and a --team filter appear as the quoted text that was typed, never expanded."""
+    from recompprof._history import questions
+
+    quoted = questions.DIALECTS[dialect].string(value)
+    printed = "--print-sql", "--dialect", dialect, "--lake", str(lake)
+    _, out, _ = history(capsys, "compare", value, "--job", value, *printed)
+    assert out.count(quoted) >= 3, out
+    _, out, _ = history(
+        capsys, "regressions", "--baseline", f"torch={value}", "--candidate", "torch=2.15.0",
+        *printed,
+    )  # fmt: skip
+    assert out.count(quoted) >= 4, out
+    _, out, _ = history(capsys, "top-causes", "--team", value, *printed)
+    assert f"team = {quoted}" in out, out
 
 
 def test_by_takes_only_a_closed_set_of_columns(lake):

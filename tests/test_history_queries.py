@@ -404,6 +404,46 @@ def test_sql_runs_any_query_over_the_views(lake, capsys):
 
 
 @pytest.mark.parametrize(
+    "text, said",
+    [
+        ("COPY (SELECT 1 AS x) TO '{outside}/copied.csv'", "one SELECT"),
+        ("COPY (SELECT 1 AS x) TO '{lake}/v1/copied.csv'", "one SELECT"),
+        ("SELECT 1; DROP VIEW runs", "one SELECT"),
+        ("SET enable_external_access = true", "one SELECT"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "the lake's views and nothing else"),
+        ("SELECT * FROM read_text('{outside}/secret.txt')", "the lake's views and nothing else"),
+        ("SELECT * FROM glob('/etc/*')", "the lake's views and nothing else"),
+    ],
+    ids=["copy-out", "copy-into-lake", "two-statements", "set", "read-etc", "read-file", "glob"],
+)
+def test_sql_is_locked_to_the_lake(own_lake, tmp_path, capsys, text, said):
+    """history sql runs one query and reads the lake only: writing a file (anywhere, the lake too),
+    reading one outside it, a second statement or a setting is refused with one line, exit 2, and
+    nothing is written."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("the-content-of-a-private-file")
+    before = sorted(p.relative_to(own_lake) for p in own_lake.rglob("*"))
+    code, out, err = history(
+        capsys, "sql", "--lake", str(own_lake), text.format(outside=outside, lake=own_lake)
+    )
+    assert code == 2 and err.count("\n") == 1 and said in err and "the-content" not in out + err
+    assert sorted(outside.iterdir()) == [outside / "secret.txt"]
+    assert sorted(p.relative_to(own_lake) for p in own_lake.rglob("*")) == before
+
+
+def test_sql_still_reads_the_lake_itself(lake, capsys):
+    """Locked, history sql still answers from the views and may read the lake's own files directly."""
+    glob = f"{lake}/v1/runs/*/*.parquet"
+    code, out, err = history(
+        capsys, "sql", "--lake", str(lake), "--format", "json",
+        f"SELECT (SELECT COUNT(*) FROM runs) AS v, COUNT(*) AS f FROM read_parquet('{glob}')",
+    )  # fmt: skip
+    row = as_json(out)["results"][0]["rows"][0]
+    assert code == 0 and row["v"] == row["f"] == rows_of(lake, "runs").num_rows
+
+
+@pytest.mark.parametrize(
     "dialect, spelled",
     [
         # DuckDB takes a column's percentiles from one list aggregate (computed once).

@@ -106,6 +106,16 @@ class Engine:
         self.con.execute("SET enable_progress_bar_print = false")
         self._create_views()
 
+    def lock(self) -> None:
+        """From now on the engine reads the lake and nothing else: no file outside the lake's folder is
+        read or written (``COPY ... TO``, ``read_csv('/etc/...')``, ``ATTACH``, ``INSTALL`` all refused),
+        and no later statement can undo it. ``history sql`` runs a text a bot or a dashboard may pass
+        on from anyone; the canonical questions are this module's own texts."""
+        if self.lake.local:
+            self.con.execute(f"SET allowed_directories = [{views.literal(self.lake.base + '/')}]")
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
+
     def _create_views(self) -> None:
         statements, datasets = views.duckdb_views(self.lake, self.selection)
         for name, dataset in datasets.items():
@@ -144,7 +154,9 @@ class Engine:
         """An error reading data that names no file (a damaged page): decode each file of the tables
         ``sql`` reads, whole, and drop those that fail. Errors in the query itself are not probed."""
         d = self._duckdb
-        if isinstance(error, (d.ParserException, d.BinderException, d.CatalogException)):
+        if isinstance(
+            error, (d.ParserException, d.BinderException, d.CatalogException, d.PermissionException)
+        ):
             return False
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -235,11 +247,32 @@ def _compare_params(engine: Engine, params: Params) -> Params:
     return dataclasses.replace(params, job=names[0])
 
 
+# The statements ``history sql`` runs: one query (DESCRIBE and SUMMARIZE are queries to DuckDB too).
+_QUERIES = ("SELECT", "EXPLAIN")
+
+
 def free_query(engine: Engine, sql: str) -> Answer:
-    """``history sql``: any query over the views (the only free-form text)."""
+    """``history sql``: one query over the views (the only free-form text), the engine locked to the
+    lake first (:meth:`Engine.lock`)."""
+    d = engine._duckdb
+    try:
+        statements = engine.con.extract_statements(sql)
+    except d.Error as error:
+        raise CommandError(f"the query failed: {_first_line(str(error))}") from None
+    kinds = [s.type.name for s in statements]
+    if len(kinds) != 1 or kinds[0] not in _QUERIES:
+        raise CommandError(
+            "history sql runs one SELECT (or WITH ... SELECT) over the lake's views; given: "
+            + (", ".join(kinds) or "no statement")
+        )
+    engine.lock()
     try:
         result = engine.query(sql, "")
-    except engine._duckdb.Error as error:
+    except d.PermissionException as error:
+        raise CommandError(
+            f"history sql reads the lake's views and nothing else: {_first_line(str(error))}"
+        ) from None
+    except d.Error as error:
         raise CommandError(f"the query failed: {_first_line(str(error))}") from None
     answer = Answer("sql", results=[result])
     answer.completeness = completeness(engine, "true", "the whole lake")

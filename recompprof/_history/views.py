@@ -137,7 +137,8 @@ def _columns(table: str, present: set[str] | None, engine: str) -> str:
     return ", ".join(out)
 
 
-def _literal(path: str) -> str:
+def literal(path: str) -> str:
+    """A path as a SQL string literal (a quote doubled)."""
     return "'" + path.replace("'", "''") + "'"
 
 
@@ -155,7 +156,7 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
             continue
         columns = _columns(table, checked.present, "duckdb")
         if lake.local:
-            files = ", ".join(_literal(p) for p in checked.good)
+            files = ", ".join(literal(p) for p in checked.good)
             union = "false" if checked.uniform else "true"
             source = (
                 f"read_parquet([{files}], hive_partitioning = true, union_by_name = {union}, "
@@ -207,13 +208,13 @@ class _Spelling:
 
 def _duckdb_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
     opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
-    return "", f"read_parquet({_literal(root + '/*/*.parquet')}, {opts})"
+    return "", f"read_parquet({literal(root + '/*/*.parquet')}, {opts})"
 
 
 def _spark_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
     setup = (
         f"CREATE OR REPLACE TEMPORARY VIEW {table}_{suffix} USING parquet "
-        f"OPTIONS (path {_literal(root)}, mergeSchema 'true');\n"
+        f"OPTIONS (path {literal(root)}, mergeSchema 'true');\n"
     )
     return setup, f"{table}_{suffix}"
 
@@ -223,7 +224,7 @@ def _trino_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, 
     name = f"hive.recompprof.{table}_{suffix}"
     setup = (
         f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
-        f"(external_location = {_literal(root)}, format = 'PARQUET', "
+        f"(external_location = {literal(root)}, format = 'PARQUET', "
         "partitioned_by = ARRAY['dt']);\n"
         f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"
     )
@@ -232,7 +233,7 @@ def _trino_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, 
 
 def _clickhouse_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
     function = "file" if lake.local else "s3"
-    return "", f"{function}({_literal(root + '/*/*.parquet')}, 'Parquet')"
+    return "", f"{function}({literal(root + '/*/*.parquet')}, 'Parquet')"
 
 
 _SPELLINGS = {

@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from needs import starts
 from recordings import Workload, copy_into, record_one
@@ -131,3 +133,67 @@ def test_the_summary_shows_the_worst_first_and_counts_the_rest(regressed, capsys
     code = main([*argv, "--top", "1"])
     out = capsys.readouterr().out
     assert code == 1 and f"{len(rows)} finding(s) against 1 run(s)" in out
+
+
+# ---- history verify: a page broken behind a good footer -------------------------------------------
+
+
+def _flip_a_value(path: Path, column: str) -> None:
+    """Flip one byte inside ``column``'s values in the file's first row group: the footer stays good,
+    and without a page checksum the page still decodes (to a wrong value)."""
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    chunk = next(
+        meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column
+    )
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + chunk.total_compressed_size - 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+QUESTIONS = [
+    ["top-causes", "--all"],
+    ["cost"],
+    ["latency"],
+    ["limit-hits"],
+    ["divergence"],
+    ["sql", "SELECT COUNT(*) AS n FROM guard_failures"],
+]
+
+
+def test_verify_names_each_bad_file_and_every_question_leaves_them_out(
+    runs, lake, tmp_path, capsys
+):
+    """Export writes page checksums, so `history verify` finds a flipped byte that decodes silently;
+    it names each bad file with its own column and reason (exit 1), and from then on every question
+    leaves out the same files and says so, each with its reason, counting the rest; a file exported
+    anew is read again."""
+    own = tmp_path / "lake"
+    shutil.copytree(lake, own)
+    bad_compiles = next((own / "v1" / "compiles").rglob("gate-normal-03__*.parquet"))
+    bad_guards = next((own / "v1" / "guard_failures").rglob("gate-normal-07__*.parquet"))
+    _flip_a_value(bad_compiles, "duration_s")
+    _flip_a_value(bad_guards, "text")
+    code = main(["history", "verify", "--lake", str(own)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "2 bad" in out
+    assert f"{bad_compiles.name} is bad: column duration_s: " in err
+    assert f"{bad_guards.name} is bad: column text: " in err
+    good = [p for p in (own / "v1" / "compiles").rglob("*.parquet") if p != bad_compiles]
+    expected_hours = sum(pc.sum(pq.read_table(p)["compile_seconds"]).as_py() for p in good) / 3600
+    for question in QUESTIONS:
+        argv = ["history", question[0], "--lake", str(own), "--format", "json", *question[1:]]
+        code = main([*argv, *([] if question[0] == "sql" else ["--since", "3000d"])])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        warned = [w for w in json.loads(captured.out)["warnings"] if "history verify" in w]
+        assert len(warned) == 2, (question, warned)
+        assert any(f"{bad_compiles.name} (column duration_s: " in w for w in warned)
+        assert any(f"{bad_guards.name} (column text: " in w for w in warned)
+        if question[0] == "cost":
+            rows = json.loads(captured.out)["results"][0]["rows"]
+            assert sum(r["compile_hours"] for r in rows) == pytest.approx(expected_hours, abs=1e-5)
+    _export(own, runs / "normal-03")  # written anew: no longer the file verify found bad
+    main(["history", "cost", "--lake", str(own), "--since", "3000d"])
+    err = capsys.readouterr().err
+    assert bad_compiles.name not in err and bad_guards.name in err

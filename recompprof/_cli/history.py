@@ -6,6 +6,7 @@
   recompprof history compare RUN --lake URI [--baseline last:50] [--job J] [--min-baseline 5] [--top 10]
   recompprof history limit-hits | divergence | latency --lake URI [--since 7d]
   recompprof history sql --lake URI 'SELECT ...'
+  recompprof history verify --lake URI
   recompprof history compact --lake URI [--through DATE] [--check]
 
 Every question but compare takes --job/--team/--model to narrow its rows. DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
@@ -71,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("text", metavar="SQL")
     _common(p)
+    p = sub.add_parser(
+        "verify",
+        help="decode every file of the lake and name each bad one (every question then leaves "
+        "them out; exit 1 when one is bad)",
+    )
+    p.add_argument("--lake", required=True, metavar="URI")
+    p.add_argument("--format", default="table", choices=("table", "json"))
     p = sub.add_parser(
         "compact",
         help="merge each closed day into one file per table (query time follows file count)",
@@ -256,9 +264,35 @@ def _compact(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify(args: argparse.Namespace) -> int:
+    import json
+
+    from recompprof._history import health, views
+    from recompprof._history.tables import TABLES
+
+    lake = views.open_lake(args.lake)
+    files = {table: views.every_file(lake, table) for table in TABLES}
+    decoded = sum(len(f) for f in files.values())
+    bad = health.verify(lake, files)
+    health.write_verified(lake, bad, decoded)
+    if args.format == "json":
+        document = {"decoded": decoded, "bad": [vars(b) for b in bad]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        for b in bad:
+            _say("warning", f"{b.table}: {b.name} is bad: {b.why}")
+        print(
+            f"recompprof history verify: {decoded} file(s) decoded, {len(bad)} bad"
+            + (f"; recorded in {health.VERIFIED}: every question leaves them out" if bad else "")
+        )
+    return EXIT_FINDINGS if bad else EXIT_OK
+
+
 def main(args: argparse.Namespace) -> int:
     if args.question == "compact":
         return _compact(args)
+    if args.question == "verify":
+        return _verify(args)
     params = _params(args) if args.question != "sql" else None
     if args.print_sql:
         return _print_sql(args, params)

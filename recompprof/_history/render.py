@@ -20,6 +20,7 @@ _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
 _WHY = {
     "unreadable": "unreadable (corrupt or truncated)",
     "schema": "of another schema version",
+    "verify": "found bad by `history verify`",
 }
 
 
@@ -54,6 +55,15 @@ def _names(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+def _each(skipped: list[Skipped]) -> str:
+    """The files left out, each with its own reason (the first few, then how many more)."""
+    shown = ", ".join(
+        f"{s.path.rpartition('/')[2] or s.path} ({s.detail})" for s in skipped[:_SHOWN_NAMES]
+    )
+    more = len(skipped) - _SHOWN_NAMES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
     """The lines an answer's reader must see first: files left out, partial sessions, lost raw files.
     ``files``: how many files each table has in all (read and left out)."""
@@ -64,8 +74,7 @@ def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
     for (table, why), skipped in groups.items():
         out.append(
             f"{table}: {len(skipped)} of {files.get(table, len(skipped))} file(s) left out, "
-            f"{_WHY.get(why, why)}: {_names([s.path for s in skipped])} ({skipped[0].detail}); "
-            "their rows are not counted"
+            f"{_WHY.get(why, why)}: {_each(skipped)}; their rows are not counted"
         )
     for table, names in answer.lost_at_compaction.items():
         out.append(

@@ -52,17 +52,25 @@ def select(lake: Lake, tables: tuple[str, ...] = TABLES) -> Selection:
     """Each table's files by the reader rule, their footers read."""
     marker = daily.through(lake)
     selection = Selection(marker)
+    bad = health.read_verified(lake)
     for table in tables:
         compacted = []
         if marker is not None:
             compacted = [p for d, (p, _) in daily.compacted(lake, table).items() if d <= marker]
         listing = lake.files(table)
         raw = [f.path for f in listing if marker is None or f.day > marker]
-        checked = health.check(lake, table, sorted(compacted) + raw)
+        checked = health.check(lake, table, sorted(compacted) + raw, bad)
         if marker is not None:
             checked.late = _late(lake, table, [f for f in listing if f.day <= marker])
         selection.tables[table] = checked
     return selection
+
+
+def every_file(lake: Lake, table: str) -> list[str]:
+    """Every data file of ``table``, read by the queries or not (compacted days, raw files): what
+    ``history verify`` decodes."""
+    compacted = sorted(p for p, _ in daily.compacted(lake, table).values())
+    return compacted + [f.path for f in lake.files(table)]
 
 
 def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:

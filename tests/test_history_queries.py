@@ -490,6 +490,54 @@ def test_print_sql_parses_in_each_dialect(lake, capsys, dialect, command):
         assert sqlglot.parse(statement, read=dialect), statement
 
 
+# A bucket on an S3-compatible store nobody listens on: opening it fails, printing for it must not.
+UNREACHABLE = "s3a://bucket/lake?endpoint_override=127.0.0.1:9&scheme=http"
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "spark", "trino", "clickhouse"])
+def test_print_sql_opens_nothing_when_given_the_marker(capsys, dialect):
+    """--print-sql --through prints every engine's views and query from the lake's URI alone (no
+    credentials, no store reached), in the lake's own scheme (s3a:// for Spark) or, for ClickHouse's
+    s3(), the S3-compatible endpoint's URL; without --through it must read the marker, and a lake it
+    cannot open is one line that says how to print without opening it."""
+    printed = "--print-sql", "--dialect", dialect, "--lake", UNREACHABLE
+    code, out, err = history(capsys, "cost", *printed, "--through", "2026-11-01")
+    assert code == 0 and err == "" and "compacted through 2026-11-01" in out
+    if dialect == "clickhouse":
+        assert "s3('http://127.0.0.1:9/bucket/lake/v1/compiles/*/*.parquet', 'Parquet')" in out
+    else:
+        assert "'s3a://bucket/lake/v1-daily/compiles" in out
+    code, out, err = history(capsys, "cost", *printed)
+    assert code == 2 and err.count("\n") == 1 and "--through none" in err
+
+
+def test_trino_ddl_states_the_timestamp_precision(lake, capsys):
+    """Trino's Hive tables take no time zone: the DDL declares microseconds, timestamp(6), and says
+    the catalog setting that keeps them (the connector rounds to milliseconds by default)."""
+    code, out, _ = history(capsys, "cost", "--lake", str(lake), "--print-sql", "--dialect", "trino")
+    ddl = out[out.index("CREATE TABLE") :]
+    assert code == 0 and "start_time timestamp(6)," in ddl and "with time zone" not in ddl
+    assert "hive.timestamp-precision=MICROSECONDS" in out
+
+
+def test_the_dialects_are_one_family():
+    """Each engine is one module of recompprof._history.dialects that spells every kind of column and
+    every macro; the questions and views hold no engine's spelling of their own."""
+    import inspect
+
+    from recompprof._history import dialects, questions, views
+
+    assert set(dialects.DIALECTS) == {"duckdb", "spark", "trino", "clickhouse"}
+    for name, dialect in dialects.DIALECTS.items():
+        assert inspect.getmodule(dialect.source).__name__ == f"recompprof._history.dialects.{name}"
+        assert set(dialect.types) == set(dialects.KINDS)
+        assert "PCTL" not in dialect.expand("SELECT PCTL(x, 0.5), WEEK(d), SIZE(l)")
+    for module in (questions, views):
+        source = inspect.getsource(module)
+        for spelled in ("percentile_approx", "toMonday", "cardinality(", "Nullable(", "STRING"):
+            assert spelled not in source, (module.__name__, spelled)
+
+
 # ---- faults -------------------------------------------------------------------------------------
 
 
@@ -728,6 +776,10 @@ def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
         _, local, _ = history(capsys, question[0], "--lake", str(tmp_path / "local"), *question[1:])
         _, remote, err = history(capsys, question[0], "--lake", uri, *question[1:])
         assert as_json(remote)["results"] == as_json(local)["results"] and "did not end" in err
+        # Spark's own scheme for the same bucket (the docs' Spark example gives s3a://).
+        s3a = "s3a" + uri[2:]
+        _, hadoop, err = history(capsys, question[0], "--lake", s3a, *question[1:])
+        assert as_json(hadoop)["results"] == as_json(local)["results"] and "did not end" in err
         assert main(["history", "compact", "--lake", uri, "--through", str(fleet.start)]) == 0
         capsys.readouterr()
         _, compacted, _ = history(capsys, question[0], "--lake", uri, *question[1:])

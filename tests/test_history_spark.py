@@ -20,6 +20,7 @@ from history_fleet import NEW, Fleet, write_fleet
 from needs import starts
 
 from recompprof._history import compact, daily, engine, questions, views
+from recompprof._history.dialects import DIALECTS, Where
 from recompprof._history.layout import Lake
 
 if shutil.which("java") is None:
@@ -33,7 +34,7 @@ pyspark_sql = pytest.importorskip("pyspark.sql", reason="pyspark is not installe
 FLEET = Fleet(days=3, runs_per_day=4)
 # Spark's exact percentile interpolates as DuckDB's quantile_cont does; the printed text uses the
 # approximate one (checked to run below), which a fleet month needs.
-SPARK_EXACT = dataclasses.replace(questions.SPARK, percentile="percentile({x}, {p})")
+SPARK_EXACT = dataclasses.replace(DIALECTS["spark"], percentile="percentile({x}, {p})")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def spark(lake: Lake) -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    for statement in views.printed(lake, "spark", daily.through(lake)).split(";\n"):
+    for statement in views.printed(Where.of(lake.uri), "spark", daily.through(lake)).split(";\n"):
         body = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
         if body.strip():
             session.sql(body)
@@ -144,7 +145,7 @@ def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
                 base, by=by, only=(("job", base.job),) if by == "job" else ()
             )
             for dq, sq in zip(
-                questions.bind(name, params, questions.DUCKDB).queries,
+                questions.bind(name, params, DIALECTS["duckdb"]).queries,
                 questions.bind(name, params, SPARK_EXACT).queries,
             ):
                 duck_rows = duck.query(dq.text).rows
@@ -152,7 +153,7 @@ def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
                 assert _same(duck_rows, spark_rows), (name, by, dq.title, duck_rows, spark_rows)
                 asked.append((name, bool(duck_rows)))
     scope = "dt >= DATE '2026-10-01'"
-    duck_rows = duck.query(questions.completeness(scope, questions.DUCKDB)).rows
+    duck_rows = duck.query(questions.completeness(scope, DIALECTS["duckdb"])).rows
     spark_rows = [tuple(r) for r in spark.sql(questions.completeness(scope, SPARK_EXACT)).collect()]
     assert _same(duck_rows, spark_rows)
     assert duck_rows[0][1] > 0  # the fleet has sessions that did not end: the count is exercised
@@ -164,7 +165,7 @@ def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
 def test_the_printed_spark_text_runs_with_approximate_percentiles(lake, spark):
     """latency as printed for Spark (percentile_approx) runs and gives DuckDB's groups and counts."""
     params = _params(lake)
-    printed = questions.bind("latency", params, questions.SPARK).queries[0].text
+    printed = questions.bind("latency", params, DIALECTS["spark"]).queries[0].text
     assert "percentile_approx" in printed
     rows = [tuple(r) for r in spark.sql(printed).collect()]
     duck = engine.Engine(lake, views.select(lake))

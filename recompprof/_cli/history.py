@@ -161,6 +161,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", default="duckdb", choices=("duckdb", "spark", "trino", "clickhouse")
     )
+    p.add_argument(
+        "--through",
+        default=None,
+        metavar="DATE|none",
+        help="with --print-sql: the lake's compaction marker, so that nothing is opened "
+        "(default: read from the lake)",
+    )
 
 
 def _params(args: argparse.Namespace) -> object:
@@ -221,14 +228,30 @@ def _say(kind: str, line: str) -> None:
     print(escape(f"recompprof: {kind}: {line}"), file=sys.stderr)
 
 
+def _marker(args: argparse.Namespace) -> datetime.date | None:
+    """The compaction marker the printed views obey: --through (nothing opened), else the lake's."""
+    from recompprof._history import daily, questions as q, views
+    from recompprof._history.layout import LakeError
+
+    if args.through == "none":
+        return None
+    if args.through is not None:
+        return q.since_date(args.through, option="--through")
+    try:
+        return daily.through(views.open_lake(args.lake))
+    except LakeError as error:
+        raise CommandError(
+            f"{error} (to print without opening the lake, give its compaction marker: "
+            "--through DATE, or --through none before the first compaction)"
+        ) from None
+
+
 def _print_sql(args: argparse.Namespace, params: object) -> int:
     from recompprof._history import questions as q, views
-
-    lake = views.open_lake(args.lake)
-    from recompprof._history import daily
+    from recompprof._history.dialects import Where
 
     dialect = q.DIALECTS[args.dialect]
-    text = views.printed(lake, args.dialect, daily.through(lake))
+    text = views.printed(Where.of(args.lake), args.dialect, _marker(args))
     if args.question == "sql":
         text += f"\n{args.text.strip().rstrip(';')};\n"
     else:

@@ -16,6 +16,7 @@ from typing import Any
 
 from recompprof._errors import CommandError
 from recompprof._history import questions, views
+from recompprof._history.dialects import literal
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake
 from recompprof._history.questions import Params
@@ -112,7 +113,7 @@ class Engine:
         and no later statement can undo it. ``history sql`` runs a text a bot or a dashboard may pass
         on from anyone; the canonical questions are this module's own texts."""
         if self.lake.local:
-            self.con.execute(f"SET allowed_directories = [{views.literal(self.lake.base + '/')}]")
+            self.con.execute(f"SET allowed_directories = [{literal(self.lake.base + '/')}]")
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
 

@@ -1,13 +1,15 @@
 """The fleet questions ``recompprof history`` answers: one portable SQL text each (docs/history.md).
 
 Each text runs unchanged on DuckDB, Spark SQL, Trino and ClickHouse over the lake's four views, except
-for the few functions that have no common spelling, written here as macros that a :class:`Dialect`
-expands: ``PCTL(x, p)`` (a percentile), ``WEEK(d)`` (the Monday of ``d``'s week) and ``SIZE(list)``.
+for the few functions that have no common spelling, written here as macros that each engine's
+:class:`~recompprof._history.dialects.Dialect` spells (:mod:`recompprof._history.dialects`):
+``PCTL(x, p)`` (a percentile), ``WEEK(d)`` (the Monday of ``d``'s week) and ``SIZE(list)``.
 The rest keeps to the subset every engine reads alike (``CASE WHEN`` inside sums, no ``FILTER``, no
 lambdas, ``CAST(... AS DOUBLE)`` before dividing, a total ``ORDER BY``).
 
-Parameters are bound here, as SQL literals: a value a user typed only ever reaches a text as a quoted
-string, a date or an integer, and a column a user picks (``--by``) only from a closed set. The
+Parameters are bound here, as SQL literals, after the macros are spelled: a value a user typed only
+ever reaches a text as a quoted string, a date or an integer, and a column a user picks (``--by``)
+only from a closed set. The
 verdicts (what counts as a compile or a recompile, which cause a compile's seconds are charged to,
 steady state) are columns the exporter computed with the event model's rules: the texts sum them and
 never re-derive one.
@@ -21,6 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from recompprof._errors import CommandError
+from recompprof._history.dialects import DIALECTS, DUCKDB, Dialect
+
+__all__ = ["COMMANDS", "DIALECTS", "DUCKDB", "Dialect", "Params", "bind"]
 
 # A candidate job regresses when its recompiles per session grow past 1.2x the baseline's plus one;
 # a cause, when its recompiles per session grow past 2x plus one (small counts are noise).
@@ -50,78 +55,6 @@ FRAME_COLUMNS = "frame_name, frame_key"
 FILTERS = ("job", "team", "model")
 # The keys --baseline/--candidate may compare, and the column each names.
 VERSION_KEYS = {"torch": "torch_version"}
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How one engine spells what has no portable spelling: string and date literals, percentiles,
-    the week of a date, the length of a list."""
-
-    name: str
-    percentile: str  # with {x} and {p}; or {ps} (every p asked of x in the text) and {i} (which)
-    week: str  # with {d}
-    size: str  # with {x}
-    date: str = "DATE '{d}'"
-    backslash_escapes: bool = False  # Spark and ClickHouse read \ in a string literal as an escape
-
-    def string(self, value: str) -> str:
-        if self.backslash_escapes:
-            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return "'" + value.replace("'", "''") + "'"
-
-    def expand(self, text: str) -> str:
-        """``text`` with the macros spelled for this engine."""
-        asked: dict[str, list[str]] = {}
-        for m in _PCTL.finditer(text):
-            asked.setdefault(m["x"], []).append(m["p"])
-        text = _PCTL.sub(
-            lambda m: self.percentile.format(
-                x=m["x"],
-                p=m["p"],
-                ps=", ".join(asked[m["x"]]),
-                i=asked[m["x"]].index(m["p"]) + 1,
-            ),
-            text,
-        )
-        text = _WEEK.sub(lambda m: self.week.format(d=m["d"]), text)
-        return _SIZE.sub(lambda m: self.size.format(x=m["x"]), text)
-
-
-_PCTL = re.compile(r"PCTL\((?P<x>[\w.]+), (?P<p>[0-9.]+)\)")
-_WEEK = re.compile(r"WEEK\((?P<d>[\w.]+)\)")
-_SIZE = re.compile(r"SIZE\((?P<x>[\w.]+)\)")
-
-# Every percentile of a column from one list-valued aggregate: DuckDB computes the identical
-# expressions once, where separate quantile_cont calls each keep and sort the column (latency: -25%).
-DUCKDB = Dialect(
-    "duckdb",
-    percentile="quantile_cont({x}, [{ps}])[{i}]",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="len({x})",
-)
-# Exact percentiles cost Spark 3x the time of approximate ones on a fleet month (docs/history.md).
-SPARK = Dialect(
-    "spark",
-    percentile="percentile_approx({x}, {p})",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="size({x})",
-    backslash_escapes=True,
-)
-TRINO = Dialect(
-    "trino",
-    percentile="approx_percentile({x}, {p})",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="cardinality({x})",
-)
-CLICKHOUSE = Dialect(
-    "clickhouse",
-    percentile="quantile({p})({x})",
-    week="toMonday({d})",
-    size="length({x})",
-    date="toDate('{d}')",
-    backslash_escapes=True,
-)
-DIALECTS = {d.name: d for d in (DUCKDB, SPARK, TRINO, CLICKHOUSE)}
 
 
 @dataclass(frozen=True)

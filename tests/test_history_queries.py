@@ -526,11 +526,12 @@ def test_the_dialects_are_one_family():
     import inspect
 
     from recompprof._history import dialects, questions, views
+    from recompprof._history.dialects.base import KINDS
 
     assert set(dialects.DIALECTS) == {"duckdb", "spark", "trino", "clickhouse"}
     for name, dialect in dialects.DIALECTS.items():
         assert inspect.getmodule(dialect.source).__name__ == f"recompprof._history.dialects.{name}"
-        assert set(dialect.types) == set(dialects.KINDS)
+        assert set(dialect.types) == set(KINDS)
         assert "PCTL" not in dialect.expand("SELECT PCTL(x, 0.5), WEEK(d), SIZE(l)")
     for module in (questions, views):
         source = inspect.getsource(module)

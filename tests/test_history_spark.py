@@ -20,7 +20,8 @@ from history_fleet import NEW, Fleet, write_fleet
 from needs import starts
 
 from recompprof._history import compact, daily, engine, questions, views
-from recompprof._history.dialects import DIALECTS, Where
+from recompprof._history.dialects import DIALECTS
+from recompprof._history.dialects.base import Where
 from recompprof._history.layout import Lake
 
 if shutil.which("java") is None:

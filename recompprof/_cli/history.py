@@ -248,7 +248,7 @@ def _marker(args: argparse.Namespace) -> datetime.date | None:
 
 def _print_sql(args: argparse.Namespace, params: object) -> int:
     from recompprof._history import questions as q, views
-    from recompprof._history.dialects import Where
+    from recompprof._history.dialects.base import Where
 
     dialect = q.DIALECTS[args.dialect]
     text = views.printed(Where.of(args.lake), args.dialect, _marker(args))

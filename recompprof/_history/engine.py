@@ -16,7 +16,7 @@ from typing import Any
 
 from recompprof._errors import CommandError
 from recompprof._history import questions, views
-from recompprof._history.dialects import literal
+from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake
 from recompprof._history.questions import Params

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from recompprof._errors import CommandError
-from recompprof._history.dialects import DIALECTS, DUCKDB, Dialect
+from recompprof._history.dialects import DIALECTS, DUCKDB
+from recompprof._history.dialects.base import Dialect
 
 __all__ = ["COMMANDS", "DIALECTS", "DUCKDB", "Dialect", "Params", "bind"]
 

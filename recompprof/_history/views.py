@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from recompprof._history import daily, health
-from recompprof._history.dialects import DIALECTS, DUCKDB, Dialect, Where, literal
+from recompprof._history.dialects import DIALECTS, DUCKDB
+from recompprof._history.dialects.base import Dialect, Where, literal
 from recompprof._history.layout import ROOT, Lake, LakeError, LakeFile
 from recompprof._history.tables import SCHEMAS, TABLES
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recompprof._history.dialects import Dialect, Where, literal
+from recompprof._history.dialects.base import Dialect, Where, literal
 
 
 def _source(where: Where, table: str, suffix: str, under: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from recompprof._cli.main import main
 from recompprof._history import questions
 
 WORKLOAD = Path(__file__).parent / "workloads" / "gate_noise.py"
-NORMAL, NEW_CAUSE, MORE = 24, 3, 3
+NORMAL, NEW_CAUSE, MORE = 25, 3, 3  # 20 of the 25 held to a full baseline (MIN_BASELINE)
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +56,10 @@ def compare(
 
 
 def test_the_gate_stays_quiet_on_noise(lake, capsys):
-    """Every ordinary run of the job, held to the runs before it, passes: no finding in 24 runs whose
-    size guard failures vary with random shapes; the first runs, with fewer earlier runs than the
-    minimum baseline, pass with a note, and the JSON says how many runs each was held to."""
+    """Every ordinary run of the job, held to the runs before it, passes: no finding in 25 runs whose
+    size guard failures vary with random shapes (which, with no slack, do fail the gate); the first
+    runs, with fewer earlier runs than the minimum baseline, pass with a note, and the JSON says how
+    many runs each was held to."""
     false_findings = []
     for n in range(NORMAL):
         code, answer, err = compare(capsys, lake, f"gate-normal-{n:02d}")
@@ -69,8 +70,19 @@ def test_the_gate_stays_quiet_on_noise(lake, capsys):
             continue
         if code != 0 or answer["findings"]:
             false_findings.append((n, [r["rows"] for r in answer["results"]]))
-    print(f"false findings: {len(false_findings)} of {NORMAL - questions.MIN_BASELINE} gated runs")
-    assert false_findings == []
+    # The noise is real: with no slack the same runs, held to a full baseline, fail the gate.
+    no_slack = ("--max-failure-increase", "0", "--max-failure-increase-pct", "0")
+    failed = [
+        n
+        for n in range(questions.MIN_BASELINE, NORMAL)
+        if compare(capsys, lake, f"gate-normal-{n:02d}", *no_slack)[0] == 1
+    ]
+    gated = NORMAL - questions.MIN_BASELINE
+    with capsys.disabled():
+        print(
+            f"\ngate on {gated} runs: {len(false_findings)} false findings; {len(failed)} with no slack"
+        )
+    assert false_findings == [] and failed
 
 
 @pytest.fixture(scope="module")

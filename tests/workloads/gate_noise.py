@@ -2,15 +2,15 @@
 
 Each run is a session of its own (``attach()`` .. ``detach()`` with its own run id and run directory,
 ``torch._dynamo.reset()`` between runs), all in this one process so that thirty runs cost one torch
-start-up. Every run draws its batch sizes from one distribution with its own seed: the size guard
-failures vary from run to run (automatic dynamic shapes, and batch 1 specialised), which is the noise
-a gate must stay quiet on. A head module's ``variant`` attribute cycles through ``VARIANTS`` values
+start-up. Every run draws its input shapes (two inputs, three sizes) from one distribution with its
+own seed: the size guard failures vary from run to run (automatic dynamic shapes, and a size of 1
+specialised), which is the noise a gate must stay quiet on. A head module's ``variant`` attribute cycles through ``VARIANTS`` values
 (module attribute recompiles, the same count every run). The regressions a gate must find:
 
 - ``new-cause``: a global text changes in the last four steps (a steady cause the job never had);
 - ``more``: the head cycles through half as many values again (that cause's recompiles x1.5).
 
-    python tests/workloads/gate_noise.py OUT normal:22 new-cause:3 more:3
+    python tests/workloads/gate_noise.py OUT normal:25 new-cause:3 more:3
 
 writes ``OUT/<kind>-<n>/`` (an event log each) with run ids ``gate-<kind>-<n>`` of job ``gate-noise``.
 """
@@ -39,8 +39,8 @@ class Body(torch.nn.Module):
         super().__init__()
         self.fc = torch.nn.Linear(8, 8)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.fc(x))
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)).mean(dim=(0, 1)) + self.fc(y).mean(dim=0)
 
 
 class Head(torch.nn.Module):
@@ -78,9 +78,8 @@ def one_run(out: Path, kind: str, n: int) -> None:
                 MODE = f"train-{step}"  # a new value each step: one recompile each
             head.variant = step % variants
             x = torch.randn(rng.choice(BATCHES), rng.choice(LENGTHS), 8)
-            loss = compiled_penalty(
-                compiled_head(compiled_body(x).mean(dim=(0, 1)))
-            )  # a fixed shape
+            y = torch.randn(rng.choice(BATCHES), 8)
+            loss = compiled_penalty(compiled_head(compiled_body(x, y)))  # a fixed shape
             loss.backward()
             opt.step()
             opt.zero_grad()

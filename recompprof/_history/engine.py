@@ -35,9 +35,8 @@ class Result:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     trend: tuple[str, tuple[str, ...], str | None] | None = None
-    total: int | None = (
-        None  # the rows found, where only the first of them are kept (compare's top)
-    )
+    # The rows found, where only the first of them are kept (compare's --top); None: all are kept.
+    total: int | None = None
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,21 @@ def test_views_read_both_roots(lake, spark):
     assert [(r[0], r[1]) for r in days] == expected
     assert len(expected) == FLEET.days
     assert Path(daily.part_path(lake, "compiles", FLEET.start)).exists()
+
+
+def test_a_value_spelled_like_a_macro_stays_text_on_spark(lake, spark):
+    """A version and a run id that read like the texts' macros (WEEK(x), run-PCTL(a, 0.5)) run on
+    Spark as the quoted text typed: the gate's texts parse and match nothing, as on DuckDB."""
+    params = dataclasses.replace(
+        _params(lake), baseline="WEEK(x)", run="run-PCTL(a, 0.5)", job="SIZE(x)"
+    )
+    duck = engine.Engine(lake, views.select(lake))
+    for name in ("regressions", "compare"):
+        for dq, sq in zip(
+            questions.bind(name, params, DIALECTS["duckdb"]).queries,
+            questions.bind(name, params, DIALECTS["spark"]).queries,
+        ):
+            assert "'WEEK(x)'" in sq.text or "'run-PCTL(a, 0.5)'" in sq.text
+            assert (
+                [tuple(r) for r in spark.sql(sq.text).collect()] == duck.query(dq.text).rows == []
+            )

@@ -777,6 +777,11 @@ def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
         _, local, _ = history(capsys, question[0], "--lake", str(tmp_path / "local"), *question[1:])
         _, remote, err = history(capsys, question[0], "--lake", uri, *question[1:])
         assert as_json(remote)["results"] == as_json(local)["results"] and "did not end" in err
+        # history sql, locked to the lake, still reads an object store's views.
+        count = ["sql", "SELECT COUNT(*) AS n FROM compiles", "--format", "json"]
+        _, remote_n, _ = history(capsys, count[0], "--lake", uri, *count[1:])
+        _, local_n, _ = history(capsys, count[0], "--lake", str(tmp_path / "local"), *count[1:])
+        assert as_json(remote_n)["results"] == as_json(local_n)["results"]
         # Spark's own scheme for the same bucket (the docs' Spark example gives s3a://).
         s3a = "s3a" + uri[2:]
         _, hadoop, err = history(capsys, question[0], "--lake", s3a, *question[1:])

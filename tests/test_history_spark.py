@@ -20,6 +20,8 @@ from history_fleet import NEW, Fleet, write_fleet
 from needs import starts
 
 from recompprof._history import compact, daily, engine, questions, views
+from recompprof._history.dialects import DIALECTS
+from recompprof._history.dialects.base import Where
 from recompprof._history.layout import Lake
 
 if shutil.which("java") is None:
@@ -33,16 +35,38 @@ pyspark_sql = pytest.importorskip("pyspark.sql", reason="pyspark is not installe
 FLEET = Fleet(days=3, runs_per_day=4)
 # Spark's exact percentile interpolates as DuckDB's quantile_cont does; the printed text uses the
 # approximate one (checked to run below), which a fleet month needs.
-SPARK_EXACT = dataclasses.replace(questions.SPARK, percentile="percentile({x}, {p})")
+SPARK_EXACT = dataclasses.replace(DIALECTS["spark"], percentile="percentile({x}, {p})")
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     root = tmp_path_factory.mktemp("spark") / "lake"
     write_fleet(root, FLEET)
+    _without_labels(root, FLEET.start + datetime.timedelta(days=FLEET.days - 1))
     handle = Lake(str(root))
     compact.compact(handle, FLEET.start)  # the first day compacted, the others raw
     return handle
+
+
+def _without_labels(root: Path, day: datetime.date) -> None:
+    """A copy of one run of ``day`` with no team or model label (a NULL group, which Spark sorts first
+    unless told otherwise), under a run id of its own."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for table in ("runs", "compiles", "guard_failures"):
+        folder = root / "v1" / table / f"dt={day}"
+        source = sorted(folder.glob("*.parquet"))[0]
+        rows = pq.read_table(source)
+        for column in ("team", "model"):
+            i = rows.schema.get_field_index(column)
+            rows = rows.set_column(i, column, pa.nulls(len(rows), rows.schema.field(i).type))
+        i = rows.schema.get_field_index("run_id")
+        rows = rows.set_column(
+            i, "run_id", pc.binary_join_element_wise("unlabelled-", rows["run_id"], "")
+        )
+        pq.write_table(rows, folder / f"unlabelled-{source.name}")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +83,7 @@ def spark(lake: Lake) -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    for statement in views.printed(lake, "spark", daily.through(lake)).split(";\n"):
+    for statement in views.printed(Where.of(lake.uri), "spark", daily.through(lake)).split(";\n"):
         body = "\n".join(line for line in statement.splitlines() if not line.startswith("--"))
         if body.strip():
             session.sql(body)
@@ -108,16 +132,21 @@ def _same(duck_rows: list[tuple[Any, ...]], spark_rows: list[tuple[Any, ...]]) -
 
 
 def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
-    """Every canonical question (each --by of those that group) and the completeness count give the
-    same rows on Spark local mode as on DuckDB, from the same portable texts."""
+    """Every canonical question (each --by of those that group, frame too for top-causes, with and
+    without a --job filter) and the completeness count give the same rows in the same order on Spark
+    local mode as on DuckDB, from the same portable texts: a NULL group (a run with no team or model
+    label) sorts last on both."""
     duck = engine.Engine(lake, views.select(lake))
     base = _params(lake)
     asked = []
     for name in questions.COMMANDS:
-        for by in questions.GROUPS if name in ("top-causes", "cost", "latency") else ("model",):
-            params = dataclasses.replace(base, by=by)
+        groups = (*questions.GROUPS, questions.FRAME) if name == "top-causes" else questions.GROUPS
+        for by in groups if name in ("top-causes", "cost", "latency") else ("model",):
+            params = dataclasses.replace(
+                base, by=by, only=(("job", base.job),) if by == "job" else ()
+            )
             for dq, sq in zip(
-                questions.bind(name, params, questions.DUCKDB).queries,
+                questions.bind(name, params, DIALECTS["duckdb"]).queries,
                 questions.bind(name, params, SPARK_EXACT).queries,
             ):
                 duck_rows = duck.query(dq.text).rows
@@ -125,7 +154,7 @@ def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
                 assert _same(duck_rows, spark_rows), (name, by, dq.title, duck_rows, spark_rows)
                 asked.append((name, bool(duck_rows)))
     scope = "dt >= DATE '2026-10-01'"
-    duck_rows = duck.query(questions.completeness(scope, questions.DUCKDB)).rows
+    duck_rows = duck.query(questions.completeness(scope, DIALECTS["duckdb"])).rows
     spark_rows = [tuple(r) for r in spark.sql(questions.completeness(scope, SPARK_EXACT)).collect()]
     assert _same(duck_rows, spark_rows)
     assert duck_rows[0][1] > 0  # the fleet has sessions that did not end: the count is exercised
@@ -137,7 +166,7 @@ def test_spark_returns_the_rows_duckdb_returns_for_every_question(lake, spark):
 def test_the_printed_spark_text_runs_with_approximate_percentiles(lake, spark):
     """latency as printed for Spark (percentile_approx) runs and gives DuckDB's groups and counts."""
     params = _params(lake)
-    printed = questions.bind("latency", params, questions.SPARK).queries[0].text
+    printed = questions.bind("latency", params, DIALECTS["spark"]).queries[0].text
     assert "percentile_approx" in printed
     rows = [tuple(r) for r in spark.sql(printed).collect()]
     duck = engine.Engine(lake, views.select(lake))
@@ -154,3 +183,21 @@ def test_views_read_both_roots(lake, spark):
     assert [(r[0], r[1]) for r in days] == expected
     assert len(expected) == FLEET.days
     assert Path(daily.part_path(lake, "compiles", FLEET.start)).exists()
+
+
+def test_a_value_spelled_like_a_macro_stays_text_on_spark(lake, spark):
+    """A version and a run id that read like the texts' macros (WEEK(x), run-PCTL(a, 0.5)) run on
+    Spark as the quoted text typed: the gate's texts parse and match nothing, as on DuckDB."""
+    params = dataclasses.replace(
+        _params(lake), baseline="WEEK(x)", run="run-PCTL(a, 0.5)", job="SIZE(x)"
+    )
+    duck = engine.Engine(lake, views.select(lake))
+    for name in ("regressions", "compare"):
+        for dq, sq in zip(
+            questions.bind(name, params, DIALECTS["duckdb"]).queries,
+            questions.bind(name, params, DIALECTS["spark"]).queries,
+        ):
+            assert "'WEEK(x)'" in sq.text or "'run-PCTL(a, 0.5)'" in sq.text
+            assert (
+                [tuple(r) for r in spark.sql(sq.text).collect()] == duck.query(dq.text).rows == []
+            )

@@ -1,14 +1,15 @@
 """recompprof history: fleet questions over a lake that `recompprof export` wrote (docs/history.md).
 
-  recompprof history top-causes  --lake URI [--since 7d] [--by model|team|job] [--all]
+  recompprof history top-causes  --lake URI [--since 7d] [--by model|team|job|frame] [--all]
   recompprof history cost        --lake URI [--since 30d] [--by team]
   recompprof history regressions --lake URI --baseline torch=2.14.1 --candidate torch=2.15.0
-  recompprof history compare RUN --lake URI [--baseline last:50] [--job J]
+  recompprof history compare RUN --lake URI [--baseline last:50] [--job J] [--min-baseline 5] [--top 10]
   recompprof history limit-hits | divergence | latency --lake URI [--since 7d]
   recompprof history sql --lake URI 'SELECT ...'
+  recompprof history verify --lake URI
   recompprof history compact --lake URI [--through DATE] [--check]
 
-DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
+Every question but compare takes --job/--team/--model to narrow its rows. DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
 definitions and the query for a fleet's own engine instead.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from recompprof._errors import CommandError
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
+GROUPS = ("model", "team", "job")  # --by, and the --job/--team/--model filters
 
 _QUESTIONS = {
     "top-causes": ("the costliest recompile causes, by model, team or job", "7d", "model"),
@@ -46,13 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("run", metavar="RUN", help="the run id to hold to its job's history")
             p.add_argument("--baseline", default="last:50", help="last:N finished runs of the job")
             p.add_argument("--job", default="", help="the job (default: the one its sessions name)")
-            p.add_argument(
-                "--max-time-increase",
-                type=float,
-                default=10.0,
-                metavar="PCT",
-                help="compile seconds count as added beyond the baseline's most plus PCT%% (10)",
-            )
+            _gate_arguments(p)
         if name == "regressions":
             p.add_argument("--baseline", required=True, metavar="torch=VERSION")
             p.add_argument("--candidate", required=True, metavar="torch=VERSION")
@@ -61,9 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "--since", default=since, help=f"days back (7d) or a date (default {since})"
             )
         if by is not None:
-            p.add_argument(
-                "--by", default=by, choices=("model", "team", "job"), help=f"(default {by})"
-            )
+            choices = ("model", "team", "job", "frame") if name == "top-causes" else GROUPS
+            p.add_argument("--by", default=by, choices=choices, help=f"(default {by})")
+        if name != "compare":
+            for column in GROUPS:
+                p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
         if name == "top-causes":
             p.add_argument(
                 "--all", action="store_true", help="every recompile, not only steady-state ones"
@@ -74,6 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("text", metavar="SQL")
     _common(p)
+    p = sub.add_parser(
+        "verify",
+        help="decode every file of the lake and name each bad one (every question then leaves "
+        "them out; exit 1 when one is bad)",
+    )
+    p.add_argument("--lake", required=True, metavar="URI")
+    p.add_argument("--format", default="table", choices=("table", "json"))
     p = sub.add_parser(
         "compact",
         help="merge each closed day into one file per table (query time follows file count)",
@@ -92,6 +97,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _gate_arguments(p: argparse.ArgumentParser) -> None:
+    """compare's rule (docs/history.md "The gate's rule"), each slack a flag with the measured default."""
+    from recompprof._history import questions as q
+
+    p.add_argument(
+        "--max-failure-increase",
+        type=int,
+        default=q.FAILURE_SLACK,
+        metavar="N",
+        help="guard failures of a frame and category count as added beyond the baseline's most plus "
+        f"the larger of N and PCT%% of it (N={q.FAILURE_SLACK})",
+    )
+    p.add_argument(
+        "--max-failure-increase-pct",
+        type=float,
+        default=q.FAILURE_TOLERANCE * 100,
+        metavar="PCT",
+        help=f"(PCT={q.FAILURE_TOLERANCE * 100:g})",
+    )
+    p.add_argument(
+        "--max-time-increase",
+        type=float,
+        default=q.TIME_TOLERANCE * 100,
+        metavar="PCT",
+        help="compile seconds count as added beyond the baseline's most plus the larger of "
+        f"PCT%% of it and S seconds (PCT={q.TIME_TOLERANCE * 100:g})",
+    )
+    p.add_argument(
+        "--max-time-increase-s",
+        type=float,
+        default=q.TIME_SLACK_S,
+        metavar="S",
+        help=f"(S={q.TIME_SLACK_S:g})",
+    )
+    p.add_argument(
+        "--min-baseline",
+        type=int,
+        default=q.MIN_BASELINE,
+        metavar="N",
+        help=f"fewer earlier finished runs than N: a note, exit 0 (default {q.MIN_BASELINE})",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=q.TOP_FINDINGS,
+        metavar="N",
+        help=f"show the N worst findings and count the rest (0: all; default {q.TOP_FINDINGS})",
+    )
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
@@ -106,6 +161,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", default="duckdb", choices=("duckdb", "spark", "trino", "clickhouse")
     )
+    p.add_argument(
+        "--through",
+        default=None,
+        metavar="DATE|none",
+        help="with --print-sql: the lake's compaction marker, so that nothing is opened "
+        "(default: read from the lake)",
+    )
 
 
 def _params(args: argparse.Namespace) -> object:
@@ -115,7 +177,9 @@ def _params(args: argparse.Namespace) -> object:
     if getattr(args, "since", None) is not None:
         values["since"] = q.since_date(args.since)
     if getattr(args, "by", None) is not None:
-        values["by"] = q.group(args.by)
+        values["by"] = q.group(args.by, frame=args.question == "top-causes")
+    if args.question != "compare":
+        values["only"] = q.narrowed({c: getattr(args, c, "") for c in q.FILTERS})
     if args.question == "top-causes":
         values["steady_only"] = not args.all
     if args.question == "regressions":
@@ -128,9 +192,22 @@ def _params(args: argparse.Namespace) -> object:
         values["run"] = q.value_text(args.run, "RUN")
         values["job"] = q.value_text(args.job, "--job") if args.job else ""
         values["last"] = q.last_runs(args.baseline)
-        if args.max_time_increase < 0:
-            raise CommandError("--max-time-increase must not be negative")
+        for option in (
+            "max_failure_increase",
+            "max_failure_increase_pct",
+            "max_time_increase",
+            "max_time_increase_s",
+            "min_baseline",
+            "top",
+        ):
+            if getattr(args, option) < 0:
+                raise CommandError(f"--{option.replace('_', '-')} must not be negative")
+        values["failure_slack"] = args.max_failure_increase
+        values["failure_tolerance"] = args.max_failure_increase_pct / 100
         values["time_tolerance"] = args.max_time_increase / 100
+        values["time_slack_s"] = args.max_time_increase_s
+        values["min_baseline"] = args.min_baseline
+        values["top"] = args.top
     return q.Params(**values)  # type: ignore[arg-type]
 
 
@@ -151,14 +228,30 @@ def _say(kind: str, line: str) -> None:
     print(escape(f"recompprof: {kind}: {line}"), file=sys.stderr)
 
 
+def _marker(args: argparse.Namespace) -> datetime.date | None:
+    """The compaction marker the printed views obey: --through (nothing opened), else the lake's."""
+    from recompprof._history import daily, questions as q, views
+    from recompprof._history.layout import LakeError
+
+    if args.through == "none":
+        return None
+    if args.through is not None:
+        return q.since_date(args.through, option="--through")
+    try:
+        return daily.through(views.open_lake(args.lake))
+    except LakeError as error:
+        raise CommandError(
+            f"{error} (to print without opening the lake, give its compaction marker: "
+            "--through DATE, or --through none before the first compaction)"
+        ) from None
+
+
 def _print_sql(args: argparse.Namespace, params: object) -> int:
     from recompprof._history import questions as q, views
-
-    lake = views.open_lake(args.lake)
-    from recompprof._history import daily
+    from recompprof._history.dialects.base import Where
 
     dialect = q.DIALECTS[args.dialect]
-    text = views.printed(lake, args.dialect, daily.through(lake))
+    text = views.printed(Where.of(args.lake), args.dialect, _marker(args))
     if args.question == "sql":
         text += f"\n{args.text.strip().rstrip(';')};\n"
     else:
@@ -194,9 +287,35 @@ def _compact(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _verify(args: argparse.Namespace) -> int:
+    import json
+
+    from recompprof._history import health, views
+    from recompprof._history.tables import TABLES
+
+    lake = views.open_lake(args.lake)
+    files = {table: views.every_file(lake, table) for table in TABLES}
+    decoded = sum(len(f) for f in files.values())
+    bad = health.verify(lake, files)
+    health.write_verified(lake, bad, decoded)
+    if args.format == "json":
+        document = {"decoded": decoded, "bad": [vars(b) for b in bad]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        for b in bad:
+            _say("warning", f"{b.table}: {b.name} is bad: {b.why}")
+        print(
+            f"recompprof history verify: {decoded} file(s) decoded, {len(bad)} bad"
+            + (f"; recorded in {health.VERIFIED}: every question leaves them out" if bad else "")
+        )
+    return EXIT_FINDINGS if bad else EXIT_OK
+
+
 def main(args: argparse.Namespace) -> int:
     if args.question == "compact":
         return _compact(args)
+    if args.question == "verify":
+        return _verify(args)
     params = _params(args) if args.question != "sql" else None
     if args.print_sql:
         return _print_sql(args, params)

@@ -16,6 +16,7 @@ from typing import Any
 
 from recompprof._errors import CommandError
 from recompprof._history import questions, views
+from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake
 from recompprof._history.questions import Params
@@ -34,6 +35,8 @@ class Result:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     trend: tuple[str, tuple[str, ...], str | None] | None = None
+    # The rows found, where only the first of them are kept (compare's --top); None: all are kept.
+    total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,22 @@ class Answer:
     lost_at_compaction: dict[str, list[str]] = field(default_factory=dict)
     late: dict[str, list[str]] = field(default_factory=dict)
     baseline_runs: int | None = None  # compare: the runs the gate held the candidate to
+    min_baseline: int = 0  # compare: fewer baseline runs than this are too few to gate on
     gate: bool = False
 
     @property
+    def too_few(self) -> bool:
+        """compare found fewer earlier runs than it needs to know the job's noise: nothing is gated."""
+        return self.baseline_runs is not None and self.baseline_runs < self.min_baseline
+
+    @property
     def findings(self) -> bool:
-        return self.gate and any(r.rows for r in self.results)
+        return self.gate and not self.too_few and any(r.rows for r in self.results)
+
+    @property
+    def found(self) -> int:
+        """How many findings in all (a summary keeps the worst of them)."""
+        return sum(len(r.rows) if r.total is None else r.total for r in self.results)
 
 
 class Engine:
@@ -91,6 +105,16 @@ class Engine:
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET enable_progress_bar_print = false")
         self._create_views()
+
+    def lock(self) -> None:
+        """From now on the engine reads the lake and nothing else: no file outside the lake's folder is
+        read or written (``COPY ... TO``, ``read_csv('/etc/...')``, ``ATTACH``, ``INSTALL`` all refused),
+        and no later statement can undo it. ``history sql`` runs a text a bot or a dashboard may pass
+        on from anyone; the canonical questions are this module's own texts."""
+        if self.lake.local:
+            self.con.execute(f"SET allowed_directories = [{literal(self.lake.base + '/')}]")
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
 
     def _create_views(self) -> None:
         statements, datasets = views.duckdb_views(self.lake, self.selection)
@@ -130,7 +154,9 @@ class Engine:
         """An error reading data that names no file (a damaged page): decode each file of the tables
         ``sql`` reads, whole, and drop those that fail. Errors in the query itself are not probed."""
         d = self._duckdb
-        if isinstance(error, (d.ParserException, d.BinderException, d.CatalogException)):
+        if isinstance(
+            error, (d.ParserException, d.BinderException, d.CatalogException, d.PermissionException)
+        ):
             return False
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -192,9 +218,14 @@ def ask(engine: Engine, command: str, params: Params) -> Answer:
     if command == "compare":
         found = engine.query(questions.compare_baseline(params)).rows[0][0]
         answer.baseline_runs = int(found or 0)
-    if answer.baseline_runs != 0:
+        answer.min_baseline = max(1, params.min_baseline)
+    if not answer.too_few:
         for q in bound.queries:
-            answer.results.append(engine.query(q.text, q.title, q.trend))
+            result = engine.query(q.text, q.title, q.trend)
+            if command == "compare" and params.top and len(result.rows) > params.top:
+                result.total = len(result.rows)
+                result.rows = result.rows[: params.top]  # ordered worst first
+            answer.results.append(result)
     answer.completeness = completeness(engine, bound.scope, bound.scope_words)
     return _frame(answer, engine, _tables_read([q.text for q in bound.queries]) | {"runs"})
 
@@ -216,11 +247,32 @@ def _compare_params(engine: Engine, params: Params) -> Params:
     return dataclasses.replace(params, job=names[0])
 
 
+# The statements ``history sql`` runs: one query (DESCRIBE and SUMMARIZE are queries to DuckDB too).
+_QUERIES = ("SELECT", "EXPLAIN")
+
+
 def free_query(engine: Engine, sql: str) -> Answer:
-    """``history sql``: any query over the views (the only free-form text)."""
+    """``history sql``: one query over the views (the only free-form text), the engine locked to the
+    lake first (:meth:`Engine.lock`)."""
+    d = engine._duckdb
+    try:
+        statements = engine.con.extract_statements(sql)
+    except d.Error as error:
+        raise CommandError(f"the query failed: {_first_line(str(error))}") from None
+    kinds = [s.type.name for s in statements]
+    if len(kinds) != 1 or kinds[0] not in _QUERIES:
+        raise CommandError(
+            "history sql runs one SELECT (or WITH ... SELECT) over the lake's views; given: "
+            + (", ".join(kinds) or "no statement")
+        )
+    engine.lock()
     try:
         result = engine.query(sql, "")
-    except engine._duckdb.Error as error:
+    except d.PermissionException as error:
+        raise CommandError(
+            f"history sql reads the lake's views and nothing else: {_first_line(str(error))}"
+        ) from None
+    except d.Error as error:
         raise CommandError(f"the query failed: {_first_line(str(error))}") from None
     answer = Answer("sql", results=[result])
     answer.completeness = completeness(engine, "true", "the whole lake")

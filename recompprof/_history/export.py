@@ -75,6 +75,7 @@ class _Output:
                 self.schema,
                 compression=COMPRESSION,
                 write_statistics=True,
+                write_page_checksum=True,  # history verify tells a damaged page from a good one
             )
         self.count += self.rows.size
         self.writer.write_table(batch(self.schema, self.rows.columns()))

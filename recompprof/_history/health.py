@@ -10,11 +10,13 @@ it (:mod:`recompprof._history.engine`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recompprof._history.layout import Lake
@@ -22,6 +24,9 @@ from recompprof._history.tables import SCHEMAS, SESSION_KEY
 
 # Written into each compacted file's footer: the raw files its day held that could not be read.
 UNREADABLE_KEY = b"recompprof.unreadable"
+# At the lake's root: the files `history verify` found bad (path under the lake, size, why). Every
+# question leaves out a file listed there while its size is the same (a re-export writes it anew).
+VERIFIED = "_verified.json"
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,9 @@ class Skipped:
 
     table: str
     path: str
-    why: str  # "unreadable" (corrupt or truncated), "schema" (another schema version)
+    # "unreadable" (corrupt or truncated), "schema" (another schema version), "verify" (found bad by
+    # `history verify`: a page that does not decode or whose checksum does not match)
+    why: str
     detail: str
 
 
@@ -82,11 +89,16 @@ def _schema_problem(table: str, schema: pa.Schema) -> str | None:
     return None
 
 
-def check(lake: Lake, table: str, paths: list[str]) -> Checked:
-    """Read the footer of each of ``paths`` (files of ``table``)."""
+def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None = None) -> Checked:
+    """Read the footer of each of ``paths`` (files of ``table``); leave out those ``history verify``
+    found bad (``bad``, from :func:`read_verified`)."""
     checked = Checked(table)
     known = SCHEMAS[table].names
     for path in paths:
+        found = (bad or {}).get(path)
+        if found is not None:
+            checked.skipped.append(Skipped(table, path, "verify", found.why))
+            continue
         try:
             with lake.fs.open_input_file(path) as handle:
                 meta = pq.read_metadata(handle)
@@ -107,6 +119,80 @@ def check(lake: Lake, table: str, paths: list[str]) -> Checked:
         if lost:
             checked.lost_at_compaction.extend(_names(lost))
     return checked
+
+
+def decode(lake: Lake, path: str) -> str | None:
+    """Every page of one file decoded, column by column, each page's checksum verified where the
+    writer wrote one: None when it reads, else which column does not and why (one line). A footer can
+    be good while a page behind it is not, and without a checksum a flipped byte can decode to a wrong
+    value without an error."""
+    try:
+        with lake.fs.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+            for name in parquet.schema_arrow.names:
+                try:
+                    parquet.read(columns=[name])
+                except (OSError, pa.ArrowException, ValueError) as error:
+                    return f"column {name}: {_one_line(error)}"
+    except (OSError, pa.ArrowException, ValueError) as error:
+        return _one_line(error)
+    return None
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A file ``history verify`` could not decode: its table, its path under the lake, why, and the
+    size and modification time it had (a file written anew since is not the file found bad)."""
+
+    table: str
+    name: str
+    why: str
+    size: int
+    mtime_ns: int
+
+
+def _stamp(lake: Lake, paths: list[str]) -> dict[str, tuple[int, int]]:
+    """Each file's size and modification time (ns)."""
+    try:
+        infos = lake.fs.get_file_info(paths)
+    except OSError:
+        return {}
+    return {i.path: (i.size or 0, i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File}
+
+
+def verify(lake: Lake, files: dict[str, list[str]]) -> list[Bad]:
+    """Decode every one of ``files`` (table -> paths): the bad ones, each with its reason."""
+    bad = []
+    for table, paths in files.items():
+        stamps = _stamp(lake, paths)
+        for path in paths:
+            why = decode(lake, path)
+            if why is not None:
+                size, mtime = stamps.get(path, (0, 0))
+                bad.append(Bad(table, path.removeprefix(lake.base + "/"), why, size, mtime))
+    return bad
+
+
+def write_verified(lake: Lake, bad: list[Bad], decoded: int) -> None:
+    """Record what ``history verify`` found (an empty list clears an earlier record)."""
+    document = {"decoded": decoded, "bad": [dataclasses.asdict(b) for b in bad]}
+    text = json.dumps(document, indent=1).encode()
+    lake.write(f"{lake.base}/{VERIFIED}", lambda stream: stream.write(text))
+
+
+def read_verified(lake: Lake) -> dict[str, Bad]:
+    """The files the last ``history verify`` found bad and that are still the files it found, by path
+    in the lake's filesystem (none if never run; a record that cannot be read is none too: the queries
+    then find broken pages as they read them)."""
+    try:
+        with lake.fs.open_input_stream(f"{lake.base}/{VERIFIED}") as handle:
+            document = json.loads(handle.read())
+        recorded = [Bad(**b) for b in document["bad"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    paths = {f"{lake.base}/{b.name}": b for b in recorded}
+    stamps = _stamp(lake, list(paths)) if paths else {}
+    return {p: b for p, b in paths.items() if stamps.get(p) == (b.size, b.mtime_ns)}
 
 
 def _names(raw: bytes) -> list[str]:

@@ -1,16 +1,17 @@
 """The fleet questions ``recompprof history`` answers: one portable SQL text each (docs/history.md).
 
 Each text runs unchanged on DuckDB, Spark SQL, Trino and ClickHouse over the lake's four views, except
-for the few functions that have no common spelling, written here as macros that a :class:`Dialect`
-expands: ``PCTL(x, p)`` (a percentile), ``WEEK(d)`` (the Monday of ``d``'s week) and ``SIZE(list)``.
+for the few functions that have no common spelling, written here as macros that each engine's
+:class:`~recompprof._history.dialects.Dialect` spells (:mod:`recompprof._history.dialects`):
+``PCTL(x, p)`` (a percentile), ``WEEK(d)`` (the Monday of ``d``'s week) and ``SIZE(list)``.
 The rest keeps to the subset every engine reads alike (``CASE WHEN`` inside sums, no ``FILTER``, no
 lambdas, ``CAST(... AS DOUBLE)`` before dividing, a total ``ORDER BY``).
 
-Parameters are bound here, as SQL literals: a value a user typed only ever reaches a text as a quoted
-string, a date or an integer, and a column a user picks (``--by``) only from a closed set. The
-verdicts (what counts as a compile or a recompile, which cause a compile's seconds are charged to,
-steady state) are columns the exporter computed with the event model's rules: the texts sum them and
-never re-derive one.
+Parameters are bound here, as SQL literals, after the macros are spelled: a value a user typed only
+ever reaches a text as a quoted string, a date or an integer, and a column a user picks (``--by``)
+only from a closed set. The verdicts (what counts as a compile or a recompile, which cause a
+compile's seconds are charged to, steady state) are columns the exporter computed with the event
+model's rules: the texts sum them and never re-derive one.
 """
 
 from __future__ import annotations
@@ -21,91 +22,39 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from recompprof._errors import CommandError
+from recompprof._history.dialects import DIALECTS, DUCKDB
+from recompprof._history.dialects.base import Dialect
+
+__all__ = ["COMMANDS", "DIALECTS", "DUCKDB", "Dialect", "Params", "bind"]
 
 # A candidate job regresses when its recompiles per session grow past 1.2x the baseline's plus one;
 # a cause, when its recompiles per session grow past 2x plus one (small counts are noise).
 JOB_GROWTH = 1.2
 CAUSE_GROWTH = 2.0
-# compare: a run's compile seconds (its slowest rank) above the baseline's largest by more than this.
+# compare, the CI gate (docs/history.md "The gate's rule"): a (frame, category) of the run is a finding
+# when its guard failures pass the baseline's most by more than the larger of FAILURE_SLACK and
+# FAILURE_TOLERANCE of that most; its compile seconds (its slowest rank's), when they pass the
+# baseline's most by more than the larger of TIME_SLACK_S and TIME_TOLERANCE of it. Measured on 25
+# real runs of one job with random input shapes and 6 regressed ones (tests/test_history_gate.py): no
+# finding on noise, a new steady cause and one cause's recompiles x1.5 found every time.
+FAILURE_SLACK = 2
+FAILURE_TOLERANCE = 0.25
 TIME_TOLERANCE = 0.10
+TIME_SLACK_S = 5.0
+# Fewer finished runs than this before the candidate: too few to know the job's noise (a note, exit 0).
+MIN_BASELINE = 5
+TOP_FINDINGS = 10  # compare's summary: the worst first, then how many more
 TOP_ROWS = 20
 
 # The columns a user may group by (--by): denormalised onto every table, so each question can use them.
 GROUPS = ("model", "team", "job")
+# top-causes may also group by frame (the function the recompiles are in: name and its key).
+FRAME = "frame"
+FRAME_COLUMNS = "frame_name, frame_key"
+# The columns a question's rows may be narrowed to (--job/--team/--model), on every table.
+FILTERS = ("job", "team", "model")
 # The keys --baseline/--candidate may compare, and the column each names.
 VERSION_KEYS = {"torch": "torch_version"}
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How one engine spells what has no portable spelling: string and date literals, percentiles,
-    the week of a date, the length of a list."""
-
-    name: str
-    percentile: str  # with {x} and {p}; or {ps} (every p asked of x in the text) and {i} (which)
-    week: str  # with {d}
-    size: str  # with {x}
-    date: str = "DATE '{d}'"
-    backslash_escapes: bool = False  # Spark and ClickHouse read \ in a string literal as an escape
-
-    def string(self, value: str) -> str:
-        if self.backslash_escapes:
-            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return "'" + value.replace("'", "''") + "'"
-
-    def expand(self, text: str) -> str:
-        """``text`` with the macros spelled for this engine."""
-        asked: dict[str, list[str]] = {}
-        for m in _PCTL.finditer(text):
-            asked.setdefault(m["x"], []).append(m["p"])
-        text = _PCTL.sub(
-            lambda m: self.percentile.format(
-                x=m["x"],
-                p=m["p"],
-                ps=", ".join(asked[m["x"]]),
-                i=asked[m["x"]].index(m["p"]) + 1,
-            ),
-            text,
-        )
-        text = _WEEK.sub(lambda m: self.week.format(d=m["d"]), text)
-        return _SIZE.sub(lambda m: self.size.format(x=m["x"]), text)
-
-
-_PCTL = re.compile(r"PCTL\((?P<x>[\w.]+), (?P<p>[0-9.]+)\)")
-_WEEK = re.compile(r"WEEK\((?P<d>[\w.]+)\)")
-_SIZE = re.compile(r"SIZE\((?P<x>[\w.]+)\)")
-
-# Every percentile of a column from one list-valued aggregate: DuckDB computes the identical
-# expressions once, where separate quantile_cont calls each keep and sort the column (latency: -25%).
-DUCKDB = Dialect(
-    "duckdb",
-    percentile="quantile_cont({x}, [{ps}])[{i}]",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="len({x})",
-)
-# Exact percentiles cost Spark 3x the time of approximate ones on a fleet month (docs/history.md).
-SPARK = Dialect(
-    "spark",
-    percentile="percentile_approx({x}, {p})",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="size({x})",
-    backslash_escapes=True,
-)
-TRINO = Dialect(
-    "trino",
-    percentile="approx_percentile({x}, {p})",
-    week="CAST(date_trunc('week', {d}) AS DATE)",
-    size="cardinality({x})",
-)
-CLICKHOUSE = Dialect(
-    "clickhouse",
-    percentile="quantile({p})({x})",
-    week="toMonday({d})",
-    size="length({x})",
-    date="toDate('{d}')",
-    backslash_escapes=True,
-)
-DIALECTS = {d.name: d for d in (DUCKDB, SPARK, TRINO, CLICKHOUSE)}
 
 
 @dataclass(frozen=True)
@@ -146,6 +95,13 @@ class Params:
     job: str = ""
     last: int = 50
     time_tolerance: float = TIME_TOLERANCE
+    time_slack_s: float = TIME_SLACK_S
+    failure_slack: int = FAILURE_SLACK
+    failure_tolerance: float = FAILURE_TOLERANCE
+    min_baseline: int = MIN_BASELINE
+    top: int = TOP_FINDINGS  # compare: the findings shown, worst first (0: all)
+    # --job/--team/--model: (column, value) pairs every table's rows are narrowed to.
+    only: tuple[tuple[str, str], ...] = ()
 
 
 def since_date(text: str, *, today: dt.date | None = None, option: str = "--since") -> dt.date:
@@ -162,10 +118,21 @@ def since_date(text: str, *, today: dt.date | None = None, option: str = "--sinc
         ) from None
 
 
-def group(text: str) -> str:
-    if text not in GROUPS:
-        raise CommandError(f"--by {text!r}: one of {', '.join(GROUPS)}")
+def group(text: str, *, frame: bool = False) -> str:
+    """A ``--by`` column from the closed set (``frame`` too where the question allows it)."""
+    allowed = (*GROUPS, FRAME) if frame else GROUPS
+    if text not in allowed:
+        raise CommandError(f"--by {text!r}: one of {', '.join(allowed)}")
     return text
+
+
+def narrowed(pairs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``--job/--team/--model`` values, each a printable text bound as a quoted literal."""
+    return tuple(
+        (column, value_text(value, f"--{column}"))
+        for column, value in pairs.items()
+        if column in FILTERS and value
+    )
 
 
 def version_pair(text: str, option: str) -> tuple[str, str]:
@@ -199,11 +166,13 @@ def last_runs(text: str) -> int:
 _TOP_CAUSES = """
 SELECT {by}, cause_category, cause_subject,
        SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS recompiles,
-       ROUND(SUM(duration_s), 3) AS seconds, COUNT(DISTINCT run_id) AS runs
+       ROUND(SUM(duration_s), 3) AS seconds, COUNT(DISTINCT run_id) AS runs,
+       MAX(run_id) AS example_run, {fix_hint} AS fix_hint
 FROM compiles
-WHERE dt >= {since} AND cause_category IS NOT NULL{steady}
+WHERE dt >= {since} AND cause_category IS NOT NULL{steady}{only}
 GROUP BY {by}, cause_category, cause_subject
-ORDER BY seconds DESC, recompiles DESC, {by}, cause_category, cause_subject
+ORDER BY seconds DESC NULLS LAST, recompiles DESC, {by_order}, cause_category NULLS LAST,
+         cause_subject NULLS LAST
 LIMIT {top}"""
 
 _COST = """
@@ -212,9 +181,9 @@ SELECT {by}, WEEK(dt) AS week, ROUND(SUM(compile_seconds) / 3600, 6) AS compile_
          AS recompile_hours,
        COUNT(DISTINCT run_id) AS runs
 FROM compiles
-WHERE dt >= {since}
+WHERE dt >= {since}{only}
 GROUP BY {by}, WEEK(dt)
-ORDER BY week, recompile_hours DESC, compile_hours DESC, {by}"""
+ORDER BY week, recompile_hours DESC NULLS LAST, compile_hours DESC NULLS LAST, {by_order}"""
 
 _REGRESSED_JOBS = """
 WITH per_job AS (
@@ -223,26 +192,26 @@ WITH per_job AS (
          SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions,
          AVG(CASE WHEN {key} = {baseline} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
          AVG(CASE WHEN {key} = {candidate} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
-  FROM runs WHERE {key} IN ({baseline}, {candidate}) GROUP BY job)
+  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job)
 SELECT job, before_sessions, after_sessions,
        ROUND(before_avg, 2) AS recompiles_per_session_before,
        ROUND(after_avg, 2) AS recompiles_per_session_after
 FROM per_job
 WHERE before_sessions > 0 AND after_sessions > 0 AND after_avg > {job_growth} * before_avg + 1
-ORDER BY after_avg - before_avg DESC, job"""
+ORDER BY after_avg - before_avg DESC, job NULLS LAST"""
 
 _REGRESSED_CAUSES = """
 WITH sessions AS (
   SELECT job,
          SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
          SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions
-  FROM runs WHERE {key} IN ({baseline}, {candidate}) GROUP BY job),
+  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job),
 causes AS (
   SELECT job, cause_category,
          SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_n,
          SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_n
   FROM compiles
-  WHERE counts_as_recompile AND cause_category IS NOT NULL AND {key} IN ({baseline}, {candidate})
+  WHERE counts_as_recompile AND cause_category IS NOT NULL AND {key} IN ({baseline}, {candidate}){only}
   GROUP BY job, cause_category)
 SELECT c.job, c.cause_category, c.before_n, c.after_n,
        ROUND(CAST(c.before_n AS DOUBLE) / s.before_sessions, 2) AS per_session_before,
@@ -252,7 +221,7 @@ WHERE s.before_sessions > 0 AND s.after_sessions > 0
   AND CAST(c.after_n AS DOUBLE) / s.after_sessions
       > {cause_growth} * CAST(c.before_n AS DOUBLE) / s.before_sessions + 1
 ORDER BY CAST(c.after_n AS DOUBLE) / s.after_sessions - CAST(c.before_n AS DOUBLE) / s.before_sessions
-         DESC, c.job, c.cause_category
+         DESC, c.job NULLS LAST, c.cause_category NULLS LAST
 LIMIT {top}"""
 
 # The baseline: the last N runs of the job that started before the candidate and whose every rank
@@ -273,6 +242,8 @@ _COMPARE_BASELINE = (
 SELECT COUNT(*) AS baseline_runs FROM base_runs"""
 )
 
+# The gate's rule for guard failures (FAILURE_SLACK, FAILURE_TOLERANCE): a (frame, category) the run
+# failed more often than the baseline's most plus the larger slack; the worst excess first.
 _COMPARE_GUARDS = (
     "WITH "
     + _BASE_RUNS
@@ -284,14 +255,21 @@ per_run AS (
   GROUP BY run_id, frame_key, category),
 base AS (
   SELECT frame_key, category, SUM(n) AS total, MAX(n) AS max_n
-  FROM per_run WHERE run_id <> {run} GROUP BY frame_key, category)
-SELECT c.frame_name, c.frame_key, c.category, c.n AS this_run,
-       ROUND(CAST(COALESCE(b.total, 0) AS DOUBLE) / NULLIF((SELECT COUNT(*) FROM base_runs), 0), 2)
-         AS baseline_mean,
-       COALESCE(b.max_n, 0) AS baseline_max
-FROM per_run c LEFT JOIN base b ON b.frame_key = c.frame_key AND b.category = c.category
-WHERE c.run_id = {run} AND c.n > COALESCE(b.max_n, 0)
-ORDER BY c.n - COALESCE(b.max_n, 0) DESC, c.frame_key, c.category"""
+  FROM per_run WHERE run_id <> {run} GROUP BY frame_key, category),
+judged AS (
+  SELECT c.frame_name, c.frame_key, c.category, c.n,
+         CAST(COALESCE(b.total, 0) AS DOUBLE) / NULLIF((SELECT COUNT(*) FROM base_runs), 0) AS mean_n,
+         COALESCE(b.max_n, 0) AS max_n,
+         COALESCE(b.max_n, 0) + GREATEST(CAST({failure_slack} AS DOUBLE),
+                                         {failure_tolerance} * CAST(COALESCE(b.max_n, 0) AS DOUBLE))
+           AS allowed
+  FROM per_run c LEFT JOIN base b ON b.frame_key = c.frame_key AND b.category = c.category
+  WHERE c.run_id = {run})
+SELECT frame_name, frame_key, category, n AS this_run, ROUND(mean_n, 2) AS baseline_mean,
+       max_n AS baseline_max, ROUND(allowed, 2) AS allowed
+FROM judged
+WHERE n > allowed
+ORDER BY n - allowed DESC, frame_key NULLS LAST, category NULLS LAST"""
 )
 
 # A run's compile time is its slowest rank's: ranks compile side by side.
@@ -306,16 +284,17 @@ base AS (SELECT AVG(compile_s) AS mean_s, MAX(compile_s) AS max_s FROM per_run W
 SELECT ROUND(c.compile_s, 3) AS this_run_compile_s, ROUND(b.mean_s, 3) AS baseline_mean_s,
        ROUND(b.max_s, 3) AS baseline_max_s
 FROM per_run c, base b
-WHERE c.run_id = {run} AND b.max_s IS NOT NULL AND c.compile_s > b.max_s * {time_limit}"""
+WHERE c.run_id = {run} AND b.max_s IS NOT NULL
+  AND c.compile_s > b.max_s + GREATEST(CAST({time_slack} AS DOUBLE), {time_tolerance} * b.max_s)"""
 )
 
 _LIMIT_HITS = """
 SELECT frame_name, frame_key, COUNT(*) AS hits, COUNT(DISTINCT job) AS jobs,
        COUNT(DISTINCT run_id) AS runs
 FROM compiles
-WHERE outcome = 'limit_hit' AND dt >= {since}
+WHERE outcome = 'limit_hit' AND dt >= {since}{only}
 GROUP BY frame_name, frame_key
-ORDER BY hits DESC, frame_name, frame_key
+ORDER BY hits DESC, frame_name NULLS LAST, frame_key NULLS LAST
 LIMIT {top}"""
 
 # Approximate where divergence.py is exact: a rank with no compile of the frame at all is absent, not 0.
@@ -323,14 +302,14 @@ _DIVERGENCE = """
 WITH per_rank AS (
   SELECT run_id, job, frame_key, rank,
          SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS rc
-  FROM compiles WHERE dt >= {since} GROUP BY run_id, job, frame_key, rank),
+  FROM compiles WHERE dt >= {since}{only} GROUP BY run_id, job, frame_key, rank),
 divergent AS (
   SELECT run_id, job, frame_key FROM per_rank
   GROUP BY run_id, job, frame_key HAVING MIN(rc) = 0 AND MAX(rc) > 0)
 SELECT job, COUNT(*) AS divergent_frames, COUNT(DISTINCT run_id) AS runs
 FROM divergent
 GROUP BY job
-ORDER BY divergent_frames DESC, job
+ORDER BY divergent_frames DESC, job NULLS LAST
 LIMIT {top}"""
 
 _LATENCY = """
@@ -340,9 +319,9 @@ SELECT {by}, torch_version, COUNT(*) AS compiles,
        ROUND(PCTL(duration_s, 0.99), 3) AS p99_s,
        ROUND(MAX(duration_s), 3) AS max_s
 FROM compiles
-WHERE counts_as_compile AND NOT backward AND outcome = 'ok' AND dt >= {since}
+WHERE counts_as_compile AND NOT backward AND outcome = 'ok' AND dt >= {since}{only}
 GROUP BY {by}, torch_version
-ORDER BY {by}, torch_version"""
+ORDER BY {by_order}, torch_version NULLS LAST"""
 
 # Completeness of the sessions a question read, said by every command (as ``check`` does).
 COMPLETENESS = """
@@ -359,14 +338,18 @@ SELECT dt, COUNT(*) AS sessions, SUM(CASE WHEN ended THEN 0 ELSE 1 END) AS not_e
 FROM runs GROUP BY dt ORDER BY dt DESC"""
 
 
+def _narrowed_words(params: Params) -> str:
+    return "".join(f", {column} {value}" for column, value in params.only)
+
+
 def _since_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
-    return "dt >= {since}", f"since {params.since}"
+    return "dt >= {since}{only}", f"since {params.since}{_narrowed_words(params)}"
 
 
 def _versions_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
     return (
-        "{key} IN ({baseline}, {candidate})",
-        f"{params.key} {params.baseline} or {params.candidate}",
+        "{key} IN ({baseline}, {candidate}){only}",
+        f"{params.key} {params.baseline} or {params.candidate}{_narrowed_words(params)}",
     )
 
 
@@ -446,11 +429,15 @@ COMMANDS = {
 }
 
 
-def literals(params: Params, dialect: Dialect) -> dict[str, str]:
+def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, str]:
     """Every parameter as the SQL text it is bound as (quoted, or from a closed set)."""
+    by = group(params.by, frame=command == "top-causes")
+    columns = FRAME_COLUMNS if by == FRAME else by
     values = {
-        "by": group(params.by),
+        "by": columns,
+        "by_order": ", ".join(f"{c.strip()} NULLS LAST" for c in columns.split(",")),
         "steady": " AND steady_state" if params.steady_only else "",
+        "only": "".join(f" AND {group(c)} = {dialect.string(v)}" for c, v in params.only),
         "key": VERSION_KEYS[params.key],
         "baseline": dialect.string(params.baseline),
         "candidate": dialect.string(params.candidate),
@@ -463,21 +450,44 @@ def literals(params: Params, dialect: Dialect) -> dict[str, str]:
         "top": str(TOP_ROWS),
         "job_growth": repr(JOB_GROWTH),
         "cause_growth": repr(CAUSE_GROWTH),
-        "time_limit": repr(1.0 + float(params.time_tolerance)),
+        "time_tolerance": repr(float(params.time_tolerance)),
+        "time_slack": repr(float(params.time_slack_s)),
+        "failure_tolerance": repr(float(params.failure_tolerance)),
+        "failure_slack": str(int(params.failure_slack)),
         "since": dialect.date.format(d=(params.since or dt.date(1970, 1, 1)).isoformat()),
+        "fix_hint": _fix_hints(dialect) if command == "top-causes" else "NULL",
     }
     return values
+
+
+def _fix_hints(dialect: Dialect) -> str:
+    """The report's fix hint of each cause category, as one CASE over ``cause_category``: the same
+    hint on every engine. Imported only here: the hints live with the event model, which is slow to load
+    and which the other questions never need."""
+    from recompprof._model.reasons import FIX_HINTS
+
+    cases = " ".join(
+        f"WHEN {dialect.string(category)} THEN {dialect.string(hint)}"
+        for category, hint in sorted(FIX_HINTS.items())
+    )
+    return f"CASE cause_category {cases} END"
+
+
+def _fill(template: str, values: Mapping[str, str], dialect: Dialect) -> str:
+    """``template`` with its macros spelled for ``dialect`` first, then the values put in: a value is
+    never read as a macro, so no value a user typed changes the query's shape (docs/history.md)."""
+    return dialect.expand(template.strip()).format(**values)
 
 
 def bind(command: str, params: Params, dialect: Dialect = DUCKDB) -> Bound:
     """``command``'s texts with ``params`` bound, spelled for ``dialect``."""
     spec = COMMANDS[command]
-    values = literals(params, dialect)
+    values = literals(params, dialect, command)
     scope, words = spec.scope(params, values)
     queries = tuple(
         Query(
             q.title,
-            dialect.expand(q.text.strip().format(**values)),
+            _fill(q.text, values, dialect),
             None
             if q.trend is None
             else (q.trend[0], q.trend[1], q.trend[2] and q.trend[2].format(**values)),
@@ -487,7 +497,7 @@ def bind(command: str, params: Params, dialect: Dialect = DUCKDB) -> Bound:
     return Bound(
         command,
         queries,
-        scope=dialect.expand(scope.format(**values)),
+        scope=_fill(scope, values, dialect),
         scope_words=words,
         gate=spec.gate,
         params=values,
@@ -495,9 +505,10 @@ def bind(command: str, params: Params, dialect: Dialect = DUCKDB) -> Bound:
 
 
 def completeness(scope: str, dialect: Dialect = DUCKDB) -> str:
-    return dialect.expand(COMPLETENESS.strip().format(scope=scope))
+    """The completeness text over ``scope`` (a bound predicate: put in after the macros are spelled)."""
+    return _fill(COMPLETENESS, {"scope": scope}, dialect)
 
 
 def compare_baseline(params: Params, dialect: Dialect = DUCKDB) -> str:
     """The text counting the baseline runs ``compare`` found (none: the gate has nothing to hold to)."""
-    return dialect.expand(_COMPARE_BASELINE.strip().format(**literals(params, dialect)))
+    return _fill(_COMPARE_BASELINE, literals(params, dialect), dialect)

@@ -20,6 +20,7 @@ _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
 _WHY = {
     "unreadable": "unreadable (corrupt or truncated)",
     "schema": "of another schema version",
+    "verify": "found bad by `history verify`",
 }
 
 
@@ -54,6 +55,15 @@ def _names(paths: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+def _each(skipped: list[Skipped]) -> str:
+    """The files left out, each with its own reason (the first few, then how many more)."""
+    shown = ", ".join(
+        f"{s.path.rpartition('/')[2] or s.path} ({s.detail})" for s in skipped[:_SHOWN_NAMES]
+    )
+    more = len(skipped) - _SHOWN_NAMES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
     """The lines an answer's reader must see first: files left out, partial sessions, lost raw files.
     ``files``: how many files each table has in all (read and left out)."""
@@ -64,8 +74,7 @@ def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
     for (table, why), skipped in groups.items():
         out.append(
             f"{table}: {len(skipped)} of {files.get(table, len(skipped))} file(s) left out, "
-            f"{_WHY.get(why, why)}: {_names([s.path for s in skipped])} ({skipped[0].detail}); "
-            "their rows are not counted"
+            f"{_WHY.get(why, why)}: {_each(skipped)}; their rows are not counted"
         )
     for table, names in answer.lost_at_compaction.items():
         out.append(
@@ -106,6 +115,17 @@ def notes(answer: Answer) -> list[str]:
         )
     if answer.baseline_runs == 0:
         out.append("no earlier finished run of this job in the lake: nothing to compare with")
+    elif answer.too_few:
+        out.append(
+            f"only {answer.baseline_runs} earlier finished run(s) of this job in the lake: the gate "
+            f"needs {answer.min_baseline} to know the job's noise, so nothing is compared yet "
+            "(--min-baseline)"
+        )
+    for result in answer.results:
+        if result.total is not None:
+            out.append(
+                f"{result.title}: the worst {len(result.rows)} of {result.total} shown (--top 0: all)"
+            )
     return out
 
 
@@ -115,10 +135,15 @@ def verdict(answer: Answer) -> str | None:
         return None
     if answer.baseline_runs == 0:
         return f"recompprof history {answer.command}: ok (no baseline)"
-    found = sum(len(r.rows) for r in answer.results)
-    if found:
-        return f"recompprof history {answer.command}: {found} finding(s)"
-    return f"recompprof history {answer.command}: ok"
+    if answer.too_few:
+        return (
+            f"recompprof history {answer.command}: ok (a baseline of {answer.baseline_runs} run(s), "
+            f"fewer than {answer.min_baseline})"
+        )
+    of = "" if answer.baseline_runs is None else f" against {answer.baseline_runs} run(s)"
+    if answer.found:
+        return f"recompprof history {answer.command}: {answer.found} finding(s){of}"
+    return f"recompprof history {answer.command}: ok{of}"
 
 
 # ---- layouts -------------------------------------------------------------------------------------
@@ -182,6 +207,7 @@ def json_text(answer: Answer, files: dict[str, int]) -> str:
                 "title": r.title,
                 "columns": r.columns,
                 "rows": [dict(zip(r.columns, (_plain(v) for v in row))) for row in r.rows],
+                "total_rows": len(r.rows) if r.total is None else r.total,
             }
             for r in answer.results
         ],
@@ -189,6 +215,9 @@ def json_text(answer: Answer, files: dict[str, int]) -> str:
         "notes": notes(answer),
         "findings": answer.findings,
     }
+    if answer.baseline_runs is not None:
+        document["baseline_runs"] = answer.baseline_runs
+        document["min_baseline"] = answer.min_baseline
     if answer.completeness is not None:
         c = answer.completeness
         document["sessions"] = {

@@ -4,20 +4,22 @@ A table is its compacted days up to the ``_through`` marker and its raw days aft
 (:mod:`recompprof._history.daily`); each view names every known column, so a file of an older exporter
 reads its missing columns as null and a newer one's extra columns are ignored. :func:`select` applies
 that rule to a lake's listing for the embedded engine; :func:`printed` writes the same rule as view
-definitions for a fleet's own engine (Spark, Trino, ClickHouse or DuckDB), with the marker of the moment
-baked in: run them again after each compaction.
+definitions for a fleet's own engine (Spark, Trino, ClickHouse or DuckDB; each spelled by its module of
+:mod:`recompprof._history.dialects`), with the marker of the moment baked in: run them again after
+each compaction.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from recompprof._history import daily, health
+from recompprof._history.dialects import DIALECTS, DUCKDB
+from recompprof._history.dialects.base import Dialect, Where, literal
 from recompprof._history.layout import ROOT, Lake, LakeError, LakeFile
 from recompprof._history.tables import SCHEMAS, TABLES
 
@@ -34,9 +36,14 @@ class Selection:
         return [s for checked in self.tables.values() for s in checked.skipped]
 
 
+# Hadoop's names for S3 (Spark's own docs give s3a://): the same bucket to pyarrow's filesystem.
+_S3_ALIASES = ("s3a://", "s3n://")
+
+
 def open_lake(uri: str) -> Lake:
     """The lake at ``uri``; raises LakeError (one line) when the path does not exist."""
-    lake = Lake(uri)
+    lake = Lake("s3://" + uri.partition("://")[2] if uri.startswith(_S3_ALIASES) else uri)
+    lake.uri = uri  # said as given
     try:
         info = lake.fs.get_file_info(lake.base)
     except OSError as error:
@@ -52,17 +59,25 @@ def select(lake: Lake, tables: tuple[str, ...] = TABLES) -> Selection:
     """Each table's files by the reader rule, their footers read."""
     marker = daily.through(lake)
     selection = Selection(marker)
+    bad = health.read_verified(lake)
     for table in tables:
         compacted = []
         if marker is not None:
             compacted = [p for d, (p, _) in daily.compacted(lake, table).items() if d <= marker]
         listing = lake.files(table)
         raw = [f.path for f in listing if marker is None or f.day > marker]
-        checked = health.check(lake, table, sorted(compacted) + raw)
+        checked = health.check(lake, table, sorted(compacted) + raw, bad)
         if marker is not None:
             checked.late = _late(lake, table, [f for f in listing if f.day <= marker])
         selection.tables[table] = checked
     return selection
+
+
+def every_file(lake: Lake, table: str) -> list[str]:
+    """Every data file of ``table``, read by the queries or not (compacted days, raw files): what
+    ``history verify`` decodes."""
+    compacted = sorted(p for p, _ in daily.compacted(lake, table).values())
+    return compacted + [f.path for f in lake.files(table)]
 
 
 def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
@@ -77,68 +92,15 @@ def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
     return late
 
 
-# ---- column types per engine ---------------------------------------------------------------------
-
-ENGINES = ("duckdb", "spark", "trino", "clickhouse")
-# Each kind of column as each engine (in the order of ENGINES) declares it.
-_TYPES = {
-    "string": ("VARCHAR", "STRING", "varchar", "Nullable(String)"),
-    "int32": ("INTEGER", "INT", "integer", "Nullable(Int32)"),
-    "int64": ("BIGINT", "BIGINT", "bigint", "Nullable(Int64)"),
-    "double": ("DOUBLE", "DOUBLE", "double", "Nullable(Float64)"),
-    "bool": ("BOOLEAN", "BOOLEAN", "boolean", "Nullable(Bool)"),
-    "timestamp": (
-        "TIMESTAMPTZ",
-        "TIMESTAMP",
-        "timestamp(6) with time zone",
-        "Nullable(DateTime64(6, 'UTC'))",
-    ),
-    "list": ("VARCHAR[]", "ARRAY<STRING>", "array(varchar)", "Array(String)"),
-    "map": (
-        "MAP(VARCHAR, VARCHAR)",
-        "MAP<STRING, STRING>",
-        "map(varchar, varchar)",
-        "Map(String, String)",
-    ),
-    "date": ("DATE", "DATE", "date", "Date"),
-}
-
-
-def _kind(kind: pa.DataType) -> str:
-    if pa.types.is_timestamp(kind):
-        return "timestamp"
-    if pa.types.is_list(kind):
-        return "list"
-    if pa.types.is_map(kind):
-        return "map"
-    if pa.types.is_boolean(kind):
-        return "bool"
-    if pa.types.is_int32(kind):
-        return "int32"
-    if pa.types.is_integer(kind):
-        return "int64"
-    if pa.types.is_floating(kind):
-        return "double"
-    return "string"
-
-
-def sql_type(kind: pa.DataType, engine: str) -> str:
-    return _TYPES[_kind(kind)][ENGINES.index(engine)]
-
-
-def _columns(table: str, present: set[str] | None, engine: str) -> str:
+def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
     """The view's column list: every known column, null where no file has it."""
     out = []
     for f in SCHEMAS[table]:
         if present is None or f.name in present:
             out.append(f.name)
         else:
-            out.append(f"CAST(NULL AS {sql_type(f.type, engine)}) AS {f.name}")
+            out.append(f"CAST(NULL AS {dialect.type_of(f.type)}) AS {f.name}")
     return ", ".join(out)
-
-
-def _literal(path: str) -> str:
-    return "'" + path.replace("'", "''") + "'"
 
 
 def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str, object]]:
@@ -148,14 +110,14 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
     datasets: dict[str, object] = {}
     for table, checked in selection.tables.items():
         if not checked.good:
-            empty = _columns(table, set(), "duckdb")
+            empty = _columns(table, set(), DUCKDB)
             statements.append(
                 f"CREATE OR REPLACE VIEW {table} AS SELECT {empty}, CAST(NULL AS DATE) AS dt WHERE false"
             )
             continue
-        columns = _columns(table, checked.present, "duckdb")
+        columns = _columns(table, checked.present, DUCKDB)
         if lake.local:
-            files = ", ".join(_literal(p) for p in checked.good)
+            files = ", ".join(literal(p) for p in checked.good)
             union = "false" if checked.uniform else "true"
             source = (
                 f"read_parquet([{files}], hive_partitioning = true, union_by_name = {union}, "
@@ -193,102 +155,35 @@ def _dataset(lake: Lake, table: str, paths: list[str]) -> object:
 # ---- the same views, printed for a fleet's engine ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Spelling:
-    """How one engine's view text differs; the reader rule itself is written once, in printed()."""
-
-    date: str  # a date literal, with {d}
-    # One root of a table: (statements that must run first, the FROM source), given the table, the
-    # root's suffix ("daily" or "raw") and its URI.
-    source: Callable[[Lake, str, str, str], tuple[str, str]]
-    view: str = "CREATE OR REPLACE VIEW {table} AS\n{body};\n"
-    preamble: str = ""
-
-
-def _duckdb_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
-    opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
-    return "", f"read_parquet({_literal(root + '/*/*.parquet')}, {opts})"
-
-
-def _spark_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
-    setup = (
-        f"CREATE OR REPLACE TEMPORARY VIEW {table}_{suffix} USING parquet "
-        f"OPTIONS (path {_literal(root)}, mergeSchema 'true');\n"
-    )
-    return setup, f"{table}_{suffix}"
-
-
-def _trino_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
-    columns = ",\n  ".join(f"{f.name} {sql_type(f.type, 'trino')}" for f in SCHEMAS[table])
-    name = f"hive.recompprof.{table}_{suffix}"
-    setup = (
-        f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
-        f"(external_location = {_literal(root)}, format = 'PARQUET', "
-        "partitioned_by = ARRAY['dt']);\n"
-        f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"
-    )
-    return setup, name
-
-
-def _clickhouse_source(lake: Lake, table: str, suffix: str, root: str) -> tuple[str, str]:
-    function = "file" if lake.local else "s3"
-    return "", f"{function}({_literal(root + '/*/*.parquet')}, 'Parquet')"
-
-
-_SPELLINGS = {
-    "duckdb": _Spelling("DATE '{d}'", _duckdb_source),
-    "spark": _Spelling(
-        "DATE '{d}'", _spark_source, view="CREATE OR REPLACE TEMPORARY VIEW {table} AS\n{body};\n"
-    ),
-    "trino": _Spelling(
-        "DATE '{d}'",
-        _trino_source,
-        view="CREATE OR REPLACE VIEW hive.recompprof.{table} AS\n{body};\n",
-        preamble=(
-            "-- Hive connector (catalog `hive`, e.g. hive.metastore=file); schema `recompprof`\n"
-            "CREATE SCHEMA IF NOT EXISTS hive.recompprof;\n"
-        ),
-    ),
-    "clickhouse": _Spelling(
-        "toDate('{d}')",
-        _clickhouse_source,
-        view="CREATE OR REPLACE VIEW {table} AS\n{body}\nSETTINGS use_hive_partitioning = 1;\n",
-        preamble=(
-            "-- file() reads under the server's user_files_path; for a bucket use "
-            "s3('https://<bucket>.s3.<region>.amazonaws.com/<prefix>/...', 'Parquet')\n"
-        ),
-    ),
-}
-
-
-def printed(lake: Lake, dialect: str, through: datetime.date | None) -> str:
+def printed(where: Where, dialect: str, through: datetime.date | None) -> str:
     """View definitions of the four tables for ``dialect``, obeying the marker ``through``: a table is
-    its compacted days up to it and its raw days after it (before any compaction, its raw days)."""
-    spelling = _SPELLINGS.get(dialect)
+    its compacted days up to it and its raw days after it (before any compaction, its raw days). Only
+    the lake's URI is needed (``where``): nothing is opened."""
+    spelling = DIALECTS.get(dialect)
     if spelling is None:
         raise LakeError(f"no view definitions for {dialect!r}")
-    out = [_marker_comment(through), spelling.preamble]
+    out = [_marker_comment(through), spelling.preamble(where)]
     for table in TABLES:
-        cols = _columns(table, None, dialect) + ", dt"
+        cols = _columns(table, None, spelling) + ", dt"
         parts = []
-        for suffix, root, cut in _roots(lake, table, through, spelling.date):
-            setup, source = spelling.source(lake, table, suffix, root)
+        for suffix, under, cut in _roots(table, through, spelling.date):
+            setup, source = spelling.source(where, table, suffix, under)
             out.append(setup)
             parts.append(f"SELECT {cols} FROM {source}{cut}")
         out.append(spelling.view.format(table=table, body="\nUNION ALL\n".join(parts)))
     return "".join(out)
 
 
-def _roots(
-    lake: Lake, table: str, through: datetime.date | None, date: str
-) -> list[tuple[str, str, str]]:
-    """The roots a table's view reads, each with its suffix, URI and the filter of its days."""
-    raw = lake.uri_of(f"{lake.base}/{ROOT}/{table}")
+def _roots(table: str, through: datetime.date | None, date: str) -> list[tuple[str, str, str]]:
+    """The roots a table's view reads, each with its suffix, path under the lake and its days' filter."""
+    raw = f"{ROOT}/{table}"
     if through is None:
         return [("raw", raw, "")]
     d = date.format(d=through.isoformat())
-    compacted = lake.uri_of(f"{lake.base}/{daily.DAILY}/{table}")
-    return [("daily", compacted, f" WHERE dt <= {d}"), ("raw", raw, f" WHERE dt > {d}")]
+    return [
+        ("daily", f"{daily.DAILY}/{table}", f" WHERE dt <= {d}"),
+        ("raw", raw, f" WHERE dt > {d}"),
+    ]
 
 
 def _marker_comment(through: datetime.date | None) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
 from recompprof._model.assembler import CompileAssembler, Seen
-from recompprof._model.compile_id import CompileId
+from recompprof._model.compile_id import UNKNOWN, CompileId, spelled
 from recompprof._model.compile_record import CompileRecord
 from recompprof._model.compiles import is_recompile
 from recompprof._model.correlation import MAX_REMEMBERED_COMPILES
@@ -116,7 +116,7 @@ class CompileRecorder:
         """torch began compiling a frame, or (``backward``) the backward of one: record what is known now
         (a ``compile_start``)."""
         if backward:
-            self._backward_started(compile_id or "?")
+            self._backward_started(compile_id or UNKNOWN)
             return
         ctx = torch_frames.compiling()
         if (
@@ -127,7 +127,7 @@ class CompileRecorder:
             if self._closed():
                 return
             code = ctx.code
-            compile_id = compile_id or ctx.compile_id or "?"
+            compile_id = compile_id or ctx.compile_id or UNKNOWN
             code_key = (code.co_name, code.co_filename, code.co_firstlineno)
             frame = _frame(code_key, ctx)
             self._named = (
@@ -260,7 +260,7 @@ class CompileRecorder:
                     rank=self.rank,
                     step=step,
                     frame=frame,
-                    compile_id=compile_id or "?",
+                    compile_id=compile_id or UNKNOWN,
                     is_recompile=True,
                     reasons=reasons,
                     reasons_omitted=omitted,
@@ -302,7 +302,7 @@ class CompileRecorder:
 
     def record_compile(self, m: CompileRecord) -> None:
         now, step = time.time(), self.signals.step
-        compile_id = m.compile_id if m.compile_id is not None else "?"
+        compile_id = spelled(m.compile_id)
         running = self.running
         if (
             running is not None and running.compile_id == compile_id

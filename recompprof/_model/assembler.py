@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from recompprof._model.compile_id import CompileId
+from recompprof._model.compile_id import CompileId, spelled
 from recompprof._model.compile_record import CompileRecord, reason_texts
 from recompprof._model.compiles import CompileContext, compile_events, in_order
 from recompprof._model.correlation import Correlation, graph_break_event
@@ -163,7 +163,7 @@ class CompileAssembler:
         return in_order(event, breaks, hit)
 
     def _backward_frame(self, record: CompileRecord) -> Frame:
-        return self.backward_frame(record.compile_id if record.compile_id is not None else "?")
+        return self.backward_frame(spelled(record.compile_id))
 
     def backward_frame(self, compile_id: str) -> Frame:
         """A lazily compiled backward's frame: its forward's, which has its compile id."""

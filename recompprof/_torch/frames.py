@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recompprof._model import call_sites, generated_classes
+from recompprof._model.compile_id import UNKNOWN, spelled
 
 _WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
 _MAX_DEPTH = 80
@@ -87,7 +88,7 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
                 f_locals=local if isinstance(local := f.get("locals"), dict) else {},
                 f_globals=globs if isinstance(globs := f.get("globals"), dict) else {},
                 closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
-                compile_id=str(compile_id) if compile_id is not None else None,
+                compile_id=None if spelled(compile_id) == UNKNOWN else str(compile_id),
                 caller=frame.f_back,
                 guarded_code=f.get("guarded_code"),
                 cache_entries=_cache_entries(f.get("cache_size")),

@@ -112,3 +112,38 @@ def test_ingest_reads_a_metrics_compile_id_with_its_attempt(tmp_path: Path) -> N
     assert [(e.compile_id, [r.category for r in e.reasons]) for e in compiles] == [
         ("0/1_1", ["size"])
     ]
+
+
+def test_a_backward_compiled_without_a_compile_id_has_one_spelling(tmp_path: Path) -> None:
+    """A backward compiled by ``aot_module_simplified`` called directly (as torch's own hook tests do) has no
+    compile id: its ``compile_start`` and its ``compile`` both spell it ``"?"``, in the session and the log."""
+    import torch
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    import recompprof
+    from recompprof._eventlog.reader import read_file
+    from recompprof._model.events import CompileStart
+    from recompprof._torch.versions import torch_info
+
+    if not torch_info().has("backward_compile_start"):
+        pytest.skip(torch_info().why_off("backward_compile_start"))
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
+        return ((x * y).sin(),)
+
+    graph = torch.fx.symbolic_trace(fn)
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3)
+    with recompprof.attach(run_dir=tmp_path / "run") as session:
+        compiled = aot_module_simplified(
+            graph, (x, y), fw_compiler=lambda g, _: make_boxed_func(g.forward)
+        )
+        compiled(x, y)[0].sum().backward()
+    assert session.event_log_path is not None
+    for events in (session.recent_events(), list(read_file(session.event_log_path))):
+        ids = [
+            (type(e).__name__, e.compile_id)
+            for e in events
+            if isinstance(e, (CompileStart, Compile)) and e.backward
+        ]
+        assert ids == [("CompileStart", "?"), ("Compile", "?")], ids

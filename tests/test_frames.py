@@ -275,3 +275,59 @@ def test_diff_of_a_run_against_its_own_trace_finds_nothing(recorded: Any) -> Non
     assert "no regressions (0 improvement(s))" in done.stdout and "Frame" not in done.stdout, (
         done.stdout
     )
+
+
+def test_each_compile_is_named_once_and_each_event_built_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile's frame is decided once for all its events (start, graph breaks, record), and its reasons
+    carry the wrapped function's parameter from the start: no event is rewritten after it is built."""
+    from recompprof._torch import frames as torch_frames
+
+    named: Counter[str | None] = Counter()
+    resolve = torch_frames.resolve
+
+    def counted(name: str, file: str, line: int, ctx: Any) -> Any:
+        named[ctx.compile_id if ctx is not None else None] += 1
+        return resolve(name, file, line, ctx)
+
+    monkeypatch.setattr(torch_frames, "resolve", counted)
+    rewritten: list[object] = []
+    model_copy = Compile.model_copy
+
+    def copied(self: Compile, *, update: Any = None, deep: bool = False) -> Compile:
+        if update and {"reasons", "frame"} & set(update):
+            rewritten.append(update)
+        return model_copy(self, update=update, deep=deep)
+
+    monkeypatch.setattr(Compile, "model_copy", copied)
+
+    def logged(func: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return func(*args, **kwargs)
+
+        wrapper.__wrapped__ = func  # type: ignore[attr-defined]
+        return wrapper
+
+    @logged
+    def step(sample: torch.Tensor) -> torch.Tensor:
+        y = sample * 2
+        torch._dynamo.graph_break()
+        return y + 1
+
+    compiled = torch.compile(step, backend="eager", dynamic=False)
+    with recompprof.attach(run_dir=tmp_path / "run") as session:
+        for length in (2, 3, 4):
+            compiled(torch.ones(length))
+    events = session.recent_events()
+    compiles = _forward_compiles(events)
+    assert len({c.compile_id for c in compiles}) == len(compiles) >= 6
+    assert set(named) == {c.compile_id for c in compiles}
+    assert all(n == 1 for n in named.values()), named
+    breaks = [e for e in events if isinstance(e, GraphBreak)]
+    assert breaks and all(
+        b.frame == next(c.frame for c in compiles if c.compile_id == b.compile_id) for b in breaks
+    )
+    bound = [r for c in compiles for r in c.reasons if r.parameter is not None]
+    assert bound and {r.parameter for r in bound} == {"L['sample']"}, bound
+    assert not rewritten, rewritten

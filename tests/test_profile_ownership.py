@@ -4,6 +4,9 @@ and at detach, and none of them counts as a recompprof internal error."""
 
 from __future__ import annotations
 
+import contextlib
+import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,3 +142,101 @@ def test_a_stance_set_before_the_jobs_patch_ends_gives_back_profile_modes_limit(
     _attached(tmp_path, job)
     assert seen == [1, job_limit, 1, job_limit, 1]
     assert _limit() == job_limit
+
+
+_STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
+
+
+def _program(seed: int) -> list[tuple[str, Any]]:
+    """A job's settings as torch's test files nest them: ``config.patch`` of either limit and ``set_stance``
+    scopes (context managers, entered and left in order, like an ``ExitStack`` of ``setUpClass`` and test
+    decorators), permanent ``set_stance`` calls that outlive the scope they were made in, and
+    ``torch._dynamo.reset()``, with a check of the limits in force after every step; every scope ends."""
+    rng = random.Random(seed)
+    ops: list[tuple[str, Any]] = []
+    depth = 0
+    for _ in range(rng.randint(4, 14)):
+        choice = rng.choice(["patch", "stance", "exit", "set", "reset"])
+        if choice == "patch":
+            ops.append(("patch", (rng.choice((LIMIT, ACCUMULATED)), rng.choice((1, 2, 5, 64)))))
+            depth += 1
+        elif choice == "stance":
+            ops.append(("stance", rng.choice(_STANCES)))
+            depth += 1
+        elif choice == "exit" and depth:
+            ops.append(("exit", None))
+            depth -= 1
+        elif choice == "set":
+            ops.append(("set", rng.choice(_STANCES)))
+        elif choice == "reset":
+            ops.append(("reset", None))
+    ops += [("exit", None)] * depth
+    return ops
+
+
+def _run(
+    ops: list[tuple[str, Any]], initial: Any
+) -> list[tuple[dict[str, int], bool, frozenset[str]]]:
+    """Run a generated program; after each step, the limits in force, whether the stance is the one in
+    force when it began, and which limits a ``config.patch`` of the job's holds open."""
+    seen = []
+    with contextlib.ExitStack() as stack:
+        scopes: list[tuple[contextlib.ExitStack, str | None]] = []
+        for op, arg in ops:
+            if op in ("patch", "stance"):
+                scope = contextlib.ExitStack()
+                stack.enter_context(scope)  # so an exception closes it too
+                scope.enter_context(
+                    config.patch(**{arg[0]: arg[1]})
+                    if op == "patch"
+                    else torch.compiler.set_stance(arg)
+                )
+                scopes.append((scope, arg[0] if op == "patch" else None))
+            elif op == "exit":
+                scopes.pop()[0].close()
+            elif op == "set":
+                torch.compiler.set_stance(arg)
+            else:
+                torch._dynamo.reset()
+            limits = {LIMIT: _limit(), ACCUMULATED: int(getattr(config, ACCUMULATED))}
+            patched = frozenset(name for _, name in scopes if name is not None)
+            seen.append((limits, eval_frame._stance is initial, patched))
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_generated_nesting_of_patches_stances_and_resets_keeps_every_limit_whose_it_is(
+    seed: int, tmp_path: Path
+) -> None:
+    """Through a generated nesting of ``config.patch`` × ``set_stance`` × ``reset()``, every limit in force is
+    the one torch gives without recompprof, except where profile mode's stance is in force and no patch of
+    the job's holds that limit (there it is profile mode's); after detach the job has its own limits back."""
+    ops = _program(seed)
+    initial = eval_frame._stance
+    before = (_limit(), getattr(config, ACCUMULATED))
+    try:
+        alone = _run(ops, initial)
+        after_alone = (_limit(), getattr(config, ACCUMULATED), eval_frame._stance)
+        eval_frame._set_stance(initial)
+        ours = {LIMIT: 1, ACCUMULATED: sys.maxsize}
+        expected = [
+            {n: ours[n] if initial_stance and n not in patched else v for n, v in limits.items()}
+            for limits, initial_stance, patched in alone
+        ]
+        attached: list[dict[str, int]] = []
+
+        def job() -> None:
+            attached.extend(limits for limits, _, _ in _run(ops, eval_frame._stance))
+
+        _attached(tmp_path, job)
+        assert attached == expected, ops
+        assert (_limit(), getattr(config, ACCUMULATED), eval_frame._stance is initial) == (
+            after_alone[0],
+            after_alone[1],
+            after_alone[2] is initial,
+        ), ops
+        assert type(getattr(config, LIMIT)) is int and type(getattr(config, ACCUMULATED)) is int
+    finally:
+        eval_frame._set_stance(initial)
+        setattr(config, LIMIT, before[0])
+        setattr(config, ACCUMULATED, before[1])

@@ -270,10 +270,17 @@ class Adapters:
     def _on_stance_change(self, ours: bool) -> None:
         """Profile mode's forced backend was dropped (or put back) by the job's own set_stance calls."""
         if not ours:  # lost() warns once, naming what changed
+            unfollowed = self.profile.why_limits_unfollowed if self.profile is not None else ""
             self.lost(
                 "profile_backend",
                 "the job changed the torch.compile stance (set_stance): compiles use "
-                "the job's backend, with the job's own recompile limits",
+                "the job's backend, with the job's own recompile limits"
+                + (
+                    f"; but recompprof cannot follow writes of the limits ({unfollowed}), so a "
+                    "config.patch ending now may put profile mode's limit back"
+                    if unfollowed
+                    else ""
+                ),
                 by_job=True,
             )
             return

@@ -19,19 +19,17 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof import _internal
-from recompprof._model.assembler import CompileAssembler, Seen
-from recompprof._model.compile_id import CompileId
+from recompprof._model.assembler import Bind, CompileAssembler, Seen
+from recompprof._model.compile_id import UNKNOWN, CompileId, spelled
 from recompprof._model.compile_record import CompileRecord
 from recompprof._model.compiles import is_recompile
 from recompprof._model.correlation import MAX_REMEMBERED_COMPILES
 from recompprof._model.events import (
-    MAX_SUBJECT,
     Compile,
     CompileStart,
     Event,
     Frame,
     GraphBreak,
-    Reason,
     RecompileLimitHit,
 )
 from recompprof._model.texts import clean_text, graph_break_text
@@ -45,8 +43,6 @@ from recompprof._torch.versions import torch_info
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings
 
-# Names a guard's subject by the parameters of the function a decorator's wrapper calls (None: it does not bind).
-Bind = Callable[[str], "str | None"]
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
 MAX_STARTED_TRACES = 8  # trace ids of started compiles held until their records come
 
@@ -99,8 +95,6 @@ class CompileRecorder:
         self._start_traces: collections.OrderedDict[tuple[str, bool], str] = (
             collections.OrderedDict()
         )
-        # the last start's id, code key and frame
-        self._named: tuple[str, tuple[str, str, int], Frame] | None = None
         self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
         self._send, self._lock, self._closed = emit, lock, closed
 
@@ -116,7 +110,7 @@ class CompileRecorder:
         """torch began compiling a frame, or (``backward``) the backward of one: record what is known now
         (a ``compile_start``)."""
         if backward:
-            self._backward_started(compile_id or "?")
+            self._backward_started(compile_id or UNKNOWN)
             return
         ctx = torch_frames.compiling()
         if (
@@ -127,14 +121,9 @@ class CompileRecorder:
             if self._closed():
                 return
             code = ctx.code
-            compile_id = compile_id or ctx.compile_id or "?"
+            compile_id = compile_id or ctx.compile_id or UNKNOWN
             code_key = (code.co_name, code.co_filename, code.co_firstlineno)
-            frame = _frame(code_key, ctx)
-            self._named = (
-                compile_id,
-                code_key,
-                frame,
-            )  # its record names the same frame: named once
+            frame = self.assembler.frame(compile_id, code_key, lambda: _frame(code_key, ctx))
             texts: list[str] = []
             if self.reasons_at_start:
                 with _internal.contain(
@@ -153,9 +142,7 @@ class CompileRecorder:
                 compile_id=compile_id,
                 generation=self.generation,
                 is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
-                reason=_with_parameter(
-                    self.assembler.trigger(frame, texts, _resolver(ctx)), _binder(ctx, code_key)
-                ),
+                reason=self.assembler.trigger(frame, texts, _resolver(ctx), _binder(ctx, code_key)),
                 trace_id=trace_id,
             )
             self.running = event
@@ -206,7 +193,6 @@ class CompileRecorder:
                 self.flush()
             self.assembler.forget_compiles()
             self._start_traces.clear()
-            self._named = None
             self.pending_reasons.clear()
             self.running = None
             self.generation = (self.generation or 0) + 1
@@ -246,10 +232,13 @@ class CompileRecorder:
             frame = self.assembler.frame_of(compile_id)
             if frame is None:
                 by_id = self.assembler.known(compile_id or "")
+                code_key = (code.co_name, code.co_filename, code.co_firstlineno)
                 frame = (
                     by_id[0]
                     if by_id is not None
-                    else _frame((code.co_name, code.co_filename, code.co_firstlineno), None)
+                    else self.assembler.frame(
+                        compile_id or UNKNOWN, code_key, lambda: _frame(code_key, None)
+                    )
                 )
             explained = self.assembler.explain(frame, [t for t in texts if not own_reason(t)])
             reasons, omitted = explained.reasons, explained.omitted
@@ -260,7 +249,7 @@ class CompileRecorder:
                     rank=self.rank,
                     step=step,
                     frame=frame,
-                    compile_id=compile_id or "?",
+                    compile_id=compile_id or UNKNOWN,
                     is_recompile=True,
                     reasons=reasons,
                     reasons_omitted=omitted,
@@ -277,7 +266,10 @@ class CompileRecorder:
                 ctx = torch_frames.compiling()
                 if ctx is not None:
                     code = ctx.code
-                    frame = _frame((code.co_name, code.co_filename, code.co_firstlineno), ctx)
+                    key = (code.co_name, code.co_filename, code.co_firstlineno)
+                    frame = self.assembler.frame(
+                        compile_id or ctx.compile_id or UNKNOWN, key, lambda: _frame(key, ctx)
+                    )
             for ready in self.assembler.graph_break(
                 payload,
                 time=time.time(),
@@ -302,19 +294,18 @@ class CompileRecorder:
 
     def record_compile(self, m: CompileRecord) -> None:
         now, step = time.time(), self.signals.step
-        compile_id = m.compile_id if m.compile_id is not None else "?"
+        compile_id = spelled(m.compile_id)
         running = self.running
         if (
             running is not None and running.compile_id == compile_id
         ):  # its end was not seen (callbacks reset)
             self.running = None
-        bind: Bind | None = None
         if m.backward:
             seen = self._seen(m, compile_id, now, step, None)
         else:
-            seen, bind = self._forward(m, compile_id, now, step)
+            seen = self._forward(m, compile_id, now, step)
         for out in self.assembler.compile(m, seen):
-            self._emit(_with_parameters(out, bind) if bind is not None else out)
+            self._emit(out)
 
     def _seen(
         self, m: CompileRecord, compile_id: str, now: float, step: int, frame: Frame | None
@@ -340,12 +331,10 @@ class CompileRecorder:
         started = self._start_traces.pop((compile_id, backward), None)
         return started or new_trace_id()
 
-    def _forward(
-        self, m: CompileRecord, compile_id: str, now: float, step: int
-    ) -> tuple[Seen, Bind | None]:
+    def _forward(self, m: CompileRecord, compile_id: str, now: float, step: int) -> Seen:
         """What the compile path saw of forward compile ``m``: its frame, reasons, call site, guard set,
-        profile times and the graph breaks torch counted; and how its subjects bind to the parameters of
-        the function its code passes its arguments to."""
+        profile times, the graph breaks torch counted, and how its subjects bind to the parameters of the
+        function its code passes its arguments to."""
         ctx = torch_frames.compiling()
         frame, code_key = self._name_frame(m, compile_id, ctx)
         seen = self._seen(m, compile_id, now, step, frame)
@@ -381,7 +370,8 @@ class CompileRecorder:
                 for text, count in self.signals.counted_breaks()
             ]
         seen.trace_seconds = self.signals.trace_seconds()
-        return seen, _binder(ctx, code_key)
+        seen.bind = _binder(ctx, code_key)
+        return seen
 
     def _name_frame(
         self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
@@ -392,19 +382,14 @@ class CompileRecorder:
             m.code_name is None and ctx is not None
         ):  # limit-hit records name no function; torch's frame does
             code_key = (ctx.code.co_name, ctx.code.co_filename, ctx.code.co_firstlineno)
-            return _frame(code_key, ctx), code_key
+            return self.assembler.frame(
+                compile_id, code_key, lambda: _frame(code_key, ctx)
+            ), code_key
         if m.code_name is None and known is not None:
             frame, code_key = known
             return frame, code_key
         code_key = (m.code_name or "<unknown>", m.code_file or "<unknown>", m.code_line or 0)
-        named = self._named
-        frame = (
-            named[2]
-            if named is not None and named[:2] == (compile_id, code_key)
-            else _frame(code_key, ctx)
-        )
-        self.assembler.name(compile_id, frame, code_key)
-        return frame, code_key
+        return self.assembler.frame(compile_id, code_key, lambda: _frame(code_key, ctx)), code_key
 
 
 def new_trace_id() -> str:
@@ -454,32 +439,6 @@ def _binder(ctx: torch_frames.Compiling | None, code_key: tuple[str, str, int]) 
     if (code.co_name, code.co_filename, code.co_firstlineno) != code_key:
         return None
     return torch_parameters.binder(code, ctx.closure, ctx.f_globals)
-
-
-def _with_parameter(reason: Reason | None, bind: Bind | None) -> Reason | None:
-    """``reason`` with its subject also named by the wrapped function's parameters, where that binds."""
-    if reason is None or bind is None or not reason.subject or reason.parameter is not None:
-        return reason
-    parameter = None
-    with _internal.contain("torch.parameters", "subjects keep torch's spelling only"):
-        parameter = bind(reason.subject)
-    if parameter is None or len(parameter) > MAX_SUBJECT:
-        return reason
-    return reason.model_copy(update={"parameter": clean_text(parameter, MAX_SUBJECT)})
-
-
-def _with_parameters(event: Event, bind: Bind) -> Event:
-    """A compile's or a limit hit's reasons with their subjects also named by the wrapped function's
-    parameters (the compile path: once per recompile, never per step)."""
-    if isinstance(event, Compile) and event.reasons:
-        reasons = [_with_parameter(r, bind) or r for r in event.reasons]
-        if any(a is not b for a, b in zip(reasons, event.reasons)):
-            return event.model_copy(update={"reasons": reasons})
-    elif isinstance(event, RecompileLimitHit) and event.last_reason is not None:
-        reason = _with_parameter(event.last_reason, bind)
-        if reason is not event.last_reason:
-            return event.model_copy(update={"last_reason": reason})
-    return event
 
 
 def _installed(guarded_code: object) -> Callable[[], list[str]]:

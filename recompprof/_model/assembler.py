@@ -11,20 +11,27 @@ the same events.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from recompprof._model.compile_id import CompileId
+from recompprof import _internal
+from recompprof._model.compile_id import CompileId, spelled
 from recompprof._model.compile_record import CompileRecord, reason_texts
 from recompprof._model.compiles import CompileContext, compile_events, in_order
-from recompprof._model.correlation import Correlation, graph_break_event
-from recompprof._model.events import Event, Frame, GraphBreak, Reason
+from recompprof._model.correlation import MAX_REMEMBERED_COMPILES, Correlation, graph_break_event
+from recompprof._model.events import MAX_SUBJECT, Event, Frame, GraphBreak, Reason
 from recompprof._model.explaining import Explained, InstalledGuards, ReasonExplainer
+from recompprof._model.texts import clean_text
 
 Resolve = Callable[
     [str], "str | None"
 ]  # a guarded subject -> the kind of object it is, where known
+# A guarded subject -> the parameter of the function a decorator's wrapper passes it to, where it binds
+# (``recompprof._torch.parameters``): live capture only, the trace holds no closure.
+Bind = Callable[[str], "str | None"]
+CodeKey = tuple[str, str, int]  # a code object's (co_name, co_filename, co_firstlineno)
 
 
 @dataclasses.dataclass(slots=True)
@@ -50,6 +57,7 @@ class Seen:
     limits: dict[str, int | None] | None = None
     call_site: list[str] = dataclasses.field(default_factory=list)
     guard_set: str | None = None
+    bind: Bind | None = None
     trace_id: str | None = None
     trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
     installed: InstalledGuards | None = None  # the guards the compile installed (None: unknown)
@@ -75,8 +83,24 @@ class CompileAssembler:
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(redact)
         self._key: tuple[str | CompileId, str] | None = None  # the last compile id's frame key
+        # the frame each compile was named with, by (compile id, code): named once
+        self._named: collections.OrderedDict[tuple[str, CodeKey], Frame] = collections.OrderedDict()
 
     # -- frames --------------------------------------------------------------------------------
+    def frame(self, compile_id: str, code: CodeKey, name: Callable[[], Frame]) -> Frame:
+        """The frame compile ``compile_id`` of ``code`` runs: the one place a compile's frame is decided.
+        ``name()`` names it the first time any of its events asks (its start, a graph break, its record),
+        and every later event of that compile gets the same frame; its frame id is named with it (for a
+        limit hit whose record names no code)."""
+        key = (compile_id, code)
+        frame = self._named.get(key)
+        if frame is None:
+            frame = self._named[key] = name()
+            if len(self._named) > MAX_REMEMBERED_COMPILES:
+                self._named.popitem(last=False)
+            self.name(compile_id, frame, code)
+        return frame
+
     def frame_of(self, compile_id: str | None) -> Frame | None:
         """The frame of a recorded forward compile."""
         return self.correlation.frame_of(compile_id)
@@ -98,6 +122,7 @@ class CompileAssembler:
     def forget_compiles(self) -> None:
         """Let go of what was joined by compile id (``torch._dynamo.reset()`` restarts compile ids)."""
         self.correlation = Correlation()
+        self._named.clear()
 
     # -- what comes before a compile's record ----------------------------------------------------
     def graph_break(
@@ -123,9 +148,11 @@ class CompileAssembler:
         )
         return self.correlation.add_break(event)
 
-    def trigger(self, frame: Frame, texts: list[str], resolve: Resolve | None) -> Reason | None:
+    def trigger(
+        self, frame: Frame, texts: list[str], resolve: Resolve | None, bind: Bind | None = None
+    ) -> Reason | None:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger (at its start)."""
-        return self.explainer.trigger(frame, texts, resolve)
+        return _bound(self.explainer.trigger(frame, texts, resolve), bind)
 
     def explain(self, frame: Frame, texts: list[str]) -> Explained:
         """The kept reasons and the omitted counts by category of a recompile that has no record
@@ -147,7 +174,9 @@ class CompileAssembler:
                 rank=seen.rank,
                 step=seen.step,
                 frame=frame,
-                explained=self.explainer.explain(frame, texts, seen.resolve, seen.installed),
+                explained=_bound_all(
+                    self.explainer.explain(frame, texts, seen.resolve, seen.installed), seen.bind
+                ),
                 graph_breaks=sum(b.count for b in breaks),
                 redact=self.redact,
                 steady_state=seen.steady_state,
@@ -163,7 +192,7 @@ class CompileAssembler:
         return in_order(event, breaks, hit)
 
     def _backward_frame(self, record: CompileRecord) -> Frame:
-        return self.backward_frame(record.compile_id if record.compile_id is not None else "?")
+        return self.backward_frame(spelled(record.compile_id))
 
     def backward_frame(self, compile_id: str) -> Frame:
         """A lazily compiled backward's frame: its forward's, which has its compile id."""
@@ -174,3 +203,26 @@ class CompileAssembler:
     def flush(self) -> list[GraphBreak]:
         """Every graph break still held: its compile's record never came (a crash, the end of the run)."""
         return self.correlation.flush()
+
+
+def _bound(reason: Reason | None, bind: Bind | None) -> Reason | None:
+    """``reason`` with its subject also named by the wrapped function's parameter, where that binds."""
+    if reason is None or bind is None or not reason.subject or reason.parameter is not None:
+        return reason
+    parameter = None
+    with _internal.contain("torch.parameters", "subjects keep torch's spelling only"):
+        parameter = bind(reason.subject)
+    if parameter is None or len(parameter) > MAX_SUBJECT:
+        return reason
+    return reason.model_copy(update={"parameter": clean_text(parameter, MAX_SUBJECT)})
+
+
+def _bound_all(explained: Explained, bind: Bind | None) -> Explained:
+    """The compile's reasons bound to parameters before its events are built (its limit hit's reason is one
+    of them): each event is built once, never rewritten."""
+    if bind is None or not explained.reasons:
+        return explained
+    reasons = [_bound(r, bind) or r for r in explained.reasons]
+    if all(a is b for a, b in zip(reasons, explained.reasons)):
+        return explained
+    return dataclasses.replace(explained, reasons=reasons)

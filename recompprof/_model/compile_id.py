@@ -14,6 +14,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+# How an event spells a compile's id where torch gave none (a backward compiled by ``aot_module_simplified``
+# called directly, a record from before a compile id was known): one spelling on every event of it.
+UNKNOWN = "?"
+
+
+def spelled(value: object) -> str:
+    """A compile id as events write it: torch's text, or :data:`UNKNOWN` where torch gave none (``None``, or
+    the text ``"None"`` torch's callbacks pass for a compile without one)."""
+    text = str(value) if value is not None else ""
+    return text if text and text != "None" else UNKNOWN
+
+
 _ATTEMPT = r"(?:_(?P<attempt>[0-9]+))?"
 _PATTERNS = (  # torch's COMPILE_ID_PATTERN and CA_COMPILE_ID_PATTERN, with TraceId's attempt
     re.compile(r"(?P<frame_id>[0-9]+)/(?P<frame_compile_id>[0-9]+)" + _ATTEMPT),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast
 
+from recompprof._model.compile_id import spelled
 from recompprof._model.compile_record import CompileRecord, limit_hit
 from recompprof._model.events import (
     Category,
@@ -82,7 +83,7 @@ def compile_events(
         rank=ctx.rank,
         step=ctx.step,
         frame=ctx.frame,
-        compile_id=m.compile_id if m.compile_id is not None else "?",
+        compile_id=spelled(m.compile_id),
         is_recompile=not m.backward and is_recompile(m.cache_entries, bool(reasons)),
         outcome="limit_hit" if hit else ("failed" if m.fail_type is not None else "ok"),
         fail_reason=None if ctx.redact or not m.fail_reason else clean_text(m.fail_reason),

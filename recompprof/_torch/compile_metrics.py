@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recompprof import _internal
+from recompprof._model.compile_id import UNKNOWN, spelled
 from recompprof._torch.patching import replace
 from recompprof._torch.versions import torch_info
 
@@ -138,10 +139,10 @@ class CompileMetricsTap:
                 self.reconcile()
             if self._on_start is not None:
                 with _internal.contain("torch.compile_start"):
-                    compile_id = getattr(args[0], "compile_id", None) if args else None
+                    compile_id = spelled(getattr(args[0], "compile_id", None) if args else None)
                     is_backward = self.is_backward
                     self._on_start(
-                        str(compile_id) if compile_id is not None else None,
+                        compile_id if compile_id != UNKNOWN else None,
                         is_backward is not None and is_backward(args),
                     )
 

@@ -34,10 +34,17 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from recompprof._model import call_sites, generated_classes
+from recompprof._model.compile_id import UNKNOWN, spelled
+
 _WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
 _MAX_DEPTH = 80
 _MAX_CALL_SITE = 5
 _MAX_CACHED = 1024
+# Globals Dynamo writes into the user's module: the function resuming after a graph break
+# ("__resume_at_24_3", whose code is "torch_dynamo_resume_in_<function>_at_<line>") and the compiled
+# graph. They hold the code being compiled but are torch's names, never the user's.
+_GENERATED_GLOBALS = ("__resume_at_", "__compiled_fn")
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def compiling(start: types.FrameType | None = None) -> Compiling | None:
                 f_locals=local if isinstance(local := f.get("locals"), dict) else {},
                 f_globals=globs if isinstance(globs := f.get("globals"), dict) else {},
                 closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
-                compile_id=str(compile_id) if compile_id is not None else None,
+                compile_id=None if spelled(compile_id) == UNKNOWN else str(compile_id),
                 caller=frame.f_back,
                 guarded_code=f.get("guarded_code"),
                 cache_entries=_cache_entries(f.get("cache_size")),
@@ -159,7 +166,7 @@ def _torch_wrapper_target(ctx: Compiling) -> Named | None:
         forward = _unwrap(getattr(type(target), "forward", None))
         code = getattr(forward, "__code__", None)
         if code is not None:
-            cls = type(target)
+            cls = generated_classes.user_class(type(target))
             return Named(
                 f"{cls.__name__}.forward", code.co_filename, code.co_firstlineno, cls.__name__
             )
@@ -201,7 +208,7 @@ def _method_owner(
     instance = _first_argument(code, f_locals)
     if instance is None or isinstance(instance, (type, types.ModuleType, types.FunctionType)):
         return None
-    cls = type(instance)
+    cls = generated_classes.user_class(type(instance))  # FSDP2's FSDP<Name>: the user's <Name>
     key = (cls, code)
     if key not in _owners:
         _owners[key] = _find_in_class(cls, code)
@@ -312,6 +319,7 @@ def _global_function(
         found = tuple(
             (key, value, holder)
             for key, value in list(namespace.items())
+            if not key.startswith(_GENERATED_GLOBALS)
             for holder in _holding(value, code)
         )
         chosen = _this_call(found, code, closure)
@@ -369,20 +377,41 @@ def _is_skipped(filename: str) -> bool:
 
 
 def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
-    """The user frames that called into the compiled code, innermost last, as ``file:line in function``."""
+    """The user frames that called into the compiled code, innermost last, as ``file:line in function``.
+
+    At most five, and always the user's own line (the innermost frame outside an installed library,
+    :mod:`recompprof._model.call_sites`): when more than four library frames lie inside it (transformers'
+    ``generate()``), the four innermost of them and the user's line."""
     global _SKIPPED
     if ctx is None:
         return []
     if _SKIPPED is None:
         _SKIPPED = _skipped_dirs()
     lines: list[str] = []
+    user = None  # the index in ``lines`` of the user's own line
     frame = ctx.caller
     for _ in range(_MAX_DEPTH):
-        if frame is None or len(lines) >= _MAX_CALL_SITE:
+        if frame is None or (len(lines) >= _MAX_CALL_SITE and user is not None):
             break
         filename = frame.f_code.co_filename
         if not _is_skipped(filename):
-            shown = "/".join(filename.replace("\\", "/").split("/")[-2:]) if redact else filename
-            lines.append(f"{shown[:300]}:{frame.f_lineno} in {frame.f_code.co_name[:100]}")
+            library = call_sites.is_library(filename)
+            if user is None and not library:
+                user = len(lines)
+            lines.append(
+                _call_line(filename, frame.f_lineno, frame.f_code.co_name, redact, library)
+            )
         frame = frame.f_back
-    return lines[::-1]
+    if user is not None and user >= _MAX_CALL_SITE:
+        lines = lines[: _MAX_CALL_SITE - 1] + [lines[user]]
+    return lines[:_MAX_CALL_SITE][::-1]
+
+
+def _call_line(filename: str, line: int, function: str, redact: bool, library: bool) -> str:
+    if redact:  # a library's file from its site-packages on: its own layout, and still a library's
+        filename = (
+            call_sites.library_path(filename)
+            if library
+            else "/".join(filename.replace("\\", "/").split("/")[-2:])
+        )
+    return f"{filename[:300]}:{line} in {function[:100]}"

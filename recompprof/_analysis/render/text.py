@@ -29,6 +29,7 @@ from recompprof._analysis.render.wording import (
 from recompprof._analysis.report.bounded import MAX_FRAMES
 from recompprof._analysis.report.frames import FrameReport
 from recompprof._analysis.report.model import Report
+from recompprof._model import call_sites
 from recompprof._model.cudagraphs import SKIP_HINTS
 from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
 from recompprof._model.texts import escape
@@ -69,9 +70,11 @@ def _print_fix_first(
             f"{cause.recompiles} recompile(s), {cause.seconds:.3f} s lost ({share(cause.seconds, total)})"
             + (f", steps {cause_steps(cause)}" if steps else "")
         )
+        user, library = call_sites.split(cause.call_site) if cause.call_site else ("", [])
         for line in (
             f"why: {cause.example}" if cause.example else "",
-            f"at {cause.call_site[-1]}" if cause.call_site else "",
+            f"at {user}" if user else "",
+            *(f"  via {frame}" for frame in library),  # the library frames below the user's line
             f"fix: {fix}" if (fix := fix_text(cause, hints, report)) else "",
         ):
             # Wrapped here, between words, so continuation lines keep the indent; one print per line (the console

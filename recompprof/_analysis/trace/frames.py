@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from recompprof._model import generated_classes
 from recompprof._model.events import Frame
 
 # The guard tree torch dumps for each compile names the type of each argument it guards, and of ``args[0]``:
@@ -56,7 +57,7 @@ def name_frame(
             return module
     name = qualified_name(file, line, code_name)
     definition = _definitions(file).get((line, code_name))
-    cls = _owner(guarded, definition)
+    cls = _user_class(_owner(guarded, definition))
     if cls is None:
         return Frame(name=name, file=file, line=line, code_file=file, code_line=line)
     owner, method, user_file, user_line = (
@@ -496,6 +497,17 @@ def guarded_args(payload: str) -> GuardedArgs:
         (path, int(line), function) for path, line, function in _TRACED_AT.findall(payload)
     )
     return GuardedArgs(classes, first_local, tensors, traced)
+
+
+def _user_class(cls: str | None) -> str | None:
+    """``module.Name`` of the user's class where torch generated ``cls`` around it (FSDP2's ``FSDP<Name>``:
+    :mod:`recompprof._model.generated_classes`); the trace names only the generated class, so the user's
+    class's module is unknown: the generated one's stays."""
+    if cls is None:
+        return None
+    module, _, name = cls.rpartition(".")
+    user = generated_classes.user_class_name(module, name)
+    return f"{module}.{user}" if user is not None else cls
 
 
 def _owner(guarded: GuardedArgs, definition: _Definition | None) -> str | None:

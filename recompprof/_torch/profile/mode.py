@@ -157,6 +157,9 @@ class ProfileMode:
         self._parked = ParkedEntries()
         self.forced_backend = False
         self.why_not_forced = ""  # why the observer backend could not be forced, if it could not
+        self.why_limits_unfollowed = (
+            ""  # why writes of the limits cannot be followed, if they cannot
+        )
         self.active = False
         self._undo: list[Callable[[], None]] = []
         self._counts = ProfileCounts()
@@ -194,6 +197,13 @@ class ProfileMode:
             limit = sys.maxsize
         self._settings.set_limit(config, info.limit_config_name, limit)
         self._settings.set_limit(config, info.accumulated_limit_config_name, sys.maxsize)
+        self.why_limits_unfollowed = self._settings.follow_limits(config, lambda: self.active)
+        if self.why_limits_unfollowed:
+            log.warning(
+                "recompprof: profile mode cannot follow the job's writes of the recompile limits (%s): a "
+                "config.patch ending under the job's own stance may put profile mode's limit back",
+                self.why_limits_unfollowed,
+            )
 
         why_no_force = self.why_not_forced = force_backend_missing()
         if why_no_force:

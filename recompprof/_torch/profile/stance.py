@@ -55,7 +55,8 @@ def _held(value: Any) -> Any:
 @dataclasses.dataclass
 class _Limit:
     """One limit of the session: the job's value at attach, what recompprof set, and the job's value as
-    recompprof put it back while the stance is not its own (None when it did not)."""
+    recompprof puts it back while the stance is not its own (None until it first did; then the same object
+    each time, so a write of it, a ``config.patch`` ending, is known for recompprof's)."""
 
     job: Any
     ours: Held
@@ -134,6 +135,39 @@ class SessionSettings:
 
         self._undo.append(replace(decorators, "_set_stance", watched))
 
+    def follow_limits(self, config: Any, active: Callable[[], bool]) -> str:
+        """Follow what is written into the limits while ``active()``: a job's ``config.patch`` ending puts
+        back the value in force when it began, which may be recompprof's own limit while the stance is now
+        the job's (or the job's value recompprof lent it, while the stance is profile mode's again). Such a
+        write is made the value recompprof holds for the stance now in force; any other is the job's.
+        Returns why it cannot follow them ("" when it can): the session says so."""
+        cls = type(
+            config
+        )  # torch makes one ConfigModule subclass per config module: only this one's
+        original = getattr(cls, "__setattr__", None)
+        if not callable(original) or not cls.__module__.endswith("_config_module"):
+            return f"torch._dynamo.config is a {cls.__qualname__}, whose writes cannot be followed"
+
+        def watched(module: Any, name: str, value: Any) -> None:
+            if module is config and name in self._limits and active():
+                with contain("profile.limits"):
+                    value = self._in_force(self._limits[name], value)
+            original(module, name, value)
+
+        self._undo.append(replace(cls, "__setattr__", watched))
+        return ""
+
+    def _in_force(self, limit: _Limit, value: Any) -> Any:
+        """What of recompprof's stands for ``value`` under the stance in force: its own limit under its
+        own stance, the job's value lent back under the job's; a value the job set is the job's."""
+        if not self._ours and value is limit.ours:
+            if limit.lent is None:
+                limit.lent = _held(limit.job)
+            return limit.lent
+        if self._ours and value is limit.lent:
+            return limit.ours
+        return value
+
     def _changed(self, ours: bool) -> None:
         import torch._dynamo.config as config
 
@@ -145,8 +179,8 @@ class SessionSettings:
                 continue  # the job's own value: whatever the stance, it stays
             if ours:
                 setattr(config, name, limit.ours)
-                limit.lent = None
-            else:
-                limit.lent = _held(limit.job)
+            else:  # one lent object for the session: a patch that began while it was lent puts it back
+                if limit.lent is None:
+                    limit.lent = _held(limit.job)
                 setattr(config, name, limit.lent)
         self._on_change(ours)

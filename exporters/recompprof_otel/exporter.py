@@ -168,7 +168,7 @@ class OtelExporter(Exporter):
             handed = self._handed
             if len(handed) >= self._max_handed:
                 with contain("otel.span"):
-                    processor.counts[QUEUE_FULL] += spans_of(event)
+                    processor.drop(QUEUE_FULL, spans_of(event))
                 return
             handed.append((event, threading.get_ident()))
             processor.handed_over(len(handed))

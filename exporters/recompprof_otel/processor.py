@@ -155,6 +155,11 @@ class BoundedBatchProcessor(SpanProcessor):
             thread.join(0.1)
 
     # -- worker ------------------------------------------------------------------------------
+    def drop(self, reason: str, spans: int) -> None:
+        """Count ``spans`` that never reached the queue (work handed over that did not fit) as dropped."""
+        with self._cond:
+            self.counts[reason] += spans
+
     def handed_over(self, waiting: int) -> None:
         """Work for ``produce`` was handed over, ``waiting`` items in all: start the worker if it has not
         started, and wake it once a batch is waiting (else it runs at its schedule, as for spans)."""

@@ -5,8 +5,9 @@ spans (a compile's root span opens at its ``compile_start`` and ends at its ``co
 flushes within its deadline. With a provider recompprof owns, ``on_event`` only hands the event over
 (a bounded queue, about a microsecond): the export thread builds its spans before each batch, so the
 compiling thread pays nothing for span building; with a borrowed provider the spans are built in
-``on_event``, so the application's processors see them at once. The session calls ``shutdown`` at detach, at interpreter exit and on SIGTERM. A forked child
-(DataLoader workers) emits nothing. The global tracer provider is never touched.
+``on_event``, so the application's processors see them at once. The session calls ``shutdown`` at
+detach, at interpreter exit and on SIGTERM. A forked child (DataLoader workers) emits nothing. The
+global tracer provider is never touched.
 """
 
 from __future__ import annotations

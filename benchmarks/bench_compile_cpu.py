@@ -20,8 +20,9 @@ parts (the session's adapters, recorder and writer; production code is not chang
   event with its fan-out: aggregates, event log, exporters, where the OTel exporter opens the compile's
   root span; the running compile the live status reads). Its fan-out is printed on its own line.
 
-Printed: recorder CPU per compile record (target <= 1 ms) and as a share of the compiling steps'
-CPU time (target <= 1 %), the other threads' CPU during compiles (attached - detached), and the wall
+Printed: recorder CPU per compile record (target <= 1 ms), the compile start and end per compile_start
+event (target <= 0.3 ms), and the recorder's CPU as a share of the compiling steps' CPU time (target <=
+0.5 %), the other threads' CPU during compiles (attached - detached), and the wall
 and CPU ratio attached / detached of the compiling steps (paired per round).
 
     .venv/bin/python benchmarks/bench_compile_cpu.py                      # ~1-2 minutes
@@ -361,6 +362,11 @@ def main() -> None:
         f"events), per compile_start event: {spent['compile_start'] / max(events, 1) / 1e3:.1f} us in all; "
         f"{at_start or 'no fan-out'}"
     )
+    per_start_ms = spent["compile_start"] / max(events, 1) / 1e6
+    print(
+        f"compile start and end per compile_start event: {per_start_ms * 1e3:.0f} us; target <= 0.3 ms: "
+        f"{'met' if per_start_ms <= 0.3 else 'NOT met'}"
+    )
     firsts = [ns for i, (n, ns) in enumerate(per_record) if i == 0 or per_record[i - 1][0] != n]
     later = [ns for i, (n, ns) in enumerate(per_record) if i > 0 and per_record[i - 1][0] == n]
     if firsts and later:
@@ -370,7 +376,8 @@ def main() -> None:
             f"mean {statistics.mean(later) / 1e3:.0f} us"
         )
     print(
-        f"recorder CPU / compiling-step CPU: {share * 100:.3f} % (target <= 1 %: {'met' if share <= 0.01 else 'NOT met'})"
+        f"recorder CPU / compiling-step CPU: {share * 100:.3f} % (target <= 0.5 %: "
+        f"{'met' if share <= 0.005 else 'NOT met'})"
     )
     other = statistics.median(r[2] for r in rows[True]) - statistics.median(
         r[2] for r in rows[False]

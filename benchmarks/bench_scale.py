@@ -222,6 +222,17 @@ def main() -> None:
         help="also time the fold in process, and report/check/diff "
         "(as NAME@GIT_REF, interleaved), against this git ref's recompprof",
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        metavar="DIR",
+        help="ingest this TORCH_TRACE directory instead of recording one (--trace-compiles is then ignored)",
+    )
+    parser.add_argument(
+        "--ingest-ab",
+        metavar="GIT_REF",
+        help="also time `recompprof ingest` of this git ref's tree (as ingest@GIT_REF), interleaved",
+    )
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
@@ -229,147 +240,193 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="recompprof-scale-")) if args.keep is None else args.keep
     try:
-        run_a, run_b = tmp / "run-a", tmp / "run-b"
-        events = args.ranks * args.per_rank
-        if not (run_a.exists() and run_b.exists()):
-            t0 = time.perf_counter()
-            generate = load_test_helper("generated_runs").generate
-            size = generate(run_a, args.ranks, args.per_rank, seed=1) + generate(
-                run_b, args.ranks, args.per_rank, seed=2, worse=True
-            )
-            print(
-                f"generated 2 runs of {args.ranks} ranks x {args.per_rank} events ({size / 2**20:.0f} MB) in "
-                f"{time.perf_counter() - t0:.0f} s",
-                file=sys.stderr,
-            )
-        size_mb = sum(p.stat().st_size for p in run_a.glob("*.jsonl")) / 2**20
-        print(
-            f"run: {args.ranks} ranks x {args.per_rank} = {events} events, {size_mb:.0f} MB per run"
-        )
-        cli = [sys.executable, "-m", "recompprof._cli.main"]
-        commands = {
-            "floor": [sys.executable, __file__, "--floor-child", str(run_a)],
-            "report": [*cli, "report", str(run_a)],
-            "check": [
-                *cli,
-                "check",
-                str(run_a),
-                "--max-recompiles",
-                "100",
-                "--forbid",
-                "dtype",
-                "--max-limit-hits",
-                "10",
-            ],
-            "diff": [*cli, "diff", str(run_a), str(run_b)],  # reads both runs: twice the events
-            # The same fold over the validated reader (pydantic models): the read path before the speed work.
-            "report_validated": [sys.executable, "-c", VALIDATED, str(run_a)],
-        }
-        if args.fold_ab:
-            fold_ab(run_a, args.fold_ab, max(args.rounds, 2), tmp)
-        chosen = [c for c in args.commands.split(",") if c]
-        envs: dict[str, dict[str, str]] = {}
-        if args.fold_ab:
-            base_env = {**os.environ, "PYTHONPATH": str(tmp / "fold-baseline")}
-            imported = subprocess.run(
-                [sys.executable, "-c", "import recompprof; print(recompprof.__file__)"],
-                env=base_env,
-                cwd=tmp / "fold-baseline",
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            assert imported.startswith(str(tmp / "fold-baseline")), (
-                f"the baseline imports {imported}"
-            )
-            for name in [c for c in chosen if c in ("report", "check", "diff")]:
-                commands[f"{name}@{args.fold_ab}"] = commands[name]
-                envs[f"{name}@{args.fold_ab}"] = {
-                    **os.environ,
-                    "PYTHONPATH": str(tmp / "fold-baseline"),
-                }
-                chosen.insert(chosen.index(name) + 1, f"{name}@{args.fold_ab}")
-        results: dict[str, list[tuple[float, float, int, float]]] = {c: [] for c in chosen}
-        for r in range(args.rounds):
-            order = chosen[r % len(chosen) :] + chosen[: r % len(chosen)]
-            for name in order:
-                # Each command runs where no recompprof lies: ``python -m`` puts the working directory before
-                # PYTHONPATH on sys.path, so from a checkout it would import that checkout's recompprof.
-                where = tmp / "fold-baseline" if name in envs else tmp
-                results[name].append(measure(commands[name], cwd=where, env=envs.get(name)))
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-        for name in chosen:
-            per = 2 if name.startswith("diff") else 1
-            print(summary(name, results[name], size_mb * per, events * per))
-
-        def med(name: str, i: int) -> float:
-            return statistics.median(s[i] for s in results[name])
-
-        if args.fold_ab:
-            for name in ("report", "check", "diff"):
-                if name in results:
-                    ref = f"{name}@{args.fold_ab}"
-                    print(
-                        f"{name:26} / {ref}: wall {med(name, 0) / med(ref, 0):.2f}x  cpu {med(name, 3) / med(ref, 3):.2f}x  "
-                        f"peak RSS {med(name, 1):.1f} / {med(ref, 1):.1f} MB"
-                    )
-        for base, what in (("floor", "json.loads only"), ("report_validated", "validated reader")):
-            if base not in results:
-                continue
-            for name in chosen:
-                if name not in ("floor", base):
-                    # diff reads both runs: compared per million events
-                    per = 2 if name.startswith("diff") else 1
-                    print(
-                        f"{name:26} / {base} ({what}): wall {med(name, 0) / per / med(base, 0):.2f}x  "
-                        f"cpu {med(name, 3) / per / med(base, 3):.2f}x"
-                        + ("  (per run read)" if per == 2 else "")
-                    )
-        if args.trace_compiles:
-            trace_dir = tmp / "trace"
-            if not trace_dir.exists():
-                t0 = time.perf_counter()
-                make_trace(trace_dir, args.trace_compiles)
-                print(
-                    f"recorded a TORCH_TRACE of {args.trace_compiles} compiles in {time.perf_counter() - t0:.0f} s",
-                    file=sys.stderr,
-                )
-            (trace,) = trace_dir.glob("dedicated_log_torch_trace*.log")
-            trace_mb = trace.stat().st_size / 2**20
-            variants = {
-                "recompprof ingest": [
-                    *cli,
-                    "ingest",
-                    str(trace_dir),
-                    "-o",
-                    str(tmp / "ingested"),
-                    "--overwrite",
-                ],
-                "tlparse --no-browser": [
-                    str(TLPARSE),
-                    "--no-browser",
-                    "--overwrite",
-                    "-o",
-                    str(tmp / "tlparse"),
-                    str(trace),
-                ],
-            }
-            timings: dict[str, list[tuple[float, float, int, float]]] = {v: [] for v in variants}
-            for r in range(args.rounds):
-                for name in list(variants) if r % 2 == 0 else list(variants)[::-1]:
-                    timings[name].append(measure(variants[name], cwd=tmp))
-            records = sum(
-                1 for line in trace.open(errors="replace") if "compilation_metrics" in line
-            )
-            print(f"\ntrace: {trace_mb:.1f} MB, {records} compilation_metrics records")
-            for name, samples in timings.items():
-                print(summary(name, samples, trace_mb, records))
-            ours = statistics.median(s[0] for s in timings["recompprof ingest"])
-            theirs = statistics.median(s[0] for s in timings["tlparse --no-browser"])
-            print(f"ingest time / tlparse time: {ours / theirs:.2f}x")
+        if args.commands or args.fold_ab:
+            offline(args, tmp)
+        if args.trace_compiles or args.trace is not None:
+            ingest_vs_tlparse(args, tmp)
     finally:
         if args.keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def offline(args: argparse.Namespace, tmp: Path) -> None:
+    """``report``, ``check`` and ``diff`` over the generated runs, against the floor and the validated reader."""
+    run_a, run_b = tmp / "run-a", tmp / "run-b"
+    events = args.ranks * args.per_rank
+    if not (run_a.exists() and run_b.exists()):
+        t0 = time.perf_counter()
+        generate = load_test_helper("generated_runs").generate
+        size = generate(run_a, args.ranks, args.per_rank, seed=1) + generate(
+            run_b, args.ranks, args.per_rank, seed=2, worse=True
+        )
+        print(
+            f"generated 2 runs of {args.ranks} ranks x {args.per_rank} events ({size / 2**20:.0f} MB) in "
+            f"{time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+    size_mb = sum(p.stat().st_size for p in run_a.glob("*.jsonl")) / 2**20
+    print(f"run: {args.ranks} ranks x {args.per_rank} = {events} events, {size_mb:.0f} MB per run")
+    cli = [sys.executable, "-m", "recompprof._cli.main"]
+    commands = {
+        "floor": [sys.executable, __file__, "--floor-child", str(run_a)],
+        "report": [*cli, "report", str(run_a)],
+        "check": [
+            *cli,
+            "check",
+            str(run_a),
+            "--max-recompiles",
+            "100",
+            "--forbid",
+            "dtype",
+            "--max-limit-hits",
+            "10",
+        ],
+        "diff": [*cli, "diff", str(run_a), str(run_b)],  # reads both runs: twice the events
+        # The same fold over the validated reader (pydantic models): the read path before the speed work.
+        "report_validated": [sys.executable, "-c", VALIDATED, str(run_a)],
+    }
+    if args.fold_ab:
+        fold_ab(run_a, args.fold_ab, max(args.rounds, 2), tmp)
+    chosen = [c for c in args.commands.split(",") if c]
+    envs: dict[str, dict[str, str]] = {}
+    if args.fold_ab:
+        base_env = {**os.environ, "PYTHONPATH": str(tmp / "fold-baseline")}
+        imported = subprocess.run(
+            [sys.executable, "-c", "import recompprof; print(recompprof.__file__)"],
+            env=base_env,
+            cwd=tmp / "fold-baseline",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert imported.startswith(str(tmp / "fold-baseline")), f"the baseline imports {imported}"
+        for name in [c for c in chosen if c in ("report", "check", "diff")]:
+            commands[f"{name}@{args.fold_ab}"] = commands[name]
+            envs[f"{name}@{args.fold_ab}"] = {
+                **os.environ,
+                "PYTHONPATH": str(tmp / "fold-baseline"),
+            }
+            chosen.insert(chosen.index(name) + 1, f"{name}@{args.fold_ab}")
+    results: dict[str, list[tuple[float, float, int, float]]] = {c: [] for c in chosen}
+    for r in range(args.rounds):
+        order = chosen[r % len(chosen) :] + chosen[: r % len(chosen)]
+        for name in order:
+            # Each command runs where no recompprof lies: ``python -m`` puts the working directory before
+            # PYTHONPATH on sys.path, so from a checkout it would import that checkout's recompprof.
+            where = tmp / "fold-baseline" if name in envs else tmp
+            results[name].append(measure(commands[name], cwd=where, env=envs.get(name)))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    for name in chosen:
+        per = 2 if name.startswith("diff") else 1
+        print(summary(name, results[name], size_mb * per, events * per))
+
+    def med(name: str, i: int) -> float:
+        return statistics.median(s[i] for s in results[name])
+
+    if args.fold_ab:
+        for name in ("report", "check", "diff"):
+            if name in results:
+                ref = f"{name}@{args.fold_ab}"
+                print(
+                    f"{name:26} / {ref}: wall {med(name, 0) / med(ref, 0):.2f}x  cpu {med(name, 3) / med(ref, 3):.2f}x  "
+                    f"peak RSS {med(name, 1):.1f} / {med(ref, 1):.1f} MB"
+                )
+    for base, what in (("floor", "json.loads only"), ("report_validated", "validated reader")):
+        if base not in results:
+            continue
+        for name in chosen:
+            if name not in ("floor", base):
+                # diff reads both runs: compared per million events
+                per = 2 if name.startswith("diff") else 1
+                print(
+                    f"{name:26} / {base} ({what}): wall {med(name, 0) / per / med(base, 0):.2f}x  "
+                    f"cpu {med(name, 3) / per / med(base, 3):.2f}x"
+                    + ("  (per run read)" if per == 2 else "")
+                )
+
+
+def ingest_vs_tlparse(args: argparse.Namespace, tmp: Path) -> None:
+    """``recompprof ingest`` against ``tlparse --no-browser`` on one TORCH_TRACE, interleaved, with the targets:
+    ingest's wall time <= 1.0x tlparse's and its peak RSS <= 1/5 of tlparse's."""
+    cli = [sys.executable, "-m", "recompprof._cli.main"]
+    trace_dir = tmp / "trace" if args.trace is None else args.trace
+    if not trace_dir.exists():
+        t0 = time.perf_counter()
+        make_trace(trace_dir, args.trace_compiles)
+        print(
+            f"recorded a TORCH_TRACE of {args.trace_compiles} compiles in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+    (trace,) = trace_dir.glob("dedicated_log_torch_trace*.log")
+    trace_mb = trace.stat().st_size / 2**20
+    variants = {
+        "recompprof ingest": [
+            *cli,
+            "ingest",
+            str(trace_dir),
+            "-o",
+            str(tmp / "ingested"),
+            "--overwrite",
+        ],
+        "tlparse --no-browser": [
+            str(TLPARSE),
+            "--no-browser",
+            "--overwrite",
+            "-o",
+            str(tmp / "tlparse"),
+            str(trace),
+        ],
+    }
+    envs: dict[str, dict[str, str]] = {}
+    if args.ingest_ab:
+        base = tmp / "ingest-baseline"
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", args.ingest_ab, "recompprof"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+        name = f"ingest@{args.ingest_ab}"
+        variants[name] = [*variants["recompprof ingest"][:-2], str(tmp / "ingested-ab")]
+        variants[name] += ["--overwrite"]
+        envs[name] = {**os.environ, "PYTHONPATH": str(base)}
+    timings: dict[str, list[tuple[float, float, int, float]]] = {v: [] for v in variants}
+    for r in range(args.rounds):
+        order = list(variants)[r % len(variants) :] + list(variants)[: r % len(variants)]
+        for name in order:
+            # from a folder without a recompprof: see the note in offline()
+            where = tmp / "ingest-baseline" if name in envs else tmp
+            timings[name].append(measure(variants[name], cwd=where, env=envs.get(name)))
+    records = sum(1 for line in trace.open(errors="replace") if "compilation_metrics" in line)
+    print(f"\ntrace: {trace_mb:.1f} MB, {records} compilation_metrics records")
+    for name, samples in timings.items():
+        print(summary(name, samples, trace_mb, records))
+    ours, theirs = timings["recompprof ingest"], timings["tlparse --no-browser"]
+    # per round: the two ran back to back, so the ratio holds when the machine's speed drifts
+    wall = [a[0] / b[0] for a, b in zip(ours, theirs)]
+    cpu = [a[3] / b[3] for a, b in zip(ours, theirs)]
+    rss = statistics.median(a[1] for a in ours) / statistics.median(b[1] for b in theirs)
+    print(
+        f"ingest time / tlparse time: {statistics.median(wall):.2f}x wall "
+        f"[{min(wall):.2f}-{max(wall):.2f}], {statistics.median(cpu):.2f}x CPU "
+        f"[{min(cpu):.2f}-{max(cpu):.2f}] (median of {len(wall)} rounds); target wall <= 1.0x: "
+        f"{'met' if statistics.median(wall) <= 1.0 else 'NOT met'}"
+    )
+    print(
+        f"ingest peak RSS / tlparse peak RSS: {rss:.3f} (1/{1 / rss:.1f}); target <= 1/5: "
+        f"{'met' if rss <= 0.2 else 'NOT met'}"
+    )
+    for name in envs:
+        ref = [a[0] / b[0] for a, b in zip(ours, timings[name])]
+        print(
+            f"recompprof ingest / {name}: wall {statistics.median(ref):.2f}x "
+            f"[{min(ref):.2f}-{max(ref):.2f}], CPU "
+            f"{statistics.median(a[3] / b[3] for a, b in zip(ours, timings[name])):.2f}x"
+        )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

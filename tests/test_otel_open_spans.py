@@ -296,6 +296,11 @@ def _start(n: int, at: float) -> CompileStart:
     )
 
 
+def _built(exporter: OtelExporter) -> None:
+    """Wait until the export thread has built the spans of every event handed to ``exporter`` so far."""
+    assert exporter.processor is not None and exporter.processor.force_flush(10_000)
+
+
 def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(
     receiver: OtlpReceiver,
 ) -> None:
@@ -333,6 +338,7 @@ def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(
         thread.start()
     turns[0].set()
     assert turns[-1].wait(30)
+    _built(exporter)
     assert len(exporter._builder._open) == MAX_OPEN_SPANS  # type: ignore[union-attr]
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2 + MAX_OPEN_SPANS))
     assert sorted(roots) == [
@@ -342,6 +348,7 @@ def test_open_spans_are_bounded_and_a_lost_end_is_ended_by_the_next_start(
     for thread in threads:
         thread.join(30)
     exporter.on_event(SessionEnd(time=t0 + 50, rank=3, totals={}))
+    _built(exporter)
     assert len(exporter._builder._open) == 0  # type: ignore[union-attr]
     exporter.shutdown(5.0)
     roots = _roots(receiver.wait_for(lambda s: len(_roots(s)) == 2 + 2 * MAX_OPEN_SPANS))

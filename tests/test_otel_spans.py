@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -75,6 +77,32 @@ def test_compile_becomes_root_span_with_phase_children(receiver: OtlpReceiver) -
     assert children[0]["start_ns"] == root["start_ns"] and children[-1]["end_ns"] == root["end_ns"]
     assert all(a["end_ns"] == b["start_ns"] for a, b in zip(children, children[1:]))
     assert root["scope"] == "recompprof"
+
+
+def test_spans_are_built_on_the_export_thread_not_the_compiling_one(receiver: OtlpReceiver) -> None:
+    """With its own provider, the exporter builds a compile's spans on its export thread: ``on_event``
+    (the compiling thread) only hands the event over, and the spans still say when the compile ran."""
+    session = StandInSession()
+    exporter = OtelExporter(session.settings)
+    exporter.start(session)  # type: ignore[arg-type]
+    builder = exporter._builder
+    assert builder is not None
+    built_on: list[str] = []
+    compile_span = builder.compile_span
+
+    def recording(event):  # type: ignore[no-untyped-def]
+        built_on.append(threading.current_thread().name)
+        return compile_span(event)
+
+    builder.compile_span = recording  # type: ignore[method-assign]
+    event = compile_event()
+    exporter.on_event(event)
+    spans = receiver.wait_for(lambda s: len(s) == 4)  # the worker runs every 50 ms here
+    exporter.shutdown(5.0)
+    assert built_on == ["recompprof-otel-export"]
+    (root,) = [s for s in spans if s["name"] == "torch_compile.frame"]
+    assert root["start_ns"] == round(event.start_time * 1e9)
+    assert root["attributes"]["recompprof.compile_id"] == "0/0"
 
 
 def test_resource_names_service_and_rank(receiver: OtlpReceiver) -> None:

@@ -1,14 +1,18 @@
 """``OtelExporter``: every compile as an OpenTelemetry trace, sent over OTLP off the training thread.
 
 Lifecycle: ``start`` builds (or borrows) a tracer provider, ``on_event`` turns compile events into
-spans (a compile's root span opens at its ``compile_start`` and ends at its ``compile``) and hands
-finished spans to a bounded queue (microseconds, never I/O), ``shutdown`` flushes within its
-deadline. The session calls ``shutdown`` at detach, at interpreter exit and on SIGTERM. A forked child
-(DataLoader workers) emits nothing. The global tracer provider is never touched.
+spans (a compile's root span opens at its ``compile_start`` and ends at its ``compile``), ``shutdown``
+flushes within its deadline. With a provider recompprof owns, ``on_event`` only hands the event over
+(a bounded queue, about a microsecond): the export thread builds its spans before each batch, so the
+compiling thread pays nothing for span building; with a borrowed provider the spans are built in
+``on_event``, so the application's processors see them at once. The session calls ``shutdown`` at
+detach, at interpreter exit and on SIGTERM. A forked child (DataLoader workers) emits nothing. The
+global tracer provider is never touched.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -32,8 +36,8 @@ from recompprof.exporter import (
 )
 from recompprof_otel import environment, resource, transport
 from recompprof_otel.ids import PrivateRandomIdGenerator
-from recompprof_otel.processor import BoundedBatchProcessor
-from recompprof_otel.spans import SpanBuilder
+from recompprof_otel.processor import QUEUE_FULL, BoundedBatchProcessor
+from recompprof_otel.spans import SpanBuilder, spans_of
 
 if TYPE_CHECKING:
     from recompprof.exporter import Event, SessionView
@@ -85,6 +89,11 @@ class OtelExporter(Exporter):
         self._owns_provider = False
         self._owner = Owner()
         self._active = False
+        # Events handed over by the compiling thread, with that thread's id, for the export thread to build
+        # (only with a provider recompprof owns); bounded by OTEL_BSP_MAX_QUEUE_SIZE.
+        self._handed: collections.deque[tuple[Event, int]] = collections.deque()
+        self._max_handed = 0
+        self._building = threading.RLock()  # one builder at a time: the export thread, or a flush
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, session: SessionView) -> None:
@@ -120,6 +129,9 @@ class OtelExporter(Exporter):
         self._builder = SpanBuilder(
             tracer, processor=self.processor if self._owns_provider else None
         )
+        if self._owns_provider and self.processor is not None:
+            self._max_handed = self.env.max_queue_size
+            self.processor.produce = self._build_handed
         if self.settings.otel_metrics:
             from recompprof_otel.metrics import OtelMetrics
 
@@ -151,33 +163,58 @@ class OtelExporter(Exporter):
     def on_event(self, event: Event) -> None:
         if not self._active or self._owner.forked() or self._builder is None:
             return
+        processor = self.processor
+        if self._max_handed and processor is not None:
+            # Handed to the export thread; spans are timed by the event, not by when they are built.
+            handed = self._handed
+            if len(handed) >= self._max_handed:
+                with contain("otel.span"):
+                    processor.drop(QUEUE_FULL, spans_of(event))
+                return
+            handed.append((event, threading.get_ident()))
+            processor.handed_over(len(handed))
+            return
         with contain("otel.span"):
-            if isinstance(event, Compile):
-                if self._ids is not None and event.trace_id is not None:
-                    self._ids.next_trace_id = int(
-                        event.trace_id, 16
-                    )  # the trace its duration exemplar names
+            self._build(event, threading.get_ident())
+
+    def _build_handed(self) -> None:
+        """Build the spans of every event handed over so far, in order (the export thread, or a flush)."""
+        with self._building:
+            handed = self._handed
+            while handed:
+                event, thread = handed.popleft()
+                with contain("otel.span"):
+                    self._build(event, thread)
+
+    def _build(self, event: Event, thread: int) -> None:
+        """The spans of one event (``thread``: the thread that emitted it, where its compile runs)."""
+        assert self._builder is not None
+        if isinstance(event, Compile):
+            if self._ids is not None and event.trace_id is not None:
+                self._ids.next_trace_id = int(
+                    event.trace_id, 16
+                )  # the trace its duration exemplar names
+            try:
+                root = self._builder.compile_span(event)
+            finally:
+                if self._ids is not None:
+                    # a duplicate (no span) must not pass its id on
+                    self._ids.next_trace_id = None
+            if root is not None and self.metrics is not None:
+                self.metrics.record_compile(event, trace.set_span_in_context(root))
+        elif isinstance(event, CompileStart):
+            if (
+                self._ids is not None and event.trace_id is not None
+            ):  # the trace its compile will name
+                self._ids.next_trace_id = int(event.trace_id, 16)
                 try:
-                    root = self._builder.compile_span(event)
+                    self._builder.start_compile(event, thread)
                 finally:
-                    if self._ids is not None:
-                        # a duplicate (no span) must not pass its id on
-                        self._ids.next_trace_id = None
-                if root is not None and self.metrics is not None:
-                    self.metrics.record_compile(event, trace.set_span_in_context(root))
-            elif isinstance(event, CompileStart):
-                if (
-                    self._ids is not None and event.trace_id is not None
-                ):  # the trace its compile will name
-                    self._ids.next_trace_id = int(event.trace_id, 16)
-                    try:
-                        self._builder.start_compile(event)
-                    finally:
-                        self._ids.next_trace_id = None
-            elif isinstance(event, RecompileLimitHit):
-                self._builder.limit_hit_span(event)
-            elif isinstance(event, SessionEnd):
-                self._builder.end_open(round(event.time * 1e9), event.compiling)
+                    self._ids.next_trace_id = None
+        elif isinstance(event, RecompileLimitHit):
+            self._builder.limit_hit_span(event)
+        elif isinstance(event, SessionEnd):
+            self._builder.end_open(round(event.time * 1e9), event.compiling)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Flush spans (and metrics) for at most ``timeout`` seconds; idempotent."""
@@ -185,7 +222,8 @@ class OtelExporter(Exporter):
             return
         self._active = False
         if self._builder is not None:
-            with contain("otel.span"):
+            self._build_handed()  # what the export thread has not built yet
+            with contain("otel.span"), self._building:
                 self._builder.end_open(
                     time.time_ns()
                 )  # no session_end came: the open spans' ends are unknown

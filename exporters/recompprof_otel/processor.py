@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -64,6 +64,9 @@ class BoundedBatchProcessor(SpanProcessor):
         self._export_began = 0.0
         self._last_failed = False
         self.counts: Counter[str] = Counter()
+        # Builds the spans of events handed over by the compiling thread (OtelExporter): run by the worker
+        # before each batch, and by a flush first, so what was handed over before a flush is in it.
+        self.produce: Callable[[], None] | None = None
 
     # -- SpanProcessor ----------------------------------------------------------------------
     def on_start(self, span: object, parent_context: object = None) -> None:
@@ -98,6 +101,8 @@ class BoundedBatchProcessor(SpanProcessor):
         deadline = time.monotonic() + timeout_millis / 1000.0
         if self._owner.forked():
             return True
+        if self.produce is not None:
+            self.produce()
         with self._cond:
             if self._thread is None:
                 return not self._queue
@@ -150,6 +155,21 @@ class BoundedBatchProcessor(SpanProcessor):
             thread.join(0.1)
 
     # -- worker ------------------------------------------------------------------------------
+    def drop(self, reason: str, spans: int) -> None:
+        """Count ``spans`` that never reached the queue (work handed over that did not fit) as dropped."""
+        with self._cond:
+            self.counts[reason] += spans
+
+    def handed_over(self, waiting: int) -> None:
+        """Work for ``produce`` was handed over, ``waiting`` items in all: start the worker if it has not
+        started, and wake it once a batch is waiting (else it runs at its schedule, as for spans)."""
+        if self._thread is None:
+            with self._cond:
+                if self._thread is None and not self._stopping:
+                    self._start_thread()
+        if waiting >= self._max_batch:
+            self._wake.set()
+
     def _start_thread(self) -> None:
         self._thread = threading.Thread(
             target=self._run, name="recompprof-otel-export", daemon=True
@@ -167,6 +187,8 @@ class BoundedBatchProcessor(SpanProcessor):
         while True:
             self._wake.wait(self._delay)
             self._wake.clear()
+            if self.produce is not None:
+                self.produce()
             while batch := self._take():
                 self._export(batch)
             with self._cond:

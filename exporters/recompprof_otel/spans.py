@@ -76,6 +76,15 @@ def phase_intervals(
     return out
 
 
+def spans_of(event: object) -> int:
+    """How many spans ``event`` would give (what is counted as dropped when it cannot be handed over): a
+    compile its root and a child per phase, a limit hit one, a compile start none until its compile."""
+    if isinstance(event, Compile):
+        start_ns, end_ns = _bounds(event)
+        return 1 + len(phase_intervals(start_ns, dict(event.phases.items()), end_ns))
+    return 1 if isinstance(event, RecompileLimitHit) else 0
+
+
 def _primary(reasons: Sequence[Reason]) -> Reason | None:
     for reason in reasons:
         if reason.explains_change:
@@ -240,9 +249,10 @@ class SpanBuilder:
             self._limit_hits.popitem(last=False)
         return False
 
-    def start_compile(self, start: CompileStart) -> Span:
+    def start_compile(self, start: CompileStart, thread: int | None = None) -> Span:
         """Start the root span of a compile that is beginning, at its start (ended by its ``compile``). Its
-        attributes are set once, when it ends: from the ``compile`` (all of them), else from this start."""
+        attributes are set once, when it ends: from the ``compile`` (all of them), else from this start.
+        ``thread``: the thread the compile runs on (default: this one)."""
         key = self._key(start.frame, start.backward)
         start_ns = round(start.time * 1e9)
         # An empty context: a compile is its own trace even if the training loop has a span open.
@@ -254,7 +264,8 @@ class SpanBuilder:
             start_time=start_ns,
         )
         for stale in self._open.add(
-            start.trace_id or "", OpenSpan(root, start, start_ns, threading.get_ident())
+            start.trace_id or "",
+            OpenSpan(root, start, start_ns, threading.get_ident() if thread is None else thread),
         ):
             _end_unfinished(
                 stale,

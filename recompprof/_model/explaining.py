@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import operator
 import re
 from collections.abc import Callable, Iterable
 
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
-from recompprof._model.reasons import parse_guard_failure, resolvable_subjects
+from recompprof._model.reasons import parse_guard_failures, resolvable_subjects
 
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
@@ -131,17 +132,13 @@ class ReasonExplainer:
         return reason.model_copy(update={"explains_change": True})
 
     def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> list[Reason]:
-        parsed = [r for text in texts for r in parse_guard_failure(text, redact=self.redact)]
+        parsed = parse_guard_failures(texts, redact=self.redact)
         if resolve is not None and parsed:
             kinds = {
                 s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None
             }
             if kinds:
-                parsed = [
-                    r
-                    for text in texts
-                    for r in parse_guard_failure(text, redact=self.redact, kinds=kinds)
-                ]
+                parsed = parse_guard_failures(texts, redact=self.redact, kinds=kinds)
         return parsed
 
     def explain(
@@ -170,13 +167,16 @@ class ReasonExplainer:
         recurring = cause in seen
         seen[cause] = None
         seen.move_to_end(cause)
+        # Once per reason, and the N-th recompile of a frame lists N reasons: kept lean.
+        touch = seen.move_to_end
         for reason in parsed:
-            for key in (
-                hash((reason.category, reason.subject, reason.text)),
-                hash(("subject", reason.subject)),
-            ):
-                seen[key] = None
-                seen.move_to_end(key)
+            subject = reason.subject
+            key = hash((reason.category, subject, reason.text))
+            seen[key] = None
+            touch(key)
+            key = hash(("subject", subject))
+            seen[key] = None
+            touch(key)
         first_change = True
         changed = changed_subject(parsed[explaining])
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
@@ -188,15 +188,12 @@ class ReasonExplainer:
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
             seen.popitem(last=False)
+        others = parsed[:explaining] + parsed[explaining + 1 :]
         kept = [parsed[explaining].model_copy(update={"explains_change": True})]
-        omitted: collections.Counter[str] = collections.Counter()
-        for i, reason in enumerate(parsed):
-            if i == explaining:
-                continue
-            if len(kept) < MAX_REASONS_PER_EVENT:
-                kept.append(reason)
-            else:
-                omitted[reason.category] += 1
+        kept += others[: MAX_REASONS_PER_EVENT - 1]
+        omitted: collections.Counter[str] = collections.Counter(
+            r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]
+        )
         specialised = (
             changed is not None
             and installed is not None
@@ -216,13 +213,19 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
     return any(text.startswith(prefix) for text in installed())
 
 
+_ENTRY, _SUBJECT = operator.attrgetter("entry"), operator.attrgetter("subject")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+
+
 def _explaining(parsed: list[Reason], seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
-    entries: dict[str | None, set[str]] = {}
-    for reason in parsed:
-        entries.setdefault(reason.entry, set()).add(reason.subject)
-    if len(entries) > 1:  # the subject every entry failed on
-        common = set.intersection(*entries.values()) - {""}
+    # (entry, subject) pairs, then how many entries each subject failed in: counted in C, as the N-th
+    # recompile of a frame lists N reasons.
+    pairs = set(zip(map(_ENTRY, parsed), map(_SUBJECT, parsed)))
+    entries = len(set(map(_FIRST, pairs)))
+    if entries > 1:  # the subject every entry failed on
+        per_subject = collections.Counter(map(_SECOND, pairs))
+        common = {s for s, n in per_subject.items() if n == entries} - {""}
         if common:
             return next(i for i, r in enumerate(parsed) if r.subject in common)
     for tier in (_made_dynamic_now, _from_zero_or_one_now):

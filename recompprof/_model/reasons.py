@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 
 from recompprof import _internal
 from recompprof._model.events import MAX_SUBJECT, MAX_TEXT, Reason
@@ -157,6 +158,21 @@ def parse_guard_failure(
     if isinstance(text, str) and len(text) <= _MAX_CACHED:
         return list(_parse_cached(text, redact, frozen))
     return list(_parse_safely(text, redact, frozen))
+
+
+def parse_guard_failures(
+    texts: Iterable[str], *, redact: bool = False, kinds: Kinds | None = None
+) -> list[Reason]:
+    """The reasons of every text in ``texts``, in order: :func:`parse_guard_failure` of each, joined. One call
+    per compile: on the N-th recompile of a frame torch lists N texts, almost all of them parsed before."""
+    frozen = frozenset(kinds.items()) if kinds else frozenset()
+    out: list[Reason] = []
+    for text in texts:
+        if isinstance(text, str) and len(text) <= _MAX_CACHED:
+            out += _parse_cached(text, redact, frozen)
+        else:
+            out += _parse_safely(text, redact, frozen)
+    return out
 
 
 # Torch repeats each old cache entry's reason text on every later recompile of the frame, so most

@@ -84,6 +84,10 @@ class Explained:
     # value (``G['cfg'].ls == 0.2``): torch tried it dynamic and the traced code specialised it again in
     # the same compile, so every new value recompiles (None of this is known: False).
     specialised: bool = False
+    # The variants of the explaining change on this frame: the entry compiled before its first recompile,
+    # and each recompile it explained since, this one included (what a bounded set is measured against:
+    # recompprof._model.steady).
+    variants: int = 2
 
 
 # What a job's installed guards are read through: the compile's guard texts (each without its source
@@ -170,15 +174,22 @@ class ReasonExplainer:
         recurring = cause in seen
         seen[cause] = None
         seen.move_to_end(cause)
+        changed = changed_subject(parsed[explaining])
+        # A dim or scalar is one change however its guard is worded (a size, then a shape guard).
+        change = hash(
+            ("variants", changed or (parsed[explaining].category, parsed[explaining].subject))
+        )
+        variants = (seen.get(change) or 1) + 1
+        seen[change] = variants
+        seen.move_to_end(change)
         for reason in parsed:
             for key in (
                 hash((reason.category, reason.subject, reason.text)),
-                hash(("subject", reason.subject)),
+                _change_key(reason),
             ):
                 seen[key] = None
                 seen.move_to_end(key)
         first_change = True
-        changed = changed_subject(parsed[explaining])
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
             key = hash(("changed", changed))
             first_change = key not in seen or static_variant
@@ -206,7 +217,13 @@ class ReasonExplainer:
         # A dim or scalar that changes again after its first change stays static or was specialised again:
         # each new value recompiles, however the guard that shows it is worded (a size, a shape guard).
         recurring = recurring or (changed is not None and not first_change)
-        return Explained(kept, dict(omitted), first_change, recurring, specialised)
+        return Explained(kept, dict(omitted), first_change, recurring, specialised, variants)
+
+
+def _change_key(reason: Reason) -> int:
+    """What a reason says changed, remembered per frame: its category and subject, never the subject alone
+    (an input's requires_grad and its size are two changes of one subject)."""
+    return hash(("change", reason.category, reason.subject))
 
 
 def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
@@ -218,19 +235,19 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
 
 def _explaining(parsed: list[Reason], seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
-    entries: dict[str | None, set[str]] = {}
+    entries: dict[str | None, set[tuple[str, str]]] = {}
     for reason in parsed:
-        entries.setdefault(reason.entry, set()).add(reason.subject)
-    if len(entries) > 1:  # the subject every entry failed on
-        common = set.intersection(*entries.values()) - {""}
+        entries.setdefault(reason.entry, set()).add((reason.category, reason.subject))
+    if len(entries) > 1:  # the change every entry failed on
+        common = {c for c in set.intersection(*entries.values()) if c[1]}
         if common:
-            return next(i for i, r in enumerate(parsed) if r.subject in common)
+            return next(i for i, r in enumerate(parsed) if (r.category, r.subject) in common)
     for tier in (_made_dynamic_now, _from_zero_or_one_now):
         dynamic_now = next((i for i in range(len(parsed)) if tier(parsed, i, seen)), None)
         if dynamic_now is not None:
             return dynamic_now
     new_subject = next(
-        (i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen),
+        (i for i, r in enumerate(parsed) if r.subject and _change_key(r) not in seen),
         None,
     )
     if new_subject is not None:
@@ -270,25 +287,24 @@ def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     entry = _ordinal(parsed[index].entry)
     if before is None or entry is None or entry > before:
         return False
-    subject = parsed[index].subject
     newer = [r for r in parsed if (o := _ordinal(r.entry)) is not None and o > before]
-    # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
+    # A newer entry failing on a change never seen failing on this frame is the change itself (a flag
     # flipped now), not a known variant's difference: then this is no variant compiled static.
     return not any(
-        _may_be_a_change(r, subject, changed) or hash(("subject", r.subject)) not in seen
-        for r in newer
+        _may_be_a_change(r, parsed[index], changed) or _change_key(r) not in seen for r in newer
     )
 
 
-def _may_be_a_change(reason: Reason, subject: str, changed: str | None) -> bool:
+def _may_be_a_change(reason: Reason, this: Reason, changed: str | None) -> bool:
     """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
-    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again;
+    the same change (category and subject: another variant's requires_grad of the same input is none), a
+    dim or scalar, or a shape guard. Then the dim may have been specialised again;
     not when that entry holds this very dim at 0 or 1, which torch keeps static in a dynamic dim too
     (the entry of a decode step's one token, failed by a prefill's length)."""
     if _from_zero_or_one(reason) and changed_subject(reason) == changed:
         return False
     return (
-        reason.subject == subject
+        (reason.category, reason.subject) == (this.category, this.subject)
         or reason.category == "symbolic_shape"
         or changed_subject(reason) is not None
     )
@@ -332,7 +348,7 @@ def automatic_dynamic(
         if "_parameters" in reason.subject and settings.static_parameters is not False:
             return None
         return changed
-    return changed if _scalar_made_dynamic(reason, settings) else None
+    return changed if scalar_made_dynamic(reason, settings) else None
 
 
 _FROM_ZERO_OR_ONE = re.compile(r"size mismatch at index \d+\. expected [01],")
@@ -344,7 +360,7 @@ def _from_zero_or_one(reason: Reason) -> bool:
     return reason.category == "size" and _FROM_ZERO_OR_ONE.search(reason.text) is not None
 
 
-def _scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
+def scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
     """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
 
     Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,

@@ -186,6 +186,7 @@ class ReasonExplainer:
             for key in (
                 hash((reason.category, reason.subject, reason.text)),
                 _change_key(reason),
+                hash(("subject", reason.subject)),
             ):
                 seen[key] = None
                 seen.move_to_end(key)
@@ -288,10 +289,12 @@ def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     if before is None or entry is None or entry > before:
         return False
     newer = [r for r in parsed if (o := _ordinal(r.entry)) is not None and o > before]
-    # A newer entry failing on a change never seen failing on this frame is the change itself (a flag
-    # flipped now), not a known variant's difference: then this is no variant compiled static.
+    # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
+    # flipped now), not a known variant's difference (a cache that failed on its size and now on its
+    # type tells the same variants apart): then this is no variant compiled static.
     return not any(
-        _may_be_a_change(r, parsed[index], changed) or _change_key(r) not in seen for r in newer
+        _may_be_a_change(r, parsed[index], changed) or hash(("subject", r.subject)) not in seen
+        for r in newer
     )
 
 

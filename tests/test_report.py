@@ -235,7 +235,9 @@ def test_automatic_dynamic_recompile_is_expected_warmup_not_steady_state(tmp_pat
     assert "dim 0 of L['x']" in text
 
 
-def test_size_changes_without_automatic_dynamic_are_variants_until_the_bound(tmp_path: Path) -> None:
+def test_size_changes_without_automatic_dynamic_are_variants_until_the_bound(
+    tmp_path: Path,
+) -> None:
     """Under dynamic=False every size change recompiles (nothing turns dynamic): five sizes are variants a
     bounded set explains, so none is automatic dynamic and none is steady state yet."""
     compiles = _size_then_scale({}, {"dynamic": False}, tmp_path)

@@ -72,7 +72,7 @@ class RunFigures:
     def steady_basis(self) -> str | None:
         """What the run's steady-state verdicts rest on: ``"steps"`` (a step past ``warmup_steps``), ``"repeats"``
         (the job advanced no step: only a change that recompiled a frame before), None (an ingested trace:
-        no verdict). docs/steady-state.md#jobs-without-steps."""
+        no verdict). docs/steady-state.md#what-the-live-verdict-knows-and-what-the-report-knows."""
         if self.from_torch_trace and not self.modes:
             return None
         return "steps" if self.last_step > 0 else "repeats"

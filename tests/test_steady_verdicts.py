@@ -319,3 +319,29 @@ def test_serving_job_without_steps_is_caught_and_after_step_refuses(tmp_path: Pa
     assert f"{12 - BOUNDED_VARIANTS} steady-state recompile(s)" in violation.message
     with pytest.raises(CheckInputError, match="never reached step 1"):
         check(events, Rules(after_step=1, max_recompiles=0))
+
+
+def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
+    tmp_path: Path,
+) -> None:
+    """``associative_scan`` over a length torch made dynamic installs parity guards of its own (``(x.size()[0]
+    % 2) == 0``, then of each halving): every new length recompiles (torch). The fix says the guard is
+    torch's op's and to pad or bucket the length, never to avoid branching in the user's code or to mark a
+    ``mark_dynamic`` range, which makes torch raise there."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def cumulative(x: torch.Tensor) -> torch.Tensor:
+        return associative_scan(lambda a, b: a + b, x, dim=0, combine_mode="generic")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(cumulative, backend="eager")
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for length in (4, 6, 7, 9, 10):
+            compiled(torch.randn(length, 3))
+    report = recompprof.report(session)
+    recompiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile]
+    assert len(recompiles) >= 3 and not any(e.steady_state for e in recompiles)
+    (cause,) = [c for c in report.ranked_causes() if c.category == "symbolic_shape"]
+    fix = fix_text(cause, hints_for(report), report)
+    assert "inside torch's own op" in fix and "pad or bucket that length" in fix
+    assert "branch" not in fix

@@ -117,7 +117,7 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     if cause.tier == 2 and cause.made_dynamic:
         return _warmup_text(cause, report)
     hint = hints.get(cause.category, "")
-    if cause.category == "symbolic_shape" and _TORCH_OP in cause.example:
+    if cause.category == "symbolic_shape" and _TORCH_OP.search(cause.example):
         hint = (
             "the guard is installed inside torch's own op (torch/_higher_order_ops), not by your code: pad or "
             "bucket that length to a few sizes (a mark_dynamic range makes torch raise ConstraintViolationError "
@@ -141,7 +141,9 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     )
 
 
-_TORCH_OP = "_higher_order_ops"
+# A shape guard torch's own op installs (its source line calls the op, or torch names the op's file): the
+# recursion of associative_scan on the length guards each halving's parity.
+_TORCH_OP = re.compile(r"_higher_order_ops|\bassociative_scan\(")
 _INT_EQUALITY = re.compile(r"\s==\s-?\d+\s*(?:#|$)")
 
 

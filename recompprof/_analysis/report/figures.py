@@ -347,7 +347,7 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             return
         cause.recompiles += 1
         cause.steps_total += 1
-        cause.first_time = cause.first_time or event.time
+        cause.first_time = min(cause.first_time, event.time) if cause.first_time else event.time
         cause.last_time = max(cause.last_time, event.time)
         if event.steady_state:
             cause.steady_state += 1

@@ -52,9 +52,9 @@ class CompileContext:
     explained: Explained
     graph_breaks: int = 0
     redact: bool = False
-    steady_state: bool = False
-    # The job has advanced no training step yet (generation, evaluation, serving): steady state is then
-    # judged by recompiles that repeat, not by steps (docs/steady-state.md).
+    steady_state: bool = False  # at or after ``warmup_steps``: the verdict's only use of steps
+    # The job has advanced no training step yet (generation, evaluation, serving): the report's header says
+    # its verdicts rest on repeats; the verdict itself is the same (recompprof._model.steady).
     no_step: bool = False
     limits: dict[str, int | None] | None = None
     call_site: list[str] = dataclasses.field(default_factory=list)

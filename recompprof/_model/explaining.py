@@ -76,10 +76,6 @@ class Explained:
     # already changed on this frame, so it is not automatic dynamic warming up: that happens once per
     # dim or scalar.
     first_change: bool = True
-    # True when what the explaining reason names (its category and subject) explained a recompile of this
-    # frame before, or its dim or scalar changes again: the same change keeps recompiling (the verdict of
-    # a job that advanced no step).
-    recurring: bool = False
     # True when the compile's own installed guards hold the scalar the explaining reason changed at its new
     # value (``G['cfg'].ls == 0.2``): torch tried it dynamic and the traced code specialised it again in
     # the same compile, so every new value recompiles (None of this is known: False).
@@ -101,15 +97,17 @@ class ReasonExplainer:
     A new input fails every cached entry of the frame, and torch lists one reason per entry, most
     recently used entry first, each the *first* guard of that entry that failed (so an entry of
     another variant, a decode step against a prefill, fails on what tells the variants apart, not
-    on what changed). The reason that explains the change is, in this order: the subject that failed
-    against every entry; else the change torch makes dynamic now, most recently used entry first (its
-    entry passed every guard before it, so it is the entry compiled under the same variant): first a
+    on what changed). Reasons are compared as changes, category and subject (an input's requires_grad and
+    its size are two changes of one subject). The reason that explains the change is, in this order: the
+    change that failed against every entry; else the change torch makes dynamic now, most recently used
+    entry first (its entry passed every guard before it, so it is the entry compiled under the same
+    variant): first a
     tensor dim or an int/float that changes for the first time on this frame, or that fails an entry
     compiled while it was still static (:func:`_static_variant`), then a size from an expected 0 or 1
     (an entry holding a dim at 0 or 1 holds it static even once torch made it dynamic, so that size is
-    its variant's, a decode step's one token); else the first reason whose subject never failed on this
+    its variant's, a decode step's one token); else the first reason whose change never failed on this
     frame before (the variants' own differences have failed before); else the first reason whose text
-    is new; else the first.
+    is new; else the first. Each explaining change's variants on the frame are counted (``variants``).
     docs/steady-state.md has the rule and its grounds.
     An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
     rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
@@ -170,10 +168,6 @@ class ReasonExplainer:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
         static_variant = _static_variant(parsed, explaining, seen)  # judged on what was seen before
-        cause = hash(("explained", parsed[explaining].category, parsed[explaining].subject))
-        recurring = cause in seen
-        seen[cause] = None
-        seen.move_to_end(cause)
         changed = changed_subject(parsed[explaining])
         # A dim or scalar is one change however its guard is worded (a size, then a shape guard).
         change = hash(
@@ -215,10 +209,7 @@ class ReasonExplainer:
             and changed.startswith("value of ")
             and _installed_equality(changed.removeprefix("value of "), installed)
         )
-        # A dim or scalar that changes again after its first change stays static or was specialised again:
-        # each new value recompiles, however the guard that shows it is worded (a size, a shape guard).
-        recurring = recurring or (changed is not None and not first_change)
-        return Explained(kept, dict(omitted), first_change, recurring, specialised, variants)
+        return Explained(kept, dict(omitted), first_change, specialised, variants)
 
 
 def _change_key(reason: Reason) -> int:

@@ -131,8 +131,8 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
         return hint
     if report.settled(cause):
         return (
-            f"settled after {cause.recompiles + 1} variants (none compiled in the second half of the run): a "
-            "bounded set, compiled once each; nothing to fix if that set is by design (buckets, states, "
+            f"settled after {cause.recompiles + 1} variants (the run went on without compiling another): a "
+            "bounded set, compiled once each, that costs no more if it is by design (buckets, states, "
             f"instances). To compile fewer: {hint}"
         )
     return (

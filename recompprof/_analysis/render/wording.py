@@ -130,6 +130,11 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
     if cause.steady_state or report is None or cause.tier != 1:
         return hint
     if report.settled(cause):
+        if cause.category == "size":  # the set may be the buckets it pads to: not advised again
+            hint = (
+                "mark the dim dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True, one "
+                "graph for every size."
+            )
         return (
             f"settled after {cause.recompiles + 1} variants (the run went on without compiling another): a "
             "bounded set, compiled once each, that costs no more if it is by design (buckets, states, "

@@ -38,9 +38,9 @@ SETTLE_SECONDS = 1.0
 AUTOMATIC_DYNAMIC = "automatic dynamic"
 ZERO_ONE = "0/1 specialisation"
 
-# torch's shape guard that keeps a dynamic dim off sizes 0 and 1 ("2 <= L['x'].size()[0]"), and the text
-# torch writes with it where the guard is its own, not the user's code's.
-_ZERO_ONE_GUARD = re.compile(r"^\s*2 <= \S+\.size\(\)\[\d+\]")
+# The text torch writes with its shape guard that keeps a dynamic dim off sizes 0 and 1 ("2 <=
+# L['x'].size()[0]") where the guard is its own, not the user's code's: the same guard from a user's
+# ``if x.shape[0] >= 2`` has no such text and is not torch's rule.
 _ZERO_ONE_TEXT = "0/1 specialization in the framework"
 # torch's own remedy, where its reason text names one (never cut from what is shown: torch_remedy).
 _TORCH_REMEDY = re.compile(r"(?:try|using)\s+(torch\.[\w.]+(?:\([^)\n]{0,80}\))?(?:\s*=\s*\w+)?)")
@@ -61,10 +61,9 @@ def torch_rule(reason: Reason | None, automatic_dynamic: str | None) -> str | No
 
 
 def zero_one(reason: Reason) -> bool:
-    """The reason is torch's 0/1 specialisation guard against a dynamic entry (redacted: cannot tell)."""
-    return reason.category == "symbolic_shape" and (
-        _ZERO_ONE_TEXT in reason.text or _ZERO_ONE_GUARD.match(reason.text) is not None
-    )
+    """The reason is torch's 0/1 specialisation guard against a dynamic entry, as torch's own text says
+    (redacted, or a user's branch on the size: not claimed)."""
+    return reason.category == "symbolic_shape" and _ZERO_ONE_TEXT in reason.text
 
 
 def is_steady(*, past_warmup: bool, rule: str | None, variants: int) -> bool:

@@ -76,7 +76,8 @@ def build(cfg: Config) -> dashboard.Dashboard:
         .with_panel(
             stat_panel(
                 "Steady-state recompiles",
-                "Recompiles after the warm-up steps (RECOMPPROF_WARMUP_STEPS) in the selected time range.",
+                "Recompiles in steady state (docs/steady-state.md: past the warm-up steps and past what a "
+                "bounded set of variants explains) in the selected time range.",
                 "short",
                 [query(f"sum({over_range(steady)}) or vector(0)", instant=True)],
             )
@@ -171,8 +172,8 @@ def build(cfg: Config) -> dashboard.Dashboard:
         .with_panel(
             timeseries_panel(
                 "Steady-state recompiles per minute",
-                "Recompiles after the warm-up steps, per frame: these cost time on every occurrence and "
-                "usually have a fix (see the reason categories).",
+                "Recompiles in steady state, per frame: a change past what a bounded set of variants "
+                "explains keeps costing compile time and usually has a fix (see the reason categories).",
                 "cpm",
                 [
                     query(

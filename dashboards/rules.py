@@ -161,9 +161,10 @@ def alert_rules(cfg: Config) -> list[dict[str, Any]]:
             "TorchCompileSteadyStateRecompiles",
             new_events("torch_compile_steady_state_recompiles_total", "rank", "frame"),
             "warning",
-            "torch.compile recompiles after warm-up.",
-            f"Frame {{{{ $labels.frame }}}} on {where} recompiled {value} times after the warm-up "
-            f"steps in the last {event}.",
+            "torch.compile keeps recompiling in steady state.",
+            f"Frame {{{{ $labels.frame }}}} on {where} recompiled {value} times in steady state in the "
+            f"last {event} (a change past what a bounded set of variants explains, see "
+            "docs/steady-state.md).",
         ),
         _alert(
             cfg,

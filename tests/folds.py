@@ -24,6 +24,7 @@ from recompprof._model.events import (
     SessionStart,
     SignalChange,
 )
+from recompprof._model.reasons import parse_guard_failure
 from recompprof._model.subjects import argument_root
 
 POOL = [
@@ -41,6 +42,22 @@ def _as_live(reason: Reason) -> Reason:
 
 
 POOL = [_as_live(reason) for reason in POOL]
+# Two torch 2.13 texts that name torch's own remedy (tests/workloads/steady_cases.py records both): the
+# 0/1 specialisation guard and a module int attribute's hint. A report keeps that remedy (CauseReport).
+POOL += [
+    reason
+    for text in (
+        "0/1: 2 <= L['x'].size()[0]  # return x * 2 + 1  # case_zero_one.py:6 in zero_one_fn (user code "
+        "shown is first use of this value--the guard itself is not due user code but due to 0/1 "
+        "specialization in the framework; to avoid specialization try "
+        "torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+        "0/1: L['self'].layer_idx == 1  # if self.layer_idx % 2 == 1:  # case_instances_3.py:18 in forward "
+        "(HINT: torch.compile considers integer attributes of the nn.Module to be static. If you are "
+        "observing recompilation, you might want to make this integer dynamic using "
+        "torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor.)",
+    )
+    for reason in parse_guard_failure(text)
+]
 FRAMES = [Frame(name=f"fn{i}", file=f"/job/m{i % 2}.py", line=10 * i) for i in range(4)]
 
 

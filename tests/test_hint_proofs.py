@@ -373,7 +373,7 @@ def global_state_set_once(apply: bool) -> None:
         torch.use_deterministic_algorithms(before)
 
 
-@proof("symbolic_shape", "avoid branching on sizes")
+@proof("symbolic_shape", "a branch")
 def symbolic_shape_unbranched(apply: bool) -> None:
     def branchy(x: torch.Tensor) -> torch.Tensor:
         if apply:

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import recompprof
 from recompprof._eventlog.reader import read_file, read_run
 from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
+from recompprof._model.steady import BOUNDED_VARIANTS
 from recompprof.integrations.lightning import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = (
@@ -177,24 +178,39 @@ def test_fit_events_carry_global_steps_and_scalars_reach_the_csv_logger(
     assert len(summary) == 1 and "2 recompiles" in summary[0] and "recompprof report" in summary[0]
 
 
+class Growing(Tiny):
+    """Each batch of an epoch repeated once more than the last: a new batch size on every call."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        k = batch_idx + 1
+        loss = F.mse_loss(self.compiled(x.repeat(k, 1)), y.repeat(k, 1))
+        self.log("train_loss", loss, batch_size=len(x) * k)
+        return loss
+
+
 def test_fail_on_steady_state_recompiles_stops_fit(tmp_path: Path) -> None:
-    """With warmup_steps=1 and automatic dynamic shapes off, the size recompile at step 1 is steady state: fit
-    raises a clear error naming the frame and step, and the session is detached with its event log closed.
-    (With automatic dynamic on, that first size change is the expected warm-up recompile, never steady state.)"""
+    """With automatic dynamic shapes off (the limit raised), a batch size that grows on every call recompiles
+    each time: the recompile past the bound of a bounded set's variants is steady state, and fit raises a
+    clear error naming the frame and step at the end of that step, the session detached with its event log
+    closed. The variants before it never raise (a few sizes are a bounded set)."""
     callback = RecompprofCallback(warmup_steps=1, fail_on_steady_state_recompiles=True)
     fit = trainer(tmp_path, [callback], limit_val_batches=0)
     with (
         pytest.raises(
-            SteadyStateRecompileError, match=r"steady-state recompile of .*forward .* at step 1"
+            SteadyStateRecompileError, match=r"steady-state recompile of .*forward .* at step \d+"
         ),
-        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=32),
     ):
-        fit.fit(Tiny(backend="eager"), *loaders())
-    assert fit.global_step == 2  # stopped at the end of the batch that recompiled, not later
+        fit.fit(Growing(backend="eager"), *loaders(train_n=40))
     assert recompprof.current() is None
     events = list(read_file(next((tmp_path / "run").glob("rank*.jsonl"))))
     assert isinstance(events[-1], SessionEnd)
-    assert [(e.step, e.steady_state) for e in forward_compiles(events)] == [(0, False), (1, True)]
+    verdicts = [e.steady_state for e in forward_compiles(events)]
+    assert verdicts == [False] * BOUNDED_VARIANTS + [True]
+    steady = forward_compiles(events)[-1]
+    # the ninth batch opens an accumulation window of two: stopped at its end, before the window's step
+    assert fit.global_step == steady.step == BOUNDED_VARIANTS // 2
 
 
 def test_keyboard_interrupt_detaches(tmp_path: Path) -> None:

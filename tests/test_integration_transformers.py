@@ -33,6 +33,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback
 import recompprof
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile, Event, SessionEnd, SessionStart
+from recompprof._model.steady import BOUNDED_VARIANTS
 from recompprof.integrations.transformers import RecompprofCallback, SteadyStateRecompileError
 
 SCALARS = (
@@ -69,7 +70,11 @@ def pad_to_longest(batch: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tens
 
 
 def build(
-    tmp_path: Path, callbacks: list[TrainerCallback], compile: bool = True, **kwargs: Any
+    tmp_path: Path,
+    callbacks: list[TrainerCallback],
+    compile: bool = True,
+    lengths: list[int] = TRAIN_LENGTHS,
+    **kwargs: Any,
 ) -> Trainer:
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -103,7 +108,7 @@ def build(
     return Trainer(
         model=LlamaForCausalLM(config),
         args=TrainingArguments(**options),
-        train_dataset=Sequences(TRAIN_LENGTHS, 0),
+        train_dataset=Sequences(lengths, 0),
         eval_dataset=Sequences([4, 6], 1),
         data_collator=pad_to_longest,
         callbacks=callbacks,
@@ -218,24 +223,33 @@ def test_train_events_carry_global_steps_and_scalars_reach_log_history(
 
 
 def test_fail_on_steady_state_recompiles_stops_train(tmp_path: Path) -> None:
-    """With warmup_steps=1 and automatic dynamic shapes off, the recompile at step 1 is steady state: train raises
-    a clear error at the end of that step naming the frame and step, and the session is detached with its event
-    log closed. (With automatic dynamic on, that first size change is the expected warm-up recompile.)"""
+    """With automatic dynamic shapes off (the limit raised), a sequence length that grows with every batch
+    recompiles each time: the recompile past the bound of a bounded set's variants is steady state, and train
+    raises a clear error at the end of that step naming the frame and step, the session detached with its
+    event log closed. The variants before it never raise (a few lengths are a bounded set)."""
     callback = RecompprofCallback(warmup_steps=1, fail_on_steady_state_recompiles=True)
-    trainer = build(tmp_path, [callback])
+    growing = [
+        n for n in range(5, 17) for _ in range(2)
+    ]  # a new longest length in every batch of two
+    trainer = build(tmp_path, [callback], lengths=growing, max_steps=6)
     with (
         pytest.raises(
             SteadyStateRecompileError,
-            match=r"steady-state recompile of .* at step 1, after the warm-up "
+            match=r"steady-state recompile of .* at step \d+, after the warm-up "
             r"of 1 steps: tensor 'kwargs\['input_ids'\]' size mismatch",
         ),
-        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=32),
     ):
         trainer.train()
-    assert trainer.state.global_step == 2
     assert recompprof.current() is None
     events = list(read_file(next((tmp_path / "run").glob("rank*.jsonl"))))
     assert isinstance(events[-1], SessionEnd)
+    forward = [e for e in events if isinstance(e, Compile) and not e.backward]
+    verdicts = [e.steady_state for e in forward]
+    assert verdicts[:BOUNDED_VARIANTS] == [False] * BOUNDED_VARIANTS
+    assert verdicts[BOUNDED_VARIANTS:] and all(verdicts[BOUNDED_VARIANTS:])
+    # stopped at the end of the step of the first steady-state recompile, not later
+    assert trainer.state.global_step == (forward[BOUNDED_VARIANTS].step or 0) + 1
 
 
 def test_exception_out_of_train_detaches(tmp_path: Path) -> None:

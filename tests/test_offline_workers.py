@@ -58,11 +58,15 @@ def test_workers_give_the_same_verdicts_and_read_stats(generated_run, monkeypatc
 
 
 def test_workers_raise_the_same_input_error(generated_run):
-    """An --after-step past what ranks recorded is fine, but on events without steps the error a worker
-    raises reaches the caller as the same CheckInputError."""
-    assert (
-        _checked(generated_run, workers=2, rules=Rules(max_recompiles=0, after_step=10**9))[0] == []
-    )
+    """An --after-step past what ranks recorded is refused (every rule would pass on nothing), and so are
+    events without steps: the error a worker raises reaches the caller as the same CheckInputError."""
+    for workers in (1, 2):
+        with pytest.raises(CheckInputError, match="never reached step 1000000000"):
+            check(
+                load(generated_run).events,
+                Rules(max_recompiles=0, after_step=10**9),
+                workers=workers,
+            )
     stepless = generated_run.parent / "stepless"
     stepless.mkdir(exist_ok=True)
     for path in generated_run.glob("*.jsonl"):

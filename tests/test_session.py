@@ -141,27 +141,30 @@ def test_unknown_exporter_is_a_config_error() -> None:
 
 
 def test_steps_counted_by_optimizer_hook_and_warmup_split(tmp_path: Path) -> None:
-    """Each compile carries the optimizer step it happened at; recompiles before warmup_steps are not steady-state.
-    (Automatic dynamic shapes is off here, so each size change recompiles and none is the expected warm-up one.)"""
+    """Each compile carries the optimizer step it happened at; recompiles before warmup_steps are not steady-state,
+    and neither are those past it while their change is within a bounded set's variants: a new batch size every
+    step (automatic dynamic shapes off, the limit raised) is steady state from the variant past the bound, and
+    only from warmup_steps on."""
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     compiled = torch.compile(model, backend="eager")
     with (
-        recompprof.attach(run_dir=tmp_path, warmup_steps=3) as session,
-        torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+        recompprof.attach(run_dir=tmp_path, warmup_steps=10) as session,
+        torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=16),
     ):
-        for batch in (2, 2, 3, 3, 5):  # recompiles at steps 2 and 4 (sizes 3 and 5)
+        for batch in range(1, 13):  # a new size at every step: 12 variants
             compiled(torch.randn(batch, 4)).sum().backward()
             opt.step()
         steps = session.current_step
     events = list(read_file(session.event_log_path))
     compiles = [e for e in events if isinstance(e, Compile) and not e.backward]
-    assert steps == 5
-    assert [c.step for c in compiles] == [0, 2, 4]
-    assert [c.steady_state for c in compiles] == [False, False, True]
+    assert steps == 12
+    assert [c.step for c in compiles] == list(range(12))
+    # past the bound from step 8 (the ninth variant), past the warm-up from step 10
+    assert [c.step for c in compiles if c.steady_state] == [10, 11]
     assert all(c.automatic_dynamic is None for c in compiles)
     assert isinstance(events[0], SessionStart) and isinstance(events[-1], SessionEnd)
-    assert events[-1].totals["steps"] == 5
+    assert events[-1].totals["steps"] == 12
 
 
 def test_manual_step_counter_overrides_optimizer() -> None:

@@ -45,6 +45,8 @@ class Rules:
     max_compile_seconds: float | None = None  # per rank
     # per rank: compile seconds lost to recompiles (all causes)
     max_recompile_seconds: float | None = None
+    # per rank: recompiles in steady state (recompprof._model.steady: with steps or without)
+    max_steady_state_recompiles: int | None = None
     forbid: tuple[str, ...] = ()  # reason categories that may not cause a recompile
     max_limit_hits: int | None = None  # per rank
     max_graph_breaks: int | None = None  # per rank
@@ -180,7 +182,9 @@ _COUNTED = frozenset({"compile", "recompile_limit_hit", "graph_break"})  # kinds
 
 
 def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) -> Iterator[Event]:
+    last, dropped = 0, False
     for event in events:
+        last = max(last, getattr(event, "step", None) or 0)
         if event.kind in _COUNTED:
             if event.step is None:
                 raise CheckInputError(
@@ -189,8 +193,17 @@ def _dropping_before(events: Iterable[Event], step: int, sessions: SessionFold) 
                 )
             if event.step < step:
                 sessions.tally(event)
+                dropped = True
                 continue
         yield event
+    if (
+        dropped and last < step
+    ):  # else every rule passes on nothing: a job without steps never reaches S
+        raise CheckInputError(
+            f"--after-step {step}: rank {event.rank} never reached step {step} (last step {last}), so every "
+            "event would be dropped and the check would pass on nothing; a job without steps (serving, "
+            "generation) is checked by --max-steady-state-recompiles, whose verdict needs no steps"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +321,28 @@ def _max_recompile_seconds(scope: _Scope) -> Iterator[Violation]:
             costliest[0].frame,
             f"{scope.where}: {report.recompile_seconds:.2f} s lost to recompiles{scope.after} > max "
             f"{limit:g} s (fix first: {causes})",
+        )
+
+
+def _max_steady_state_recompiles(scope: _Scope) -> Iterator[Violation]:
+    """Recompiles whose cause keeps costing compile time (the verdict of docs/steady-state.md, the same
+    with steps or without: a serving job is caught as a training job is), named by cause."""
+    limit, report = scope.rules.max_steady_state_recompiles, scope.report
+    if limit is None:
+        return
+    total = sum(f.steady_state_recompiles for f in report.frames.values())
+    if total > limit:
+        steady = [c for c in report.ranked_causes() if c.steady_state][:3]
+        causes = "; ".join(
+            f"{cause_label(c.category, c.subject, c.frame, terse=True)} x{c.steady_state}"
+            for c in steady
+        )
+        yield Violation(
+            "max_steady_state_recompiles",
+            scope.rank,
+            steady[0].frame if steady else None,
+            f"{scope.where}: {total} steady-state recompile(s){scope.after} > max {limit}"
+            + (f" ({causes})" if causes else ""),
         )
 
 
@@ -445,6 +480,15 @@ OPTIONS: tuple[Option, ...] = (
         "T",
         "most compile seconds lost to recompiles (their backward compiles included)",
         _max_recompile_seconds,
+        5,
+    ),
+    Option(
+        "max_steady_state_recompiles",
+        "int",
+        "N",
+        "most steady-state recompiles: a change past what a bounded set of variants explains "
+        "(docs/steady-state.md; needs no steps, so it gates a serving job too)",
+        _max_steady_state_recompiles,
         5,
     ),
     Option(

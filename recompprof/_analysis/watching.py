@@ -30,6 +30,7 @@ from recompprof._model.events import (
     SessionStart,
 )
 from recompprof._model.status import OpenCompile, unseen_backward
+from recompprof._model.steady import example
 
 MAX_CAUSES = (
     1000  # distinct steady-state causes kept; later new ones are summed in one "other causes" entry
@@ -173,7 +174,7 @@ class Watch:
             cause.ranks.add(event.rank)
         if not cause.example and key != OTHER_CAUSES:
             reason = explaining_reason(event.reasons)
-            cause.example = reason.text[:300] if reason is not None else ""
+            cause.example = example(reason.text) if reason is not None else ""
             cause.parameter = (reason.parameter if reason is not None else None) or ""
 
     def top_causes(self, count: int) -> list[SteadyCause]:

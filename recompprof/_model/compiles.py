@@ -23,7 +23,8 @@ from recompprof._model.events import (
     Reason,
     RecompileLimitHit,
 )
-from recompprof._model.explaining import Explained, automatic_dynamic
+from recompprof._model.explaining import Explained, automatic_dynamic, scalar_made_dynamic
+from recompprof._model.steady import is_steady, torch_rule
 from recompprof._model.texts import clean_text
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
@@ -52,9 +53,9 @@ class CompileContext:
     explained: Explained
     graph_breaks: int = 0
     redact: bool = False
-    steady_state: bool = False
-    # The job has advanced no training step yet (generation, evaluation, serving): steady state is then
-    # judged by recompiles that repeat, not by steps (docs/steady-state.md).
+    steady_state: bool = False  # at or after ``warmup_steps``: the verdict's only use of steps
+    # The job has advanced no training step yet (generation, evaluation, serving): the report's header says
+    # its verdicts rest on repeats; the verdict itself is the same (recompprof._model.steady).
     no_step: bool = False
     limits: dict[str, int | None] | None = None
     call_site: list[str] = dataclasses.field(default_factory=list)
@@ -90,9 +91,9 @@ def compile_events(
         reasons=reasons,
         reasons_omitted=cast("dict[Category, int]", omitted),
         graph_breaks=ctx.graph_breaks,
-        steady_state=steady_state(ctx, dynamic),
+        steady_state=hit is None and steady_state(ctx, reasons, dynamic),  # a hit compiled nothing
         automatic_dynamic=dynamic,
-        specialised=_specialised(ctx, reasons),
+        specialised=_specialised(m, ctx, reasons),
         call_site=ctx.call_site,
         guard_set=ctx.guard_set,
         cudagraph_skip=skip.category if skip else None,
@@ -115,21 +116,28 @@ def compile_events(
     )
 
 
-def steady_state(ctx: CompileContext, dynamic: str | None) -> bool:
-    """The verdict of a recompile: past the warm-up steps and no automatic dynamic warm-up; in a job that
-    advanced no step, only when the same change (category and subject) recompiled this frame before: a
-    one-time variant (prefill, then decode) compiles once and is done."""
-    if not ctx.steady_state or dynamic is not None:
-        return False
-    return ctx.explained.recurring or not ctx.no_step
+def steady_state(ctx: CompileContext, reasons: list[Reason], dynamic: str | None) -> bool:
+    """The live verdict of a recompile, by the one rule of :mod:`recompprof._model.steady`: past the
+    warm-up steps, made by none of torch's own rules, and its change past the variants a bounded set
+    explains (with steps or without: a first eval or a decode step is a new variant either way)."""
+    explaining = next((r for r in reasons if r.explains_change), None)
+    return is_steady(
+        past_warmup=ctx.steady_state,
+        rule=torch_rule(explaining, dynamic),
+        variants=ctx.explained.variants,
+    )
 
 
-def _specialised(ctx: CompileContext, reasons: list[Reason]) -> str | None:
-    """The scalar the compile's installed guards kept at its new value (:class:`Explained`), or None."""
+def _specialised(m: CompileRecord, ctx: CompileContext, reasons: list[Reason]) -> str | None:
+    """The scalar the compile's installed guards kept at its new value (:class:`Explained`), or None. Only
+    a scalar torch would have made dynamic: an int attribute of an nn.Module, which torch keeps constant by
+    its own rule, is guarded at its value in every compile without the traced code asking."""
     if not ctx.explained.specialised:
         return None
     reason = next((r for r in reasons if r.explains_change), None)
-    return f"value of {reason.subject}" if reason is not None else None
+    if reason is None or not scalar_made_dynamic(reason, m.dynamic):
+        return None
+    return f"value of {reason.subject}"
 
 
 def _automatic_dynamic(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import operator
 import re
 from collections.abc import Callable, Iterable
 
@@ -77,14 +76,14 @@ class Explained:
     # already changed on this frame, so it is not automatic dynamic warming up: that happens once per
     # dim or scalar.
     first_change: bool = True
-    # True when what the explaining reason names (its category and subject) explained a recompile of this
-    # frame before, or its dim or scalar changes again: the same change keeps recompiling (the verdict of
-    # a job that advanced no step).
-    recurring: bool = False
     # True when the compile's own installed guards hold the scalar the explaining reason changed at its new
     # value (``G['cfg'].ls == 0.2``): torch tried it dynamic and the traced code specialised it again in
     # the same compile, so every new value recompiles (None of this is known: False).
     specialised: bool = False
+    # The variants of the explaining change on this frame: the entry compiled before its first recompile,
+    # and each recompile it explained since, this one included (what a bounded set is measured against:
+    # recompprof._model.steady).
+    variants: int = 2
 
 
 # What a job's installed guards are read through: the compile's guard texts (each without its source
@@ -98,15 +97,17 @@ class ReasonExplainer:
     A new input fails every cached entry of the frame, and torch lists one reason per entry, most
     recently used entry first, each the *first* guard of that entry that failed (so an entry of
     another variant, a decode step against a prefill, fails on what tells the variants apart, not
-    on what changed). The reason that explains the change is, in this order: the subject that failed
-    against every entry; else the change torch makes dynamic now, most recently used entry first (its
-    entry passed every guard before it, so it is the entry compiled under the same variant): first a
+    on what changed). Reasons are compared as changes, category and subject (an input's requires_grad and
+    its size are two changes of one subject). The reason that explains the change is, in this order: the
+    change that failed against every entry; else the change torch makes dynamic now, most recently used
+    entry first (its entry passed every guard before it, so it is the entry compiled under the same
+    variant): first a
     tensor dim or an int/float that changes for the first time on this frame, or that fails an entry
     compiled while it was still static (:func:`_static_variant`), then a size from an expected 0 or 1
     (an entry holding a dim at 0 or 1 holds it static even once torch made it dynamic, so that size is
-    its variant's, a decode step's one token); else the first reason whose subject never failed on this
+    its variant's, a decode step's one token); else the first reason whose change never failed on this
     frame before (the variants' own differences have failed before); else the first reason whose text
-    is new; else the first.
+    is new; else the first. Each explaining change's variants on the frame are counted (``variants``).
     docs/steady-state.md has the rule and its grounds.
     An event keeps the explaining reason and the first others up to ``MAX_REASONS_PER_EVENT``; the
     rest are counted by category. Memory is bounded per frame (hashes of recent reasons and subjects)
@@ -163,22 +164,25 @@ class ReasonExplainer:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
         static_variant = _static_variant(parsed, explaining, seen)  # judged on what was seen before
-        cause = hash(("explained", parsed[explaining].category, parsed[explaining].subject))
-        recurring = cause in seen
-        seen[cause] = None
-        seen.move_to_end(cause)
+        changed = changed_subject(parsed[explaining])
+        # A dim or scalar is one change however its guard is worded (a size, then a shape guard).
+        change = hash(
+            ("variants", changed or (parsed[explaining].category, parsed[explaining].subject))
+        )
+        variants = (seen.get(change) or 1) + 1
+        seen[change] = variants
+        seen.move_to_end(change)
         # Once per reason, and the N-th recompile of a frame lists N reasons: kept lean.
         touch = seen.move_to_end
         for reason in parsed:
-            subject = reason.subject
-            key = hash((reason.category, subject, reason.text))
-            seen[key] = None
-            touch(key)
-            key = hash(("subject", subject))
-            seen[key] = None
-            touch(key)
+            for key in (
+                hash((reason.category, reason.subject, reason.text)),
+                _change_key(reason),
+                hash(("subject", reason.subject)),
+            ):
+                seen[key] = None
+                touch(key)
         first_change = True
-        changed = changed_subject(parsed[explaining])
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
             key = hash(("changed", changed))
             first_change = key not in seen or static_variant
@@ -200,10 +204,13 @@ class ReasonExplainer:
             and changed.startswith("value of ")
             and _installed_equality(changed.removeprefix("value of "), installed)
         )
-        # A dim or scalar that changes again after its first change stays static or was specialised again:
-        # each new value recompiles, however the guard that shows it is worded (a size, a shape guard).
-        recurring = recurring or (changed is not None and not first_change)
-        return Explained(kept, dict(omitted), first_change, recurring, specialised)
+        return Explained(kept, dict(omitted), first_change, specialised, variants)
+
+
+def _change_key(reason: Reason) -> int:
+    """What a reason says changed, remembered per frame: its category and subject, never the subject alone
+    (an input's requires_grad and its size are two changes of one subject)."""
+    return hash(("change", reason.category, reason.subject))
 
 
 def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
@@ -213,27 +220,21 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
     return any(text.startswith(prefix) for text in installed())
 
 
-_ENTRY, _SUBJECT = operator.attrgetter("entry"), operator.attrgetter("subject")
-_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-
-
 def _explaining(parsed: list[Reason], seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
-    # (entry, subject) pairs, then how many entries each subject failed in: counted in C, as the N-th
-    # recompile of a frame lists N reasons.
-    pairs = set(zip(map(_ENTRY, parsed), map(_SUBJECT, parsed)))
-    entries = len(set(map(_FIRST, pairs)))
-    if entries > 1:  # the subject every entry failed on
-        per_subject = collections.Counter(map(_SECOND, pairs))
-        common = {s for s, n in per_subject.items() if n == entries} - {""}
+    entries: dict[str | None, set[tuple[str, str]]] = {}
+    for reason in parsed:
+        entries.setdefault(reason.entry, set()).add((reason.category, reason.subject))
+    if len(entries) > 1:  # the change every entry failed on
+        common = {c for c in set.intersection(*entries.values()) if c[1]}
         if common:
-            return next(i for i, r in enumerate(parsed) if r.subject in common)
+            return next(i for i, r in enumerate(parsed) if (r.category, r.subject) in common)
     for tier in (_made_dynamic_now, _from_zero_or_one_now):
         dynamic_now = next((i for i in range(len(parsed)) if tier(parsed, i, seen)), None)
         if dynamic_now is not None:
             return dynamic_now
     new_subject = next(
-        (i for i, r in enumerate(parsed) if r.subject and hash(("subject", r.subject)) not in seen),
+        (i for i, r in enumerate(parsed) if r.subject and _change_key(r) not in seen),
         None,
     )
     if new_subject is not None:
@@ -273,25 +274,26 @@ def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
     entry = _ordinal(parsed[index].entry)
     if before is None or entry is None or entry > before:
         return False
-    subject = parsed[index].subject
     newer = [r for r in parsed if (o := _ordinal(r.entry)) is not None and o > before]
     # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
-    # flipped now), not a known variant's difference: then this is no variant compiled static.
+    # flipped now), not a known variant's difference (a cache that failed on its size and now on its
+    # type tells the same variants apart): then this is no variant compiled static.
     return not any(
-        _may_be_a_change(r, subject, changed) or hash(("subject", r.subject)) not in seen
+        _may_be_a_change(r, parsed[index], changed) or hash(("subject", r.subject)) not in seen
         for r in newer
     )
 
 
-def _may_be_a_change(reason: Reason, subject: str, changed: str | None) -> bool:
+def _may_be_a_change(reason: Reason, this: Reason, changed: str | None) -> bool:
     """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
-    the same subject, a dim or scalar, or a shape guard. Then the dim may have been specialised again;
+    the same change (category and subject: another variant's requires_grad of the same input is none), a
+    dim or scalar, or a shape guard. Then the dim may have been specialised again;
     not when that entry holds this very dim at 0 or 1, which torch keeps static in a dynamic dim too
     (the entry of a decode step's one token, failed by a prefill's length)."""
     if _from_zero_or_one(reason) and changed_subject(reason) == changed:
         return False
     return (
-        reason.subject == subject
+        (reason.category, reason.subject) == (this.category, this.subject)
         or reason.category == "symbolic_shape"
         or changed_subject(reason) is not None
     )
@@ -335,7 +337,7 @@ def automatic_dynamic(
         if "_parameters" in reason.subject and settings.static_parameters is not False:
             return None
         return changed
-    return changed if _scalar_made_dynamic(reason, settings) else None
+    return changed if scalar_made_dynamic(reason, settings) else None
 
 
 _FROM_ZERO_OR_ONE = re.compile(r"size mismatch at index \d+\. expected [01],")
@@ -347,7 +349,7 @@ def _from_zero_or_one(reason: Reason) -> bool:
     return reason.category == "size" and _FROM_ZERO_OR_ONE.search(reason.text) is not None
 
 
-def _scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
+def scalar_made_dynamic(reason: Reason, settings: DynamicSettings) -> bool:
     """torch makes this scalar dynamic on its first change (its builder's rules; unknown config: no).
 
     Floats unless ``specialize_float`` (on before torch 2.6), nan or inf. Ints unless ``specialize_int``,

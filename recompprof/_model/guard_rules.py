@@ -78,6 +78,10 @@ _COMPARISON = re.compile(rf"^{SOURCE}\s*(?:==|!=|is)")
 _VALUE = re.compile(
     rf"^(?:not\s+)?(?:hasattr\(\s*({SOURCE})\s*,|(?:float|int|bool|str|complex)\(\s*({SOURCE})\s*\)\s*[=!]=|({SOURCE})\s*(?:==|!=|is)\s)"
 )
+# A relation on an unspecialised int (torch made it a symbol): ``(self.layer_idx % 2) == 1``, ``(n // 4) == 2``.
+_SCALAR_RELATION = re.compile(
+    rf"^\(+\s*({SOURCE})\s*(?:%|//|\*|\+|-)\s*\d+\s*\)+\s*(?:==|!=|<=|>=|<|>)\s"
+)
 _IS_NONE = re.compile(rf"^({SOURCE})\s+is\s+(?:not\s+)?None\s*$")
 _SAME_OBJECT = re.compile(rf"^{SOURCE}\s+is\s+(?!None\b|not\b){SOURCE}\s*$")
 _NOT = re.compile(rf"^not\s+{SOURCE}$")
@@ -295,6 +299,17 @@ def _symbolic(expr: str, kinds: Kinds) -> Found:
     return None
 
 
+def _scalar_relation(expr: str, kinds: Kinds) -> Found:
+    """A shape guard on an int torch made a symbol (``allow_unspec_int_on_nn_module``, a local int): the
+    subject is that int, the category its holder's, as for its value guard (``self.layer_idx == 3``)."""
+    if (m := _SCALAR_RELATION.match(expr)) is None:
+        return None
+    subject = local(m.group(1))
+    if subject.startswith("L['self']."):
+        return "module_attribute", subject
+    return by_subject(subject, kinds), subject
+
+
 def _value(expr: str, kinds: Kinds) -> Found:
     """A Python value compared with its old one: by what its subject is (see ``subjects.by_subject``)."""
     if (m := _VALUE.match(expr)) is None:
@@ -322,6 +337,7 @@ RULES: tuple[Rule, ...] = (
     _is_none,
     _same_object,
     _empty,
+    _scalar_relation,
     _symbolic,
     _value,
 )

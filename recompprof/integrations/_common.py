@@ -29,7 +29,8 @@ _WARMUP_ENV = settings_module.ENV_PREFIX + "WARMUP_STEPS"
 
 
 class SteadyStateRecompileError(RuleBroken, RuntimeError):
-    """Raised by a callback with ``fail_on_steady_state_recompiles=True`` after a recompile past the warm-up."""
+    """Raised by a callback with ``fail_on_steady_state_recompiles=True`` after a steady-state recompile: past
+    the warm-up and past what a bounded set of variants explains (docs/steady-state.md)."""
 
 
 def identity(

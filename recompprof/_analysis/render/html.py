@@ -351,9 +351,7 @@ def _meta(report: Report) -> str:
 def _frames_section(report: Report, frames: list[FrameReport], hints: dict[str, str]) -> str:
     if not frames:
         return "<p class='empty'>No compiles recorded.</p>"
-    return _frames_table(
-        frames, hints, steps_known=report.steps_known, steady_known=not report.run.from_torch_trace
-    )
+    return _frames_table(frames, hints, steps_known=report.steps_known, steady_known=True)
 
 
 def _limits(frames: list[FrameReport]) -> str:

@@ -284,7 +284,7 @@ def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
         f.label,
         str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
         str(f.recompiles),
-        str(f.steady_state_recompiles) if not report.run.from_torch_trace else "-",
+        str(f.steady_state_recompiles),  # the verdict needs no steps: ingested runs have it too
         (frame_steps(f) or "-") if steps_known else "-",
         ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0",
         str(f.graph_breaks),

@@ -103,22 +103,96 @@ def share(seconds: float, total: float) -> str:
 
 
 def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = None) -> str:
-    """The fix a "fix these first" entry gives: the category's hint, except for a cause that was only
-    automatic dynamic warming up, which fixed itself: it says so, and what would avoid even that. When the
-    traced code specialised that dim or scalar again (``report``'s frame knows), it never says "will not recur"."""
+    """The fix a "fix these first" entry gives, by what the cause is (recompprof._model.steady): torch's own
+    warm-up says it fixed itself and what would avoid even that; a bounded set says so, and settled in
+    hindsight never advises the fix it may already be (buckets); otherwise the category's hint. Torch's
+    own remedy, where its reason text names one, is said first; the traced code specialising a dim again
+    is never "will not recur"."""
+    from recompprof._model.steady import ZERO_ONE
+
     if cause.specialised:
         return specialised_text(cause.specialised)
-    if cause.tier != 2 or not cause.made_dynamic:
-        return hints.get(cause.category, "")
+    if cause.tier == 2 and cause.rule == ZERO_ONE and not cause.made_dynamic:
+        return zero_one_text(cause)
+    if cause.tier == 2 and cause.made_dynamic:
+        return _warmup_text(cause, report)
+    hint = hints.get(cause.category, "")
+    if cause.category == "symbolic_shape" and _TORCH_OP.search(cause.example):
+        hint = (
+            "the guard is installed inside torch's own op (torch/_higher_order_ops), not by your code: pad or "
+            "bucket that length to a few sizes (a mark_dynamic range makes torch raise ConstraintViolationError "
+            "there)."
+        )
+    elif cause.category == "module_attribute" and _INT_EQUALITY.search(cause.example):
+        hint = per_value_text(cause, report)
+    elif cause.torch_remedy:
+        hint = f"torch's own remedy (from its reason text): {cause.torch_remedy}. {hint}"
+    if cause.steady_state or report is None or cause.tier != 1:
+        return hint
+    if report.settled(cause):
+        if cause.category == "size":  # the set may be the buckets it pads to: not advised again
+            hint = (
+                "mark the dim dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True, one "
+                "graph for every size."
+            )
+        return (
+            f"settled after {cause.recompiles + 1} variants (the run went on without compiling another): a "
+            "bounded set, compiled once each, that costs no more if it is by design (buckets, states, "
+            f"instances). To compile fewer: {hint}"
+        )
+    return (
+        f"{cause.recompiles + 1} variants so far, no more than a bounded set explains (steady state past "
+        f"{_bounded()}): {hint}"
+    )
+
+
+# A shape guard torch's own op installs (its source line calls the op, or torch names the op's file): the
+# recursion of associative_scan on the length guards each halving's parity.
+_TORCH_OP = re.compile(r"_higher_order_ops|\bassociative_scan\(")
+_INT_EQUALITY = re.compile(r"\s==\s-?\d+\s*(?:#|$)")
+
+
+def _bounded() -> int:
+    from recompprof._model.steady import BOUNDED_VARIANTS
+
+    return BOUNDED_VARIANTS
+
+
+def zero_one_text(cause: CauseReport) -> str:
+    """Torch's 0/1 specialisation: once per dynamic graph, fixed itself; its own remedy avoids even that."""
+    remedy = cause.torch_remedy or "torch._dynamo.decorators.mark_unbacked(tensor, dim)"
+    return (
+        "nothing to fix: one-time warm-up, torch's 0/1 specialisation (a dynamic dim never holds a size of 0 "
+        "or 1, so the first call at that size compiled once more for this graph; later ones reuse it). To "
+        f"avoid even this recompile, torch's remedy: {remedy} before the first call."
+    )
+
+
+def per_value_text(cause: CauseReport, report: Report | None) -> str:
+    """An int attribute of an nn.Module, one graph per value: per instance under regional compilation
+    (``block.compile()`` with ``layer_idx``), or per state. Torch's remedy, and the limit that holds them."""
+    frame = report.frames.get(cause.frame_key) if report is not None else None
+    graphs = f" (this frame compiled {frame.compiles} graphs)" if frame is not None else ""
+    return (
+        f"each value of {cause.subject} compiled its own graph ({cause.recompiles + 1} values so far): torch "
+        "keeps int attributes of an nn.Module constant, one graph per instance (layer_idx under regional "
+        "compilation) or per state. To compile one graph for all: "
+        "torch._dynamo.config.allow_unspec_int_on_nn_module = True. To keep a graph per value, raise "
+        "torch._dynamo.config.recompile_limit to at least the instances x the variants each compiles"
+        f"{graphs}, or the rest of the job runs eagerly past the limit."
+    )
+
+
+def _warmup_text(cause: CauseReport, report: Report | None) -> str:
     frame = report.frames.get(cause.frame_key) if report is not None else None
     guard = frame.changed_again.get(cause.made_dynamic) if frame is not None else None
     if guard is not None:
         guard = guard.split("  # ", 1)[0].strip()  # the guard, without torch's source comment
         return (
             f"this first change was a one-time warm-up: torch made {cause.made_dynamic} dynamic, but the traced "
-            f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are steady state, listed as "
-            "their own cause; find what the code does with that size (a branch, an assert, a reshape to a fixed "
-            f"shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}."
+            f"code specialised it again (guard: {guard}) and it recompiled again: those later recompiles are "
+            "listed as their own cause; find what the code does with that size (a branch, an assert, a "
+            f"reshape to a fixed shape). To avoid even this first recompile, {warmup_avoidance(cause.made_dynamic)}."
         )
     return (
         f"nothing to fix: one-time warm-up, torch made {cause.made_dynamic} dynamic after its first change and "
@@ -161,9 +235,10 @@ def describe_source(report: Report) -> str:
 
 def steady_basis(report: Report) -> str:
     """What the steady-state verdicts rest on, as the report's header says it."""
+    bound = f"a change past {_bounded()} variants"
     if report.run.steady_basis == "repeats":
-        return "steady state by repeats (no step advanced: a change that recompiled before)"
-    return f"steady state by steps (warm-up {report.run.warmup_steps})"
+        return f"steady state by repeats (no step advanced: {bound})"
+    return f"steady state by steps (warm-up {report.run.warmup_steps}), {bound}"
 
 
 def steps_seen(report: Report) -> str:
@@ -233,8 +308,8 @@ def automatic_dynamic_notes(report: Report) -> list[str]:
     for label, dim, guard in again[:5]:
         notes.append(
             f"{label}: torch made {dim} dynamic, but the traced code specialised it again and it recompiled "
-            f"again (guard: {guard}); its later recompiles are no warm-up and count as steady state once past "
-            "warmup_steps."
+            f"again (guard: {guard}); its later recompiles are no warm-up: variants of a set, steady state once "
+            "past what a bounded set explains."
         )
     if len(again) > 5:
         notes.append(

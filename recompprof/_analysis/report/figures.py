@@ -34,6 +34,7 @@ from recompprof._model.events import (
     SignalChange,
     short_path,
 )
+from recompprof._model.steady import example, torch_remedy, torch_rule
 
 
 @dataclasses.dataclass
@@ -50,6 +51,9 @@ class RunFigures:
     events: int = 0
     last_step: int = 0
     wall_seconds: float = 0.0
+    # When the run's last session ended (a compile's time stands in for a missing end): what a cause's
+    # hindsight verdict, settled or not, is measured against.
+    ended: float = 0.0
     internal_errors: Counter[str] = dataclasses.field(default_factory=Counter)
     # Capture signals that were off from the start or went dark mid-run, with why: the counts miss them.
     signals_dark: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -68,7 +72,7 @@ class RunFigures:
     def steady_basis(self) -> str | None:
         """What the run's steady-state verdicts rest on: ``"steps"`` (a step past ``warmup_steps``), ``"repeats"``
         (the job advanced no step: only a change that recompiled a frame before), None (an ingested trace:
-        no verdict). docs/steady-state.md#jobs-without-steps."""
+        no verdict). docs/steady-state.md#what-the-live-verdict-knows-and-what-the-report-knows."""
         if self.from_torch_trace and not self.modes:
             return None
         return "steps" if self.last_step > 0 else "repeats"
@@ -111,6 +115,7 @@ class RunFigures:
             self.signals_dark[name] = event.signals_off[name]
         self.signals_off_last.update(event.signals_off)
         self.wall_seconds = max(self.wall_seconds, event.totals.get("wall_seconds", 0.0))
+        self.ended = max(self.ended, event.time)
         self.internal_errors.update(event.internal_errors)
 
     def merge(self, part: RunFigures, ctx: MergeContext) -> None:
@@ -136,6 +141,7 @@ class RunFigures:
         self.events += part.events
         self.last_step = max(self.last_step, part.last_step)
         self.wall_seconds = max(self.wall_seconds, part.wall_seconds)
+        self.ended = max(self.ended, part.ended)
         self.internal_errors.update(part.internal_errors)
 
 
@@ -270,8 +276,18 @@ class CauseReport:
     example: str = ""  # a reason text
     call_site: list[str] = dataclasses.field(default_factory=list)  # innermost last
     steady_state: int = 0  # of its recompiles, those counted as steady state
-    warmup: int = 0  # of its recompiles, automatic dynamic warming up (one-time)
+    warmup: int = (
+        0  # of its recompiles, made once by torch's own rule (recompprof._model.steady.torch_rule)
+    )
+    rule: str = ""  # the first of those rules ("automatic dynamic", "0/1 specialisation")
     made_dynamic: str = ""  # what torch made dynamic with the first of those ("dim 0 of L['x']")
+    # The remedy torch's own reason text names (``torch._dynamo.decorators.mark_unbacked(tensor, dim)``),
+    # shown as the hint whatever the example's length.
+    torch_remedy: str = ""
+    first_time: float = (
+        0.0  # its first and last recompile: the hindsight verdict (settled) reads them
+    )
+    last_time: float = 0.0
     specialised: str = (
         ""  # a scalar the traced code kept specialised in its own compile ("value of ...")
     )
@@ -286,8 +302,9 @@ class CauseReport:
 
     @property
     def tier(self) -> int:
-        """Where it ranks in "fix these first": 0 it recompiled in steady state, 1 only in declared warm-up
-        (before ``warmup_steps``, or steps unknown), 2 only as automatic dynamic warming up (fixed itself)."""
+        """Where it ranks in "fix these first": 0 it recompiled in steady state, 1 only as variants of a set
+        not past its bound, or in declared warm-up (before ``warmup_steps``, or steps unknown), 2 only as
+        torch's own warm-up (automatic dynamic, 0/1 specialisation: fixed itself)."""
         if self.steady_state:
             return 0
         return 2 if self.warmup >= self.recompiles else 1
@@ -330,19 +347,25 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             return
         cause.recompiles += 1
         cause.steps_total += 1
+        cause.first_time = min(cause.first_time, event.time) if cause.first_time else event.time
+        cause.last_time = max(cause.last_time, event.time)
         if event.steady_state:
             cause.steady_state += 1
-        if event.automatic_dynamic is not None:
+        reason = explaining_reason(event.reasons)
+        rule = torch_rule(reason, event.automatic_dynamic)
+        if rule is not None:
             cause.warmup += 1
+            cause.rule = cause.rule or rule
+        if event.automatic_dynamic is not None:
             cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
         if event.specialised is not None:
             cause.specialised = cause.specialised or event.specialised
         if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
             cause.steps.append(event.step)
         if not cause.example:
-            reason = explaining_reason(event.reasons)
-            cause.example = reason.text[:300] if reason is not None else ""
+            cause.example = example(reason.text) if reason is not None else ""
             cause.parameter = (reason.parameter if reason is not None else None) or ""
+            cause.torch_remedy = (torch_remedy(reason.text) if reason is not None else None) or ""
         if not cause.call_site and event.call_site:
             cause.call_site = list(event.call_site[-5:])
 
@@ -376,6 +399,13 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.steps_total += part_cause.steps_total
             if not cause.example:
                 cause.example, cause.parameter = part_cause.example, part_cause.parameter
+                cause.torch_remedy = part_cause.torch_remedy
+            if part_cause.recompiles:
+                cause.first_time = min(
+                    cause.first_time or part_cause.first_time, part_cause.first_time
+                )
+                cause.last_time = max(cause.last_time, part_cause.last_time)
+            cause.rule = cause.rule or part_cause.rule
             cause.call_site = cause.call_site or part_cause.call_site
             cause.steady_state += part_cause.steady_state
             cause.warmup += part_cause.warmup

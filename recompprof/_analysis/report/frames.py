@@ -38,6 +38,7 @@ from recompprof._model.events import (
     RecompileLimitHit,
 )
 from recompprof._model.explaining import changed_subject
+from recompprof._model.steady import example, zero_one
 
 
 @dataclasses.dataclass
@@ -169,6 +170,7 @@ class FrameReport:
         elif (
             len(self.changed_again) < MAX_STEPS_LISTED
             and (reason := explaining_reason(event.reasons)) is not None
+            and not zero_one(reason)  # torch's own 0/1 rule, not the traced code's specialisation
         ):
             changed = changed_subject(reason)
             if changed is not None:
@@ -193,7 +195,7 @@ class FrameReport:
                 group = self.reasons.setdefault(key, ReasonGroup(*key))
             else:
                 group = self.reasons[key] = ReasonGroup(
-                    category, subject, example=text[:300], parameter=parameter or ""
+                    category, subject, example=example(text), parameter=parameter or ""
                 )
         return group
 

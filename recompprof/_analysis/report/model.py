@@ -22,6 +22,7 @@ from recompprof._analysis.report.figures import (
 )
 from recompprof._analysis.report.frames import FrameReport, Frames
 from recompprof._analysis.report.sessions import Sessions
+from recompprof._model.steady import settled
 
 
 @dataclasses.dataclass
@@ -76,6 +77,14 @@ class Report:
         return sorted(
             self.causes.values(), key=lambda c: (c.tier, -c.seconds, -c.recompiles, c.key)
         )
+
+    def settled(self, cause: CauseReport) -> bool:
+        """In hindsight, the run went on without the cause compiling again
+        (:func:`recompprof._model.steady.settled`): what the live verdict could not know."""
+        if not cause.recompiles:
+            return False
+        last = max((c.last_time for c in self.causes.values()), default=0.0)
+        return settled(cause.first_time, cause.last_time, max(self.run.ended, last))
 
     def cache_hit_rate(self, cache: str) -> float | None:
         """Hits over lookups that hit or missed (bypasses never could hit); None without lookups."""

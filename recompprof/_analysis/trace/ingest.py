@@ -235,6 +235,9 @@ class _Process:
             frame=frame,
             texts=None if backward else ([] if key is None else self.reasons.pop(key, [])),
             held=None if backward or key is None else str(key),
+            # The verdict needs no steps (recompprof._model.steady); a trace records no warm-up setting, so
+            # torch's and recompprof's default of none is assumed.
+            steady_state=True,
             limits={
                 "recompile_limit": self.recompile_limit,
                 "accumulated_recompile_limit": self.accumulated_limit,

@@ -1,0 +1,345 @@
+"""Steady state as docs/steady-state.md defines it, judged against what torch does when the run goes on.
+
+One recording (``tests/workloads/steady_cases.py``, live and ``TORCH_TRACE`` at once) runs a generated
+suite of small cases, each a frame of its own: torch's 0/1 specialisation, bounded sets (k buckets under
+``dynamic=False``, a flag's k states, k block instances with ``layer_idx`` under regional compilation,
+training then a first eval), several failures on one subject (a frozen embedding before regionally
+compiled blocks), a parity guard on an unspecialised module int, and unbounded sets (a new length every
+call, a module counter that changes every call, under a raised limit). Each case's continuation (more
+requests, more steps) is torch's ground truth: its compile count says whether the cause recurs. The
+expected verdicts are read from that count, never from recompprof.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from agreement import Recorded, record
+from needs import starts
+
+import recompprof
+from recompprof._analysis.check import CheckInputError, Rules, check
+from recompprof._analysis.render.text import render_text
+from recompprof._analysis.render.wording import fix_text, hints_for
+from recompprof._analysis.report.figures import CauseReport
+from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.model import Report
+from recompprof._analysis.trace.ingest import read_trace
+from recompprof._eventlog.reader import read_run
+from recompprof._model.events import Compile, Event, Reason
+from recompprof._model.steady import BOUNDED_VARIANTS, ZERO_ONE
+
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "steady_cases.py"
+SOURCES = ("live", "trace")
+
+
+@pytest.fixture(scope="module")
+@starts("workload")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    run = record(WORKLOAD, (), tmp_path_factory.mktemp("steady"))
+    assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def truth(recorded: Recorded) -> dict[str, dict[str, int | str]]:
+    """Per case, torch's compiles in the warm phase and in the continuation (its counting backend)."""
+    return json.loads((recorded.where / "truth.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def events(recorded: Recorded) -> dict[str, list[Event]]:
+    return {
+        "live": list(read_run(recorded.run_dir)),
+        "trace": [e for per_file in read_trace(recorded.trace_dir).events for e in per_file],
+    }
+
+
+@pytest.fixture(scope="module")
+def reports(events: dict[str, list[Event]]) -> dict[str, Report]:
+    return {source: build_report(evs) for source, evs in events.items()}
+
+
+def _recompiles(events: list[Event], case: str) -> list[Compile]:
+    return [
+        e
+        for e in events
+        if isinstance(e, Compile)
+        and e.is_recompile
+        and not e.backward
+        and e.outcome == "ok"
+        and e.frame.name.startswith(f"{case}_")
+    ]
+
+
+def _explaining(event: Compile) -> Reason:
+    return next(r for r in event.reasons if r.explains_change)
+
+
+def _causes(report: Report, case: str) -> list[CauseReport]:
+    return [c for c in report.ranked_causes() if c.frame.startswith(f"{case}_")]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_generated_suite_steady_state_matches_whether_torch_compiles_again(
+    source: str, events: dict[str, list[Event]], truth: dict[str, dict[str, int | str]]
+) -> None:
+    """Every generated case, live and ingested: a case has steady-state recompiles exactly when torch
+    compiled it again in its continuation (an unbounded set past the bound), and none where the
+    continuation compiled nothing (torch's own rules, bounded sets), however many steps came first."""
+    wrong = {}
+    for case, seen in truth.items():
+        recurs = int(seen["after"]) > 0
+        steady = sum(e.steady_state for e in _recompiles(events[source], case))
+        if (steady > 0) != recurs:
+            wrong[case] = (steady, seen)
+    assert not wrong
+    assert {c for c, seen in truth.items() if int(seen["after"]) > 0} == {
+        "growing_12",
+        "growing_20",
+        "counter",
+    }
+
+
+def test_live_and_ingested_verdicts_agree_compile_by_compile(
+    events: dict[str, list[Event]], truth: dict[str, dict[str, int | str]]
+) -> None:
+    """The live session and ``ingest`` of its own trace give each recompile the same verdict, explaining
+    reason and automatic-dynamic mark."""
+
+    def verdicts(source: str) -> dict[tuple[str, str], tuple[bool, str, str, str | None]]:
+        return {
+            (case, e.compile_id): (
+                e.steady_state,
+                _explaining(e).category,
+                _explaining(e).subject,
+                e.automatic_dynamic,
+            )
+            for case in truth
+            for e in _recompiles(events[source], case)
+        }
+
+    live, trace = verdicts("live"), verdicts("trace")
+    assert live == trace and len(live) > 60
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_zero_one_specialisation_is_warmup_with_torch_remedy(
+    source: str, events: dict[str, list[Event]], reports: dict[str, Report]
+) -> None:
+    """Batches 8, 4, 1, then any of 1..8: torch made dim 0 dynamic, then its 0/1 specialisation compiled
+    batch 1 once (``2 <= x.size()[0]``) and the rest compiled nothing. Neither recompile is steady state;
+    the cause ranks as warm-up that fixed itself, never as a dim the traced code specialised again, and
+    the fix says torch's own remedy, mark_unbacked, which the reason text carries past any cut."""
+    first, zero_one = _recompiles(events[source], "zero_one")
+    assert first.automatic_dynamic == "dim 0 of L['x']"
+    reason = _explaining(zero_one)
+    assert (reason.category, reason.subject) == ("symbolic_shape", "L['x'].size()[0]")
+    assert not first.steady_state and not zero_one.steady_state
+    report = reports[source]
+    cause = next(c for c in _causes(report, "zero_one") if c.category == "symbolic_shape")
+    assert (cause.tier, cause.rule) == (2, ZERO_ONE)
+    assert cause.torch_remedy == "torch._dynamo.decorators.mark_unbacked(tensor, dim)"
+    fix = fix_text(cause, hints_for(report), report)
+    assert "0/1 specialisation" in fix and "mark_unbacked(tensor, dim)" in fix
+    assert "specialised it again" not in fix and "branch" not in fix
+    frame = report.frames[cause.frame_key]
+    assert "dim 0 of L['x']" not in frame.changed_again
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_bucketed_server_is_a_bounded_set_not_steady_state(
+    source: str,
+    events: dict[str, list[Event]],
+    reports: dict[str, Report],
+    truth: dict[str, dict[str, int | str]],
+) -> None:
+    """A ``dynamic=False`` server padding to 2, 3, 5 or 8 buckets compiles once per bucket, then serves
+    100 requests compiling nothing: no recompile is steady state, and the fix says the set settled after
+    its variants rather than only advising to pad or bucket, the fix already applied."""
+    for k in (2, 3, 5, 8):
+        case = f"buckets_{k}"
+        recompiles = _recompiles(events[source], case)
+        assert len(recompiles) == k - 1 == int(truth[case]["warm"]) - 1
+        assert int(truth[case]["after"]) == 0
+        assert not any(e.steady_state for e in recompiles)
+    report = reports[source]
+    (cause,) = _causes(report, "buckets_5")
+    assert cause.tier == 1 and report.settled(cause)
+    fix = fix_text(cause, hints_for(report), report)
+    assert fix.startswith("settled after 5 variants") and "costs no more if it is by design" in fix
+    assert "pad" not in fix and "bucket sizes" not in fix  # the fix the server already applied
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_per_instance_layer_idx_is_a_bounded_set_with_torch_remedy_and_limit(
+    source: str, events: dict[str, list[Event]], reports: dict[str, Report]
+) -> None:
+    """Blocks compiled one by one (``block.compile()``) with a ``layer_idx`` int: one graph per instance,
+    none steady state (3, 6 and 10 blocks; at 10 torch's limit cuts in). The fix line names torch's
+    remedy, ``allow_unspec_int_on_nn_module``, and the ``recompile_limit`` to set instead."""
+    for n in (3, 6, 10):
+        recompiles = _recompiles(events[source], f"instances_{n}")
+        assert len(recompiles) == min(n, 8) - 1
+        assert not any(e.steady_state for e in recompiles)
+        assert {(_explaining(e).category, _explaining(e).subject) for e in recompiles} == {
+            ("module_attribute", "L['self'].layer_idx")
+        }
+    report = reports[source]
+    assert report.frames[next(c.frame_key for c in _causes(report, "instances_10"))].limit_hits
+    (cause,) = _causes(report, "instances_10")
+    fix = fix_text(cause, hints_for(report), report)
+    assert "allow_unspec_int_on_nn_module = True" in fix
+    assert "recompile_limit to at least the instances x the variants" in fix
+    assert "tried it dynamic" not in fix
+    assert "allow_unspec_int_on_nn_module" in cause.torch_remedy
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_frozen_embedding_length_change_is_explained_by_the_size_not_requires_grad(
+    source: str, events: dict[str, list[Event]], reports: dict[str, Report]
+) -> None:
+    """A frozen embedding before regionally compiled blocks: one frame holds a requires_grad=0 and a
+    requires_grad=1 variant. A new length fails the other variant's entry on requires_grad and the same
+    variant's entry on the size: the change is the size (torch made it dynamic, later lengths compiled
+    nothing), warm-up; and the requires_grad hint never tells to detach an input that needs a gradient."""
+    first, *lengths = _recompiles(events[source], "frozen_regional")
+    assert _explaining(first).category == "requires_grad"
+    assert lengths and all(
+        (_explaining(e).category, e.automatic_dynamic, e.steady_state)
+        == ("size", "dim 0 of L['x']", False)
+        for e in lengths
+    )
+    report = reports[source]
+    causes = {c.category: c for c in _causes(report, "frozen_regional")}
+    assert causes["size"].tier == 2
+    fix = fix_text(causes["requires_grad"], hints_for(report), report)
+    assert "Only if the input needs no gradient, detach it" in fix
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_first_eval_after_training_steps_is_a_new_variant_not_steady_state(
+    source: str, events: dict[str, list[Event]], truth: dict[str, dict[str, int | str]]
+) -> None:
+    """Three training steps, then the first eval under no_grad: the eval variant compiles once at a step
+    past warm-up (0) and is no steady state; four more train/eval rounds compile nothing (torch)."""
+    (first_eval,) = _recompiles(events[source], "modes")
+    assert _explaining(first_eval).category == "grad_mode"
+    assert not first_eval.steady_state
+    assert int(truth["modes"]["after"]) == 0
+    if source == "live":
+        assert (first_eval.step or 0) > 0
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_parity_guard_on_an_unspecialised_module_int_is_that_attribute(
+    source: str, events: dict[str, list[Event]]
+) -> None:
+    """Under ``allow_unspec_int_on_nn_module``, ``if self.layer_idx % 2 == 1`` installs
+    ``(self.layer_idx % 2) == 1``: the guard is that attribute's (module_attribute, ``L['self'].layer_idx``),
+    not ``other`` without a subject, and its one recompile per parity is no steady state."""
+    recompiles = _recompiles(events[source], "parity_unspec")
+    parity = [e for e in recompiles if "% 2" in _explaining(e).text]
+    assert parity
+    for e in parity:
+        reason = _explaining(e)
+        assert (reason.category, reason.subject) == ("module_attribute", "L['self'].layer_idx")
+        assert not e.steady_state
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_torch_remedy_is_never_cut_from_the_report(
+    source: str, events: dict[str, list[Event]]
+) -> None:
+    """The reason texts of 0/1 specialisation and of a module int attribute carry torch's own remedy past
+    300 characters; the rendered report still names both (as the fix line)."""
+    kept = [
+        e
+        for e in events[source]
+        if not isinstance(e, Compile) or e.frame.name.startswith(("zero_one_", "instances_10_"))
+    ]
+    text = " ".join(render_text(build_report(kept), width=400).split())
+    assert "mark_unbacked(tensor, dim)" in text
+    assert "allow_unspec_int_on_nn_module = True" in text
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_unbounded_sets_turn_steady_past_the_bound(
+    source: str, events: dict[str, list[Event]], reports: dict[str, Report]
+) -> None:
+    """A new length every call under ``dynamic=False`` and a module counter that changes every call (a
+    raised limit): the first variants are no steady state (the live verdict cannot yet tell them from a
+    bounded set), every recompile past the bound is, and the report does not call the last one settled."""
+    for case in ("growing_20", "counter"):
+        verdicts = [e.steady_state for e in _recompiles(events[source], case)]
+        bounded = (
+            BOUNDED_VARIANTS - 1
+        )  # recompiles within the bound: the first entry is a variant too
+        assert verdicts[:bounded] == [False] * bounded
+        assert verdicts[bounded:] and all(verdicts[bounded:])
+    report = reports[source]
+    (counter,) = _causes(report, "counter")
+    assert counter.tier == 0 and not report.settled(counter)
+
+
+def test_check_gates_steady_state_without_steps(events: dict[str, list[Event]]) -> None:
+    """``check --max-steady-state-recompiles 0`` fails the run on the unbounded cases and names them, while
+    the bounded cases alone pass it."""
+    result = check(events["live"], Rules(max_steady_state_recompiles=0))
+    (violation,) = result.violations
+    assert violation.rule == "max_steady_state_recompiles"
+    assert "counter_Model.forward" in violation.message and "growing_" in violation.message
+    bounded = [
+        e
+        for e in events["live"]
+        if not isinstance(e, Compile) or not e.frame.name.startswith(("growing_", "counter_"))
+    ]
+    assert not check(bounded, Rules(max_steady_state_recompiles=0)).violations
+
+
+def test_serving_job_without_steps_is_caught_and_after_step_refuses(tmp_path: Path) -> None:
+    """A serving loop that never steps an optimizer and keeps meeting new lengths under ``dynamic=False``
+    (limit raised) is caught by ``check --max-steady-state-recompiles``; ``--after-step 1`` refuses it
+    with one line instead of passing on nothing."""
+    torch._dynamo.reset()
+    serve = torch.compile(lambda x: x.sum(0), backend="eager", dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=32), recompprof.attach(run_dir=tmp_path):
+        for length in range(1, 13):
+            serve(torch.randn(length, 2))
+    events = list(read_run(tmp_path))
+    recompiles = [e for e in events if isinstance(e, Compile) and e.is_recompile]
+    assert len(recompiles) == 11 and {e.step for e in recompiles} == {0}
+    (violation,) = check(events, Rules(max_steady_state_recompiles=0)).violations
+    # 12 lengths, 12 variants: those past the bound are steady state
+    assert f"{12 - BOUNDED_VARIANTS} steady-state recompile(s)" in violation.message
+    with pytest.raises(CheckInputError, match="never reached step 1"):
+        check(events, Rules(after_step=1, max_recompiles=0))
+
+
+def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
+    tmp_path: Path,
+) -> None:
+    """``associative_scan`` over a length torch made dynamic installs parity guards of its own (``(x.size()[0]
+    % 2) == 0``, then of each halving): every new length recompiles (torch). The fix says the guard is
+    torch's op's and to pad or bucket the length, never to avoid branching in the user's code or to mark a
+    ``mark_dynamic`` range, which makes torch raise there."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def cumulative(x: torch.Tensor) -> torch.Tensor:
+        return associative_scan(lambda a, b: a + b, x, dim=0, combine_mode="generic")
+
+    torch._dynamo.reset()
+    compiled = torch.compile(cumulative, backend="eager")
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for length in (4, 6, 7, 9, 10):
+            compiled(torch.randn(length, 3))
+    report = recompprof.report(session)
+    recompiles = [e for e in session.recent_events() if isinstance(e, Compile) and e.is_recompile]
+    assert len(recompiles) >= 3 and not any(e.steady_state for e in recompiles)
+    (cause,) = [c for c in report.ranked_causes() if c.category == "symbolic_shape"]
+    fix = fix_text(cause, hints_for(report), report)
+    assert "inside torch's own op" in fix and "pad or bucket that length" in fix, cause.example
+    assert "branch" not in fix

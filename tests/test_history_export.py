@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ duckdb = pytest.importorskip("duckdb")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from generated_runs import generate  # noqa: E402
+from lake_sql import sql  # noqa: E402
 from needs import starts  # noqa: E402
 from recorded_runs import RecordedRun, clean_env, cli, record  # noqa: E402
 
@@ -65,18 +65,6 @@ def multirank(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("multirank") / "run"
     generate(where, ranks=3, per_rank=2000, seed=11)
     return where
-
-
-def _sql(lake: Path, query: str) -> list[tuple[Any, ...]]:
-    """``query`` over the lake's tables as DuckDB views (the other engines' views read the same files)."""
-    con = duckdb.connect()
-    for table in TABLES:
-        if Lake(str(lake)).files(table):
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
-                f"'{lake}/v1/{table}/*/*.parquet', hive_partitioning=true)"
-            )
-    return con.execute(query).fetchall()
 
 
 def _report_figures(path: Path) -> dict[str, float]:
@@ -140,12 +128,12 @@ def test_runs_and_compiles_totals_equal_the_report(
     lake = tmp_path / "lake"
     export([path], str(lake))
     figures = _report_figures(path)
-    [row] = _sql(lake, _RUNS_TOTALS)
+    [row] = sql(lake, _RUNS_TOTALS)
     got = dict(zip(list(figures), row, strict=True))
     for name in ("compile_seconds", "recompile_seconds"):
         assert got.pop(name) == pytest.approx(figures.pop(name), rel=1e-9, abs=1e-9)
     assert got == figures
-    [facts] = _sql(lake, _FACT_TOTALS)
+    [facts] = sql(lake, _FACT_TOTALS)
     report = build_report(load(path).events)
     assert facts[:6] == (
         figures["compiles"],
@@ -157,7 +145,7 @@ def test_runs_and_compiles_totals_equal_the_report(
     )
     assert facts[6] == pytest.approx(report.compile_seconds, rel=1e-9, abs=1e-9)
     assert facts[7] == pytest.approx(report.recompile_seconds, rel=1e-9, abs=1e-9)
-    [(reasons,)] = _sql(lake, "SELECT SUM(count) FROM guard_failures")
+    [(reasons,)] = sql(lake, "SELECT SUM(count) FROM guard_failures")
     assert (reasons or 0) == figures["guard_failures"]
     if which == "limited":
         assert figures["limit_hits"] > 0
@@ -175,12 +163,12 @@ def test_session_end_export_labels_and_job(recorded: RecordedRun) -> None:
     start = json.loads(next(recorded.run_dir.glob("*.jsonl")).read_text().splitlines()[0])
     assert start["job"] == "job-7" and start["labels"] == {"team": "vision", "model": "resnet"}
     for table in ("runs", "compiles", "guard_failures"):
-        rows = _sql(lake, f"SELECT DISTINCT job, team, model, torch_version FROM {table}")
+        rows = sql(lake, f"SELECT DISTINCT job, team, model, torch_version FROM {table}")
         assert [r[:3] for r in rows] == [("job-7", "vision", "resnet")]
         assert rows[0][3]
-    [(labels, ended)] = _sql(lake, "SELECT labels, ended FROM runs")
+    [(labels, ended)] = sql(lake, "SELECT labels, ended FROM runs")
     assert dict(labels) == {"model": "resnet", "team": "vision"} and ended
-    [row] = _sql(
+    [row] = sql(
         lake,
         "SELECT MIN(graph_node_count), MIN(graph_input_count), COUNT(dynamo_config_sha), "
         "COUNT(*) FROM compiles WHERE NOT backward",
@@ -208,7 +196,7 @@ def test_a_run_exported_whole_replaces_its_per_rank_files(multirank: Path, tmp_p
     result = export([multirank], str(lake))
     assert len(result.replaced) == 12
     assert {base_of(f.writer) for t in TABLES for f in Lake(str(lake)).files(t)} == {ALL}
-    [(sessions,)] = _sql(lake, "SELECT COUNT(*) FROM runs")
+    [(sessions,)] = sql(lake, "SELECT COUNT(*) FROM runs")
     assert sessions == 3
 
 
@@ -223,13 +211,13 @@ def test_redact_and_no_text(multirank: Path, tmp_path: Path) -> None:
     export([multirank], str(plain))
     export([multirank], str(no_text), text=TextPolicy(no_text=True))
     texts = "SELECT COUNT(*) FROM guard_failures WHERE text <> ''"
-    assert _sql(plain, texts)[0][0] > 0
-    assert _sql(redacted, texts)[0][0] == 0 and _sql(no_text, texts)[0][0] == 0
+    assert sql(plain, texts)[0][0] > 0
+    assert sql(redacted, texts)[0][0] == 0 and sql(no_text, texts)[0][0] == 0
     files = "SELECT DISTINCT frame_file FROM compiles"
-    assert all(f.count("/") == 1 for (f,) in _sql(redacted, files))
-    assert any(f.count("/") > 1 for (f,) in _sql(no_text, files))
+    assert all(f.count("/") == 1 for (f,) in sql(redacted, files))
+    assert any(f.count("/") > 1 for (f,) in sql(no_text, files))
     failed = "SELECT COUNT(fail_reason) FROM compiles"
-    assert _sql(plain, failed)[0][0] > 0 and _sql(redacted, failed)[0][0] == 0
+    assert sql(plain, failed)[0][0] > 0 and sql(redacted, failed)[0][0] == 0
 
 
 def _lines(path: Path) -> list[str]:
@@ -260,7 +248,7 @@ def test_killed_rank_and_gap_are_exported_as_such(multirank: Path, tmp_path: Pat
     gapped.write_text("".join(kept) + json.dumps(end) + "\n")
     lake = tmp_path / "lake"
     export([run], str(lake))
-    rows = _sql(lake, "SELECT rank, ended, log_gap, compiling_at_end FROM runs ORDER BY rank")
+    rows = sql(lake, "SELECT rank, ended, log_gap, compiling_at_end FROM runs ORDER BY rank")
     assert rows[0][1:3] == (False, False) and rows[0][3]
     assert rows[1][1:] == (True, True, None)
     assert rows[2][1:] == (True, False, None)
@@ -350,7 +338,7 @@ def test_labels_given_to_export_reach_every_table(multirank: Path, tmp_path: Pat
     done = cli("export", str(multirank), "--to", str(lake), "--labels", "team=nlp,model=llama")
     assert done.returncode == 0, done.stderr
     for table in TABLES:
-        assert _sql(lake, f"SELECT DISTINCT team, model FROM {table}") == [("nlp", "llama")]
+        assert sql(lake, f"SELECT DISTINCT team, model FROM {table}") == [("nlp", "llama")]
 
 
 def test_every_file_has_its_tables_schema(multirank: Path, tmp_path: Path) -> None:
@@ -474,13 +462,11 @@ def test_a_session_without_steps_has_null_steps_and_torch_release(tmp_path: Path
     assert done.returncode == 0, done.stderr
     lake = tmp_path / "lake"
     assert cli("export", str(run), "--to", str(lake)).returncode == 0
-    [(steps, compiles)] = _sql(lake, "SELECT steps, compiles FROM runs")
+    [(steps, compiles)] = sql(lake, "SELECT steps, compiles FROM runs")
     assert steps is None and compiles >= 3
     import torch
 
     release = torch.__version__.split("+")[0]
     for table in ("runs", "compiles"):
-        [(version, found)] = _sql(
-            lake, f"SELECT DISTINCT torch_version, torch_release FROM {table}"
-        )
+        [(version, found)] = sql(lake, f"SELECT DISTINCT torch_version, torch_release FROM {table}")
         assert version == torch.__version__ and found == release and "+" not in found

@@ -15,6 +15,7 @@ import pytest
 duckdb = pytest.importorskip("duckdb")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from lake_sql import sql  # noqa: E402
 from needs import starts  # noqa: E402
 from rank_jobs import TORCHRUN, job_env  # noqa: E402
 from recorded_runs import cli  # noqa: E402
@@ -64,24 +65,13 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return found
 
 
-def _sql(lake: Path, query: str) -> list[tuple[Any, ...]]:
-    con = duckdb.connect()
-    for table in TABLES:
-        if Lake(str(lake)).files(table):
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
-                f"'{lake}/v1/{table}/*/*.parquet', hive_partitioning=true)"
-            )
-    return con.execute(query).fetchall()
-
-
 def _compiles(*paths: Path) -> int:
     """The compiles ``report`` counts over these runs (or logs)."""
     return sum(build_report(load(path).events).compiles for path in paths)
 
 
 def _sessions(lake: Path) -> list[tuple[Any, ...]]:
-    return _sql(lake, "SELECT run_id, rank, pid FROM runs ORDER BY run_id, rank")
+    return sql(lake, "SELECT run_id, rank, pid FROM runs ORDER BY run_id, rank")
 
 
 def _export(*args: str) -> subprocess.CompletedProcess[str]:
@@ -118,8 +108,8 @@ def test_jobs_launched_without_a_run_id_get_their_own_run_ids(jobs: list[Path]) 
     for run_dir in jobs:
         _export(str(run_dir), "--to", str(lake))
     assert len(_sessions(lake)) == 4
-    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
-    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
     assert compiles == rows == _compiles(*jobs)
 
 
@@ -137,8 +127,8 @@ def test_two_jobs_logged_under_one_run_id_never_replace_each_other(
     assert len(files) == 2 and {f.run_id for f in files} == {"none"}
     assert len({f.writer for f in files}) == 2 and {base_of(f.writer) for f in files} == {"all"}
     assert len(_sessions(lake)) == 4
-    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
-    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
     assert compiles == rows == _compiles(*copies)
 
 
@@ -176,10 +166,10 @@ def test_a_straggler_exported_per_rank_after_the_whole_run_is_counted_once(
     done = _export(str(rank0), "--to", str(lake), "--per-rank")
     sessions = _sessions(lake)
     assert [s[1] for s in sessions] == [0, 1] and len(set(sessions)) == 2
-    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
-    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
     assert compiles == rows == _compiles(run_dir)
-    by_rank = _sql(
+    by_rank = sql(
         lake,
         "SELECT rank, COUNT(DISTINCT filename) FROM read_parquet("
         f"'{lake}/v1/compiles/*/*.parquet', filename=true) GROUP BY rank ORDER BY rank",
@@ -207,8 +197,8 @@ def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
     shutil.copy(rank0, partial)
     done = _export(str(partial), "--to", str(lake))
     assert [s[1] for s in _sessions(lake)] == [0, 1]
-    [(compiles,)] = _sql(lake, "SELECT SUM(compiles) FROM runs")
-    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
     assert compiles == rows == _compiles(run_dir)
     rank1 = {base_of(f.writer) for f in Lake(str(lake)).files("compiles")}
     assert any(w.startswith("rank00001-") for w in rank1) and "all" in rank1
@@ -229,9 +219,9 @@ def test_labels_given_to_an_export_are_remembered_for_the_run(
     present = [t for t in TABLES if Lake(str(lake)).files(t)]
     assert {"runs", "compiles"} <= set(present)
     for table in present:
-        rows = _sql(lake, f"SELECT DISTINCT team, model FROM {table}")
+        rows = sql(lake, f"SELECT DISTINCT team, model FROM {table}")
         assert rows == [("vision", "tiny")], table
-    [(labels,)] = _sql(lake, "SELECT DISTINCT labels FROM runs")
+    [(labels,)] = sql(lake, "SELECT DISTINCT labels FROM runs")
     assert dict(labels) == {"team": "vision", "model": "tiny"}
     done = cli("history", "compact", "--lake", str(lake), "--through", "2999-01-01")
     assert done.returncode == 0, done.stderr

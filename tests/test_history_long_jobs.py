@@ -16,36 +16,25 @@ duckdb = pytest.importorskip("duckdb")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from generated_runs import generate  # noqa: E402
+from lake_sql import sql  # noqa: E402
 from recorded_runs import clean_env, cli  # noqa: E402
 
 from recompprof._analysis.report.fold import build_report  # noqa: E402
 from recompprof._analysis.runs import load  # noqa: E402
-from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.rows import day_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
 
 WORKLOAD = Path(__file__).parent / "workloads" / "train_until_told.py"
 
 
-def _sql(lake: Path, query: str) -> list[tuple[Any, ...]]:
-    con = duckdb.connect()
-    for table in TABLES:
-        if Lake(str(lake)).files(table):
-            con.execute(
-                f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
-                f"'{lake}/v1/{table}/*/*.parquet', hive_partitioning=true)"
-            )
-    return con.execute(query).fetchall()
-
-
 def _in_lake(lake: Path) -> tuple[Any, ...] | None:
     """The one runs row's (ended, compiles) and the compile rows counted, once a runs file is there."""
     if not (lake / "v1" / "runs").exists() or not (lake / "v1" / "compiles").exists():
         return None
-    [(sessions, ended, compiles)] = _sql(
+    [(sessions, ended, compiles)] = sql(
         lake, "SELECT COUNT(*), BOOL_OR(ended), SUM(compiles) FROM runs"
     )
-    [(rows,)] = _sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
     return sessions, ended, compiles, rows
 
 
@@ -112,7 +101,7 @@ def _across_midnight(where: Path) -> Path:
 
 def _counts(lake: Path) -> dict[str, list[tuple[Any, ...]]]:
     return {
-        table: _sql(lake, f"SELECT dt, COUNT(*) FROM {table} GROUP BY dt ORDER BY dt")
+        table: sql(lake, f"SELECT dt, COUNT(*) FROM {table} GROUP BY dt ORDER BY dt")
         for table in TABLES
     }
 
@@ -133,5 +122,5 @@ def test_closed_days_then_the_rest_hold_each_row_once(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert cli("export", str(log), "--to", str(whole), "--per-rank").returncode == 0
     assert _counts(lake) == _counts(whole) and len(_counts(lake)["compiles"]) == 2
-    [(ended, compiles)] = _sql(lake, "SELECT ended, compiles FROM runs")
+    [(ended, compiles)] = sql(lake, "SELECT ended, compiles FROM runs")
     assert ended and compiles == build_report(load(log).events).compiles

@@ -136,7 +136,7 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
                 "graph for every size."
             )
         return (
-            f"settled after {cause.recompiles + 1} variants (the run went on without compiling another): a "
+            f"settled after {cause.recompiles + 1} variants (the run went on with no other compile of it): a "
             "bounded set, compiled once each, that costs no more if it is by design (buckets, states, "
             f"instances). To compile fewer: {hint}"
         )

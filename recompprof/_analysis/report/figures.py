@@ -29,6 +29,7 @@ from recompprof._model.causes import explaining_reason
 from recompprof._model.events import (
     Compile,
     GraphBreak,
+    Reason,
     SessionEnd,
     SessionStart,
     SignalChange,
@@ -362,12 +363,7 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.specialised = cause.specialised or event.specialised
         if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
             cause.steps.append(event.step)
-        if not cause.example:
-            cause.example = example(reason.text) if reason is not None else ""
-            cause.parameter = (reason.parameter if reason is not None else None) or ""
-            cause.torch_remedy = (torch_remedy(reason.text) if reason is not None else None) or ""
-        if not cause.call_site and event.call_site:
-            cause.call_site = list(event.call_site[-5:])
+        _keep_first_example(cause, reason, event)
 
     def _new_cause(self, label: str, frame_key: str, category: str, subject: str) -> CauseReport:
         """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""
@@ -411,3 +407,13 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.warmup += part_cause.warmup
             cause.made_dynamic = cause.made_dynamic or part_cause.made_dynamic
             cause.specialised = cause.specialised or part_cause.specialised
+
+
+def _keep_first_example(cause: CauseReport, reason: Reason | None, event: Compile) -> None:
+    """A cause shows its first recompile's reason, torch's remedy in it and where it was called."""
+    if not cause.example:
+        cause.example = example(reason.text) if reason is not None else ""
+        cause.parameter = (reason.parameter if reason is not None else None) or ""
+        cause.torch_remedy = (torch_remedy(reason.text) if reason is not None else None) or ""
+    if not cause.call_site and event.call_site:
+        cause.call_site = list(event.call_site[-5:])

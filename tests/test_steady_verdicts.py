@@ -343,3 +343,39 @@ def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
     fix = fix_text(cause, hints_for(report), report)
     assert "inside torch's own op" in fix and "pad or bucket that length" in fix, cause.example
     assert "branch" not in fix
+
+
+@pytest.fixture(scope="module")
+@starts("workload")
+def raised_instances(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    run = record(WORKLOAD, ("instances_raised",), tmp_path_factory.mktemp("instances"))
+    assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
+    return run
+
+
+def test_instances_past_the_bound_are_variants_per_instance_live_and_unknown_ingested(
+    raised_instances: Recorded,
+) -> None:
+    """Twelve regionally compiled blocks with a ``layer_idx`` under a limit raised to 16: live, every
+    block's first compile is a variant of its own instance, none steady state even past 8 (torch compiles
+    nothing in the steps after); ingested, the trace names no instance, so the frame's count decides
+    (steady past 8, as docs/steady-state.md says)."""
+    truth = json.loads((raised_instances.where / "truth.json").read_text())["instances_raised"]
+    assert (truth["warm"], truth["after"]) == (12, 0)
+    live = list(read_run(raised_instances.run_dir))
+    trace = [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file]
+    for source, events in (("live", live), ("trace", trace)):
+        recompiles = _recompiles(events, "instances_raised")
+        assert len(recompiles) == 11, source
+        assert {(_explaining(e).category, _explaining(e).subject) for e in recompiles} == {
+            ("module_attribute", "L['self'].layer_idx")
+        }
+        assert (
+            not build_report(events)
+            .frames[next(c.frame_key for c in _causes(build_report(events), "instances_raised"))]
+            .limit_hits
+        )
+    assert not any(e.steady_state for e in _recompiles(live, "instances_raised"))
+    bounded = BOUNDED_VARIANTS - 1
+    verdicts = [e.steady_state for e in _recompiles(trace, "instances_raised")]
+    assert verdicts == [False] * bounded + [True] * (11 - bounded)

@@ -37,7 +37,7 @@ from recompprof._torch import frames as torch_frames, parameters as torch_parame
 from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
-from recompprof._torch.sources import type_name
+from recompprof._torch.sources import module_instance, type_name
 from recompprof._torch.versions import torch_info
 
 if TYPE_CHECKING:
@@ -340,6 +340,7 @@ class CompileRecorder:
         seen = self._seen(m, compile_id, now, step, frame)
         seen.call_site = torch_frames.call_site(ctx, self.settings.redact)
         seen.resolve = _resolver(ctx)
+        seen.instance = _instance(ctx)
         if ctx is not None:
             with _internal.contain("torch.guard_set"):
                 seen.guard_set = guard_set(ctx.guarded_code)
@@ -427,6 +428,13 @@ def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None]
     if ctx is None:
         return None
     return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
+
+
+def _instance(ctx: torch_frames.Compiling | None) -> Callable[[str], int | None] | None:
+    """Looks up the identity of the nn.Module holding a guard's subject in the call being compiled."""
+    if ctx is None:
+        return None
+    return lambda subject: module_instance(subject, ctx.f_locals, ctx.f_globals)
 
 
 def _binder(ctx: torch_frames.Compiling | None, code_key: tuple[str, str, int]) -> Bind | None:

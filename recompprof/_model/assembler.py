@@ -28,6 +28,9 @@ from recompprof._model.texts import clean_text
 Resolve = Callable[
     [str], "str | None"
 ]  # a guarded subject -> the kind of object it is, where known
+# A guarded subject -> the identity of the nn.Module holding it as its own attribute, where known (live
+# capture only: a trace names no object).
+Instance = Callable[[str], "int | None"]
 # A guarded subject -> the parameter of the function a decorator's wrapper passes it to, where it binds
 # (``recompprof._torch.parameters``): live capture only, the trace holds no closure.
 Bind = Callable[[str], "str | None"]
@@ -52,6 +55,7 @@ class Seen:
     held: str | None = None
     breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
     resolve: Resolve | None = None
+    instance: Instance | None = None
     steady_state: bool = False
     no_step: bool = False  # the job has advanced no step: steady state is judged by repeats
     limits: dict[str, int | None] | None = None
@@ -175,7 +179,10 @@ class CompileAssembler:
                 step=seen.step,
                 frame=frame,
                 explained=_bound_all(
-                    self.explainer.explain(frame, texts, seen.resolve, seen.installed), seen.bind
+                    self.explainer.explain(
+                        frame, texts, seen.resolve, seen.installed, seen.instance
+                    ),
+                    seen.bind,
                 ),
                 graph_breaks=sum(b.count for b in breaks),
                 redact=self.redact,

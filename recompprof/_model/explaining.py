@@ -148,12 +148,15 @@ class ReasonExplainer:
         texts: list[str],
         resolve: Callable[[str], str | None] | None = None,
         installed: InstalledGuards | None = None,
+        instance: Callable[[str], int | None] | None = None,
     ) -> Explained:
         """The kept reasons and the omitted counts by category for one compile of ``frame``.
 
         ``resolve(subject)`` gives the kind of a guarded object in the live process (None if it cannot
         tell; see ``parse_guard_failure``'s ``kinds``); guards are then classified by what the object is.
         ``installed()`` gives the guards the compile installed (None: not known, as in ``ingest``).
+        ``instance(subject)`` gives the identity of the nn.Module holding it as its own attribute (None:
+        not known, as in ``ingest``): a module's own constant counts its variants per instance.
         """
         parsed = self._parse(texts, resolve)
         if not parsed:
@@ -167,7 +170,11 @@ class ReasonExplainer:
         changed = changed_subject(parsed[explaining])
         # A dim or scalar is one change however its guard is worded (a size, then a shape guard).
         change = hash(
-            ("variants", changed or (parsed[explaining].category, parsed[explaining].subject))
+            (
+                "variants",
+                changed or (parsed[explaining].category, parsed[explaining].subject),
+                _instance_of(parsed[explaining], instance),
+            )
         )
         variants = (seen.get(change) or 1) + 1
         seen[change] = variants
@@ -205,6 +212,17 @@ class ReasonExplainer:
             and _installed_equality(changed.removeprefix("value of "), installed)
         )
         return Explained(kept, dict(omitted), first_change, specialised, variants)
+
+
+def _instance_of(reason: Reason, instance: Callable[[str], int | None] | None) -> int | None:
+    """The nn.Module instance whose own constant the reason's guard failed on (``L['self'].layer_idx``),
+    None where it is no module's attribute or the instance is unknown. Under regional compilation every
+    block shares one code object, so a new block fails the others' entries on its ``layer_idx``: its first
+    compile is the first variant of that instance, one of a bounded set of instances, while the same
+    instance's value changing again and again keeps counting toward the bound."""
+    if instance is None or reason.category != "module_attribute" or not reason.subject:
+        return None
+    return instance(reason.subject)
 
 
 def _change_key(reason: Reason) -> int:

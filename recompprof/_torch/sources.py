@@ -33,19 +33,35 @@ def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any])
     for a ``torch.nn.Module`` (isinstance decides, not the class's name): ``"bool"``, ``"Reduction:enum"``,
     ``"Linear:module"``, ``"EncoderDecoderCache"``.
     """
+    value, _ = _lookup(subject, f_locals, f_globals)
+    return None if value is _MISSING else kind(value)
+
+
+def module_instance(
+    subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]
+) -> int | None:
+    """The identity of the ``nn.Module`` that holds ``subject`` as its own attribute (``L['self']`` for
+    ``L['self'].layer_idx``), or None where the holder is no module or cannot be found safely: the
+    instance whose constant a guard failed on (docs/steady-state.md, per-instance constants)."""
+    _, holder = _lookup(subject, f_locals, f_globals)
+    return id(holder) if isinstance(holder, torch.nn.Module) else None
+
+
+def _lookup(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> tuple[Any, Any]:
+    """The object ``subject`` names and the one its last step was read from (``_MISSING`` where not found)."""
     match = _ROOT.match(subject)
     if match is None:
-        return None
+        return _MISSING, _MISSING
     scope = f_locals if match.group(1) == "L" else f_globals
-    value = scope.get(match.group(3), _MISSING)
+    value, holder = scope.get(match.group(3), _MISSING), _MISSING
     rest = subject[match.end() :]
     while rest and value is not _MISSING:
         step = _STEP.match(rest)
         if step is None:
-            return None
-        value = _step(value, step)
+            return _MISSING, _MISSING
+        value, holder = _step(value, step), value
         rest = rest[step.end() :]
-    return None if value is _MISSING else kind(value)
+    return value, holder
 
 
 def kind(value: Any) -> str:

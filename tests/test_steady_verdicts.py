@@ -348,7 +348,7 @@ def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
 @pytest.fixture(scope="module")
 @starts("workload")
 def raised_instances(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    run = record(WORKLOAD, ("instances_raised",), tmp_path_factory.mktemp("instances"))
+    run = record(WORKLOAD, ("instances_raised", "rebuilt"), tmp_path_factory.mktemp("instances"))
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
     return run
 
@@ -379,3 +379,18 @@ def test_instances_past_the_bound_are_variants_per_instance_live_and_unknown_ing
     bounded = BOUNDED_VARIANTS - 1
     verdicts = [e.steady_state for e in _recompiles(trace, "instances_raised")]
     assert verdicts == [False] * bounded + [True] * (11 - bounded)
+
+
+def test_a_module_rebuilt_every_call_is_no_bounded_set_of_instances(
+    raised_instances: Recorded,
+) -> None:
+    """A model rebuilt and compiled every call with a new ``layer_idx`` (limit raised): its instances do
+    not stay, so live they count toward the frame's bound as one growing change and turn steady past
+    it, as torch keeps compiling in the continuation."""
+    truth = json.loads((raised_instances.where / "truth.json").read_text())["rebuilt"]
+    assert int(truth["after"]) > 0
+    verdicts = [
+        e.steady_state for e in _recompiles(list(read_run(raised_instances.run_dir)), "rebuilt")
+    ]
+    assert len(verdicts) == 19
+    assert not any(verdicts[: BOUNDED_VARIANTS - 1]) and all(verdicts[BOUNDED_VARIANTS:])

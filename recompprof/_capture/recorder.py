@@ -37,7 +37,7 @@ from recompprof._torch import frames as torch_frames, parameters as torch_parame
 from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
 from recompprof._torch.records import read_record
-from recompprof._torch.sources import module_instance, type_name
+from recompprof._torch.sources import ModuleInstances, type_name
 from recompprof._torch.versions import torch_info
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ class CompileRecorder:
             collections.OrderedDict()
         )
         self.generation: int | None = None  # torch._dynamo.reset() calls seen (None: none yet)
+        # the nn.Module instances whose own constants recompiled each frame (per-instance variants)
+        self._instances = ModuleInstances()
         self._send, self._lock, self._closed = emit, lock, closed
 
     def _emit(self, event: Event) -> None:
@@ -340,7 +342,7 @@ class CompileRecorder:
         seen = self._seen(m, compile_id, now, step, frame)
         seen.call_site = torch_frames.call_site(ctx, self.settings.redact)
         seen.resolve = _resolver(ctx)
-        seen.instance = _instance(ctx)
+        seen.instance = self._instance(ctx, code_key)
         if ctx is not None:
             with _internal.contain("torch.guard_set"):
                 seen.guard_set = guard_set(ctx.guarded_code)
@@ -373,6 +375,15 @@ class CompileRecorder:
         seen.trace_seconds = self.signals.trace_seconds()
         seen.bind = _binder(ctx, code_key)
         return seen
+
+    def _instance(
+        self, ctx: torch_frames.Compiling | None, code_key: tuple[str, str, int]
+    ) -> Callable[[str], int | None] | None:
+        """Looks up the nn.Module instance holding a guard's subject in the call being compiled."""
+        if ctx is None:
+            return None
+        instances = self._instances
+        return lambda subject: instances.of(code_key, subject, ctx.f_locals, ctx.f_globals)
 
     def _name_frame(
         self, m: CompileRecord, compile_id: str, ctx: torch_frames.Compiling | None
@@ -428,13 +439,6 @@ def _resolver(ctx: torch_frames.Compiling | None) -> Callable[[str], str | None]
     if ctx is None:
         return None
     return lambda subject: type_name(subject, ctx.f_locals, ctx.f_globals)
-
-
-def _instance(ctx: torch_frames.Compiling | None) -> Callable[[str], int | None] | None:
-    """Looks up the identity of the nn.Module holding a guard's subject in the call being compiled."""
-    if ctx is None:
-        return None
-    return lambda subject: module_instance(subject, ctx.f_locals, ctx.f_globals)
 
 
 def _binder(ctx: torch_frames.Compiling | None, code_key: tuple[str, str, int]) -> Bind | None:

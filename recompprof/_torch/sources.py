@@ -11,8 +11,10 @@ has no side effects on the user's objects.
 
 from __future__ import annotations
 
+import collections
 import enum
 import re
+import weakref
 from typing import Any
 
 import torch
@@ -37,14 +39,42 @@ def type_name(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any])
     return None if value is _MISSING else kind(value)
 
 
-def module_instance(
-    subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]
-) -> int | None:
-    """The identity of the ``nn.Module`` that holds ``subject`` as its own attribute (``L['self']`` for
-    ``L['self'].layer_idx``), or None where the holder is no module or cannot be found safely: the
-    instance whose constant a guard failed on (docs/steady-state.md, per-instance constants)."""
-    _, holder = _lookup(subject, f_locals, f_globals)
-    return id(holder) if isinstance(holder, torch.nn.Module) else None
+class ModuleInstances:
+    """The ``nn.Module`` instances whose own constants recompiled each frame, held weakly.
+
+    :meth:`of` names the instance holding a guard's subject (``L['self']`` for ``L['self'].layer_idx``):
+    the instance whose constant the guard failed on (docs/steady-state.md, per-instance constants). A set
+    of instances is bounded only while it stays: once an instance counted on a frame is gone (a module
+    rebuilt every step), the frame's later instances are unknown (None), so they count toward the frame's
+    bound. A weak reference also keeps a dead instance's reused ``id`` from passing for it. Bounded:
+    instances per frame, and frames (least recently asked dropped); asked only for a recompile's
+    explaining reason.
+    """
+
+    def __init__(self, max_frames: int = 256, max_instances: int = 4096) -> None:
+        self._frames: collections.OrderedDict[object, dict[int, weakref.ref[Any]]] = (
+            collections.OrderedDict()
+        )
+        self._max_frames, self._max_instances = max_frames, max_instances
+
+    def of(
+        self, frame: object, subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]
+    ) -> int | None:
+        """The identity of the module holding ``subject`` on ``frame``, or None (unknown)."""
+        _, holder = _lookup(subject, f_locals, f_globals)
+        if not isinstance(holder, torch.nn.Module):
+            return None
+        held = self._frames.pop(frame, None) or {}
+        self._frames[frame] = held
+        if len(self._frames) > self._max_frames:
+            self._frames.popitem(last=False)
+        if any(ref() is None for ref in held.values()):
+            return None
+        if id(holder) not in held:
+            if len(held) >= self._max_instances:
+                return None
+            held[id(holder)] = weakref.ref(holder)
+        return id(holder)
 
 
 def _lookup(subject: str, f_locals: dict[str, Any], f_globals: dict[str, Any]) -> tuple[Any, Any]:

@@ -39,10 +39,12 @@ CASES: dict[str, tuple[str, int]] = {
     **{f"growing_{n}": ("growing", n) for n in (12, 20)},
     "counter": ("counter", 16),
     "instances_raised": ("instances", 12),
+    "rebuilt": ("rebuilt", 20),
 }
-# Cases run only when named: 12 instances under a limit raised to 16 (INSTANCES_LIMIT), where live and
-# ingested verdicts differ by design (a trace names no instance: docs/steady-state.md).
-NAMED_ONLY = frozenset({"instances_raised"})
+# Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances, and a block
+# rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts differ by design
+# (a trace names no instance: docs/steady-state.md).
+NAMED_ONLY = frozenset({"instances_raised", "rebuilt"})
 INSTANCES_LIMIT = 16
 GROWING_LIMIT = (
     64  # the recompile_limit a growing case runs under (a job that raised it to keep compiling)
@@ -165,6 +167,16 @@ def run_case(name: str, kind: str, size: int, module: Any, opt_params: list[Any]
                 for block in blocks:
                     h = block(h)
                 time.sleep(0.01)
+    elif kind == "rebuilt":  # a block rebuilt every call with a new layer_idx: unbounded instances
+        make = getattr(module, f"{name}_Block")
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=2 * size):
+            warm()
+            for i in range(size):
+                if i == size // 2:
+                    go_on()
+                # a new model compiled every call; the previous one is gone (torch.compile(module)
+                # holds no reference cycle, unlike module.compile(), which only the cyclic GC frees)
+                torch.compile(make(i), backend=backend)(torch.randn(5, 4))
     elif (
         kind == "frozen_regional"
     ):  # a frozen embedding before regionally compiled blocks, new lengths

@@ -12,7 +12,10 @@ Two kinds of recompile do not, however late they come:
 What a live verdict can know at the moment of a recompile is what came before it, never the rest of the
 run: so (:func:`is_steady`) a recompile made by torch's own rule is warm-up; one before ``warmup_steps``
 is warm-up; otherwise the cause's variants on the frame are counted, and a recompile is steady state only
-once they exceed what a bounded set explains (:data:`BOUNDED_VARIANTS`). The first recompile of a change
+once they exceed what a bounded set explains (:data:`BOUNDED_VARIANTS`). An ``nn.Module``'s own constant
+(``layer_idx`` under regional compilation) counts its variants per instance where live capture can tell
+the instance (``recompprof._model.explaining``): a new instance is a variant of the bounded set of
+instances, the same instance's value changing again counts toward the bound. The first recompile of a change
 (a first eval, a decode step after a prefill) is a new variant, with steps or without. What the report
 knows in hindsight (:func:`settled`): a cause whose recompiles stopped while the run went on settled
 after its variants, steady or not.

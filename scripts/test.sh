@@ -49,6 +49,8 @@ if [ "$WORKERS" != 0 ]; then
     args+=(-n "$WORKERS" --dist loadscope)
 fi
 if [ $QUICK -eq 1 ]; then
-    args+=(--quick --recordings .test-recordings)
+    # One token: pytest reads "--recordings DIR" before this suite's options exist, and would take an
+    # existing DIR for the tests to run.
+    args+=(--quick --recordings=.test-recordings)
 fi
 step "pytest ${args[*]} $*" .venv/bin/python -m pytest "${args[@]}" "$@"

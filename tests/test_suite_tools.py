@@ -282,3 +282,19 @@ def test_the_time_of_each_file_is_reported_wall_and_cpu(tmp_path: Path) -> None:
     assert name == "test_generated.py" and count == "1", done.stdout
     assert float(wall) >= float(cpu) * 0.5 and float(cpu) >= 0.5, done.stdout
     assert lines[header + 3].endswith("all files (summed over workers)")
+
+
+def test_the_quick_tier_runs_again_over_its_kept_recordings() -> None:
+    """``scripts/test.sh --quick`` collects the suite when its recordings folder is already there (every
+    run after the first): the folder is passed as the option's value, never taken for a test path."""
+    (TESTS.parent / ".test-recordings").mkdir(exist_ok=True)
+    done = subprocess.run(
+        [str(TESTS.parent / "scripts" / "test.sh"), "--quick", "--collect-only", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=TESTS.parent,
+        env={**os.environ, "RECOMPPROF_TEST_WORKERS": "0"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "deselected" in done.stdout, done.stdout[-2000:]

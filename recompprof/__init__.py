@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         SessionStart,
         SignalChange,
     )
-    from recompprof._model.reasons import FIX_HINTS
+    from recompprof._model.fix_hints import FIX_HINTS
     from recompprof._model.status import Status
 
 # Public name -> (private module, name there). Imported on first use: the offline commands (report,
@@ -87,7 +87,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "Report": ("recompprof._analysis.report.model", "Report"),
     "find_divergence": ("recompprof._analysis.render.divergence", "find_divergence"),
     "Divergence": ("recompprof._analysis.render.divergence", "DescribedDivergence"),
-    "FIX_HINTS": ("recompprof._model.reasons", "FIX_HINTS"),
+    "FIX_HINTS": ("recompprof._model.fix_hints", "FIX_HINTS"),
     "CUDAGRAPH_SKIPS": ("recompprof._model.cudagraphs", "CUDAGRAPH_SKIPS"),
     "CUDAGRAPH_SKIP_HINTS": ("recompprof._model.cudagraphs", "SKIP_HINTS"),
 }

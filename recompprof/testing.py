@@ -111,7 +111,7 @@ class RecompileWatch:
 
 def describe(recompiles: list[Compile], allowed: int) -> str:
     """A readable account of ``recompiles``: frame, compile id, step, the reason that explains each, a fix."""
-    from recompprof._model.reasons import FIX_HINTS
+    from recompprof._model.fix_hints import FIX_HINTS
 
     lines = [f"{len(recompiles)} recompile(s) where at most {allowed} were allowed:"]
     for event in recompiles[:20]:

@@ -25,7 +25,7 @@ import torch
 
 import recompprof
 from recompprof._model.events import Compile
-from recompprof._model.reasons import FIX_HINTS
+from recompprof._model.fix_hints import FIX_HINTS
 from recompprof._model.remedies import PGO, REMEDIES, fix_hints, release
 
 pytestmark = pytest.mark.torch_compat

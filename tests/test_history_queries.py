@@ -154,7 +154,7 @@ def test_every_question_takes_job_team_and_model_filters(lake, capsys, question)
 def test_top_causes_by_frame_with_a_fix_hint_and_an_example_run(lake, capsys):
     """top-causes --by frame groups by the frame's name and key; every cause row carries the report's fix
     hint for its category and a run id that has it."""
-    from recompprof._model.reasons import FIX_HINTS
+    from recompprof._model.fix_hints import FIX_HINTS
 
     code, out, _ = history(
         capsys, "top-causes", "--by", "frame", "--all", "--since", SINCE, "--lake", str(lake),

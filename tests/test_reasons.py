@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 from scenarios import SCENARIOS, run_scenario
 
 from recompprof._model.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+from recompprof._model.fix_hints import FIX_HINTS
 from recompprof._model.reasons import (
-    FIX_HINTS,
     parse_guard_failure,
     parse_recompiles_log,
     user_location,

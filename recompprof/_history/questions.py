@@ -462,9 +462,8 @@ def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, s
 
 def _fix_hints(dialect: Dialect) -> str:
     """The report's fix hint of each cause category, as one CASE over ``cause_category``: the same
-    hint on every engine. Imported only here: the hints live with the event model, which is slow to load
-    and which the other questions never need."""
-    from recompprof._model.reasons import FIX_HINTS
+    hint on every engine. Imported only here: the other questions never need them."""
+    from recompprof._model.fix_hints import FIX_HINTS
 
     cases = " ".join(
         f"WHEN {dialect.string(category)} THEN {dialect.string(hint)}"

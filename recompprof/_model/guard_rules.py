@@ -4,7 +4,7 @@ Each rule reads one guard expression (its compile id, stack block and source com
 returns ``(category, subject)`` when it recognises the expression's shape, else None; the first rule
 that recognises it wins, and an expression none recognises is ``other``. Torch's wording is not an
 API: a rule matches the shapes torch's releases write (docs/categories.md lists them). To add a
-category, add it to ``events.Category`` and ``reasons.FIX_HINTS``, write its rule here and put it in
+category, add it to ``events.Category`` and ``fix_hints.FIX_HINTS``, write its rule here and put it in
 :data:`RULES` before any rule that would claim the same text.
 """
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from recompprof._model.reasons import FIX_HINTS
+from recompprof._model.fix_hints import FIX_HINTS
 
 __all__ = ["PGO", "REMEDIES", "Remedy", "fix_hints", "has_pgo", "release"]
 

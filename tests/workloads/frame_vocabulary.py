@@ -29,6 +29,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from dynamo_compiling import compile_frame
+
 KINDS = ("wraps", "bare", "named", "deprecate", "selfargs")
 DEPTHS = (0, 1, 2)
 HOSTS = ("function", "method", "shared", "calls", "inherited", "override", "property", "bound")
@@ -271,11 +273,7 @@ def main(out: Path) -> int:
     combination = [-1]
 
     def on_start(args: Any) -> None:
-        frame = sys._getframe(1)
-        while frame is not None and not (
-            frame.f_code.co_name == "_compile" and "convert_frame" in frame.f_code.co_filename
-        ):
-            frame = frame.f_back
+        frame = compile_frame()
         if frame is None:
             return
         code, closure = frame.f_locals["code"], frame.f_locals.get("closure")

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dynamo_compiling import compile_frame
+
 HOSTS = ("nested", "closure", "method", "closure_method")
 BREAKS = (0, 1, 2)
 
@@ -98,11 +100,7 @@ def main(out: Path) -> int:
     combination = [-1]
 
     def on_start(args: Any) -> None:
-        frame = sys._getframe(1)
-        while frame is not None and not (
-            frame.f_code.co_name == "_compile" and "convert_frame" in frame.f_code.co_filename
-        ):
-            frame = frame.f_back
+        frame = compile_frame()
         if frame is not None:
             code = frame.f_locals["code"]
             expected[str(args.compile_id)] = {

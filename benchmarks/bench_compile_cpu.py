@@ -107,7 +107,9 @@ def main() -> None:
     )
     parser.add_argument("--backend", default="inductor")
     parser.add_argument(
-        "--profile", action="store_true", help="also print a cProfile of the recorder's handler"
+        "--profile",
+        action="store_true",
+        help="also print a cProfile of the recorder's handlers (record hook, compile start and end)",
     )
     parser.add_argument(
         "--breakdown",
@@ -239,8 +241,8 @@ def main() -> None:
         )  # instance attributes: the hooks call these
         tap.reconcile = timed("start_callback", tap.reconcile)
         # The compile start (the compile_start event, the running compile) and end, called from torch's callbacks.
-        tap._on_start = timed("compile_start", tap._on_start)
-        tap._on_end = timed("compile_start", tap._on_end)
+        tap._on_start = timed("compile_start", tap._on_start, profile=True)
+        tap._on_end = timed("compile_start", tap._on_end, profile=True)
         # Breakdown of the record hook (nested inside it): every event's fan-out, and the OTel exporter's share.
         # The recorder holds the session's emit as its own attribute: wrap it there.
         session._recorder._emit = timed("emit", session._recorder._emit)

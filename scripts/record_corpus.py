@@ -17,8 +17,8 @@ corpus). Each run is a folder of CORPUS_DIR:
   recompile (a log whose last compile is running, with a ``compile_running`` event);
 - ``gapped``: a copy of ``live/run`` with three lines cut from the middle of its JSONL (session_end then
   counts more than the log holds: a gap, as tests/test_terminal_escapes.py makes one);
-- ``large`` and ``large_b``: benchmarks/bench_scale.py's generator (``--ranks``/``--per-rank``; B is its
-  "worse" run; default 2 ranks x 30,000 events, 72 MB each: past the 64 MB at which report, check and diff
+- ``large`` and ``large_b``: the generator of tests/generated_runs.py, which bench_scale.py times
+  (``--ranks``/``--per-rank``; B is its "worse" run; default 2 ranks x 30,000 events, 72 MB each: past the 64 MB at which report, check and diff
   fold in worker processes), for the offline speed pair.
 """
 
@@ -251,8 +251,8 @@ def gapped(corpus: Path) -> None:
 
 
 def large(corpus: Path, ranks: int, per_rank: int) -> None:
-    sys.path.insert(0, str(tree() / "benchmarks"))
-    from bench_scale import generate
+    sys.path.insert(0, str(tree() / "tests"))
+    from generated_runs import generate  # the suite's synthetic run (bench_scale.py times it too)
 
     for name, worse in (("large", False), ("large_b", True)):
         where = fresh(corpus / name)

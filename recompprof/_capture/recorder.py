@@ -33,6 +33,7 @@ from recompprof._model.events import (
     RecompileLimitHit,
 )
 from recompprof._model.texts import clean_text, graph_break_text
+from recompprof._model.trusted import trusted
 from recompprof._torch import frames as torch_frames, parameters as torch_parameters
 from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
@@ -83,7 +84,7 @@ class CompileRecorder:
         self.rank = rank
         self.signals = signals
         self.trace_ids = False  # give each compile a trace id (an exporter sends it as a trace)
-        self.assembler = CompileAssembler(settings.redact)
+        self.assembler = CompileAssembler(settings.redact, trusted=True)
         self.pending_reasons: dict[CodeType, list[tuple[str | None, list[str]]]] = {}
         # the compile running now (set at its start, cleared at its end)
         self.running: CompileStart | None = None
@@ -101,8 +102,11 @@ class CompileRecorder:
         self._send, self._lock, self._closed = emit, lock, closed
 
     def _emit(self, event: Event) -> None:
-        if self.generation is not None and isinstance(
-            event, (Compile, GraphBreak, RecompileLimitHit)
+        # A compile and its limit hit are built with their generation; a graph break is copied with it.
+        if (
+            self.generation is not None
+            and isinstance(event, (Compile, GraphBreak, RecompileLimitHit))
+            and event.generation != self.generation
         ):
             event = event.model_copy(update={"generation": self.generation})
         self._send(event)
@@ -136,16 +140,21 @@ class CompileRecorder:
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
             trace_id = self._start_trace((compile_id, False)) if self.trace_ids else None
-            event = CompileStart(
-                time=time.time(),
-                rank=self.rank,
-                step=self.signals.step,
-                frame=frame,
-                compile_id=compile_id,
-                generation=self.generation,
-                is_recompile=_starts_recompile(ctx, compile_id, bool(texts)),
-                reason=self.assembler.trigger(frame, texts, _resolver(ctx), _binder(ctx, code_key)),
-                trace_id=trace_id,
+            event = trusted(
+                CompileStart,
+                {
+                    "time": time.time(),
+                    "rank": self.rank,
+                    "step": self.signals.step,
+                    "frame": frame,
+                    "compile_id": compile_id,
+                    "generation": self.generation,
+                    "is_recompile": _starts_recompile(ctx, compile_id, bool(texts)),
+                    "reason": self.assembler.trigger(
+                        frame, texts, _resolver(ctx), _binder(ctx, code_key)
+                    ),
+                    "trace_id": trace_id,
+                },
             )
             self.running = event
             self._emit(event)
@@ -157,16 +166,19 @@ class CompileRecorder:
             if self._closed():
                 return
             key = (compile_id, True)
-            event = CompileStart(
-                time=time.time(),
-                rank=self.rank,
-                step=self.signals.step,
-                frame=self.assembler.backward_frame(compile_id),
-                compile_id=compile_id,
-                generation=self.generation,
-                is_recompile=False,
-                backward=True,
-                trace_id=self._start_trace(key) if self.trace_ids else None,
+            event = trusted(
+                CompileStart,
+                {
+                    "time": time.time(),
+                    "rank": self.rank,
+                    "step": self.signals.step,
+                    "frame": self.assembler.backward_frame(compile_id),
+                    "compile_id": compile_id,
+                    "generation": self.generation,
+                    "is_recompile": False,
+                    "backward": True,
+                    "trace_id": self._start_trace(key) if self.trace_ids else None,
+                },
             )
             self.running = event
             self._emit(event)
@@ -323,6 +335,7 @@ class CompileRecorder:
             # Only a failed compile can be a limit hit; reading torch's config costs ~30 us per record.
             limits=configured_limits() if m.fail_type is not None or m.fail_reason else None,
             trace_id=self._trace_id(compile_id, m.backward),
+            generation=self.generation,
         )
 
     def _trace_id(self, compile_id: str, backward: bool) -> str | None:
@@ -412,17 +425,29 @@ def new_trace_id() -> str:
     return value
 
 
+# (code key, what it resolved to) -> its Frame: each compile of a frame names the same one, built once
+# (bounded: cleared when full).
+_FRAMES: dict[tuple[tuple[str, str, int], torch_frames.Named], Frame] = {}
+MAX_FRAMES_BUILT = 256
+
+
 def _frame(code_key: tuple[str, str, int], ctx: torch_frames.Compiling | None) -> Frame:
     named = torch_frames.resolve(*code_key, ctx)
-    # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
-    return Frame(
-        name=clean_text(named.name, 1000),
-        file=clean_text(named.file, 1000),
-        line=named.line,
-        code_file=clean_text(code_key[1], 1000),
-        code_line=code_key[2],
-        owner=clean_text(named.owner, 1000) if named.owner is not None else None,
-    )
+    key = (code_key, named)
+    frame = _FRAMES.get(key)
+    if frame is None:
+        if len(_FRAMES) >= MAX_FRAMES_BUILT:
+            _FRAMES.clear()
+        # A file name from a non-UTF-8 path carries lone surrogates, which the event model rejects.
+        frame = _FRAMES[key] = Frame(
+            name=clean_text(named.name, 1000),
+            file=clean_text(named.file, 1000),
+            line=named.line,
+            code_file=clean_text(code_key[1], 1000),
+            code_line=code_key[2],
+            owner=clean_text(named.owner, 1000) if named.owner is not None else None,
+        )
+    return frame
 
 
 def _starts_recompile(ctx: torch_frames.Compiling, compile_id: str, guard_failures: bool) -> bool:

@@ -162,6 +162,7 @@ class Aggregates:
         self.compiles_total = 0
         self.recompiles_total = 0
         self.causes = CauseTracker()
+        self._last_label: tuple[Frame, str] | None = None  # the last frame labelled, and its label
         self.cache_lookups: Counter[tuple[str, str]] = Counter(
             {(c, r): 0 for c in CACHES for r in CACHE_RESULTS}
         )
@@ -171,6 +172,16 @@ class Aggregates:
     # -- labels ---------------------------------------------------------------------------
     def frame_label(self, frame: Frame) -> str:
         """The bounded label for ``frame``: its own until ``max_frames`` are known, then ``other``."""
+        # One compile's events share one Frame object (the assembler names each compile's frame once):
+        # its label is not built again from its key for each of them.
+        last = self._last_label
+        if last is not None and last[0] is frame:
+            return last[1]
+        label = self._label(frame)
+        self._last_label = (frame, label)
+        return label
+
+    def _label(self, frame: Frame) -> str:
         key = frame.key
         label = self._frame_keys.get(key)
         if label is None:

@@ -65,6 +65,7 @@ class Seen:
     trace_id: str | None = None
     trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
     installed: InstalledGuards | None = None  # the guards the compile installed (None: unknown)
+    generation: int | None = None  # torch._dynamo.reset() calls seen before it (live)
 
 
 def _key_of(compile_id: str | CompileId) -> str:
@@ -82,8 +83,11 @@ class CompileAssembler:
     Serialised by its caller (the live session's lock; ``ingest`` reads one process at a time).
     """
 
-    def __init__(self, redact: bool = False) -> None:
+    def __init__(self, redact: bool = False, trusted: bool = False) -> None:
         self.redact = redact
+        # The caller's values are its own, of the declared types (the live recorder): events are built
+        # without validation (recompprof._model.trusted); a trace's are validated.
+        self.trusted = trusted
         self.correlation = Correlation()
         self.explainer = ReasonExplainer(redact)
         self._key: tuple[str | CompileId, str] | None = None  # the last compile id's frame key
@@ -192,10 +196,11 @@ class CompileAssembler:
                 call_site=seen.call_site,
                 guard_set=seen.guard_set,
                 trace_id=seen.trace_id,
+                generation=seen.generation,
+                trace_seconds=seen.trace_seconds,
+                trusted=self.trusted,
             ),
         )
-        if seen.trace_seconds is not None:
-            event = event.model_copy(update={"trace_seconds_by_function": seen.trace_seconds})
         return in_order(event, breaks, hit)
 
     def _backward_frame(self, record: CompileRecord) -> Frame:

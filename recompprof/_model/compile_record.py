@@ -37,7 +37,8 @@ class DynamicSettings:
     unspec_int_on_modules: bool | None = None  # an int attribute of a module may become dynamic
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each of its ~30 fields through object.__setattr__, once per compile record.
+@dataclasses.dataclass(slots=True)
 class CompileRecord:
     """One compile as torch recorded it, in recompprof's terms (what the record leaves out is None / empty).
 

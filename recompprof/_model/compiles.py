@@ -26,6 +26,7 @@ from recompprof._model.events import (
 from recompprof._model.explaining import Explained, automatic_dynamic, scalar_made_dynamic
 from recompprof._model.steady import is_steady, torch_rule
 from recompprof._model.texts import clean_text
+from recompprof._model.trusted import trusted
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
 _DERIVED = frozenset({"compile_id", "fail_reason", "cudagraph_skip"})
@@ -61,6 +62,11 @@ class CompileContext:
     call_site: list[str] = dataclasses.field(default_factory=list)
     guard_set: str | None = None
     trace_id: str | None = None
+    generation: int | None = None  # torch._dynamo.reset() calls seen before it (live)
+    trace_seconds: dict[str, float] | None = None  # seconds of tracing by function (profile)
+    # The values are the live recorder's own, of the declared types: built without validation
+    # (recompprof._model.trusted). A trace's are validated.
+    trusted: bool = False
 
 
 def is_recompile(cache_entries: int | None, guard_failures: bool) -> bool:
@@ -78,42 +84,55 @@ def compile_events(
     hit = limit_hit(m, ctx.limits)
     dynamic = _automatic_dynamic(m, ctx, reasons, hit)
     skip = m.cudagraph_skip
-    event = Compile(
-        **{name: getattr(m, name) for name in SHARED_FIELDS},
+    values = {name: getattr(m, name) for name in SHARED_FIELDS}
+    values.update(
         time=ctx.time,
         rank=ctx.rank,
         step=ctx.step,
         frame=ctx.frame,
         compile_id=spelled(m.compile_id),
+        generation=ctx.generation,
         is_recompile=not m.backward and is_recompile(m.cache_entries, bool(reasons)),
         outcome="limit_hit" if hit else ("failed" if m.fail_type is not None else "ok"),
         fail_reason=None if ctx.redact or not m.fail_reason else clean_text(m.fail_reason),
-        reasons=reasons,
+        reasons=list(reasons),
         reasons_omitted=cast("dict[Category, int]", omitted),
         graph_breaks=ctx.graph_breaks,
-        steady_state=hit is None and steady_state(ctx, reasons, dynamic),  # a hit compiled nothing
+        # a hit compiled nothing
+        steady_state=hit is None and bool(steady_state(ctx, reasons, dynamic)),
         automatic_dynamic=dynamic,
         specialised=_specialised(m, ctx, reasons),
-        call_site=ctx.call_site,
+        call_site=list(ctx.call_site),
         guard_set=ctx.guard_set,
         cudagraph_skip=skip.category if skip else None,
         cudagraph_skip_reason=skip.text if skip and not ctx.redact else None,
         trace_id=ctx.trace_id,
-        trace_seconds_by_function={},  # given, not defaulted: pydantic deep-copies a mutable default per event
+        # given, not defaulted: pydantic deep-copies a mutable default per event
+        trace_seconds_by_function={},
     )
+    if ctx.trusted:
+        if ctx.trace_seconds is not None:
+            values["trace_seconds_by_function"] = ctx.trace_seconds
+        event = trusted(Compile, values)
+    else:
+        event = Compile(**values)
+        if ctx.trace_seconds is not None:  # as given, not validated (as it always was)
+            event = event.model_copy(update={"trace_seconds_by_function": ctx.trace_seconds})
     if hit is None:
         return event, None
     limit, value = hit
-    return event, RecompileLimitHit(
+    values = dict(
         time=ctx.time,
         rank=ctx.rank,
         step=ctx.step,
         frame=ctx.frame,
         compile_id=event.compile_id,
+        generation=ctx.generation,
         limit=cast("LimitName", limit),
         value=value,
         last_reason=next((r for r in reasons if r.explains_change), None),
     )
+    return event, trusted(RecompileLimitHit, values) if ctx.trusted else RecompileLimitHit(**values)
 
 
 def steady_state(ctx: CompileContext, reasons: list[Reason], dynamic: str | None) -> bool:

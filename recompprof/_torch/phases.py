@@ -28,45 +28,46 @@ kernel compile time stays in ``code_gen``); a record without ``duration_us`` is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _US = 1e-6
 
 
-def _us(metrics: Any, name: str) -> float:
-    value = getattr(metrics, name, None)
+def _us(value: Any) -> float:
     return float(value) * _US if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
-def _s(metrics: Any, name: str) -> float:
-    value = getattr(metrics, name, None)
+def _s(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
 def exclusive_phases(metrics: Any) -> tuple[float, dict[str, float]]:
     """``(duration_seconds, {phase: exclusive seconds})`` for one ``CompilationMetrics`` record."""
-    if (
-        getattr(metrics, "duration_us", None) is None
-        and getattr(metrics, "entire_frame_compile_time_s", None) is not None
-    ):
+    return phases_of(lambda name: getattr(metrics, name, None))
+
+
+def phases_of(get: Callable[[str], Any]) -> tuple[float, dict[str, float]]:
+    """:func:`exclusive_phases` of the record whose field ``name`` is ``get(name)`` (None: absent)."""
+    if get("duration_us") is None and get("entire_frame_compile_time_s") is not None:
         return _phases(
-            _s(metrics, "entire_frame_compile_time_s"),
-            _s(metrics, "backend_compile_time_s"),
-            _s(metrics, "inductor_compile_time_s"),
-            _s(metrics, "code_gen_time_s"),
+            _s(get("entire_frame_compile_time_s")),
+            _s(get("backend_compile_time_s")),
+            _s(get("inductor_compile_time_s")),
+            _s(get("code_gen_time_s")),
             0.0,
         )
-    backward = getattr(metrics, "is_forward", True) is False
-    total = _us(metrics, "duration_us") or _us(metrics, "dynamo_cumulative_compile_time_us")
+    backward = get("is_forward") is False
+    total = _us(get("duration_us")) or _us(get("dynamo_cumulative_compile_time_us"))
     if backward:
-        total = total or _us(metrics, "backward_cumulative_compile_time_us")
-    backend = total if backward else _us(metrics, "aot_autograd_cumulative_compile_time_us")
+        total = total or _us(get("backward_cumulative_compile_time_us"))
+    backend = total if backward else _us(get("aot_autograd_cumulative_compile_time_us"))
     return _phases(
         total,
         backend,
-        _us(metrics, "inductor_cumulative_compile_time_us"),
-        _us(metrics, "inductor_code_gen_cumulative_compile_time_us"),
-        _us(metrics, "triton_compile_time_us"),
+        _us(get("inductor_cumulative_compile_time_us")),
+        _us(get("inductor_code_gen_cumulative_compile_time_us")),
+        _us(get("triton_compile_time_us")),
     )
 
 

@@ -8,15 +8,17 @@ empty.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.cudagraphs import CudagraphSkip, classify_skip
 from recompprof._model.texts import clean_text
-from recompprof._torch.phases import exclusive_phases
+from recompprof._torch.phases import phases_of
 
 # torch's recompile_reason when it found none (an invalidated entry's reason shows only there)
 NO_REASON = "Unable to find recompilation reasons"
@@ -35,19 +37,34 @@ def _text(value: Any) -> str | None:
     return str(value) if value else None
 
 
+Get = Callable[[str], Any]  # a record's field by torch's name (None: the record has no such field)
+
+
+def fields_of(m: Any) -> Get:
+    """How to read record ``m``'s fields: a trace's dict, a live record's own attributes (a dataclass
+    instance's ``__dict__``: one dict lookup a field on the compile path), else ``getattr``."""
+    if isinstance(m, dict):
+        return m.get
+    own = getattr(m, "__dict__", None)
+    if isinstance(own, dict) and dataclasses.is_dataclass(m):
+        return own.get
+    return lambda name: getattr(m, name, None)
+
+
 def cache_outcome(m: Any) -> Literal["hit", "miss"] | None:
     """``miss`` if any compile cache missed, ``hit`` if one hit, else None."""
+    return _cache_outcome(fields_of(m))
 
-    def count(*names: str) -> int:
-        return sum(getattr(m, n, None) or 0 for n in names)
 
-    if count("inductor_fx_local_cache_miss_count", "aotautograd_local_cache_miss_count"):
+def _cache_outcome(get: Get) -> Literal["hit", "miss"] | None:
+    if (get("inductor_fx_local_cache_miss_count") or 0) + (
+        get("aotautograd_local_cache_miss_count") or 0
+    ):
         return "miss"
-    return (
-        "hit"
-        if count("inductor_fx_local_cache_hit_count", "aotautograd_local_cache_hit_count")
-        else None
+    hits = (get("inductor_fx_local_cache_hit_count") or 0) + (
+        get("aotautograd_local_cache_hit_count") or 0
     )
+    return "hit" if hits else None
 
 
 # (cache, ((result, torch's count fields), ...), the feature_usage key that says it was consulted)
@@ -71,7 +88,11 @@ def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
     consulted (``feature_usage``: ``fx_cache`` / ``aot_autograd_remote_cache`` set) that neither hit
     nor missed was bypassed (an uncacheable graph), and ``fx_cache: False`` means it was turned off.
     """
-    usage = getattr(m, "feature_usage", None)
+    return _cache_lookups(fields_of(m))
+
+
+def _cache_lookups(get: Get) -> Any:
+    usage = get("feature_usage")
     usage = usage if isinstance(usage, dict) else {}
     out: dict[str, dict[str, int]] = {}  # keys from the closed sets events.CACHES / CACHE_RESULTS
     for cache, fields, feature in _CACHE_FIELDS:
@@ -79,7 +100,7 @@ def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
         for result, names in fields:
             n = 0
             for name in names:
-                value = getattr(m, name, None)
+                value = get(name)
                 n += value if isinstance(value, int) and value > 0 else 0
             if n:
                 results[result] = n
@@ -93,7 +114,10 @@ def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
 def cache_seconds_saved(m: Any) -> float | None:
     """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
     which despite its name sums local and remote hits)."""
-    value = getattr(m, "remote_cache_time_saved_s", None)
+    return _cache_seconds_saved(fields_of(m)("remote_cache_time_saved_s"))
+
+
+def _cache_seconds_saved(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
@@ -114,7 +138,10 @@ _NO_SETTINGS = DynamicSettings()
 def dynamic_settings(m: Any) -> DynamicSettings:
     """What the record's ``dynamo_config`` (a JSON string in torch's record) says of automatic dynamic;
     nothing when it is missing or unreadable."""
-    value = getattr(m, "dynamo_config", None)
+    return _dynamic_settings(fields_of(m)("dynamo_config"))
+
+
+def _dynamic_settings(value: Any) -> DynamicSettings:
     if isinstance(value, dict):
         return _settings(value)
     if not isinstance(value, str):
@@ -145,11 +172,10 @@ def _settings(config: dict[str, Any]) -> DynamicSettings:
 
 def cudagraph_skip(m: Any) -> CudagraphSkip | None:
     """The skip a ``CompilationMetrics`` record (or a trace's dict of it) carries, else None."""
-    text = (
-        m.get("cudagraph_skip_reason")
-        if isinstance(m, dict)
-        else getattr(m, "cudagraph_skip_reason", None)
-    )
+    return _cudagraph_skip(fields_of(m)("cudagraph_skip_reason"))
+
+
+def _cudagraph_skip(text: Any) -> CudagraphSkip | None:
     if not text:
         return None
     return CudagraphSkip(classify_skip(text), clean_text(text))
@@ -163,10 +189,10 @@ def runtime_work(m: Any) -> tuple[str, float] | None:
     recording: first record and every re-record) or autotuning Triton kernels at first launch
     (``runtime_triton_autotune_time_us``). They are not compiles and must not be counted as such.
     """
+    return _runtime_work(fields_of(m))
 
-    def get(name: str) -> Any:
-        return m.get(name) if isinstance(m, dict) else getattr(m, name, None)
 
+def _runtime_work(get: Get) -> tuple[str, float] | None:
     if get("is_runtime") is not True:
         return None
     for kind, field in (
@@ -247,47 +273,48 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         m.compile_id  # noqa: B018 - the check is the attribute read
         if getattr(m, "is_forward", None) is not False:
             m.co_name  # noqa: B018
-    duration, phases = exclusive_phases(m)  # keys: events.PHASES
-    start = getattr(m, "start_time_us", None)
-    compile_id = getattr(m, "compile_id", None)
-    backward = getattr(m, "is_forward", None) is False  # no is_forward before 2.6: forwards only
-    fail_type = _text(getattr(m, "fail_type", None))
-    fail_reason = _text(getattr(m, "fail_reason", None))
-    guard_count = _int(getattr(m, "guard_count", None))
-    has_guarded_code = _bool(getattr(m, "has_guarded_code", None))
-    reason = _text(getattr(m, "recompile_reason", None))
+    get = fields_of(m)  # each field read once, by one call
+    duration, phases = phases_of(get)  # keys: events.PHASES
+    start = get("start_time_us")
+    compile_id = get("compile_id")
+    backward = get("is_forward") is False  # no is_forward before 2.6: forwards only
+    fail_type = _text(get("fail_type"))
+    fail_reason = _text(get("fail_reason"))
+    guard_count = _int(get("guard_count"))
+    has_guarded_code = _bool(get("has_guarded_code"))
+    reason = _text(get("recompile_reason"))
     return CompileRecord(
         compile_id=str(compile_id) if compile_id is not None else None,
-        code_name=_text(getattr(m, "co_name", None)),
-        code_file=_text(getattr(m, "co_filename", None)),
-        code_line=_int(getattr(m, "co_firstlineno", None)),
+        code_name=_text(get("co_name")),
+        code_file=_text(get("co_filename")),
+        code_line=_int(get("co_firstlineno")),
         backward=backward,
         fail_type=fail_type_name(fail_type) if fail_type else None,
         fail_reason=fail_reason,
-        cache_entries=_int(getattr(m, "cache_size", None)),
+        cache_entries=_int(get("cache_size")),
         reason_text=reason if reason != NO_REASON else None,
         start_time=start * 1e-6 if isinstance(start, (int, float)) and start else None,
         duration=duration,
         phases=phases,  # type: ignore[arg-type]
         guard_count=guard_count,
-        graph_op_count=_int(getattr(m, "graph_op_count", None)),
+        graph_op_count=_int(get("graph_op_count")),
         installed_code=installed_code(
             backward, bool(fail_type or fail_reason), has_guarded_code, guard_count
         ),
-        cache=cache_outcome(m),
-        cache_lookups=cache_lookups(m),
-        cache_seconds_saved=cache_seconds_saved(m),
-        cudagraph_skip=cudagraph_skip(m),
-        runtime_work=runtime_work(m),
-        dynamic=dynamic_settings(m),
-        graph_node_count=_int(getattr(m, "graph_node_count", None)),
-        graph_input_count=_int(getattr(m, "graph_input_count", None)),
-        shape_env_guard_count=_int(getattr(m, "shape_env_guard_count", None)),
-        accumulated_cache_size=_int(getattr(m, "accumulated_cache_size", None)),
-        param_numel=_int(getattr(m, "param_numel", None)),
-        param_bytes=_int(getattr(m, "param_bytes", None)),
-        triton_compile_s=_seconds(getattr(m, "triton_compile_time_us", None)),
-        restart_count=restart_count(getattr(m, "restart_reasons", None)),
-        dynamo_config_sha=config_sha(getattr(m, "dynamo_config", None)),
-        inductor_config_sha=config_sha(getattr(m, "inductor_config", None)),
+        cache=_cache_outcome(get),
+        cache_lookups=_cache_lookups(get),
+        cache_seconds_saved=_cache_seconds_saved(get("remote_cache_time_saved_s")),
+        cudagraph_skip=_cudagraph_skip(get("cudagraph_skip_reason")),
+        runtime_work=_runtime_work(get),
+        dynamic=_dynamic_settings(get("dynamo_config")),
+        graph_node_count=_int(get("graph_node_count")),
+        graph_input_count=_int(get("graph_input_count")),
+        shape_env_guard_count=_int(get("shape_env_guard_count")),
+        accumulated_cache_size=_int(get("accumulated_cache_size")),
+        param_numel=_int(get("param_numel")),
+        param_bytes=_int(get("param_bytes")),
+        triton_compile_s=_seconds(get("triton_compile_time_us")),
+        restart_count=restart_count(get("restart_reasons")),
+        dynamo_config_sha=config_sha(get("dynamo_config")),
+        inductor_config_sha=config_sha(get("inductor_config")),
     )

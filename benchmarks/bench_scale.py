@@ -45,6 +45,9 @@ from pathlib import Path
 from _common import REPO, load_test_helper
 
 TLPARSE = Path(sys.executable).parent / "tlparse"
+REPORT_VS_FLOOR = (
+    0.75  # issue 47: report's wall time at most this share of the json.loads-only floor
+)
 
 
 # -- measuring children ------------------------------------------------------------------------------
@@ -343,6 +346,12 @@ def offline(args: argparse.Namespace, tmp: Path) -> None:
                     f"cpu {med(name, 3) / per / med(base, 3):.2f}x"
                     + ("  (per run read)" if per == 2 else "")
                 )
+    if "floor" in results and "report" in results:
+        ratio = med("report", 0) / med("floor", 0)
+        print(
+            f"report / json.loads floor: wall {ratio:.2f}x; target <= {REPORT_VS_FLOOR}x: "
+            f"{'met' if ratio <= REPORT_VS_FLOOR else 'NOT met'}"
+        )
 
 
 def ingest_vs_tlparse(args: argparse.Namespace, tmp: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -417,12 +418,31 @@ class CompileRecorder:
         return self.assembler.frame(compile_id, code_key, lambda: _frame(code_key, ctx)), code_key
 
 
+class _TraceIds:
+    """Random W3C trace ids from a generator of recompprof's own, seeded from the OS: Dynamo saves and
+    restores the ``random`` module's state around compiles, so that one would repeat ids, and asking the
+    OS for each id is a system call per compile start and record. Reseeded in a forked child, whose ids
+    must differ from its parent's."""
+
+    def __init__(self) -> None:
+        self.seed()
+        os.register_at_fork(after_in_child=self.seed)
+
+    def seed(self) -> None:
+        self._random = random.Random(os.urandom(32))
+
+    def new(self) -> str:
+        while not (value := self._random.getrandbits(128)):  # never all zeros
+            pass
+        return f"{value:032x}"
+
+
+_TRACE_IDS = _TraceIds()
+
+
 def new_trace_id() -> str:
-    """A random W3C trace id (32 hex digits, never all zeros), from the OS: Dynamo saves and restores
-    the ``random`` module's state around compiles, so it would repeat ids."""
-    while (value := os.urandom(16).hex()) == "0" * 32:
-        pass
-    return value
+    """A random W3C trace id (32 hex digits, never all zeros)."""
+    return _TRACE_IDS.new()
 
 
 # (code key, what it resolved to) -> its Frame: each compile of a frame names the same one, built once

@@ -12,6 +12,7 @@ import torch
 
 import recompprof
 from recompprof._capture.recorder import new_trace_id
+from recompprof._eventlog.writer import json_line
 from recompprof._model.events import EVENT_ADAPTER, Compile, CompileStart, Frame, to_json
 from recompprof._model.trusted import trusted
 
@@ -80,3 +81,15 @@ def test_a_forked_child_draws_other_trace_ids() -> None:
     os.close(read)
     os.close(write)
     assert len(child) == 32 and child != new_trace_id()
+
+
+def test_an_event_log_line_is_to_json_in_utf8() -> None:
+    """The writer's line is ``to_json`` of the event and a newline, encoded as UTF-8 (non-ASCII text too)."""
+    event = Compile(
+        time=1.5,
+        frame=Frame(name="Modèle.forward", file="/données/m.py", line=3),
+        compile_id="0/1",
+        is_recompile=True,
+        fail_reason="échec ☃",
+    )
+    assert json_line(event) == (to_json(event) + "\n").encode("utf-8")

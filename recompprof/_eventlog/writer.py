@@ -15,12 +15,18 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from recompprof._eventlog.format import LOG_NAME, SUFFIX
-from recompprof._model.events import Event, to_json
+from recompprof._model.events import Event
 
 # How often (seconds, at most) the writer checks that its file was not deleted under it.
 REOPEN_CHECK_SECONDS = 1.0
 # The writer's count of events it could not write, as the session's events_dropped names it.
 DROPPED = "event_log"
+
+
+def json_line(event: Event) -> bytes:
+    """``to_json(event)`` and a newline, as UTF-8: the serialiser's own bytes, not decoded to text and
+    encoded back (once per event on the compile path)."""
+    return event.__pydantic_serializer__.to_json(event, exclude_none=True) + b"\n"
 
 
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:
@@ -51,7 +57,7 @@ class EventLogWriter:
         """Append ``event`` as one line; on an error (raised) none of it stays, and it is counted in ``dropped``."""
         if self._fd is None:
             return
-        line = (to_json(event) + "\n").encode()
+        line = json_line(event)
         written = 0
         try:
             while written < len(

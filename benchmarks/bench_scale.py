@@ -45,9 +45,7 @@ from pathlib import Path
 from _common import REPO, load_test_helper
 
 TLPARSE = Path(sys.executable).parent / "tlparse"
-REPORT_VS_FLOOR = (
-    0.75  # issue 47: report's wall time at most this share of the json.loads-only floor
-)
+REPORT_VS_FLOOR = 0.75  # target: report's wall time at most this share of the json.loads-only floor
 
 
 # -- measuring children ------------------------------------------------------------------------------

@@ -53,8 +53,57 @@ FRAME = "frame"
 FRAME_COLUMNS = "frame_name, frame_key"
 # The columns a question's rows may be narrowed to (--job/--team/--model), on every table.
 FILTERS = ("job", "team", "model")
-# The keys --baseline/--candidate may compare, and the column each names.
-VERSION_KEYS = {"torch": "torch_version"}
+# The keys --baseline/--candidate may compare: a bare release (``2.13.0``) is matched against the
+# release column (every build of it: ``+cpu``, ``+cu128``), any other value against the full version.
+VERSION_KEYS = {"torch": ("torch_release", "torch_version")}
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+# The columns the texts read, as DuckDB types them: a view gives a column no file has yet (a lake of an
+# older exporter) as null of this type, and a file typing one of them as another kind is left out
+# (another schema version). The full vocabulary is recompprof._history.tables' (tests check this
+# against it); the query path never imports it, as it loads pyarrow.
+_DIMS = {"job": "VARCHAR", "team": "VARCHAR", "model": "VARCHAR", "torch_version": "VARCHAR"}
+_KEY = {
+    "run_id": "VARCHAR",
+    "rank": "INTEGER",
+    "pid": "INTEGER",
+    **_DIMS,
+    "torch_release": "VARCHAR",
+}
+READS: dict[str, dict[str, str]] = {
+    "runs": {
+        **_KEY,
+        "start_time": "TIMESTAMP WITH TIME ZONE",
+        "ended": "BOOLEAN",
+        "signals_off": "VARCHAR[]",
+        "log_gap": "BOOLEAN",
+        "recompiles": "BIGINT",
+        "compile_seconds": "DOUBLE",
+    },
+    "compiles": {
+        **_KEY,
+        "backward": "BOOLEAN",
+        "frame_key": "VARCHAR",
+        "frame_name": "VARCHAR",
+        "outcome": "VARCHAR",
+        "counts_as_compile": "BOOLEAN",
+        "counts_as_recompile": "BOOLEAN",
+        "compile_seconds": "DOUBLE",
+        "duration_s": "DOUBLE",
+        "cause_category": "VARCHAR",
+        "cause_subject": "VARCHAR",
+        "steady_state": "BOOLEAN",
+    },
+    "guard_failures": {
+        **_KEY,
+        "frame_key": "VARCHAR",
+        "frame_name": "VARCHAR",
+        "category": "VARCHAR",
+        "counts_as_change": "BOOLEAN",
+        "count": "INTEGER",
+    },
+    "graph_breaks": dict(_KEY),
+}
 
 
 @dataclass(frozen=True)
@@ -136,7 +185,8 @@ def narrowed(pairs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def version_pair(text: str, option: str) -> tuple[str, str]:
-    """``torch=2.15.0`` -> (``torch``, ``2.15.0``)."""
+    """``torch=2.15.0`` -> (``torch``, ``2.15.0``): every build of release 2.15.0; ``torch=2.15.0+cu128``
+    that build alone."""
     key, sep, value = text.partition("=")
     if not sep or key not in VERSION_KEYS or not value:
         raise CommandError(
@@ -188,11 +238,11 @@ ORDER BY week, recompile_hours DESC NULLS LAST, compile_hours DESC NULLS LAST, {
 _REGRESSED_JOBS = """
 WITH per_job AS (
   SELECT job,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions,
-         AVG(CASE WHEN {key} = {baseline} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
-         AVG(CASE WHEN {key} = {candidate} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
-  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job)
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_sessions,
+         AVG(CASE WHEN {before} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
+         AVG(CASE WHEN {after} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
+  FROM runs WHERE ({before} OR {after}){only} GROUP BY job)
 SELECT job, before_sessions, after_sessions,
        ROUND(before_avg, 2) AS recompiles_per_session_before,
        ROUND(after_avg, 2) AS recompiles_per_session_after
@@ -203,15 +253,15 @@ ORDER BY after_avg - before_avg DESC, job NULLS LAST"""
 _REGRESSED_CAUSES = """
 WITH sessions AS (
   SELECT job,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions
-  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job),
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_sessions
+  FROM runs WHERE ({before} OR {after}){only} GROUP BY job),
 causes AS (
   SELECT job, cause_category,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_n,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_n
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_n,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_n
   FROM compiles
-  WHERE counts_as_recompile AND cause_category IS NOT NULL AND {key} IN ({baseline}, {candidate}){only}
+  WHERE counts_as_recompile AND cause_category IS NOT NULL AND ({before} OR {after}){only}
   GROUP BY job, cause_category)
 SELECT c.job, c.cause_category, c.before_n, c.after_n,
        ROUND(CAST(c.before_n AS DOUBLE) / s.before_sessions, 2) AS per_session_before,
@@ -228,7 +278,7 @@ LIMIT {top}"""
 # session ended (a killed run is no baseline).
 _BASE_RUNS = """base_runs AS (
   SELECT run_id, MIN(start_time) AS started FROM runs
-  WHERE job = {job} AND run_id <> {run}
+  WHERE job = {job} AND run_id <> {run}{only}
   GROUP BY run_id
   HAVING MIN(CASE WHEN ended THEN 1 ELSE 0 END) = 1
      AND MIN(start_time) < (SELECT MIN(start_time) FROM runs WHERE run_id = {run})
@@ -251,7 +301,7 @@ _COMPARE_GUARDS = (
 per_run AS (
   SELECT run_id, frame_key, category, MAX(frame_name) AS frame_name, SUM(count) AS n
   FROM guard_failures
-  WHERE counts_as_change AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs))
+  WHERE counts_as_change AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
   GROUP BY run_id, frame_key, category),
 base AS (
   SELECT frame_key, category, SUM(n) AS total, MAX(n) AS max_n
@@ -279,7 +329,8 @@ _COMPARE_SECONDS = (
     + """,
 per_run AS (
   SELECT run_id, MAX(compile_seconds) AS compile_s
-  FROM runs WHERE run_id = {run} OR run_id IN (SELECT run_id FROM base_runs) GROUP BY run_id),
+  FROM runs WHERE (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
+  GROUP BY run_id),
 base AS (SELECT AVG(compile_s) AS mean_s, MAX(compile_s) AS max_s FROM per_run WHERE run_id <> {run})
 SELECT ROUND(c.compile_s, 3) AS this_run_compile_s, ROUND(b.mean_s, 3) AS baseline_mean_s,
        ROUND(b.max_s, 3) AS baseline_max_s
@@ -348,13 +399,13 @@ def _since_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
 
 def _versions_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
     return (
-        "{key} IN ({baseline}, {candidate}){only}",
+        "({before} OR {after}){only}",
         f"{params.key} {params.baseline} or {params.candidate}{_narrowed_words(params)}",
     )
 
 
 def _job_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
-    return "job = {job}", f"job {params.job}"
+    return "job = {job}{only}", f"job {params.job}{_narrowed_words(params)}"
 
 
 @dataclass(frozen=True)
@@ -438,9 +489,8 @@ def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, s
         "by_order": ", ".join(f"{c.strip()} NULLS LAST" for c in columns.split(",")),
         "steady": " AND steady_state" if params.steady_only else "",
         "only": "".join(f" AND {group(c)} = {dialect.string(v)}" for c, v in params.only),
-        "key": VERSION_KEYS[params.key],
-        "baseline": dialect.string(params.baseline),
-        "candidate": dialect.string(params.candidate),
+        "before": _version_match(params.key, params.baseline, dialect),
+        "after": _version_match(params.key, params.candidate, dialect),
         "run": dialect.string(params.run),
         # Unknown until the lake is read: the job of the run's sessions (the CLI looks it up first).
         "job": dialect.string(params.job)
@@ -458,6 +508,12 @@ def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, s
         "fix_hint": _fix_hints(dialect) if command == "top-causes" else "NULL",
     }
     return values
+
+
+def _version_match(key: str, value: str, dialect: Dialect) -> str:
+    """The predicate of a --baseline/--candidate value: a release matches each of its builds."""
+    release, version = VERSION_KEYS[key]
+    return f"{release if _RELEASE.fullmatch(value) else version} = {dialect.string(value)}"
 
 
 def _fix_hints(dialect: Dialect) -> str:

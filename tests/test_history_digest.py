@@ -173,6 +173,6 @@ def test_the_query_paths_columns_are_the_tables_own():
     assert views.TABLES == tables.TABLES and set(questions.READS) == set(tables.TABLES)
     con = duckdb.connect()
     for table, columns in questions.READS.items():
-        empty = pa.Table.from_batches([], schema=tables.SCHEMAS[table])
+        con.register("empty", pa.Table.from_batches([], schema=tables.SCHEMAS[table]))
         described = {r[0]: r[1] for r in con.execute("DESCRIBE SELECT * FROM empty").fetchall()}
         assert {c: described.get(c) for c in columns} == columns, table

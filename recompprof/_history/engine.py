@@ -89,6 +89,8 @@ class Engine:
         self.lake = lake
         self.selection = selection
         self.dropped: list[Skipped] = []
+        # The session counts of each scope asked (a digest's questions share theirs).
+        self._counted: dict[str, tuple[int, int, int, int]] = {}
         self._create_views()
 
     def lock(self) -> None:
@@ -102,6 +104,7 @@ class Engine:
         self.con.execute("SET lock_configuration = true")
 
     def _create_views(self) -> None:
+        self._counted.clear()  # the files behind the views changed
         statements, datasets = views.duckdb_views(self.lake, self.selection)
         for name, dataset in datasets.items():
             self.con.register(name, dataset)
@@ -175,9 +178,12 @@ def _tables_read(sqls: list[str]) -> set[str]:
 
 
 def completeness(engine: Engine, scope: str, words: str) -> Completeness:
-    row = engine.query(questions.completeness(scope)).rows[0]
-    sessions, not_ended, dark, gaps = (int(v or 0) for v in row)
-    return Completeness(words, sessions, not_ended, dark, gaps)
+    counted = engine._counted.get(scope)
+    if counted is None:
+        row = engine.query(questions.completeness(scope)).rows[0]
+        sessions, not_ended, dark, gaps = (int(v or 0) for v in row)
+        counted = engine._counted[scope] = (sessions, not_ended, dark, gaps)
+    return Completeness(words, *counted)
 
 
 def _frame(answer: Answer, engine: Engine, read: set[str]) -> Answer:

@@ -293,7 +293,8 @@ SELECT COUNT(*) AS baseline_runs FROM base_runs"""
 )
 
 # The gate's rule for guard failures (FAILURE_SLACK, FAILURE_TOLERANCE): a (frame, category) the run
-# failed more often than the baseline's most plus the larger slack; the worst excess first.
+# failed more often than the baseline's most plus the larger slack; the worst excess first. Only the
+# job's rows are read (a compacted day is sorted by job: the other jobs' row groups are skipped).
 _COMPARE_GUARDS = (
     "WITH "
     + _BASE_RUNS
@@ -301,7 +302,8 @@ _COMPARE_GUARDS = (
 per_run AS (
   SELECT run_id, frame_key, category, MAX(frame_name) AS frame_name, SUM(count) AS n
   FROM guard_failures
-  WHERE counts_as_change AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
+  WHERE counts_as_change AND job = {job}
+    AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
   GROUP BY run_id, frame_key, category),
 base AS (
   SELECT frame_key, category, SUM(n) AS total, MAX(n) AS max_n

@@ -9,7 +9,8 @@ round, in one run of this script (docs/history.md, "Speed"). Targets:
   events = 1,000,000 events) exported with ``recompprof export``. One question as users run it
   (``recompprof history top-causes --lake L``) <= 0.5 s wall; its start-up (the interpreter and every
   import the question needs, no data read) <= 0.25 s; ``recompprof history digest`` (every question,
-  one process, one document) >= 30x less CPU than ``recompprof report RUN`` on the same run.
+  one process, one document) >= 30x less CPU than ``recompprof report RUN`` on the same run, on the
+  lake as exported and on a copy compacted (``history compact``).
 - ``fleet``: a fleet month written straight as Parquet by ``tests/history_fleet.py`` (default 30 days
   x 60 runs x 8 ranks = 14,400 rank sessions, 300 compiles each = 4.32 M compiles, about 11 M guard
   failures), one raw file per table, run and day, then ``recompprof history compact`` through the last
@@ -123,16 +124,28 @@ def bench_run(args: argparse.Namespace) -> None:
             print(
                 f"run: {args.ranks} ranks x {args.per_rank:,} events; export wall {exported[0]:.1f} s, exit {exported[2]}"
             )
+        # The same lake compacted (one file per table and day, large row groups), as `compact`
+        # leaves a day three days after it closes.
+        compacted = where / "compacted"
+        shutil.copytree(lake, compacted)
+        subprocess.run(
+            [*CLI, "history", "compact", "--lake", str(compacted), "--through", "2100-01-01"],
+            check=True,
+            capture_output=True,
+        )
         run_id = f"scale-{args.seed}"
-        digest = [
-            *CLI, "history", "digest", "--lake", str(lake), "--since", "1970-01-01", "--run", run_id,
+        asked = [
+            "--since", "1970-01-01", "--run", run_id,
             "--baseline", "torch=2.13.0", "--candidate", "torch=2.14.0",
         ]  # fmt: skip
+        digest = [*CLI, "history", "digest", "--lake", str(lake), *asked]
+        digest_compacted = [*CLI, "history", "digest", "--lake", str(compacted), *asked]
         question = [*CLI, "history", "top-causes", "--lake", str(lake), "--since", "1970-01-01"]
-        report, digested, one, started, inside = [], [], [], [], []
+        report, digested, on_compacted, one, started, inside = [], [], [], [], [], []
         for _ in range(args.rounds):  # side by side, round by round
             report.append(measure([*CLI, "report", str(run)]))
             digested.append(measure(digest))
+            on_compacted.append(measure(digest_compacted))
             one.append(measure(question))
             started.append(measure([sys.executable, "-c", START_UP]))
             inside.append(_ask(lake, "2.13.0", "2.14.0")[1])
@@ -140,23 +153,33 @@ def bench_run(args: argparse.Namespace) -> None:
         for name, samples in (
             ("report RUN", report),
             ("history digest", digested),
+            ("digest, compacted", on_compacted),
             ("history top-causes", one),
             ("start-up", started),
         ):
             print(
-                f"  {name:20} wall {_median(samples, 0):6.2f} s  cpu {_median(samples, 3):6.2f} s  "
-                f"peak RSS {max(s[1] for s in samples):4.0f} MB"
+                f"  {name:20} wall {_median(samples, 0):6.2f} s (least {min(s[0] for s in samples):5.2f})"
+                f"  cpu {_median(samples, 3):6.2f} s  peak RSS {max(s[1] for s in samples):4.0f} MB"
             )
         _inside(inside)
         q_wall, s_wall = _median(one, 0), _median(started, 0)
         ratio = _median(report, 3) / _median(digested, 3)
         print(
-            f"one question, one CLI call: {q_wall:.2f} s wall (target <= 0.5 s): {_met(q_wall <= 0.5)}"
+            f"one question, one CLI call: {q_wall:.2f} s wall, {_median(one, 3):.2f} s CPU "
+            f"(target <= 0.5 s wall): {_met(q_wall <= 0.5)}"
         )
-        print(f"its start-up: {s_wall:.2f} s wall (target <= 0.25 s): {_met(s_wall <= 0.25)}")
+        print(
+            f"its start-up: {s_wall:.2f} s wall, {_median(started, 3):.2f} s CPU "
+            f"(target <= 0.25 s wall): {_met(s_wall <= 0.25)}"
+        )
         print(
             f"report / digest CPU: {ratio:.1f}x (target >= 30x): {_met(ratio >= 30)}; "
             f"wall {_median(report, 0) / _median(digested, 0):.1f}x"
+        )
+        ratio = _median(report, 3) / _median(on_compacted, 3)
+        print(
+            f"report / digest CPU, the lake compacted: {ratio:.1f}x (target >= 30x): "
+            f"{_met(ratio >= 30)}; wall {_median(report, 0) / _median(on_compacted, 0):.1f}x"
         )
     finally:
         shutil.rmtree(where, ignore_errors=True)
@@ -218,8 +241,9 @@ def bench_fleet(args: argparse.Namespace) -> None:
             inside.append(_ask(lake, fleet_mod.BASE, fleet_mod.NEW)[1])
         document = json.loads(subprocess.run(digest, capture_output=True, text=True).stdout)
         print(
-            f"history digest: wall {_median(samples, 0):.2f} s  cpu {_median(samples, 3):.2f} s  peak RSS "
-            f"{max(s[1] for s in samples):.0f} MB; {args.rounds} round(s); {_load()}"
+            f"history digest: wall {_median(samples, 0):.2f} s (least {min(s[0] for s in samples):.2f})  "
+            f"cpu {_median(samples, 3):.2f} s  peak RSS {max(s[1] for s in samples):.0f} MB; "
+            f"{args.rounds} round(s); {_load()}"
         )
         _inside(inside)
         regressions = document["questions"].get("regressions", {"results": [{"rows": []}]})

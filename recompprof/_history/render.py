@@ -3,10 +3,8 @@ trend is the answer; and every sentence the answers say about the files and sess
 
 from __future__ import annotations
 
-import csv
 import datetime
 import decimal
-import html
 import io
 import json
 from collections.abc import Iterable
@@ -188,6 +186,8 @@ def _table(result: Result, *, title: bool) -> str:
 
 def csv_text(answer: Answer) -> str:
     buffer = io.StringIO()
+    import csv  # the table and JSON answers never need it (each import is start-up time)
+
     writer = csv.writer(buffer, lineterminator="\n")
     for n, result in enumerate(answer.results):
         if n:
@@ -273,6 +273,8 @@ td.n{text-align:right}.warn{color:#a33}.note{color:#555}svg text{font:11px sans-
 
 
 def _e(value: object) -> str:
+    import html  # only the HTML page needs it
+
     return html.escape(str(value), quote=True)
 
 

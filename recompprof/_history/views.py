@@ -12,12 +12,14 @@ each compaction.
 from __future__ import annotations
 
 import datetime
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from recompprof._history import health
 from recompprof._history.dialects.base import Dialect, Where, literal
-from recompprof._history.local import LocalLake
+from recompprof._history.local import File, LocalLake
 from recompprof._history.names import DAILY_ROOT, ROOT
 from recompprof._history.questions import READS
 
@@ -106,7 +108,10 @@ def select(lake: Readable, tables: tuple[str, ...] = TABLES) -> Selection:
         raw = [f.path for f in listing if marker is None or f.day > marker]
         checked = health.check(lake, table, sorted(compacted) + raw, bad)
         if marker is not None:
-            checked.late = _late(lake, table, [f for f in listing if f.day <= marker])
+            checked.late = _late(
+                [f for f in listing if f.day <= marker],
+                functools.partial(daily.read_sources, lake, table),
+            )
         selection.tables[table] = checked
     return selection
 
@@ -126,17 +131,10 @@ def _select_local(lake: LocalLake, tables: tuple[str, ...]) -> Selection:
             raw = [f.path for f in listing if marker is None or f.day > marker]
             checked = health.check_footers(con, table, sorted(compacted) + raw, READS[table], bad)
             if marker is not None:
-                by_day: dict[datetime.date, list[tuple[str, int]]] = {}
-                for f in listing:
-                    if f.day <= marker:
-                        by_day.setdefault(f.day, []).append((f.path, f.size))
-                for day, files in sorted(by_day.items()):
-                    covered = lake.sources(table, day) or set()
-                    checked.late.extend(
-                        path
-                        for path, size in files
-                        if (path.rpartition("/")[2], size) not in covered
-                    )
+                checked.late = _late(
+                    [f for f in listing if f.day <= marker],
+                    functools.partial(lake.sources, table),
+                )
             selection.tables[table] = checked
     except BaseException:
         con.close()
@@ -173,17 +171,21 @@ def every_file(lake: Lake, table: str) -> list[str]:
     return compacted + [f.path for f in lake.files(table)]
 
 
-def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
-    """Raw files of compacted days that their day's ``_sources`` does not list."""
-    from recompprof._history import daily
-
-    by_day: dict[datetime.date, list[LakeFile]] = {}
+def _late(
+    files: list[LakeFile] | list[File],
+    sources: Callable[[datetime.date], set[tuple[str, int]] | None],
+) -> list[str]:
+    """Raw files of compacted days (``files``) that their day's ``_sources`` does not list (by name
+    and size: a file exported anew since is late too)."""
+    by_day: dict[datetime.date, list[tuple[str, int]]] = {}
     for f in files:
-        by_day.setdefault(f.day, []).append(f)
+        by_day.setdefault(f.day, []).append((f.path, f.size))
     late: list[str] = []
     for day, day_files in sorted(by_day.items()):
-        covered = daily.read_sources(lake, table, day) or set()
-        late.extend(f.path for f in day_files if (f.path.rpartition("/")[2], f.size) not in covered)
+        covered = sources(day) or set()
+        late.extend(
+            path for path, size in day_files if (path.rpartition("/")[2], size) not in covered
+        )
     return late
 
 

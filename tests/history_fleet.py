@@ -24,6 +24,8 @@ TEAMS = ("vision", "speech", "ranking", "llm")
 MODELS = ("resnet", "whisper", "dlrm", "llama", "vit", "bert")
 BASE = "2.14.1"
 NEW = "2.15.0"
+# The builds the fleet runs: torch_version is the build (``2.15.0+cu128``), torch_release the release.
+BUILD = "+cu128"
 UTC = datetime.timezone.utc
 
 
@@ -40,7 +42,9 @@ class Fleet:
     recompile_share: float = 0.2  # of the compiles after each frame's first
     jobs: int = 6
     upgrade_day: int = 2  # from this day on, runs use torch NEW
-    regressing_job: int = 1  # this job recompiles 4x as often on NEW
+    # This job recompiles 4x as often on NEW (at most 95% of its later compiles): the regression that
+    # `history regressions` must find, at any recompile_share below 0.79.
+    regressing_job: int = 1
     seed: int = 7
 
 
@@ -52,8 +56,6 @@ def _timestamps(day: datetime.date, seconds: np.ndarray) -> pa.Array:
 def _table(name: str, columns: dict[str, pa.Array | np.ndarray | list[object]]) -> pa.Table:
     schema = SCHEMAS[name]
     n = len(next(iter(columns.values())))
-    if "torch_release" not in columns and "torch_version" in columns:  # the versions are releases
-        columns = {**columns, "torch_release": columns["torch_version"]}
     arrays = []
     for f in schema:
         value = columns.get(f.name)
@@ -83,8 +85,9 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
     frames = 6
     frame = k % frames
     backward = (k % 4) == 3
+    regressed = min(0.95, 4 * fleet.recompile_share)
     p_recompile = np.where(
-        (job[s_of] == fleet.regressing_job) & (version == NEW), 0.8, fleet.recompile_share
+        (job[s_of] == fleet.regressing_job) & (version == NEW), regressed, fleet.recompile_share
     ) * (k >= frames)
     is_recompile = (rng.random(n) < p_recompile) & ~backward
     # divergence: odd ranks of even jobs never recompile frame 0
@@ -107,7 +110,8 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "run_id": run_id[s_of],
             "rank": rank[s_of],
             "pid": pid[s_of],
-            "torch_version": np.full(n, version),
+            "torch_version": np.full(n, version + BUILD),
+            "torch_release": np.full(n, version),
             "job": job_name[s_of],
             "team": team[s_of],
             "model": model[s_of],
@@ -141,7 +145,8 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "run_id": run_id[s_of][g_of],
             "rank": rank[s_of][g_of],
             "pid": pid[s_of][g_of],
-            "torch_version": np.full(len(g_of), version),
+            "torch_version": np.full(len(g_of), version + BUILD),
+            "torch_release": np.full(len(g_of), version),
             "job": job_name[s_of][g_of],
             "team": team[s_of][g_of],
             "model": model[s_of][g_of],
@@ -166,7 +171,8 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "run_id": run_id,
             "rank": rank,
             "pid": pid,
-            "torch_version": np.full(sessions, version),
+            "torch_version": np.full(sessions, version + BUILD),
+            "torch_release": np.full(sessions, version),
             "job": job_name,
             "team": team,
             "model": model,
@@ -188,7 +194,8 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "run_id": run_id,
             "rank": rank,
             "pid": pid,
-            "torch_version": np.full(sessions, version),
+            "torch_version": np.full(sessions, version + BUILD),
+            "torch_release": np.full(sessions, version),
             "job": job_name,
             "team": team,
             "model": model,

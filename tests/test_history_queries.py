@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from history_fleet import NEW, Fleet, write_fleet
+from history_fleet import BUILD, NEW, Fleet, write_fleet
 from needs import starts
 from recorded_runs import cli, record
 
@@ -200,6 +200,29 @@ def test_regressions_find_the_job_that_recompiles_more_and_exit_1(lake, capsys):
     )
     assert code == 1
     assert "job1" in out and "1 finding(s)" in out
+    # The fleet runs +cu128 builds: a bare release matches each build of it, a build only itself.
+    code, out, _ = history(
+        capsys,
+        "regressions",
+        "--lake",
+        str(lake),
+        "--baseline",
+        f"torch=2.14.1{BUILD}",
+        "--candidate",
+        f"torch={NEW}{BUILD}",
+    )
+    assert code == 1 and "job1" in out
+    code, out, _ = history(
+        capsys,
+        "regressions",
+        "--lake",
+        str(lake),
+        "--baseline",
+        "torch=2.14.1+cpu",
+        "--candidate",
+        f"torch={NEW}+cpu",
+    )
+    assert code == 0 and "job1" not in out
     code, out, _ = history(
         capsys,
         "regressions",
@@ -239,6 +262,27 @@ def test_compare_is_a_ci_gate(lake, capsys):
     assert code == 2 and "not in the lake" in err and "Traceback" not in err
 
 
+def test_compare_takes_team_and_model_filters(lake, capsys):
+    """compare --team/--model narrow the run and its baseline to that team's or model's rows, as
+    --job names the job: the run's own team answers as the unfiltered gate does, another team's
+    holds no session of the run, and the scope says the filter."""
+    runs = rows_of(lake, "runs").to_pylist()
+    last = max(runs, key=lambda r: r["start_time"])
+    args = ("compare", last["run_id"], "--lake", str(lake), "--format", "json")
+    gate = ("--min-baseline", "1", "--max-failure-increase", "0")
+    _, whole, _ = history(capsys, *args, *gate)
+    _, own, _ = history(capsys, *args, *gate, "--team", last["team"], "--model", last["model"])
+    whole_doc, own_doc = as_json(whole), as_json(own)
+    assert f"team {last['team']}, model {last['model']}" in own_doc["sessions"]["scope"]
+    assert own_doc["results"] == whole_doc["results"] and whole_doc["baseline_runs"] >= 1
+    assert own_doc["sessions"]["sessions"] == whole_doc["sessions"]["sessions"] > 0
+    other = next(r["team"] for r in runs if r["team"] != last["team"])
+    code, out, err = history(capsys, *args, *gate, "--team", other)
+    doc = as_json(out)
+    assert code == 0 and doc["sessions"]["sessions"] == 0 and doc["baseline_runs"] == 0
+    assert "nothing to compare with" in err
+
+
 def test_limit_hits_divergence_and_latency(lake, capsys):
     """limit-hits names the frame at the limit; divergence the jobs whose ranks disagree; latency gives
     ordered percentiles per model and torch version."""
@@ -258,7 +302,7 @@ def test_limit_hits_divergence_and_latency(lake, capsys):
         capsys, "latency", "--lake", str(lake), "--since", SINCE, "--format", "json"
     )
     rows = as_json(out)["results"][0]["rows"]
-    assert code == 0 and {r["torch_version"] for r in rows} == {"2.14.1", NEW}
+    assert code == 0 and {r["torch_version"] for r in rows} == {f"2.14.1{BUILD}", f"{NEW}{BUILD}"}
     assert all(r["p50_s"] <= r["p90_s"] <= r["p99_s"] <= r["max_s"] for r in rows)
 
 
@@ -729,6 +773,39 @@ def test_real_runs_compare_flags_the_run_that_added_guard_failures(real_lake, ca
     assert added and all(row["baseline_max"] == 0 for row in answer["results"][0]["rows"])
     code, out, err = history(capsys, "compare", base, "--lake", str(lake))
     assert code == 0 and "nothing to compare with" in err
+
+
+def test_real_runs_regressions_match_torchs_release_not_its_build(real_lake, capsys):
+    """The real jobs ran torch's +cpu build: --baseline torch=<release> (no build) reads their
+    sessions, as it would a +cu128 build's; the build's full version reads them too."""
+    lake, _ = real_lake
+    _, out, _ = history(
+        capsys,
+        "sql",
+        "--lake",
+        str(lake),
+        "SELECT DISTINCT torch_version, torch_release FROM runs",
+        "--format",
+        "json",
+    )
+    [row] = as_json(out)["results"][0]["rows"]
+    version, release = row["torch_version"], row["torch_release"]
+    assert version != release and version.startswith(release + "+")
+    for value in (release, version):
+        code, out, err = history(
+            capsys,
+            "regressions",
+            "--lake",
+            str(lake),
+            "--baseline",
+            f"torch={value}",
+            "--candidate",
+            "torch=99.0",
+            "--format",
+            "json",
+        )
+        assert code == 0, err
+        assert as_json(out)["sessions"]["sessions"] == 2  # the two runs' one rank each
 
 
 @pytest.mark.servers

@@ -5,12 +5,14 @@
   recompprof history regressions --lake URI --baseline torch=2.14.1 --candidate torch=2.15.0
   recompprof history compare RUN --lake URI [--baseline last:50] [--job J] [--min-baseline 5] [--top 10]
   recompprof history limit-hits | divergence | latency --lake URI [--since 7d]
+  recompprof history digest      --lake URI [--since 7d] [--run RUN] [--format table|json]
   recompprof history sql --lake URI 'SELECT ...'
   recompprof history verify --lake URI
   recompprof history compact --lake URI [--through DATE] [--check]
 
-Every question but compare takes --job/--team/--model to narrow its rows. DuckDB answers them embedded. --print-sql --dialect spark|trino|clickhouse|duckdb prints the view
-definitions and the query for a fleet's own engine instead.
+Every question takes --job/--team/--model to narrow its rows; digest asks them all in one process
+(for a dashboard or a daily mail). DuckDB answers them embedded. --print-sql --dialect
+spark|trino|clickhouse|duckdb prints the view definitions and the query for a fleet's own engine instead.
 """
 
 from __future__ import annotations
@@ -59,14 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if by is not None:
             choices = ("model", "team", "job", "frame") if name == "top-causes" else GROUPS
             p.add_argument("--by", default=by, choices=choices, help=f"(default {by})")
-        if name != "compare":
-            for column in GROUPS:
-                p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
+        for column in GROUPS if name != "compare" else ("team", "model"):
+            p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
         if name == "top-causes":
             p.add_argument(
                 "--all", action="store_true", help="every recompile, not only steady-state ones"
             )
         _common(p)
+    _add_digest(sub)
     p = sub.add_parser(
         "sql", help="any SELECT over the views runs, compiles, guard_failures, graph_breaks"
     )
@@ -95,6 +97,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also re-compact compacted days that raw files arrived for late",
     )
+
+
+def _add_digest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    what = (
+        "every question in one process, printed as one document (a dashboard's or a daily mail's): "
+        "top-causes, cost, regressions (the two newest torch releases unless --baseline/--candidate), "
+        "compare (with --run), limit-hits, divergence, latency"
+    )
+    p = sub.add_parser("digest", help=what, description=what, epilog=_EXITS)
+    p.add_argument("--since", default="7d", help="days back (7d) or a date (default 7d)")
+    p.add_argument(
+        "--by", default=None, choices=GROUPS, help="(default: each question's own, as alone)"
+    )
+    p.add_argument("--baseline", default=None, metavar="torch=VERSION")
+    p.add_argument("--candidate", default=None, metavar="torch=VERSION")
+    p.add_argument("--run", default="", metavar="RUN", help="hold this run to its job's history")
+    p.add_argument("--all", action="store_true", help="top-causes: every recompile")
+    for column in GROUPS:
+        p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
+    _gate_arguments(p)
+    p.add_argument(
+        "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
+    )
+    p.add_argument("--format", default="table", choices=("table", "json"))
+    p.add_argument("--output", type=Path, default=None, help="write the document to FILE")
 
 
 def _gate_arguments(p: argparse.ArgumentParser) -> None:
@@ -174,24 +201,32 @@ def _params(args: argparse.Namespace) -> object:
     from recompprof._history import questions as q
 
     values: dict[str, object] = {}
+    command = args.question
     if getattr(args, "since", None) is not None:
         values["since"] = q.since_date(args.since)
     if getattr(args, "by", None) is not None:
-        values["by"] = q.group(args.by, frame=args.question == "top-causes")
-    if args.question != "compare":
-        values["only"] = q.narrowed({c: getattr(args, c, "") for c in q.FILTERS})
-    if args.question == "top-causes":
+        values["by"] = q.group(args.by, frame=command == "top-causes")
+    # compare's --job names the job whose history the run is held to; its --team/--model narrow
+    values["only"] = q.narrowed(
+        {c: getattr(args, c, "") for c in q.FILTERS if c != "job" or command != "compare"}
+    )
+    if command in ("top-causes", "digest"):
         values["steady_only"] = not args.all
-    if args.question == "regressions":
+    if command == "regressions" or (command == "digest" and (args.baseline or args.candidate)):
+        if args.baseline is None or args.candidate is None:
+            raise CommandError("give both --baseline and --candidate (or neither)")
         key, before = q.version_pair(args.baseline, "--baseline")
         key2, after = q.version_pair(args.candidate, "--candidate")
         if key != key2:
             raise CommandError("--baseline and --candidate must name the same key (torch=...)")
         values.update(key=key, baseline=before, candidate=after)
-    if args.question == "compare":
+    if command == "digest" and args.run:
+        q.value_text(args.run, "--run")
+    if command == "compare":
         values["run"] = q.value_text(args.run, "RUN")
         values["job"] = q.value_text(args.job, "--job") if args.job else ""
         values["last"] = q.last_runs(args.baseline)
+    if command in ("compare", "digest"):
         for option in (
             "max_failure_increase",
             "max_failure_increase_pct",
@@ -223,22 +258,22 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _say(kind: str, line: str) -> None:
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     print(escape(f"recompprof: {kind}: {line}"), file=sys.stderr)
 
 
 def _marker(args: argparse.Namespace) -> datetime.date | None:
     """The compaction marker the printed views obey: --through (nothing opened), else the lake's."""
-    from recompprof._history import daily, questions as q, views
-    from recompprof._history.layout import LakeError
+    from recompprof._history import questions as q, views
+    from recompprof._history.names import LakeError
 
     if args.through == "none":
         return None
     if args.through is not None:
         return q.since_date(args.through, option="--through")
     try:
-        return daily.through(views.open_lake(args.lake))
+        return views.marker(views.reader(args.lake))
     except LakeError as error:
         raise CommandError(
             f"{error} (to print without opening the lake, give its compaction marker: "
@@ -311,12 +346,31 @@ def _verify(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if bad else EXIT_OK
 
 
+def _digest(args: argparse.Namespace, params: object) -> int:
+    from recompprof._history import engine, render, views
+
+    lake = views.reader(args.lake)
+    selection = views.select(lake)
+    runner = engine.Engine(lake, selection)
+    own = {name: by for name, (_, _, by) in _QUESTIONS.items() if by and args.by is None}
+    answers, left_out = engine.digest(runner, params, args.run, own)  # type: ignore[arg-type]
+    files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
+    if args.format == "json":
+        text = render.digest_json(answers, files, left_out)
+    else:
+        text = render.digest_text(answers, files, left_out)
+    _emit(text, args.output)
+    return EXIT_FINDINGS if any(a.findings for a in answers) else EXIT_OK
+
+
 def main(args: argparse.Namespace) -> int:
     if args.question == "compact":
         return _compact(args)
     if args.question == "verify":
         return _verify(args)
     params = _params(args) if args.question != "sql" else None
+    if args.question == "digest":
+        return _digest(args, params)
     if args.print_sql:
         return _print_sql(args, params)
     if args.dialect != "duckdb":
@@ -325,7 +379,7 @@ def main(args: argparse.Namespace) -> int:
         )
     from recompprof._history import engine, render, views
 
-    lake = views.open_lake(args.lake)
+    lake = views.reader(args.lake)
     selection = views.select(lake)
     runner = engine.Engine(lake, selection)
     if args.question == "sql":

@@ -284,14 +284,14 @@ def exit_code(exc: BaseException) -> int:
 
 def _err(message: str) -> None:
     """One line on stderr; names from the input in it are shown escaped (see recompprof._model.texts)."""
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     print(escape(f"recompprof: {message}"), file=sys.stderr)
 
 
 def _say(line: str) -> None:
     """One line on stdout, escaped like :func:`_err`."""
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     print(escape(line))
 

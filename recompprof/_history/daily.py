@@ -20,12 +20,17 @@ import re
 
 import pyarrow.fs as pafs
 
-from recompprof._history.layout import DAILY_ROOT, Lake, LakeError, partition
+from recompprof._history.layout import Lake, LakeError, partition
+from recompprof._history.names import (
+    DAILY_ROOT,
+    PART,
+    SOURCES,
+    THROUGH,
+    parse_sources,
+    parse_through,
+)
 
 DAILY = DAILY_ROOT
-PART = "part-0.parquet"
-SOURCES = "_sources"
-THROUGH = "_through"
 _DAY = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/" + re.escape(PART) + "$")
 
 
@@ -47,7 +52,7 @@ def through(lake: Lake) -> datetime.date | None:
     if text is None:
         return None
     try:
-        return datetime.date.fromisoformat(text.strip())
+        return parse_through(text)
     except ValueError:
         raise LakeError(
             f"{lake.uri}: {DAILY}/{THROUGH} holds {text.strip()[:40]!r}, not a date; "
@@ -82,12 +87,7 @@ def read_sources(lake: Lake, table: str, day: datetime.date) -> set[Source] | No
     text = _read_text(lake, sources_path(lake, table, day))
     if text is None:
         return None
-    found = set()
-    for line in text.splitlines():
-        name, _, size = line.rpartition(" ")
-        if name and size.isdigit():
-            found.add((name, int(size)))
-    return found
+    return parse_sources(text)
 
 
 def write_sources(lake: Lake, table: str, day: datetime.date, sources: set[Source]) -> None:

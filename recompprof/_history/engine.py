@@ -18,15 +18,10 @@ from recompprof._errors import CommandError
 from recompprof._history import questions, views
 from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
-from recompprof._history.layout import Lake
 from recompprof._history.questions import Params
-from recompprof._history.tables import TABLES
+from recompprof._history.views import TABLES
 
 _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
-
-
-class EngineMissing(CommandError):
-    """DuckDB is not installed (the ``history`` extra)."""
 
 
 @dataclass
@@ -86,24 +81,16 @@ class Answer:
 class Engine:
     """DuckDB with the lake's views; one per command."""
 
-    def __init__(self, lake: Lake, selection: views.Selection) -> None:
-        try:
-            import duckdb
-        except ImportError:
-            raise EngineMissing(
-                "recompprof history needs DuckDB: pip install 'recompprof[history]'"
-            ) from None
+    def __init__(self, lake: views.Readable, selection: views.Selection) -> None:
+        self.con = selection.connection or views.connect()
+        import duckdb
+
         self._duckdb = duckdb
         self.lake = lake
         self.selection = selection
         self.dropped: list[Skipped] = []
-        self.con = duckdb.connect(":memory:")
-        # Every query binds the views again; without the cache each bind re-reads the footers.
-        self.con.execute("SET parquet_metadata_cache = true")
-        # DuckDB draws its progress bar on stdout, where the answer (json, csv) goes: never drawn
-        # (printing off too, as SET progress_bar_time turns the bar itself back on).
-        self.con.execute("SET enable_progress_bar = false")
-        self.con.execute("SET enable_progress_bar_print = false")
+        # The session counts of each scope asked (a digest's questions share theirs).
+        self._counted: dict[str, tuple[int, int, int, int]] = {}
         self._create_views()
 
     def lock(self) -> None:
@@ -117,6 +104,7 @@ class Engine:
         self.con.execute("SET lock_configuration = true")
 
     def _create_views(self) -> None:
+        self._counted.clear()  # the files behind the views changed
         statements, datasets = views.duckdb_views(self.lake, self.selection)
         for name, dataset in datasets.items():
             self.con.register(name, dataset)
@@ -165,8 +153,11 @@ class Engine:
         for table in sorted(_tables_read([sql])):
             for path in list(self.selection.tables[table].good):
                 try:
-                    with self.lake.fs.open_input_file(path) as handle:
-                        pq.ParquetFile(handle).read()
+                    if isinstance(self.lake, views.LocalLake):
+                        pq.ParquetFile(path).read()
+                    else:
+                        with self.lake.fs.open_input_file(path) as handle:
+                            pq.ParquetFile(handle).read()
                 except (OSError, pa.ArrowException, ValueError) as broken:
                     self._drop(table, path, f"{error}; {broken}")
                     found = True
@@ -187,9 +178,12 @@ def _tables_read(sqls: list[str]) -> set[str]:
 
 
 def completeness(engine: Engine, scope: str, words: str) -> Completeness:
-    row = engine.query(questions.completeness(scope)).rows[0]
-    sessions, not_ended, dark, gaps = (int(v or 0) for v in row)
-    return Completeness(words, sessions, not_ended, dark, gaps)
+    counted = engine._counted.get(scope)
+    if counted is None:
+        row = engine.query(questions.completeness(scope)).rows[0]
+        sessions, not_ended, dark, gaps = (int(v or 0) for v in row)
+        counted = engine._counted[scope] = (sessions, not_ended, dark, gaps)
+    return Completeness(words, *counted)
 
 
 def _frame(answer: Answer, engine: Engine, read: set[str]) -> Answer:
@@ -277,3 +271,50 @@ def free_query(engine: Engine, sql: str) -> Answer:
     answer = Answer("sql", results=[result])
     answer.completeness = completeness(engine, "true", "the whole lake")
     return _frame(answer, engine, _tables_read([sql]) | {"runs"})
+
+
+# The questions a digest asks, in the order it shows them (every canonical one).
+DIGEST = tuple(questions.COMMANDS)
+
+
+def digest(
+    engine: Engine, params: Params, run: str = "", by: dict[str, str] | None = None
+) -> tuple[list[Answer], dict[str, str]]:
+    """``history digest``: every canonical question over one engine, as each command alone answers it
+    with ``params``; and the questions left out, each with why. regressions compares ``params``'
+    versions, else the lake's two newest torch releases (by the first session of each); compare
+    holds ``run`` to its job's history, and is left out without one. ``by``: a question's own grouping
+    where ``params`` names none (each command's default)."""
+    answers: list[Answer] = []
+    left_out: dict[str, str] = {}
+    compare_only = tuple((c, v) for c, v in params.only if c != "job")
+    for command in DIGEST:
+        asked = params
+        if by and command in by:
+            asked = dataclasses.replace(params, by=by[command])
+        if command == "regressions" and not params.baseline:
+            newest = _newest_releases(engine, params)
+            if len(newest) < 2:
+                left_out[command] = (
+                    "fewer than two torch releases in the lake "
+                    "(--baseline/--candidate name the versions)"
+                )
+                continue
+            asked = dataclasses.replace(params, baseline=newest[1], candidate=newest[0])
+        if command == "compare":
+            if not run:
+                left_out[command] = "no run given (--run RUN holds it to its job's history)"
+                continue
+            job = dict(params.only).get("job", "")
+            asked = dataclasses.replace(params, run=run, job=job, only=compare_only)
+        answers.append(ask(engine, command, asked))
+    return answers, left_out
+
+
+def _newest_releases(engine: Engine, params: Params) -> list[str]:
+    only = questions.literals(params, questions.DUCKDB)["only"]
+    rows = engine.query(
+        "SELECT torch_release FROM runs WHERE torch_release IS NOT NULL"
+        f"{only} GROUP BY torch_release ORDER BY MIN(start_time) DESC, torch_release DESC LIMIT 2"
+    ).rows
+    return [r[0] for r in rows]

@@ -13,14 +13,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+from recompprof._history.local import LocalLake
 
-from recompprof._history.layout import Lake
-from recompprof._history.tables import SCHEMAS, SESSION_KEY
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from recompprof._history.layout import Lake
+
+# A lake's files are checked two ways: a local lake's footers by DuckDB (:func:`check_footers`: the
+# query path imports no pyarrow), an object store's and compaction's by pyarrow (:func:`check`).
 
 # Written into each compacted file's footer: the raw files its day held that could not be read.
 UNREADABLE_KEY = b"recompprof.unreadable"
@@ -57,7 +62,10 @@ class Checked:
     late: list[str] = field(default_factory=list)
     # The distinct column lists (names and types) of the readable files: one means a reader need not
     # reconcile columns across files (DuckDB's union_by_name reads every footer again on each query).
-    schemas: set[tuple[tuple[str, pa.DataType], ...]] = field(default_factory=set)
+    # Types are Arrow's (check) or DuckDB's names of them (check_footers).
+    schemas: set[tuple[tuple[str, Any], ...]] = field(default_factory=set)
+    # The columns of the readable files in the order first seen (a view names them in it).
+    order: list[str] = field(default_factory=list)
 
     @property
     def uniform(self) -> bool:
@@ -65,6 +73,8 @@ class Checked:
 
 
 def _compatible(found: pa.DataType, known: pa.DataType) -> bool:
+    import pyarrow as pa
+
     if found == known:
         return True
     if pa.types.is_integer(found) and pa.types.is_integer(known):
@@ -77,6 +87,8 @@ def _compatible(found: pa.DataType, known: pa.DataType) -> bool:
 
 
 def _schema_problem(table: str, schema: pa.Schema) -> str | None:
+    from recompprof._history.tables import SCHEMAS, SESSION_KEY
+
     known = SCHEMAS[table]
     names = set(schema.names)
     lacking = [f.name for f in SESSION_KEY if f.name not in names]
@@ -92,6 +104,11 @@ def _schema_problem(table: str, schema: pa.Schema) -> str | None:
 def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None = None) -> Checked:
     """Read the footer of each of ``paths`` (files of ``table``); leave out those ``history verify``
     found bad (``bad``, from :func:`read_verified`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from recompprof._history.tables import SCHEMAS
+
     checked = Checked(table)
     known = SCHEMAS[table].names
     for path in paths:
@@ -114,6 +131,7 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
         checked.schemas.add(tuple(zip(schema.names, schema.types)))
         names = set(schema.names)
         checked.present.update(names)
+        checked.order.extend(n for n in schema.names if n not in checked.order)
         checked.missing.update(name for name in known if name not in names)
         lost = (meta.metadata or {}).get(UNREADABLE_KEY)
         if lost:
@@ -121,11 +139,144 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
     return checked
 
 
+# The session key every file must have (the rows of a file without it cannot be counted once).
+_KEY = ("run_id", "rank", "pid")
+
+
+def check_footers(
+    con: Any,
+    table: str,
+    paths: list[str],
+    expected: Mapping[str, str],
+    bad: dict[str, Bad] | None = None,
+) -> Checked:
+    """:func:`check` for a local lake, by DuckDB (``con``): each file's footer read, its top-level
+    columns and their DuckDB types; a file that does not read, lacks the session key or types a column
+    of ``expected`` (the columns the questions read: name -> DuckDB type) as another kind is left out."""
+    checked = Checked(table)
+    todo = []
+    for path in paths:
+        found = (bad or {}).get(path)
+        if found is not None:
+            checked.skipped.append(Skipped(table, path, "verify", found.why))
+        else:
+            todo.append(path)
+    columns, lost, unreadable = _footers(con, todo)
+    for path in todo:
+        if path in unreadable:
+            checked.skipped.append(Skipped(table, path, "unreadable", unreadable[path]))
+            continue
+        found_columns = columns.get(path, [])
+        problem = _duck_problem(found_columns, expected)
+        if problem is not None:
+            checked.skipped.append(Skipped(table, path, "schema", problem))
+            continue
+        checked.good.append(path)
+        checked.schemas.add(tuple(found_columns))
+        names = [n for n, _ in found_columns]
+        checked.present.update(names)
+        checked.order.extend(n for n in names if n not in checked.order)
+        if path in lost:
+            checked.lost_at_compaction.extend(_names(lost[path]))
+    # Known columns some readable files lack: those others have, and those the questions read.
+    known = [*checked.order, *(n for n in expected if n not in checked.present)]
+    for path in checked.good:
+        have = {n for n, _ in columns[path]}
+        checked.missing.update(n for n in known if n not in have)
+    return checked
+
+
+def _footers(
+    con: Any, paths: list[str]
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, bytes], dict[str, str]]:
+    """Each file's top-level columns (name, DuckDB type), its UNREADABLE_KEY value, and the files
+    whose footer does not read (why): all files in one read, file by file only when one fails."""
+    columns: dict[str, list[tuple[str, str]]] = {}
+    lost: dict[str, bytes] = {}
+    unreadable: dict[str, str] = {}
+    if not paths:
+        return columns, lost, unreadable
+    import duckdb
+
+    try:
+        schema_rows = con.execute(_SCHEMA_SQL, [paths]).fetchall()
+        kv_rows = con.execute(_KV_SQL, [paths, UNREADABLE_KEY]).fetchall()
+    except duckdb.Error:  # one bad footer fails the whole read: find which, one at a time
+        schema_rows, kv_rows = [], []
+        for path in paths:
+            try:
+                schema_rows += con.execute(_SCHEMA_SQL, [[path]]).fetchall()
+                kv_rows += con.execute(_KV_SQL, [[path], UNREADABLE_KEY]).fetchall()
+            except duckdb.Error as error:
+                unreadable[path] = _one_line(error)
+    by_file: dict[str, list[tuple[str, str, int]]] = {}
+    for file_name, name, duck_type, children in schema_rows:
+        by_file.setdefault(file_name, []).append((name, duck_type, children or 0))
+    for file_name, rows in by_file.items():
+        columns[file_name] = _top_level(rows)
+    for file_name, value in kv_rows:
+        lost[file_name] = bytes(value)
+    return columns, lost, unreadable
+
+
+_SCHEMA_SQL = (
+    "SELECT file_name, name, duckdb_type, num_children FROM parquet_schema(?) "
+    "ORDER BY file_name, column_id"
+)
+_KV_SQL = "SELECT file_name, value FROM parquet_kv_metadata(?) WHERE key = ?"
+
+
+def _top_level(rows: list[tuple[str, str, int]]) -> list[tuple[str, str]]:
+    """The root's children of a flattened Parquet schema (a list's or map's inner nodes dropped)."""
+    out = []
+    remaining = [rows[0][2]] if rows else []  # children left to see at each open level
+    for name, duck_type, children in rows[1:]:
+        if len(remaining) == 1:
+            out.append((name, duck_type))
+        remaining[-1] -= 1
+        if children:
+            remaining.append(children)
+        while len(remaining) > 1 and remaining[-1] == 0:
+            remaining.pop()
+    return out
+
+
+def _duck_kind(duck_type: str) -> str:
+    """The kind of a DuckDB type name: what a column may be typed as by another exporter version."""
+    t = duck_type.upper()
+    if t.endswith("]"):
+        return "list"
+    if t.startswith("MAP"):
+        return "map"
+    if t.startswith("TIMESTAMP"):
+        return "timestamp"
+    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT") or t.startswith("U"):
+        return "integer"
+    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
+        return "float"
+    return {"VARCHAR": "string", "BOOLEAN": "bool", "DATE": "date"}.get(t, t)
+
+
+def _duck_problem(columns: list[tuple[str, str]], expected: Mapping[str, str]) -> str | None:
+    names = dict(columns)
+    lacking = [k for k in _KEY if k not in names]
+    if lacking:
+        return f"no {', '.join(lacking)} column"
+    for name, want in expected.items():
+        found = names.get(name)
+        if found is not None and _duck_kind(found) != _duck_kind(want):
+            return f"column {name} is {found}, not {want}"
+    return None
+
+
 def decode(lake: Lake, path: str) -> str | None:
     """Every page of one file decoded, column by column, each page's checksum verified where the
     writer wrote one: None when it reads, else which column does not and why (one line). A footer can
     be good while a page behind it is not, and without a checksum a flipped byte can decode to a wrong
     value without an error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         with lake.fs.open_input_file(path) as handle:
             parquet = pq.ParquetFile(handle, page_checksum_verification=True)
@@ -153,6 +304,8 @@ class Bad:
 
 def _stamp(lake: Lake, paths: list[str]) -> dict[str, tuple[int, int]]:
     """Each file's size and modification time (ns)."""
+    import pyarrow.fs as pafs
+
     try:
         infos = lake.fs.get_file_info(paths)
     except OSError:
@@ -180,18 +333,24 @@ def write_verified(lake: Lake, bad: list[Bad], decoded: int) -> None:
     lake.write(f"{lake.base}/{VERIFIED}", lambda stream: stream.write(text))
 
 
-def read_verified(lake: Lake) -> dict[str, Bad]:
+def read_verified(lake: Lake | LocalLake) -> dict[str, Bad]:
     """The files the last ``history verify`` found bad and that are still the files it found, by path
     in the lake's filesystem (none if never run; a record that cannot be read is none too: the queries
     then find broken pages as they read them)."""
     try:
-        with lake.fs.open_input_stream(f"{lake.base}/{VERIFIED}") as handle:
-            document = json.loads(handle.read())
+        if isinstance(lake, LocalLake):
+            with open(f"{lake.base}/{VERIFIED}", "rb") as handle:
+                document = json.loads(handle.read())
+        else:
+            with lake.fs.open_input_stream(f"{lake.base}/{VERIFIED}") as stream:
+                document = json.loads(stream.read())
         recorded = [Bad(**b) for b in document["bad"]]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     paths = {f"{lake.base}/{b.name}": b for b in recorded}
-    stamps = _stamp(lake, list(paths)) if paths else {}
+    if not paths:
+        return {}
+    stamps = lake.stamps(list(paths)) if isinstance(lake, LocalLake) else _stamp(lake, list(paths))
     return {p: b for p, b in paths.items() if stamps.get(p) == (b.size, b.mtime_ns)}
 
 

@@ -23,7 +23,6 @@ import dataclasses
 import datetime
 import itertools
 import os
-import re
 import tempfile
 import urllib.parse
 from collections.abc import Callable
@@ -33,20 +32,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from recompprof._errors import RecompprofError
+from recompprof._history.names import (
+    DAILY_ROOT,
+    ROOT,
+    SUFFIX,
+    LakeError,
+    is_data_name,
+    partition_day,
+)
 
-ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
-DAILY_ROOT = "v1-daily"  # the compacted root (recompprof._history.daily)
-SUFFIX = ".parquet"
+__all__ = ["DAILY_ROOT", "ROOT", "SUFFIX", "Lake", "LakeError", "LakeFile", "PendingFile"]
+
 ALL_RANKS = "all"
-_PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")
 _SEPARATOR = "__"
 _TEMPS = itertools.count()
 _CHUNK = 8 << 20  # bytes per write of an upload
-
-
-class LakeError(RecompprofError):
-    """The lake cannot be opened or written; the message is one line naming the URI and why."""
 
 
 def writer_of(rank: int, pid: int) -> str:
@@ -89,16 +89,12 @@ class LakeFile:
 def parse_path(path: str) -> LakeFile | None:
     """What a data file's path says, or None for anything that is not one (hidden, temporary, foreign)."""
     parent, _, name = path.rpartition("/")
-    found = _PARTITION.search(parent)
-    if found is None or name.startswith((".", "_")) or not name.endswith(SUFFIX):
+    day = partition_day(parent)
+    if day is None or not is_data_name(name):
         return None
     stem = name[: -len(SUFFIX)]
     run, sep, writer = stem.rpartition(_SEPARATOR)
     if not sep or not run or not writer:
-        return None
-    try:
-        day = datetime.date.fromisoformat(found.group(1))
-    except ValueError:
         return None
     return LakeFile(path, day, urllib.parse.unquote(run), writer, -1)
 

@@ -53,8 +53,57 @@ FRAME = "frame"
 FRAME_COLUMNS = "frame_name, frame_key"
 # The columns a question's rows may be narrowed to (--job/--team/--model), on every table.
 FILTERS = ("job", "team", "model")
-# The keys --baseline/--candidate may compare, and the column each names.
-VERSION_KEYS = {"torch": "torch_version"}
+# The keys --baseline/--candidate may compare: a bare release (``2.13.0``) is matched against the
+# release column (every build of it: ``+cpu``, ``+cu128``), any other value against the full version.
+VERSION_KEYS = {"torch": ("torch_release", "torch_version")}
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+
+# The columns the texts read, as DuckDB types them: a view gives a column no file has yet (a lake of an
+# older exporter) as null of this type, and a file typing one of them as another kind is left out
+# (another schema version). The full vocabulary is recompprof._history.tables' (tests check this
+# against it); the query path never imports it, as it loads pyarrow.
+_DIMS = {"job": "VARCHAR", "team": "VARCHAR", "model": "VARCHAR", "torch_version": "VARCHAR"}
+_KEY = {
+    "run_id": "VARCHAR",
+    "rank": "INTEGER",
+    "pid": "INTEGER",
+    **_DIMS,
+    "torch_release": "VARCHAR",
+}
+READS: dict[str, dict[str, str]] = {
+    "runs": {
+        **_KEY,
+        "start_time": "TIMESTAMP WITH TIME ZONE",
+        "ended": "BOOLEAN",
+        "signals_off": "VARCHAR[]",
+        "log_gap": "BOOLEAN",
+        "recompiles": "BIGINT",
+        "compile_seconds": "DOUBLE",
+    },
+    "compiles": {
+        **_KEY,
+        "backward": "BOOLEAN",
+        "frame_key": "VARCHAR",
+        "frame_name": "VARCHAR",
+        "outcome": "VARCHAR",
+        "counts_as_compile": "BOOLEAN",
+        "counts_as_recompile": "BOOLEAN",
+        "compile_seconds": "DOUBLE",
+        "duration_s": "DOUBLE",
+        "cause_category": "VARCHAR",
+        "cause_subject": "VARCHAR",
+        "steady_state": "BOOLEAN",
+    },
+    "guard_failures": {
+        **_KEY,
+        "frame_key": "VARCHAR",
+        "frame_name": "VARCHAR",
+        "category": "VARCHAR",
+        "counts_as_change": "BOOLEAN",
+        "count": "INTEGER",
+    },
+    "graph_breaks": dict(_KEY),
+}
 
 
 @dataclass(frozen=True)
@@ -136,7 +185,8 @@ def narrowed(pairs: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def version_pair(text: str, option: str) -> tuple[str, str]:
-    """``torch=2.15.0`` -> (``torch``, ``2.15.0``)."""
+    """``torch=2.15.0`` -> (``torch``, ``2.15.0``): every build of release 2.15.0; ``torch=2.15.0+cu128``
+    that build alone."""
     key, sep, value = text.partition("=")
     if not sep or key not in VERSION_KEYS or not value:
         raise CommandError(
@@ -163,36 +213,46 @@ def last_runs(text: str) -> int:
 
 # ---- the texts ---------------------------------------------------------------------------------
 
+# Summed per run first, then per cause: a run count without COUNT(DISTINCT), which engines plan as a
+# second pass over the rows (a quarter of this question's CPU on DuckDB).
 _TOP_CAUSES = """
-SELECT {by}, cause_category, cause_subject,
-       SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS recompiles,
-       ROUND(SUM(duration_s), 3) AS seconds, COUNT(DISTINCT run_id) AS runs,
+WITH per_run AS (
+  SELECT {by}, cause_category, cause_subject, run_id,
+         SUM(CASE WHEN counts_as_recompile THEN 1 ELSE 0 END) AS recompiles,
+         SUM(duration_s) AS seconds
+  FROM compiles
+  WHERE dt >= {since} AND cause_category IS NOT NULL{steady}{only}
+  GROUP BY {by}, cause_category, cause_subject, run_id)
+SELECT {by}, cause_category, cause_subject, SUM(recompiles) AS recompiles,
+       ROUND(SUM(seconds), 3) AS seconds, COUNT(run_id) AS runs,
        MAX(run_id) AS example_run, {fix_hint} AS fix_hint
-FROM compiles
-WHERE dt >= {since} AND cause_category IS NOT NULL{steady}{only}
+FROM per_run
 GROUP BY {by}, cause_category, cause_subject
 ORDER BY seconds DESC NULLS LAST, recompiles DESC, {by_order}, cause_category NULLS LAST,
          cause_subject NULLS LAST
 LIMIT {top}"""
 
 _COST = """
-SELECT {by}, WEEK(dt) AS week, ROUND(SUM(compile_seconds) / 3600, 6) AS compile_hours,
-       ROUND(SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s ELSE 0 END) / 3600, 6)
-         AS recompile_hours,
-       COUNT(DISTINCT run_id) AS runs
-FROM compiles
-WHERE dt >= {since}{only}
-GROUP BY {by}, WEEK(dt)
+WITH per_run AS (
+  SELECT {by}, WEEK(dt) AS week, run_id, SUM(compile_seconds) AS compile_s,
+         SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s ELSE 0 END) AS recompile_s
+  FROM compiles
+  WHERE dt >= {since}{only}
+  GROUP BY {by}, WEEK(dt), run_id)
+SELECT {by}, week, ROUND(SUM(compile_s) / 3600, 6) AS compile_hours,
+       ROUND(SUM(recompile_s) / 3600, 6) AS recompile_hours, COUNT(run_id) AS runs
+FROM per_run
+GROUP BY {by}, week
 ORDER BY week, recompile_hours DESC NULLS LAST, compile_hours DESC NULLS LAST, {by_order}"""
 
 _REGRESSED_JOBS = """
 WITH per_job AS (
   SELECT job,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions,
-         AVG(CASE WHEN {key} = {baseline} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
-         AVG(CASE WHEN {key} = {candidate} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
-  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job)
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_sessions,
+         AVG(CASE WHEN {before} THEN CAST(recompiles AS DOUBLE) END) AS before_avg,
+         AVG(CASE WHEN {after} THEN CAST(recompiles AS DOUBLE) END) AS after_avg
+  FROM runs WHERE ({before} OR {after}){only} GROUP BY job)
 SELECT job, before_sessions, after_sessions,
        ROUND(before_avg, 2) AS recompiles_per_session_before,
        ROUND(after_avg, 2) AS recompiles_per_session_after
@@ -203,15 +263,15 @@ ORDER BY after_avg - before_avg DESC, job NULLS LAST"""
 _REGRESSED_CAUSES = """
 WITH sessions AS (
   SELECT job,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_sessions,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_sessions
-  FROM runs WHERE {key} IN ({baseline}, {candidate}){only} GROUP BY job),
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_sessions,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_sessions
+  FROM runs WHERE ({before} OR {after}){only} GROUP BY job),
 causes AS (
   SELECT job, cause_category,
-         SUM(CASE WHEN {key} = {baseline} THEN 1 ELSE 0 END) AS before_n,
-         SUM(CASE WHEN {key} = {candidate} THEN 1 ELSE 0 END) AS after_n
+         SUM(CASE WHEN {before} THEN 1 ELSE 0 END) AS before_n,
+         SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_n
   FROM compiles
-  WHERE counts_as_recompile AND cause_category IS NOT NULL AND {key} IN ({baseline}, {candidate}){only}
+  WHERE counts_as_recompile AND cause_category IS NOT NULL AND ({before} OR {after}){only}
   GROUP BY job, cause_category)
 SELECT c.job, c.cause_category, c.before_n, c.after_n,
        ROUND(CAST(c.before_n AS DOUBLE) / s.before_sessions, 2) AS per_session_before,
@@ -228,7 +288,7 @@ LIMIT {top}"""
 # session ended (a killed run is no baseline).
 _BASE_RUNS = """base_runs AS (
   SELECT run_id, MIN(start_time) AS started FROM runs
-  WHERE job = {job} AND run_id <> {run}
+  WHERE job = {job} AND run_id <> {run}{only}
   GROUP BY run_id
   HAVING MIN(CASE WHEN ended THEN 1 ELSE 0 END) = 1
      AND MIN(start_time) < (SELECT MIN(start_time) FROM runs WHERE run_id = {run})
@@ -243,7 +303,8 @@ SELECT COUNT(*) AS baseline_runs FROM base_runs"""
 )
 
 # The gate's rule for guard failures (FAILURE_SLACK, FAILURE_TOLERANCE): a (frame, category) the run
-# failed more often than the baseline's most plus the larger slack; the worst excess first.
+# failed more often than the baseline's most plus the larger slack; the worst excess first. Only the
+# job's rows are read (a compacted day is sorted by job: the other jobs' row groups are skipped).
 _COMPARE_GUARDS = (
     "WITH "
     + _BASE_RUNS
@@ -251,7 +312,8 @@ _COMPARE_GUARDS = (
 per_run AS (
   SELECT run_id, frame_key, category, MAX(frame_name) AS frame_name, SUM(count) AS n
   FROM guard_failures
-  WHERE counts_as_change AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs))
+  WHERE counts_as_change AND job = {job}
+    AND (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
   GROUP BY run_id, frame_key, category),
 base AS (
   SELECT frame_key, category, SUM(n) AS total, MAX(n) AS max_n
@@ -279,7 +341,8 @@ _COMPARE_SECONDS = (
     + """,
 per_run AS (
   SELECT run_id, MAX(compile_seconds) AS compile_s
-  FROM runs WHERE run_id = {run} OR run_id IN (SELECT run_id FROM base_runs) GROUP BY run_id),
+  FROM runs WHERE (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
+  GROUP BY run_id),
 base AS (SELECT AVG(compile_s) AS mean_s, MAX(compile_s) AS max_s FROM per_run WHERE run_id <> {run})
 SELECT ROUND(c.compile_s, 3) AS this_run_compile_s, ROUND(b.mean_s, 3) AS baseline_mean_s,
        ROUND(b.max_s, 3) AS baseline_max_s
@@ -348,13 +411,13 @@ def _since_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
 
 def _versions_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
     return (
-        "{key} IN ({baseline}, {candidate}){only}",
+        "({before} OR {after}){only}",
         f"{params.key} {params.baseline} or {params.candidate}{_narrowed_words(params)}",
     )
 
 
 def _job_scope(params: Params, values: dict[str, str]) -> tuple[str, str]:
-    return "job = {job}", f"job {params.job}"
+    return "job = {job}{only}", f"job {params.job}{_narrowed_words(params)}"
 
 
 @dataclass(frozen=True)
@@ -438,9 +501,8 @@ def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, s
         "by_order": ", ".join(f"{c.strip()} NULLS LAST" for c in columns.split(",")),
         "steady": " AND steady_state" if params.steady_only else "",
         "only": "".join(f" AND {group(c)} = {dialect.string(v)}" for c, v in params.only),
-        "key": VERSION_KEYS[params.key],
-        "baseline": dialect.string(params.baseline),
-        "candidate": dialect.string(params.candidate),
+        "before": _version_match(params.key, params.baseline, dialect),
+        "after": _version_match(params.key, params.candidate, dialect),
         "run": dialect.string(params.run),
         # Unknown until the lake is read: the job of the run's sessions (the CLI looks it up first).
         "job": dialect.string(params.job)
@@ -458,6 +520,12 @@ def literals(params: Params, dialect: Dialect, command: str = "") -> dict[str, s
         "fix_hint": _fix_hints(dialect) if command == "top-causes" else "NULL",
     }
     return values
+
+
+def _version_match(key: str, value: str, dialect: Dialect) -> str:
+    """The predicate of a --baseline/--candidate value: a release matches each of its builds."""
+    release, version = VERSION_KEYS[key]
+    return f"{release if _RELEASE.fullmatch(value) else version} = {dialect.string(value)}"
 
 
 def _fix_hints(dialect: Dialect) -> str:

@@ -3,10 +3,8 @@ trend is the answer; and every sentence the answers say about the files and sess
 
 from __future__ import annotations
 
-import csv
 import datetime
 import decimal
-import html
 import io
 import json
 from collections.abc import Iterable
@@ -14,6 +12,7 @@ from typing import Any
 
 from recompprof._history.engine import Answer, Completeness, Result
 from recompprof._history.health import Skipped
+from recompprof._model.escaping import escape
 
 FORMATS = ("table", "csv", "json", "html")
 _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
@@ -160,9 +159,6 @@ def _table(result: Result, *, title: bool) -> str:
     head = f"{result.title}:\n" if title and result.title else ""
     if not result.rows:
         return head + "  (no rows)\n"
-    # Imported here: the text rules load the event model, which json/csv/html answers never need.
-    from recompprof._model.texts import escape
-
     cells = [[escape(_cell(v)) for v in row] for row in result.rows]
     widths = [
         max(len(name), *(len(row[i]) for row in cells)) for i, name in enumerate(result.columns)
@@ -190,6 +186,8 @@ def _table(result: Result, *, title: bool) -> str:
 
 def csv_text(answer: Answer) -> str:
     buffer = io.StringIO()
+    import csv  # the table and JSON answers never need it (each import is start-up time)
+
     writer = csv.writer(buffer, lineterminator="\n")
     for n, result in enumerate(answer.results):
         if n:
@@ -200,7 +198,12 @@ def csv_text(answer: Answer) -> str:
 
 
 def json_text(answer: Answer, files: dict[str, int]) -> str:
-    document = {
+    return json.dumps(json_document(answer, files), indent=2) + "\n"
+
+
+def json_document(answer: Answer, files: dict[str, int]) -> dict[str, Any]:
+    """An answer as ``--format json`` prints it (a digest holds one per question)."""
+    document: dict[str, Any] = {
         "command": answer.command,
         "results": [
             {
@@ -227,6 +230,37 @@ def json_text(answer: Answer, files: dict[str, int]) -> str:
             "dark": c.dark,
             "log_gaps": c.log_gaps,
         }
+    return document
+
+
+# ---- a digest: every question in one document ---------------------------------------------------
+
+
+def digest_text(answers: list[Answer], files: dict[str, int], skipped: dict[str, str]) -> str:
+    """Every answer under its command's name, each with the warnings and notes it would print, then
+    the questions left out (and why): one document for a mail or a dashboard."""
+    blocks = []
+    for answer in answers:
+        lines = [f"== recompprof history {answer.command} =="]
+        lines += [f"warning: {escape(w)}" for w in warnings(answer, files)]
+        lines += [f"note: {escape(n)}" for n in notes(answer)]
+        body = table_text(answer)
+        final = verdict(answer)
+        blocks.append("\n".join(lines) + "\n" + body + (final + "\n" if final else ""))
+    blocks.extend(
+        f"== recompprof history {command} ==\nleft out: {why}\n" for command, why in skipped.items()
+    )
+    return "\n".join(blocks)
+
+
+def digest_json(answers: list[Answer], files: dict[str, int], skipped: dict[str, str]) -> str:
+    """The digest as JSON: each question's document exactly as its own ``--format json`` gives it."""
+    document = {
+        "command": "digest",
+        "questions": {a.command: json_document(a, files) for a in answers},
+        "left_out": skipped,
+        "findings": any(a.findings for a in answers),
+    }
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -239,6 +273,8 @@ td.n{text-align:right}.warn{color:#a33}.note{color:#555}svg text{font:11px sans-
 
 
 def _e(value: object) -> str:
+    import html  # only the HTML page needs it
+
     return html.escape(str(value), quote=True)
 
 

@@ -12,16 +12,25 @@ each compaction.
 from __future__ import annotations
 
 import datetime
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
 
-import pyarrow as pa
-import pyarrow.fs as pafs
-
-from recompprof._history import daily, health
-from recompprof._history.dialects import DIALECTS, DUCKDB
+from recompprof._history import health
 from recompprof._history.dialects.base import Dialect, Where, literal
-from recompprof._history.layout import ROOT, Lake, LakeError, LakeFile
-from recompprof._history.tables import SCHEMAS, TABLES
+from recompprof._history.local import File, LocalLake
+from recompprof._history.names import DAILY_ROOT, ROOT
+from recompprof._history.questions import READS
+
+if TYPE_CHECKING:
+    from recompprof._history.layout import Lake, LakeFile
+
+# The tables, in the order every view text names them (recompprof._history.tables.TABLES; the query
+# path does not import that module, which loads pyarrow: a test holds the two equal).
+TABLES = ("runs", "compiles", "guard_failures", "graph_breaks")
+# What the questions read: a local lake (os and DuckDB) or an object store (pyarrow's filesystem).
+Readable = Union[LocalLake, "Lake"]
 
 
 @dataclass
@@ -30,6 +39,9 @@ class Selection:
 
     through: datetime.date | None
     tables: dict[str, health.Checked] = field(default_factory=dict)
+    # The DuckDB connection that read a local lake's footers: the engine queries through it, as its
+    # metadata cache holds them (each footer is parsed once per command).
+    connection: Any = None
 
     @property
     def skipped(self) -> list[health.Skipped]:
@@ -40,8 +52,21 @@ class Selection:
 _S3_ALIASES = ("s3a://", "s3n://")
 
 
+def reader(uri: str) -> Readable:
+    """The lake at ``uri`` for the questions: a local path read with ``os`` and DuckDB alone, an
+    object store through pyarrow (:func:`open_lake`); raises one line when it is not a lake."""
+    if "://" not in uri or uri.startswith("file://"):
+        return LocalLake.at(uri)
+    return open_lake(uri)
+
+
 def open_lake(uri: str) -> Lake:
-    """The lake at ``uri``; raises LakeError (one line) when the path does not exist."""
+    """The lake at ``uri`` (pyarrow's filesystems: for writing, and object stores); raises LakeError
+    (one line) when the path does not exist."""
+    import pyarrow.fs as pafs
+
+    from recompprof._history.layout import Lake, LakeError
+
     lake = Lake("s3://" + uri.partition("://")[2] if uri.startswith(_S3_ALIASES) else uri)
     lake.uri = uri  # said as given
     try:
@@ -55,8 +80,23 @@ def open_lake(uri: str) -> Lake:
     return lake
 
 
-def select(lake: Lake, tables: tuple[str, ...] = TABLES) -> Selection:
+def marker(lake: Readable) -> datetime.date | None:
+    """The lake's compaction marker (None before the first compaction)."""
+    if isinstance(lake, LocalLake):
+        return lake.through()
+    from recompprof._history import daily
+
+    return daily.through(lake)
+
+
+def select(lake: Readable, tables: tuple[str, ...] = TABLES) -> Selection:
     """Each table's files by the reader rule, their footers read."""
+    if isinstance(lake, LocalLake):
+        return _select_local(lake, tables)
+    if lake.local:
+        return _select_local(LocalLake(lake.uri, lake.base), tables)
+    from recompprof._history import daily
+
     marker = daily.through(lake)
     selection = Selection(marker)
     bad = health.read_verified(lake)
@@ -68,32 +108,91 @@ def select(lake: Lake, tables: tuple[str, ...] = TABLES) -> Selection:
         raw = [f.path for f in listing if marker is None or f.day > marker]
         checked = health.check(lake, table, sorted(compacted) + raw, bad)
         if marker is not None:
-            checked.late = _late(lake, table, [f for f in listing if f.day <= marker])
+            checked.late = _late(
+                [f for f in listing if f.day <= marker],
+                functools.partial(daily.read_sources, lake, table),
+            )
         selection.tables[table] = checked
     return selection
+
+
+def _select_local(lake: LocalLake, tables: tuple[str, ...]) -> Selection:
+    """:func:`select` for a local lake: listed with ``os``, footers read by DuckDB in one query."""
+    marker = lake.through()
+    selection = Selection(marker)
+    bad = health.read_verified(lake)
+    con = selection.connection = connect()
+    try:
+        for table in tables:
+            compacted = []
+            if marker is not None:
+                compacted = [p for d, p in lake.compacted(table).items() if d <= marker]
+            listing = lake.files(table)
+            raw = [f.path for f in listing if marker is None or f.day > marker]
+            checked = health.check_footers(con, table, sorted(compacted) + raw, READS[table], bad)
+            if marker is not None:
+                checked.late = _late(
+                    [f for f in listing if f.day <= marker],
+                    functools.partial(lake.sources, table),
+                )
+            selection.tables[table] = checked
+    except BaseException:
+        con.close()
+        raise
+    return selection
+
+
+def connect() -> Any:
+    """An in-memory DuckDB set up for the questions; raises one line when DuckDB is not installed."""
+    try:
+        import duckdb
+    except ImportError:
+        from recompprof._errors import CommandError
+
+        raise CommandError(
+            "recompprof history needs DuckDB: pip install 'recompprof[history]'"
+        ) from None
+    con = duckdb.connect(":memory:")
+    # Every query binds the views again; without the cache each bind re-reads the footers.
+    con.execute("SET parquet_metadata_cache = true")
+    # DuckDB draws its progress bar on stdout, where the answer (json, csv) goes: never drawn
+    # (printing off too, as SET progress_bar_time turns the bar itself back on).
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET enable_progress_bar_print = false")
+    return con
 
 
 def every_file(lake: Lake, table: str) -> list[str]:
     """Every data file of ``table``, read by the queries or not (compacted days, raw files): what
     ``history verify`` decodes."""
+    from recompprof._history import daily
+
     compacted = sorted(p for p, _ in daily.compacted(lake, table).values())
     return compacted + [f.path for f in lake.files(table)]
 
 
-def _late(lake: Lake, table: str, files: list[LakeFile]) -> list[str]:
-    """Raw files of compacted days that their day's ``_sources`` does not list."""
-    by_day: dict[datetime.date, list[LakeFile]] = {}
+def _late(
+    files: list[LakeFile] | list[File],
+    sources: Callable[[datetime.date], set[tuple[str, int]] | None],
+) -> list[str]:
+    """Raw files of compacted days (``files``) that their day's ``_sources`` does not list (by name
+    and size: a file exported anew since is late too)."""
+    by_day: dict[datetime.date, list[tuple[str, int]]] = {}
     for f in files:
-        by_day.setdefault(f.day, []).append(f)
+        by_day.setdefault(f.day, []).append((f.path, f.size))
     late: list[str] = []
     for day, day_files in sorted(by_day.items()):
-        covered = daily.read_sources(lake, table, day) or set()
-        late.extend(f.path for f in day_files if (f.path.rpartition("/")[2], f.size) not in covered)
+        covered = sources(day) or set()
+        late.extend(
+            path for path, size in day_files if (path.rpartition("/")[2], size) not in covered
+        )
     return late
 
 
 def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
     """The view's column list: every known column, null where no file has it."""
+    from recompprof._history.tables import SCHEMAS
+
     out = []
     for f in SCHEMAS[table]:
         if present is None or f.name in present:
@@ -103,19 +202,37 @@ def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
     return ", ".join(out)
 
 
-def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str, object]]:
+def _local_columns(table: str, checked: health.Checked) -> str:
+    """A local view's column list: the files' columns in the order first seen, then each column the
+    questions read that no file has yet, as a typed null (the full vocabulary is not imported)."""
+    out = [_quoted_name(name) for name in checked.order]
+    for name, duck_type in READS[table].items():
+        if name not in checked.present:
+            out.append(f"CAST(NULL AS {duck_type}) AS {_quoted_name(name)}")
+    return ", ".join(out)
+
+
+def _quoted_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def duckdb_views(lake: Readable, selection: Selection) -> tuple[list[str], dict[str, object]]:
     """The statements that create the embedded engine's views, and the Arrow datasets they read
     (for an object store, which DuckDB reaches through pyarrow's filesystem)."""
     statements: list[str] = []
     datasets: dict[str, object] = {}
     for table, checked in selection.tables.items():
+        if lake.local:
+            columns = _local_columns(table, checked)
+        else:
+            from recompprof._history.dialects import DUCKDB
+
+            columns = _columns(table, checked.present if checked.good else set(), DUCKDB)
         if not checked.good:
-            empty = _columns(table, set(), DUCKDB)
             statements.append(
-                f"CREATE OR REPLACE VIEW {table} AS SELECT {empty}, CAST(NULL AS DATE) AS dt WHERE false"
+                f"CREATE OR REPLACE VIEW {table} AS SELECT {columns}, CAST(NULL AS DATE) AS dt WHERE false"
             )
             continue
-        columns = _columns(table, checked.present, DUCKDB)
         if lake.local:
             files = ", ".join(literal(p) for p in checked.good)
             union = "false" if checked.uniform else "true"
@@ -125,18 +242,21 @@ def duckdb_views(lake: Lake, selection: Selection) -> tuple[list[str], dict[str,
             )
         else:
             source = f"_files_{table}"
-            datasets[source] = _dataset(lake, table, checked.good)
+            datasets[source] = _dataset(lake, table, checked.good)  # type: ignore[arg-type]
         statements.append(f"CREATE OR REPLACE VIEW {table} AS SELECT {columns}, dt FROM {source}")
     return statements, datasets
 
 
 def _dataset(lake: Lake, table: str, paths: list[str]) -> object:
     """An object store's files as one Arrow dataset, ``dt`` read from each file's folder."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
+
+    from recompprof._history.tables import SCHEMAS
 
     schema = SCHEMAS[table].append(pa.field("dt", pa.date32()))
     parts = []
-    for base in (f"{lake.base}/{daily.DAILY}/{table}", f"{lake.base}/{ROOT}/{table}"):
+    for base in (f"{lake.base}/{DAILY_ROOT}/{table}", f"{lake.base}/{ROOT}/{table}"):
         mine = [p for p in paths if p.startswith(base + "/")]
         if mine:
             parts.append(
@@ -159,6 +279,9 @@ def printed(where: Where, dialect: str, through: datetime.date | None) -> str:
     """View definitions of the four tables for ``dialect``, obeying the marker ``through``: a table is
     its compacted days up to it and its raw days after it (before any compaction, its raw days). Only
     the lake's URI is needed (``where``): nothing is opened."""
+    from recompprof._history.dialects import DIALECTS
+    from recompprof._history.layout import LakeError
+
     spelling = DIALECTS.get(dialect)
     if spelling is None:
         raise LakeError(f"no view definitions for {dialect!r}")
@@ -181,7 +304,7 @@ def _roots(table: str, through: datetime.date | None, date: str) -> list[tuple[s
         return [("raw", raw, "")]
     d = date.format(d=through.isoformat())
     return [
-        ("daily", f"{daily.DAILY}/{table}", f" WHERE dt <= {d}"),
+        ("daily", f"{DAILY_ROOT}/{table}", f" WHERE dt <= {d}"),
         ("raw", raw, f" WHERE dt > {d}"),
     ]
 
@@ -190,6 +313,6 @@ def _marker_comment(through: datetime.date | None) -> str:
     if through is None:
         return "-- not compacted yet: every view reads the raw files (re-create them after `compact`)\n"
     return (
-        f"-- compacted through {through}: days up to it from {daily.DAILY}/, later days raw "
+        f"-- compacted through {through}: days up to it from {DAILY_ROOT}/, later days raw "
         "(re-create these views after each `compact`)\n"
     )

@@ -8,15 +8,19 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # The kinds of column a lake holds; each dialect declares each as its engine types it.
 KINDS = ("string", "int32", "int64", "double", "bool", "timestamp", "list", "map", "date")
 
 
 def kind(of: pa.DataType) -> str:
-    """The kind of a lake column's Arrow type."""
+    """The kind of a lake column's Arrow type (the printed views' full vocabulary)."""
+    import pyarrow as pa
+
     if pa.types.is_timestamp(of):
         return "timestamp"
     if pa.types.is_list(of):

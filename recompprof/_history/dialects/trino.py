@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from recompprof._history.dialects.base import Dialect, Where, literal
-from recompprof._history.tables import SCHEMAS
 
 
 def _source(where: Where, table: str, suffix: str, under: str) -> tuple[str, str]:
+    from recompprof._history.tables import SCHEMAS  # printing only: the questions never need it
+
     columns = ",\n  ".join(f"{f.name} {DIALECT.type_of(f.type)}" for f in SCHEMAS[table])
     name = f"hive.recompprof.{table}_{suffix}"
     setup = (

@@ -1,0 +1,58 @@
+"""The lake's folder and file names, its two small text records and its error, in the standard
+library alone.
+
+:mod:`~recompprof._history.layout` (the raw root) and :mod:`~recompprof._history.daily` (the compacted
+root) write by these rules through pyarrow's filesystems; the query path reads a local lake by them
+with ``os`` and DuckDB, so one question never imports pyarrow (docs/history.md, "Speed").
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from recompprof._errors import RecompprofError
+
+ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
+DAILY_ROOT = "v1-daily"  # the compacted root (recompprof._history.daily)
+SUFFIX = ".parquet"
+PART = "part-0.parquet"  # a compacted day's one file per table
+SOURCES = "_sources"  # beside it: the raw files it covered
+THROUGH = "_through"  # in the compacted root: the last compacted day
+PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")  # a Hive partition folder's name
+
+
+class LakeError(RecompprofError):
+    """The lake cannot be opened, read or written; the message is one line naming the URI and why."""
+
+
+def is_data_name(name: str) -> bool:
+    """A data file's own name: not hidden, not a record (``_...``), a Parquet file; every engine's
+    reader skips the others."""
+    return not name.startswith((".", "_")) and name.endswith(SUFFIX)
+
+
+def partition_day(folder: str) -> datetime.date | None:
+    """The UTC day of a partition folder (``.../dt=2026-11-20``), or None."""
+    found = PARTITION.search(folder)
+    if found is None:
+        return None
+    try:
+        return datetime.date.fromisoformat(found.group(1))
+    except ValueError:
+        return None
+
+
+def parse_through(text: str) -> datetime.date:
+    """The ``_through`` marker's day; ValueError when it holds no date."""
+    return datetime.date.fromisoformat(text.strip())
+
+
+def parse_sources(text: str) -> set[tuple[str, int]]:
+    """A ``_sources`` record: the raw files (name in the day's folder, size) a compacted day covered."""
+    found = set()
+    for line in text.splitlines():
+        name, _, size = line.rpartition(" ")
+        if name and size.isdigit():
+            found.add((name, int(size)))
+    return found

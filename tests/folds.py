@@ -182,7 +182,9 @@ def random_events(rng: random.Random, n: int) -> list[Any]:
                     phases={"dynamo_trace": duration / 2, "other": duration / 2},
                     backward=backward,
                     guard_set=rng.choice((None, "g1", "g2")),
-                    steady_state=rng.random() < 0.5,
+                    steady_state=(verdict := rng.random()) < 0.5,
+                    # one draw for both, so the rest of the stream is as before
+                    steady_state_unknown="instance of L['self'].k" if verdict > 0.9 else None,
                     automatic_dynamic="dim 0 of L['x']" if reasons and rng.random() < 0.2 else None,
                     specialised="value of L['ls']" if reasons and rng.random() < 0.1 else None,
                     call_site=["train.py:3 in step"] if rng.random() < 0.5 else [],

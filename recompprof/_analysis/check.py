@@ -234,6 +234,7 @@ def _check_rank(rank: int, report: Report, rules: Rules) -> CheckResult:
         notes=[
             *([] if rules.fail_on_running_compile else _ended_compiling(scope, False)),
             *_unseen_backward(scope),
+            *_steady_unknown(scope),
         ],
     )
 
@@ -377,6 +378,8 @@ def _at_most(
 RUNNING_COMPILE_NOTE = "compile_running_note"  # not a rule: a fact the CLI says without failing
 # not a rule either: what is not known (a backward compile torch marks no start of), said without failing
 UNSEEN_BACKWARD_NOTE = "backward_unseen_note"
+# nor this: recompiles whose steady-state verdict is unknown, said where that rule is asked
+STEADY_UNKNOWN_NOTE = "steady_state_unknown_note"
 
 
 def _ended_compiling(scope: _Scope, broken: bool) -> Iterator[Violation]:
@@ -399,6 +402,24 @@ def _unseen_backward(scope: _Scope) -> Iterator[Violation]:
     for rank in sorted(scope.report.sessions.unseen_backward):
         yield Violation(
             UNSEEN_BACKWARD_NOTE, rank, None, describe_unseen_backward(rank, ended="the run")
+        )
+
+
+def _steady_unknown(scope: _Scope) -> Iterator[Violation]:
+    """Recompiles whose steady-state verdict is unknown, where ``--max-steady-state-recompiles`` is asked:
+    a note, never counted against it (docs/steady-state.md: neither steady nor a variant is claimed)."""
+    if scope.rules.max_steady_state_recompiles is None:
+        return
+    frames = [f for f in scope.frames if f.steady_state_unknown]
+    if frames:
+        total = sum(f.steady_state_unknown for f in frames)
+        yield Violation(
+            STEADY_UNKNOWN_NOTE,
+            scope.rank,
+            frames[0].label,
+            f"{scope.where}: {total} recompile(s) of unknown steady-state verdict, not counted by "
+            f"--max-steady-state-recompiles ({', '.join(f.label for f in frames[:3])}: an nn.Module's own "
+            "constant past the bound whose instance the run does not name, as in a trace)",
         )
 
 

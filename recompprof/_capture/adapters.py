@@ -8,8 +8,10 @@ at detach. A signal that goes dark mid-run is reported here too (``lost``), as a
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +35,8 @@ log = logging.getLogger("recompprof")
 
 # Parts of CompilationMetrics: live only where this torch records them and compile_metrics is live.
 GATED_BY_COMPILE_METRICS = ("phase_times", "recompile_limit_hits", "backward_compiles")
+# How far up the stack the frame profile mode settles is looked for (it calls the reuse callback itself).
+_SCOPE_DEPTH = 4
 
 
 class Adapter(Protocol):
@@ -69,8 +73,50 @@ class CompileSink(Protocol):
     ) -> None: ...
 
     def on_profile_reuse(
-        self, code: CodeType, compile_id: str | None, texts: list[str]
+        self,
+        code: CodeType,
+        compile_id: str | None,
+        texts: list[str],
+        scope: tuple[dict[str, Any], dict[str, Any]] | None = None,
     ) -> None: ...
+
+
+def _with_scope(
+    on_reuse: Callable[
+        [CodeType, str | None, list[str], tuple[dict[str, Any], dict[str, Any]] | None], None
+    ],
+) -> Callable[[CodeType, str | None, list[str]], None]:
+    """Profile mode's reuse callback, handed the locals and globals of the call that runs the re-enabled
+    variant too: a compile's are read from torch's compile frame, but a reuse runs no compile, so they are
+    read from the frame profile mode settles (``ProfileMode._before_compile``'s ``frame``, the frame Dynamo
+    evaluates), which calls this on its own thread. Without it, the reuse is explained without them."""
+
+    def reuse(code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+        on_reuse(code, compile_id, texts, _settled_scope(code))
+
+    return reuse
+
+
+def _settled_scope(code: CodeType) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The locals and globals of the frame of ``code`` that profile mode settles on this thread, or None."""
+    from recompprof._torch.profile.mode import ProfileMode
+
+    settling = ProfileMode._before_compile.__code__
+    caller: types.FrameType | None = sys._getframe(2)
+    for _ in range(_SCOPE_DEPTH):
+        if caller is None:
+            return None
+        if caller.f_code is settling:
+            frame = caller.f_locals.get("frame")
+            f_locals = getattr(frame, "f_locals", None)
+            f_globals = getattr(frame, "f_globals", None)
+            if getattr(frame, "f_code", None) is not code:
+                return None
+            if isinstance(f_locals, dict) and isinstance(f_globals, dict):
+                return f_locals, f_globals
+            return None
+        caller = caller.f_back
+    return None
 
 
 class Readings:
@@ -99,13 +145,18 @@ class Readings:
     def step(self) -> int:
         return self.steps.step
 
-    def guard_reasons(self, name: str, file: str, line: int) -> list[str]:
-        """The guard-failure texts torch computed for the code ``(name, file, line)`` since the last call."""
-        return self.guards.take(name, file, line)[1]
+    def guard_reasons(
+        self, name: str, file: str, line: int, compile_id: str | None = None
+    ) -> list[str]:
+        """The guard-failure texts torch computed for the code ``(name, file, line)`` since the last call:
+        of the frame its compile's ``compile_id`` names, where given (an equal code object in another file
+        shares torch's list)."""
+        return self.guards.take(name, file, line, compile_id)[1]
 
-    def pending_reasons(self, code: CodeType) -> list[str]:
-        """The guard-failure texts of ``code`` not yet taken (a compile start reads them; its record takes them)."""
-        return self.guards.peek(code)
+    def pending_reasons(self, code: CodeType, compile_id: str | None = None) -> list[str]:
+        """The guard-failure texts of ``code`` not yet taken (a compile start reads them; its record takes
+        them), of the frame ``compile_id`` names where given."""
+        return self.guards.peek(code, compile_id)
 
     def counted_breaks(self) -> list[tuple[str, int]]:
         """``(reason, count)`` of the graph breaks counted since the last call (only with the fallback counter)."""
@@ -147,7 +198,7 @@ class Adapters:
             on_lost=lambda why: self.lost("compile_metrics", why),
             on_start=self._on_compile_start,
             on_end=sink.on_compile_end,
-            on_reset=sink.on_reset,
+            on_reset=self._on_reset,
         )
         self.backward_starts = BackwardStarts(self.metrics)
         self.profile: ProfileMode | None = None
@@ -156,7 +207,7 @@ class Adapters:
 
             self.profile = ProfileMode(settings.recompile_limit, sink.on_profile_guard_failure)
             self.profile.on_stance_change = self._on_stance_change
-            self.profile.on_reuse = sink.on_profile_reuse
+            self.profile.on_reuse = _with_scope(sink.on_profile_reuse)
 
     @property
     def break_counter(self) -> GraphBreakCounter | None:
@@ -259,6 +310,11 @@ class Adapters:
         if why is not None:
             self.lost("step_in_trace", why, by_job=True)
         self._sink.on_compile_start(compile_id, backward)
+
+    def _on_reset(self) -> None:
+        """torch._dynamo.reset() ran: the guard-failure lists it cleared are read afresh, then the sink's."""
+        self.guards.reset()
+        self._sink.on_reset()
 
     def _on_metrics_late(self, count: int, why: str) -> None:
         _internal.record(

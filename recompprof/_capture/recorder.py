@@ -59,9 +59,11 @@ class CompileSignals(Protocol):
     def own_reason(self) -> Callable[[str], bool] | None:
         """Tells profile mode's own reasons from the job's (None outside profile mode)."""
 
-    def guard_reasons(self, name: str, file: str, line: int) -> list[str]: ...
+    def guard_reasons(
+        self, name: str, file: str, line: int, compile_id: str | None = None
+    ) -> list[str]: ...
 
-    def pending_reasons(self, code: CodeType) -> list[str]:
+    def pending_reasons(self, code: CodeType, compile_id: str | None = None) -> list[str]:
         """The guard-failure texts of ``code`` not yet taken, left untaken."""
 
     def counted_breaks(self) -> list[tuple[str, int]]: ...
@@ -136,7 +138,7 @@ class CompileRecorder:
                 with _internal.contain(
                     "torch.guard_failures", "guard-failure reasons are missing from compile starts"
                 ):
-                    texts = self.signals.pending_reasons(code)
+                    texts = self.signals.pending_reasons(code, compile_id)
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
@@ -236,18 +238,29 @@ class CompileRecorder:
             ):  # frames whose compile never reported
                 del self.pending_reasons[next(iter(self.pending_reasons))]
 
-    def on_profile_reuse(self, code: CodeType, compile_id: str | None, texts: list[str]) -> None:
+    def on_profile_reuse(
+        self,
+        code: CodeType,
+        compile_id: str | None,
+        texts: list[str],
+        scope: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    ) -> None:
         """Profile mode ran a parked variant again: the recompile a job at the session limit meets here,
-        recorded with its reasons; no trace ran, so it takes no compile time."""
+        recorded with its reasons; no trace ran, so it takes no compile time.
+
+        ``scope``: the locals and globals of the call that runs it (None: not found). Its subjects are
+        resolved and its module instances looked up there, as monitor mode does for a compile, so both
+        modes explain and judge alike; it compiles no variant, so it is counted as none and changes no
+        later verdict (docs/profile-mode.md)."""
         with self._lock:
             own_reason = self.signals.own_reason
             if self._closed() or own_reason is None:
                 return
             # The re-enabled variant's own compile named its frame (no compile runs now to name it from).
             frame = self.assembler.frame_of(compile_id)
+            code_key = (code.co_name, code.co_filename, code.co_firstlineno)
             if frame is None:
                 by_id = self.assembler.known(compile_id or "")
-                code_key = (code.co_name, code.co_filename, code.co_firstlineno)
                 frame = (
                     by_id[0]
                     if by_id is not None
@@ -255,9 +268,30 @@ class CompileRecorder:
                         compile_id or UNKNOWN, code_key, lambda: _frame(code_key, None)
                     )
                 )
-            explained = self.assembler.explain(frame, [t for t in texts if not own_reason(t)])
+            # here alone: the rest of the recorder is another's to keep fast
+            from recompprof._model.steady import torch_rule, verdict
+
+            resolve = instance = None
+            if scope is not None:
+                f_locals, f_globals = scope
+                instances = self._instances
+                resolve = lambda s: type_name(s, f_locals, f_globals)  # noqa: E731
+                instance = lambda s: instances.of(code_key, s, f_locals, f_globals)  # noqa: E731
+            explained = self.assembler.explainer.explain(
+                frame,
+                [t for t in texts if not own_reason(t)],
+                resolve,
+                instance=instance,
+                remember=False,
+            )
             reasons, omitted = explained.reasons, explained.omitted
             step = self.signals.step
+            steady, unknown = verdict(
+                past_warmup=step >= self.settings.warmup_steps,
+                rule=torch_rule(next((r for r in reasons if r.explains_change), None), None),
+                variants=explained.variants,
+                instance_unknown=explained.instance_unknown,
+            )
             self._emit(
                 Compile(
                     time=time.time(),
@@ -268,7 +302,8 @@ class CompileRecorder:
                     is_recompile=True,
                     reasons=reasons,
                     reasons_omitted=omitted,
-                    steady_state=step >= self.settings.warmup_steps,
+                    steady_state=steady,
+                    steady_state_unknown=unknown,
                 )
             )
 
@@ -366,7 +401,7 @@ class CompileRecorder:
         with _internal.contain(
             "torch.guard_failures", "guard-failure reasons are missing from compile events"
         ):
-            texts = self.signals.guard_reasons(*code_key)
+            texts = self.signals.guard_reasons(*code_key, compile_id)
         texts += self._take_pending(code_key)
         own_reason = self.signals.own_reason
         if own_reason is not None:

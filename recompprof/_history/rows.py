@@ -262,6 +262,12 @@ class CompileBuffer(Buffer):
         for column, (cache, result) in _CACHE_LOOKUPS.items():
             parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
         parts["reason_count"] = list(map(len, reasons))
+        # a verdict that is unknown is NULL in both columns (steady_state_recompile: the rows' verdicts)
+        recompile_steady = parts["steady_state_recompile"]
+        parts["steady_state"] = [
+            None if r is None else s
+            for s, r in zip(parts["steady_state"], recompile_steady, strict=True)
+        ]
         parts["torch_release"] = list(map(torch_release, parts["torch_version"]))
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
         return [parts[name] for name in _COMPILE_NAMES]
@@ -563,7 +569,8 @@ class SessionRows:
         verdicts = (
             bool(found & COUNTED),
             recompile,
-            recompile and event.steady_state,
+            # NULL where the verdict is unknown (docs/steady-state.md)
+            None if event.steady_state_unknown is not None else recompile and event.steady_state,
             cost,
             cause[1] if cause is not None else None,
             cause[2] if cause is not None else None,
@@ -582,7 +589,7 @@ class SessionRows:
                 frame[0],
                 frame[1],
                 recompile,
-                event.steady_state,
+                None if event.steady_state_unknown is not None else event.steady_state,
             )
             failures: GuardFailureBuffer = self._buffer(session, "guard_failures", day)
             failures.add(head, event.reasons)

@@ -24,7 +24,7 @@ from recompprof._model.events import (
     RecompileLimitHit,
 )
 from recompprof._model.explaining import Explained, automatic_dynamic, scalar_made_dynamic
-from recompprof._model.steady import is_steady, torch_rule
+from recompprof._model.steady import torch_rule, verdict
 from recompprof._model.texts import clean_text
 from recompprof._model.trusted import trusted
 
@@ -83,6 +83,7 @@ def compile_events(
     reasons, omitted = ctx.explained.reasons, ctx.explained.omitted
     hit = limit_hit(m, ctx.limits)
     dynamic = _automatic_dynamic(m, ctx, reasons, hit)
+    steady, unknown = steady_state(ctx, reasons, dynamic) if hit is None else (False, None)
     skip = m.cudagraph_skip
     values = {name: getattr(m, name) for name in SHARED_FIELDS}
     values.update(
@@ -98,8 +99,8 @@ def compile_events(
         reasons=list(reasons),
         reasons_omitted=cast("dict[Category, int]", omitted),
         graph_breaks=ctx.graph_breaks,
-        # a hit compiled nothing
-        steady_state=hit is None and bool(steady_state(ctx, reasons, dynamic)),
+        steady_state=steady,  # a hit compiled nothing
+        steady_state_unknown=unknown,
         automatic_dynamic=dynamic,
         specialised=_specialised(m, ctx, reasons),
         call_site=list(ctx.call_site),
@@ -135,15 +136,19 @@ def compile_events(
     return event, trusted(RecompileLimitHit, values) if ctx.trusted else RecompileLimitHit(**values)
 
 
-def steady_state(ctx: CompileContext, reasons: list[Reason], dynamic: str | None) -> bool:
-    """The live verdict of a recompile, by the one rule of :mod:`recompprof._model.steady`: past the
-    warm-up steps, made by none of torch's own rules, and its change past the variants a bounded set
-    explains (with steps or without: a first eval or a decode step is a new variant either way)."""
+def steady_state(
+    ctx: CompileContext, reasons: list[Reason], dynamic: str | None
+) -> tuple[bool, str | None]:
+    """The verdict of a recompile and what it cannot know, by the one rule of
+    :mod:`recompprof._model.steady`: past the warm-up steps, made by none of torch's own rules, and its
+    change past the variants a bounded set explains (with steps or without: a first eval or a decode step
+    is a new variant either way); unknown where that rests on an instance nothing names."""
     explaining = next((r for r in reasons if r.explains_change), None)
-    return is_steady(
+    return verdict(
         past_warmup=ctx.steady_state,
         rule=torch_rule(explaining, dynamic),
         variants=ctx.explained.variants,
+        instance_unknown=ctx.explained.instance_unknown,
     )
 
 

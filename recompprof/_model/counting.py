@@ -77,6 +77,9 @@ class FrameCounts:
     compiles: int = 0
     recompiles: int = 0
     steady_state_recompiles: int = 0
+    # recompiles whose steady-state verdict is unknown (``Compile.steady_state_unknown``): counted apart,
+    # never as steady state
+    steady_state_unknown: int = 0
     backward_compiles: int = 0
     compile_seconds: float = 0.0  # every compile of the frame, backward included
     guard_failures: Counter[str] = dataclasses.field(
@@ -89,6 +92,7 @@ class FrameCounts:
         self.compiles += part.compiles
         self.recompiles += part.recompiles
         self.steady_state_recompiles += part.steady_state_recompiles
+        self.steady_state_unknown += part.steady_state_unknown
         self.backward_compiles += part.backward_compiles
         self.compile_seconds += part.compile_seconds
         self.guard_failures.update(part.guard_failures)
@@ -115,6 +119,8 @@ def fold_compile(counts: FrameCounts, event: Compile) -> int:
             counts.recompiles += 1
             if steady_state_recompile(event):
                 counts.steady_state_recompiles += 1
+            elif event.steady_state_unknown is not None:
+                counts.steady_state_unknown += 1
     if event.reasons:
         _count_elements(counts.guard_failures, map(_CATEGORY, event.reasons))
     if (

@@ -174,6 +174,10 @@ class Compile(_Event):
     cache: Literal["hit", "miss"] | None = None
     backward: bool = False
     steady_state: bool = False
+    # Set where the steady-state verdict cannot be known (``steady_state`` is then false and counts
+    # nothing): what is unknown ("instance of L['self'].layer_idx": a trace names no instance, so a new
+    # block and one block's value changing read alike past the bound). docs/steady-state.md.
+    steady_state_unknown: str | None = Field(default=None, max_length=MAX_TEXT)
     # Set on a recompile torch's automatic dynamic caused: the first change of a tensor dim or an int/float
     # argument, after which it is dynamic ("dim 0 of L['x']", "value of L['lr']"). A one-time warm-up: never
     # steady state (docs/steady-state.md).

@@ -84,6 +84,10 @@ class Explained:
     # and each recompile it explained since, this one included (what a bounded set is measured against:
     # recompprof._model.steady).
     variants: int = 2
+    # The subject of an nn.Module's own constant (``L['self'].layer_idx``) whose instance no lookup could
+    # be asked for (``ingest``: a trace names no instance, and torch guards no identity on ``self``): its
+    # variants were counted per frame, which cannot tell new instances from one instance's value changing.
+    instance_unknown: str | None = None
 
 
 # What a job's installed guards are read through: the compile's guard texts (each without its source
@@ -149,6 +153,8 @@ class ReasonExplainer:
         resolve: Callable[[str], str | None] | None = None,
         installed: InstalledGuards | None = None,
         instance: Callable[[str], int | None] | None = None,
+        *,
+        remember: bool = True,
     ) -> Explained:
         """The kept reasons and the omitted counts by category for one compile of ``frame``.
 
@@ -157,10 +163,17 @@ class ReasonExplainer:
         ``installed()`` gives the guards the compile installed (None: not known, as in ``ingest``).
         ``instance(subject)`` gives the identity of the nn.Module holding it as its own attribute (None:
         not known, as in ``ingest``): a module's own constant counts its variants per instance.
+        ``remember`` False: a return to a variant already compiled (profile mode's re-enabled entry), judged
+        against what was seen and adding nothing to it, so no variant is counted and later verdicts are
+        those of a job that kept the entry cached.
         """
         parsed = self._parse(texts, resolve)
         if not parsed:
             return Explained([], {})
+        if not remember:
+            return self._judged(
+                parsed, self._seen.get(frame.key) or collections.OrderedDict(), instance
+            )
         seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
         self._seen[frame.key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
@@ -168,14 +181,7 @@ class ReasonExplainer:
         explaining = _explaining(parsed, seen)
         static_variant = _static_variant(parsed, explaining, seen)  # judged on what was seen before
         changed = changed_subject(parsed[explaining])
-        # A dim or scalar is one change however its guard is worded (a size, then a shape guard).
-        change = hash(
-            (
-                "variants",
-                changed or (parsed[explaining].category, parsed[explaining].subject),
-                _instance_of(parsed[explaining], instance),
-            )
-        )
+        change = _variant_key(parsed[explaining], changed, instance)
         variants = (seen.get(change) or 1) + 1
         seen[change] = variants
         seen.move_to_end(change)
@@ -211,7 +217,50 @@ class ReasonExplainer:
             and changed.startswith("value of ")
             and _installed_equality(changed.removeprefix("value of "), installed)
         )
-        return Explained(kept, dict(omitted), first_change, specialised, variants)
+        return Explained(
+            kept,
+            dict(omitted),
+            first_change,
+            specialised,
+            variants,
+            _unknown_instance(parsed[explaining], instance),
+        )
+
+    @staticmethod
+    def _judged(
+        parsed: list[Reason], seen: _History, instance: Callable[[str], int | None] | None
+    ) -> Explained:
+        """A return to a compiled variant, by the same rule as :meth:`explain`, changing nothing: its
+        variants are those its change compiled so far, and it is no change's first."""
+        explaining = _explaining(parsed, seen)
+        change = _variant_key(parsed[explaining], changed_subject(parsed[explaining]), instance)
+        others = parsed[:explaining] + parsed[explaining + 1 :]
+        kept = [parsed[explaining].model_copy(update={"explains_change": True})]
+        kept += others[: MAX_REASONS_PER_EVENT - 1]
+        omitted: collections.Counter[str] = collections.Counter(
+            r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]
+        )
+        variants = seen.get(change) or 1
+        unknown = _unknown_instance(parsed[explaining], instance)
+        return Explained(kept, dict(omitted), False, False, variants, unknown)
+
+
+def _variant_key(
+    reason: Reason, changed: str | None, instance: Callable[[str], int | None] | None
+) -> int:
+    """The key a change's variants are counted under on a frame: a dim or scalar is one change however its
+    guard is worded (a size, then a shape guard); a module's own constant, per instance where known."""
+    return hash(
+        ("variants", changed or (reason.category, reason.subject), _instance_of(reason, instance))
+    )
+
+
+def _unknown_instance(reason: Reason, instance: Callable[[str], int | None] | None) -> str | None:
+    """The subject of a module's own constant whose instance no lookup was given for (``ingest``), else
+    None. A lookup that finds none (an instance gone) is live's own verdict, not this."""
+    if instance is not None or reason.category != "module_attribute" or not reason.subject:
+        return None
+    return reason.subject
 
 
 def _instance_of(reason: Reason, instance: Callable[[str], int | None] | None) -> int | None:

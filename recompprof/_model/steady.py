@@ -15,7 +15,9 @@ is warm-up; otherwise the cause's variants on the frame are counted, and a recom
 once they exceed what a bounded set explains (:data:`BOUNDED_VARIANTS`). An ``nn.Module``'s own constant
 (``layer_idx`` under regional compilation) counts its variants per instance where live capture can tell
 the instance (``recompprof._model.explaining``): a new instance is a variant of the bounded set of
-instances, the same instance's value changing again counts toward the bound. The first recompile of a change
+instances, the same instance's value changing again counts toward the bound. Where nothing names the
+instance (``ingest``: a trace has no identity guard on ``self``) a verdict past the bound is unknown
+(:func:`verdict`): neither steady nor a variant is claimed. The first recompile of a change
 (a first eval, a decode step after a prefill) is a new variant, with steps or without. What the report
 knows in hindsight (:func:`settled`): a cause whose recompiles stopped while the run went on settled
 after its variants, steady or not.
@@ -76,6 +78,23 @@ def is_steady(*, past_warmup: bool, rule: str | None, variants: int) -> bool:
     of its change on this frame, this one and the entry compiled before the first change included.
     """
     return past_warmup and rule is None and variants > BOUNDED_VARIANTS
+
+
+def verdict(
+    *, past_warmup: bool, rule: str | None, variants: int, instance_unknown: str | None = None
+) -> tuple[bool, str | None]:
+    """The verdict of a forward recompile, ``(steady, unknown)``: :func:`is_steady`, unless it rests on
+    what cannot be known, then ``(False, what)``.
+
+    ``instance_unknown``: the subject of an ``nn.Module``'s own constant whose variants were counted per
+    frame because nothing names its instance (a trace: torch installs no identity guard on ``self``).
+    Within the bound it is a variant either way; past it, a new instance (a variant of the bounded set of
+    instances) and one instance's value changing again (steady state) read alike, so neither is claimed.
+    """
+    steady = is_steady(past_warmup=past_warmup, rule=rule, variants=variants)
+    if steady and instance_unknown is not None:
+        return False, f"instance of {instance_unknown}"
+    return steady, None
 
 
 def settled(first: float, last: float, end: float) -> bool:

@@ -36,6 +36,8 @@ from recompprof._analysis.render.wording import (
     restart_notes,
     running_at_end,
     share,
+    steady_cell,
+    steady_unknown_notes,
     subject_text,
 )
 from recompprof._analysis.report.divergence import all_ranks, find
@@ -80,7 +82,7 @@ def _frame_row(f: FrameReport, hints: dict[str, str], steps_known: bool, steady_
         f'<tr data-frame="{_e(f.label)}"><td class="frame" title="{_e(f.file)}:{f.line}">{_e(f.label)}</td>'
         f'<td class="n" data-sort="{f.compiles}">{f.compiles}'
         + (f' <span class="bwd">(+{f.backward_compiles} bwd)</span>' if f.backward_compiles else "")
-        + f'</td><td class="n">{f.recompiles}</td><td class="n">{f.steady_state_recompiles if steady_known else "-"}</td>'
+        + f'</td><td class="n">{f.recompiles}</td><td class="n">{_e(steady_cell(f)) if steady_known else "-"}</td>'
         f'<td>{_e(frame_steps(f) if steps_known else "") or "-"}</td><td class="n{" bad" if f.limit_hits else ""}" '
         f'data-sort="{sum(f.limit_hits.values())}">'
         f'{_e(limit)}</td><td class="n">{f.graph_breaks}</td><td class="n">{sum(f.failures.values())}</td>'
@@ -288,7 +290,7 @@ def _notes(report: Report, warnings: Iterable[str]) -> str:
     notes = (
         [line for _, line in completeness_warnings(report)] + list(warnings) + list(report.notes)
     )
-    notes += automatic_dynamic_notes(report) + restart_notes(report)
+    notes += automatic_dynamic_notes(report) + steady_unknown_notes(report) + restart_notes(report)
     diverging = report.diverging_frames()
     if diverging:
         notes.append(

@@ -24,6 +24,8 @@ from recompprof._analysis.render.wording import (
     restart_notes,
     running_at_end,
     share,
+    steady_cell,
+    steady_unknown_notes,
     subject_text,
 )
 from recompprof._analysis.report.bounded import MAX_FRAMES
@@ -160,9 +162,11 @@ def render_summary(report: Report, width: int = 100) -> str:
     """A few lines for the end of ``recompprof run``: the counts and the costliest cause."""
     console, out = plaintext.console(width)
     steady = sum(f.steady_state_recompiles for f in report.frames.values())
+    unknown = sum(f.steady_state_unknown for f in report.frames.values())
+    steady_text = f"{steady} steady-state" + (f", {unknown} unknown" if unknown else "")
     console.print(
         f"recompprof: {report.compiles} compile(s), {report.recompiles} recompile(s) "
-        f"({steady} steady-state, {report.automatic_dynamic_recompiles} automatic dynamic), "
+        f"({steady_text}, {report.automatic_dynamic_recompiles} automatic dynamic), "
         f"{report.limit_hits} limit hit(s), {report.graph_breaks} graph break(s), {report.failures} failure(s); "
         f"{report.compile_seconds:.2f} s compiling, {report.recompile_seconds:.2f} s lost to recompiles"
     )
@@ -273,7 +277,7 @@ def _print_header(console: Console, report: Report, width: int) -> None:
         notes.append(
             f"{report.frames.dropped} event(s) of frames past the first {MAX_FRAMES} are not shown"
         )
-    notes += automatic_dynamic_notes(report) + restart_notes(report)
+    notes += automatic_dynamic_notes(report) + steady_unknown_notes(report) + restart_notes(report)
     for note in notes:
         console.print(f"note: {note}", width=width)
 
@@ -284,7 +288,7 @@ def _frame_row(report: Report, f: FrameReport) -> tuple[str, ...]:
         f.label,
         str(f.compiles) + (f" (+{f.backward_compiles} bwd)" if f.backward_compiles else ""),
         str(f.recompiles),
-        str(f.steady_state_recompiles),  # the verdict needs no steps: ingested runs have it too
+        steady_cell(f),  # the verdict needs no steps: ingested runs have it too
         (frame_steps(f) or "-") if steps_known else "-",
         ", ".join(f"{k} x{v}" for k, v in f.limit_hits.items()) or "0",
         str(f.graph_breaks),

@@ -129,6 +129,13 @@ def fix_text(cause: CauseReport, hints: dict[str, str], report: Report | None = 
         hint = f"torch's own remedy (from its reason text): {cause.torch_remedy}. {hint}"
     if cause.steady_state or report is None or cause.tier != 1:
         return hint
+    if cause.steady_state_unknown and not report.settled(cause):
+        return (
+            f"{cause.recompiles + 1} variants so far; steady state unknown for {cause.steady_state_unknown} "
+            f"past {_bounded()}: nothing names the instance holding {cause.subject} (a trace has no identity "
+            "guard on self), so new instances (a bounded set) and one instance's value changing (steady "
+            f"state) read alike; a live session tells them apart: {hint}"
+        )
     if report.settled(cause):
         if cause.category == "size":  # the set may be the buckets it pads to: not advised again
             hint = (
@@ -287,6 +294,27 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
             )
         )
     return lines
+
+
+def steady_cell(frame: FrameReport) -> str:
+    """A frame's steady-state recompiles as a table shows them, those of unknown verdict apart."""
+    unknown = frame.steady_state_unknown
+    return f"{frame.steady_state_recompiles}" + (f" (+{unknown} unknown)" if unknown else "")
+
+
+def steady_unknown_notes(report: Report) -> list[str]:
+    """What the recompiles of unknown steady-state verdict are, where there are any."""
+    frames = [f for f in report.frames.values() if f.steady_state_unknown]
+    if not frames:
+        return []
+    total = sum(f.steady_state_unknown for f in frames)
+    listed = first_of([f"{f.label} x{f.steady_state_unknown}" for f in frames], 5, sep="; ")
+    return [
+        f"{total} recompile(s) have an unknown steady-state verdict ({listed}): an nn.Module's own constant "
+        "past the bound whose instance nothing names (a trace: torch guards no identity on self), so new "
+        "instances and one instance's value changing read alike; counted neither as steady state nor as "
+        "variants (docs/steady-state.md)."
+    ]
 
 
 def automatic_dynamic_notes(report: Report) -> list[str]:

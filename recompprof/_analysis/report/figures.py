@@ -277,6 +277,8 @@ class CauseReport:
     example: str = ""  # a reason text
     call_site: list[str] = dataclasses.field(default_factory=list)  # innermost last
     steady_state: int = 0  # of its recompiles, those counted as steady state
+    # of its recompiles, those whose verdict is unknown (Compile.steady_state_unknown): neither steady nor not
+    steady_state_unknown: int = 0
     warmup: int = (
         0  # of its recompiles, made once by torch's own rule (recompprof._model.steady.torch_rule)
     )
@@ -352,6 +354,8 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
         cause.last_time = max(cause.last_time, event.time)
         if event.steady_state:
             cause.steady_state += 1
+        elif event.steady_state_unknown is not None:
+            cause.steady_state_unknown += 1
         reason = explaining_reason(event.reasons)
         rule = torch_rule(reason, event.automatic_dynamic)
         if rule is not None:
@@ -404,6 +408,7 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
             cause.rule = cause.rule or part_cause.rule
             cause.call_site = cause.call_site or part_cause.call_site
             cause.steady_state += part_cause.steady_state
+            cause.steady_state_unknown += part_cause.steady_state_unknown
             cause.warmup += part_cause.warmup
             cause.made_dynamic = cause.made_dynamic or part_cause.made_dynamic
             cause.specialised = cause.specialised or part_cause.specialised

@@ -95,6 +95,11 @@ class FrameReport:
         return self.counts.steady_state_recompiles
 
     @property
+    def steady_state_unknown(self) -> int:
+        """Recompiles whose steady-state verdict is unknown, counted apart (docs/steady-state.md)."""
+        return self.counts.steady_state_unknown
+
+    @property
     def backward_compiles(self) -> int:
         return self.counts.backward_compiles
 

@@ -15,24 +15,30 @@ import dataclasses
 import datetime
 import re
 from collections.abc import Callable, Sequence
+from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._eventlog.fastread import by_type
 from recompprof._history.tables import (
+    CACHE_COLUMNS,
     DIMENSIONS,
     EXPORT_VERSION,
     FACT_KEY,
     PHASE_COLUMNS,
+    REMOTE_CACHE_COLUMNS,
+    REMOTE_RESULTS,
     SCHEMAS,
     SESSION_KEY,
 )
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import COSTS, COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
-    PHASES,
     Compile,
     CompileRunning,
     CompileStart,
@@ -43,6 +49,7 @@ from recompprof._model.events import (
     SignalChange,
     short_path,
 )
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, PHASES
 from recompprof._version import __version__
 
 # Where a session's rows go: ``sink(table, run_id, rank, pid, start, day)`` is the buffer
@@ -51,7 +58,6 @@ from recompprof._version import __version__
 Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
-_NONE: dict[str, int] = {}
 DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
 _RUNS = tuple(SCHEMAS["runs"].names)
 
@@ -127,7 +133,7 @@ class Buffer:
         if self.size >= self.limit:
             self.flush()
 
-    def columns(self) -> list[Sequence[Any]]:
+    def columns(self) -> list[Any]:
         """The buffered rows as their table's columns in the schema's order (times in seconds), and
         the buffer emptied."""
         found = self._columns()
@@ -136,7 +142,7 @@ class Buffer:
         self.batches += 1
         return found
 
-    def _columns(self) -> list[Sequence[Any]]:
+    def _columns(self) -> list[Any]:
         raise NotImplementedError
 
     def _clear(self) -> None:
@@ -155,7 +161,7 @@ class RowBuffer(Buffer):
         self.rows.append(row)
         self.size += 1
 
-    def _columns(self) -> list[Sequence[Any]]:
+    def _columns(self) -> list[Any]:
         return list(zip(*self.rows, strict=True))
 
     def _clear(self) -> None:
@@ -181,21 +187,16 @@ _VERDICT_COLUMNS = (
     "cause_subject",
     "reasons_omitted",
 )
-_CACHE_LOOKUPS = {
-    f"{cache}_{result}": (cache, result)
-    for cache in ("fx_graph", "aot_autograd")
-    for result in ("hit", "miss", "bypass")
-}
 _COMPILE_NAMES = tuple(SCHEMAS["compiles"].names)
-# Columns that are an event field of another name, and the fields other columns are made from.
+# Columns that are an event field of another name.
 _RENAMED = {"duration_s": "duration"}
-_MADE_FROM = ("phases", "cache_lookups", "reasons", "call_site")
 _DERIVED = {
     *_COMPILE_KEY,
     *_FRAME_COLUMNS,
     *_VERDICT_COLUMNS,
     *PHASE_COLUMNS,
-    *_CACHE_LOOKUPS,
+    *CACHE_COLUMNS,
+    *REMOTE_CACHE_COLUMNS,
     "limit_name",
     "limit_value",
     "reason_count",
@@ -203,35 +204,85 @@ _DERIVED = {
     "torch_release",
 }
 _OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
-_OWN_FIELDS = (*(_RENAMED.get(name, name) for name in _OWN_COLUMNS), *_MADE_FROM)
-# An event's own fields in one call (one visit of the event, not one per column).
-_OWN = attrgetter(*_OWN_FIELDS)
+_OWN_FIELDS = tuple(_RENAMED.get(name, name) for name in _OWN_COLUMNS)
+
+
+class Nested(NamedTuple):
+    """Columns that are the fields of one dict per row (a compile's phases, its cache lookups by
+    cache and result): converted as one nested column, then split
+    (:func:`recompprof._history.export.batch`); ``paths`` are the columns, by path of keys. A row
+    without its dict (None) is null in every column; a key missing from a dict is null, or ``missing``."""
+
+    rows: Sequence[Any]
+    paths: tuple[tuple[str, ...], ...]
+    missing: Any = None
+
+
+class Repeated(NamedTuple):
+    """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
+    columns many rows of a batch share: a session's key, a frame, a reason)."""
+
+    values: Sequence[Any]
+    indices: list[int]
+
+
+def interned(items: Sequence[Any], *, by_value: bool = False) -> tuple[list[Any], list[int]]:
+    """``items`` as their distinct values (first seen first) and each item's place among them, told
+    apart by identity (a session's key and a frame's columns are one object each; the items stay
+    referenced while the batch is built, so no identity is reused meanwhile) or ``by_value``."""
+    first: dict[Any, int] = {}
+    keys = items if by_value else map(id, items)
+    found = list(map(first.setdefault, keys, range(len(items))))
+    dense = dict(zip(first.values(), range(len(first)), strict=True))
+    return [items[i] for i in first.values()], list(map(dense.__getitem__, found))
+
+
+def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Repeated]:
+    """Columns ``names`` of tuples many rows share, each distinct tuple converted once."""
+    values, indices = interned(rows)
+    return {
+        name: Repeated(column, indices)
+        for name, column in zip(
+            names, zip(*values, strict=True) if values else [()] * len(names), strict=True
+        )
+    }
 
 
 class CompileBuffer(Buffer):
-    """``compiles`` rows: each its event's own fields, its session's key, its frame's columns and its
-    verdicts (the event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`)."""
+    """``compiles`` rows: each its event (its own fields are read a column at a time), its session's
+    key, its frame's columns and its verdicts (the event model's rules, applied as the event was
+    read: :meth:`SessionRows._on_compile`; the columns they give are made a batch at a time)."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
         self._clear()
 
     def _clear(self) -> None:
-        self.own: list[tuple[Any, ...]] = []
+        self.events: list[Compile] = []
         self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
-        self.verdicts: list[tuple[Any, ...]] = []
+        self.found: list[int] = []  # recompprof._model.counting.verdict
+        self.causes: list[tuple[Any, str, str] | None] = []
+        self.omitted: list[int] = []
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
-        self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
+        self,
+        event: Compile,
+        key: tuple[Any, ...],
+        frame: tuple[Any, ...],
+        found: int,
+        cause: tuple[Any, str, str] | None,
+        omitted: int,
     ) -> tuple[int, int]:
         """Buffer a compile's row; returns its place (for :meth:`set_limit`)."""
         self._room()
-        self.own.append(_OWN(event))
+        self.events.append(event)
         self.keys.append(key)
         self.frames.append(frame)
-        self.verdicts.append(found)
+        self.found.append(found)
+        self.causes.append(cause)
+        self.omitted.append(omitted)
         self.size += 1
         return self.batches, self.size - 1
 
@@ -241,15 +292,16 @@ class CompileBuffer(Buffer):
         if batches == self.batches and index < self.size:
             self.limits[index] = (name, value)
 
-    def _columns(self) -> list[Sequence[Any]]:
-        n, text = self.size, self.text
-        parts: dict[str, Sequence[Any]] = {}
-        parts.update(zip(_COMPILE_KEY, zip(*self.keys, strict=True), strict=True))
-        parts.update(zip(_FRAME_COLUMNS, zip(*self.frames, strict=True), strict=True))
-        parts.update(zip(_VERDICT_COLUMNS, zip(*self.verdicts, strict=True), strict=True))
-        own = list(zip(*self.own, strict=True))
-        parts.update(zip(_OWN_COLUMNS, own, strict=False))
-        phases, lookups, reasons, sites = own[len(_OWN_COLUMNS) :]
+    def _columns(self) -> list[Any]:
+        n, text, events = self.size, self.text, self.events
+        parts: dict[str, Sequence[Any]] = {
+            column: list(map(attrgetter(field), events))
+            for column, field in zip(_OWN_COLUMNS, _OWN_FIELDS, strict=False)
+        }
+        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
+        parts.update(columns_of(_FRAME_COLUMNS, self.frames))
+        parts.update(_verdict_columns(self.found, self.causes, parts))
+        parts["reasons_omitted"] = self.omitted
         if not text.texts:
             parts["fail_reason"] = [None] * n
         names: list[str | None] = [None] * n
@@ -257,14 +309,58 @@ class CompileBuffer(Buffer):
         for index, (name, value) in self.limits.items():
             names[index], values[index] = name, value
         parts["limit_name"], parts["limit_value"] = names, values
-        for phase, column in zip(PHASES, PHASE_COLUMNS, strict=True):
-            parts[column] = [found.get(phase) for found in phases]
-        for column, (cache, result) in _CACHE_LOOKUPS.items():
-            parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
-        parts["reason_count"] = list(map(len, reasons))
-        parts["torch_release"] = list(map(torch_release, parts["torch_version"]))
+        phases = list(map(attrgetter("phases"), events))
+        parts[PHASE_COLUMNS[0]] = Nested(phases, tuple((phase,) for phase in PHASES))
+        lookups = list(map(attrgetter("cache_lookups"), events))
+        parts[CACHE_COLUMNS[0]] = Nested(lookups, _CACHE_PATHS)
+        # Where torch splits them, a lookup the remote cache did not answer is 0 of it, not unknown.
+        remote = list(map(attrgetter("remote_cache_lookups"), events))
+        parts[REMOTE_CACHE_COLUMNS[0]] = Nested(remote, _REMOTE_PATHS, missing=0)
+        parts["reason_count"] = [len(event.reasons) for event in events]
+        sites = list(map(attrgetter("call_site"), events))
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
-        return [parts[name] for name in _COMPILE_NAMES]
+        return [
+            parts.get(name) for name in _COMPILE_NAMES
+        ]  # a Nested stands for the columns after it
+
+
+def _verdict_columns(
+    found: list[int], causes: list[tuple[Any, str, str] | None], own: dict[str, Sequence[Any]]
+) -> dict[str, Any]:
+    """The columns of a batch's verdicts (``found``, by :func:`recompprof._model.counting.verdict`)
+    and causes, made from them and the event's own columns a column at a time."""
+    bits = pa.array(found, pa.int8())
+
+    def has(bit: int) -> pa.Array:
+        return pc.not_equal(pc.bit_wise_and(bits, pa.scalar(bit, pa.int8())), 0)
+
+    recompile = has(RECOMPILE)
+    steady = pa.array(own["steady_state"], pa.bool_())
+    duration = pa.array(own["duration_s"], pa.float64())
+    return {
+        "counts_as_compile": has(COUNTED),
+        "counts_as_recompile": recompile,
+        "steady_state_recompile": pc.and_(recompile, steady),
+        "compile_seconds": pc.if_else(has(COSTS), duration, 0.0),
+        "cause_category": [cause[1] if cause is not None else None for cause in causes],
+        "cause_subject": [cause[2] if cause is not None else None for cause in causes],
+    }
+
+
+_CACHE_PATHS = tuple((cache, result) for cache in CACHES for result in CACHE_RESULTS)
+_REMOTE_PATHS = tuple((cache, result) for cache in CACHES for result in REMOTE_RESULTS)
+
+
+def _with_release(keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each distinct session key with its torch release after it (keys are one object per session)."""
+    done: dict[int, tuple[Any, ...]] = {}
+    for key in keys:
+        if id(key) not in done:
+            done[id(key)] = (*key, torch_release(key[_TORCH_VERSION]))
+    return list(map(done.__getitem__, map(id, keys)))
+
+
+_TORCH_VERSION = _COMPILE_KEY.index("torch_version")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,43 +374,46 @@ class _Omitted:
     text: str = ""
 
 
-_HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
+# A compile's head: its session's key (one object per session), then its own columns.
+_HEAD_COLUMNS = (
+    *FACT_KEY[len(_COMPILE_KEY) :],
+    "frame_key",
+    "frame_name",
+    "recompile",
+    "steady_state",
+)
 _REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
 _REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
 
 
-class Repeated(NamedTuple):
-    """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
-    columns a compile's guard-failure rows share)."""
+class And(NamedTuple):
+    """A boolean column: both columns' values true (each a :class:`Repeated` one)."""
 
-    values: Sequence[Any]
-    indices: list[int]
+    left: Repeated
+    right: Repeated
 
 
 class GuardFailureBuffer(Buffer):
     """``guard_failures`` rows: each its reason, its place, and its compile's head (key and frame
-    columns, whether the compile is a recompile, its steady_state), held once for its compile's rows."""
+    columns, whether the compile is a recompile, its steady_state). A compile's reasons are held as
+    its event's list and made rows once per batch; the head's and each distinct reason's columns are
+    converted once."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
         self._clear()
 
     def _clear(self) -> None:
-        self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
-        self.which: list[int] = []  # each row's head
-        self.reasons: list[Any] = []
-        self.positions: list[int | None] = []
-        self.counts: list[int] = []
+        self.heads: list[tuple[Any, ...]] = []  # one per group of rows: a compile's reasons, or one
+        self.groups: list[Sequence[Any]] = []  # the reasons of each group
+        self.singles: dict[int, tuple[int | None, int]] = {}  # a one-row group's position and count
 
     def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
         """A compile's reasons, in order (positions 0, 1, ...)."""
         n = len(reasons)
         if self.size + n <= self.limit:  # all in this batch (the usual case)
-            self.which.extend([len(self.heads)] * n)
             self.heads.append(head)
-            self.reasons.extend(reasons)
-            self.positions.extend(range(n))
-            self.counts.extend([1] * n)
+            self.groups.append(reasons)
             self.size += n
             return
         for position, reason in enumerate(reasons):
@@ -322,34 +421,42 @@ class GuardFailureBuffer(Buffer):
 
     def add_one(self, head: tuple[Any, ...], reason: Any, position: int | None, count: int) -> None:
         self._room()
-        if not self.heads or self.heads[-1] is not head:
-            self.heads.append(head)
-        self.which.append(len(self.heads) - 1)
-        self.reasons.append(reason)
-        self.positions.append(position)
-        self.counts.append(count)
+        self.singles[len(self.groups)] = (position, count)
+        self.heads.append(head)
+        self.groups.append((reason,))
         self.size += 1
 
-    def _columns(self) -> list[Sequence[Any]]:
-        reasons, which = self.reasons, self.which
-        parts: dict[str, Sequence[Any]] = {
-            name: Repeated(values, which)
-            for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
+    def _columns(self) -> list[Any]:
+        sizes = list(map(len, self.groups))
+        which = list(chain.from_iterable(map(repeat, range(len(sizes)), sizes)))
+        keys, of_head = interned(_with_release([head[0] for head in self.heads]))
+        of_row = list(map(of_head.__getitem__, which))
+        parts: dict[str, Any] = {
+            name: Repeated(values, of_row)
+            for name, values in zip(
+                (*_COMPILE_KEY, "torch_release"), zip(*keys, strict=True), strict=True
+            )
         }
+        own = zip(*(head[1:] for head in self.heads), strict=True)
+        parts.update(
+            (name, Repeated(values, which)) for name, values in zip(_HEAD_COLUMNS, own, strict=True)
+        )
+        # Reasons repeat (a frame's guards fail alike call after call): each distinct one once.
+        reasons, indices = interned(list(chain.from_iterable(self.groups)), by_value=True)
         for name, values in zip(
             _REASON_COLUMNS, zip(*map(_REASON_FIELDS, reasons), strict=True), strict=True
         ):
-            parts[name] = values
-        recompiles = parts["recompile"].values  # type: ignore[attr-defined]
-        parts["counts_as_change"] = [
-            recompiles[head] and explains
-            for head, explains in zip(which, parts["explains_change"], strict=True)
-        ]
+            parts[name] = Repeated(values, indices)
+        parts["counts_as_change"] = And(parts["recompile"], parts["explains_change"])
         if not self.text.texts:
-            parts["text"] = [""] * self.size
-        parts["position"], parts["count"] = self.positions, self.counts
-        versions = parts["torch_version"].values  # type: ignore[attr-defined]
-        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
+            parts["text"] = Repeated([""], [0] * self.size)
+        positions: list[int | None] = list(chain.from_iterable(map(range, sizes)))
+        counts = [1] * self.size
+        if self.singles:  # rare: rows of a compile split over two batches, or omitted reasons
+            starts = [0, *accumulate(sizes)]
+            for group, (position, count) in self.singles.items():
+                positions[starts[group]], counts[starts[group]] = position, count
+        parts["position"], parts["count"] = positions, counts
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -559,22 +666,12 @@ class SessionRows:
         session.add_compile(event, found, cost, cause is not None, omitted)
         frame = self._frame(event.frame)
         day = day_of(event.time)
-        # The columns the event model's rules give (CompileBuffer: the rest are the event's own).
-        verdicts = (
-            bool(found & COUNTED),
-            recompile,
-            recompile and event.steady_state,
-            cost,
-            cause[1] if cause is not None else None,
-            cause[2] if cause is not None else None,
-            omitted,
-        )
         compiles: CompileBuffer = self._buffer(session, "compiles", day)
-        place = compiles.add(event, session.key, frame, verdicts)
+        place = compiles.add(event, session.key, frame, found, cause, omitted)
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
         if event.reasons or omitted:
             head = (
-                *session.key,
+                session.key,
                 event.time,
                 event.step,
                 event.compile_id,

@@ -90,6 +90,41 @@ def cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]]
     return out
 
 
+# (cache, ((result, torch's count of the remote cache's lookups of that result), ...))
+_REMOTE_FIELDS = (
+    (
+        "fx_graph",
+        (
+            ("hit", "inductor_fx_remote_cache_hit_count"),
+            ("miss", "inductor_fx_remote_cache_miss_count"),
+        ),
+    ),
+    (
+        "aot_autograd",
+        (
+            ("hit", "aotautograd_remote_cache_hit_count"),
+            ("miss", "aotautograd_remote_cache_miss_count"),
+        ),
+    ),
+)
+
+
+def remote_cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]] | None
+    """The lookups of :func:`cache_lookups` the remote cache answered, ``{cache: {result: count}}``
+    (counts above 0 only); None where the record has none of torch's remote counts (a torch release
+    that does not split them)."""
+    out: dict[str, dict[str, int]] = {}
+    reported = False
+    for cache, fields in _REMOTE_FIELDS:
+        for result, name in fields:
+            value = getattr(m, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                reported = True
+                if value > 0:
+                    out.setdefault(cache, {})[result] = value
+    return out if reported else None
+
+
 def cache_seconds_saved(m: Any) -> float | None:
     """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
     which despite its name sums local and remote hits)."""
@@ -290,4 +325,6 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         restart_count=restart_count(getattr(m, "restart_reasons", None)),
         dynamo_config_sha=config_sha(getattr(m, "dynamo_config", None)),
         inductor_config_sha=config_sha(getattr(m, "inductor_config", None)),
+        guard_latency_s=_seconds(getattr(m, "guard_latency_us", None)),
+        remote_cache_lookups=remote_cache_lookups(m),
     )

@@ -30,7 +30,6 @@ from recompprof._eventlog.writer import log_rank
 from recompprof._history import sessions
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
 from recompprof._history.rows import (
-    And,
     Buffer,
     Nested,
     Repeated,
@@ -39,36 +38,9 @@ from recompprof._history.rows import (
     buffer,
 )
 from recompprof._history.sessions import Session
-from recompprof._history.tables import FACT_KEY, SCHEMAS, TABLES, TIMESTAMP
+from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP, writer_options
 
 BATCH_ROWS = 8192  # rows per row group: what one table's buffer holds at most
-# Snappy, as compaction writes: half zstd's CPU for ~10 % more bytes (still ~1/13 of the JSONL).
-COMPRESSION = "snappy"
-# Statistics (what lets a reader skip a row group) where questions filter: the session, the time, the
-# frame, the cause; the other columns' cost an export a tenth of its writing and prune nothing.
-STATISTICS = frozenset(
-    {
-        *FACT_KEY,
-        "start_time",
-        "end_time",
-        "frame_key",
-        "category",
-        "cause_category",
-        "torch_release",
-    }
-)
-
-
-def _writer_options(schema: pa.Schema) -> dict[str, Any]:
-    """Dictionary pages for text columns only (numbers and flags are smaller and cheaper plain),
-    statistics on :data:`STATISTICS`."""
-    texts = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_list(f.type)]
-    return {
-        "compression": COMPRESSION,
-        "use_dictionary": texts,
-        "write_statistics": [name for name in schema.names if name in STATISTICS],
-        "write_page_checksum": True,  # history verify tells a damaged page from a good one
-    }
 
 
 @dataclasses.dataclass
@@ -105,7 +77,7 @@ class _Output:
         if self.writer is None:
             self.pending = self.lake.create(self.path)
             self.writer = pq.ParquetWriter(
-                self.pending.stream, self.schema, **_writer_options(self.schema)
+                self.pending.stream, self.schema, **writer_options(self.schema)
             )
         self.count += self.rows.size
         self.writer.write_table(batch(self.schema, self.rows.columns()))
@@ -136,36 +108,23 @@ class _Output:
 def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
     """Columns (``schema``'s, in order, times in seconds) as one Arrow table of ``schema``, each
     converted by Arrow: a :class:`Repeated` one each value once, then taken; a :class:`Nested` one as
-    one nested column, split into the columns it stands for (None in ``columns``); an :class:`And`
-    one from its two; times to microseconds there too."""
+    one nested column, split into the columns it stands for (None in ``columns``); times to
+    microseconds there too."""
     arrays: list[pa.Array] = []
     taken: dict[int, pa.Array] = {}  # the indices of Repeated columns, converted once
-    converted: dict[int, pa.Array] = {}  # Repeated columns, converted once (for an And)
-
-    def repeated(kind: pa.DataType, column: Repeated) -> pa.Array:
-        found = converted.get(id(column))
-        if found is None:
-            indices = taken.get(id(column.indices))
-            if indices is None:
-                indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
-            found = converted[id(column)] = _array(kind, column.values).take(indices)
-        return found
-
     for field, column in zip(schema, columns, strict=True):
         if column is None:  # a column of the Nested before it
             continue
         if isinstance(column, Repeated):
-            arrays.append(repeated(field.type, column))
+            indices = taken.get(id(column.indices))
+            if indices is None:
+                indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
+            arrays.append(_array(field.type, column.values).take(indices))
         elif isinstance(column, Nested):
             arrays.extend(_split(schema, len(arrays), column))
-        elif isinstance(column, And):
-            arrays.append(pc.and_(repeated(_BOOL, column.left), repeated(_BOOL, column.right)))
         else:
             arrays.append(_array(field.type, column))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-_BOOL = pa.bool_()
 
 
 def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:

@@ -15,7 +15,6 @@ import dataclasses
 import datetime
 import re
 from collections.abc import Callable, Sequence
-from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -204,7 +203,16 @@ _DERIVED = {
     "torch_release",
 }
 _OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
-_OWN_FIELDS = tuple(_RENAMED.get(name, name) for name in _OWN_COLUMNS)
+_OWN_FIELDS = (
+    *(_RENAMED.get(name, name) for name in _OWN_COLUMNS),
+    # the fields other columns are made from
+    "phases",
+    "cache_lookups",
+    "remote_cache_lookups",
+    "call_site",
+)
+# An event's own fields in one call (one visit of the event, not one per column).
+_OWN = attrgetter(*_OWN_FIELDS)
 
 
 class Nested(NamedTuple):
@@ -220,19 +228,18 @@ class Nested(NamedTuple):
 
 class Repeated(NamedTuple):
     """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
-    columns many rows of a batch share: a session's key, a frame, a reason)."""
+    columns many rows of a batch share: a session's key, a frame, a compile's head)."""
 
     values: Sequence[Any]
     indices: list[int]
 
 
-def interned(items: Sequence[Any], *, by_value: bool = False) -> tuple[list[Any], list[int]]:
-    """``items`` as their distinct values (first seen first) and each item's place among them, told
-    apart by identity (a session's key and a frame's columns are one object each; the items stay
-    referenced while the batch is built, so no identity is reused meanwhile) or ``by_value``."""
-    first: dict[Any, int] = {}
-    keys = items if by_value else map(id, items)
-    found = list(map(first.setdefault, keys, range(len(items))))
+def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """``items`` as their distinct objects (first seen first) and each item's place among them, told
+    apart by identity: a session's key and a frame's columns are one object each (the items stay
+    referenced while the batch is built, so no identity is reused meanwhile)."""
+    first: dict[int, int] = {}
+    found = list(map(first.setdefault, map(id, items), range(len(items))))
     dense = dict(zip(first.values(), range(len(first)), strict=True))
     return [items[i] for i in first.values()], list(map(dense.__getitem__, found))
 
@@ -249,40 +256,32 @@ def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str,
 
 
 class CompileBuffer(Buffer):
-    """``compiles`` rows: each its event (its own fields are read a column at a time), its session's
-    key, its frame's columns and its verdicts (the event model's rules, applied as the event was
-    read: :meth:`SessionRows._on_compile`; the columns they give are made a batch at a time)."""
+    """``compiles`` rows: each its event's own fields (read in one call; the event itself is not kept,
+    so its memory is reused at once), its session's key, its frame's columns and its verdicts (the
+    event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`; the columns
+    they give are made a batch at a time)."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
         self._clear()
 
     def _clear(self) -> None:
-        self.events: list[Compile] = []
+        self.own: list[tuple[Any, ...]] = []
         self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
-        self.found: list[int] = []  # recompprof._model.counting.verdict
-        self.causes: list[tuple[Any, str, str] | None] = []
-        self.omitted: list[int] = []
+        self.verdicts: list[tuple[Any, ...]] = []  # _VERDICT_PARTS
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
-        self,
-        event: Compile,
-        key: tuple[Any, ...],
-        frame: tuple[Any, ...],
-        found: int,
-        cause: tuple[Any, str, str] | None,
-        omitted: int,
+        self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
     ) -> tuple[int, int]:
-        """Buffer a compile's row; returns its place (for :meth:`set_limit`)."""
+        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
+        :meth:`set_limit`)."""
         self._room()
-        self.events.append(event)
+        self.own.append(_OWN(event))
         self.keys.append(key)
         self.frames.append(frame)
-        self.found.append(found)
-        self.causes.append(cause)
-        self.omitted.append(omitted)
+        self.verdicts.append(found)
         self.size += 1
         return self.batches, self.size - 1
 
@@ -293,15 +292,16 @@ class CompileBuffer(Buffer):
             self.limits[index] = (name, value)
 
     def _columns(self) -> list[Any]:
-        n, text, events = self.size, self.text, self.events
-        parts: dict[str, Sequence[Any]] = {
-            column: list(map(attrgetter(field), events))
-            for column, field in zip(_OWN_COLUMNS, _OWN_FIELDS, strict=False)
-        }
+        n, text = self.size, self.text
+        own = list(zip(*self.own, strict=True))
+        parts: dict[str, Any] = dict(zip(_OWN_COLUMNS, own, strict=False))
+        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) :]
         parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
         parts.update(columns_of(_FRAME_COLUMNS, self.frames))
-        parts.update(_verdict_columns(self.found, self.causes, parts))
-        parts["reasons_omitted"] = self.omitted
+        found, causes, parts["reasons_omitted"], parts["reason_count"] = zip(
+            *self.verdicts, strict=True
+        )
+        parts.update(_verdict_columns(found, causes, parts))
         if not text.texts:
             parts["fail_reason"] = [None] * n
         names: list[str | None] = [None] * n
@@ -309,23 +309,22 @@ class CompileBuffer(Buffer):
         for index, (name, value) in self.limits.items():
             names[index], values[index] = name, value
         parts["limit_name"], parts["limit_value"] = names, values
-        phases = list(map(attrgetter("phases"), events))
         parts[PHASE_COLUMNS[0]] = Nested(phases, tuple((phase,) for phase in PHASES))
-        lookups = list(map(attrgetter("cache_lookups"), events))
         parts[CACHE_COLUMNS[0]] = Nested(lookups, _CACHE_PATHS)
         # Where torch splits them, a lookup the remote cache did not answer is 0 of it, not unknown.
-        remote = list(map(attrgetter("remote_cache_lookups"), events))
         parts[REMOTE_CACHE_COLUMNS[0]] = Nested(remote, _REMOTE_PATHS, missing=0)
-        parts["reason_count"] = [len(event.reasons) for event in events]
-        sites = list(map(attrgetter("call_site"), events))
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
-        return [
-            parts.get(name) for name in _COMPILE_NAMES
-        ]  # a Nested stands for the columns after it
+        # a Nested stands for the columns after it (None here)
+        return [parts.get(name) for name in _COMPILE_NAMES]
+
+
+# What a compile's row holds of its verdicts: counting.verdict's bits, its cause (or None), the
+# reasons past its cap, the reasons listed.
+_VERDICT_PARTS = ("found", "cause", "reasons_omitted", "reason_count")
 
 
 def _verdict_columns(
-    found: list[int], causes: list[tuple[Any, str, str] | None], own: dict[str, Sequence[Any]]
+    found: Sequence[int], causes: Sequence[tuple[Any, str, str] | None], own: dict[str, Any]
 ) -> dict[str, Any]:
     """The columns of a batch's verdicts (``found``, by :func:`recompprof._model.counting.verdict`)
     and causes, made from them and the event's own columns a column at a time."""
@@ -374,46 +373,35 @@ class _Omitted:
     text: str = ""
 
 
-# A compile's head: its session's key (one object per session), then its own columns.
-_HEAD_COLUMNS = (
-    *FACT_KEY[len(_COMPILE_KEY) :],
-    "frame_key",
-    "frame_name",
-    "recompile",
-    "steady_state",
-)
+_HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
 _REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
 _REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
 
 
-class And(NamedTuple):
-    """A boolean column: both columns' values true (each a :class:`Repeated` one)."""
-
-    left: Repeated
-    right: Repeated
-
-
 class GuardFailureBuffer(Buffer):
     """``guard_failures`` rows: each its reason, its place, and its compile's head (key and frame
-    columns, whether the compile is a recompile, its steady_state). A compile's reasons are held as
-    its event's list and made rows once per batch; the head's and each distinct reason's columns are
-    converted once."""
+    columns, whether the compile is a recompile, its steady_state), held once for its compile's rows."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
         self._clear()
 
     def _clear(self) -> None:
-        self.heads: list[tuple[Any, ...]] = []  # one per group of rows: a compile's reasons, or one
-        self.groups: list[Sequence[Any]] = []  # the reasons of each group
-        self.singles: dict[int, tuple[int | None, int]] = {}  # a one-row group's position and count
+        self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
+        self.which: list[int] = []  # each row's head
+        self.reasons: list[Any] = []
+        self.positions: list[int | None] = []
+        self.counts: list[int] = []
 
     def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
         """A compile's reasons, in order (positions 0, 1, ...)."""
         n = len(reasons)
         if self.size + n <= self.limit:  # all in this batch (the usual case)
+            self.which.extend([len(self.heads)] * n)
             self.heads.append(head)
-            self.groups.append(reasons)
+            self.reasons.extend(reasons)
+            self.positions.extend(range(n))
+            self.counts.extend([1] * n)
             self.size += n
             return
         for position, reason in enumerate(reasons):
@@ -421,42 +409,34 @@ class GuardFailureBuffer(Buffer):
 
     def add_one(self, head: tuple[Any, ...], reason: Any, position: int | None, count: int) -> None:
         self._room()
-        self.singles[len(self.groups)] = (position, count)
-        self.heads.append(head)
-        self.groups.append((reason,))
+        if not self.heads or self.heads[-1] is not head:
+            self.heads.append(head)
+        self.which.append(len(self.heads) - 1)
+        self.reasons.append(reason)
+        self.positions.append(position)
+        self.counts.append(count)
         self.size += 1
 
-    def _columns(self) -> list[Any]:
-        sizes = list(map(len, self.groups))
-        which = list(chain.from_iterable(map(repeat, range(len(sizes)), sizes)))
-        keys, of_head = interned(_with_release([head[0] for head in self.heads]))
-        of_row = list(map(of_head.__getitem__, which))
-        parts: dict[str, Any] = {
-            name: Repeated(values, of_row)
-            for name, values in zip(
-                (*_COMPILE_KEY, "torch_release"), zip(*keys, strict=True), strict=True
-            )
+    def _columns(self) -> list[Sequence[Any]]:
+        reasons, which = self.reasons, self.which
+        parts: dict[str, Sequence[Any]] = {
+            name: Repeated(values, which)
+            for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
         }
-        own = zip(*(head[1:] for head in self.heads), strict=True)
-        parts.update(
-            (name, Repeated(values, which)) for name, values in zip(_HEAD_COLUMNS, own, strict=True)
-        )
-        # Reasons repeat (a frame's guards fail alike call after call): each distinct one once.
-        reasons, indices = interned(list(chain.from_iterable(self.groups)), by_value=True)
         for name, values in zip(
             _REASON_COLUMNS, zip(*map(_REASON_FIELDS, reasons), strict=True), strict=True
         ):
-            parts[name] = Repeated(values, indices)
-        parts["counts_as_change"] = And(parts["recompile"], parts["explains_change"])
+            parts[name] = values
+        recompiles = parts["recompile"].values  # type: ignore[attr-defined]
+        parts["counts_as_change"] = [
+            recompiles[head] and explains
+            for head, explains in zip(which, parts["explains_change"], strict=True)
+        ]
         if not self.text.texts:
-            parts["text"] = Repeated([""], [0] * self.size)
-        positions: list[int | None] = list(chain.from_iterable(map(range, sizes)))
-        counts = [1] * self.size
-        if self.singles:  # rare: rows of a compile split over two batches, or omitted reasons
-            starts = [0, *accumulate(sizes)]
-            for group, (position, count) in self.singles.items():
-                positions[starts[group]], counts[starts[group]] = position, count
-        parts["position"], parts["count"] = positions, counts
+            parts["text"] = [""] * self.size
+        parts["position"], parts["count"] = self.positions, self.counts
+        versions = parts["torch_version"].values  # type: ignore[attr-defined]
+        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -667,11 +647,11 @@ class SessionRows:
         frame = self._frame(event.frame)
         day = day_of(event.time)
         compiles: CompileBuffer = self._buffer(session, "compiles", day)
-        place = compiles.add(event, session.key, frame, found, cause, omitted)
+        place = compiles.add(event, session.key, frame, (found, cause, omitted, len(event.reasons)))
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
         if event.reasons or omitted:
             head = (
-                session.key,
+                *session.key,
                 event.time,
                 event.step,
                 event.compile_id,

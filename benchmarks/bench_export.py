@@ -81,11 +81,6 @@ def main() -> None:
             cmd = [sys.executable, "-m", "recompprof._cli.main", "export", str(run)]
             samples["export"].append(measure([*cmd, "--to", str(lake)]))
         per_million = 1_000_000 / events
-        print(
-            "load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(
-                *os.getloadavg()
-            )
-        )
         cpu = {name: statistics.median(s[3] for s in got) for name, got in samples.items()}
         print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*start_load))
         print(f"run: {args.ranks} ranks x {args.per_rank} events = {events:,} events")

@@ -54,6 +54,7 @@ COMPILE = Compile(
     cache_seconds_saved=0.5,
     triton_compile_s=0.25,
     trace_seconds_by_function={"f": 0.125},
+    guard_latency_s=0.0625,
 )
 END = SessionEnd(time=3.0, rank=0, step=2, totals={"compiles": 1.0, "compile_seconds": 0.25})
 END_COMPILING = SessionEnd(
@@ -72,6 +73,7 @@ FIELDS: list[tuple[Any, tuple[str, ...]]] = [
     (COMPILE, ("phases", "dynamo_trace")),
     (COMPILE, ("cache_seconds_saved",)),
     (COMPILE, ("triton_compile_s",)),
+    (COMPILE, ("guard_latency_s",)),
     (COMPILE, ("trace_seconds_by_function", "f")),
     (START, ("time",)),
     (END, ("totals", "compile_seconds")),

@@ -29,12 +29,18 @@ from recompprof._analysis.runs import EventStream, Run, load
 from recompprof._eventlog.writer import log_rank
 from recompprof._history import sessions
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
-from recompprof._history.rows import Buffer, Repeated, SessionRows, TextPolicy, buffer
+from recompprof._history.rows import (
+    Buffer,
+    Nested,
+    Repeated,
+    SessionRows,
+    TextPolicy,
+    buffer,
+)
 from recompprof._history.sessions import Session
-from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP
+from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP, writer_options
 
 BATCH_ROWS = 8192  # rows per row group: what one table's buffer holds at most
-COMPRESSION = "zstd"
 
 
 @dataclasses.dataclass
@@ -71,11 +77,7 @@ class _Output:
         if self.writer is None:
             self.pending = self.lake.create(self.path)
             self.writer = pq.ParquetWriter(
-                self.pending.stream,
-                self.schema,
-                compression=COMPRESSION,
-                write_statistics=True,
-                write_page_checksum=True,  # history verify tells a damaged page from a good one
+                self.pending.stream, self.schema, **writer_options(self.schema)
             )
         self.count += self.rows.size
         self.writer.write_table(batch(self.schema, self.rows.columns()))
@@ -103,24 +105,64 @@ class _Output:
             self.pending.abort()
 
 
-def batch(schema: pa.Schema, columns: list[Sequence[Any]]) -> pa.Table:
-    """Columns (``schema``'s, in order, times in seconds) as one Arrow table of ``schema``: each
-    column converted by Arrow (a :class:`Repeated` one: each value once, then taken), times to
+def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
+    """Columns (``schema``'s, in order, times in seconds) as one Arrow table of ``schema``, each
+    converted by Arrow: a :class:`Repeated` one each value once, then taken; a :class:`Nested` one as
+    one nested column, split into the columns it stands for (None in ``columns``); times to
     microseconds there too."""
-    arrays = []
+    arrays: list[pa.Array] = []
     taken: dict[int, pa.Array] = {}  # the indices of Repeated columns, converted once
     for field, column in zip(schema, columns, strict=True):
+        if column is None:  # a column of the Nested before it
+            continue
         if isinstance(column, Repeated):
             indices = taken.get(id(column.indices))
             if indices is None:
                 indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
             arrays.append(_array(field.type, column.values).take(indices))
+        elif isinstance(column, Nested):
+            arrays.extend(_split(schema, len(arrays), column))
         else:
             arrays.append(_array(field.type, column))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
+    """The columns from ``at`` on that ``column``'s paths of keys make, a missing key null."""
+    kinds = [schema.field(at + i).type for i in range(len(column.paths))]
+    nested = _nested_type(column.paths, kinds)
+    found = pa.array(column.rows, nested)
+    present = pc.is_valid(found) if column.missing is not None else None
+    arrays: list[pa.Array] = []
+    for path, kind in zip(column.paths, kinds, strict=True):
+        part = found
+        for key in path:
+            part = pc.struct_field(part, [part.type.get_field_index(key)])
+        if present is not None:  # a key missing from a row's dict: ``missing``, not null
+            filled = pc.fill_null(part, pa.scalar(column.missing, kind))
+            part = pc.if_else(present, filled, pa.scalar(None, kind))
+        arrays.append(part)
+    return arrays
+
+
+def _nested_type(paths: tuple[tuple[str, ...], ...], kinds: list[pa.DataType]) -> pa.DataType:
+    """The struct type of dicts holding a value at each of ``paths`` (of type ``kinds``)."""
+    tree: dict[str, Any] = {}
+    for path, kind in zip(paths, kinds, strict=True):
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = kind
+
+    def build(node: dict[str, Any]) -> pa.DataType:
+        return pa.struct([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return build(tree)
+
+
 def _array(kind: pa.DataType, column: Sequence[Any]) -> pa.Array:
+    if isinstance(column, pa.Array):  # made by Arrow already (rows.py)
+        return column if column.type == kind else column.cast(kind)
     if kind == TIMESTAMP:
         seconds = pa.array(column, pa.float64())
         micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())

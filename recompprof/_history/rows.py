@@ -18,21 +18,26 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._eventlog.fastread import by_type
 from recompprof._history.tables import (
+    CACHE_COLUMNS,
     DIMENSIONS,
     EXPORT_VERSION,
     FACT_KEY,
     PHASE_COLUMNS,
+    REMOTE_CACHE_COLUMNS,
+    REMOTE_RESULTS,
     SCHEMAS,
     SESSION_KEY,
 )
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import COSTS, COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (
-    PHASES,
     Compile,
     CompileRunning,
     CompileStart,
@@ -43,6 +48,7 @@ from recompprof._model.events import (
     SignalChange,
     short_path,
 )
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, PHASES
 from recompprof._version import __version__
 
 # Where a session's rows go: ``sink(table, run_id, rank, pid, start, day)`` is the buffer
@@ -51,7 +57,6 @@ from recompprof._version import __version__
 Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
 _OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
-_NONE: dict[str, int] = {}
 DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
 _RUNS = tuple(SCHEMAS["runs"].names)
 
@@ -127,7 +132,7 @@ class Buffer:
         if self.size >= self.limit:
             self.flush()
 
-    def columns(self) -> list[Sequence[Any]]:
+    def columns(self) -> list[Any]:
         """The buffered rows as their table's columns in the schema's order (times in seconds), and
         the buffer emptied."""
         found = self._columns()
@@ -136,7 +141,7 @@ class Buffer:
         self.batches += 1
         return found
 
-    def _columns(self) -> list[Sequence[Any]]:
+    def _columns(self) -> list[Any]:
         raise NotImplementedError
 
     def _clear(self) -> None:
@@ -155,7 +160,7 @@ class RowBuffer(Buffer):
         self.rows.append(row)
         self.size += 1
 
-    def _columns(self) -> list[Sequence[Any]]:
+    def _columns(self) -> list[Any]:
         return list(zip(*self.rows, strict=True))
 
     def _clear(self) -> None:
@@ -181,21 +186,16 @@ _VERDICT_COLUMNS = (
     "cause_subject",
     "reasons_omitted",
 )
-_CACHE_LOOKUPS = {
-    f"{cache}_{result}": (cache, result)
-    for cache in ("fx_graph", "aot_autograd")
-    for result in ("hit", "miss", "bypass")
-}
 _COMPILE_NAMES = tuple(SCHEMAS["compiles"].names)
-# Columns that are an event field of another name, and the fields other columns are made from.
+# Columns that are an event field of another name.
 _RENAMED = {"duration_s": "duration"}
-_MADE_FROM = ("phases", "cache_lookups", "reasons", "call_site")
 _DERIVED = {
     *_COMPILE_KEY,
     *_FRAME_COLUMNS,
     *_VERDICT_COLUMNS,
     *PHASE_COLUMNS,
-    *_CACHE_LOOKUPS,
+    *CACHE_COLUMNS,
+    *REMOTE_CACHE_COLUMNS,
     "limit_name",
     "limit_value",
     "reason_count",
@@ -203,14 +203,63 @@ _DERIVED = {
     "torch_release",
 }
 _OWN_COLUMNS = tuple(name for name in _COMPILE_NAMES if name not in _DERIVED)
-_OWN_FIELDS = (*(_RENAMED.get(name, name) for name in _OWN_COLUMNS), *_MADE_FROM)
+_OWN_FIELDS = (
+    *(_RENAMED.get(name, name) for name in _OWN_COLUMNS),
+    # the fields other columns are made from
+    "phases",
+    "cache_lookups",
+    "remote_cache_lookups",
+    "call_site",
+)
 # An event's own fields in one call (one visit of the event, not one per column).
 _OWN = attrgetter(*_OWN_FIELDS)
 
 
+class Nested(NamedTuple):
+    """Columns that are the fields of one dict per row (a compile's phases, its cache lookups by
+    cache and result): converted as one nested column, then split
+    (:func:`recompprof._history.export.batch`); ``paths`` are the columns, by path of keys. A row
+    without its dict (None) is null in every column; a key missing from a dict is null, or ``missing``."""
+
+    rows: Sequence[Any]
+    paths: tuple[tuple[str, ...], ...]
+    missing: Any = None
+
+
+class Repeated(NamedTuple):
+    """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
+    columns many rows of a batch share: a session's key, a frame, a compile's head)."""
+
+    values: Sequence[Any]
+    indices: list[int]
+
+
+def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """``items`` as their distinct objects (first seen first) and each item's place among them, told
+    apart by identity: a session's key and a frame's columns are one object each (the items stay
+    referenced while the batch is built, so no identity is reused meanwhile)."""
+    first: dict[int, int] = {}
+    found = list(map(first.setdefault, map(id, items), range(len(items))))
+    dense = dict(zip(first.values(), range(len(first)), strict=True))
+    return [items[i] for i in first.values()], list(map(dense.__getitem__, found))
+
+
+def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Repeated]:
+    """Columns ``names`` of tuples many rows share, each distinct tuple converted once."""
+    values, indices = interned(rows)
+    return {
+        name: Repeated(column, indices)
+        for name, column in zip(
+            names, zip(*values, strict=True) if values else [()] * len(names), strict=True
+        )
+    }
+
+
 class CompileBuffer(Buffer):
-    """``compiles`` rows: each its event's own fields, its session's key, its frame's columns and its
-    verdicts (the event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`)."""
+    """``compiles`` rows: each its event's own fields (read in one call; the event itself is not kept,
+    so its memory is reused at once), its session's key, its frame's columns and its verdicts (the
+    event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`; the columns
+    they give are made a batch at a time)."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
@@ -220,13 +269,14 @@ class CompileBuffer(Buffer):
         self.own: list[tuple[Any, ...]] = []
         self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
-        self.verdicts: list[tuple[Any, ...]] = []
+        self.verdicts: list[tuple[Any, ...]] = []  # _VERDICT_PARTS
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
         self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
     ) -> tuple[int, int]:
-        """Buffer a compile's row; returns its place (for :meth:`set_limit`)."""
+        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
+        :meth:`set_limit`)."""
         self._room()
         self.own.append(_OWN(event))
         self.keys.append(key)
@@ -241,15 +291,17 @@ class CompileBuffer(Buffer):
         if batches == self.batches and index < self.size:
             self.limits[index] = (name, value)
 
-    def _columns(self) -> list[Sequence[Any]]:
+    def _columns(self) -> list[Any]:
         n, text = self.size, self.text
-        parts: dict[str, Sequence[Any]] = {}
-        parts.update(zip(_COMPILE_KEY, zip(*self.keys, strict=True), strict=True))
-        parts.update(zip(_FRAME_COLUMNS, zip(*self.frames, strict=True), strict=True))
-        parts.update(zip(_VERDICT_COLUMNS, zip(*self.verdicts, strict=True), strict=True))
         own = list(zip(*self.own, strict=True))
-        parts.update(zip(_OWN_COLUMNS, own, strict=False))
-        phases, lookups, reasons, sites = own[len(_OWN_COLUMNS) :]
+        parts: dict[str, Any] = dict(zip(_OWN_COLUMNS, own, strict=False))
+        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) :]
+        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
+        parts.update(columns_of(_FRAME_COLUMNS, self.frames))
+        found, causes, parts["reasons_omitted"], parts["reason_count"], unknown = zip(
+            *self.verdicts, strict=True
+        )
+        parts.update(_verdict_columns(found, causes, unknown, parts))
         if not text.texts:
             parts["fail_reason"] = [None] * n
         names: list[str | None] = [None] * n
@@ -257,20 +309,64 @@ class CompileBuffer(Buffer):
         for index, (name, value) in self.limits.items():
             names[index], values[index] = name, value
         parts["limit_name"], parts["limit_value"] = names, values
-        for phase, column in zip(PHASES, PHASE_COLUMNS, strict=True):
-            parts[column] = [found.get(phase) for found in phases]
-        for column, (cache, result) in _CACHE_LOOKUPS.items():
-            parts[column] = [(found.get(cache) or _NONE).get(result) for found in lookups]
-        parts["reason_count"] = list(map(len, reasons))
-        # a verdict that is unknown is NULL in both columns (steady_state_recompile: the rows' verdicts)
-        recompile_steady = parts["steady_state_recompile"]
-        parts["steady_state"] = [
-            None if r is None else s
-            for s, r in zip(parts["steady_state"], recompile_steady, strict=True)
-        ]
-        parts["torch_release"] = list(map(torch_release, parts["torch_version"]))
+        parts[PHASE_COLUMNS[0]] = Nested(phases, tuple((phase,) for phase in PHASES))
+        parts[CACHE_COLUMNS[0]] = Nested(lookups, _CACHE_PATHS)
+        # Where torch splits them, a lookup the remote cache did not answer is 0 of it, not unknown.
+        parts[REMOTE_CACHE_COLUMNS[0]] = Nested(remote, _REMOTE_PATHS, missing=0)
         parts["call_site"] = [_call_site(lines, text) for lines in sites] if text.redact else sites
-        return [parts[name] for name in _COMPILE_NAMES]
+        # a Nested stands for the columns after it (None here)
+        return [parts.get(name) for name in _COMPILE_NAMES]
+
+
+# What a compile's row holds of its verdicts: counting.verdict's bits, its cause (or None), the
+# reasons past its cap, the reasons listed, whether its steady-state verdict is unknown.
+_VERDICT_PARTS = ("found", "cause", "reasons_omitted", "reason_count", "unknown")
+
+
+def _verdict_columns(
+    found: Sequence[int],
+    causes: Sequence[tuple[Any, str, str] | None],
+    unknown: Sequence[bool],
+    own: dict[str, Any],
+) -> dict[str, Any]:
+    """The columns of a batch's verdicts (``found``, by :func:`recompprof._model.counting.verdict`)
+    and causes, made from them and the event's own columns a column at a time."""
+    bits = pa.array(found, pa.int8())
+
+    def has(bit: int) -> pa.Array:
+        return pc.not_equal(pc.bit_wise_and(bits, pa.scalar(bit, pa.int8())), 0)
+
+    recompile = has(RECOMPILE)
+    # NULL where the verdict is unknown (docs/steady-state.md), in both columns
+    steady = pa.array(
+        [None if u else s for s, u in zip(own["steady_state"], unknown, strict=True)], pa.bool_()
+    )
+    duration = pa.array(own["duration_s"], pa.float64())
+    return {
+        "counts_as_compile": has(COUNTED),
+        "counts_as_recompile": recompile,
+        "steady_state": steady,
+        "steady_state_recompile": pc.and_(recompile, steady),
+        "compile_seconds": pc.if_else(has(COSTS), duration, 0.0),
+        "cause_category": [cause[1] if cause is not None else None for cause in causes],
+        "cause_subject": [cause[2] if cause is not None else None for cause in causes],
+    }
+
+
+_CACHE_PATHS = tuple((cache, result) for cache in CACHES for result in CACHE_RESULTS)
+_REMOTE_PATHS = tuple((cache, result) for cache in CACHES for result in REMOTE_RESULTS)
+
+
+def _with_release(keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each distinct session key with its torch release after it (keys are one object per session)."""
+    done: dict[int, tuple[Any, ...]] = {}
+    for key in keys:
+        if id(key) not in done:
+            done[id(key)] = (*key, torch_release(key[_TORCH_VERSION]))
+    return list(map(done.__getitem__, map(id, keys)))
+
+
+_TORCH_VERSION = _COMPILE_KEY.index("torch_version")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,14 +383,6 @@ class _Omitted:
 _HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
 _REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
 _REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
-
-
-class Repeated(NamedTuple):
-    """A column of ``values[i] for i in indices``: each value converted once, then repeated (the
-    columns a compile's guard-failure rows share)."""
-
-    values: Sequence[Any]
-    indices: list[int]
 
 
 class GuardFailureBuffer(Buffer):
@@ -565,19 +653,9 @@ class SessionRows:
         session.add_compile(event, found, cost, cause is not None, omitted)
         frame = self._frame(event.frame)
         day = day_of(event.time)
-        # The columns the event model's rules give (CompileBuffer: the rest are the event's own).
-        verdicts = (
-            bool(found & COUNTED),
-            recompile,
-            # NULL where the verdict is unknown (docs/steady-state.md)
-            None if event.steady_state_unknown is not None else recompile and event.steady_state,
-            cost,
-            cause[1] if cause is not None else None,
-            cause[2] if cause is not None else None,
-            omitted,
-        )
         compiles: CompileBuffer = self._buffer(session, "compiles", day)
-        place = compiles.add(event, session.key, frame, verdicts)
+        found_parts = (found, cause, omitted, len(event.reasons), event.steady_state_unknown is not None)
+        place = compiles.add(event, session.key, frame, found_parts)
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
         if event.reasons or omitted:
             head = (

@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from recompprof._history.layout import Lake, LakeError, LakeFile, partition
+from recompprof._history.tables import writer_options
 
 KEY = b"recompprof.sessions"
 # A session: rank, pid and start (microseconds since the epoch; None for a file of an exporter before
@@ -167,7 +168,8 @@ def _rewrite(
     left = left.replace_schema_metadata({**(rows.schema.metadata or {}), **metadata(run_id, kept)})
     base = base_of(other.writer)
     path = lake.path_of(table, other.day, run_id, writer_name(base, kept))
-    lake.write(path, lambda stream: pq.write_table(left, stream, compression="zstd"))
+    options = writer_options(left.schema)
+    lake.write(path, lambda stream: pq.write_table(left, stream, **options))
 
 
 def _rows_of(rows: pa.Table, table: str, every: set[Session], chosen: set[Session]) -> pa.Array:

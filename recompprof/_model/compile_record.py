@@ -82,6 +82,9 @@ class CompileRecord:
     restart_count: int | None = None
     dynamo_config_sha: str | None = None
     inductor_config_sha: str | None = None
+    guard_latency_s: float | None = None  # torch's guard_latency_us, in seconds
+    # The lookups of cache_lookups the remote cache answered (None: torch does not split them).
+    remote_cache_lookups: dict[CacheName, dict[CacheResult, int]] | None = None
 
 
 # torch raises these instead of falling back to eager when the limit is hit under fullgraph=True or

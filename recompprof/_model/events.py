@@ -7,53 +7,30 @@ removing or changing the meaning of one needs a new ``SCHEMA_VERSION``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+# The closed vocabularies are defined once, in a module that imports nothing heavy (the lake derives
+# its columns from them there); re-exported here, where the model's users have always found them.
+from recompprof._model.vocabulary import (
+    CACHE_RESULTS as CACHE_RESULTS,
+    CACHES as CACHES,
+    CATEGORIES as CATEGORIES,
+    LIMITS as LIMITS,
+    OUTCOMES as OUTCOMES,
+    PHASES as PHASES,
+    CacheName as CacheName,
+    CacheResult as CacheResult,
+    Category as Category,
+    LimitName as LimitName,
+    Outcome as Outcome,
+    Phase as Phase,
+)
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 
-Category = Literal[
-    "size",
-    "stride",
-    "ndim",
-    "dtype",
-    "device",
-    "requires_grad",
-    "dispatch_keys",
-    "python_constant",
-    "global",
-    "module_attribute",
-    "object_identity",
-    "type",
-    "container_length",
-    "dict_keys",
-    "aliasing",
-    "grad_mode",
-    "autocast",
-    "global_state",
-    "symbolic_shape",
-    "mark_dynamic",
-    "backend_mismatch",
-    "invalidated",
-    "other",
-]
-CATEGORIES: tuple[str, ...] = get_args(Category)
-
-Phase = Literal[
-    "dynamo_trace", "aot_autograd", "inductor_lowering", "code_gen", "kernel_compile", "other"
-]
-PHASES: tuple[str, ...] = get_args(Phase)
-
-Outcome = Literal["ok", "failed", "limit_hit"]
-# Compile caches torch reports per compile in CompilationMetrics, and what a lookup did.
-CacheName = Literal["fx_graph", "aot_autograd"]
-CACHES: tuple[str, ...] = get_args(CacheName)
-CacheResult = Literal["hit", "miss", "bypass"]
-CACHE_RESULTS: tuple[str, ...] = get_args(CacheResult)
-LimitName = Literal["recompile_limit", "accumulated_recompile_limit"]
-LIMITS: tuple[str, ...] = get_args(LimitName)
 
 # Bounds on free text so one pathological reason cannot bloat memory, the log or a span.
 MAX_TEXT = 4096
@@ -219,6 +196,12 @@ class Compile(_Event):
     # sha256 (first 16 hex digits) of torch's Dynamo / Inductor config JSON for this compile
     dynamo_config_sha: str | None = Field(default=None, max_length=64)
     inductor_config_sha: str | None = Field(default=None, max_length=64)
+    # Seconds torch measured evaluating the installed entry's guards once, at the end of the compile
+    # (its guard_latency_us; forward compiles only).
+    guard_latency_s: float | None = None
+    # The lookups of ``cache_lookups`` the remote cache answered (the rest were local); None where the
+    # torch release does not report the split, {} where no remote cache was consulted.
+    remote_cache_lookups: dict[CacheName, dict[CacheResult, int]] | None = None
 
 
 class CompileStart(_Event):

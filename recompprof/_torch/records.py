@@ -111,6 +111,45 @@ def _cache_lookups(get: Get) -> Any:
     return out
 
 
+# (cache, ((result, torch's count of the remote cache's lookups of that result), ...))
+_REMOTE_FIELDS = (
+    (
+        "fx_graph",
+        (
+            ("hit", "inductor_fx_remote_cache_hit_count"),
+            ("miss", "inductor_fx_remote_cache_miss_count"),
+        ),
+    ),
+    (
+        "aot_autograd",
+        (
+            ("hit", "aotautograd_remote_cache_hit_count"),
+            ("miss", "aotautograd_remote_cache_miss_count"),
+        ),
+    ),
+)
+
+
+def remote_cache_lookups(m: Any) -> Any:  # dict[CacheName, dict[CacheResult, int]] | None
+    """The lookups of :func:`cache_lookups` the remote cache answered, ``{cache: {result: count}}``
+    (counts above 0 only); None where the record has none of torch's remote counts (a torch release
+    that does not split them)."""
+    return _remote_cache_lookups(fields_of(m))
+
+
+def _remote_cache_lookups(get: Get) -> Any:
+    out: dict[str, dict[str, int]] = {}
+    reported = False
+    for cache, fields in _REMOTE_FIELDS:
+        for result, name in fields:
+            value = get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                reported = True
+                if value > 0:
+                    out.setdefault(cache, {})[result] = value
+    return out if reported else None
+
+
 def cache_seconds_saved(m: Any) -> float | None:
     """Compile seconds the FX graph cache hits of ``m`` saved (torch's ``remote_cache_time_saved_s``,
     which despite its name sums local and remote hits)."""
@@ -317,4 +356,6 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         restart_count=restart_count(get("restart_reasons")),
         dynamo_config_sha=config_sha(get("dynamo_config")),
         inductor_config_sha=config_sha(get("inductor_config")),
+        guard_latency_s=_seconds(get("guard_latency_us")),
+        remote_cache_lookups=_remote_cache_lookups(get),
     )

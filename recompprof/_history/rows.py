@@ -654,7 +654,13 @@ class SessionRows:
         frame = self._frame(event.frame)
         day = day_of(event.time)
         compiles: CompileBuffer = self._buffer(session, "compiles", day)
-        found_parts = (found, cause, omitted, len(event.reasons), event.steady_state_unknown is not None)
+        found_parts = (
+            found,
+            cause,
+            omitted,
+            len(event.reasons),
+            event.steady_state_unknown is not None,
+        )
         place = compiles.add(event, session.key, frame, found_parts)
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
         if event.reasons or omitted:

@@ -32,7 +32,7 @@ from pathlib import Path
 from _common import load_test_helper
 from bench_scale import measure
 
-from recompprof._history.layout import ROOT
+from recompprof._history.names import ROOT
 
 FLOOR = """
 import sys

@@ -59,7 +59,7 @@ print(n, flush=True)
 def fill_frames(session: Any, frames: int) -> None:
     """Synthetic compile totals for ``frames`` frames, every reason category and both limits in use."""
     from recompprof import CATEGORIES, Compile, Frame, Reason, RecompileLimitHit
-    from recompprof._model.events import LIMITS
+    from recompprof._model.vocabulary import LIMITS
 
     for i in range(frames):
         frame = Frame(

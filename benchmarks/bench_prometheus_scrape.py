@@ -28,7 +28,7 @@ from recompprof._capture import settings as settings_module
 from recompprof._capture.identity import Identity
 from recompprof._capture.session import Session
 from recompprof._model.aggregates import ERROR_TYPES
-from recompprof._model.events import LIMITS
+from recompprof._model.vocabulary import LIMITS
 from recompprof_prometheus import PrometheusExporter
 from recompprof_prometheus.render import Renderer
 

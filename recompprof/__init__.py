@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from recompprof._eventlog.reader import EventLogError, read_run
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS, SKIP_HINTS as CUDAGRAPH_SKIP_HINTS
     from recompprof._model.events import (
-        CATEGORIES,
-        PHASES,
         Compile,
         CompileRunning,
         CompileStart,
@@ -51,6 +49,7 @@ if TYPE_CHECKING:
     )
     from recompprof._model.fix_hints import FIX_HINTS
     from recompprof._model.status import Status
+    from recompprof._model.vocabulary import CATEGORIES, PHASES
 
 # Public name -> (private module, name there). Imported on first use: the offline commands (report,
 # check, diff) never start a session, and the session's imports (settings, exporters, torch adapters)
@@ -58,8 +57,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str]] = {
     # The event model builds its pydantic validators on import (~0.3 s): loaded on first use, so
     # commands that never read an event (history) do not pay for it.
-    "CATEGORIES": ("recompprof._model.events", "CATEGORIES"),
-    "PHASES": ("recompprof._model.events", "PHASES"),
+    "CATEGORIES": ("recompprof._model.vocabulary", "CATEGORIES"),
+    "PHASES": ("recompprof._model.vocabulary", "PHASES"),
     "Compile": ("recompprof._model.events", "Compile"),
     "CompileRunning": ("recompprof._model.events", "CompileRunning"),
     "CompileStart": ("recompprof._model.events", "CompileStart"),

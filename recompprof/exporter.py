@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from recompprof._model.counting import costs_seconds, is_limit_hit, steady_state_recompile
     from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
     from recompprof._model.events import (
-        CACHE_RESULTS,
-        CACHES,
-        CATEGORIES,
-        LIMITS,
-        PHASES,
         Compile,
         CompileRunning,
         CompileStart,
@@ -45,6 +40,7 @@ if TYPE_CHECKING:
         SignalChange,
     )
     from recompprof._model.metric_names import MetricName
+    from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
 
 # Public name -> its defining module. Imported on first use: an exporter's settings module, read at
 # every attach() and by every recompprof command, needs only ExporterSettings.
@@ -69,12 +65,11 @@ _LAZY: dict[str, str] = {
     "steady_state_recompile": "recompprof._model.counting",
     "CUDAGRAPH_SKIPS": "recompprof._model.cudagraphs",
     **dict.fromkeys(
+        ["CACHE_RESULTS", "CACHES", "CATEGORIES", "LIMITS", "PHASES"],
+        "recompprof._model.vocabulary",
+    ),
+    **dict.fromkeys(
         [
-            "CACHE_RESULTS",
-            "CACHES",
-            "CATEGORIES",
-            "LIMITS",
-            "PHASES",
             "Compile",
             "CompileRunning",
             "CompileStart",

@@ -10,7 +10,7 @@ from pathlib import Path
 from recorded_runs import cli
 
 from recompprof._cli import main as cli_module
-from recompprof._history.layout import LakeError
+from recompprof._history.names import LakeError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cli.md"

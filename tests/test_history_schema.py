@@ -17,7 +17,7 @@ from needs import starts  # noqa: E402
 from recorded_runs import RecordedRun, record  # noqa: E402
 
 from recompprof._history.export import export  # noqa: E402
-from recompprof._history.layout import ROOT  # noqa: E402
+from recompprof._history.names import ROOT  # noqa: E402
 from recompprof._history.tables import DESCRIPTION, TABLES  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "history.md"

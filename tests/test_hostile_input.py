@@ -25,7 +25,8 @@ from recompprof._analysis.render.text import render_text
 from recompprof._capture.settings import ENV_PREFIX, ConfigError, Settings
 from recompprof._eventlog.reader import read_file
 from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
-from recompprof._model.events import CATEGORIES, LIMITS, PHASES, Compile, GraphBreak
+from recompprof._model.events import Compile, GraphBreak
+from recompprof._model.vocabulary import CATEGORIES, LIMITS, PHASES
 
 EVIL = (
     'a"} evil{a="b\n# HELP torch_compile_compiles_total injected\n# TYPE x counter\nx{y="1"} 1\r\x00\x01\x1b[2J\x7f'

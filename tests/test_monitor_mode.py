@@ -10,7 +10,8 @@ import torch
 
 import recompprof
 from recompprof._eventlog.reader import read_file
-from recompprof._model.events import PHASES, Compile, RecompileLimitHit
+from recompprof._model.events import Compile, RecompileLimitHit
+from recompprof._model.vocabulary import PHASES
 from recompprof._torch.versions import torch_info
 
 pytestmark = pytest.mark.torch_compat

@@ -17,15 +17,8 @@ from servers import need
 
 from recompprof import _internal
 from recompprof._model.aggregates import DURATION_BUCKETS, ERROR_TYPES
-from recompprof._model.events import (
-    CACHE_RESULTS,
-    CACHES,
-    CATEGORIES,
-    LIMITS,
-    PHASES,
-    Frame,
-    Reason,
-)
+from recompprof._model.events import Frame, Reason
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
 from recompprof.testing import raise_internal_errors
 from recompprof_prometheus import SnapshotCollector
 

@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scenarios import SCENARIOS, run_scenario
 
-from recompprof._model.events import CATEGORIES, MAX_SUBJECT, MAX_TEXT, Reason
+from recompprof._model.events import MAX_SUBJECT, MAX_TEXT, Reason
 from recompprof._model.fix_hints import FIX_HINTS
 from recompprof._model.reasons import (
     parse_guard_failure,
     parse_recompiles_log,
     user_location,
 )
+from recompprof._model.vocabulary import CATEGORIES
 from recompprof._torch import versions
 from recompprof._torch.versions import torch_info
 

@@ -24,7 +24,7 @@ from needs import starts
 from recorded_runs import ROOT, clean_env
 
 from recompprof._analysis.render.plaintext import console
-from recompprof._model.texts import escape
+from recompprof._model.escaping import escape
 
 EVIL = "\x1b[2J\x1b]0;pwned\x07\x1b[31m\rFAKE\nFAKE LINE\u202eevil\u2066\x9b1m\x7f\x08\x00\t\u2028\x85end"
 # What no output may hold: every C0 control but the newline, DEL, C1, bidirectional controls, line separators.

@@ -12,7 +12,8 @@ import torch
 import recompprof
 from recompprof import _internal
 from recompprof._eventlog.reader import read_file
-from recompprof._model.events import PHASES, Compile
+from recompprof._model.events import Compile
+from recompprof._model.vocabulary import PHASES
 from recompprof._torch import versions
 from recompprof._torch.phases import exclusive_phases
 from recompprof.testing import raise_internal_errors

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from recompprof._analysis.render.wording import cause_label, completeness_warnings, first_of
 from recompprof._analysis.report import workers as parallel
 from recompprof._errors import RecompprofError
-from recompprof._model.events import CATEGORIES, Event
+from recompprof._model.events import Event
 from recompprof._model.status import describe_at_end, describe_unseen_backward
+from recompprof._model.vocabulary import CATEGORIES
 
 if TYPE_CHECKING:
     from recompprof._analysis.report.frames import FrameReport

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from recompprof import _internal
+from recompprof._model.escaping import escape
 from recompprof._model.events import HEARTBEAT_SECONDS
 from recompprof._model.status import Status, describe
-from recompprof._model.texts import escape
 
 if TYPE_CHECKING:
     from recompprof._capture.settings import Settings

@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     from recompprof._capture.settings import parse_labels
     from recompprof._history.export import Window, export
     from recompprof._history.rows import TextPolicy
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     try:
         labels = parse_labels(args.labels)

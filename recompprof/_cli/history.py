@@ -213,13 +213,7 @@ def _params(args: argparse.Namespace) -> object:
     if command in ("top-causes", "digest"):
         values["steady_only"] = not args.all
     if command == "regressions" or (command == "digest" and (args.baseline or args.candidate)):
-        if args.baseline is None or args.candidate is None:
-            raise CommandError("give both --baseline and --candidate (or neither)")
-        key, before = q.version_pair(args.baseline, "--baseline")
-        key2, after = q.version_pair(args.candidate, "--candidate")
-        if key != key2:
-            raise CommandError("--baseline and --candidate must name the same key (torch=...)")
-        values.update(key=key, baseline=before, candidate=after)
+        values.update(_versions(args))
     if command == "digest" and args.run:
         q.value_text(args.run, "--run")
     if command == "compare":
@@ -227,23 +221,46 @@ def _params(args: argparse.Namespace) -> object:
         values["job"] = q.value_text(args.job, "--job") if args.job else ""
         values["last"] = q.last_runs(args.baseline)
     if command in ("compare", "digest"):
-        for option in (
-            "max_failure_increase",
-            "max_failure_increase_pct",
-            "max_time_increase",
-            "max_time_increase_s",
-            "min_baseline",
-            "top",
-        ):
-            if getattr(args, option) < 0:
-                raise CommandError(f"--{option.replace('_', '-')} must not be negative")
-        values["failure_slack"] = args.max_failure_increase
-        values["failure_tolerance"] = args.max_failure_increase_pct / 100
-        values["time_tolerance"] = args.max_time_increase / 100
-        values["time_slack_s"] = args.max_time_increase_s
-        values["min_baseline"] = args.min_baseline
-        values["top"] = args.top
+        values.update(_gate(args))
     return q.Params(**values)  # type: ignore[arg-type]
+
+
+def _versions(args: argparse.Namespace) -> dict[str, str]:
+    """regressions' key and the two versions it holds apart (--baseline, --candidate)."""
+    from recompprof._history import questions as q
+
+    if args.baseline is None or args.candidate is None:
+        raise CommandError("give both --baseline and --candidate (or neither)")
+    key, before = q.version_pair(args.baseline, "--baseline")
+    key2, after = q.version_pair(args.candidate, "--candidate")
+    if key != key2:
+        raise CommandError("--baseline and --candidate must name the same key (torch=...)")
+    return {"key": key, "baseline": before, "candidate": after}
+
+
+_GATE_OPTIONS = (
+    "max_failure_increase",
+    "max_failure_increase_pct",
+    "max_time_increase",
+    "max_time_increase_s",
+    "min_baseline",
+    "top",
+)
+
+
+def _gate(args: argparse.Namespace) -> dict[str, object]:
+    """compare's slack and limits (none negative)."""
+    for option in _GATE_OPTIONS:
+        if getattr(args, option) < 0:
+            raise CommandError(f"--{option.replace('_', '-')} must not be negative")
+    return {
+        "failure_slack": args.max_failure_increase,
+        "failure_tolerance": args.max_failure_increase_pct / 100,
+        "time_tolerance": args.max_time_increase / 100,
+        "time_slack_s": args.max_time_increase_s,
+        "min_baseline": args.min_baseline,
+        "top": args.top,
+    }
 
 
 def _emit(text: str, output: Path | None) -> None:

@@ -181,7 +181,7 @@ def _live(follower: _Follower, args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from recompprof._analysis.render.watch import ended_line
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     screen = Console(highlight=False, markup=False, emoji=False)
     reading = Text(
@@ -245,7 +245,7 @@ def _piped(follower: _Follower, args: argparse.Namespace) -> int:
 
 def _once(follower: _Follower, args: argparse.Namespace) -> int:
     from recompprof._analysis.runs import RunError
-    from recompprof._model.texts import escape
+    from recompprof._model.escaping import escape
 
     follower.refresh()
     follower.finish()

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from recompprof._history import daily, health
 from recompprof._history.health import Skipped
-from recompprof._history.layout import Lake, LakeError, LakeFile
+from recompprof._history.layout import Lake, LakeFile
+from recompprof._history.names import LakeError
 from recompprof._history.tables import SCHEMAS, TABLES
 
 # Sorted by what queries filter and group on: the ClickHouse lesson, a sort key led by the most

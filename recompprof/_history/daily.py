@@ -20,12 +20,13 @@ import re
 
 import pyarrow.fs as pafs
 
-from recompprof._history.layout import Lake, LakeError, partition
+from recompprof._history.layout import Lake, partition
 from recompprof._history.names import (
     DAILY_ROOT,
     PART,
     SOURCES,
     THROUGH,
+    LakeError,
     parse_sources,
     parse_through,
 )

@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recompprof._history.layout import Lake, LakeError, LakeFile, partition
+from recompprof._history.layout import Lake, LakeFile, partition
+from recompprof._history.names import LakeError
 from recompprof._history.tables import writer_options
 
 KEY = b"recompprof.sessions"

@@ -65,7 +65,8 @@ def open_lake(uri: str) -> Lake:
     (one line) when the path does not exist."""
     import pyarrow.fs as pafs
 
-    from recompprof._history.layout import Lake, LakeError
+    from recompprof._history.layout import Lake
+    from recompprof._history.names import LakeError
 
     lake = Lake("s3://" + uri.partition("://")[2] if uri.startswith(_S3_ALIASES) else uri)
     lake.uri = uri  # said as given
@@ -280,7 +281,7 @@ def printed(where: Where, dialect: str, through: datetime.date | None) -> str:
     its compacted days up to it and its raw days after it (before any compaction, its raw days). Only
     the lake's URI is needed (``where``): nothing is opened."""
     from recompprof._history.dialects import DIALECTS
-    from recompprof._history.layout import LakeError
+    from recompprof._history.names import LakeError
 
     spelling = DIALECTS.get(dialect)
     if spelling is None:

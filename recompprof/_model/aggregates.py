@@ -21,18 +21,8 @@ from recompprof._model.counting import (
     fold_limit_hit,
 )
 from recompprof._model.cudagraphs import CUDAGRAPH_SKIPS
-from recompprof._model.events import (
-    CACHE_RESULTS,
-    CACHES,
-    CATEGORIES,
-    LIMITS,
-    PHASES,
-    Compile,
-    Event,
-    Frame,
-    GraphBreak,
-    RecompileLimitHit,
-)
+from recompprof._model.events import Compile, Event, Frame, GraphBreak, RecompileLimitHit
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, CATEGORIES, LIMITS, PHASES
 
 DURATION_BUCKETS: tuple[float, ...] = (
     0.05,

@@ -14,7 +14,7 @@ from typing import Literal
 
 from recompprof._model.compile_id import CompileId
 from recompprof._model.cudagraphs import CudagraphSkip
-from recompprof._model.events import LIMITS, CacheName, CacheResult, Phase
+from recompprof._model.vocabulary import LIMITS, CacheName, CacheResult, Phase
 
 _LIMIT = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")

@@ -13,20 +13,12 @@ from typing import Any, cast
 
 from recompprof._model.compile_id import spelled
 from recompprof._model.compile_record import CompileRecord, limit_hit
-from recompprof._model.events import (
-    Category,
-    Compile,
-    Event,
-    Frame,
-    GraphBreak,
-    LimitName,
-    Reason,
-    RecompileLimitHit,
-)
+from recompprof._model.events import Compile, Event, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof._model.explaining import Explained, automatic_dynamic, scalar_made_dynamic
 from recompprof._model.steady import torch_rule, verdict
 from recompprof._model.texts import clean_text
 from recompprof._model.trusted import trusted
+from recompprof._model.vocabulary import Category, LimitName
 
 # Fields of the record and the event that share a name but not a meaning: the event derives these.
 _DERIVED = frozenset({"compile_id", "fail_reason", "cudagraph_skip"})

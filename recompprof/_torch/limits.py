@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from recompprof._internal import contain
-from recompprof._model.events import LIMITS
+from recompprof._model.vocabulary import LIMITS
 from recompprof._torch.versions import torch_info
 
 

@@ -43,7 +43,7 @@ from recompprof._analysis.render.wording import (
 from recompprof._analysis.report.divergence import all_ranks, find
 from recompprof._analysis.report.frames import FrameReport
 from recompprof._analysis.report.model import Report
-from recompprof._model.events import CACHE_RESULTS, CACHES
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES
 from recompprof._version import __version__
 
 MAX_FRAMES_TABLED = 200

@@ -7,7 +7,7 @@ from collections import Counter
 
 from recompprof._analysis.report.frames import FrameReport
 from recompprof._analysis.report.model import Report
-from recompprof._model.events import CATEGORIES, PHASES
+from recompprof._model.vocabulary import CATEGORIES, PHASES
 
 MAX_FRAMES_CHARTED = 12
 _PALETTE = (

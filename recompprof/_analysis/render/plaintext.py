@@ -22,7 +22,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from recompprof._model.texts import escape
+from recompprof._model.escaping import escape
 
 
 class _EscapingConsole(Console):

@@ -33,8 +33,8 @@ from recompprof._analysis.report.frames import FrameReport
 from recompprof._analysis.report.model import Report
 from recompprof._model import call_sites
 from recompprof._model.cudagraphs import SKIP_HINTS
-from recompprof._model.events import CACHE_RESULTS, CACHES, PHASES
-from recompprof._model.texts import escape
+from recompprof._model.escaping import escape
+from recompprof._model.vocabulary import CACHE_RESULTS, CACHES, PHASES
 
 EXAMPLE_CHARS = 160  # of a reason's example text in the terminal "why" table
 WHY_ROWS_PER_FRAME = (

@@ -29,16 +29,10 @@ from recompprof._model.counting import (
     fold_compile,
     fold_limit_hit,
 )
-from recompprof._model.events import (
-    PHASES,
-    Category,
-    Compile,
-    Frame,
-    GraphBreak,
-    RecompileLimitHit,
-)
+from recompprof._model.events import Compile, Frame, GraphBreak, RecompileLimitHit
 from recompprof._model.explaining import changed_subject
 from recompprof._model.steady import example, zero_one
+from recompprof._model.vocabulary import PHASES, Category
 
 
 @dataclasses.dataclass

@@ -513,6 +513,29 @@ def test_detach_from_inside_the_compiled_frame_releases_parked_entries(
 
 
 @needs_evict
+@pytest.mark.parametrize(("job_limit", "parked"), [(None, 8), (4, 8), (16, 16), (1000, 64)])
+def test_parked_variants_follow_the_jobs_own_limit(
+    modes: list[ProfileMode], job_limit: int | None, parked: int
+) -> None:
+    """Profile mode parks as many variants per frame as the job's own recompile_limit at install (its
+    cache would hold that many), at least torch's default 8 and at most 64; the job's limit comes back
+    at uninstall."""
+    import torch._dynamo.config as config
+
+    name = INFO.limit_config_name
+    before = getattr(config, name)
+    patch = {} if job_limit is None else {name: job_limit}
+    with config.patch(**patch):
+        mode = ProfileMode(1, Recorder())
+        mode.on_reuse = Recorder()
+        modes.append(mode)
+        mode.install()
+        assert mode.parked_bound == parked
+        mode.uninstall()
+        assert getattr(config, name) == (before if job_limit is None else job_limit)
+
+
+@needs_evict
 def test_parked_variants_are_bounded_per_frame(modes: list[ProfileMode]) -> None:
     """At most max_parked variants are parked per frame; a return to one parked longer ago retraces."""
 

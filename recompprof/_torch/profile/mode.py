@@ -122,6 +122,22 @@ class _ProfileCallback:
                     mode._after_compile(frame, result, time.perf_counter() - start)
 
 
+# Parked variants kept per frame: at least torch's default recompile_limit, and at most MAX_PARKED
+# whatever the job's limit (each holds a guard manager and its compiled code).
+MIN_PARKED = 8
+MAX_PARKED = 64
+
+
+def parked_per_frame(job_limit: object) -> int:
+    """How many evicted variants profile mode parks per frame: as many as the job's own cache would
+    hold (its ``recompile_limit``, 8 by default), so that a return to one of them is a reuse, as in the
+    job, and not a retrace the job would not make (a 10th regional block under a limit of 16); at least
+    :data:`MIN_PARKED`, at most :data:`MAX_PARKED`."""
+    if not isinstance(job_limit, int) or isinstance(job_limit, bool):
+        return MIN_PARKED
+    return min(max(job_limit, MIN_PARKED), MAX_PARKED)
+
+
 class ProfileMode:
     """Compiles through the observer backend at a recompile limit and reports every guard failure.
 
@@ -133,10 +149,11 @@ class ProfileMode:
     Parking is on when ``on_reuse`` is set before ``install`` (and torch has the internals). A miss
     that returns to a parked variant compiles nothing: its failures go to ``on_reuse(orig_code,
     entry_compile_id, reasons)``, where ``entry_compile_id`` is the re-enabled entry's own id ("3/1").
-    ``max_parked`` bounds the parked variants kept per frame.
+    ``max_parked`` bounds the parked variants kept per frame (None: :func:`parked_per_frame`).
     """
 
-    max_parked = 8
+    # None: as many as the job's own cache holds (parked_per_frame), read at install; else this bound
+    max_parked: int | None = None
 
     def __init__(
         self,
@@ -155,6 +172,7 @@ class ProfileMode:
         self.why_no_parking = ""
         self.on_reuse: GuardFailureCallback | None = None
         self._parked = ParkedEntries()
+        self.parked_bound = MIN_PARKED  # set at install
         self.forced_backend = False
         self.why_not_forced = ""  # why the observer backend could not be forced, if it could not
         self.why_limits_unfollowed = (
@@ -195,8 +213,11 @@ class ProfileMode:
         limit = self.recompile_limit
         if self.mechanism != MECHANISM_EVICT or limit is None:  # None: the unlimited mechanism
             limit = sys.maxsize
+        job_limit = getattr(config, info.limit_config_name, None)
         self._settings.set_limit(config, info.limit_config_name, limit)
         self._settings.set_limit(config, info.accumulated_limit_config_name, sys.maxsize)
+        bound = self.max_parked
+        self.parked_bound = bound if bound is not None else parked_per_frame(job_limit)
         self.why_limits_unfollowed = self._settings.follow_limits(config, lambda: self.active)
         if self.why_limits_unfollowed:
             log.warning(
@@ -333,7 +354,7 @@ class ProfileMode:
                     code,
                     entry,
                     f"Cache line {PARKED_MARK} (recompile_limit={limit})",
-                    self.max_parked,
+                    self.parked_bound,
                 )
             else:
                 invalidate(entry, f"Cache line {EVICTED_MARK} (recompile_limit={limit})")

@@ -172,3 +172,27 @@ def test_compaction_removes_temporary_files_killed_exporters_left(lake):
     assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
     assert not old.exists() and not daily_old.exists() and fresh.exists()
     assert all(p.exists() for p in data)
+
+
+def test_a_marker_that_holds_no_date_is_one_line_from_every_reader(lake, capsys):
+    """A ``_through`` marker that holds no date stops a question (the local reader) and a compaction
+    (the reader through pyarrow's filesystems) with the same one line naming the marker and the mend;
+    the lake's files are untouched, and the answers come back once the marker holds its day again."""
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    capsys.readouterr()
+    before = answers(capsys, lake)
+    marker = lake / "v1-daily" / "_through"
+    good = marker.read_text()
+    files = sorted(p for p in lake.rglob("*.parquet"))
+    marker.write_text("not-a-day\n")
+    expected = (
+        f"{lake}: v1-daily/_through holds 'not-a-day', not a date; "
+        "run `recompprof history compact --check` after fixing it"
+    )
+    for argv in (["top-causes"], ["compact", "--through", str(_day(1))]):
+        code = main(["history", argv[0], "--lake", str(lake), *argv[1:]])
+        err = capsys.readouterr().err
+        assert code != 0 and expected in err and len(err.strip().splitlines()) == 1
+    assert sorted(p for p in lake.rglob("*.parquet")) == files
+    marker.write_text(good)
+    assert answers(capsys, lake) == before

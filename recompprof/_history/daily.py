@@ -52,13 +52,7 @@ def through(lake: Lake) -> datetime.date | None:
     text = _read_text(lake, f"{lake.base}/{DAILY}/{THROUGH}")
     if text is None:
         return None
-    try:
-        return parse_through(text)
-    except ValueError:
-        raise LakeError(
-            f"{lake.uri}: {DAILY}/{THROUGH} holds {text.strip()[:40]!r}, not a date; "
-            "run `recompprof history compact --check` after fixing it"
-        ) from None
+    return parse_through(lake.uri, text)
 
 
 def set_through(lake: Lake, day: datetime.date) -> None:

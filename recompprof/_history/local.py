@@ -97,13 +97,7 @@ class LocalLake:
         text = self.read_text(f"{self.base}/{DAILY_ROOT}/{THROUGH}")
         if text is None:
             return None
-        try:
-            return parse_through(text)
-        except ValueError:
-            raise LakeError(
-                f"{self.uri}: {DAILY_ROOT}/{THROUGH} holds {text.strip()[:40]!r}, not a date; "
-                "run `recompprof history compact --check` after fixing it"
-            ) from None
+        return parse_through(self.uri, text)
 
     def sources(self, table: str, day: datetime.date) -> set[tuple[str, int]] | None:
         """The raw files a compacted day covered (None: the day has no record)."""

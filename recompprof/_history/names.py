@@ -43,9 +43,16 @@ def partition_day(folder: str) -> datetime.date | None:
         return None
 
 
-def parse_through(text: str) -> datetime.date:
-    """The ``_through`` marker's day; ValueError when it holds no date."""
-    return datetime.date.fromisoformat(text.strip())
+def parse_through(uri: str, text: str) -> datetime.date:
+    """The day lake ``uri``'s ``_through`` marker holds; a LakeError saying how to mend it when it
+    holds no date (every reader of the marker, local or through pyarrow, says the same)."""
+    try:
+        return datetime.date.fromisoformat(text.strip())
+    except ValueError:
+        raise LakeError(
+            f"{uri}: {DAILY_ROOT}/{THROUGH} holds {text.strip()[:40]!r}, not a date; "
+            "run `recompprof history compact --check` after fixing it"
+        ) from None
 
 
 def parse_sources(text: str) -> set[tuple[str, int]]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from recompprof._eventlog.format import LOG_NAME, SUFFIX
-from recompprof._model.events import Event
+from recompprof._model.events import Event, to_json_bytes
 
 # How often (seconds, at most) the writer checks that its file was not deleted under it.
 REOPEN_CHECK_SECONDS = 1.0
@@ -24,9 +24,8 @@ DROPPED = "event_log"
 
 
 def json_line(event: Event) -> bytes:
-    """``to_json(event)`` and a newline, as UTF-8: the serialiser's own bytes, not decoded to text and
-    encoded back (once per event on the compile path)."""
-    return event.__pydantic_serializer__.to_json(event, exclude_none=True) + b"\n"
+    """An event's line in the log: :func:`to_json_bytes` and a newline."""
+    return to_json_bytes(event) + b"\n"
 
 
 def log_path(run_dir: Path, rank: int, pid: int) -> Path:

@@ -321,6 +321,12 @@ KINDS: tuple[str, ...] = (
 )
 
 
+def to_json_bytes(event: _Event) -> bytes:
+    """One event as one compact JSON line (no trailing newline), as the serialiser's UTF-8 bytes: the
+    event log writes these as they are, with no decoding to text and encoding back."""
+    return event.__pydantic_serializer__.to_json(event, exclude_none=True)
+
+
 def to_json(event: _Event) -> str:
     """One event as one compact JSON line (no trailing newline)."""
-    return event.model_dump_json(exclude_none=True)
+    return to_json_bytes(event).decode()

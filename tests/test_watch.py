@@ -603,7 +603,10 @@ def test_follow_keeps_watching_after_every_rank_ended(finished_run: Path, tmp_pa
         time.sleep(1.0)
         assert watch.poll() is None
         [log1] = run.glob("rank00001-*.jsonl")
-        shutil.copy(log1, run / "rank00001-999999.jsonl")
+        # Written whole, then renamed into the run: the frame that first counts 3 logs then holds all of it
+        # (a copy made in place can be seen empty, and the frame would show rank 1's old counts).
+        shutil.copy(log1, tmp_path / "restarted.jsonl")
+        os.replace(tmp_path / "restarted.jsonl", run / "rank00001-999999.jsonl")
         later = _lines_until(watch.stdout, r"\| logs 3 \|", 30)
         later += _lines_until(watch.stdout, r"^\s+1\s+\d+\s", 30)
         watch.terminate()

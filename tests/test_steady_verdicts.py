@@ -386,7 +386,11 @@ def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
 @pytest.fixture(scope="module")
 @starts("workload")
 def raised_instances(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
-    run = record(WORKLOAD, ("instances_raised", "rebuilt"), tmp_path_factory.mktemp("instances"))
+    run = record(
+        WORKLOAD,
+        ("instances_raised", "rebuilt", "passed_raised"),
+        tmp_path_factory.mktemp("instances"),
+    )
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
     return run
 
@@ -421,6 +425,34 @@ def test_instances_past_the_bound_are_variants_per_instance_live_and_unknown_ing
     ]
     unknown = "instance of L['self'].layer_idx"
     assert verdicts == [(False, None)] * bounded + [(False, unknown)] * (11 - bounded)
+
+
+def test_an_attribute_whose_holder_a_trace_cannot_tell_is_unknown_past_the_bound(
+    raised_instances: Recorded,
+) -> None:
+    """Twelve blocks passed in turn to one compiled function (``L['block'].layer_idx``): live knows the
+    holder is a module and calls each block a variant of its own instance; a trace does not say what holds
+    the attribute (category ``other``: a module or a plain object), so past 8 ingest says unknown, never
+    steady state (torch compiles nothing in the steps after)."""
+    truth = json.loads((raised_instances.where / "truth.json").read_text())["passed_raised"]
+    assert (truth["warm"], truth["after"]) == (12, 0)
+    live = _recompiles(list(read_run(raised_instances.run_dir)), "passed_raised")
+    trace = _recompiles(
+        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file],
+        "passed_raised",
+    )
+    subject = "L['block'].layer_idx"
+    assert [(_explaining(e).category, _explaining(e).subject) for e in live] == [
+        ("module_attribute", subject)
+    ] * 11
+    assert [(_explaining(e).category, _explaining(e).subject) for e in trace] == [
+        ("other", subject)
+    ] * 11
+    assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
+    bounded = BOUNDED_VARIANTS - 1
+    assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [
+        (False, None)
+    ] * bounded + [(False, f"instance of {subject}")] * (11 - bounded)
 
 
 def test_unknown_verdicts_are_said_by_report_and_check(raised_instances: Recorded) -> None:

@@ -16,6 +16,7 @@ from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
 from recompprof._model.reasons import parse_guard_failures, resolvable_subjects
+from recompprof._model.subjects import owner
 
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
@@ -257,10 +258,15 @@ def _variant_key(
 
 def _unknown_instance(reason: Reason, instance: Callable[[str], int | None] | None) -> str | None:
     """The subject of a module's own constant whose instance no lookup was given for (``ingest``), else
-    None. A lookup that finds none (an instance gone) is live's own verdict, not this."""
-    if instance is not None or reason.category != "module_attribute" or not reason.subject:
+    None. A lookup that finds none (an instance gone) is live's own verdict, not this. An attribute whose
+    holder the text cannot tell (``other``) may be a module's own constant too, so it is unknown alike."""
+    if instance is not None or not reason.subject:
         return None
-    return reason.subject
+    if reason.category == "module_attribute":
+        return reason.subject
+    if reason.category == "other" and owner(reason.subject) is not None:
+        return reason.subject
+    return None
 
 
 def _instance_of(reason: Reason, instance: Callable[[str], int | None] | None) -> int | None:

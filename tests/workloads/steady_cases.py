@@ -40,11 +40,13 @@ CASES: dict[str, tuple[str, int]] = {
     "counter": ("counter", 16),
     "instances_raised": ("instances", 12),
     "rebuilt": ("rebuilt", 20),
+    "passed_raised": ("passed", 12),
 }
-# Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances, and a block
-# rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts differ by design
-# (a trace names no instance: docs/steady-state.md).
-NAMED_ONLY = frozenset({"instances_raised", "rebuilt"})
+# Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances (compiled
+# regionally, or passed to one compiled function), and a block rebuilt every call with a new layer_idx
+# (unbounded), where live and ingested verdicts differ by design (a trace names no instance:
+# docs/steady-state.md).
+NAMED_ONLY = frozenset({"instances_raised", "rebuilt", "passed_raised"})
 INSTANCES_LIMIT = 16
 GROWING_LIMIT = (
     64  # the recompile_limit a growing case runs under (a job that raised it to keep compiling)
@@ -61,6 +63,10 @@ def {name}_fn(x, state=None):
     if state is None:
         return x * 2 + 1
     return x * (len(str(state)) + 1) if state else x - 1
+
+
+def {name}_apply(x, block):
+    return block(x) - 1
 
 
 class {name}_Block(torch.nn.Module):
@@ -166,6 +172,18 @@ def run_case(name: str, kind: str, size: int, module: Any, opt_params: list[Any]
                 h = torch.randn(5, 4)
                 for block in blocks:
                     h = block(h)
+                time.sleep(0.01)
+    elif kind == "passed":  # one compiled function, called with each of k blocks in turn
+        blocks = [getattr(module, f"{name}_Block")(i) for i in range(size)]
+        apply = torch.compile(getattr(module, f"{name}_apply"), backend=backend)
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):
+            warm()
+            for block in blocks:
+                apply(torch.randn(5, 4), block)
+            go_on()
+            for _ in range(20):
+                for block in blocks:
+                    apply(torch.randn(5, 4), block)
                 time.sleep(0.01)
     elif kind == "rebuilt":  # a block rebuilt every call with a new layer_idx: unbounded instances
         make = getattr(module, f"{name}_Block")

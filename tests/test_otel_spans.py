@@ -52,6 +52,30 @@ def test_phase_intervals_never_run_past_the_root() -> None:
     assert got[-1][2] == 600_000_000 and all(b <= e for _, b, e in got)
 
 
+def test_an_unknown_steady_state_verdict_is_an_attribute_of_its_own(receiver: OtlpReceiver) -> None:
+    """A recompile whose steady-state verdict is unknown carries ``recompprof.steady_state_unknown`` (the
+    subject) beside ``steady_state`` false; a known verdict carries no such attribute."""
+    unknown = "instance of L['self'].layer_idx"
+    _export(
+        [
+            compile_event("0/1", is_recompile=True, steady_state=True),
+            compile_event(
+                "0/2", is_recompile=True, steady_state=False, steady_state_unknown=unknown
+            ),
+        ]
+    )
+    spans = receiver.wait_for(lambda s: len(s) == 8)
+    roots = {
+        s["attributes"]["recompprof.compile_id"]: s["attributes"]
+        for s in spans
+        if s["name"] == "torch_compile.frame"
+    }
+    assert roots["0/1"]["recompprof.steady_state"] is True
+    assert "recompprof.steady_state_unknown" not in roots["0/1"]
+    assert roots["0/2"]["recompprof.steady_state"] is False
+    assert roots["0/2"]["recompprof.steady_state_unknown"] == unknown
+
+
 def test_compile_becomes_root_span_with_phase_children(receiver: OtlpReceiver) -> None:
     """One compile gives a root torch_compile.frame span with contract attributes and one child per phase."""
     event = compile_event()

@@ -13,6 +13,7 @@ expected verdicts are read from that count, never from recompprof.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -457,9 +458,10 @@ def test_an_attribute_whose_holder_a_trace_cannot_tell_is_unknown_past_the_bound
 
 def test_unknown_verdicts_are_said_by_report_and_check(raised_instances: Recorded) -> None:
     """The ingested twelve blocks' unknown verdicts reach the report and ``check`` as unknown: the
-    Steady-state column and a note, and ``check --max-steady-state-recompiles 0`` passes with a note
-    naming them, never counting them as steady or calling them variants."""
+    Steady-state column, the HTML page's card and a note, and ``check --max-steady-state-recompiles 0``
+    passes with a note naming them, never counting them as steady or calling them variants."""
     from recompprof._analysis.check import STEADY_UNKNOWN_NOTE
+    from recompprof._analysis.render.html import render_html
 
     trace = [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file]
     kept = [
@@ -471,6 +473,8 @@ def test_unknown_verdicts_are_said_by_report_and_check(raised_instances: Recorde
     text = " ".join(render_text(build_report(kept), width=400).split())
     assert f"0 (+{past} unknown)" in text
     assert f"{past} recompile(s) have an unknown steady-state verdict" in text
+    card = re.search(r'id="kpi-steady"><div class="v">([^<]*)<', render_html(build_report(kept)))
+    assert card is not None and card.group(1) == f"0 (+{past} unknown)"
     result = check(kept, Rules(max_steady_state_recompiles=0))
     assert not result.violations
     (note,) = [n for n in result.notes if n.rule == STEADY_UNKNOWN_NOTE]

@@ -367,6 +367,8 @@ class SpanBuilder:
             "recompprof.guard_count": event.guard_count,
             "recompprof.graph_op_count": event.graph_op_count,
             "recompprof.cache": event.cache,
+            # set beside steady_state false where the verdict is unknown (docs/steady-state.md)
+            "recompprof.steady_state_unknown": event.steady_state_unknown,
         }
         attrs.update({k: v for k, v in optional.items() if v is not None})
         cause = self._causes.cause_of(event)

@@ -37,6 +37,7 @@ from recompprof._analysis.render.wording import (
     running_at_end,
     share,
     steady_cell,
+    steady_figure,
     steady_unknown_notes,
     subject_text,
 )
@@ -261,12 +262,18 @@ def _steps_kpi(report: Report) -> int | str:
     return f"≥ {report.run.last_step}" if report.run.steps_from_trace else "unknown"
 
 
+def _steady_kpi(frames: list[FrameReport]) -> int | str:
+    steady = sum(f.steady_state_recompiles for f in frames)
+    unknown = sum(f.steady_state_unknown for f in frames)
+    return steady_figure(steady, unknown) if unknown else steady
+
+
 def _kpi_cards(report: Report, frames: list[FrameReport]) -> str:
     kpis: list[tuple[str, str, int | float | str]] = [
         ("compiles", "Compiles", report.compiles),
         ("backward-compiles", "Backward compiles", sum(f.backward_compiles for f in frames)),
         ("recompiles", "Recompiles", report.recompiles),
-        ("steady", "Steady-state recompiles", sum(f.steady_state_recompiles for f in frames)),
+        ("steady", "Steady-state recompiles", _steady_kpi(frames)),
         ("limit-hits", "Recompile-limit hits", report.limit_hits),
         ("graph-breaks", "Graph breaks", report.graph_breaks),
         ("failures", "Compile failures", report.failures),

@@ -298,8 +298,12 @@ def completeness_warnings(report: Report) -> list[tuple[str, str]]:
 
 def steady_cell(frame: FrameReport) -> str:
     """A frame's steady-state recompiles as a table shows them, those of unknown verdict apart."""
-    unknown = frame.steady_state_unknown
-    return f"{frame.steady_state_recompiles}" + (f" (+{unknown} unknown)" if unknown else "")
+    return steady_figure(frame.steady_state_recompiles, frame.steady_state_unknown)
+
+
+def steady_figure(steady: int, unknown: int) -> str:
+    """Steady-state recompiles with those of unknown verdict apart (``0 (+4 unknown)``), never summed."""
+    return f"{steady}" + (f" (+{unknown} unknown)" if unknown else "")
 
 
 def steady_unknown_notes(report: Report) -> list[str]:

@@ -189,7 +189,8 @@ def test_export_twice_is_the_same_bytes(multirank: Path, tmp_path: Path) -> None
 
 def test_row_groups_are_compactions_not_one_per_batch(multirank: Path, tmp_path: Path) -> None:
     """An exported file holds its rows in row groups of ``ROW_GROUP`` rows (as a compacted day does),
-    not one per buffered batch: the rows are the same, in the same order, however they are grouped."""
+    not one per buffered batch: the rows are the same, in the same order, however they are grouped,
+    and exporting again writes the same bytes."""
     lake = tmp_path / "lake"
     export([multirank], str(lake))
     failures = Lake(str(lake)).files("guard_failures")[0].path
@@ -202,6 +203,9 @@ def test_row_groups_are_compactions_not_one_per_batch(multirank: Path, tmp_path:
         patch.setattr(export_module, "BATCH_ROWS", 1000)
         patch.setattr(export_module, "ROW_GROUP", 3000)
         export([multirank], str(small))
+        first = {p: p.read_bytes() for p in sorted(small.rglob("*.parquet"))}
+        export([multirank], str(small))
+        assert {p: p.read_bytes() for p in sorted(small.rglob("*.parquet"))} == first
     for table in TABLES:
         [one] = Lake(str(lake)).files(table)
         [other] = Lake(str(small)).files(table)

@@ -45,8 +45,8 @@ CLI = [sys.executable, "-m", "recompprof._cli.main"]
 # What a question pays before it reads any data: the interpreter, the CLI and every module the
 # question imports (DuckDB, the history modules), nothing else.
 START_UP = (
-    "import recompprof._cli.main, recompprof._cli.history, duckdb, "
-    "recompprof._history.engine, recompprof._history.render"
+    "import recompprof._cli.main, recompprof._cli.history, recompprof._history.duck, "
+    "recompprof._history.engine, recompprof._history.render; recompprof._history.duck.load()"
 )
 
 # One process: open the lake, make the views, ask every canonical question; prints per-question wall.

@@ -43,8 +43,8 @@ from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP, writer_option
 BATCH_ROWS = 8192  # rows one table's buffer holds at most, made into Arrow columns at once
 # Rows per row group, as compaction writes them (``compact.ROW_GROUP``): a question pays per row group
 # (its statistics, its pages' set-up), so a file of 8,192-row groups cost a digest a quarter more
-# CPU than the same rows compacted. Batches are held as Arrow columns (a tenth of their Python rows'
-# memory) until a group is full.
+# CPU than the same rows compacted. Batches are held as Arrow columns (far smaller than their Python
+# rows) until a group is full.
 ROW_GROUP = 16 * BATCH_ROWS
 
 

@@ -64,7 +64,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", type=Path, help="generate the run here (reused when present)")
+    parser.add_argument(
+        "--against", type=Path, help="another checkout (the code before a change): its export too"
+    )
     args = parser.parse_args()
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:  # as an installed package runs
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", tempfile.mkdtemp(prefix="bench-pyc-"))
     where = Path(tempfile.mkdtemp(prefix="bench-export-"))
     run = args.keep or where / "run"
     try:
@@ -74,12 +79,20 @@ def main() -> None:
         events = args.ranks * args.per_rank
         lake = where / "lake"
         samples: dict[str, list[tuple[float, float, int, float]]] = {"floor": [], "export": []}
+        if args.against:
+            samples[args.against.name] = []
         start_load = os.getloadavg()
+        cmd = [sys.executable, "-m", "recompprof._cli.main", "export", str(run)]
         for _ in range(args.rounds):
             samples["floor"].append(measure([sys.executable, "-c", FLOOR, str(run)]))
             shutil.rmtree(lake, ignore_errors=True)
-            cmd = [sys.executable, "-m", "recompprof._cli.main", "export", str(run)]
             samples["export"].append(measure([*cmd, "--to", str(lake)]))
+            if args.against:  # the same run, exported by the other checkout's code
+                other = where / "against"
+                shutil.rmtree(other, ignore_errors=True)
+                tree = args.against
+                env = {**os.environ, "PYTHONPATH": f"{tree}:{tree}/exporters"}
+                samples[tree.name].append(measure([*cmd, "--to", str(other)], env=env))
         per_million = 1_000_000 / events
         cpu = {name: statistics.median(s[3] for s in got) for name, got in samples.items()}
         print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*start_load))
@@ -96,6 +109,8 @@ def main() -> None:
         print(
             f"export / floor CPU: {ratio:.2f}x (target <= {CPU_TARGET:g}x: {_met(ratio <= CPU_TARGET)})"
         )
+        if args.against:
+            print(f"{args.against.name} / floor CPU: {cpu[args.against.name] / cpu['floor']:.2f}x")
         jsonl, parquet = _bytes(run, ".jsonl"), _bytes(lake, ".parquet")
         share = jsonl / max(parquet, 1)
         print(

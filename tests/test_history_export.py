@@ -20,6 +20,7 @@ from recorded_runs import RecordedRun, clean_env, cli, record  # noqa: E402
 
 from recompprof._analysis.report.fold import build_report  # noqa: E402
 from recompprof._analysis.runs import load  # noqa: E402
+from recompprof._history import export as export_module  # noqa: E402
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.rows import TextPolicy  # noqa: E402
@@ -184,6 +185,34 @@ def test_export_twice_is_the_same_bytes(multirank: Path, tmp_path: Path) -> None
     export([multirank], str(lake))
     second = {p: p.read_bytes() for p in sorted(lake.rglob("*")) if p.is_file()}
     assert len(first) == 4 and first == second
+
+
+def test_row_groups_are_compactions_not_one_per_batch(multirank: Path, tmp_path: Path) -> None:
+    """An exported file holds its rows in row groups of ``ROW_GROUP`` rows (as a compacted day does),
+    not one per buffered batch: the rows are the same, in the same order, however they are grouped,
+    and exporting again writes the same bytes."""
+    lake = tmp_path / "lake"
+    export([multirank], str(lake))
+    failures = Lake(str(lake)).files("guard_failures")[0].path
+    found = pq.ParquetFile(failures).metadata
+    assert found.num_rows > export_module.BATCH_ROWS  # several batches, one row group
+    assert found.num_row_groups == -(-found.num_rows // export_module.ROW_GROUP)
+    # Small batches and groups: several groups, each a whole number of batches; the same rows.
+    small = tmp_path / "small"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(export_module, "BATCH_ROWS", 1000)
+        patch.setattr(export_module, "ROW_GROUP", 3000)
+        export([multirank], str(small))
+        first = {p: p.read_bytes() for p in sorted(small.rglob("*.parquet"))}
+        export([multirank], str(small))
+        assert {p: p.read_bytes() for p in sorted(small.rglob("*.parquet"))} == first
+    for table in TABLES:
+        [one] = Lake(str(lake)).files(table)
+        [other] = Lake(str(small)).files(table)
+        grouped = pq.ParquetFile(other.path).metadata
+        sizes = [grouped.row_group(i).num_rows for i in range(grouped.num_row_groups)]
+        assert all(n == 3000 for n in sizes[:-1]) and 0 < sizes[-1] <= 3000
+        assert pq.read_table(other.path).equals(pq.read_table(one.path))
 
 
 def test_a_run_exported_whole_replaces_its_per_rank_files(multirank: Path, tmp_path: Path) -> None:

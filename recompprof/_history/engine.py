@@ -83,9 +83,9 @@ class Engine:
 
     def __init__(self, lake: views.Readable, selection: views.Selection) -> None:
         self.con = selection.connection or views.connect()
-        import duckdb
+        from recompprof._history import duck
 
-        self._duckdb = duckdb
+        self._duckdb = duck.load()
         self.lake = lake
         self.selection = selection
         self.dropped: list[Skipped] = []

@@ -196,8 +196,9 @@ def _footers(
     unreadable: dict[str, str] = {}
     if not paths:
         return columns, lost, unreadable
-    import duckdb
+    from recompprof._history import duck
 
+    duckdb = duck.load()
     try:
         schema_rows = con.execute(_SCHEMA_SQL, [paths]).fetchall()
         kv_rows = con.execute(_KV_SQL, [paths, UNREADABLE_KEY]).fetchall()

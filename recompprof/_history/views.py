@@ -145,8 +145,10 @@ def _select_local(lake: LocalLake, tables: tuple[str, ...]) -> Selection:
 
 def connect() -> Any:
     """An in-memory DuckDB set up for the questions; raises one line when DuckDB is not installed."""
+    from recompprof._history import duck
+
     try:
-        import duckdb
+        duckdb = duck.load()
     except ImportError:
         from recompprof._errors import CommandError
 

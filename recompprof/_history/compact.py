@@ -29,7 +29,7 @@ from recompprof._history import daily, health
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake, LakeFile
 from recompprof._history.names import LakeError
-from recompprof._history.tables import SCHEMAS, TABLES, writer_options
+from recompprof._history.tables import RENAMED, SCHEMAS, TABLES, legacy_fields, writer_options
 
 # Sorted by what queries filter and group on: the ClickHouse lesson, a sort key led by the most
 # filtered column, so row-group statistics prune.
@@ -132,8 +132,10 @@ def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> 
     flipped behind a good footer decodes to a wrong value that ``history verify`` cannot see. The
     known schema's columns come first, in its types (null where an older exporter's files lack one),
     then any a newer exporter added."""
-    schema = _day_schema(table, checked)
-    source = ds.dataset(checked.good, schema=schema, filesystem=lake.fs, format="parquet")
+    read = _day_schema(table, checked)
+    source = ds.dataset(checked.good, schema=read, filesystem=lake.fs, format="parquet")
+    # Written under the current names: an older exporter's renamed column is taken as its new one.
+    schema, columns = _written(table, read)
     keys = ", ".join(f'"{k}"' for k in SORT_KEYS[table] if k in schema.names)
     footer = {}
     if checked.skipped:
@@ -146,7 +148,8 @@ def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> 
         try:
             con.register("day_rows", source)
             order = f" ORDER BY {keys}" if keys else ""
-            reader = con.sql(f"SELECT * FROM day_rows{order}").to_arrow_reader(ROW_GROUP)
+            query = f"SELECT {columns} FROM day_rows{order}"
+            reader = con.sql(query).to_arrow_reader(ROW_GROUP)
 
             def write(stream: Any) -> None:
                 nonlocal rows
@@ -180,14 +183,33 @@ def _row_groups(reader: pa.RecordBatchReader) -> Iterator[pa.Table]:
 
 
 def _day_schema(table: str, checked: health.Checked) -> pa.Schema:
-    """The known schema of ``table``, then the columns a newer exporter added (as first seen)."""
+    """The known schema of ``table``, then the old names of renamed columns some files hold, then the
+    columns a newer exporter added (as first seen)."""
     known = SCHEMAS[table]
+    legacy = [f for f in legacy_fields(table) if f.name in checked.present]
+    seen = {*known.names, *(f.name for f in legacy)}
     extra: dict[str, pa.DataType] = {}
     for columns in sorted(checked.schemas, key=str):
         for name, kind in columns:
-            if name not in known.names and name not in extra:
+            if name not in seen and name not in extra:
                 extra[name] = kind
-    return pa.schema([*known, *(pa.field(n, k) for n, k in extra.items())])
+    return pa.schema([*known, *legacy, *(pa.field(n, k) for n, k in extra.items())])
+
+
+def _written(table: str, read: pa.Schema) -> tuple[pa.Schema, str]:
+    """The schema a compacted day is written in (``read`` without the old names) and the select list
+    that gives it: each renamed column from its new name, else its old one."""
+    renamed = RENAMED.get(table, {})
+    old_of = {new: old for old, new in renamed.items() if old in read.names}
+    out = []
+    for name in read.names:
+        if name in renamed:
+            continue
+        quoted = f'"{name}"'
+        out.append(
+            f'COALESCE({quoted}, "{old_of[name]}") AS {quoted}' if name in old_of else quoted
+        )
+    return pa.schema([f for f in read if f.name not in renamed]), ", ".join(out)
 
 
 def _undecodable(lake: Lake, table: str, paths: list[str]) -> list[Skipped]:

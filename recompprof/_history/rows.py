@@ -181,14 +181,14 @@ _VERDICT_COLUMNS = (
     "counts_as_compile",
     "counts_as_recompile",
     "steady_state_recompile",
-    "compile_seconds",
+    "compile_s",
     "cause_category",
     "cause_subject",
     "reasons_omitted",
 )
 _COMPILE_NAMES = tuple(SCHEMAS["compiles"].names)
 # Columns that are an event field of another name.
-_RENAMED = {"duration_s": "duration"}
+_RENAMED = {"duration_s": "duration", "cache_saved_s": "cache_seconds_saved"}
 _DERIVED = {
     *_COMPILE_KEY,
     *_FRAME_COLUMNS,
@@ -347,7 +347,7 @@ def _verdict_columns(
         "counts_as_recompile": recompile,
         "steady_state": steady,
         "steady_state_recompile": pc.and_(recompile, steady),
-        "compile_seconds": pc.if_else(has(COSTS), duration, 0.0),
+        "compile_s": pc.if_else(has(COSTS), duration, 0.0),
         "cause_category": [cause[1] if cause is not None else None for cause in causes],
         "cause_subject": [cause[2] if cause is not None else None for cause in causes],
     }
@@ -759,9 +759,9 @@ class SessionRows:
             "guard_failures": session.guard_failures,
             "graph_breaks": session.graph_breaks,
             "steps": session.steps or None,  # no step counted: unknown, not 0
-            "compile_seconds": session.compile_seconds,
-            "recompile_seconds": session.recompile_seconds,
-            "wall_seconds": end.totals.get("wall_seconds") if end is not None else None,
+            "compile_s": session.compile_seconds,
+            "recompile_s": session.recompile_seconds,
+            "wall_s": end.totals.get("wall_seconds") if end is not None else None,
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
             "torch_release": torch_release(session.dims[0]),

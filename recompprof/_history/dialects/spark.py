@@ -5,10 +5,15 @@ from __future__ import annotations
 from recompprof._history.dialects.base import Dialect, Where, literal
 
 
-def _source(where: Where, table: str, suffix: str, under: str) -> tuple[str, str]:
+def _source(
+    where: Where, table: str, suffix: str, under: str, columns: list[tuple[str, str]]
+) -> tuple[str, str]:
+    # The columns declared (a file lacking one reads it as null: an older exporter's, or the old
+    # names in a newer one's), the partition column dt among them.
+    declared = DIALECT.declared([*columns, ("dt", "date")])
     setup = (
-        f"CREATE OR REPLACE TEMPORARY VIEW {table}_{suffix} USING parquet "
-        f"OPTIONS (path {literal(where.uri(under))}, mergeSchema 'true');\n"
+        f"CREATE OR REPLACE TEMPORARY VIEW {table}_{suffix} ({declared}) USING parquet "
+        f"OPTIONS (path {literal(where.uri(under))});\n"
     )
     return setup, f"{table}_{suffix}"
 

@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
+from recompprof._analysis.report.frames import OMITTED_SUBJECT
 from recompprof._analysis.report.sessions import SessionFold
+from recompprof._analysis.runs import EVENT_LOG, TORCH_TRACE
 from recompprof._eventlog.fastread import by_type
 from recompprof._history.tables import (
     CACHE_COLUMNS,
@@ -56,7 +58,6 @@ from recompprof._version import __version__
 # UTC day until its writer takes them as columns.
 Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
-_OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
 DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
 _RUNS = tuple(SCHEMAS["runs"].names)
 
@@ -375,7 +376,7 @@ class _Omitted:
 
     category: str
     entry: None = None
-    subject: str = _OMITTED
+    subject: str = OMITTED_SUBJECT
     explains_change: bool = False
     text: str = ""
 
@@ -778,9 +779,9 @@ def _call_site(lines: list[str], text: TextPolicy) -> list[str]:
 def _identity(start: Any) -> dict[str, Any]:
     """The columns of a ``runs`` row its ``session_start`` gives (all null for a session without one)."""
     if start is None:
-        return dict.fromkeys(_IDENTITY) | {"source": "event_log"}
+        return dict.fromkeys(_IDENTITY) | {"source": EVENT_LOG}
     found = {name: getattr(start, name) for name in _IDENTITY if name != "source"}
-    found["source"] = "torch_trace" if start.signals.get("torch_trace") else "event_log"
+    found["source"] = TORCH_TRACE if start.signals.get(TORCH_TRACE) else EVENT_LOG
     return found
 
 

@@ -18,15 +18,35 @@ def _source(
     return setup, f"{table}_{suffix}"
 
 
+# Spark reads s3a:// through Hadoop's S3A connector, which no Spark distribution bundles: the
+# hadoop-aws jar of the Hadoop release Spark ships, and the AWS SDK v2 bundle it depends on (Hadoop
+# 3.4 and later), from Maven. spark.jars.packages resolves the second from the first.
+_S3A_JARS = (
+    "-- s3a:// needs Hadoop's S3A connector: org.apache.hadoop:hadoop-aws at the version of the\n"
+    "-- Hadoop this Spark ships (its jars/hadoop-client-api-VERSION.jar) and the AWS SDK v2 bundle\n"
+    "-- it depends on (software.amazon.awssdk:bundle): spark.jars.packages=org.apache.hadoop:\n"
+    "-- hadoop-aws:VERSION brings both\n"
+)
+
+
 def _preamble(where: Where) -> str:
+    if where.scheme not in ("s3", "s3a", "s3n"):
+        return ""
+    lines = [_S3A_JARS]
+    if where.scheme != "s3a":
+        lines.append("-- Spark outside EMR reads buckets as s3a://: give --lake s3a://...\n")
     if where.endpoint:
-        return (
+        lines.append(
             f"-- an S3-compatible store: spark.hadoop.fs.s3a.endpoint={where.endpoint_scheme}://"
-            f"{where.endpoint}, spark.hadoop.fs.s3a.path.style.access=true\n"
+            f"{where.endpoint}, spark.hadoop.fs.s3a.path.style.access=true"
+            + (
+                ", spark.hadoop.fs.s3a.connection.ssl.enabled=false"
+                if where.endpoint_scheme == "http"
+                else ""
+            )
+            + "\n"
         )
-    if where.scheme == "s3":
-        return "-- Spark outside EMR reads buckets as s3a://: give --lake s3a://...\n"
-    return ""
+    return "".join(lines)
 
 
 DIALECT = Dialect(

@@ -136,3 +136,25 @@ def test_compaction_writes_row_group_by_row_group(compacted, tmp_path, monkeypat
     table = pq.read_table(path, columns=["job", "frame_key", "time"]).to_pylist()
     keys = [(r["job"] is None, r["job"] or "", r["frame_key"], r["time"]) for r in table]
     assert keys == sorted(keys)
+
+
+def test_compaction_leaves_out_a_raw_file_whose_checksum_fails(tmp_path, capsys):
+    """A raw file with a byte flipped behind its good footer (it still decodes, to a wrong value) is
+    left out of its compacted day and named, by compact and then by every question, rather than
+    copied into the compacted file under a checksum of its own."""
+    generate(tmp_path / "run", ranks=2, per_rank=600, seed=9)
+    lake = tmp_path / "lake"
+    assert main(["export", str(tmp_path / "run"), "--to", str(lake), "--per-rank"]) == 0
+    capsys.readouterr()
+    raw = sorted((lake / "v1" / "compiles").rglob("*.parquet"))
+    assert len(raw) == 2
+    bad, good = raw
+    _flip_a_value(bad, "duration_s")
+    assert main(["history", "compact", "--lake", str(lake), "--through", "2030-01-01"]) == 0
+    err = capsys.readouterr().err
+    assert f"left out {bad}" in err and "unreadable" in err, err
+    [part] = (lake / "v1-daily" / "compiles").rglob("part-0.parquet")
+    assert pq.read_metadata(part).num_rows == pq.read_metadata(good).num_rows
+    main(["history", "sql", "--lake", str(lake), "SELECT COUNT(*) FROM compiles"])
+    err = capsys.readouterr().err
+    assert "could not be read when their day was compacted" in err and bad.name in err

@@ -133,7 +133,7 @@ def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> 
     known schema's columns come first, in its types (null where an older exporter's files lack one),
     then any a newer exporter added."""
     read = _day_schema(table, checked)
-    source = ds.dataset(checked.good, schema=read, filesystem=lake.fs, format="parquet")
+    source = ds.dataset(checked.good, schema=read, filesystem=lake.fs, format=_VERIFIED)
     # Written under the current names: an older exporter's renamed column is taken as its new one.
     schema, columns = _written(table, read)
     keys = ", ".join(f'"{k}"' for k in SORT_KEYS[table] if k in schema.names)
@@ -212,13 +212,23 @@ def _written(table: str, read: pa.Schema) -> tuple[pa.Schema, str]:
     return pa.schema([f for f in read if f.name not in renamed]), ", ".join(out)
 
 
+# Raw files are read with each page's checksum verified: a page damaged behind a good footer stops the
+# compaction of its day, which then leaves that file out, instead of writing its wrong values into
+# the compacted file under a checksum of their own (where `history verify` could no longer see them).
+_VERIFIED = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
+
+
 def _undecodable(lake: Lake, table: str, paths: list[str]) -> list[Skipped]:
-    """The files whose footer reads but whose pages do not decode (read one batch at a time)."""
+    """The files whose footer reads but whose pages do not decode, or whose checksums do not match
+    (read one batch at a time)."""
     bad = []
     for path in paths:
         try:
             with lake.fs.open_input_file(path) as handle:
-                for _ in pq.ParquetFile(handle).iter_batches(batch_size=ROW_GROUP):
+                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+                for _ in parquet.iter_batches(batch_size=ROW_GROUP):
                     pass
         except (OSError, pa.ArrowException, ValueError) as error:
             bad.append(Skipped(table, path, "unreadable", " ".join(str(error).split())[:200]))

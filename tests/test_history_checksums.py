@@ -15,6 +15,7 @@ from generated_runs import generate
 from recompprof._cli.main import main
 from recompprof._history import compact, daily
 from recompprof._history.layout import Lake
+from recompprof._history.tables import DESCRIPTION
 
 QUESTIONS = [
     ["top-causes", "--all"],
@@ -85,11 +86,13 @@ def _flip_a_value(path: Path, column: str) -> None:
 
 def test_compacted_files_carry_page_checksums(compacted):
     """Each compacted day's file has a CRC in every column chunk's first page header, as an export's
-    files do."""
+    files do, and each column's description in its field's metadata."""
     handle = Lake(str(compacted))
     for table in ("runs", "compiles", "guard_failures", "graph_breaks"):
         for path, _ in daily.compacted(handle, table).values():
             assert all(_page_checksums(Path(path))), (table, path)
+            described = pq.read_schema(path).field("run_id").metadata or {}
+            assert described.get(DESCRIPTION), (table, path)
     raw = next((compacted / "v1" / "compiles").rglob("*.parquet"))
     assert all(_page_checksums(raw))
 

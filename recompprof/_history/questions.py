@@ -60,8 +60,8 @@ _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 
 # The columns the texts read, as DuckDB types them: a view gives a column no file has yet (a lake of an
 # older exporter) as null of this type, and a file typing one of them as another kind is left out
-# (another schema version). The full vocabulary is recompprof._history.tables' (tests check this
-# against it); the query path never imports it, as it loads pyarrow.
+# (another schema version). The full vocabulary is recompprof._history.columns' (tests check this
+# against it).
 _DIMS = {"job": "VARCHAR", "team": "VARCHAR", "model": "VARCHAR", "torch_version": "VARCHAR"}
 _KEY = {
     "run_id": "VARCHAR",

@@ -127,7 +127,7 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             "counts_as_compile": counts_as_compile,
             "counts_as_recompile": counts_as_recompile,
             "steady_state_recompile": counts_as_recompile & steady,
-            "compile_seconds": compile_seconds,
+            "compile_s": compile_seconds,
             "duration_s": duration,
             "cause_category": cause,
             "cause_subject": np.where(cause != None, "L['x']", None),  # noqa: E711 - elementwise
@@ -210,7 +210,7 @@ def _day(fleet: Fleet, d: int, rng: np.random.Generator) -> dict[str, pa.Table]:
             ),
             "recompiles": recompiles,
             "limit_hits": np.bincount(s_of, weights=limit_hit, minlength=sessions).astype(np.int64),
-            "compile_seconds": np.bincount(s_of, weights=compile_seconds, minlength=sessions),
+            "compile_s": np.bincount(s_of, weights=compile_seconds, minlength=sessions),
             "export_version": np.ones(sessions, np.int32),
         },
     )

@@ -26,7 +26,7 @@ QUESTIONS = (
     ["limit-hits", "--since", "2026-10-01"],
     ["divergence", "--since", "2026-10-01"],
     ["latency", "--since", "2026-10-01"],
-    ["sql", "SELECT COUNT(*) AS n, ROUND(SUM(compile_seconds), 6) AS s FROM compiles"],
+    ["sql", "SELECT COUNT(*) AS n, ROUND(SUM(compile_s), 6) AS s FROM compiles"],
     ["sql", "SELECT COUNT(*) AS n FROM guard_failures"],
     ["sql", "SELECT COUNT(*) AS n, SUM(recompiles) AS r FROM runs"],
 )

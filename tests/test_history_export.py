@@ -92,7 +92,7 @@ def _report_figures(path: Path) -> dict[str, float]:
 _RUNS_TOTALS = """
 SELECT SUM(events), MAX(steps), SUM(compiles), SUM(recompiles), SUM(steady_state_recompiles),
        SUM(backward_compiles), SUM(limit_hits), SUM(failures), SUM(guard_failures), SUM(graph_breaks),
-       SUM(compile_seconds), SUM(recompile_seconds), COUNT(DISTINCT rank),
+       SUM(compile_s), SUM(recompile_s), COUNT(DISTINCT rank),
        SUM(CASE WHEN ended THEN 0 ELSE 1 END)
 FROM runs"""
 _FACT_TOTALS = """
@@ -102,7 +102,7 @@ SELECT (SELECT SUM(CASE WHEN counts_as_compile THEN 1 ELSE 0 END) FROM compiles)
        (SELECT SUM(CASE WHEN backward THEN 1 ELSE 0 END) FROM compiles),
        (SELECT COUNT(*) FROM compiles WHERE limit_name IS NOT NULL),
        (SELECT SUM(CASE WHEN outcome = 'failed' THEN 1 ELSE 0 END) FROM compiles),
-       (SELECT SUM(compile_seconds) FROM compiles),
+       (SELECT SUM(compile_s) FROM compiles),
        (SELECT COALESCE(SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s END), 0)
         FROM compiles)"""
 

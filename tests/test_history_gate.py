@@ -192,7 +192,7 @@ def test_verify_names_each_bad_file_and_every_question_leaves_them_out(
     assert f"{bad_compiles.name} is bad: column duration_s: " in err
     assert f"{bad_guards.name} is bad: column text: " in err
     good = [p for p in (own / "v1" / "compiles").rglob("*.parquet") if p != bad_compiles]
-    expected_hours = sum(pc.sum(pq.read_table(p)["compile_seconds"]).as_py() for p in good) / 3600
+    expected_hours = sum(pc.sum(pq.read_table(p)["compile_s"]).as_py() for p in good) / 3600
     for question in QUESTIONS:
         argv = ["history", question[0], "--lake", str(own), "--format", "json", *question[1:]]
         code = main([*argv, *([] if question[0] == "sql" else ["--since", "3000d"])])

@@ -180,7 +180,7 @@ def test_cost_gives_compile_hours_per_team_and_week(lake, capsys):
     assert code == 0
     rows = as_json(out)["results"][0]["rows"]
     compiles = rows_of(lake, "compiles")
-    total = pc.sum(compiles["compile_seconds"]).as_py() / 3600
+    total = pc.sum(compiles["compile_s"]).as_py() / 3600
     assert sum(r["compile_hours"] for r in rows) == pytest.approx(total, abs=1e-4 * len(rows))
     assert all(r["recompile_hours"] <= r["compile_hours"] for r in rows)
     assert {datetime.date.fromisoformat(r["week"]).weekday() for r in rows} == {0}
@@ -548,7 +548,7 @@ def test_print_sql_opens_nothing_when_given_the_marker(capsys, dialect):
     code, out, err = history(capsys, "cost", *printed, "--through", "2026-11-01")
     assert code == 0 and err == "" and "compacted through 2026-11-01" in out
     if dialect == "clickhouse":
-        assert "s3('http://127.0.0.1:9/bucket/lake/v1/compiles/*/*.parquet', 'Parquet')" in out
+        assert "s3('http://127.0.0.1:9/bucket/lake/v1/compiles/*/*.parquet', 'Parquet', '" in out
     else:
         assert "'s3a://bucket/lake/v1-daily/compiles" in out
     code, out, err = history(capsys, "cost", *printed)
@@ -596,7 +596,7 @@ def _figure(capsys, root: Path) -> tuple[int, float, str]:
         "sql",
         "--lake",
         str(root),
-        "SELECT SUM(compile_seconds) AS s FROM compiles",
+        "SELECT SUM(compile_s) AS s FROM compiles",
         "--format",
         "json",
     )
@@ -605,7 +605,7 @@ def _figure(capsys, root: Path) -> tuple[int, float, str]:
 
 
 def _sum_of(paths: list[Path]) -> float:
-    return sum(pc.sum(pq.read_table(p)["compile_seconds"]).as_py() for p in paths)
+    return sum(pc.sum(pq.read_table(p)["compile_s"]).as_py() for p in paths)
 
 
 def test_a_corrupt_or_truncated_file_is_named_and_the_rest_answered(own_lake, capsys):
@@ -630,7 +630,7 @@ def test_a_file_broken_behind_a_good_footer_is_dropped_when_read(own_lake, capsy
     group = pq.ParquetFile(files[0]).metadata.row_group(0)
     chunk = group.column(
         group.to_dict()["columns"].index(
-            next(c for c in group.to_dict()["columns"] if c["path_in_schema"] == "compile_seconds")
+            next(c for c in group.to_dict()["columns"] if c["path_in_schema"] == "compile_s")
         )
     )
     start = chunk.dictionary_page_offset or chunk.data_page_offset

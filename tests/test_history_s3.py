@@ -164,3 +164,41 @@ def test_session_end_export_to_s3(s3_endpoint: str, tmp_path: Path) -> None:
     table = pq.read_table(files[0].path, filesystem=Lake(uri).fs)
     assert table.column("team").to_pylist() == ["infra"]
     assert table.column("ended").to_pylist() == [True]
+
+
+def test_a_bucket_of_both_versions_is_read_through_the_new_names(
+    s3_endpoint: str, run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bucket whose rank-0 objects hold the old column names (export version 3) answers through
+    the object-store views (pyarrow's dataset, old names declared) as a local lake of the same run
+    exported afresh does."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from recompprof._cli.main import main
+    from recompprof._history.columns import RENAMED
+
+    uri = _uri(s3_endpoint, "renamed")
+    per_rank = ["export", str(run), "--per-rank", "--to"]
+    assert main([*per_rank, uri]) == 0 and main([*per_rank, str(tmp_path / "fresh")]) == 0
+    lake = Lake(uri)
+    for table, renamed in RENAMED.items():
+        back = {new: old for old, new in renamed.items()}
+        for f in lake.files(table):
+            if "rank00000" in f.path:
+                with lake.fs.open_input_file(f.path) as handle:
+                    rows = pq.read_table(handle)
+                rows = rows.rename_columns([back.get(n, n) for n in rows.column_names])
+                with lake.fs.open_output_stream(f.path) as stream:
+                    pq.write_table(rows, stream)
+    capsys.readouterr()
+    query = (
+        "SELECT (SELECT ROUND(SUM(compile_s), 6) FROM compiles) AS c, "
+        "(SELECT COUNT(compile_s) FROM compiles) AS n, (SELECT ROUND(SUM(wall_s), 6) FROM runs) AS w"
+    )
+    answers = []
+    for where in (uri, str(tmp_path / "fresh")):
+        assert main(["history", "sql", "--lake", where, query, "--format", "json"]) == 0
+        answers.append(json.loads(capsys.readouterr().out)["results"][0]["rows"])
+    assert answers[0] == answers[1] and answers[0][0]["c"] > 0 and answers[0][0]["w"] > 0

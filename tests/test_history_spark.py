@@ -20,6 +20,7 @@ from history_fleet import NEW, Fleet, write_fleet
 from needs import starts
 
 from recompprof._history import compact, daily, engine, questions, views
+from recompprof._history.columns import RENAMED
 from recompprof._history.dialects import DIALECTS
 from recompprof._history.dialects.base import Where
 from recompprof._history.layout import Lake
@@ -43,6 +44,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     root = tmp_path_factory.mktemp("spark") / "lake"
     write_fleet(root, FLEET)
     _without_labels(root, FLEET.start + datetime.timedelta(days=FLEET.days - 1))
+    _old_names(root, FLEET.start + datetime.timedelta(days=1))
     handle = Lake(str(root))
     compact.compact(handle, FLEET.start)  # the first day compacted, the others raw
     return handle
@@ -67,6 +69,18 @@ def _without_labels(root: Path, day: datetime.date) -> None:
             i, "run_id", pc.binary_join_element_wise("unlabelled-", rows["run_id"], "")
         )
         pq.write_table(rows, folder / f"unlabelled-{source.name}")
+
+
+def _old_names(root: Path, day: datetime.date) -> None:
+    """``day``'s raw files as export version 3 wrote them: the renamed columns under their old names
+    (``compile_seconds`` ...), so the views read files of both versions."""
+    import pyarrow.parquet as pq
+
+    for table, renamed in RENAMED.items():
+        back = {new: old for old, new in renamed.items()}
+        for path in (root / "v1" / table / f"dt={day}").glob("*.parquet"):
+            rows = pq.read_table(path)
+            pq.write_table(rows.rename_columns([back.get(n, n) for n in rows.column_names]), path)
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +197,23 @@ def test_views_read_both_roots(lake, spark):
     assert [(r[0], r[1]) for r in days] == expected
     assert len(expected) == FLEET.days
     assert Path(daily.part_path(lake, "compiles", FLEET.start)).exists()
+
+
+def test_views_read_the_old_column_names(lake, spark):
+    """A raw day whose files hold the old names (export version 3) is read through the renamed
+    columns on Spark, as on DuckDB: every day's compile seconds, none null."""
+    query = (
+        "SELECT dt, ROUND(SUM(compile_s), 3), COUNT(compile_s), COUNT(*) FROM compiles "
+        "GROUP BY dt ORDER BY dt"
+    )
+    days = [tuple(r) for r in spark.sql(query).collect()]
+    duck = engine.Engine(lake, views.select(lake))
+    assert _same(duck.query(query).rows, days)
+    assert len(days) == FLEET.days and all(r[1] > 0 and r[2] == r[3] for r in days)
+    import pyarrow.parquet as pq
+
+    old = next((Path(lake.base) / "v1" / "runs" / f"dt={days[1][0]}").glob("*.parquet"))
+    assert "compile_seconds" in pq.read_schema(old).names  # the day read is of the old version
 
 
 def test_a_value_spelled_like_a_macro_stays_text_on_spark(lake, spark):

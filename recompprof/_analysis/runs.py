@@ -119,6 +119,11 @@ class EventStream:
                 yield from (e for e in self._read(file) if e.rank == rank)
 
 
+# Where a run's events came from (Run.source, and the lake's runs.source column).
+EVENT_LOG = "event_log"  # recompprof's own event logs
+TORCH_TRACE = "torch_trace"  # an ingested TORCH_TRACE
+
+
 @dataclasses.dataclass
 class Run:
     """The events of one run and what reading it skipped (complete once :meth:`finish` has run)."""
@@ -127,7 +132,7 @@ class Run:
     events: Iterable[
         Event
     ]  # a list (TORCH_TRACE) or an EventStream (event logs): iterate, don't index
-    source: str  # "event_log" | "torch_trace"
+    source: str  # EVENT_LOG or TORCH_TRACE
     warnings: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -181,7 +186,7 @@ def load(path: Path) -> Run:
     try:
         if is_trace_dir(path) and not _has_event_logs(path):
             return _load_trace(path)
-        return Run(path, EventStream(run_files(path)), "event_log")
+        return Run(path, EventStream(run_files(path)), EVENT_LOG)
     except (EventLogError, IngestError) as exc:
         raise RunError(str(exc)) from exc  # the reader's own error stays reachable
     except OSError as exc:  # e.g. a directory that vanishes or turns unreadable while we walk it
@@ -195,7 +200,7 @@ def _has_event_logs(path: Path) -> bool:
 def _load_trace(path: Path) -> Run:
     trace = read_trace(path)
     events = [e for per_file in trace.events for e in per_file]
-    run = Run(path, events, "torch_trace")
+    run = Run(path, events, TORCH_TRACE)
     if trace.stats.stray_lines or trace.stats.bad_payloads or trace.stats.bad_records:
         run.problems.append(f"{path}: {trace.stats.describe()}")
     if not trace.stats.records:

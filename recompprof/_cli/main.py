@@ -362,6 +362,7 @@ def _report(args: argparse.Namespace) -> int:
     from recompprof._analysis.render.text import render_text
     from recompprof._analysis.report.fold import build_report
     from recompprof._analysis.report.merging import build_run_report
+    from recompprof._analysis.runs import TORCH_TRACE
 
     [run] = _open(args.run_dir)
     wanted = set(args.rank or ())
@@ -374,7 +375,7 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(
             f"no events of rank(s) {', '.join(map(str, args.rank))} in {args.run_dir}"
         )
-    if run.source == "torch_trace":
+    if run.source == TORCH_TRACE:
         report.notes.append(
             "read from TORCH_TRACE logs: "
             + (

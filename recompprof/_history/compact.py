@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from recompprof._history import daily, health
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake, LakeFile
 from recompprof._history.names import LakeError
-from recompprof._history.tables import SCHEMAS, TABLES
+from recompprof._history.tables import RENAMED, SCHEMAS, TABLES, legacy_fields, writer_options
 
 # Sorted by what queries filter and group on: the ClickHouse lesson, a sort key led by the most
 # filtered column, so row-group statistics prune.
@@ -125,61 +125,114 @@ def _compact_day(
 
 
 def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> int:
-    """Write the day's readable files as one sorted file at ``path`` through DuckDB, which streams
-    them and sorts in bounded memory (spilling to a temporary directory), instead of holding the
-    day in memory: the known schema's columns first, in its types (null where an older exporter's
-    files lack one), then any a newer exporter added."""
-    schema = _day_schema(table, checked)
-    source = ds.dataset(checked.good, schema=schema, filesystem=lake.fs, format="parquet")
+    """Write the day's readable files as one sorted file at ``path``: DuckDB streams them and sorts in
+    bounded memory (spilling to a temporary directory), and pyarrow writes its sorted output one row
+    group at a time, so no day is held in memory whole. pyarrow writes, not DuckDB's COPY, because
+    COPY writes no page checksums (DuckDB 2.0 has no option for them), and without them a byte
+    flipped behind a good footer decodes to a wrong value that ``history verify`` cannot see. The
+    known schema's columns come first, in its types (null where an older exporter's files lack one),
+    then any a newer exporter added."""
+    read = _day_schema(table, checked)
+    source = ds.dataset(checked.good, schema=read, filesystem=lake.fs, format=_VERIFIED)
+    # Written under the current names: an older exporter's renamed column is taken as its new one.
+    schema, columns = _written(table, read)
     keys = ", ".join(f'"{k}"' for k in SORT_KEYS[table] if k in schema.names)
-    footer = ""
+    footer = {}
     if checked.skipped:
         lost = json.dumps([s.path.rpartition("/")[2] for s in checked.skipped])
-        footer = f", KV_METADATA {{'{health.UNREADABLE_KEY.decode()}': {_quoted(lost)}}}"
+        footer[health.UNREADABLE_KEY] = lost.encode()
+    options = {**writer_options(schema), "compression": COMPRESSION}
+    rows = 0
     with tempfile.TemporaryDirectory(prefix="recompprof-compact-") as work:
-        out = os.path.join(work, "part.parquet")
         con = duckdb.connect(config={"temp_directory": work, "memory_limit": MEMORY_LIMIT})
         try:
             con.register("day_rows", source)
             order = f" ORDER BY {keys}" if keys else ""
-            con.execute(
-                f"COPY (SELECT * FROM day_rows{order}) TO {_quoted(out)} (FORMAT parquet, "
-                f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {ROW_GROUP}{footer})"
-            )
+            query = f"SELECT {columns} FROM day_rows{order}"
+            reader = con.sql(query).to_arrow_reader(ROW_GROUP)
+
+            def write(stream: Any) -> None:
+                nonlocal rows
+                with pq.ParquetWriter(stream, schema, **options) as writer:
+                    for group in _row_groups(reader):
+                        writer.write_table(group.cast(schema), row_group_size=ROW_GROUP)
+                        rows += group.num_rows
+                    if footer:
+                        writer.add_key_value_metadata(footer)
+
+            lake.write(path, write)
         finally:
             con.close()
-        lake.write(path, lambda stream: _copy_file(out, stream))
-        return int(pq.read_metadata(out).num_rows)
+    return rows
+
+
+def _row_groups(reader: pa.RecordBatchReader) -> Iterator[pa.Table]:
+    """The reader's batches gathered into tables of ROW_GROUP rows (the last one fewer)."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for piece in reader:
+        held.append(piece)
+        count += piece.num_rows
+        if count >= ROW_GROUP:
+            table = pa.Table.from_batches(held)
+            yield table.slice(0, ROW_GROUP)
+            rest = table.slice(ROW_GROUP)
+            held, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(held, schema=reader.schema)
 
 
 def _day_schema(table: str, checked: health.Checked) -> pa.Schema:
-    """The known schema of ``table``, then the columns a newer exporter added (as first seen)."""
+    """The known schema of ``table``, then the old names of renamed columns some files hold, then the
+    columns a newer exporter added (as first seen)."""
     known = SCHEMAS[table]
+    legacy = [f for f in legacy_fields(table) if f.name in checked.present]
+    seen = {*known.names, *(f.name for f in legacy)}
     extra: dict[str, pa.DataType] = {}
     for columns in sorted(checked.schemas, key=str):
         for name, kind in columns:
-            if name not in known.names and name not in extra:
+            if name not in seen and name not in extra:
                 extra[name] = kind
-    return pa.schema([*known, *(pa.field(n, k) for n, k in extra.items())])
+    return pa.schema([*known, *legacy, *(pa.field(n, k) for n, k in extra.items())])
+
+
+def _written(table: str, read: pa.Schema) -> tuple[pa.Schema, str]:
+    """The schema a compacted day is written in (``read`` without the old names) and the select list
+    that gives it: each renamed column from its new name, else its old one."""
+    renamed = RENAMED.get(table, {})
+    old_of = {new: old for old, new in renamed.items() if old in read.names}
+    out = []
+    for name in read.names:
+        if name in renamed:
+            continue
+        quoted = f'"{name}"'
+        out.append(
+            f'COALESCE({quoted}, "{old_of[name]}") AS {quoted}' if name in old_of else quoted
+        )
+    return pa.schema([f for f in read if f.name not in renamed]), ", ".join(out)
+
+
+# Raw files are read with each page's checksum verified: a page damaged behind a good footer stops the
+# compaction of its day, which then leaves that file out, instead of writing its wrong values into
+# the compacted file under a checksum of their own (where `history verify` could no longer see them).
+_VERIFIED = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
 
 
 def _undecodable(lake: Lake, table: str, paths: list[str]) -> list[Skipped]:
-    """The files whose footer reads but whose pages do not decode (read one batch at a time)."""
+    """The files whose footer reads but whose pages do not decode, or whose checksums do not match
+    (read one batch at a time)."""
     bad = []
     for path in paths:
         try:
             with lake.fs.open_input_file(path) as handle:
-                for _ in pq.ParquetFile(handle).iter_batches(batch_size=ROW_GROUP):
+                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+                for _ in parquet.iter_batches(batch_size=ROW_GROUP):
                     pass
         except (OSError, pa.ArrowException, ValueError) as error:
             bad.append(Skipped(table, path, "unreadable", " ".join(str(error).split())[:200]))
     return bad
-
-
-def _copy_file(source: str, stream: Any) -> None:
-    with open(source, "rb") as handle:
-        while chunk := handle.read(8 << 20):
-            stream.write(chunk)
 
 
 def _quoted(text: str) -> str:

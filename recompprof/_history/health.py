@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from recompprof._history.columns import RENAMED
 from recompprof._history.local import LocalLake
 
 if TYPE_CHECKING:
@@ -94,11 +95,22 @@ def _schema_problem(table: str, schema: pa.Schema) -> str | None:
     lacking = [f.name for f in SESSION_KEY if f.name not in names]
     if lacking:
         return f"no {', '.join(lacking)} column"
-    for name in names & set(known.names):
-        found, expected = schema.field(name).type, known.field(name).type
+    renamed = RENAMED.get(table, {})
+    for name in names:
+        new = renamed.get(name, name)
+        if new not in known.names:
+            continue
+        found, expected = schema.field(name).type, known.field(new).type
         if not _compatible(found, expected):
             return f"column {name} is {found}, not {expected}"
     return None
+
+
+def _as_now(table: str, names: Any) -> set[str]:
+    """A file's column names as the current exporter names them (an older one's renamed columns by
+    their new names: :data:`~recompprof._history.columns.RENAMED`)."""
+    renamed = RENAMED.get(table, {})
+    return {renamed.get(name, name) for name in names}
 
 
 def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None = None) -> Checked:
@@ -132,7 +144,8 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
         names = set(schema.names)
         checked.present.update(names)
         checked.order.extend(n for n in schema.names if n not in checked.order)
-        checked.missing.update(name for name in known if name not in names)
+        now = _as_now(table, names)
+        checked.missing.update(name for name in known if name not in now)
         lost = (meta.metadata or {}).get(UNREADABLE_KEY)
         if lost:
             checked.lost_at_compaction.extend(_names(lost))
@@ -167,7 +180,7 @@ def check_footers(
             checked.skipped.append(Skipped(table, path, "unreadable", unreadable[path]))
             continue
         found_columns = columns.get(path, [])
-        problem = _duck_problem(found_columns, expected)
+        problem = _duck_problem(found_columns, expected, RENAMED.get(table, {}))
         if problem is not None:
             checked.skipped.append(Skipped(table, path, "schema", problem))
             continue
@@ -178,10 +191,12 @@ def check_footers(
         checked.order.extend(n for n in names if n not in checked.order)
         if path in lost:
             checked.lost_at_compaction.extend(_names(lost[path]))
-    # Known columns some readable files lack: those others have, and those the questions read.
-    known = [*checked.order, *(n for n in expected if n not in checked.present)]
+    # Known columns some readable files lack: those others have, and those the questions read (an
+    # older exporter's renamed column is the new one, not one lacking).
+    present = _as_now(table, checked.present)
+    known = [*_as_now(table, checked.order), *(n for n in expected if n not in present)]
     for path in checked.good:
-        have = {n for n, _ in columns[path]}
+        have = _as_now(table, (n for n, _ in columns[path]))
         checked.missing.update(n for n in known if n not in have)
     return checked
 
@@ -258,8 +273,10 @@ def _duck_kind(duck_type: str) -> str:
     return {"VARCHAR": "string", "BOOLEAN": "bool", "DATE": "date"}.get(t, t)
 
 
-def _duck_problem(columns: list[tuple[str, str]], expected: Mapping[str, str]) -> str | None:
-    names = dict(columns)
+def _duck_problem(
+    columns: list[tuple[str, str]], expected: Mapping[str, str], renamed: Mapping[str, str]
+) -> str | None:
+    names = {renamed.get(name, name): kind for name, kind in columns}
     lacking = [k for k in _KEY if k not in names]
     if lacking:
         return f"no {', '.join(lacking)} column"

@@ -60,8 +60,8 @@ _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 
 # The columns the texts read, as DuckDB types them: a view gives a column no file has yet (a lake of an
 # older exporter) as null of this type, and a file typing one of them as another kind is left out
-# (another schema version). The full vocabulary is recompprof._history.tables' (tests check this
-# against it); the query path never imports it, as it loads pyarrow.
+# (another schema version). The full vocabulary is recompprof._history.columns' (tests check this
+# against it).
 _DIMS = {"job": "VARCHAR", "team": "VARCHAR", "model": "VARCHAR", "torch_version": "VARCHAR"}
 _KEY = {
     "run_id": "VARCHAR",
@@ -78,7 +78,7 @@ READS: dict[str, dict[str, str]] = {
         "signals_off": "VARCHAR[]",
         "log_gap": "BOOLEAN",
         "recompiles": "BIGINT",
-        "compile_seconds": "DOUBLE",
+        "compile_s": "DOUBLE",
     },
     "compiles": {
         **_KEY,
@@ -88,7 +88,7 @@ READS: dict[str, dict[str, str]] = {
         "outcome": "VARCHAR",
         "counts_as_compile": "BOOLEAN",
         "counts_as_recompile": "BOOLEAN",
-        "compile_seconds": "DOUBLE",
+        "compile_s": "DOUBLE",
         "duration_s": "DOUBLE",
         "cause_category": "VARCHAR",
         "cause_subject": "VARCHAR",
@@ -234,7 +234,7 @@ LIMIT {top}"""
 
 _COST = """
 WITH per_run AS (
-  SELECT {by}, WEEK(dt) AS week, run_id, SUM(compile_seconds) AS compile_s,
+  SELECT {by}, WEEK(dt) AS week, run_id, SUM(compile_s) AS compile_s,
          SUM(CASE WHEN cause_category IS NOT NULL THEN duration_s ELSE 0 END) AS recompile_s
   FROM compiles
   WHERE dt >= {since}{only}
@@ -340,7 +340,7 @@ _COMPARE_SECONDS = (
     + _BASE_RUNS
     + """,
 per_run AS (
-  SELECT run_id, MAX(compile_seconds) AS compile_s
+  SELECT run_id, MAX(compile_s) AS compile_s
   FROM runs WHERE (run_id = {run} OR run_id IN (SELECT run_id FROM base_runs)){only}
   GROUP BY run_id),
 base AS (SELECT AVG(compile_s) AS mean_s, MAX(compile_s) AS max_s FROM per_run WHERE run_id <> {run})

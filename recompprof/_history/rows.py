@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recompprof._analysis.report.bounded import CAPTURE_SIGNALS
+from recompprof._analysis.report.frames import OMITTED_SUBJECT
 from recompprof._analysis.report.sessions import SessionFold
+from recompprof._analysis.runs import EVENT_LOG, TORCH_TRACE
 from recompprof._eventlog.fastread import by_type
 from recompprof._history.tables import (
     CACHE_COLUMNS,
@@ -56,7 +58,6 @@ from recompprof._version import __version__
 # UTC day until its writer takes them as columns.
 Sink = Callable[[str, str, int, int, float, datetime.date], "Buffer"]
 PROMOTED = ("team", "model")  # labels that are columns of every table
-_OMITTED = "(more cache entries)"  # the report's subject for reasons past an event's cap
 DIMENSION_NAMES = tuple(field.name for field in DIMENSIONS)
 _RUNS = tuple(SCHEMAS["runs"].names)
 
@@ -181,14 +182,14 @@ _VERDICT_COLUMNS = (
     "counts_as_compile",
     "counts_as_recompile",
     "steady_state_recompile",
-    "compile_seconds",
+    "compile_s",
     "cause_category",
     "cause_subject",
     "reasons_omitted",
 )
 _COMPILE_NAMES = tuple(SCHEMAS["compiles"].names)
 # Columns that are an event field of another name.
-_RENAMED = {"duration_s": "duration"}
+_RENAMED = {"duration_s": "duration", "cache_saved_s": "cache_seconds_saved"}
 _DERIVED = {
     *_COMPILE_KEY,
     *_FRAME_COLUMNS,
@@ -347,7 +348,7 @@ def _verdict_columns(
         "counts_as_recompile": recompile,
         "steady_state": steady,
         "steady_state_recompile": pc.and_(recompile, steady),
-        "compile_seconds": pc.if_else(has(COSTS), duration, 0.0),
+        "compile_s": pc.if_else(has(COSTS), duration, 0.0),
         "cause_category": [cause[1] if cause is not None else None for cause in causes],
         "cause_subject": [cause[2] if cause is not None else None for cause in causes],
     }
@@ -375,7 +376,7 @@ class _Omitted:
 
     category: str
     entry: None = None
-    subject: str = _OMITTED
+    subject: str = OMITTED_SUBJECT
     explains_change: bool = False
     text: str = ""
 
@@ -759,9 +760,9 @@ class SessionRows:
             "guard_failures": session.guard_failures,
             "graph_breaks": session.graph_breaks,
             "steps": session.steps or None,  # no step counted: unknown, not 0
-            "compile_seconds": session.compile_seconds,
-            "recompile_seconds": session.recompile_seconds,
-            "wall_seconds": end.totals.get("wall_seconds") if end is not None else None,
+            "compile_s": session.compile_seconds,
+            "recompile_s": session.recompile_seconds,
+            "wall_s": end.totals.get("wall_seconds") if end is not None else None,
             "export_version": EXPORT_VERSION,
             "exporter_version": __version__,
             "torch_release": torch_release(session.dims[0]),
@@ -778,9 +779,9 @@ def _call_site(lines: list[str], text: TextPolicy) -> list[str]:
 def _identity(start: Any) -> dict[str, Any]:
     """The columns of a ``runs`` row its ``session_start`` gives (all null for a session without one)."""
     if start is None:
-        return dict.fromkeys(_IDENTITY) | {"source": "event_log"}
+        return dict.fromkeys(_IDENTITY) | {"source": EVENT_LOG}
     found = {name: getattr(start, name) for name in _IDENTITY if name != "source"}
-    found["source"] = "torch_trace" if start.signals.get("torch_trace") else "event_log"
+    found["source"] = TORCH_TRACE if start.signals.get(TORCH_TRACE) else EVENT_LOG
     return found
 
 

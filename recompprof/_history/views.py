@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from recompprof._history import health
+from recompprof._history.columns import COLUMNS, RENAMED, TABLES
 from recompprof._history.dialects.base import Dialect, Where, literal
 from recompprof._history.local import File, LocalLake
 from recompprof._history.names import DAILY_ROOT, ROOT
@@ -26,9 +27,6 @@ from recompprof._history.questions import READS
 if TYPE_CHECKING:
     from recompprof._history.layout import Lake, LakeFile
 
-# The tables, in the order every view text names them (recompprof._history.tables.TABLES; the query
-# path does not import that module, which loads pyarrow: a test holds the two equal).
-TABLES = ("runs", "compiles", "guard_failures", "graph_breaks")
 # What the questions read: a local lake (os and DuckDB) or an object store (pyarrow's filesystem).
 Readable = Union[LocalLake, "Lake"]
 
@@ -193,24 +191,44 @@ def _late(
 
 
 def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
-    """The view's column list: every known column, null where no file has it."""
-    from recompprof._history.tables import SCHEMAS
-
+    """The view's column list: every known column, null where no file has it, a renamed one from its
+    old name too where a file has that (``present`` None: the source gives both names, as a printed
+    view's does)."""
+    old_of = {new: old for old, new in RENAMED.get(table, {}).items()}
     out = []
-    for f in SCHEMAS[table]:
-        if present is None or f.name in present:
-            out.append(f.name)
+    for column in COLUMNS[table]:
+        name, old = column.name, old_of.get(column.name)
+        has_new = present is None or name in present
+        has_old = old is not None and (present is None or old in present)
+        if has_new and has_old:
+            out.append(f"COALESCE({name}, {old}) AS {name}")
+        elif has_new:
+            out.append(name)
+        elif has_old:
+            out.append(f"{old} AS {name}")
         else:
-            out.append(f"CAST(NULL AS {dialect.type_of(f.type)}) AS {f.name}")
+            out.append(f"CAST(NULL AS {dialect.types[column.kind]}) AS {name}")
     return ", ".join(out)
 
 
 def _local_columns(table: str, checked: health.Checked) -> str:
-    """A local view's column list: the files' columns in the order first seen, then each column the
+    """A local view's column list: the files' columns in the order first seen (an older exporter's
+    renamed column as its new name, from either where files have both), then each column the
     questions read that no file has yet, as a typed null (the full vocabulary is not imported)."""
-    out = [_quoted_name(name) for name in checked.order]
+    renamed = RENAMED.get(table, {})
+    old_of = {new: old for old, new in renamed.items()}
+    out = []
+    for name in checked.order:
+        if name in renamed:  # an old name
+            if renamed[name] not in checked.present:
+                out.append(f"{_quoted_name(name)} AS {_quoted_name(renamed[name])}")
+        elif old_of.get(name) in checked.present:
+            old = _quoted_name(old_of[name])
+            out.append(f"COALESCE({_quoted_name(name)}, {old}) AS {_quoted_name(name)}")
+        else:
+            out.append(_quoted_name(name))
     for name, duck_type in READS[table].items():
-        if name not in checked.present:
+        if name not in checked.present and old_of.get(name) not in checked.present:
             out.append(f"CAST(NULL AS {duck_type}) AS {_quoted_name(name)}")
     return ", ".join(out)
 
@@ -255,9 +273,9 @@ def _dataset(lake: Lake, table: str, paths: list[str]) -> object:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from recompprof._history.tables import SCHEMAS
+    from recompprof._history.tables import SCHEMAS, legacy_fields
 
-    schema = SCHEMAS[table].append(pa.field("dt", pa.date32()))
+    schema = pa.schema([*SCHEMAS[table], *legacy_fields(table), pa.field("dt", pa.date32())])
     parts = []
     for base in (f"{lake.base}/{DAILY_ROOT}/{table}", f"{lake.base}/{ROOT}/{table}"):
         mine = [p for p in paths if p.startswith(base + "/")]
@@ -293,11 +311,21 @@ def printed(where: Where, dialect: str, through: datetime.date | None) -> str:
         cols = _columns(table, None, spelling) + ", dt"
         parts = []
         for suffix, under, cut in _roots(table, through, spelling.date):
-            setup, source = spelling.source(where, table, suffix, under)
+            setup, source = spelling.source(where, table, suffix, under, sourced(table))
             out.append(setup)
             parts.append(f"SELECT {cols} FROM {source}{cut}")
         out.append(spelling.view.format(table=table, body="\nUNION ALL\n".join(parts)))
     return "".join(out)
+
+
+def sourced(table: str) -> list[tuple[str, str]]:
+    """The columns a printed view's source gives, name and kind: every known column, then each old
+    name an older exporter's files may hold (:data:`~recompprof._history.columns.RENAMED`), so
+    that a view over files of both versions reads either (an engine reads a declared column no file
+    has as null)."""
+    kinds = {c.name: c.kind for c in COLUMNS[table]}
+    legacy = [(old, kinds[new]) for old, new in RENAMED.get(table, {}).items()]
+    return [*((c.name, c.kind) for c in COLUMNS[table]), *legacy]
 
 
 def _roots(table: str, through: datetime.date | None, date: str) -> list[tuple[str, str, str]]:

@@ -34,6 +34,10 @@ from recompprof._model.explaining import changed_subject
 from recompprof._model.steady import example, zero_one
 from recompprof._model.vocabulary import PHASES, Category
 
+# The subject of the guard failures an event counted past its per-event cap but did not list (the
+# report's, and the lake's guard_failures.subject of such a row).
+OMITTED_SUBJECT = "(more cache entries)"
+
 
 @dataclasses.dataclass
 class ReasonGroup:
@@ -181,7 +185,7 @@ class FrameReport:
     def _add_omitted(self, omitted: dict[Category, int]) -> None:
         """Guard failures an event counted but did not list (past its per-event cap)."""
         for category, count in omitted.items():
-            self._group(category, "(more cache entries)", "").failures += count
+            self._group(category, OMITTED_SUBJECT, "").failures += count
 
     def _group(
         self, category: str, subject: str, text: str, parameter: str | None = None

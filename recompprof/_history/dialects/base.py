@@ -8,36 +8,10 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+from recompprof._history.columns import KINDS
 
-# The kinds of column a lake holds; each dialect declares each as its engine types it.
-KINDS = ("string", "int32", "int64", "double", "bool", "timestamp", "list", "map", "date")
-
-
-def kind(of: pa.DataType) -> str:
-    """The kind of a lake column's Arrow type (the printed views' full vocabulary)."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(of):
-        return "timestamp"
-    if pa.types.is_list(of):
-        return "list"
-    if pa.types.is_map(of):
-        return "map"
-    if pa.types.is_boolean(of):
-        return "bool"
-    if pa.types.is_int32(of):
-        return "int32"
-    if pa.types.is_integer(of):
-        return "int64"
-    if pa.types.is_floating(of):
-        return "double"
-    if pa.types.is_date(of):
-        return "date"
-    return "string"
+__all__ = ["KINDS", "Dialect", "Where", "literal"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +78,11 @@ class Dialect:
     percentile: str  # with {x} and {p}; or {ps} (every p asked of x in the text) and {i} (which)
     week: str  # with {d}
     size: str  # with {x}
-    types: Mapping[str, str]  # each of KINDS as this engine declares it
+    types: Mapping[str, str]  # each of KINDS (the lake's kinds of column) as this engine types it
     # One root of a table: (statements that must run first, the FROM source), given where the lake
-    # is, the table, the root's suffix ("daily" or "raw") and the root's path under the lake.
-    source: Callable[[Where, str, str, str], tuple[str, str]]
+    # is, the table, the root's suffix ("daily" or "raw"), the root's path under the lake and the
+    # columns (name, kind) the source must give, null where a file lacks one.
+    source: Callable[[Where, str, str, str, list[tuple[str, str]]], tuple[str, str]]
     view: str = "CREATE OR REPLACE VIEW {table} AS\n{body};\n"
     preamble: Callable[[Where], str] = field(default=lambda where: "")
     date: str = "DATE '{d}'"
@@ -118,8 +93,9 @@ class Dialect:
             return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
         return literal(value)
 
-    def type_of(self, of: pa.DataType) -> str:
-        return self.types[kind(of)]
+    def declared(self, columns: list[tuple[str, str]], sep: str = ", ") -> str:
+        """``columns`` (name, kind) as this engine declares them: ``name TYPE, ...``."""
+        return sep.join(f"{name} {self.types[of]}" for name, of in columns)
 
     def expand(self, text: str) -> str:
         """``text`` with the macros spelled for this engine (a template: values are put in after)."""

@@ -5,9 +5,15 @@ from __future__ import annotations
 from recompprof._history.dialects.base import Dialect, Where, literal
 
 
-def _source(where: Where, table: str, suffix: str, under: str) -> tuple[str, str]:
+def _source(
+    where: Where, table: str, suffix: str, under: str, columns: list[tuple[str, str]]
+) -> tuple[str, str]:
     opts = "hive_partitioning = true, union_by_name = true, hive_types = {'dt': 'DATE'}"
-    return "", f"read_parquet({literal(where.uri(under + '/*/*.parquet'))}, {opts})"
+    files = f"read_parquet({literal(where.uri(under + '/*/*.parquet'))}, {opts})"
+    # No rows, every column: UNION ALL BY NAME gives each column no file has (an older exporter's
+    # lake, or its old names in a newer one) as null, where read_parquet alone has no such column.
+    typed = ", ".join(f"CAST(NULL AS {DIALECT.types[of]}) AS {name}" for name, of in columns)
+    return "", f"(SELECT * FROM {files} UNION ALL BY NAME SELECT {typed} WHERE false)"
 
 
 def _preamble(where: Where) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from recompprof._history.dialects.base import Dialect, Where, literal
 
 
-def _source(where: Where, table: str, suffix: str, under: str) -> tuple[str, str]:
-    from recompprof._history.tables import SCHEMAS  # printing only: the questions never need it
-
-    columns = ",\n  ".join(f"{f.name} {DIALECT.type_of(f.type)}" for f in SCHEMAS[table])
+def _source(
+    where: Where, table: str, suffix: str, under: str, columns: list[tuple[str, str]]
+) -> tuple[str, str]:
+    declared = DIALECT.declared([*columns, ("dt", "date")], sep=",\n  ")
     name = f"hive.recompprof.{table}_{suffix}"
     setup = (
-        f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns},\n  dt date\n) WITH "
+        f"CREATE TABLE IF NOT EXISTS {name} (\n  {declared}\n) WITH "
         f"(external_location = {literal(where.uri(under))}, format = 'PARQUET', "
         "partitioned_by = ARRAY['dt']);\n"
         f"CALL hive.system.sync_partition_metadata('recompprof', '{table}_{suffix}', 'FULL');\n"

@@ -22,6 +22,10 @@ from recompprof._history.questions import Params
 from recompprof._history.views import TABLES
 
 _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
+# Reads the lake again from its listing after a read error, before any file is called broken: a file
+# replaced while DuckDB read it (a running job's periodic export, a re-export, compaction) fails that one
+# read (DuckDB opens a file once to plan and again to scan), and the next read of the new file is whole.
+_MAX_REREADS = 3
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Engine:
         self.lake = lake
         self.selection = selection
         self.dropped: list[Skipped] = []
+        self._locked = False
         # The session counts of each scope asked (a digest's questions share theirs).
         self._counted: dict[str, tuple[int, int, int, int]] = {}
         self._create_views()
@@ -102,6 +107,7 @@ class Engine:
             self.con.execute(f"SET allowed_directories = [{literal(self.lake.base + '/')}]")
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
+        self._locked = True
 
     def _create_views(self) -> None:
         self._counted.clear()  # the files behind the views changed
@@ -112,16 +118,49 @@ class Engine:
             self.con.execute(statement)
 
     def query(self, sql: str, title: str = "", trend: Any = None) -> Result:
-        """Run ``sql``; a file whose pages turn out broken is dropped (and said) and the query rerun."""
+        """Run ``sql``; after a read error the lake is read again (a file may have been replaced under
+        the query); a file whose pages are still broken is dropped (and said) and the query rerun."""
+        rereads = 0
         for _ in range(_MAX_RETRIES):
             try:
                 cursor = self.con.execute(sql)
                 columns = [d[0] for d in cursor.description or ()]
                 return Result(title, columns, [tuple(r) for r in cursor.fetchall()], trend)
             except self._duckdb.Error as error:
+                if self._reading(error) and rereads < _MAX_REREADS:
+                    rereads += 1
+                    self._select_again()
+                    continue
                 if not self._drop_broken(str(error)) and not self._probe(error, sql):
                     raise
         raise CommandError(f"{self.lake.uri}: too many unreadable files; see the warnings")
+
+    def _reading(self, error: Exception) -> bool:
+        """Whether ``error`` came from reading the files, not from the query's own text."""
+        d = self._duckdb
+        return not isinstance(
+            error, (d.ParserException, d.BinderException, d.CatalogException, d.PermissionException)
+        )
+
+    def _select_again(self) -> None:
+        """The lake listed and its footers read afresh, through a new connection (the old one's
+        metadata cache may hold a replaced file's footer), into the same :class:`Selection` the
+        command holds; the lock, if taken, taken again."""
+        fresh = views.select(self.lake, tuple(self.selection.tables))
+        for table, checked in self.selection.tables.items():
+            # a file dropped for broken pages in this command stays dropped
+            kept = fresh.tables[table]
+            dropped = [s for s in checked.skipped if s.why == "unreadable" and s.path in kept.good]
+            kept.skipped += dropped
+            kept.good = [p for p in kept.good if p not in {s.path for s in dropped}]
+        self.selection.through = fresh.through
+        self.selection.tables = fresh.tables
+        old, self.con = self.con, fresh.connection or views.connect()
+        self.selection.connection = self.con
+        old.close()
+        self._create_views()
+        if self._locked:
+            self.lock()
 
     def _drop(self, table: str, path: str, why: str) -> None:
         checked = self.selection.tables[table]
@@ -141,10 +180,7 @@ class Engine:
     def _probe(self, error: Exception, sql: str) -> bool:
         """An error reading data that names no file (a damaged page): decode each file of the tables
         ``sql`` reads, whole, and drop those that fail. Errors in the query itself are not probed."""
-        d = self._duckdb
-        if isinstance(
-            error, (d.ParserException, d.BinderException, d.CatalogException, d.PermissionException)
-        ):
+        if not self._reading(error):
             return False
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -38,6 +38,18 @@ def _in_lake(lake: Path) -> tuple[Any, ...] | None:
     return sessions, ended, compiles, rows
 
 
+def _polled(lake: Path) -> tuple[Any, ...] | None:
+    """:func:`_in_lake` while the job may be replacing a file under the read: a read that meets a file
+    mid-replacement fails (plain DuckDB, docs/history.md "Asking while jobs export") and is tried again
+    at the next poll."""
+    import duckdb
+
+    try:
+        return _in_lake(lake)
+    except duckdb.Error:
+        return None
+
+
 @pytest.mark.workload
 def test_a_running_session_is_in_the_lake_before_it_ends(tmp_path: Path) -> None:
     """With ``history_uri`` and ``history_every`` set, a job still running (blocked after step 6) is in
@@ -71,10 +83,10 @@ def test_a_running_session_is_in_the_lake_before_it_ends(tmp_path: Path) -> None
         so_far = build_report(load(run).events).compiles
         assert so_far > 0
         deadline = time.monotonic() + 120
-        found = _in_lake(lake)
+        found = _polled(lake)
         while time.monotonic() < deadline and (found is None or found[2] != so_far):
             time.sleep(0.2)
-            found = _in_lake(lake)
+            found = _polled(lake)
         assert proc.poll() is None  # still running
         assert found == (1, False, so_far, so_far)
         proc.stdin.write("go\n")

@@ -20,6 +20,7 @@ from recompprof._analysis.report.bounded import (
     MergeContext,
 )
 from recompprof._analysis.report.divergence import RankFigures, RankFold, fold_rank_compile
+from recompprof._model.causes import explaining_reason
 from recompprof._model.counting import (
     COSTS,
     COUNTED,
@@ -130,7 +131,7 @@ class FrameReport:
     ) -> tuple[int, Reason | None]:
         """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame);
         returns its :func:`recompprof._model.counting.verdict` and its explaining reason
-        (:func:`recompprof._model.causes.explaining_reason`, found in the same pass over the reasons)."""
+        (:func:`recompprof._model.causes.explaining_reason`, looked for once per compile)."""
         # The hottest code of the offline commands (a million events): one pass over the reasons, locals
         # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
         counted = fold_compile(self.counts, event)
@@ -138,6 +139,7 @@ class FrameReport:
         explaining: Reason | None = None
         reasons = event.reasons
         if reasons:
+            explaining = explaining_reason(reasons)  # once: the frame and the cause both read it
             groups = self.reasons
             changed = counted & RECOMPILE  # a refused compile (limit hit) changed nothing
             for reason in reasons:
@@ -146,14 +148,9 @@ class FrameReport:
                 if group is None:
                     group = self._group(category, reason.subject, reason.text, reason.parameter)
                 group.failures += 1
-                if reason.explains_change:
-                    if explaining is None:
-                        explaining = reason
-                    if changed:
-                        group.changes += 1
-                        explained = [category] if explained is None else [*explained, category]
-            if explaining is None:  # written without one marked (by hand, old tools): the first
-                explaining = reasons[0]
+                if changed and reason.explains_change:
+                    group.changes += 1
+                    explained = [category] if explained is None else [*explained, category]
         if counted & COUNTED and detail:
             fold_rank_compile(rank_folds, event, explained)
             if event.is_recompile:

@@ -454,3 +454,44 @@ def test_the_report_model_imports_no_renderer_and_divergence_no_report() -> None
         for m in _imports("recompprof._analysis.report.divergence")
         if m.startswith("recompprof._analysis.report.model")
     }
+
+
+def test_a_recompile_with_no_reason_marked_is_explained_by_its_first() -> None:
+    """A log written by hand or an old tool: a recompile that marks a later reason is explained by it, one that
+    marks none by its first, for its cause, the cause's example and what the frame says changed."""
+    frame = Frame(name="step", file="train.py", line=3)
+
+    def reason(subject: str, value: int, explains: bool) -> Reason:
+        return Reason(
+            text=f"{subject} == {value}",
+            category="python_constant",
+            subject=subject,
+            explains_change=explains,
+        )
+
+    def compile_event(i: int, reasons: list[Reason]) -> Compile:
+        return Compile(
+            time=float(i),
+            rank=0,
+            step=i,
+            frame=frame,
+            compile_id=f"0/{i}",
+            is_recompile=bool(reasons),
+            reasons=reasons,
+            duration=1.0,
+        )
+
+    report = build_report(
+        [
+            compile_event(0, []),
+            compile_event(1, [reason("L['a']", 1, False), reason("L['b']", 2, True)]),
+            compile_event(2, [reason("L['c']", 3, False), reason("L['d']", 4, False)]),
+        ]
+    )
+    causes = {key[2]: cause for key, cause in report.causes.items()}
+    assert sorted(causes) == ["L['b']", "L['c']"]
+    assert causes["L['b']"].example == "L['b'] == 2" and causes["L['c']"].example == "L['c'] == 3"
+    (kept,) = report.frames.values()
+    assert list(kept.changed_again) == ["value of L['b']", "value of L['c']"]
+    assert kept.reasons[("python_constant", "L['b']")].changes == 1
+    assert kept.reasons[("python_constant", "L['c']")].changes == 0  # marked as explaining nothing

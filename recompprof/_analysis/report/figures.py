@@ -25,7 +25,6 @@ from recompprof._analysis.report.bounded import (
     OTHER_BREAKS,
     MergeContext,
 )
-from recompprof._model.causes import explaining_reason
 from recompprof._model.events import (
     Compile,
     GraphBreak,
@@ -338,36 +337,42 @@ class Causes(Mapping[tuple[str, str, str], CauseReport]):
         """A backward compile whose forward is in no event folded here."""
         self.orphan_backward_ranks.add(event.rank)
 
-    def add(self, event: Compile, label: str, key: tuple[str, str, str]) -> None:
+    def add(
+        self, event: Compile, label: str, key: tuple[str, str, str], reason: Reason | None
+    ) -> None:
         """Charge a compile that cost seconds to its cause ``key`` (frame key, category, subject), of
-        the frame labelled ``label``."""
-        frame_key, category, subject = key
+        the frame labelled ``label``; ``reason``: the event's explaining reason
+        (:func:`recompprof._model.causes.explaining_reason`)."""
         cause = self.by_key.get(key)
         if cause is None:
-            cause = self._new_cause(label, frame_key, category, subject)
+            cause = self._new_cause(label, *key)
         cause.seconds += event.duration
         if event.backward:
             return
         cause.recompiles += 1
         cause.steps_total += 1
-        cause.first_time = min(cause.first_time, event.time) if cause.first_time else event.time
-        cause.last_time = max(cause.last_time, event.time)
+        time = event.time
+        if not cause.first_time or time < cause.first_time:  # min(), without the call
+            cause.first_time = time
+        if time > cause.last_time:
+            cause.last_time = time
         if event.steady_state:
             cause.steady_state += 1
         elif event.steady_state_unknown is not None:
             cause.steady_state_unknown += 1
-        reason = explaining_reason(event.reasons)
-        rule = torch_rule(reason, event.automatic_dynamic)
+        automatic_dynamic = event.automatic_dynamic
+        rule = torch_rule(reason, automatic_dynamic)
         if rule is not None:
             cause.warmup += 1
             cause.rule = cause.rule or rule
-        if event.automatic_dynamic is not None:
-            cause.made_dynamic = cause.made_dynamic or event.automatic_dynamic
+        if automatic_dynamic is not None:
+            cause.made_dynamic = cause.made_dynamic or automatic_dynamic
         if event.specialised is not None:
             cause.specialised = cause.specialised or event.specialised
         if event.step is not None and len(cause.steps) < MAX_STEPS_LISTED:
             cause.steps.append(event.step)
-        _keep_first_example(cause, reason, event)
+        if not cause.example or not cause.call_site:
+            _keep_first_example(cause, reason, event)
 
     def _new_cause(self, label: str, frame_key: str, category: str, subject: str) -> CauseReport:
         """A cause's entry, new causes of a frame past MAX_CAUSES in one for its other subjects."""

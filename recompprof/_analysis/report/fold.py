@@ -28,6 +28,7 @@ from recompprof._model.events import (
     Event,
     Frame,
     GraphBreak,
+    Reason,
     RecompileLimitHit,
     SessionEnd,
     SessionStart,
@@ -112,10 +113,10 @@ class Folder:
             counted = verdict(event)
         else:
             frame, rank_folds = kept
-            counted = frame.add(event, self.detail, rank_folds)
+            counted, reason = frame.add(event, self.detail, rank_folds)
             self.report.compilation.add(event, frame.label)
             if counted & COSTS:
-                self._cost(event, frame, counted)
+                self._cost(event, frame, counted, reason)
         sessions = self.sessions  # SessionFold.session_of, inline
         session = sessions.open.get(event.rank) or sessions.unstarted(event)
         session.last = event
@@ -123,8 +124,11 @@ class Folder:
         if session.compiling is not None:  # the compile it finishes is no longer running
             session.compiling.finished(event)
 
-    def _cost(self, event: Compile, frame: FrameReport, counted: int) -> None:
-        """Charge a compile that cost seconds (verdict ``counted``) of ``frame`` to its cause, if it has one."""
+    def _cost(
+        self, event: Compile, frame: FrameReport, counted: int, reason: Reason | None
+    ) -> None:
+        """Charge a compile that cost seconds (verdict ``counted``, explaining reason ``reason``) of
+        ``frame`` to its cause, if it has one."""
         causes = self.report.causes
         found = self.tracker.cause_of(event, counted)
         if found is None:
@@ -142,7 +146,7 @@ class Folder:
                 if forward is not None
                 else (cause_frame.label, cause_frame.key)
             )
-        causes.add(event, label, (frame_key, category, subject))
+        causes.add(event, label, (frame_key, category, subject), reason)
 
     def _compile_start(self, event: CompileStart) -> None:
         """Only which compile a session leaves running, should its log end before the compile's does."""

@@ -29,7 +29,7 @@ from recompprof._model.counting import (
     fold_compile,
     fold_limit_hit,
 )
-from recompprof._model.events import Compile, Frame, GraphBreak, RecompileLimitHit
+from recompprof._model.events import Compile, Frame, GraphBreak, Reason, RecompileLimitHit
 from recompprof._model.explaining import changed_subject
 from recompprof._model.steady import example, zero_one
 from recompprof._model.vocabulary import PHASES, Category
@@ -130,17 +130,23 @@ class FrameReport:
         )
 
     # -- fold -------------------------------------------------------------------------------------
-    def add(self, event: Compile, detail: bool, rank_folds: dict[int, RankFold]) -> int:
+    def add(
+        self, event: Compile, detail: bool, rank_folds: dict[int, RankFold]
+    ) -> tuple[int, Reason | None]:
         """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame);
-        returns its :func:`recompprof._model.counting.verdict`."""
+        returns its :func:`recompprof._model.counting.verdict` and its explaining reason
+        (:func:`recompprof._model.causes.explaining_reason`, looked for once per compile)."""
         # The hottest code of the offline commands (a million events): one pass over the reasons, locals
         # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
         counted = fold_compile(self.counts, event)
         explained: list[str] | None = None  # the categories of the reasons that explain a recompile
-        if event.reasons:
+        explaining: Reason | None = None
+        reasons = event.reasons
+        if reasons:
+            explaining = explaining_reason(reasons)  # once: the frame and the cause both read it
             groups = self.reasons
             changed = counted & RECOMPILE  # a refused compile (limit hit) changed nothing
-            for reason in event.reasons:
+            for reason in reasons:
                 category = reason.category
                 group = groups.get((category, reason.subject))  # the common case, without a call
                 if group is None:
@@ -152,7 +158,7 @@ class FrameReport:
         if counted & COUNTED and detail:
             fold_rank_compile(rank_folds, event, explained)
             if event.is_recompile:
-                self._add_recompile(event)
+                self._add_recompile(event, explaining)
         if event.reasons_omitted:
             self._add_omitted(event.reasons_omitted)
         if event.outcome == "failed":
@@ -163,16 +169,17 @@ class FrameReport:
             phases = self.phases
             for phase, seconds in event.phases.items():
                 phases[phase] += seconds  # every Phase is a key from the start (validated input)
-        return counted
+        return counted, explaining
 
-    def _add_recompile(self, event: Compile) -> None:
+    def _add_recompile(self, event: Compile, reason: Reason | None) -> None:
+        """``reason``: the event's explaining reason."""
         if event.automatic_dynamic is not None:
             self.automatic_dynamic_recompiles += 1
             if len(self.automatic_dynamic) < MAX_STEPS_LISTED:
                 self.automatic_dynamic.append(event.automatic_dynamic)
         elif (
             len(self.changed_again) < MAX_STEPS_LISTED
-            and (reason := explaining_reason(event.reasons)) is not None
+            and reason is not None
             and not zero_one(reason)  # torch's own 0/1 rule, not the traced code's specialisation
         ):
             changed = changed_subject(reason)

@@ -343,7 +343,7 @@ def _verify(args: argparse.Namespace) -> int:
     import json
 
     from recompprof._history import health, views
-    from recompprof._history.tables import TABLES
+    from recompprof._history.columns import TABLES
 
     lake = views.open_lake(args.lake)
     files = {table: views.every_file(lake, table) for table in TABLES}

@@ -26,10 +26,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from recompprof._history import daily, health
+from recompprof._history.columns import RENAMED, TABLES
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake, LakeFile
 from recompprof._history.names import LakeError
-from recompprof._history.tables import RENAMED, SCHEMAS, TABLES, legacy_fields, writer_options
+from recompprof._history.tables import SCHEMAS, legacy_fields, writer_options
 
 # Sorted by what queries filter and group on: the ClickHouse lesson, a sort key led by the most
 # filtered column, so row-group statistics prune.

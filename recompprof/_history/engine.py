@@ -16,10 +16,10 @@ from typing import Any
 
 from recompprof._errors import CommandError
 from recompprof._history import questions, views
+from recompprof._history.columns import TABLES
 from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
 from recompprof._history.questions import Params
-from recompprof._history.views import TABLES
 
 _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # Reads the lake again from its listing after a read error, before any file is called broken: a file

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from recompprof._analysis.runs import EventStream, Run, load
 from recompprof._eventlog.writer import log_rank
 from recompprof._history import sessions
+from recompprof._history.columns import TABLES
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
 from recompprof._history.rows import (
     Buffer,
@@ -38,7 +39,7 @@ from recompprof._history.rows import (
     buffer,
 )
 from recompprof._history.sessions import Session
-from recompprof._history.tables import SCHEMAS, TABLES, TIMESTAMP, writer_options
+from recompprof._history.tables import SCHEMAS, TIMESTAMP, writer_options
 
 BATCH_ROWS = 8192  # rows one table's buffer holds at most, made into Arrow columns at once
 # Rows per row group, as compaction writes them (``compact.ROW_GROUP``): a question pays per row group

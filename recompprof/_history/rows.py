@@ -26,17 +26,15 @@ from recompprof._analysis.report.frames import OMITTED_SUBJECT
 from recompprof._analysis.report.sessions import SessionFold
 from recompprof._analysis.runs import EVENT_LOG, TORCH_TRACE
 from recompprof._eventlog.fastread import by_type
-from recompprof._history.tables import (
+from recompprof._history.columns import (
     CACHE_COLUMNS,
-    DIMENSIONS,
     EXPORT_VERSION,
     FACT_KEY,
     PHASE_COLUMNS,
     REMOTE_CACHE_COLUMNS,
     REMOTE_RESULTS,
-    SCHEMAS,
-    SESSION_KEY,
 )
+from recompprof._history.tables import DIMENSIONS, SCHEMAS, SESSION_KEY
 from recompprof._model.causes import CauseTracker
 from recompprof._model.counting import COSTS, COUNTED, LIMIT_HIT, RECOMPILE, verdict
 from recompprof._model.events import (

@@ -66,9 +66,10 @@ def _scalar_literal(reason: Reason) -> str | None:
     return match.group(1) if match else None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Explained:
-    """The reasons of one compile as :meth:`ReasonExplainer.explain` keeps them."""
+    """The reasons of one compile as :meth:`ReasonExplainer.explain` keeps them (read-only by convention:
+    one is made per compile, and a frozen dataclass sets each field through ``object.__setattr__``)."""
 
     reasons: list[Reason]  # the explaining reason first, then others up to MAX_REASONS_PER_EVENT
     omitted: dict[str, int]  # the others past that, counted by category

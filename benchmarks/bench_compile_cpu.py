@@ -10,15 +10,18 @@ While attached, every entry point recompprof has on the compile path is timed in
 compiling thread (``time.thread_time_ns``), by wrappers this benchmark adds around recompprof's private
 parts (the session's adapters, recorder and writer; production code is not changed):
 
-- the compile-record hook (``CompileMetricsTap._take``: event building, reasons, aggregates, event
-  log, exporters' ``on_event``);
+- the compile-record hook (``CompileMetricsTap._take``: event building, reasons, event log, exporters'
+  ``on_event``; the aggregates' fold where a full batch falls inside it);
 - the ``torch._logging.trace_structured`` wrapper (graph breaks), called ~100 times per compile: the
   calls of each kind (artifact or not) are counted during the compiles and multiplied by the wrapper's
   cost per call measured around a no-op in the same run (timing each call directly is also printed, but
   rests on subtracting timer costs about as large as the wrapper itself);
 - the compile-start callback (``reconcile``), and the compile start and end (the ``compile_start``
-  event with its fan-out: aggregates, event log, exporters, where the OTel exporter opens the compile's
-  root span; the running compile the live status reads). Its fan-out is printed on its own line.
+  event with its fan-out: event log, exporters, where the OTel exporter opens the compile's root span;
+  the running compile the live status reads). Its fan-out is printed on its own line.
+
+The session folds events into its aggregates when the totals are read (a scrape, ``snapshot()``, the
+session's end) or every ``FOLD_EVERY`` events: the fold's CPU is printed on its own line, wherever it ran.
 
 Printed: recorder CPU per compile record (target <= 1 ms), the compile start and end per compile_start
 event (target <= 0.3 ms), and the recorder's CPU as a share of the compiling steps' CPU time (target <=
@@ -127,6 +130,7 @@ def main() -> None:
     import torch._logging as torch_logging
 
     import recompprof
+    from recompprof._capture.session import FOLD_EVERY
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -207,14 +211,21 @@ def main() -> None:
         args.breakdown
     ):  # module-level names the recorder calls: wrapped once, nested inside "record"
         import recompprof._capture.recorder as recorder_module
+        import recompprof._eventlog.writer as writer_module
         import recompprof._model.aggregates as aggregates_module
         import recompprof._model.assembler as assembler_module
         import recompprof._model.explaining as explaining_module
         import recompprof._torch.frames as frames_module
+        import recompprof._torch.records as records_module
 
         for module, names in (
-            (recorder_module, ("read_record", "guard_set", "configured_limits")),
-            (assembler_module, ("compile_events",)),
+            (
+                recorder_module,
+                ("read_record", "guard_set", "configured_limits", "_binder", "_frame"),
+            ),
+            (records_module, ("config_sha", "phases_of", "fields_of")),
+            (writer_module, ("json_line",)),
+            (assembler_module, ("compile_events", "_bound_all", "in_order")),
             (frames_module, ("compiling", "call_site", "resolve")),
             (explaining_module.ReasonExplainer, ("explain",)),
             (aggregates_module.Aggregates, ("add",)),
@@ -246,6 +257,9 @@ def main() -> None:
         # Breakdown of the record hook (nested inside it): every event's fan-out, and the OTel exporter's share.
         # The recorder holds the session's emit as its own attribute: wrap it there.
         session._recorder._emit = timed("emit", session._recorder._emit)
+        # The aggregates' fold, wherever it runs: at a read of the totals (the session's end here) or in a
+        # full batch inside an emit; shown apart so the work that left the compile path is still counted.
+        session._fold = timed("fold", session._fold)
         for exporter in session.exporters:
             exporter.on_event = timed(f"on_event.{exporter.name}", exporter.on_event)
         if session._writer is not None:
@@ -350,6 +364,11 @@ def main() -> None:
         f"  of the record hook, per record: {parts}; cyclic GC pauses that fell inside the recorder "
         f"{spent['gc_inside_recorder'] / max(records, 1) / 1e3:.0f} us (recorder without them: "
         f"{(recorder - spent['gc_inside_recorder']) / max(records, 1) / 1e3:.0f} us)"
+    )
+    print(
+        f"  the aggregates' fold (off the compile path: at reads of the totals, at the session's end, or "
+        f"each {FOLD_EVERY} events): {spent['fold'] / max(records, 1) / 1e3:.1f} us per record, "
+        f"{calls['fold']} folds"
     )
     # torch runs the start and end callbacks for a lazily compiled backward too, which records nothing: the
     # compile_start events are the emits made inside the compile start.

@@ -259,3 +259,33 @@ def test_builtin_exporters_provide_everything_the_exporter_protocol_declares(nam
     exporter = exporting.load(name, settings.load(prometheus_port=0))
     assert {member for member in declared if not hasattr(exporter, member)} == set()
     assert isinstance(exporter.traces, bool) and exporter.dropped() == {}
+
+
+def test_aggregates_fold_when_read_and_never_hold_more_than_a_batch(tmp_path: Path) -> None:
+    """The compile path leaves its events' fold to the next read of the totals (a scrape, snapshot(), the
+    session's end) or to a full batch: every read counts every event emitted, in order, and no more than
+    FOLD_EVERY - 1 events ever wait."""
+    from recompprof._capture.session import FOLD_EVERY
+
+    session = recompprof.attach(run_dir=tmp_path, recompile_limit=64)
+    try:
+        fn = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+        for n in (2, 3, 4):  # a compile and two recompiles of one frame
+            fn(torch.ones(n))
+        waiting = len(session._unfolded)
+        assert waiting > 0  # the compile path folded nothing
+        snap = session.snapshot()
+        assert session._unfolded == []
+        assert (snap.compiles_total, snap.recompiles_total) == (3, 2)
+        # Distinct frames, a compile_start and a compile each: more events than a batch, never more waiting.
+        most = 0
+        for i in range(FOLD_EVERY):
+            torch.compile(eval(f"lambda x: x + {i}"), backend="eager")(torch.ones(2))
+            most = max(most, len(session._unfolded))
+        assert 0 < most < FOLD_EVERY
+        assert session.snapshot().compiles_total == 3 + FOLD_EVERY
+    finally:
+        session.detach()
+    ends = [e for e in read_file(next(tmp_path.glob("*.jsonl"))) if isinstance(e, SessionEnd)]
+    assert ends[0].totals["compiles"] == 3 + FOLD_EVERY
+    assert ends[0].totals["recompiles"] == 2

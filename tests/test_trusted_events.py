@@ -93,3 +93,27 @@ def test_an_event_log_line_is_to_json_in_utf8() -> None:
         fail_reason="échec ☃",
     )
     assert json_line(event) == (to_json(event) + "\n").encode("utf-8")
+
+
+def test_copied_is_model_copy_without_its_machinery() -> None:
+    """trusted.copied gives the model pydantic's model_copy gives: the same values, line and fields set, the
+    original left as it was."""
+    from recompprof._model.events import Reason
+    from recompprof._model.trusted import copied
+
+    reason = Reason(
+        text="tensor 'x' size mismatch at index 0. expected 2, actual 3", category="size"
+    )
+    frame = Frame(name="f", file="/a/b.py", line=3, code_file="/a/b.py", code_line=3)
+    event = Compile(time=1.5, frame=frame, compile_id="0/1", is_recompile=True, reasons=[reason])
+    for model, update in (
+        (reason, {"explains_change": True}),
+        (reason, {"parameter": "L['input_ids']"}),
+        (event, {"generation": 2}),
+    ):
+        got, expected = copied(model, update), model.model_copy(update=update)
+        assert got == expected and got is not model
+        assert got.model_dump_json(exclude_none=True) == expected.model_dump_json(exclude_none=True)
+        assert got.model_fields_set == expected.model_fields_set
+        assert all(getattr(got, k) == v for k, v in update.items())
+    assert reason.explains_change is False and reason.parameter is None and event.generation is None

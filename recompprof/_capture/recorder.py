@@ -34,7 +34,7 @@ from recompprof._model.events import (
     RecompileLimitHit,
 )
 from recompprof._model.texts import clean_text, graph_break_text
-from recompprof._model.trusted import trusted
+from recompprof._model.trusted import copied, trusted
 from recompprof._torch import frames as torch_frames, parameters as torch_parameters
 from recompprof._torch.guard_failures import guard_set, installed_guards
 from recompprof._torch.limits import configured_limits
@@ -111,7 +111,7 @@ class CompileRecorder:
             and isinstance(event, (Compile, GraphBreak, RecompileLimitHit))
             and event.generation != self.generation
         ):
-            event = event.model_copy(update={"generation": self.generation})
+            event = copied(event, {"generation": self.generation})
         self._send(event)
 
     # -- adapter callbacks ---------------------------------------------------------------------

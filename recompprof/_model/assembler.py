@@ -24,6 +24,7 @@ from recompprof._model.correlation import MAX_REMEMBERED_COMPILES, Correlation, 
 from recompprof._model.events import MAX_SUBJECT, Event, Frame, GraphBreak, Reason
 from recompprof._model.explaining import Explained, InstalledGuards, ReasonExplainer
 from recompprof._model.texts import clean_text
+from recompprof._model.trusted import copied
 
 Resolve = Callable[
     [str], "str | None"
@@ -226,7 +227,7 @@ def _bound(reason: Reason | None, bind: Bind | None) -> Reason | None:
         parameter = bind(reason.subject)
     if parameter is None or len(parameter) > MAX_SUBJECT:
         return reason
-    return reason.model_copy(update={"parameter": clean_text(parameter, MAX_SUBJECT)})
+    return copied(reason, {"parameter": clean_text(parameter, MAX_SUBJECT)})
 
 
 def _bound_all(explained: Explained, bind: Bind | None) -> Explained:

@@ -17,6 +17,7 @@ from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.events import Frame, Reason
 from recompprof._model.reasons import parse_guard_failures, resolvable_subjects
 from recompprof._model.subjects import owner
+from recompprof._model.trusted import copied
 
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
@@ -67,9 +68,10 @@ def _scalar_literal(reason: Reason) -> str | None:
     return match.group(1) if match else None
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Explained:
-    """The reasons of one compile as :meth:`ReasonExplainer.explain` keeps them."""
+    """The reasons of one compile as :meth:`ReasonExplainer.explain` keeps them (read-only by convention:
+    one is made per compile, and a frozen dataclass sets each field through ``object.__setattr__``)."""
 
     reasons: list[Reason]  # the explaining reason first, then others up to MAX_REASONS_PER_EVENT
     omitted: dict[str, int]  # the others past that, counted by category
@@ -135,7 +137,7 @@ class ReasonExplainer:
         if not parsed:
             return None
         reason = parsed[_explaining(parsed, self._seen.get(frame.key) or collections.OrderedDict())]
-        return reason.model_copy(update={"explains_change": True})
+        return copied(reason, {"explains_change": True})
 
     def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> list[Reason]:
         parsed = parse_guard_failures(texts, redact=self.redact)
@@ -207,7 +209,7 @@ class ReasonExplainer:
         while len(seen) > MAX_SEEN_REASONS:
             seen.popitem(last=False)
         others = parsed[:explaining] + parsed[explaining + 1 :]
-        kept = [parsed[explaining].model_copy(update={"explains_change": True})]
+        kept = [copied(parsed[explaining], {"explains_change": True})]
         kept += others[: MAX_REASONS_PER_EVENT - 1]
         omitted: collections.Counter[str] = collections.Counter(
             r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]
@@ -236,7 +238,7 @@ class ReasonExplainer:
         explaining = _explaining(parsed, seen)
         change = _variant_key(parsed[explaining], changed_subject(parsed[explaining]), instance)
         others = parsed[:explaining] + parsed[explaining + 1 :]
-        kept = [parsed[explaining].model_copy(update={"explains_change": True})]
+        kept = [copied(parsed[explaining], {"explains_change": True})]
         kept += others[: MAX_REASONS_PER_EVENT - 1]
         omitted: collections.Counter[str] = collections.Counter(
             r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]

@@ -47,9 +47,10 @@ _MAX_CACHED = 1024
 _GENERATED_GLOBALS = ("__resume_at_", "__compiled_fn")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Compiling:
-    """What torch's ``_compile`` frame holds about the code being compiled."""
+    """What torch's ``_compile`` frame holds about the code being compiled (read-only by convention: a
+    frozen dataclass sets each field through ``object.__setattr__``, and one is made twice per compile)."""
 
     code: types.CodeType
     f_locals: dict[str, Any]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import operator
 import re
@@ -119,16 +120,19 @@ class _Facts(NamedTuple):
 
 def _facts(reason: Reason) -> _Facts:
     changed = changed_subject(reason)
-    return _Facts(
-        reason,
-        (reason.category, reason.subject),
-        hash((reason.category, reason.subject, reason.text)),
-        _change_key(reason),
-        hash(("subject", reason.subject)),
-        changed,
-        hash(("changed", changed)),
-        _ordinal(reason.entry),
-        _from_zero_or_one(reason),
+    return tuple.__new__(  # as _Facts(...) builds it, without its Python-level __new__
+        _Facts,
+        (
+            reason,
+            (reason.category, reason.subject),
+            hash((reason.category, reason.subject, reason.text)),
+            _change_key(reason),
+            hash(("subject", reason.subject)),
+            changed,
+            hash(("changed", changed)),
+            _ordinal(reason.entry),
+            _from_zero_or_one(reason),
+        ),
     )
 
 
@@ -145,6 +149,12 @@ class _Text(NamedTuple):
 
 def _text(reasons: Sequence[Reason]) -> _Text:
     facts = tuple(map(_facts, reasons))
+    if len(facts) == 1:  # most texts are one guard
+        (one,) = facts
+        keys = (one.text_key, one.change_key, one.subject_key)
+        return _Text(
+            facts, (one.reason,), (one.change[0],), keys, one.reason.entry, frozenset((one.change,))
+        )
     return _Text(
         facts,
         tuple(reasons),
@@ -198,7 +208,7 @@ class ReasonExplainer:
         self.redact = redact
         self._seen: collections.OrderedDict[str, _History] = collections.OrderedDict()
         # Each text's parse and facts: a dict lookup for a text seen before (bounded, oldest dropped).
-        self._texts: collections.OrderedDict[str, _Text] = collections.OrderedDict()
+        self._texts: collections.OrderedDict[object, _Text] = collections.OrderedDict()
 
     def trigger(
         self,
@@ -216,25 +226,21 @@ class ReasonExplainer:
         return copied(reason, {"explains_change": True})
 
     def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> _Parsed:
-        parsed = _Parsed(self._known(texts))
-        if resolve is not None and parsed.facts:
-            kinds = {
-                s: kind
-                for s in resolvable_subjects(parsed.reasons)
-                if (kind := resolve(s)) is not None
-            }
-            if kinds:  # what the live objects are: these texts' reasons for this compile only
-                redact = self.redact
-                parsed = _Parsed(
-                    [_text(parse_guard_failures([t], redact=redact, kinds=kinds)) for t in texts]
-                )
-        return parsed
+        if resolve is None:
+            return _Parsed(self._known(texts))
+        # Live: what the objects are decides how each text reads; only that reading's facts are derived.
+        plain = parse_guard_failures(texts, redact=self.redact)
+        kinds = {s: kind for s in resolvable_subjects(plain) if (kind := resolve(s)) is not None}
+        return _Parsed(self._known(texts, kinds))
 
-    def _known(self, texts: list[str]) -> list[_Text]:
-        """Each text's parse and facts, looked up where seen before (one dict lookup per text)."""
+    def _known(self, texts: list[str], kinds: dict[str, str] | None = None) -> list[_Text]:
+        """Each text's parse and facts (as read with ``kinds``), looked up where seen before (one dict
+        lookup per text)."""
         memo = self._texts
+        frozen = frozenset(kinds.items()) if kinds else None
         try:
-            found: list[_Text | None] = list(map(memo.get, texts))
+            keys: Sequence[object] = texts if frozen is None else [(t, frozen) for t in texts]
+            found: list[_Text | None] = list(map(memo.get, keys))
         except TypeError:  # not a text (parse_guard_failure makes it an "other" reason)
             found = [None] * len(texts)
         if None not in found:
@@ -243,9 +249,9 @@ class ReasonExplainer:
         for i, known in enumerate(found):
             if known is None:
                 text = texts[i]
-                found[i] = known = _text(parse_guard_failures([text], redact=redact))
+                found[i] = known = _text(parse_guard_failures([text], redact=redact, kinds=kinds))
                 if isinstance(text, str):
-                    memo[text] = known
+                    memo[text if frozen is None else (text, frozen)] = known
                     if len(memo) > MAX_TEXTS_REMEMBERED:
                         memo.popitem(last=False)
         return found  # type: ignore[return-value]
@@ -478,6 +484,7 @@ def _may_be_a_change(reason: _Facts, this: _Facts) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # a frame's entries are listed again on each of its recompiles
 def _ordinal(entry: str | None) -> int | None:
     """The frame's compile number of a cache entry's compile id (``"0/3"`` -> 3), None if unknown."""
     parsed = CompileId.parse(entry) if entry else None

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import itertools
+import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from recompprof._model.compile_id import CompileId
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
@@ -22,6 +26,7 @@ from recompprof._model.trusted import copied
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
+MAX_TEXTS_REMEMBERED = 8192  # reason texts whose parse and facts an explainer keeps (all frames)
 
 # Per frame, hashes of what was seen, in the order last seen. A dim or scalar's first change keeps the
 # newest cache entry that existed before it (its compile number), -1 if unknown: an entry up to that one
@@ -98,6 +103,84 @@ class Explained:
 InstalledGuards = Callable[[], Iterable[str]]
 
 
+class _Facts(NamedTuple):
+    """What the rule reads of one parsed reason, derived once: the N-th recompile of a frame lists the
+    N texts of the entries before it, almost all of them listed (and so derived) by the compile before."""
+
+    reason: Reason
+    change: tuple[str, str]  # category and subject
+    text_key: int  # the keys it is remembered under per frame (_History)
+    change_key: int
+    subject_key: int
+    changed: str | None  # changed_subject(reason)
+    changed_key: int
+    ordinal: int | None  # of its entry
+    zero_or_one: bool  # _from_zero_or_one(reason)
+
+
+def _facts(reason: Reason) -> _Facts:
+    changed = changed_subject(reason)
+    return tuple.__new__(  # as _Facts(...) builds it, without its Python-level __new__
+        _Facts,
+        (
+            reason,
+            (reason.category, reason.subject),
+            hash((reason.category, reason.subject, reason.text)),
+            _change_key(reason),
+            hash(("subject", reason.subject)),
+            changed,
+            hash(("changed", changed)),
+            _ordinal(reason.entry),
+            _from_zero_or_one(reason),
+        ),
+    )
+
+
+class _Text(NamedTuple):
+    """One reason text's reasons and their facts, with what a compile gathers of every text at C speed."""
+
+    facts: tuple[_Facts, ...]
+    reasons: tuple[Reason, ...]
+    categories: tuple[str, ...]
+    keys: tuple[int, ...]  # each reason's text, change and subject keys, in the order remembered
+    entry: str | None  # every reason of one text fails one entry
+    changes: frozenset[tuple[str, str]]
+
+
+def _text(reasons: Sequence[Reason]) -> _Text:
+    facts = tuple(map(_facts, reasons))
+    if len(facts) == 1:  # most texts are one guard
+        (one,) = facts
+        keys = (one.text_key, one.change_key, one.subject_key)
+        return _Text(
+            facts, (one.reason,), (one.change[0],), keys, one.reason.entry, frozenset((one.change,))
+        )
+    return _Text(
+        facts,
+        tuple(reasons),
+        tuple(r.category for r in reasons),
+        tuple(k for f in facts for k in (f.text_key, f.change_key, f.subject_key)),
+        reasons[0].entry if reasons else None,
+        frozenset(f.change for f in facts),
+    )
+
+
+_Changes = frozenset[tuple[str, str]] | set[tuple[str, str]]
+_FACTS, _REASONS, _CATEGORIES = (operator.attrgetter(n) for n in ("facts", "reasons", "categories"))
+_KEYS, _ENTRY, _CHANGES = (operator.attrgetter(n) for n in ("keys", "entry", "changes"))
+
+
+class _Parsed:
+    """A compile's parsed reasons, in order, and the texts they came from (see :class:`_Text`)."""
+
+    __slots__ = ("facts", "reasons", "texts")
+
+    def __init__(self, texts: list[_Text]) -> None:
+        self.texts: list[_Text] = list(filter(_FACTS, texts))  # a text yields a reason, or is none
+        self.facts: list[_Facts] = list(itertools.chain.from_iterable(map(_FACTS, texts)))
+        self.reasons: list[Reason] = list(itertools.chain.from_iterable(map(_REASONS, texts)))
+
+
 class ReasonExplainer:
     """Parses reason texts, marks the one that explains each recompile, and caps what is kept.
 
@@ -124,6 +207,8 @@ class ReasonExplainer:
     def __init__(self, redact: bool = False) -> None:
         self.redact = redact
         self._seen: collections.OrderedDict[str, _History] = collections.OrderedDict()
+        # Each text's parse and facts: a dict lookup for a text seen before (bounded, oldest dropped).
+        self._texts: collections.OrderedDict[object, _Text] = collections.OrderedDict()
 
     def trigger(
         self,
@@ -134,20 +219,42 @@ class ReasonExplainer:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger, by the same rule as
         :meth:`explain`, remembering nothing (a compile start reads it before its compile's record does)."""
         parsed = self._parse(texts, resolve)
-        if not parsed:
+        if not parsed.facts:
             return None
-        reason = parsed[_explaining(parsed, self._seen.get(frame.key) or collections.OrderedDict())]
+        seen = self._seen.get(frame.key) or collections.OrderedDict()
+        reason = parsed.reasons[_explaining(parsed, seen)]
         return copied(reason, {"explains_change": True})
 
-    def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> list[Reason]:
-        parsed = parse_guard_failures(texts, redact=self.redact)
-        if resolve is not None and parsed:
-            kinds = {
-                s: kind for s in resolvable_subjects(parsed) if (kind := resolve(s)) is not None
-            }
-            if kinds:
-                parsed = parse_guard_failures(texts, redact=self.redact, kinds=kinds)
-        return parsed
+    def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> _Parsed:
+        if resolve is None:
+            return _Parsed(self._known(texts))
+        # Live: what the objects are decides how each text reads; only that reading's facts are derived.
+        plain = parse_guard_failures(texts, redact=self.redact)
+        kinds = {s: kind for s in resolvable_subjects(plain) if (kind := resolve(s)) is not None}
+        return _Parsed(self._known(texts, kinds))
+
+    def _known(self, texts: list[str], kinds: dict[str, str] | None = None) -> list[_Text]:
+        """Each text's parse and facts (as read with ``kinds``), looked up where seen before (one dict
+        lookup per text)."""
+        memo = self._texts
+        frozen = frozenset(kinds.items()) if kinds else None
+        try:
+            keys: Sequence[object] = texts if frozen is None else [(t, frozen) for t in texts]
+            found: list[_Text | None] = list(map(memo.get, keys))
+        except TypeError:  # not a text (parse_guard_failure makes it an "other" reason)
+            found = [None] * len(texts)
+        if None not in found:
+            return found  # type: ignore[return-value]
+        redact = self.redact
+        for i, known in enumerate(found):
+            if known is None:
+                text = texts[i]
+                found[i] = known = _text(parse_guard_failures([text], redact=redact, kinds=kinds))
+                if isinstance(text, str):
+                    memo[text if frozen is None else (text, frozen)] = known
+                    if len(memo) > MAX_TEXTS_REMEMBERED:
+                        memo.popitem(last=False)
+        return found  # type: ignore[return-value]
 
     def explain(
         self,
@@ -171,7 +278,7 @@ class ReasonExplainer:
         those of a job that kept the entry cached.
         """
         parsed = self._parse(texts, resolve)
-        if not parsed:
+        if not parsed.facts:
             return Explained([], {})
         if not remember:
             return self._judged(
@@ -182,38 +289,25 @@ class ReasonExplainer:
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)
-        static_variant = _static_variant(parsed, explaining, seen)  # judged on what was seen before
-        changed = changed_subject(parsed[explaining])
-        change = _variant_key(parsed[explaining], changed, instance)
+        static_variant = _static_variant(parsed.facts, explaining, seen)  # on what was seen before
+        this = parsed.facts[explaining]
+        changed = this.changed
+        change = _variant_key(this.reason, changed, instance)
         variants = (seen.get(change) or 1) + 1
         seen[change] = variants
         seen.move_to_end(change)
-        # Once per reason, and the N-th recompile of a frame lists N reasons: kept lean.
-        touch = seen.move_to_end
-        for reason in parsed:
-            for key in (
-                hash((reason.category, reason.subject, reason.text)),
-                _change_key(reason),
-                hash(("subject", reason.subject)),
-            ):
-                seen[key] = None
-                touch(key)
+        _remember(seen, parsed)
         first_change = True
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
-            key = hash(("changed", changed))
+            key = this.changed_key
             first_change = key not in seen or static_variant
             if key not in seen:
-                ordinals = [o for r in parsed if (o := _ordinal(r.entry)) is not None]
+                ordinals = [f.ordinal for f in parsed.facts if f.ordinal is not None]
                 seen[key] = max(ordinals, default=-1)
             seen.move_to_end(key)
         while len(seen) > MAX_SEEN_REASONS:
             seen.popitem(last=False)
-        others = parsed[:explaining] + parsed[explaining + 1 :]
-        kept = [copied(parsed[explaining], {"explains_change": True})]
-        kept += others[: MAX_REASONS_PER_EVENT - 1]
-        omitted: collections.Counter[str] = collections.Counter(
-            r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]
-        )
+        kept, omitted = _kept(parsed, explaining)
         specialised = (
             changed is not None
             and installed is not None
@@ -222,30 +316,50 @@ class ReasonExplainer:
         )
         return Explained(
             kept,
-            dict(omitted),
+            omitted,
             first_change,
             specialised,
             variants,
-            _unknown_instance(parsed[explaining], instance),
+            _unknown_instance(this.reason, instance),
         )
 
     @staticmethod
     def _judged(
-        parsed: list[Reason], seen: _History, instance: Callable[[str], int | None] | None
+        parsed: _Parsed, seen: _History, instance: Callable[[str], int | None] | None
     ) -> Explained:
         """A return to a compiled variant, by the same rule as :meth:`explain`, changing nothing: its
         variants are those its change compiled so far, and it is no change's first."""
         explaining = _explaining(parsed, seen)
-        change = _variant_key(parsed[explaining], changed_subject(parsed[explaining]), instance)
-        others = parsed[:explaining] + parsed[explaining + 1 :]
-        kept = [copied(parsed[explaining], {"explains_change": True})]
-        kept += others[: MAX_REASONS_PER_EVENT - 1]
-        omitted: collections.Counter[str] = collections.Counter(
-            r.category for r in others[MAX_REASONS_PER_EVENT - 1 :]
-        )
+        this = parsed.facts[explaining]
+        change = _variant_key(this.reason, this.changed, instance)
+        kept, omitted = _kept(parsed, explaining)
         variants = seen.get(change) or 1
-        unknown = _unknown_instance(parsed[explaining], instance)
-        return Explained(kept, dict(omitted), False, False, variants, unknown)
+        unknown = _unknown_instance(this.reason, instance)
+        return Explained(kept, omitted, False, False, variants, unknown)
+
+
+def _remember(seen: _History, parsed: _Parsed) -> None:
+    """Mark each reason's text, change and subject keys seen, most recent last, as one pass setting and
+    moving each in order would: a key's place is its last listing. The N-th recompile of a frame lists N
+    reasons, so this runs at C speed (no Python step per reason)."""
+    listed = list(itertools.chain.from_iterable(map(_KEYS, parsed.texts)))
+    last_first = list(dict.fromkeys(reversed(listed)))
+    last_first.reverse()
+    seen.update(dict.fromkeys(last_first))
+    collections.deque(map(seen.move_to_end, last_first), maxlen=0)
+
+
+def _kept(parsed: _Parsed, explaining: int) -> tuple[list[Reason], dict[str, int]]:
+    """The explaining reason first, then the others up to MAX_REASONS_PER_EVENT; the rest counted by
+    category."""
+    reasons = parsed.reasons
+    kept = [copied(reasons[explaining], {"explains_change": True})]
+    kept += (reasons[:explaining] + reasons[explaining + 1 : MAX_REASONS_PER_EVENT])[
+        : MAX_REASONS_PER_EVENT - 1
+    ]
+    categories = list(itertools.chain.from_iterable(map(_CATEGORIES, parsed.texts)))
+    del categories[explaining]
+    return kept, dict(collections.Counter(categories[MAX_REASONS_PER_EVENT - 1 :]))
 
 
 def _variant_key(
@@ -295,85 +409,82 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
     return any(text.startswith(prefix) for text in installed())
 
 
-def _explaining(parsed: list[Reason], seen: _History) -> int:
+def _explaining(parsed: _Parsed, seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
-    entries: dict[str | None, set[tuple[str, str]]] = {}
-    for reason in parsed:
-        entries.setdefault(reason.entry, set()).add((reason.category, reason.subject))
+    facts, texts = parsed.facts, parsed.texts
+    entries = set(map(_ENTRY, texts))
     if len(entries) > 1:  # the change every entry failed on
-        common = {c for c in set.intersection(*entries.values()) if c[1]}
+        if len(entries) == len(texts):
+            failed: Iterable[_Changes] = map(_CHANGES, texts)
+        else:  # several texts of one entry (torch before 2.5 names none): an entry's changes joined
+            joined: dict[str | None, set[tuple[str, str]]] = {}
+            for text in texts:
+                joined.setdefault(text.entry, set()).update(text.changes)
+            failed = joined.values()
+        first, *rest = failed
+        common = {c for c in first.intersection(*rest) if c[1]}
         if common:
-            return next(i for i, r in enumerate(parsed) if (r.category, r.subject) in common)
-    for tier in (_made_dynamic_now, _from_zero_or_one_now):
-        dynamic_now = next((i for i in range(len(parsed)) if tier(parsed, i, seen)), None)
-        if dynamic_now is not None:
-            return dynamic_now
+            return next(i for i, f in enumerate(facts) if f.change in common)
+    dynamic_now = next((i for i in range(len(facts)) if _made_dynamic_now(facts, i, seen)), None)
+    if dynamic_now is not None:
+        return dynamic_now
+    from_zero_or_one = next((i for i, f in enumerate(facts) if f.zero_or_one), None)
+    if from_zero_or_one is not None:
+        return from_zero_or_one
     new_subject = next(
-        (i for i, r in enumerate(parsed) if r.subject and _change_key(r) not in seen),
-        None,
+        (i for i, f in enumerate(facts) if f.change[1] and f.change_key not in seen), None
     )
     if new_subject is not None:
         return new_subject
-    return next(
-        (i for i, r in enumerate(parsed) if hash((r.category, r.subject, r.text)) not in seen), 0
-    )
+    return next((i for i, f in enumerate(facts) if f.text_key not in seen), 0)
 
 
-def _made_dynamic_now(parsed: list[Reason], index: int, seen: _History) -> bool:
+def _made_dynamic_now(facts: list[_Facts], index: int, seen: _History) -> bool:
     """A change torch's automatic dynamic acts on now: a tensor dim or an int/float scalar changing for the
     first time on this frame, or for a variant whose entry was compiled before torch made it dynamic. The
-    compile's settings decide later whether torch did (:func:`automatic_dynamic`)."""
-    reason = parsed[index]
-    if reason.category == "symbolic_shape":
+    compile's settings decide later whether torch did (:func:`automatic_dynamic`). Else (the next tier)
+    a size from an expected 0 or 1, which torch compiled static even in a dynamic dim: the first other
+    size makes it dynamic in that variant's graph."""
+    this = facts[index]
+    if this.changed is None or this.change[0] == "symbolic_shape":
         return False
-    changed = changed_subject(reason)
-    if changed is None:
-        return False
-    return hash(("changed", changed)) not in seen or _static_variant(parsed, index, seen)
+    return this.changed_key not in seen or _static_variant(facts, index, seen)
 
 
-def _from_zero_or_one_now(parsed: list[Reason], index: int, seen: _History) -> bool:
-    """Else a size from an expected 0 or 1, which torch compiled static even in a dynamic dim: the first
-    other size makes it dynamic in that variant's graph (``seen`` is not needed: the text says it)."""
-    return _from_zero_or_one(parsed[index])
-
-
-def _static_variant(parsed: list[Reason], index: int, seen: _History) -> bool:
+def _static_variant(facts: list[_Facts], index: int, seen: _History) -> bool:
     """The dim or scalar of ``parsed[index]`` changed before on this frame, and this reason's entry was
     compiled before that first change (so with it static), while no entry compiled since fails on it: torch
     made it dynamic and this variant (another flag value) now compiles with it dynamic, once. Each entry
     compiled since fails on what tells the variants apart, never on a size (but this dim held at 0 or 1),
     a scalar or a shape guard."""
-    changed = changed_subject(parsed[index])
-    before = seen.get(hash(("changed", changed)))
-    entry = _ordinal(parsed[index].entry)
+    this = facts[index]
+    before = seen.get(this.changed_key)
+    entry = this.ordinal
     if before is None or entry is None or entry > before:
         return False
-    newer = [r for r in parsed if (o := _ordinal(r.entry)) is not None and o > before]
+    newer = [f for f in facts if f.ordinal is not None and f.ordinal > before]
     # A newer entry failing on a subject never seen failing on this frame is the change itself (a flag
     # flipped now), not a known variant's difference (a cache that failed on its size and now on its
     # type tells the same variants apart): then this is no variant compiled static.
-    return not any(
-        _may_be_a_change(r, parsed[index], changed) or hash(("subject", r.subject)) not in seen
-        for r in newer
-    )
+    return not any(_may_be_a_change(f, this) or f.subject_key not in seen for f in newer)
 
 
-def _may_be_a_change(reason: Reason, this: Reason, changed: str | None) -> bool:
+def _may_be_a_change(reason: _Facts, this: _Facts) -> bool:
     """An entry compiled after the dim went dynamic fails on this (a variant's own flag is none of these):
     the same change (category and subject: another variant's requires_grad of the same input is none), a
     dim or scalar, or a shape guard. Then the dim may have been specialised again;
     not when that entry holds this very dim at 0 or 1, which torch keeps static in a dynamic dim too
     (the entry of a decode step's one token, failed by a prefill's length)."""
-    if _from_zero_or_one(reason) and changed_subject(reason) == changed:
+    if reason.zero_or_one and reason.changed == this.changed:
         return False
     return (
-        (reason.category, reason.subject) == (this.category, this.subject)
-        or reason.category == "symbolic_shape"
-        or changed_subject(reason) is not None
+        reason.change == this.change
+        or reason.change[0] == "symbolic_shape"
+        or reason.changed is not None
     )
 
 
+@functools.lru_cache(maxsize=4096)  # a frame's entries are listed again on each of its recompiles
 def _ordinal(entry: str | None) -> int | None:
     """The frame's compile number of a cache entry's compile id (``"0/3"`` -> 3), None if unknown."""
     parsed = CompileId.parse(entry) if entry else None

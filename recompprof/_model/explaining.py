@@ -411,20 +411,10 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
 
 def _explaining(parsed: _Parsed, seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
-    facts, texts = parsed.facts, parsed.texts
-    entries = set(map(_ENTRY, texts))
-    if len(entries) > 1:  # the change every entry failed on
-        if len(entries) == len(texts):
-            failed: Iterable[_Changes] = map(_CHANGES, texts)
-        else:  # several texts of one entry (torch before 2.5 names none): an entry's changes joined
-            joined: dict[str | None, set[tuple[str, str]]] = {}
-            for text in texts:
-                joined.setdefault(text.entry, set()).update(text.changes)
-            failed = joined.values()
-        first, *rest = failed
-        common = {c for c in first.intersection(*rest) if c[1]}
-        if common:
-            return next(i for i, f in enumerate(facts) if f.change in common)
+    facts = parsed.facts
+    common = _common_change(parsed.texts)
+    if common:
+        return next(i for i, f in enumerate(facts) if f.change in common)
     dynamic_now = next((i for i in range(len(facts)) if _made_dynamic_now(facts, i, seen)), None)
     if dynamic_now is not None:
         return dynamic_now
@@ -437,6 +427,22 @@ def _explaining(parsed: _Parsed, seen: _History) -> int:
     if new_subject is not None:
         return new_subject
     return next((i for i, f in enumerate(facts) if f.text_key not in seen), 0)
+
+
+def _common_change(texts: list[_Text]) -> set[tuple[str, str]]:
+    """The changes (with a subject) every failed cache entry failed on; empty for a single entry."""
+    entries = set(map(_ENTRY, texts))
+    if len(entries) <= 1:
+        return set()
+    if len(entries) == len(texts):
+        failed: Iterable[_Changes] = map(_CHANGES, texts)
+    else:  # several texts of one entry (torch before 2.5 names none): an entry's changes joined
+        joined: dict[str | None, set[tuple[str, str]]] = {}
+        for text in texts:
+            joined.setdefault(text.entry, set()).update(text.changes)
+        failed = joined.values()
+    first, *rest = failed
+    return {c for c in first.intersection(*rest) if c[1]}
 
 
 def _made_dynamic_now(facts: list[_Facts], index: int, seen: _History) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from generated_runs import generate
+from parquet_damage import flip_a_value
 
 from recompprof._cli.main import main
 from recompprof._history import compact, daily
@@ -72,18 +73,6 @@ def _header_has_crc(data: bytes, at: int) -> bool:
         position += 1
 
 
-def _flip_a_value(path: Path, column: str) -> None:
-    """Flip one byte inside ``column``'s values in the file's first row group, the footer intact."""
-    meta = pq.ParquetFile(path).metadata.row_group(0)
-    chunk = next(
-        meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column
-    )
-    start = chunk.dictionary_page_offset or chunk.data_page_offset
-    data = bytearray(path.read_bytes())
-    data[start + chunk.total_compressed_size - 3] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def test_compacted_files_carry_page_checksums(compacted):
     """Each compacted day's file has a CRC in every column chunk's first page header, as an export's
     files do, and each column's description in its field's metadata."""
@@ -105,7 +94,7 @@ def test_a_page_broken_in_a_compacted_file_is_named_and_left_out(compacted, tmp_
     parts = sorted(Path(p) for p, _ in daily.compacted(Lake(str(own)), "compiles").values())
     part = parts[0]
     rest = sum(pq.read_metadata(p).num_rows for p in parts[1:])
-    _flip_a_value(part, "duration_s")
+    flip_a_value(part, "duration_s")
     code = main(["history", "verify", "--lake", str(own)])
     out, err = capsys.readouterr()
     assert code == 1 and "1 bad" in out, out + err
@@ -152,7 +141,7 @@ def test_compaction_leaves_out_a_raw_file_whose_checksum_fails(tmp_path, capsys)
     raw = sorted((lake / "v1" / "compiles").rglob("*.parquet"))
     assert len(raw) == 2
     bad, good = raw
-    _flip_a_value(bad, "duration_s")
+    flip_a_value(bad, "duration_s")
     assert main(["history", "compact", "--lake", str(lake), "--through", "2030-01-01"]) == 0
     err = capsys.readouterr().err
     assert f"left out {bad}" in err and "unreadable" in err, err

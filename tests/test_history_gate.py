@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from needs import starts
+from parquet_damage import flip_a_value
 from recordings import Workload, copy_into, record_one
 
 from recompprof._cli.main import main
@@ -150,19 +151,6 @@ def test_the_summary_shows_the_worst_first_and_counts_the_rest(regressed, capsys
 # ---- history verify: a page broken behind a good footer -------------------------------------------
 
 
-def _flip_a_value(path: Path, column: str) -> None:
-    """Flip one byte inside ``column``'s values in the file's first row group: the footer stays good,
-    and without a page checksum the page still decodes (to a wrong value)."""
-    meta = pq.ParquetFile(path).metadata.row_group(0)
-    chunk = next(
-        meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == column
-    )
-    start = chunk.dictionary_page_offset or chunk.data_page_offset
-    data = bytearray(path.read_bytes())
-    data[start + chunk.total_compressed_size - 3] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 QUESTIONS = [
     ["top-causes", "--all"],
     ["cost"],
@@ -184,8 +172,8 @@ def test_verify_names_each_bad_file_and_every_question_leaves_them_out(
     shutil.copytree(lake, own)
     bad_compiles = next((own / "v1" / "compiles").rglob("gate-normal-03__*.parquet"))
     bad_guards = next((own / "v1" / "guard_failures").rglob("gate-normal-07__*.parquet"))
-    _flip_a_value(bad_compiles, "duration_s")
-    _flip_a_value(bad_guards, "text")
+    flip_a_value(bad_compiles, "duration_s")
+    flip_a_value(bad_guards, "text")
     code = main(["history", "verify", "--lake", str(own)])
     out, err = capsys.readouterr()
     assert code == 1 and "2 bad" in out

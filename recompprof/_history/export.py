@@ -37,6 +37,7 @@ from recompprof._history.rows import (
     SessionRows,
     TextPolicy,
     buffer,
+    nested_type,
 )
 from recompprof._history.sessions import Session
 from recompprof._history.tables import SCHEMAS, TIMESTAMP, writer_options
@@ -142,7 +143,7 @@ def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
         if isinstance(column, Repeated):
             indices = taken.get(id(column.indices))
             if indices is None:
-                indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
+                indices = taken[id(column.indices)] = _indices(column.indices)
             arrays.append(_array(field.type, column.values).take(indices))
         elif isinstance(column, Nested):
             arrays.extend(_split(schema, len(arrays), column))
@@ -154,8 +155,8 @@ def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
 def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
     """The columns from ``at`` on that ``column``'s paths of keys make, a missing key null."""
     kinds = [schema.field(at + i).type for i in range(len(column.paths))]
-    nested = _nested_type(column.paths, kinds)
-    found = pa.array(column.rows, nested)
+    nested = nested_type(column.paths, kinds)
+    found = column.rows if isinstance(column.rows, pa.Array) else pa.array(column.rows, nested)
     present = pc.is_valid(found) if column.missing is not None else None
     arrays: list[pa.Array] = []
     for path, kind in zip(column.paths, kinds, strict=True):
@@ -169,29 +170,21 @@ def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
     return arrays
 
 
-def _nested_type(paths: tuple[tuple[str, ...], ...], kinds: list[pa.DataType]) -> pa.DataType:
-    """The struct type of dicts holding a value at each of ``paths`` (of type ``kinds``)."""
-    tree: dict[str, Any] = {}
-    for path, kind in zip(paths, kinds, strict=True):
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = kind
-
-    def build(node: dict[str, Any]) -> pa.DataType:
-        return pa.struct([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return build(tree)
+def _indices(indices: list[int] | pa.Array) -> pa.Array:
+    return indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int32())
 
 
-def _array(kind: pa.DataType, column: Sequence[Any]) -> pa.Array:
-    if isinstance(column, pa.Array):  # made by Arrow already (rows.py)
-        return column if column.type == kind else column.cast(kind)
-    if kind == TIMESTAMP:
-        seconds = pa.array(column, pa.float64())
-        micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
+def _array(kind: pa.DataType, column: Sequence[Any] | pa.Array) -> pa.Array:
+    """``column`` as an Arrow array of ``kind`` (times given in seconds)."""
+    found = (
+        column
+        if isinstance(column, pa.Array)  # made by Arrow already (rows.py)
+        else pa.array(column, pa.float64() if kind == TIMESTAMP else kind)
+    )
+    if kind == TIMESTAMP and found.type != TIMESTAMP:  # seconds
+        micros = pc.cast(pc.round(pc.multiply(found, 1e6)), pa.int64())
         return micros.cast(TIMESTAMP)
-    return pa.array(column, kind)
+    return found if found.type == kind else found.cast(kind)
 
 
 class _Discard(Buffer):

@@ -114,6 +114,12 @@ def day_of(seconds: float) -> datetime.date:
 
 
 # -- the buffers: a batch of one table's rows, held as the parts they are made of ----------------------
+# Rows whose fields are converted to Arrow as they come, this many at a time: the values of the events
+# just read are still in the CPU's caches; read again when the whole batch is written, a batch later,
+# they are not, and converting them cost as much again.
+HOT_ROWS = 512
+
+
 class Buffer:
     """Rows of one table (one session, or every session of a run, and one UTC day) until they are
     written: at most ``limit`` of them; the row that finds the buffer full first has ``flush`` (the
@@ -265,7 +271,9 @@ class CompileBuffer(Buffer):
         self._clear()
 
     def _clear(self) -> None:
-        self.own: list[tuple[Any, ...]] = []
+        self.own: list[tuple[Any, ...]] = []  # the rows' own fields not converted yet
+        self.converted: list[pa.Array] = []  # the others', converted (:data:`_OWN_TYPE`)
+        self.sites: list[list[str]] = []  # under redact: the converted rows' call sites
         self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
         self.verdicts: list[tuple[Any, ...]] = []  # _VERDICT_PARTS
@@ -277,7 +285,10 @@ class CompileBuffer(Buffer):
         """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
         :meth:`set_limit`)."""
         self._room()
-        self.own.append(_OWN(event))
+        own = self.own
+        own.append(_OWN(event))
+        if len(own) >= HOT_ROWS:
+            self._convert()
         self.keys.append(key)
         self.frames.append(frame)
         self.verdicts.append(found)
@@ -290,14 +301,22 @@ class CompileBuffer(Buffer):
         if batches == self.batches and index < self.size:
             self.limits[index] = (name, value)
 
+    def _convert(self) -> None:
+        """The rows' own fields read since the last call, converted while they are fresh."""
+        if self.own:
+            if self.text.redact:
+                self.sites.extend(row[-1] for row in self.own)
+            self.converted.append(pa.array(self.own, _OWN_TYPE))
+            self.own = []
+
     def _columns(self) -> list[Any]:
         n, text = self.size, self.text
-        # Every row's own fields in one conversion, the rows as they are (no column built in Python)
-        own = pa.array(self.own, _OWN_TYPE).flatten()
+        self._convert()
+        own = _joined(self.converted).flatten()
         parts: dict[str, Any] = dict(zip(_OWN_COLUMNS, own, strict=False))
         phases, lookups, remote, sites = own[len(_OWN_COLUMNS) :]
         if text.redact:
-            sites = [_call_site(row[-1], text) for row in self.own]
+            sites = [_call_site(lines, text) for lines in self.sites]
         parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
         parts.update(columns_of(_FRAME_COLUMNS, self.frames))
         found, causes, parts["reasons_omitted"], parts["reason_count"], unknown = zip(
@@ -354,6 +373,12 @@ def _verdict_columns(
 
 
 _NO_BOOL = pa.scalar(None, pa.bool_())
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
 _CACHE_PATHS = tuple((cache, result) for cache in CACHES for result in CACHE_RESULTS)
 _REMOTE_PATHS = tuple((cache, result) for cache in CACHES for result in REMOTE_RESULTS)
 _PHASE_PATHS = tuple((phase,) for phase in PHASES)
@@ -444,7 +469,8 @@ class GuardFailureBuffer(Buffer):
     def _clear(self) -> None:
         self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
         self.which: list[int] = []  # each row's head
-        self.reasons: list[Any] = []
+        self.reasons: list[Any] = []  # the rows' reasons not converted yet
+        self.converted: list[pa.Array] = []  # the others' fields, converted (:data:`_REASON_TYPE`)
         self.positions: list[int | None] = []
         self.counts: dict[int, int] = {}  # a row that stands for more than one reason: how many
 
@@ -457,6 +483,8 @@ class GuardFailureBuffer(Buffer):
             self.reasons.extend(reasons)
             self.positions.extend(range(n))
             self.size += n
+            if len(self.reasons) >= HOT_ROWS:
+                self._convert()
             return
         for position, reason in enumerate(reasons):
             self.add_one(head, reason, position, 1)
@@ -472,15 +500,21 @@ class GuardFailureBuffer(Buffer):
             self.counts[self.size] = count
         self.size += 1
 
+    def _convert(self) -> None:
+        """The fields of the reasons added since the last call, converted while they are fresh."""
+        if self.reasons:
+            found = list(map(_REASON_FIELDS, self.reasons))
+            self.converted.append(pa.array(found, _REASON_TYPE))
+            self.reasons = []
+
     def _columns(self) -> list[Any]:
+        self._convert()
         which = pa.array(self.which, pa.int32())  # each row's head, converted once for every column
         parts: dict[str, Any] = {
             name: Repeated(values, which)
             for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
         }
-        # every row's reason fields in one conversion, the rows as they are
-        found = pa.array(list(map(_REASON_FIELDS, self.reasons)), _REASON_TYPE).flatten()
-        parts.update(zip(_REASON_COLUMNS, found, strict=True))
+        parts.update(zip(_REASON_COLUMNS, _joined(self.converted).flatten(), strict=True))
         # a row counts as a change where its compile is a recompile and its reason explains it
         recompile = pa.array(parts["recompile"].values, pa.bool_()).take(which)
         parts["counts_as_change"] = pc.and_(recompile, parts["explains_change"])

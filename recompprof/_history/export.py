@@ -171,6 +171,7 @@ def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
 
 
 def _indices(indices: list[int] | pa.Array) -> pa.Array:
+    """A :class:`Repeated` column's indices as Arrow's (made once per batch, shared by its columns)."""
     return indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int32())
 
 
@@ -349,7 +350,7 @@ def _collector_paused() -> Iterator[None]:
 def _system_allocator() -> Iterator[None]:
     """Arrow's buffers from the C library's allocator while the rows are converted and written.
     Arrow's default (mimalloc) gives a batch's freed buffers back to the system and takes fresh
-    huge pages for the next, which the kernel zeroes: a tenth of an export's CPU went to that. The
+    huge pages for the next, which the kernel zeroes: 8 % of an export's CPU went to that. The
     default is as it was afterwards (buffers made meanwhile go back to the allocator they came from)."""
     before = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())

@@ -125,7 +125,9 @@ class Buffer:
     written: at most ``limit`` of them; the row that finds the buffer full first has ``flush`` (the
     writer's) take them (:meth:`columns`), so the row before it can still be changed (a compile's
     limit columns, by the ``recompile_limit_hit`` that follows it). The columns are built once per
-    batch, each in one pass over the batch, rather than row by row."""
+    batch, each in one pass over the batch, rather than row by row; the values of the many rows
+    (a compile's fields, a reason's) are converted to Arrow :data:`HOT_ROWS` rows at a time as they
+    come, and joined when the batch is taken."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         self.text, self.flush, self.limit = text, flush, limit
@@ -262,9 +264,10 @@ def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str,
 
 class CompileBuffer(Buffer):
     """``compiles`` rows: each its event's own fields (read in one call; the event itself is not kept,
-    so its memory is reused at once), its session's key, its frame's columns and its verdicts (the
-    event model's rules, applied as the event was read: :meth:`SessionRows._on_compile`; the columns
-    they give are made a batch at a time)."""
+    so its memory is reused at once; converted to Arrow :data:`HOT_ROWS` rows at a time, as one
+    struct of :data:`_OWN_TYPE`), its session's key, its frame's columns and its verdicts (the event
+    model's rules, applied as the event was read: :meth:`SessionRows._on_compile`; the columns they
+    give are made a batch at a time)."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
@@ -376,6 +379,7 @@ _NO_BOOL = pa.scalar(None, pa.bool_())
 
 
 def _joined(arrays: list[pa.Array]) -> pa.Array:
+    """The chunks a batch's rows were converted in, as one array."""
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
@@ -459,8 +463,9 @@ _REASON_TYPE = pa.struct([SCHEMAS["guard_failures"].field(name) for name in _REA
 
 
 class GuardFailureBuffer(Buffer):
-    """``guard_failures`` rows: each its reason, its place, and its compile's head (key and frame
-    columns, whether the compile is a recompile, its steady_state), held once for its compile's rows."""
+    """``guard_failures`` rows: each its reason (its fields converted to Arrow :data:`HOT_ROWS` rows
+    at a time), its place, and its compile's head (key and frame columns, whether the compile is a
+    recompile, its steady_state), held once for its compile's rows."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)

@@ -241,8 +241,8 @@ def test_rows_converted_as_read_are_the_rows_of_the_batch(
 
 
 def test_export_leaves_arrows_allocator_as_it_was(multirank: Path, tmp_path: Path) -> None:
-    """An export (as a session's end runs it inside the training process) takes Arrow's buffers from
-    the system allocator while it runs and puts the process's default allocator back."""
+    """An export (the CLI's, or a program's own call) takes Arrow's buffers from the system allocator
+    while it runs and puts the process's default allocator back."""
     pa = pytest.importorskip("pyarrow")
     before = pa.default_memory_pool()
     export([multirank], str(tmp_path / "lake"))

@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import gc
 import json
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -346,18 +347,37 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-@contextlib.contextmanager
-def _system_allocator() -> Iterator[None]:
-    """Arrow's buffers from the C library's allocator while the rows are converted and written.
-    Arrow's default (mimalloc) gives a batch's freed buffers back to the system and takes fresh
-    huge pages for the next, which the kernel zeroes: 8 % of an export's CPU went to that. The
-    default is as it was afterwards (buffers made meanwhile go back to the allocator they came from)."""
-    before = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
-    try:
-        yield
-    finally:
-        pa.set_memory_pool(before)
+class _SystemAllocator:
+    """Arrow's buffers from the C library's allocator while rows are converted and written.
+
+    Arrow's default (mimalloc) gives a batch's freed buffers back to the system and takes fresh huge
+    pages for the next, which the kernel zeroes: 8 % of an export's CPU went to that. The default is
+    put back when the last export of the process ends (exports in two threads share the switch), and
+    buffers made meanwhile go back to the allocator they came from."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.exports = 0
+        self.before: pa.MemoryPool | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if not self.exports:
+                self.before = pa.default_memory_pool()
+                pa.set_memory_pool(pa.system_memory_pool())
+            self.exports += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.exports -= 1
+                if not self.exports and self.before is not None:
+                    pa.set_memory_pool(self.before)
+                    self.before = None
+
+
+_system_allocator = _SystemAllocator()
 
 
 class _Labels:

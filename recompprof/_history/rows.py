@@ -116,7 +116,7 @@ def day_of(seconds: float) -> datetime.date:
 # -- the buffers: a batch of one table's rows, held as the parts they are made of ----------------------
 # Rows whose fields are converted to Arrow as they come, this many at a time: the values of the events
 # just read are still in the CPU's caches; read again when the whole batch is written, a batch later,
-# they are not, and converting them cost as much again.
+# they are not, and converting them then cost more (one rank: 2.43 s in all against 2.23 s).
 HOT_ROWS = 512
 
 

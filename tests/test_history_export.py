@@ -20,7 +20,10 @@ from recorded_runs import RecordedRun, clean_env, cli, record  # noqa: E402
 
 from recompprof._analysis.report.fold import build_report  # noqa: E402
 from recompprof._analysis.runs import load  # noqa: E402
-from recompprof._history import export as export_module  # noqa: E402
+from recompprof._history import (  # noqa: E402
+    export as export_module,
+    rows as rows_module,
+)
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.rows import TextPolicy  # noqa: E402
@@ -213,6 +216,37 @@ def test_row_groups_are_compactions_not_one_per_batch(multirank: Path, tmp_path:
         sizes = [grouped.row_group(i).num_rows for i in range(grouped.num_row_groups)]
         assert all(n == 3000 for n in sizes[:-1]) and 0 < sizes[-1] <= 3000
         assert pq.read_table(other.path).equals(pq.read_table(one.path))
+
+
+@pytest.mark.parametrize("text", [TextPolicy(), TextPolicy(redact=True)], ids=["plain", "redact"])
+def test_rows_converted_as_read_are_the_rows_of_the_batch(
+    multirank: Path, tmp_path: Path, text: TextPolicy
+) -> None:
+    """A compile's fields and its reasons are converted to Arrow a few rows at a time as they are
+    read (``rows.HOT_ROWS``), also where a compile's reasons straddle two batches: every table holds
+    the same rows, in the same order, as when each batch is converted at once."""
+    whole, hot = tmp_path / "whole", tmp_path / "hot"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(export_module, "BATCH_ROWS", 7)  # a compile's reasons often straddle batches
+        patch.setattr(rows_module, "HOT_ROWS", 10**9)  # each batch converted when it is written
+        export([multirank], str(whole), text=text)
+        patch.setattr(rows_module, "HOT_ROWS", 3)
+        export([multirank], str(hot), text=text)
+    for table in TABLES:
+        [one] = Lake(str(whole)).files(table)
+        [other] = Lake(str(hot)).files(table)
+        assert pq.read_table(other.path).equals(pq.read_table(one.path))
+    [(straddled,)] = sql(hot, "SELECT COUNT(*) FROM guard_failures WHERE position > 0")
+    assert straddled > 7  # reasons past a compile's first, so some batches split a compile
+
+
+def test_export_leaves_arrows_allocator_as_it_was(multirank: Path, tmp_path: Path) -> None:
+    """An export (the CLI's, or a program's own call) takes Arrow's buffers from the system allocator
+    while it runs and puts the process's default allocator back."""
+    pa = pytest.importorskip("pyarrow")
+    before = pa.default_memory_pool()
+    export([multirank], str(tmp_path / "lake"))
+    assert pa.default_memory_pool().backend_name == before.backend_name
 
 
 def test_a_run_exported_whole_replaces_its_per_rank_files(multirank: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import gc
 import json
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from recompprof._history.rows import (
     SessionRows,
     TextPolicy,
     buffer,
+    nested_type,
 )
 from recompprof._history.sessions import Session
 from recompprof._history.tables import SCHEMAS, TIMESTAMP, writer_options
@@ -142,7 +144,7 @@ def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
         if isinstance(column, Repeated):
             indices = taken.get(id(column.indices))
             if indices is None:
-                indices = taken[id(column.indices)] = pa.array(column.indices, pa.int32())
+                indices = taken[id(column.indices)] = _indices(column.indices)
             arrays.append(_array(field.type, column.values).take(indices))
         elif isinstance(column, Nested):
             arrays.extend(_split(schema, len(arrays), column))
@@ -154,8 +156,8 @@ def batch(schema: pa.Schema, columns: list[Any]) -> pa.Table:
 def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
     """The columns from ``at`` on that ``column``'s paths of keys make, a missing key null."""
     kinds = [schema.field(at + i).type for i in range(len(column.paths))]
-    nested = _nested_type(column.paths, kinds)
-    found = pa.array(column.rows, nested)
+    nested = nested_type(column.paths, kinds)
+    found = column.rows if isinstance(column.rows, pa.Array) else pa.array(column.rows, nested)
     present = pc.is_valid(found) if column.missing is not None else None
     arrays: list[pa.Array] = []
     for path, kind in zip(column.paths, kinds, strict=True):
@@ -169,29 +171,22 @@ def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
     return arrays
 
 
-def _nested_type(paths: tuple[tuple[str, ...], ...], kinds: list[pa.DataType]) -> pa.DataType:
-    """The struct type of dicts holding a value at each of ``paths`` (of type ``kinds``)."""
-    tree: dict[str, Any] = {}
-    for path, kind in zip(paths, kinds, strict=True):
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = kind
-
-    def build(node: dict[str, Any]) -> pa.DataType:
-        return pa.struct([(k, build(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return build(tree)
+def _indices(indices: list[int] | pa.Array) -> pa.Array:
+    """A :class:`Repeated` column's indices as Arrow's (made once per batch, shared by its columns)."""
+    return indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int32())
 
 
-def _array(kind: pa.DataType, column: Sequence[Any]) -> pa.Array:
-    if isinstance(column, pa.Array):  # made by Arrow already (rows.py)
-        return column if column.type == kind else column.cast(kind)
-    if kind == TIMESTAMP:
-        seconds = pa.array(column, pa.float64())
-        micros = pc.cast(pc.round(pc.multiply(seconds, 1e6)), pa.int64())
+def _array(kind: pa.DataType, column: Sequence[Any] | pa.Array) -> pa.Array:
+    """``column`` as an Arrow array of ``kind`` (times given in seconds)."""
+    found = (
+        column
+        if isinstance(column, pa.Array)  # made by Arrow already (rows.py)
+        else pa.array(column, pa.float64() if kind == TIMESTAMP else kind)
+    )
+    if kind == TIMESTAMP and found.type != TIMESTAMP:  # seconds
+        micros = pc.cast(pc.round(pc.multiply(found, 1e6)), pa.int64())
         return micros.cast(TIMESTAMP)
-    return pa.array(column, kind)
+    return found if found.type == kind else found.cast(kind)
 
 
 class _Discard(Buffer):
@@ -320,7 +315,7 @@ def export(
     writers = _Writers(lake, per_rank, text, window or Window())
     remembered = _Labels(lake, labels or {})
     try:
-        with _collector_paused():
+        with _collector_paused(), _system_allocator():
             for run in runs:
                 _export_run(run, writers, remembered, text)
         writers.finish()
@@ -350,6 +345,39 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+class _SystemAllocator:
+    """Arrow's buffers from the C library's allocator while rows are converted and written.
+
+    Arrow's default (mimalloc) gives a batch's freed buffers back to the system and takes fresh huge
+    pages for the next, which the kernel zeroes: 8 % of an export's CPU went to that. The default is
+    put back when the last export of the process ends (exports in two threads share the switch), and
+    buffers made meanwhile go back to the allocator they came from."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.exports = 0
+        self.before: pa.MemoryPool | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if not self.exports:
+                self.before = pa.default_memory_pool()
+                pa.set_memory_pool(pa.system_memory_pool())
+            self.exports += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.exports -= 1
+                if not self.exports and self.before is not None:
+                    pa.set_memory_pool(self.before)
+                    self.before = None
+
+
+_system_allocator = _SystemAllocator()
 
 
 class _Labels:

@@ -24,14 +24,64 @@ from recompprof._model.subjects import owner
 from recompprof._model.trusted import copied
 
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
+MAX_WAITING = 4 * MAX_SEEN_REASONS  # touches of them held before they are made (_History)
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
 MAX_TEXTS_REMEMBERED = 8192  # reason texts whose parse and facts an explainer keeps (all frames)
 
-# Per frame, hashes of what was seen, in the order last seen. A dim or scalar's first change keeps the
-# newest cache entry that existed before it (its compile number), -1 if unknown: an entry up to that one
-# was compiled while the dim was still static.
-_History = collections.OrderedDict[int, "int | None"]
+
+class _History(collections.OrderedDict[int, "int | None"]):
+    """Per frame, hashes of what was seen, in the order last seen (a key's place is its last touch), the
+    oldest dropped past MAX_SEEN_REASONS. A dim or scalar's first change keeps the newest cache entry that
+    existed before it (its compile number), -1 if unknown: an entry up to that one was compiled while the
+    dim was still static.
+
+    The order is needed only to drop the oldest, so touches wait (``_pending``: a compile's listed keys as
+    one block, single keys) until it is (:meth:`ordered`); the keys are in the dict from their first touch.
+    The N-th recompile of a frame lists the keys of the one before after its new ones: its block then takes
+    the place of that one's, and only its new keys go in (no step per key listed before)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[list[int] | int] = []
+        self._block: int | None = None  # where the last block is in _pending
+        self._waiting = (
+            0  # keys in _pending; past MAX_WAITING they are moved (their cost amortised)
+        )
+
+    def touch(self, key: int) -> None:
+        """Move ``key`` (in the dict) to the end."""
+        if self._pending:
+            self._pending.append(key)
+            self._waiting += 1
+        else:
+            self.move_to_end(key)
+
+    def touch_all(self, keys: list[int], before: list[int] | None) -> None:
+        """Set each of ``keys`` to None and move them to the end in their order. ``before``: a block
+        touched earlier that is the tail of ``keys``."""
+        at = self._block
+        last = self._pending[at] if at is not None else None
+        if at is not None and isinstance(last, list) and (keys is last or before is last):
+            del self._pending[at]  # every key of it is touched again
+            self._waiting -= len(last)
+            self.update(dict.fromkeys(keys[: len(keys) - len(last)]))
+        else:
+            self.update(dict.fromkeys(keys))
+        self._block = len(self._pending)
+        self._pending.append(keys)
+        self._waiting += len(keys)
+        if self._waiting > MAX_WAITING:
+            self.ordered()
+
+    def ordered(self) -> None:
+        """Make the touches that wait."""
+        pending, self._pending, self._block, self._waiting = self._pending, [], None, 0
+        for touched in pending:
+            if isinstance(touched, list):
+                collections.deque(map(self.move_to_end, touched), maxlen=0)
+            else:
+                self.move_to_end(touched)
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
@@ -192,7 +242,9 @@ class _Parsed:
             if self.texts and len(self.entries) == len(self.texts)
             else None
         )
-        self._order: tuple[list[int], set[int]] | None = None
+        # the keys in the order of their last listing, as a set, and the order of the texts after the new
+        # ones where it was built from them (_History.touch_all)
+        self._order: tuple[list[int], set[int], list[int] | None] | None = None
 
     @classmethod
     def extended(cls, new: list[_Text], before: _Parsed) -> _Parsed:
@@ -217,17 +269,18 @@ class _Parsed:
             parsed.shared = before.shared.intersection(head.shared)
         parsed._order = None
         if before._order is not None:
-            listed, known = before._order
+            listed, known, _ = before._order
             new_keys = [k for k in _last_listed(map(_KEYS, head.texts)) if k not in known]
-            parsed._order = (new_keys + listed, known.union(new_keys))
+            parsed._order = (new_keys + listed, known.union(new_keys), listed)
         return parsed
 
-    def order(self) -> list[int]:
-        """Each reason's text, change and subject keys, once each, in the order of their last listing."""
+    def order(self) -> tuple[list[int], list[int] | None]:
+        """Each reason's text, change and subject keys, once each, in the order of their last listing; and
+        the order of the texts after the new ones, which it ends with, where it was built from them."""
         if self._order is None:
             listed = _last_listed(map(_KEYS, self.texts))
-            self._order = (listed, set(listed))
-        return self._order[0]
+            self._order = (listed, set(listed), None)
+        return self._order[0], self._order[2]
 
 
 def _last_listed(keys: Iterable[tuple[int, ...]]) -> list[int]:
@@ -283,7 +336,7 @@ class ReasonExplainer:
         parsed = self._parse(frame, texts, resolve)
         if not parsed.facts:
             return None
-        seen = self._seen.get(frame.key) or collections.OrderedDict()
+        seen = self._seen.get(frame.key) or _History()
         reason = parsed.reasons[_explaining(parsed, seen)]
         return copied(reason, {"explains_change": True})
 
@@ -359,10 +412,8 @@ class ReasonExplainer:
         if not parsed.facts:
             return Explained([], {})
         if not remember:
-            return self._judged(
-                parsed, self._seen.get(frame.key) or collections.OrderedDict(), instance
-            )
-        seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
+            return self._judged(parsed, self._seen.get(frame.key) or _History(), instance)
+        seen = self._seen.pop(frame.key, None) or _History()
         self._seen[frame.key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
@@ -373,7 +424,7 @@ class ReasonExplainer:
         change = _variant_key(this.reason, changed, instance)
         variants = (seen.get(change) or 1) + 1
         seen[change] = variants
-        seen.move_to_end(change)
+        seen.touch(change)
         _remember(seen, parsed)
         first_change = True
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
@@ -382,9 +433,11 @@ class ReasonExplainer:
             if key not in seen:
                 ordinals = [f.ordinal for f in parsed.facts if f.ordinal is not None]
                 seen[key] = max(ordinals, default=-1)
-            seen.move_to_end(key)
-        while len(seen) > MAX_SEEN_REASONS:
-            seen.popitem(last=False)
+            seen.touch(key)
+        if len(seen) > MAX_SEEN_REASONS:
+            seen.ordered()
+            while len(seen) > MAX_SEEN_REASONS:
+                seen.popitem(last=False)
         kept, omitted = _kept(parsed, explaining)
         specialised = (
             changed is not None
@@ -418,11 +471,8 @@ class ReasonExplainer:
 
 def _remember(seen: _History, parsed: _Parsed) -> None:
     """Mark each reason's text, change and subject keys seen, most recent last, as one pass setting and
-    moving each in order would: a key's place is its last listing. The N-th recompile of a frame lists N
-    reasons, so this runs at C speed (no Python step per reason)."""
-    order = parsed.order()
-    seen.update(dict.fromkeys(order))
-    collections.deque(map(seen.move_to_end, order), maxlen=0)
+    moving each in order would: a key's place is its last listing."""
+    seen.touch_all(*parsed.order())
 
 
 def _kept(parsed: _Parsed, explaining: int) -> tuple[list[Reason], dict[str, int]]:

@@ -96,7 +96,7 @@ class _Pending:
         if isinstance(run, int):
             self.size = MAX_PAYLOAD + 1
         else:  # each newline is followed by a line's tab: the payload is a character shorter than that
-            self.payload = run[1:].replace("\n\t", "\n")
+            self.payload = "\n".join(run[1:].split("\n\t"))  # faster than str.replace here
             self.size = len(self.payload) + 1
 
     def finish(self, year: int, counts: RecordCounts) -> TraceRecord | None:

@@ -129,7 +129,7 @@ def test_a_trace_read_in_small_chunks_gives_the_same_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A real trace read a few characters at a time (every record, payload line and run of payload
-    lines cut at every place) gives the records and counts of reading it a megabyte at a time."""
+    lines cut at every place) gives the records and counts of reading it in its usual chunks."""
     run = record(WORKLOAD, [], tmp_path)
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
     (log,) = run.trace_dir.glob("dedicated_log_torch_trace*.log")

@@ -45,9 +45,8 @@ class _History(collections.OrderedDict[int, "int | None"]):
         super().__init__()
         self._pending: list[list[int] | int] = []
         self._block: int | None = None  # where the last block is in _pending
-        self._waiting = (
-            0  # keys in _pending; past MAX_WAITING they are moved (their cost amortised)
-        )
+        # keys in _pending; past MAX_WAITING they are moved (the cost of a move amortised as before)
+        self._waiting = 0
 
     def touch(self, key: int) -> None:
         """Move ``key`` (in the dict) to the end."""

@@ -120,9 +120,8 @@ class _Pending:
         )
 
 
-@functools.lru_cache(
-    maxsize=64
-)  # records come in order: most share their second with the one before
+# records come in order: most share their second with the one before
+@functools.lru_cache(maxsize=64)
 def _second(year: int, clock: tuple[str, ...]) -> float:
     """The local time of a glog line's month, day, hours, minutes and seconds in ``year``."""
     month, day, hour, minute, second = map(int, clock)

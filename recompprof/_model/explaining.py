@@ -24,14 +24,63 @@ from recompprof._model.subjects import owner
 from recompprof._model.trusted import copied
 
 MAX_SEEN_REASONS = 4096  # reason hashes remembered per frame
+MAX_WAITING = 4 * MAX_SEEN_REASONS  # touches of them held before they are made (_History)
 MAX_FRAMES_REMEMBERED = 256
 MAX_REASONS_PER_EVENT = 64
 MAX_TEXTS_REMEMBERED = 8192  # reason texts whose parse and facts an explainer keeps (all frames)
 
-# Per frame, hashes of what was seen, in the order last seen. A dim or scalar's first change keeps the
-# newest cache entry that existed before it (its compile number), -1 if unknown: an entry up to that one
-# was compiled while the dim was still static.
-_History = collections.OrderedDict[int, "int | None"]
+
+class _History(collections.OrderedDict[int, "int | None"]):
+    """Per frame, hashes of what was seen, in the order last seen (a key's place is its last touch), the
+    oldest dropped past MAX_SEEN_REASONS. A dim or scalar's first change keeps the newest cache entry that
+    existed before it (its compile number), -1 if unknown: an entry up to that one was compiled while the
+    dim was still static.
+
+    The order is needed only to drop the oldest, so touches wait (``_pending``: a compile's listed keys as
+    one block, single keys) until it is (:meth:`ordered`); the keys are in the dict from their first touch.
+    The N-th recompile of a frame lists the keys of the one before after its new ones: its block then takes
+    the place of that one's, and only its new keys go in (no step per key listed before)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: list[list[int] | int] = []
+        self._block: int | None = None  # where the last block is in _pending
+        # keys in _pending; past MAX_WAITING they are moved (the cost of a move amortised as before)
+        self._waiting = 0
+
+    def touch(self, key: int) -> None:
+        """Move ``key`` (in the dict) to the end."""
+        if self._pending:
+            self._pending.append(key)
+            self._waiting += 1
+        else:
+            self.move_to_end(key)
+
+    def touch_all(self, keys: list[int], before: list[int] | None) -> None:
+        """Set each of ``keys`` to None and move them to the end in their order. ``before``: a block
+        touched earlier that is the tail of ``keys``."""
+        at = self._block
+        last = self._pending[at] if at is not None else None
+        if at is not None and isinstance(last, list) and (keys is last or before is last):
+            del self._pending[at]  # every key of it is touched again
+            self._waiting -= len(last)
+            self.update(dict.fromkeys(keys[: len(keys) - len(last)]))
+        else:
+            self.update(dict.fromkeys(keys))
+        self._block = len(self._pending)
+        self._pending.append(keys)
+        self._waiting += len(keys)
+        if self._waiting > MAX_WAITING:
+            self.ordered()
+
+    def ordered(self) -> None:
+        """Make the touches that wait."""
+        pending, self._pending, self._block, self._waiting = self._pending, [], None, 0
+        for touched in pending:
+            if isinstance(touched, list):
+                collections.deque(map(self.move_to_end, touched), maxlen=0)
+            else:
+                self.move_to_end(touched)
 
 
 _SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)")
@@ -171,14 +220,74 @@ _KEYS, _ENTRY, _CHANGES = (operator.attrgetter(n) for n in ("keys", "entry", "ch
 
 
 class _Parsed:
-    """A compile's parsed reasons, in order, and the texts they came from (see :class:`_Text`)."""
+    """A compile's parsed reasons, in order, and the texts they came from (see :class:`_Text`), with what
+    the rule reads of all of them together. The N-th recompile of a frame lists the texts of the compile
+    before after its new ones, so :meth:`extended` builds these from that compile's and the new texts'
+    alone (list concatenations and set unions, no pass over every reason in Python or C)."""
 
-    __slots__ = ("facts", "reasons", "texts")
+    __slots__ = ("categories", "entries", "facts", "reasons", "shared", "texts", "_order")
 
     def __init__(self, texts: list[_Text]) -> None:
         self.texts: list[_Text] = list(filter(_FACTS, texts))  # a text yields a reason, or is none
-        self.facts: list[_Facts] = list(itertools.chain.from_iterable(map(_FACTS, texts)))
-        self.reasons: list[Reason] = list(itertools.chain.from_iterable(map(_REASONS, texts)))
+        self.facts: list[_Facts] = list(itertools.chain.from_iterable(map(_FACTS, self.texts)))
+        self.reasons: list[Reason] = list(itertools.chain.from_iterable(map(_REASONS, self.texts)))
+        self.categories: list[str] = list(
+            itertools.chain.from_iterable(map(_CATEGORIES, self.texts))
+        )
+        self.entries: set[str | None] = set(map(_ENTRY, self.texts))
+        # The changes every text failed on, where each text is another entry's (else None: joined by entry)
+        self.shared: _Changes | None = (
+            frozenset.intersection(*map(_CHANGES, self.texts))
+            if self.texts and len(self.entries) == len(self.texts)
+            else None
+        )
+        # the keys in the order of their last listing, as a set, and the order of the texts after the new
+        # ones where it was built from them (_History.touch_all)
+        self._order: tuple[list[int], set[int], list[int] | None] | None = None
+
+    @classmethod
+    def extended(cls, new: list[_Text], before: _Parsed) -> _Parsed:
+        """The parse of ``new`` texts listed before those of ``before``, as ``_Parsed(new + before's)``."""
+        head = cls(new)
+        if not head.texts:  # the same texts again (a compile's start read them)
+            return before
+        if not before.texts:
+            return head
+        parsed = cls.__new__(cls)
+        parsed.texts = head.texts + before.texts
+        parsed.facts = head.facts + before.facts
+        parsed.reasons = head.reasons + before.reasons
+        parsed.categories = head.categories + before.categories
+        parsed.entries = before.entries | head.entries
+        parsed.shared = None
+        if (  # every text another entry's, as in each part
+            before.shared is not None
+            and head.shared is not None
+            and len(parsed.entries) == len(parsed.texts)
+        ):
+            parsed.shared = before.shared.intersection(head.shared)
+        parsed._order = None
+        if before._order is not None:
+            listed, known, _ = before._order
+            new_keys = [k for k in _last_listed(map(_KEYS, head.texts)) if k not in known]
+            parsed._order = (new_keys + listed, known.union(new_keys), listed)
+        return parsed
+
+    def order(self) -> tuple[list[int], list[int] | None]:
+        """Each reason's text, change and subject keys, once each, in the order of their last listing; and
+        the order of the texts after the new ones, which it ends with, where it was built from them."""
+        if self._order is None:
+            listed = _last_listed(map(_KEYS, self.texts))
+            self._order = (listed, set(listed), None)
+        return self._order[0], self._order[2]
+
+
+def _last_listed(keys: Iterable[tuple[int, ...]]) -> list[int]:
+    """The keys, once each, in the order of their last listing."""
+    listed = list(itertools.chain.from_iterable(keys))
+    last_first = list(dict.fromkeys(reversed(listed)))
+    last_first.reverse()
+    return last_first
 
 
 class ReasonExplainer:
@@ -209,6 +318,11 @@ class ReasonExplainer:
         self._seen: collections.OrderedDict[str, _History] = collections.OrderedDict()
         # Each text's parse and facts: a dict lookup for a text seen before (bounded, oldest dropped).
         self._texts: collections.OrderedDict[object, _Text] = collections.OrderedDict()
+        # Per frame, the texts of its last compile read without live kinds, and their parse: the next
+        # compile lists them after its new ones (as many frames as _seen).
+        self._last: collections.OrderedDict[str, tuple[list[str], _Parsed]] = (
+            collections.OrderedDict()
+        )
 
     def trigger(
         self,
@@ -218,20 +332,36 @@ class ReasonExplainer:
     ) -> Reason | None:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger, by the same rule as
         :meth:`explain`, remembering nothing (a compile start reads it before its compile's record does)."""
-        parsed = self._parse(texts, resolve)
+        parsed = self._parse(frame, texts, resolve)
         if not parsed.facts:
             return None
-        seen = self._seen.get(frame.key) or collections.OrderedDict()
+        seen = self._seen.get(frame.key) or _History()
         reason = parsed.reasons[_explaining(parsed, seen)]
         return copied(reason, {"explains_change": True})
 
-    def _parse(self, texts: list[str], resolve: Callable[[str], str | None] | None) -> _Parsed:
+    def _parse(
+        self, frame: Frame, texts: list[str], resolve: Callable[[str], str | None] | None
+    ) -> _Parsed:
         if resolve is None:
-            return _Parsed(self._known(texts))
+            return self._extended(frame.key, texts)
         # Live: what the objects are decides how each text reads; only that reading's facts are derived.
         plain = parse_guard_failures(texts, redact=self.redact)
         kinds = {s: kind for s in resolvable_subjects(plain) if (kind := resolve(s)) is not None}
         return _Parsed(self._known(texts, kinds))
+
+    def _extended(self, key: str, texts: list[str]) -> _Parsed:
+        """The parse of ``texts``: of the new ones only where they are listed before the texts of the
+        frame's last compile (compared by identity first, so at C speed)."""
+        last = self._last.pop(key, None)
+        new = len(texts) - len(last[0]) if last is not None else -1
+        if last is not None and new >= 0 and texts[new:] == last[0]:
+            parsed = _Parsed.extended(self._known(texts[:new]), last[1])
+        else:
+            parsed = _Parsed(self._known(texts))
+        self._last[key] = (list(texts), parsed)
+        if len(self._last) > MAX_FRAMES_REMEMBERED:
+            self._last.popitem(last=False)
+        return parsed
 
     def _known(self, texts: list[str], kinds: dict[str, str] | None = None) -> list[_Text]:
         """Each text's parse and facts (as read with ``kinds``), looked up where seen before (one dict
@@ -277,14 +407,12 @@ class ReasonExplainer:
         against what was seen and adding nothing to it, so no variant is counted and later verdicts are
         those of a job that kept the entry cached.
         """
-        parsed = self._parse(texts, resolve)
+        parsed = self._parse(frame, texts, resolve)
         if not parsed.facts:
             return Explained([], {})
         if not remember:
-            return self._judged(
-                parsed, self._seen.get(frame.key) or collections.OrderedDict(), instance
-            )
-        seen = self._seen.pop(frame.key, None) or collections.OrderedDict()
+            return self._judged(parsed, self._seen.get(frame.key) or _History(), instance)
+        seen = self._seen.pop(frame.key, None) or _History()
         self._seen[frame.key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
@@ -295,7 +423,7 @@ class ReasonExplainer:
         change = _variant_key(this.reason, changed, instance)
         variants = (seen.get(change) or 1) + 1
         seen[change] = variants
-        seen.move_to_end(change)
+        seen.touch(change)
         _remember(seen, parsed)
         first_change = True
         if changed is not None:  # remembered in the same bounded history, once per dim or scalar
@@ -304,9 +432,11 @@ class ReasonExplainer:
             if key not in seen:
                 ordinals = [f.ordinal for f in parsed.facts if f.ordinal is not None]
                 seen[key] = max(ordinals, default=-1)
-            seen.move_to_end(key)
-        while len(seen) > MAX_SEEN_REASONS:
-            seen.popitem(last=False)
+            seen.touch(key)
+        if len(seen) > MAX_SEEN_REASONS:
+            seen.ordered()
+            while len(seen) > MAX_SEEN_REASONS:
+                seen.popitem(last=False)
         kept, omitted = _kept(parsed, explaining)
         specialised = (
             changed is not None
@@ -340,13 +470,8 @@ class ReasonExplainer:
 
 def _remember(seen: _History, parsed: _Parsed) -> None:
     """Mark each reason's text, change and subject keys seen, most recent last, as one pass setting and
-    moving each in order would: a key's place is its last listing. The N-th recompile of a frame lists N
-    reasons, so this runs at C speed (no Python step per reason)."""
-    listed = list(itertools.chain.from_iterable(map(_KEYS, parsed.texts)))
-    last_first = list(dict.fromkeys(reversed(listed)))
-    last_first.reverse()
-    seen.update(dict.fromkeys(last_first))
-    collections.deque(map(seen.move_to_end, last_first), maxlen=0)
+    moving each in order would: a key's place is its last listing."""
+    seen.touch_all(*parsed.order())
 
 
 def _kept(parsed: _Parsed, explaining: int) -> tuple[list[Reason], dict[str, int]]:
@@ -357,9 +482,14 @@ def _kept(parsed: _Parsed, explaining: int) -> tuple[list[Reason], dict[str, int
     kept += (reasons[:explaining] + reasons[explaining + 1 : MAX_REASONS_PER_EVENT])[
         : MAX_REASONS_PER_EVENT - 1
     ]
-    categories = list(itertools.chain.from_iterable(map(_CATEGORIES, parsed.texts)))
-    del categories[explaining]
-    return kept, dict(collections.Counter(categories[MAX_REASONS_PER_EVENT - 1 :]))
+    # the categories of the others past the kept ones (the explaining reason's taken out)
+    categories, first = parsed.categories, MAX_REASONS_PER_EVENT - 1
+    rest: Iterable[str] = (
+        categories[first + 1 :]
+        if explaining <= first
+        else itertools.chain(categories[first:explaining], categories[explaining + 1 :])
+    )
+    return kept, dict(collections.Counter(rest))
 
 
 def _variant_key(
@@ -412,7 +542,7 @@ def _installed_equality(subject: str, installed: InstalledGuards) -> bool:
 def _explaining(parsed: _Parsed, seen: _History) -> int:
     """The index of the reason that explains the change (the rule of :class:`ReasonExplainer`)."""
     facts = parsed.facts
-    common = _common_change(parsed.texts)
+    common = _common_change(parsed)
     if common:
         return next(i for i, f in enumerate(facts) if f.change in common)
     dynamic_now = next((i for i in range(len(facts)) if _made_dynamic_now(facts, i, seen)), None)
@@ -429,19 +559,18 @@ def _explaining(parsed: _Parsed, seen: _History) -> int:
     return next((i for i, f in enumerate(facts) if f.text_key not in seen), 0)
 
 
-def _common_change(texts: list[_Text]) -> set[tuple[str, str]]:
+def _common_change(parsed: _Parsed) -> set[tuple[str, str]]:
     """The changes (with a subject) every failed cache entry failed on; empty for a single entry."""
-    entries = set(map(_ENTRY, texts))
-    if len(entries) <= 1:
+    texts = parsed.texts
+    if len(parsed.entries) <= 1:
         return set()
-    if len(entries) == len(texts):
-        failed: Iterable[_Changes] = map(_CHANGES, texts)
-    else:  # several texts of one entry (torch before 2.5 names none): an entry's changes joined
-        joined: dict[str | None, set[tuple[str, str]]] = {}
-        for text in texts:
-            joined.setdefault(text.entry, set()).update(text.changes)
-        failed = joined.values()
-    first, *rest = failed
+    if parsed.shared is not None:  # each text another entry's
+        return {c for c in parsed.shared if c[1]}
+    # several texts of one entry (torch before 2.5 names none): an entry's changes joined
+    joined: dict[str | None, set[tuple[str, str]]] = {}
+    for text in texts:
+        joined.setdefault(text.entry, set()).update(text.changes)
+    first, *rest = joined.values()
     return {c for c in first.intersection(*rest) if c[1]}
 
 

@@ -66,6 +66,7 @@ from recompprof._torch.steps import step_of
 
 MAX_PENDING_GUARDS = 4096  # guard trees held for a compile's metrics record
 MAX_SCRIPTS = 64  # files run as __main__ remembered per process
+MAX_REASON_CHARS = 32 * 1024 * 1024  # characters of recompile_reasons payloads kept (_ReasonLists)
 # What a record of the right kind but not the shape torch writes raises (valid JSON, e.g. a hand-edited trace).
 SHAPE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
 
@@ -136,6 +137,7 @@ class _Process:
         # files run as __main__ (the outermost frame of a compile's stack)
         self.scripts: set[str] = set()
         self.reasons: dict[CompileId, list[str]] = {}
+        self.lists = _ReasonLists()
         # frames of frame ids, breaks held for their compile, reasons seen per frame (as live)
         self.assembler = CompileAssembler(redact)
         self.first_args: dict[
@@ -304,6 +306,30 @@ class _Process:
         return [start, *self.events, end]
 
 
+class _ReasonLists:
+    """Reads ``recompile_reasons`` payloads, keeping each frame's last one and its texts: the N-th recompile
+    of a frame repeats the N - 1 texts of the one before after its new one, so a trace holds O(N^2)
+    texts, and each is parsed once (``recompile_reasons``). Bounded in characters kept, oldest frame
+    dropped."""
+
+    def __init__(self) -> None:
+        self._last: dict[int | None, tuple[str, list[str]]] = {}
+        self._held = 0  # characters of the payloads kept
+
+    def read(self, frame_id: int | None, payload: str) -> list[str]:
+        before = self._last.pop(frame_id, None)
+        if before is not None:
+            self._held -= len(before[0])
+        texts = recompile_reasons(payload, before)
+        if payload.startswith("[") and len(texts) > 1 and len(payload) <= MAX_REASON_CHARS:
+            self._last[frame_id] = (payload, texts)
+            self._held += len(payload)
+            while self._held > MAX_REASON_CHARS:
+                oldest = self._last.pop(next(iter(self._last)))
+                self._held -= len(oldest[0])
+        return texts
+
+
 def _compile_of(value: Any) -> CompileId | None:
     """The compile (whatever its attempt) a metrics record's ``compile_id`` names, if it names a frame's."""
     parsed = CompileId.parse(value)
@@ -387,7 +413,7 @@ class _Artifact(RecordHandler):
         if name == "torch_version" and payload:
             process.torch_version = torch_version(payload)
         elif name == "recompile_reasons" and key is not None:
-            process.reasons[key] = recompile_reasons(payload)
+            process.reasons[key] = process.lists.read(key.frame_id, payload)
         elif name == "dynamo_graph_break_reason":
             process.graph_break(record, payload)
 

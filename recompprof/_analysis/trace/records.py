@@ -9,13 +9,14 @@ What fits no record (a stray line, a torn or altered payload) is counted, never 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from recompprof._model.compile_id import CompileId
 
@@ -26,8 +27,6 @@ _GLOG = re.compile(r"^[A-Z](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) +(\d+) [^\]]
 # Bounds on what one record may hold in memory; longer lines or payloads are skipped and counted.
 MAX_LINE = 16 * 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024
-# Stands in for a payload line of MAX_LINE characters or more, which is never held whole.
-_LONG_PAYLOAD_LINE = "\t\x00"
 
 
 def file_rank(path: Path) -> int:
@@ -46,8 +45,7 @@ class RecordCounts:
     bad_payloads: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class TraceRecord:
+class TraceRecord(NamedTuple):
     """One record: its kind (the metadata's first key), metadata, payload, and the pid and time of its line."""
 
     kind: str
@@ -84,20 +82,26 @@ class TraceMetrics:
 class _Pending:
     """A record whose metadata line was read, while its payload lines come."""
 
+    __slots__ = ("match", "meta", "payload", "size")
+
     def __init__(self, match: re.Match[str], meta: dict[str, Any]) -> None:
         self.match = match
         self.meta = meta
-        self.lines: list[str] = []
+        self.payload: str | None = None
         self.size = 0  # characters of the payload; past MAX_PAYLOAD the record is dropped
 
-    def add(self, line: str) -> None:
-        self.size = MAX_PAYLOAD + 1 if line is _LONG_PAYLOAD_LINE else self.size + len(line)
-        if self.size <= MAX_PAYLOAD:
-            self.lines.append(line[1:])
+    def take(self, run: str | int) -> None:
+        """Take the record's payload lines: a run as :func:`_blocks` gives it (one that could not be
+        held, an int, drops the record). A line's characters count with its tab, not its newline."""
+        if isinstance(run, int):
+            self.size = MAX_PAYLOAD + 1
+        else:  # each newline is followed by a line's tab: the payload is a character shorter than that
+            self.payload = "\n".join(run[1:].split("\n\t"))  # faster than str.replace here
+            self.size = len(self.payload) + 1
 
     def finish(self, year: int, counts: RecordCounts) -> TraceRecord | None:
         """The record, or None when its payload is oversized, torn or altered (counted)."""
-        payload = "\n".join(self.lines) if self.lines else None
+        payload = self.payload
         digest = self.meta.get("has_payload")
         # The MD5 torch wrote tells a complete payload from one cut short by a crash.
         if self.size > MAX_PAYLOAD or (
@@ -106,18 +110,25 @@ class _Pending:
             counts.bad_payloads += 1
             return None
         counts.records += 1
-        month, day, hour, minute, second, fraction, pid = (int(g) for g in self.match.groups()[:7])
-        try:
-            stamp = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
-        except (OverflowError, ValueError):
-            stamp = 0.0
+        groups = self.match.groups()
         return TraceRecord(
             next(iter(self.meta)),
             self.meta,
             payload,
-            pid,
-            stamp + fraction / 10 ** len(self.match.group(6)),
+            int(groups[6]),
+            _second(year, groups[:5]) + int(groups[5]) / 10 ** len(groups[5]),
         )
+
+
+# records come in order: most share their second with the one before
+@functools.lru_cache(maxsize=64)
+def _second(year: int, clock: tuple[str, ...]) -> float:
+    """The local time of a glog line's month, day, hours, minutes and seconds in ``year``."""
+    month, day, hour, minute, second = map(int, clock)
+    try:
+        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return 0.0
 
 
 def _md5(payload: str) -> str:
@@ -128,29 +139,106 @@ def read_records(handle: TextIO, year: int, counts: RecordCounts) -> Iterator[Tr
     """Yield the records of one open trace file (written in ``year``); a line that fits no record is counted."""
     counts.files += 1
     pending: _Pending | None = None
-    for line in _lines(handle):
-        if pending is not None and line.startswith("\t"):
-            pending.add(line)
+    for block in _blocks(handle):
+        if isinstance(block, int) or block.startswith("\t"):  # payload lines
+            if pending is not None:
+                pending.take(block)
+            else:  # each line of a payload no metadata line began is a stray line
+                counts.stray_lines += block if isinstance(block, int) else block.count("\n") + 1
             continue
         record = pending.finish(year, counts) if pending is not None else None
         if record is not None:
             yield record
-        pending = _start(line, counts)
+        pending = _start(block, counts)
     record = pending.finish(year, counts) if pending is not None else None
     if record is not None:
         yield record
 
 
-def _lines(handle: TextIO) -> Iterator[str]:
-    """The lines of ``handle`` without their newlines; one too long for any record is never held whole:
-    it comes as :data:`_LONG_PAYLOAD_LINE` if it is a payload line, else as a stray line."""
-    while line := handle.readline(MAX_LINE):
-        if len(line) == MAX_LINE and not line.endswith("\n"):
-            while (rest := handle.readline(MAX_LINE)) and not rest.endswith("\n"):
-                pass
-            yield _LONG_PAYLOAD_LINE if line.startswith("\t") else "\x00"
+# Where a run of payload lines ends: a newline not followed by the next payload line's tab.
+_RUN_END = re.compile(r"\n(?!\t)")
+CHUNK = 256 * 1024  # characters read at a time (a larger buffer costs memory, no less CPU)
+
+
+def _blocks(handle: TextIO) -> Iterator[str | int]:
+    """The lines of ``handle`` without their newlines, but each run of payload lines (lines starting with
+    a tab) as one string, its lines joined by newlines: a trace is mostly payload lines (the N-th
+    recompile of a frame lists N reasons, one a line), and a run is found and cut at C speed.
+
+    A line too long for any record (:data:`MAX_LINE` characters or more) is never held whole: outside a
+    run it comes as a stray line (``"\\x00"``); a run holding one, or too large for any payload
+    (:data:`MAX_PAYLOAD`), comes as its count of lines (an int), unheld."""
+    buf, pos = "", 0
+    while True:
+        if pos >= len(buf):
+            buf, pos = handle.read(CHUNK), 0
+            if not buf:
+                return
+        if buf[pos] == "\t":
+            run, buf, pos = _run(handle, buf, pos)
+            yield run
             continue
-        yield line.rstrip("\n")
+        end = buf.find("\n", pos)
+        if end >= 0:
+            line, pos = buf[pos:end], end + 1
+            yield line if len(line) < MAX_LINE else "\x00"
+            continue
+        line, buf, pos = _long_line(handle, buf[pos:])
+        yield line
+
+
+def _long_line(handle: TextIO, head: str) -> tuple[str, str, int]:
+    """A line that goes past the buffer (``head``, its start), the buffer after it and its position there;
+    one of MAX_LINE characters or more comes as ``"\\x00"``."""
+    pieces, held = [head], len(head)
+    while buf := handle.read(CHUNK):
+        end = buf.find("\n")
+        piece = buf if end < 0 else buf[:end]
+        held += len(piece)
+        if held < MAX_LINE:
+            pieces.append(piece)
+        else:  # not held
+            pieces.clear()
+        if end >= 0:
+            return ("".join(pieces) if held < MAX_LINE else "\x00"), buf, end + 1
+    return ("".join(pieces) if held < MAX_LINE else "\x00"), "", 0
+
+
+def _run(handle: TextIO, buf: str, pos: int) -> tuple[str | int, str, int]:
+    """The run of payload lines at ``buf[pos]``, the buffer after it and its position there."""
+    pieces: list[str] = []
+    held = 0  # characters read of the run
+    newlines: int | None = None  # of the run, counted once it may be too large to hold
+    over = False  # too large: no longer held
+    while True:
+        match = _RUN_END.search(buf, pos)
+        if match is not None and match.end() < len(buf):  # a newline, then a line of another kind
+            piece, pos = buf[pos : match.start()], match.end()
+        else:  # the run goes on past the buffer, or ends with it
+            piece, pos = buf[pos:], len(buf)
+        held += len(piece)
+        if newlines is None and held > MAX_PAYLOAD:  # the size is characters but newlines
+            newlines = sum(p.count("\n") for p in pieces)
+        if newlines is not None:
+            newlines += piece.count("\n")
+        if not over:
+            pieces.append(piece)
+            if newlines is not None and held - newlines > MAX_PAYLOAD:  # past any payload's size
+                over = True
+                pieces.clear()
+        if pos < len(buf):
+            break
+        buf, pos = handle.read(CHUNK), 0
+        if not buf or (buf[0] != "\t" and piece.endswith("\n")):
+            break
+    if over and newlines is not None:
+        return newlines + (0 if piece.endswith("\n") else 1), buf, pos
+    if piece.endswith("\n"):  # the run ended at its buffer's last newline (or the file's)
+        pieces[-1] = piece[:-1]
+    run = "".join(pieces)
+    if len(run) >= MAX_LINE and max(map(len, run.split("\n"))) >= MAX_LINE:
+        return run.count("\n") + 1, buf, pos
+    return run, buf, pos
 
 
 def _start(line: str, counts: RecordCounts) -> _Pending | None:
@@ -172,10 +260,19 @@ def json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def recompile_reasons(payload: str) -> list[str]:
+def recompile_reasons(payload: str, before: tuple[str, list[str]] | None = None) -> list[str]:
     """The texts of a ``recompile_reasons`` artifact: torch writes one reason as a bare string and
-    several as a JSON list, one item per line."""
+    several as a JSON list, one item per line.
+
+    ``before``: the payload of the frame's compile before and its texts. The N-th recompile of a frame
+    lists the N entries before it, most recently used first, so its payload is most often that one's
+    with new items in front: then only those are parsed, and the texts after them are ``before``'s own
+    (the same objects, which the explainer compares by identity)."""
     if payload.startswith("["):
+        if before is not None:
+            texts = _listed_before(payload, *before)
+            if texts is not None:
+                return texts
         try:
             value = json.loads(payload)
         except ValueError:
@@ -183,6 +280,31 @@ def recompile_reasons(payload: str) -> list[str]:
         if isinstance(value, list):
             return [str(v) for v in value]
     return [payload]
+
+
+def _listed_before(payload: str, before: str, texts: list[str]) -> list[str] | None:
+    """The texts of list ``payload`` where it is new items, a comma, then the items of list ``before``
+    (whose texts are ``texts``) as written there; else None. After ``before``'s ``[`` a JSON parser
+    expects a value, as it does after a comma in an array, and the part after it starts on a new line
+    (outside any string: a JSON string holds no newline), so the whole parses as the head's items then
+    ``before``'s."""
+    rest = len(before) - 1
+    if (
+        rest <= 0
+        or not before.startswith("[")
+        or len(payload) <= rest + 2
+        or payload[-rest - 1] != ","
+        or before[1] != "\n"
+        or not payload.endswith(before[1:])
+    ):
+        return None
+    try:
+        head = json.loads(payload[: -rest - 1] + "]")
+    except ValueError:
+        return None
+    if not isinstance(head, list) or not head:
+        return None
+    return [str(v) for v in head] + texts
 
 
 # A guard of a ``dynamo_cpp_guards_str`` guard tree: "| | +- EQUALS_MATCH: G['cfg'].ls == 0.1  # source comment",

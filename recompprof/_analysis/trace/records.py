@@ -206,39 +206,56 @@ def _long_line(handle: TextIO, head: str) -> tuple[str, str, int]:
 
 def _run(handle: TextIO, buf: str, pos: int) -> tuple[str | int, str, int]:
     """The run of payload lines at ``buf[pos]``, the buffer after it and its position there."""
-    pieces: list[str] = []
-    held = 0  # characters read of the run
-    newlines: int | None = None  # of the run, counted once it may be too large to hold
-    over = False  # too large: no longer held
+    held = _Held()
     while True:
         match = _RUN_END.search(buf, pos)
         if match is not None and match.end() < len(buf):  # a newline, then a line of another kind
             piece, pos = buf[pos : match.start()], match.end()
         else:  # the run goes on past the buffer, or ends with it
             piece, pos = buf[pos:], len(buf)
-        held += len(piece)
-        if newlines is None and held > MAX_PAYLOAD:  # the size is characters but newlines
-            newlines = sum(p.count("\n") for p in pieces)
-        if newlines is not None:
-            newlines += piece.count("\n")
-        if not over:
-            pieces.append(piece)
-            if newlines is not None and held - newlines > MAX_PAYLOAD:  # past any payload's size
-                over = True
-                pieces.clear()
+        held.add(piece)
         if pos < len(buf):
             break
         buf, pos = handle.read(CHUNK), 0
         if not buf or (buf[0] != "\t" and piece.endswith("\n")):
             break
-    if over and newlines is not None:
-        return newlines + (0 if piece.endswith("\n") else 1), buf, pos
-    if piece.endswith("\n"):  # the run ended at its buffer's last newline (or the file's)
-        pieces[-1] = piece[:-1]
-    run = "".join(pieces)
-    if len(run) >= MAX_LINE and max(map(len, run.split("\n"))) >= MAX_LINE:
-        return run.count("\n") + 1, buf, pos
-    return run, buf, pos
+    return held.run(piece), buf, pos
+
+
+class _Held:
+    """A run of payload lines as its pieces are read, each piece up to a buffer's end: held until the
+    run is too large for any payload, then only its lines counted."""
+
+    __slots__ = ("pieces", "size", "newlines", "over")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.size = 0  # characters read of the run
+        self.newlines: int | None = None  # of the run, counted once it may be too large to hold
+        self.over = False  # too large: no longer held
+
+    def add(self, piece: str) -> None:
+        self.size += len(piece)
+        if self.newlines is None and self.size > MAX_PAYLOAD:  # the size is characters but newlines
+            self.newlines = sum(p.count("\n") for p in self.pieces)
+        if self.newlines is not None:
+            self.newlines += piece.count("\n")
+        if not self.over:
+            self.pieces.append(piece)
+            if self.newlines is not None and self.size - self.newlines > MAX_PAYLOAD:
+                self.over = True  # past any payload's size
+                self.pieces.clear()
+
+    def run(self, last: str) -> str | int:
+        """The run as one string; its count of lines where it is too large or holds a line too long."""
+        if self.over and self.newlines is not None:
+            return self.newlines + (0 if last.endswith("\n") else 1)
+        if last.endswith("\n"):  # the run ended at its buffer's last newline (or the file's)
+            self.pieces[-1] = last[:-1]
+        run = "".join(self.pieces)
+        if len(run) >= MAX_LINE and max(map(len, run.split("\n"))) >= MAX_LINE:
+            return run.count("\n") + 1
+        return run
 
 
 def _start(line: str, counts: RecordCounts) -> _Pending | None:

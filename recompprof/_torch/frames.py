@@ -361,20 +361,22 @@ def _skipped_dirs() -> tuple[str, ...]:
 _SKIPPED: tuple[str, ...] | None = None
 
 
-_SKIPPED_FILES: dict[
-    str, bool
-] = {}  # file -> skipped? (a deep stack's frames repeat the same few files)
+# file -> None where a call site skips its frames, else whether it is an installed library's: a deep
+# stack's frames repeat the same few files, and each compile's call site walks them all.
+_FILE_KINDS: dict[str, bool | None] = {}
+_UNSEEN = object()
 
 
-def _is_skipped(filename: str) -> bool:
-    skipped = _SKIPPED_FILES.get(filename)
-    if skipped is None:
-        if len(_SKIPPED_FILES) >= 4096:  # bounded: generated code can name many files
-            _SKIPPED_FILES.clear()
-        skipped = _SKIPPED_FILES[filename] = os.path.normcase(filename).startswith(
-            _SKIPPED or ()
-        ) or filename.startswith("<frozen")
-    return skipped
+def _file_kind(filename: str) -> bool | None:
+    kind = _FILE_KINDS.get(filename, _UNSEEN)
+    if kind is _UNSEEN:
+        if len(_FILE_KINDS) >= 4096:  # bounded: generated code can name many files
+            _FILE_KINDS.clear()
+        skipped = os.path.normcase(filename).startswith(_SKIPPED or ()) or filename.startswith(
+            "<frozen"
+        )
+        kind = _FILE_KINDS[filename] = None if skipped else call_sites.is_library(filename)
+    return kind  # type: ignore[return-value]
 
 
 def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
@@ -395,8 +397,8 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
         if frame is None or (len(lines) >= _MAX_CALL_SITE and user is not None):
             break
         filename = frame.f_code.co_filename
-        if not _is_skipped(filename):
-            library = call_sites.is_library(filename)
+        library = _file_kind(filename)
+        if library is not None:
             if user is None and not library:
                 user = len(lines)
             lines.append(

@@ -30,7 +30,7 @@ def guard_set(guarded_code: Any) -> str | None:
     # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
     # One regex pass and one hash update over the NUL-joined parts (it is on the compile path): the same
     # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL.
-    texts = [str(p) for p in parts]
+    texts = list(map(str, parts))
     joined = "\0".join(texts)
     if joined.count("\0") == len(texts) - 1:
         normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))

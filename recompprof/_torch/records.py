@@ -8,7 +8,6 @@ empty.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -47,7 +46,8 @@ def fields_of(m: Any) -> Get:
     if isinstance(m, dict):
         return m.get
     own = getattr(m, "__dict__", None)
-    if isinstance(own, dict) and dataclasses.is_dataclass(m):
+    # dataclasses.is_dataclass of an instance, without its Python call (an instance's __dict__ is a dict)
+    if isinstance(own, dict) and hasattr(type(m), "__dataclass_fields__"):
         return own.get
     return lambda name: getattr(m, name, None)
 

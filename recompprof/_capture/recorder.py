@@ -47,6 +47,15 @@ if TYPE_CHECKING:
 
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
 MAX_STARTED_TRACES = 8  # trace ids of started compiles held until their records come
+# Made once: ``contain`` holds nothing of one use, and these run at every compile (cold there).
+_START_REASONS = _internal.contain(
+    "torch.guard_failures", "guard-failure reasons are missing from compile starts"
+)
+_GUARD_SET = _internal.contain("torch.guard_set")
+_REASONS = _internal.contain(
+    "torch.guard_failures", "guard-failure reasons are missing from compile events"
+)
+_BREAKS = _internal.contain("torch.graph_breaks", "graph breaks are not recorded")
 
 
 class CompileSignals(Protocol):
@@ -135,9 +144,7 @@ class CompileRecorder:
             frame = self.assembler.frame(compile_id, code_key, lambda: _frame(code_key, ctx))
             texts: list[str] = []
             if self.reasons_at_start:
-                with _internal.contain(
-                    "torch.guard_failures", "guard-failure reasons are missing from compile starts"
-                ):
+                with _START_REASONS:
                     texts = self.signals.pending_reasons(code, compile_id)
             own_reason = self.signals.own_reason
             if own_reason is not None:
@@ -393,14 +400,12 @@ class CompileRecorder:
         seen.resolve = _resolver(ctx)
         seen.instance = self._instance(ctx, code_key)
         if ctx is not None:
-            with _internal.contain("torch.guard_set"):
+            with _GUARD_SET:
                 seen.guard_set = guard_set(ctx.guarded_code)
             seen.installed = _installed(ctx.guarded_code)
         texts: list[str] = []
         # A changed torch internal loses this compile's reasons, never the compile itself.
-        with _internal.contain(
-            "torch.guard_failures", "guard-failure reasons are missing from compile events"
-        ):
+        with _REASONS:
             texts = self.signals.guard_reasons(*code_key, compile_id)
         texts += self._take_pending(code_key)
         own_reason = self.signals.own_reason
@@ -408,7 +413,7 @@ class CompileRecorder:
             texts = [t for t in texts if not own_reason(t)]
         seen.texts = texts
         seen.held = compile_id
-        with _internal.contain("torch.graph_breaks", "graph breaks are not recorded"):
+        with _BREAKS:
             seen.breaks = [
                 GraphBreak(
                     time=seen.time,

@@ -134,6 +134,8 @@ class Session:
         self._write_hint = ""  # the event log's line when a write fails (set with the writer)
         self._periodic: history.PeriodicExport | None = None  # exports while the session runs
         self._exporters: list[exporting.Exporter] = []
+        # (exporter, the component its errors are counted under): the fan-out's list, named once
+        self._sinks: list[tuple[exporting.Exporter, str]] = []
         self._listeners: list[Callable[[Event], None]] = []
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self._closed = False
@@ -163,6 +165,7 @@ class Session:
             ):
                 exporter.start(view)
                 self._exporters.append(exporter)
+                self._sinks.append((exporter, f"exporter.{exporter.name}"))
         # Compiles carry a trace id when an exporter sends them as traces under it (the duration exemplar).
         self._recorder.trace_ids = any(exporting.sends_traces(e) for e in self._exporters)
         self._emit(self._session_start())
@@ -409,16 +412,28 @@ class Session:
             if self._closed or forks.forked_from(self.identity.pid):
                 return
             self._recent.append(event)
-            self._unfolded.append(event)
-            if len(self._unfolded) >= FOLD_EVERY:
+            unfolded = self._unfolded
+            unfolded.append(event)
+            if len(unfolded) >= FOLD_EVERY:
                 self._fold()
-            self._write(event)
-            for exporter in self._exporters:
-                with _internal.contain(f"exporter.{exporter.name}"):
+            if self._writer is not None:
+                self._write(event)
+            # What ``_internal.contain`` does, as handlers: a handler costs nothing until it catches, while
+            # a context manager per sink is three calls and a name formatted per event, cold in a compile.
+            for exporter, component in self._sinks:
+                try:
                     exporter.on_event(event)
+                except Exception as exc:  # contained: counted, re-raised under the tests
+                    _internal.record(component, exc)
+                    if _internal.raising():
+                        raise
             for listener in self._listeners:
-                with _internal.contain("listener"):
+                try:
                     listener(event)
+                except Exception as exc:  # as above
+                    _internal.record("listener", exc)
+                    if _internal.raising():
+                        raise
 
     @property
     def aggregates(self) -> Aggregates:
@@ -436,17 +451,22 @@ class Session:
 
     def _write(self, event: Event) -> None:
         """Append ``event`` to the event log, if there is one (the caller holds the lock)."""
-        if self._writer is None:
+        writer = self._writer
+        if writer is None:
             return
-        with _internal.contain("eventlog", self._write_hint):
-            if self._writer.reopen_if_deleted():
+        try:  # contained as ``_emit``'s sinks are (a handler, not a context manager, per event)
+            if writer.reopen_if_deleted():
                 _internal.record(
                     "eventlog.deleted",
-                    FileNotFoundError(f"{self._writer.path} was deleted"),
+                    FileNotFoundError(f"{writer.path} was deleted"),
                     "the event log was deleted while the job ran; recompprof started a new one at "
                     "the same path (events before that are lost): do not clean up a live run directory",
                 )
-            self._writer.write(event)
+            writer.write(event)
+        except Exception as exc:  # counted, re-raised under the tests
+            _internal.record("eventlog", exc, self._write_hint)
+            if _internal.raising():
+                raise
 
     # -- bookends ---------------------------------------------------------------------------------
     @property

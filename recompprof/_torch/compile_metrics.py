@@ -34,6 +34,11 @@ from recompprof._torch.versions import torch_info
 log = logging.getLogger("recompprof")
 
 _MAX_REMEMBERED = 512  # ids of records seen, to recognise them in torch's buffer (its maxlen is 64)
+# Made once: ``contain`` holds nothing of one use, and the hooks below run at every compile (cold there).
+_RECORD = _internal.contain("torch.compile_metrics")
+_RECONCILE = _internal.contain("torch.compile_metrics.reconcile")
+_START = _internal.contain("torch.compile_start")
+_END = _internal.contain("torch.compile_end")
 
 
 class CompileMetricsTap:
@@ -62,6 +67,10 @@ class CompileMetricsTap:
         # id -> record (kept alive)
         self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._start_callback: Callable[..., None] | None = None
+        self._handler: Any = (
+            None  # torch's callback_handler, where the start callback is registered
+        )
+        self._utils: Any = None  # torch._dynamo.utils, whose record buffer reconcile reads
         self._end_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped
         self.live = False
@@ -75,6 +84,7 @@ class CompileMetricsTap:
             return
         import torch._dynamo.utils as utils
 
+        self._utils = utils  # read at every compile start (reconcile): imported once
         if callable(getattr(utils, "add_compilation_metrics_to_chromium", None)):
             self._wrap(utils, "add_compilation_metrics_to_chromium")
         elif callable(getattr(utils, "log_compilation_event", None)):
@@ -103,7 +113,7 @@ class CompileMetricsTap:
         tap = self
 
         def hooked(metrics: Any, *args: Any, **kwargs: Any) -> Any:
-            with _internal.contain("torch.compile_metrics"):
+            with _RECORD:
                 tap._take(metrics)
             return original(metrics, *args, **kwargs)
 
@@ -135,10 +145,10 @@ class CompileMetricsTap:
             return
 
         def on_compile_start(*args: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
-            with _internal.contain("torch.compile_metrics.reconcile"):
+            with _RECONCILE:
                 self.reconcile()
             if self._on_start is not None:
-                with _internal.contain("torch.compile_start"):
+                with _START:
                     compile_id = spelled(getattr(args[0], "compile_id", None) if args else None)
                     is_backward = self.is_backward
                     self._on_start(
@@ -148,12 +158,13 @@ class CompileMetricsTap:
 
         def on_compile_end(*_: Any) -> None:
             if self._on_end is not None:
-                with _internal.contain("torch.compile_end"):
+                with _END:
                     self._on_end()
 
         callback_handler.register_start_callback(on_compile_start)
         callback_handler.register_end_callback(on_compile_end)
         self._start_callback, self._end_callback = on_compile_start, on_compile_end
+        self._handler = callback_handler
 
         def remove() -> None:
             if on_compile_start in callback_handler.start_callbacks:
@@ -220,10 +231,9 @@ class CompileMetricsTap:
 
     def _ensure_start_callback(self) -> None:
         # torch._dynamo.reset() clears every compile callback, ours included: put it back.
-        if self._start_callback is None:
+        callback_handler = self._handler
+        if self._start_callback is None or callback_handler is None:
             return
-        from torch._dynamo.callback import callback_handler
-
         if self._start_callback not in callback_handler.start_callbacks:
             callback_handler.register_start_callback(self._start_callback)
         if (
@@ -236,9 +246,7 @@ class CompileMetricsTap:
         """Feed records torch buffered that never reached the hook; returns how many."""
         if not self.live:
             return 0
-        import torch._dynamo.utils as utils
-
-        buffer = getattr(utils, "_compilation_metrics", None)
+        buffer = getattr(self._utils, "_compilation_metrics", None)
         if not buffer or id(buffer[-1]) in self._seen:
             return 0
         records = list(buffer)

@@ -32,7 +32,7 @@ import sys
 import sysconfig
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from recompprof._model import call_sites, generated_classes
 from recompprof._model.compile_id import UNKNOWN, spelled
@@ -103,9 +103,10 @@ def _cache_entries(cache_size: Any) -> int | None:
     return count if isinstance(count, int) else None
 
 
-@dataclass(frozen=True)
-class Named:
-    """The user's function behind a compiled code object, and the class of the instance it ran on."""
+class Named(NamedTuple):
+    """The user's function behind a compiled code object, and the class of the instance it ran on (a named
+    tuple: each compile start builds one and looks its frame up by it, and a tuple hashes and compares in C,
+    where a frozen dataclass runs Python for each)."""
 
     name: str
     file: str
@@ -361,20 +362,21 @@ def _skipped_dirs() -> tuple[str, ...]:
 _SKIPPED: tuple[str, ...] | None = None
 
 
-_SKIPPED_FILES: dict[
-    str, bool
-] = {}  # file -> skipped? (a deep stack's frames repeat the same few files)
+# file -> None where a call site skips its frames, else whether it is an installed library's: a deep
+# stack's frames repeat the same few files, and each compile's call site walks them all.
+_FILE_KINDS: dict[str, bool | None] = {}
+_UNSEEN = object()
 
 
-def _is_skipped(filename: str) -> bool:
-    skipped = _SKIPPED_FILES.get(filename)
-    if skipped is None:
-        if len(_SKIPPED_FILES) >= 4096:  # bounded: generated code can name many files
-            _SKIPPED_FILES.clear()
-        skipped = _SKIPPED_FILES[filename] = os.path.normcase(filename).startswith(
-            _SKIPPED or ()
-        ) or filename.startswith("<frozen")
-    return skipped
+def _file_kind(filename: str) -> bool | None:
+    """What ``_FILE_KINDS`` holds for ``filename``, found and kept."""
+    if len(_FILE_KINDS) >= 4096:  # bounded: generated code can name many files
+        _FILE_KINDS.clear()
+    skipped = os.path.normcase(filename).startswith(_SKIPPED or ()) or filename.startswith(
+        "<frozen"
+    )
+    kind = _FILE_KINDS[filename] = None if skipped else call_sites.is_library(filename)
+    return kind
 
 
 def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
@@ -391,16 +393,21 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
     lines: list[str] = []
     user = None  # the index in ``lines`` of the user's own line
     frame = ctx.caller
+    kinds = _FILE_KINDS
     for _ in range(_MAX_DEPTH):
         if frame is None or (len(lines) >= _MAX_CALL_SITE and user is not None):
             break
         filename = frame.f_code.co_filename
-        if not _is_skipped(filename):
-            library = call_sites.is_library(filename)
+        library = kinds.get(
+            filename, _UNSEEN
+        )  # a function call per frame only for a file not seen yet
+        if library is _UNSEEN:
+            library = _file_kind(filename)
+        if library is not None:
             if user is None and not library:
                 user = len(lines)
             lines.append(
-                _call_line(filename, frame.f_lineno, frame.f_code.co_name, redact, library)
+                _call_line(filename, frame.f_lineno, frame.f_code.co_name, redact, library is True)
             )
         frame = frame.f_back
     if user is not None and user >= _MAX_CALL_SITE:

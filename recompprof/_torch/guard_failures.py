@@ -30,7 +30,7 @@ def guard_set(guarded_code: Any) -> str | None:
     # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
     # One regex pass and one hash update over the NUL-joined parts (it is on the compile path): the same
     # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL.
-    texts = [str(p) for p in parts]
+    texts = list(map(str, parts))
     joined = "\0".join(texts)
     if joined.count("\0") == len(texts) - 1:
         normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))
@@ -87,6 +87,8 @@ class GuardFailureReader:
     def __init__(self) -> None:
         self._cursors: dict[int, _Cursor] = {}
         self._held: dict[int, list[str]] = {}  # by frame id: read off a list for another frame
+        # torch._dynamo.utils, imported at install: an import statement costs microseconds at every read
+        self._utils: Any = None
         self.live = False
         self.reason_off = ""
 
@@ -96,10 +98,12 @@ class GuardFailureReader:
             self.reason_off = info.why_off("guard_failures")
             return
         try:
+            import torch._dynamo.utils as utils
             from torch._dynamo.utils import guard_failures  # noqa: F401
         except ImportError as exc:
             self.reason_off = f"torch._dynamo.utils.guard_failures missing ({exc})"
             return
+        self._utils = utils
         self.live = True
         self.skip_existing()
 
@@ -133,8 +137,7 @@ class GuardFailureReader:
         before its compile's record takes them); of its frame alone where ``compile_id`` names it."""
         if not self.live:
             return []
-        from torch._dynamo.utils import guard_failures
-
+        guard_failures = self._utils.guard_failures
         frame_id = _frame_id(compile_id)
         found = [(key, reasons) for key, reasons in list(guard_failures.items()) if key == code]
         if frame_id is None:
@@ -151,8 +154,7 @@ class GuardFailureReader:
         frame where ``compile_id`` (its compile's) names one, whichever equal code object keys them."""
         if not self.live:
             return None, []
-        from torch._dynamo.utils import guard_failures
-
+        guard_failures = self._utils.guard_failures
         frame_id = _frame_id(compile_id)
         own: CodeType | None = None
         texts: list[str] = []

@@ -8,12 +8,11 @@ empty.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from recompprof._model.compile_record import CompileRecord, DynamicSettings
 from recompprof._model.cudagraphs import CudagraphSkip, classify_skip
@@ -23,6 +22,7 @@ from recompprof._torch.phases import phases_of
 # torch's recompile_reason when it found none (an invalidated entry's reason shows only there)
 NO_REASON = "Unable to find recompilation reasons"
 _CLASS_REPR = re.compile(r"<class '(?:[\w.]*\.)?(\w+)'>")
+T = TypeVar("T")
 
 
 def _int(value: Any) -> int | None:
@@ -46,7 +46,8 @@ def fields_of(m: Any) -> Get:
     if isinstance(m, dict):
         return m.get
     own = getattr(m, "__dict__", None)
-    if isinstance(own, dict) and dataclasses.is_dataclass(m):
+    # dataclasses.is_dataclass of an instance, without its Python call (an instance's __dict__ is a dict)
+    if isinstance(own, dict) and hasattr(type(m), "__dataclass_fields__"):
         return own.get
     return lambda name: getattr(m, name, None)
 
@@ -169,8 +170,35 @@ _DYNAMIC_SETTINGS = (
     ("specialize_float", "specialize_float"),
     ("unspec_int_on_modules", "allow_unspec_int_on_nn_module"),
 )
-# text -> read: a job's compiles repeat a few settings texts (a forward's and a backward's differ).
-_READ_SETTINGS: dict[str, DynamicSettings] = {}
+
+
+class _ByText(Generic[T]):
+    """What each of a few long texts was read to, found by comparing texts with ``==`` (their lengths, then
+    their bytes) rather than by a dict lookup: torch writes a record's config texts afresh for every compile
+    (5-25 kB each), so a dict would first hash each text in full, which costs several times the comparison
+    (bounded: cleared when full, as settings changed mid-job)."""
+
+    __slots__ = ("_bound", "_read")
+
+    def __init__(self, bound: int) -> None:
+        self._bound = bound
+        self._read: list[tuple[str, T]] = []
+
+    def get(self, text: str) -> T | None:
+        for known, value in self._read:
+            if known == text:
+                return value
+        return None
+
+    def put(self, text: str, value: T) -> T:
+        if len(self._read) >= self._bound:
+            self._read.clear()
+        self._read.append((text, value))
+        return value
+
+
+# a job's compiles repeat a few settings texts (a forward's and a backward's differ)
+_READ_SETTINGS: _ByText[DynamicSettings] = _ByText(8)
 _NO_SETTINGS = DynamicSettings()
 
 
@@ -194,9 +222,7 @@ def _dynamic_settings(value: Any) -> DynamicSettings:
             return _NO_SETTINGS
         if not isinstance(parsed, dict):
             return _NO_SETTINGS
-        if len(_READ_SETTINGS) >= 8:  # bounded: settings changed mid-job
-            _READ_SETTINGS.clear()
-        settings = _READ_SETTINGS[value] = _settings(parsed)
+        settings = _READ_SETTINGS.put(value, _settings(parsed))
     return settings
 
 
@@ -244,8 +270,8 @@ def _runtime_work(get: Get) -> tuple[str, float] | None:
     return "other", 0.0
 
 
-# text -> its hash: a job's compiles repeat a few config texts (a forward's and a backward's differ).
-_HASHED: dict[str, str] = {}
+# a job's compiles repeat a few config texts (a forward's and a backward's differ)
+_HASHED: _ByText[str] = _ByText(16)
 
 
 def config_sha(value: Any) -> str | None:
@@ -258,9 +284,9 @@ def config_sha(value: Any) -> str | None:
         return None
     found = _HASHED.get(value)
     if found is None:
-        if len(_HASHED) >= 16:  # bounded: settings changed mid-job
-            _HASHED.clear()
-        found = _HASHED[value] = hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:16]
+        found = _HASHED.put(
+            value, hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:16]
+        )
     return found
 
 

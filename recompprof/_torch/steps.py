@@ -83,6 +83,9 @@ class StepInTrace:
     def __init__(self, steps: StepCounter) -> None:
         self._steps = steps
         self._hook: Any = None
+        self._utils: Any = (
+            None  # torch._dynamo.utils (imported at install, read at each compile start)
+        )
         self.live = False
         self.reason_off = ""
 
@@ -92,6 +95,8 @@ class StepInTrace:
             self.reason_off = info.why_off("recompile_user_context")
             return
         from torch._dynamo import utils
+
+        self._utils = utils
 
         steps = self._steps
 
@@ -108,9 +113,7 @@ class StepInTrace:
         hook = self._hook
         if hook is None:
             return None
-        from torch._dynamo import utils
-
-        hooks = utils.get_hook_for_recompile_user_context()
+        hooks = self._utils.get_hook_for_recompile_user_context()
         if hooks is not None and hook in hooks:
             return None
         self._hook, self.live = None, False

@@ -1,0 +1,112 @@
+"""What the compile path does not spend: work whose result is known already, inside a real compile.
+
+Each compile's recompprof work runs cold (the compiler evicts its code and data between two compiles), so
+what it costs follows what it touches: these tests pin down work the compile path no longer does at all,
+each against a real ``torch.compile`` or torch's own texts.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch._dynamo.utils as dynamo_utils
+
+import recompprof
+from recompprof._eventlog.reader import read_file
+from recompprof._model.events import Compile
+from recompprof._torch import frames, records
+
+pytestmark = pytest.mark.torch_compat
+
+
+class _Unhashable(str):
+    """A text that fails if anything hashes it (a dict lookup would)."""
+
+    def __hash__(self) -> int:
+        raise AssertionError("the text was hashed")
+
+
+def test_a_config_text_seen_before_is_matched_without_hashing_it() -> None:
+    """A record's config text equal to one read before gets the same hash and settings by comparison alone:
+    torch writes the text afresh for every compile, so hashing it for a lookup would read it twice."""
+    text = dynamo_utils._get_dynamo_config_for_logging()
+    assert isinstance(text, str) and len(text) > 1000
+    sha = records.config_sha(text)
+    settings = records.dynamic_settings({"dynamo_config": text})
+    assert sha == hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    fresh = _Unhashable("".join(list(text)))  # an equal text, another object, as the next record's
+    assert records.config_sha(fresh) == sha
+    assert records.dynamic_settings({"dynamo_config": fresh}) == settings
+    assert settings.automatic is not None  # torch's text says how automatic dynamic is set
+
+
+def _compile_steps(
+    tmp_path: Path, batches: tuple[int, ...], watch: pytest.MonkeyPatch, patch: Any
+) -> list[Compile]:
+    """Forward compiles of a small model, one per batch size (static shapes), under an attached session;
+    ``patch(watch)`` is applied after the first step and undone before the detach, so what it sets up sees
+    the later compiles alone (and not the attach or the detach)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for i, batch in enumerate(batches):
+            if i == 1:
+                patch(watch)
+            compiled(torch.randn(batch, 4)).sum().backward()
+        watch.undo()
+    return [
+        e for e in read_file(session.event_log_path) if isinstance(e, Compile) and not e.backward
+    ]
+
+
+def test_a_call_site_classifies_each_file_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A recompile's call site walks the same files as the compile before it, and none of them is classified
+    again (library or not): the answer is kept per file, and the call site still names this test's line."""
+    asked: Counter[str] = Counter()
+    is_library = frames.call_sites.is_library
+
+    def counted(path: str) -> bool:
+        asked[path] += 1
+        return is_library(path)
+
+    def patch(watch: pytest.MonkeyPatch) -> None:
+        watch.setattr(frames.call_sites, "is_library", counted)
+
+    compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert asked == Counter()  # the two recompiles classified nothing: every file was known
+    for compile in compiles:
+        assert compile.call_site[-1].startswith(f"{__file__}:")
+        assert compile.call_site[-1].endswith(" in _compile_steps")
+
+
+def test_a_warm_compile_path_runs_no_import_statement(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Once a session is attached and a compile has run, recompprof's hooks run no import statement at a
+    compile's start, record or end: each looks the module up and costs microseconds, cold inside a compile."""
+    imports: Counter[tuple[str, str]] = Counter()
+    real_import = builtins.__import__
+
+    def counted(name: str, globals: Any = None, *args: Any, **kwargs: Any) -> Any:
+        caller = (globals or {}).get("__name__", "")
+        if caller.startswith(("recompprof", "recompprof_")):
+            imports[(caller, name)] += 1
+        return real_import(name, globals, *args, **kwargs)
+
+    def patch(watch: pytest.MonkeyPatch) -> None:
+        watch.setattr(builtins, "__import__", counted)
+
+    compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert all(c.reasons for c in compiles[1:])  # the recompiles' guard failures were read
+    assert imports == Counter(), imports

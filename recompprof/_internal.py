@@ -68,6 +68,15 @@ def record(component: str, exc: BaseException, hint: str = "") -> None:
         )
 
 
+def caught(component: str, exc: Exception, hint: str = "") -> None:
+    """What :class:`contain` does with an error, for a ``try``/``except`` on a path where a context
+    manager per call costs too much (the session's fan-out, once per sink and event): counted and
+    logged, raised again only under the tests."""
+    record(component, exc, hint)
+    if _raise:
+        raise exc
+
+
 class contain:
     """``with contain(component, hint):`` runs a block whose failure must not propagate into torch or the training loop.
 

@@ -451,3 +451,26 @@ def test_internal_errors_are_visible_in_snapshot_and_metrics(tmp_path: Path) -> 
     assert session.snapshot().internal_errors["eventlog"] == 1
     assert 'recompprof_internal_errors_total{component="eventlog",rank="0"} 1.0' in text
     assert os.environ.get("RECOMPPROF_RUN_DIR")  # the suite's own run dir setting was not disturbed
+
+
+def test_a_sink_that_raises_is_counted_and_the_others_still_get_every_event(
+    tmp_path: Path,
+) -> None:
+    """A listener that raises on every event costs the job nothing: training ends with the same weights,
+    each failure is counted under ``listener``, and the event log (a sink beside it) holds every compile."""
+    raise_internal_errors(False)
+    expected = _train_steps(None)
+    torch._dynamo.reset()  # the session's steps compile again
+    seen: list[str] = []
+
+    def broken(event: object) -> None:
+        seen.append(type(event).__name__)
+        raise RuntimeError("a listener's own bug")
+
+    with recompprof.attach(run_dir=tmp_path) as session:
+        session.add_listener(broken)
+        weights = _train_steps(None)
+    assert torch.equal(weights, expected)
+    assert session.snapshot().internal_errors["listener"] == len(seen) > 0
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
+    assert len(compiles) == seen.count("Compile") >= 2

@@ -418,22 +418,18 @@ class Session:
                 self._fold()
             if self._writer is not None:
                 self._write(event)
-            # What ``_internal.contain`` does, as handlers: a handler costs nothing until it catches, while
-            # a context manager per sink is three calls and a name formatted per event, cold in a compile.
+            # Contained by handlers: a handler costs nothing until it catches, while a context manager
+            # per sink is three calls and a name formatted per event, cold in a compile.
             for exporter, component in self._sinks:
                 try:
                     exporter.on_event(event)
-                except Exception as exc:  # contained: counted, re-raised under the tests
-                    _internal.record(component, exc)
-                    if _internal.raising():
-                        raise
+                except Exception as exc:  # noqa: BLE001 - counted; raised again under the tests
+                    _internal.caught(component, exc)
             for listener in self._listeners:
                 try:
                     listener(event)
-                except Exception as exc:  # as above
-                    _internal.record("listener", exc)
-                    if _internal.raising():
-                        raise
+                except Exception as exc:  # noqa: BLE001 - as above
+                    _internal.caught("listener", exc)
 
     @property
     def aggregates(self) -> Aggregates:
@@ -463,10 +459,8 @@ class Session:
                     "the same path (events before that are lost): do not clean up a live run directory",
                 )
             writer.write(event)
-        except Exception as exc:  # counted, re-raised under the tests
-            _internal.record("eventlog", exc, self._write_hint)
-            if _internal.raising():
-                raise
+        except Exception as exc:  # noqa: BLE001 - counted; raised again under the tests
+            _internal.caught("eventlog", exc, self._write_hint)
 
     # -- bookends ---------------------------------------------------------------------------------
     @property

@@ -67,9 +67,8 @@ class CompileMetricsTap:
         # id -> record (kept alive)
         self._seen: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._start_callback: Callable[..., None] | None = None
-        self._handler: Any = (
-            None  # torch's callback_handler, where the start callback is registered
-        )
+        # torch's callback_handler, where the start callback is registered
+        self._handler: Any = None
         self._utils: Any = None  # torch._dynamo.utils, whose record buffer reconcile reads
         self._end_callback: Callable[..., None] | None = None
         self.hook = ""  # which torch function is wrapped

@@ -398,9 +398,8 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
         if frame is None or (len(lines) >= _MAX_CALL_SITE and user is not None):
             break
         filename = frame.f_code.co_filename
-        library = kinds.get(
-            filename, _UNSEEN
-        )  # a function call per frame only for a file not seen yet
+        # a function call only for a file not seen yet
+        library = kinds.get(filename, _UNSEEN)
         if library is _UNSEEN:
             library = _file_kind(filename)
         if library is not None:

@@ -83,9 +83,8 @@ class StepInTrace:
     def __init__(self, steps: StepCounter) -> None:
         self._steps = steps
         self._hook: Any = None
-        self._utils: Any = (
-            None  # torch._dynamo.utils (imported at install, read at each compile start)
-        )
+        # torch._dynamo.utils: imported at install, read at each compile start
+        self._utils: Any = None
         self.live = False
         self.reason_off = ""
 

@@ -31,6 +31,7 @@ step() {  # step NAME COMMAND...: run COMMAND, then say how long it took
 
 step "system packages (scripts/system-deps.sh)" scripts/system-deps.sh
 step "environment (scripts/setup.sh)" scripts/setup.sh
+step "the S3A connector for Spark (scripts/s3a-jars.sh)" scripts/s3a-jars.sh
 # Lint and types first (configuration in pyproject.toml): a finding stops the run before pytest starts.
 step "ruff check ." .venv/bin/ruff check . ||
     { echo "scripts/test.sh: FAILED: ruff found problems (try: .venv/bin/ruff check --fix .)" >&2; exit 1; }

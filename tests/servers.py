@@ -1,4 +1,5 @@
-"""Start and stop the real servers tests talk to: Prometheus, Alertmanager, Pushgateway, node_exporter.
+"""Start and stop the real servers tests talk to: Prometheus, Alertmanager, Pushgateway, node_exporter,
+moto's S3 server.
 
 Each runs on 127.0.0.1 with its storage under a temporary directory and is stopped by the caller
 (use them as context managers). Tests that need a missing binary skip with the install command.
@@ -251,6 +252,31 @@ def pushgateway(tmp: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     with _process(args, tmp / f"pushgateway-{port}.log", f"{url}/-/ready"):
         yield url
+
+
+def s3_store(endpoint: str) -> Any:
+    """pyarrow's S3 filesystem on the S3-compatible server at ``endpoint`` (moto takes any keys)."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(
+        endpoint_override=endpoint,
+        scheme="http",
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        allow_bucket_creation=True,
+    )
+
+
+@contextlib.contextmanager
+def moto_s3(tmp: Path, bucket: str = "lake") -> Iterator[str]:
+    """Run moto's standalone server, which emulates Amazon S3 over HTTP, with ``bucket`` made;
+    yields its ``host:port``."""
+    port = free_port()
+    args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with _process(args, tmp / f"moto-{port}.log", f"http://127.0.0.1:{port}/"):
+        s3_store(f"127.0.0.1:{port}").create_dir(bucket)
+        yield f"127.0.0.1:{port}"
 
 
 @contextlib.contextmanager

@@ -4,10 +4,6 @@ filesystem is the client)."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +15,7 @@ duckdb = pytest.importorskip("duckdb")
 
 from generated_runs import generate  # noqa: E402
 from needs import starts  # noqa: E402
+from servers import moto_s3  # noqa: E402
 
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
@@ -26,46 +23,12 @@ from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 @starts("servers")
-def s3_endpoint() -> Iterator[str]:
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An S3-compatible server (moto, emulating S3) on 127.0.0.1, with a bucket ``lake``."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # until it accepts connections (or the deadline: the fixture fails)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None, "moto server exited"
-                assert time.monotonic() < deadline, "moto server did not start in 60 s"
-                time.sleep(0.1)
-        endpoint = f"127.0.0.1:{port}"
-        fs = pafs.S3FileSystem(
-            endpoint_override=endpoint,
-            scheme="http",
-            access_key="testing",
-            secret_key="testing",
-            region="us-east-1",
-            allow_bucket_creation=True,
-        )
-        fs.create_dir("lake")
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture(autouse=True)

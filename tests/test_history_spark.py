@@ -3,6 +3,8 @@
 returns over the same lake (half of it compacted, so both roots and the marker are exercised).
 
 Needs Java 17+ (scripts/system-deps.sh installs openjdk-17-jre-headless) and pyspark (the dev extra).
+The same lake is also read as ``s3a://`` from moto's S3 server through Hadoop's real S3A connector
+(its jars: scripts/s3a-jars.sh, which scripts/test.sh runs).
 """
 
 from __future__ import annotations
@@ -10,7 +12,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import os
+import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 import pytest
 from history_fleet import NEW, Fleet, write_fleet
 from needs import starts
+from servers import REPO, moto_s3, s3_store
 
 from recompprof._history import compact, daily, engine, questions, views
 from recompprof._history.columns import RENAMED
@@ -37,6 +44,26 @@ FLEET = Fleet(days=3, runs_per_day=4)
 # Spark's exact percentile interpolates as DuckDB's quantile_cont does; the printed text uses the
 # approximate one (checked to run below), which a fleet month needs.
 SPARK_EXACT = dataclasses.replace(DIALECTS["spark"], percentile="percentile({x}, {p})")
+
+# Hadoop's S3A connector as scripts/s3a-jars.sh takes it from PyPI (no Maven here): hadoop-aws 3.3.1
+# and the AWS SDK v1 bundle it calls. Pyspark 4.3 ships Hadoop 3.5, whose defaults an S3A of 3.3
+# cannot read (durations written "60s", SDK v2 credential providers), so the session states those
+# settings as 3.3 reads them. A user with the matching hadoop-aws from Maven needs none of them.
+S3A_JARS = [
+    REPO / ".s3a-jars" / "hadoop-aws-3.3.1.jar",
+    REPO / ".s3a-jars" / "aws-java-sdk-bundle-1.11.901.jar",
+]
+S3A_OLD_CONNECTOR = {
+    "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    "fs.s3a.threads.keepalivetime": "60",
+    "fs.s3a.connection.establish.timeout": "30000",
+    "fs.s3a.connection.timeout": "200000",
+    "fs.s3a.connection.ttl": "300000",
+    "fs.s3a.connection.request.timeout": "0",
+    "fs.s3a.connection.acquisition.timeout": "60000",
+    "fs.s3a.connection.idle.time": "60000",
+    "fs.s3a.multipart.purge.age": "86400",
+}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +121,7 @@ def spark(lake: Lake) -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
+        .config("spark.jars", ",".join(str(j) for j in S3A_JARS if j.exists()))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -232,3 +260,87 @@ def test_a_value_spelled_like_a_macro_stays_text_on_spark(lake, spark):
             assert (
                 [tuple(r) for r in spark.sql(sq.text).collect()] == duck.query(dq.text).rows == []
             )
+
+
+@pytest.fixture(scope="module")
+@starts("servers")
+def s3a_lake(lake: Lake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The module's lake copied, file for file, into bucket ``lake`` of moto's S3 server under
+    ``fleet/``; yields the lake's ``s3a://`` URI with the store's endpoint, as a user gives it."""
+    import pyarrow.fs as pafs
+
+    with moto_s3(tmp_path_factory.mktemp("moto")) as endpoint:
+        store = s3_store(endpoint)
+        pafs.copy_files(lake.base, "lake/fleet", pafs.LocalFileSystem(), store)
+        yield f"s3a://lake/fleet?endpoint_override={endpoint}&scheme=http"
+
+
+SINCE = datetime.date(2026, 10, 1)
+
+
+def _printed(uri: str, through: datetime.date | None, question: str, dialect: str) -> str:
+    """``recompprof history QUESTION --print-sql --dialect DIALECT`` for ``uri`` as a user runs it,
+    in a process with no AWS credentials at all (printing opens nothing)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    marker = through.isoformat() if through else "none"
+    command = [sys.executable, "-m", "recompprof._cli.main", "history", question, "--lake", uri]
+    command += ["--since", SINCE.isoformat(), "--print-sql", "--dialect", dialect]
+    done = subprocess.run(
+        [*command, "--through", marker], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _statements(text: str) -> tuple[list[str], list[str]]:
+    """A printed text's statements, comments left out: the views, then the questions."""
+    bodies = [
+        "\n".join(line for line in part.splitlines() if not line.startswith("--"))
+        for part in text.split(";\n")
+    ]
+    bodies = [body for body in bodies if body.strip()]
+    made = [body for body in bodies if body.startswith("CREATE")]
+    return made, bodies[len(made) :]
+
+
+def test_spark_reads_an_s3a_lake_through_the_s3a_connector_as_printed(lake, spark, s3a_lake):
+    """The docs' Spark example on an object store: the text printed for ``--lake s3a://...`` (with no
+    credentials) names the store's settings; set as printed, Spark's real S3A connector reads the lake
+    from moto's S3 server over HTTP, and each question printed so gives the rows DuckDB gives for the
+    same question printed for the local copy of the lake."""
+    missing = [j.name for j in S3A_JARS if not j.exists()]
+    if missing:
+        pytest.skip(f"the S3A connector's jars are missing ({missing}): run scripts/s3a-jars.sh")
+    session = spark.newSession()  # views of its own: the other tests' stay on the local lake
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in {
+        **S3A_OLD_CONNECTOR,
+        "fs.s3a.access.key": "testing",
+        "fs.s3a.secret.key": "testing",
+    }.items():
+        hadoop.set(key, value)
+    duck = engine.Engine(lake, views.select(lake))
+    through = daily.through(lake)
+    answered = {}
+    for name in ("top-causes", "cost"):
+        text = _printed(s3a_lake, through, name, "spark")
+        assert "s3a://lake/fleet/v1/compiles" in text and "s3://" not in text
+        settings = re.search(r"-- an S3-compatible store: (.*)", text)
+        assert settings, text
+        printed = dict(item.split("=", 1) for item in settings.group(1).split(", "))
+        assert printed["spark.hadoop.fs.s3a.endpoint"].startswith("http://127.0.0.1:")
+        for key, value in printed.items():
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
+        made, asked = _statements(text)
+        for body in made:
+            session.sql(body)
+        _, expected = _statements(_printed(lake.uri, through, name, "duckdb"))
+        assert len(asked) == len(expected) >= 2  # the question(s), then the completeness count
+        rows = [[tuple(r) for r in session.sql(t).collect()] for t in asked]
+        for spark_rows, duck_text in zip(rows, expected):
+            duck_rows = duck.query(duck_text).rows
+            assert _same(duck_rows, spark_rows), (name, duck_rows, spark_rows)
+        answered[name] = len(rows[0])
+    days = session.sql("SELECT COUNT(DISTINCT dt) FROM compiles").collect()[0][0]
+    assert days == FLEET.days  # both roots read from the store: the compacted day and the raw ones
+    assert all(answered.values()), answered  # not vacuous: each question has rows

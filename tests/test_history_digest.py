@@ -181,3 +181,26 @@ def test_the_query_paths_columns_are_the_tables_own():
         con.register("empty", pa.Table.from_batches([], schema=tables.SCHEMAS[table]))
         described = {r[0]: r[1] for r in con.execute("DESCRIBE SELECT * FROM empty").fetchall()}
         assert {c: described.get(c) for c in columns} == columns, table
+
+
+def test_a_questions_views_hold_what_it_reads_and_sql_every_column(exported):
+    """The canonical questions' views give only the columns the questions read (each is bound on every
+    query), while ``history sql`` over the same engine, and as its own command, reads any column."""
+    from recompprof._history import engine, questions, views
+
+    lake = views.reader(str(exported))
+    runner = engine.Engine(lake, views.select(lake), questions_only=True)
+    for table, reads in questions.READS.items():
+        columns = {r[0] for r in runner.con.execute(f"DESCRIBE {table}").fetchall()}
+        assert columns == {*reads, "dt"}, table
+    answer = engine.free_query(runner, "SELECT COUNT(frame_file) AS n FROM compiles")
+    assert answer.results[0].rows[0][0] > 0
+    alone = _json(
+        "sql",
+        "--lake",
+        str(exported),
+        "SELECT frame_label FROM compiles LIMIT 1",
+        "--format",
+        "json",
+    )
+    assert alone["results"][0]["rows"][0]["frame_label"]

@@ -58,7 +58,7 @@ from recompprof._history import engine, questions, views
 imported = time.perf_counter() - start
 lake = views.reader(sys.argv[1])
 selection = views.select(lake)
-duck = engine.Engine(lake, selection)
+duck = engine.Engine(lake, selection, questions_only=True)
 opened = time.perf_counter() - start
 runs = duck.query("SELECT run_id, job FROM runs ORDER BY start_time DESC, run_id LIMIT 1").rows
 run, job = runs[0]
@@ -113,8 +113,11 @@ def _inside(inside: list[dict]) -> None:
 
 
 def _tree_env(tree: Path) -> dict[str, str]:
-    """The environment that runs ``tree``'s recompprof (another checkout: the code before a change)."""
-    return {**os.environ, "PYTHONPATH": f"{tree}:{tree}/exporters"}
+    """The environment that runs ``tree``'s recompprof (another checkout: the code before a change).
+    ``python -m`` puts the working directory first on the path, ahead of ``PYTHONPATH``: run from a
+    checkout, the other tree's command would run this checkout's code (``PYTHONSAFEPATH`` keeps it
+    off)."""
+    return {**os.environ, "PYTHONPATH": f"{tree}:{tree}/exporters", "PYTHONSAFEPATH": "1"}
 
 
 def bench_run(args: argparse.Namespace) -> None:
@@ -203,6 +206,9 @@ def bench_run(args: argparse.Namespace) -> None:
                 f"report / digest CPU with {args.against} (its code, its export): "
                 f"{_median(report, 3) / _median(before, 3):.1f}x"
             )
+            # The figure load disturbs least: both digests' CPU, side by side, round by round.
+            paired = statistics.median(d[3] / b[3] for d, b in zip(digested, before))
+            print(f"digest CPU / {args.against.name}'s digest CPU, paired by round: {paired:.3f}")
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

@@ -17,6 +17,8 @@ from recordings import clean_env
 
 # What one question must not import: the event model (pydantic), pyarrow (and numpy under it), torch.
 HEAVY = ("pydantic", "pyarrow", "numpy", "torch", "recompprof._model.events")
+# What DuckDB's Python client imports to convert a list bound as a parameter (a few ms at start).
+CONVERTERS = ("uuid", "platform")
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +72,13 @@ def _heavy(modules: set[str]) -> set[str]:
 def test_a_question_imports_neither_pyarrow_nor_the_event_model(exported, argv):
     """One history command, run as users run it, answers from a local lake through DuckDB's engine
     alone: it imports ``_duckdb`` (not the ``duckdb`` package's Python layer, a tenth of a second more),
-    and none of pyarrow, numpy, pydantic's event model or torch."""
+    none of pyarrow, numpy, pydantic's event model or torch, nor what DuckDB's client loads to
+    convert a bound list."""
     done, modules = _imported("history", argv[0], "--lake", str(exported), *argv[1:])
     assert done.returncode in (0, 1), done.stderr[-2000:]
     assert "_duckdb" in modules and "duckdb" not in modules
     assert _heavy(modules) == set()
+    assert modules.isdisjoint(CONVERTERS)  # the footers' paths are literals, not a bound list
 
 
 def test_import_recompprof_keeps_its_api_lazily():
@@ -177,3 +181,26 @@ def test_the_query_paths_columns_are_the_tables_own():
         con.register("empty", pa.Table.from_batches([], schema=tables.SCHEMAS[table]))
         described = {r[0]: r[1] for r in con.execute("DESCRIBE SELECT * FROM empty").fetchall()}
         assert {c: described.get(c) for c in columns} == columns, table
+
+
+def test_a_questions_views_hold_what_it_reads_and_sql_every_column(exported):
+    """The canonical questions' views give only the columns the questions read (each is bound on every
+    query), while ``history sql`` over the same engine, and as its own command, reads any column."""
+    from recompprof._history import engine, questions, views
+
+    lake = views.reader(str(exported))
+    runner = engine.Engine(lake, views.select(lake), questions_only=True)
+    for table, reads in questions.READS.items():
+        columns = {r[0] for r in runner.con.execute(f"DESCRIBE {table}").fetchall()}
+        assert columns == {*reads, "dt"}, table
+    answer = engine.free_query(runner, "SELECT COUNT(frame_file) AS n FROM compiles")
+    assert answer.results[0].rows[0][0] > 0
+    alone = _json(
+        "sql",
+        "--lake",
+        str(exported),
+        "SELECT frame_label FROM compiles LIMIT 1",
+        "--format",
+        "json",
+    )
+    assert alone["results"][0]["rows"][0]["frame_label"]

@@ -368,7 +368,7 @@ def _digest(args: argparse.Namespace, params: object) -> int:
 
     lake = views.reader(args.lake)
     selection = views.select(lake)
-    runner = engine.Engine(lake, selection)
+    runner = engine.Engine(lake, selection, questions_only=True)
     own = {name: by for name, (_, _, by) in _QUESTIONS.items() if by and args.by is None}
     answers, left_out = engine.digest(runner, params, args.run, own)  # type: ignore[arg-type]
     files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
@@ -398,7 +398,7 @@ def main(args: argparse.Namespace) -> int:
 
     lake = views.reader(args.lake)
     selection = views.select(lake)
-    runner = engine.Engine(lake, selection)
+    runner = engine.Engine(lake, selection, questions_only=args.question != "sql")
     if args.question == "sql":
         answer = engine.free_query(runner, args.text)
     else:

@@ -85,13 +85,17 @@ class Answer:
 class Engine:
     """DuckDB with the lake's views; one per command."""
 
-    def __init__(self, lake: views.Readable, selection: views.Selection) -> None:
+    def __init__(
+        self, lake: views.Readable, selection: views.Selection, questions_only: bool = False
+    ) -> None:
         self.con = selection.connection or views.connect()
         from recompprof._history import duck
 
         self._duckdb = duck.load()
         self.lake = lake
         self.selection = selection
+        # The views give only the columns the canonical questions read (``history sql`` reads any).
+        self._questions_only = questions_only
         self.dropped: list[Skipped] = []
         self._locked = False
         # The session counts of each scope asked (a digest's questions share theirs).
@@ -111,7 +115,7 @@ class Engine:
 
     def _create_views(self) -> None:
         self._counted.clear()  # the files behind the views changed
-        statements, datasets = views.duckdb_views(self.lake, self.selection)
+        statements, datasets = views.duckdb_views(self.lake, self.selection, self._questions_only)
         for name, dataset in datasets.items():
             self.con.register(name, dataset)
         for statement in statements:
@@ -285,6 +289,9 @@ def free_query(engine: Engine, sql: str) -> Answer:
     """``history sql``: one query over the views (the only free-form text), the engine locked to the
     lake first (:meth:`Engine.lock`)."""
     d = engine._duckdb
+    if engine._questions_only:  # a text may read any column
+        engine._questions_only = False
+        engine._create_views()
     try:
         statements = engine.con.extract_statements(sql)
     except d.Error as error:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recompprof._history.columns import RENAMED
+from recompprof._history.dialects.base import literal
 from recompprof._history.local import LocalLake
 
 if TYPE_CHECKING:
@@ -162,10 +163,12 @@ def check_footers(
     paths: list[str],
     expected: Mapping[str, str],
     bad: dict[str, Bad] | None = None,
+    footers: Footers | None = None,
 ) -> Checked:
     """:func:`check` for a local lake, by DuckDB (``con``): each file's footer read, its top-level
     columns and their DuckDB types; a file that does not read, lacks the session key or types a column
-    of ``expected`` (the columns the questions read: name -> DuckDB type) as another kind is left out."""
+    of ``expected`` (the columns the questions read: name -> DuckDB type) as another kind is left out.
+    ``footers``: the files' footers already read (:func:`read_footers`, every table's in one read)."""
     checked = Checked(table)
     todo = []
     for path in paths:
@@ -174,7 +177,7 @@ def check_footers(
             checked.skipped.append(Skipped(table, path, "verify", found.why))
         else:
             todo.append(path)
-    columns, lost, unreadable = _footers(con, todo)
+    columns, lost, unreadable = footers if footers is not None else read_footers(con, todo)
     for path in todo:
         if path in unreadable:
             checked.skipped.append(Skipped(table, path, "unreadable", unreadable[path]))
@@ -201,11 +204,15 @@ def check_footers(
     return checked
 
 
-def _footers(
-    con: Any, paths: list[str]
-) -> tuple[dict[str, list[tuple[str, str]]], dict[str, bytes], dict[str, str]]:
-    """Each file's top-level columns (name, DuckDB type), its UNREADABLE_KEY value, and the files
-    whose footer does not read (why): all files in one read, file by file only when one fails."""
+# Each file's top-level columns (name, DuckDB type), its UNREADABLE_KEY value, and the files whose
+# footer does not read (why).
+Footers = tuple[dict[str, list[tuple[str, str]]], dict[str, bytes], dict[str, str]]
+
+
+def read_footers(con: Any, paths: list[str]) -> Footers:
+    """The footers of ``paths`` (any tables' files): all files in one read, file by file only when one
+    fails. The paths are written into the text as literals: a list bound as a parameter makes DuckDB's
+    Python client import datetime, decimal, uuid and platform to convert it (a question's start-up)."""
     columns: dict[str, list[tuple[str, str]]] = {}
     lost: dict[str, bytes] = {}
     unreadable: dict[str, str] = {}
@@ -215,14 +222,14 @@ def _footers(
 
     duckdb = duck.load()
     try:
-        schema_rows = con.execute(_SCHEMA_SQL, [paths]).fetchall()
-        kv_rows = con.execute(_KV_SQL, [paths, UNREADABLE_KEY]).fetchall()
+        schema_rows = con.execute(_SCHEMA_SQL.format(files=_files(paths))).fetchall()
+        kv_rows = con.execute(_KV_SQL.format(files=_files(paths))).fetchall()
     except duckdb.Error:  # one bad footer fails the whole read: find which, one at a time
         schema_rows, kv_rows = [], []
         for path in paths:
             try:
-                schema_rows += con.execute(_SCHEMA_SQL, [[path]]).fetchall()
-                kv_rows += con.execute(_KV_SQL, [[path], UNREADABLE_KEY]).fetchall()
+                schema_rows += con.execute(_SCHEMA_SQL.format(files=_files([path]))).fetchall()
+                kv_rows += con.execute(_KV_SQL.format(files=_files([path]))).fetchall()
             except duckdb.Error as error:
                 unreadable[path] = _one_line(error)
     by_file: dict[str, list[tuple[str, str, int]]] = {}
@@ -236,10 +243,18 @@ def _footers(
 
 
 _SCHEMA_SQL = (
-    "SELECT file_name, name, duckdb_type, num_children FROM parquet_schema(?) "
+    "SELECT file_name, name, duckdb_type, num_children FROM parquet_schema({files}) "
     "ORDER BY file_name, column_id"
 )
-_KV_SQL = "SELECT file_name, value FROM parquet_kv_metadata(?) WHERE key = ?"
+_KV_SQL = (
+    "SELECT file_name, value FROM parquet_kv_metadata({files}) "
+    f"WHERE key = '{UNREADABLE_KEY.decode()}'::BLOB"
+)
+
+
+def _files(paths: list[str]) -> str:
+    """``paths`` as a DuckDB list of string literals."""
+    return "[" + ", ".join(literal(p) for p in paths) + "]"
 
 
 def _top_level(rows: list[tuple[str, str, int]]) -> list[tuple[str, str]]:

@@ -260,6 +260,9 @@ FROM per_job
 WHERE before_sessions > 0 AND after_sessions > 0 AND after_avg > {job_growth} * before_avg + 1
 ORDER BY after_avg - before_avg DESC, job NULLS LAST"""
 
+# Only the compiles of jobs with sessions on both sides are counted (the rows the join keeps): an
+# engine skips the other jobs' rows as it reads them (DuckDB: every row when no job has both, as when
+# the candidate is not in the lake yet), instead of counting the whole range and joining none.
 _REGRESSED_CAUSES = """
 WITH sessions AS (
   SELECT job,
@@ -272,6 +275,7 @@ causes AS (
          SUM(CASE WHEN {after} THEN 1 ELSE 0 END) AS after_n
   FROM compiles
   WHERE counts_as_recompile AND cause_category IS NOT NULL AND ({before} OR {after}){only}
+    AND job IN (SELECT job FROM sessions WHERE before_sessions > 0 AND after_sessions > 0)
   GROUP BY job, cause_category)
 SELECT c.job, c.cause_category, c.before_n, c.after_n,
        ROUND(CAST(c.before_n AS DOUBLE) / s.before_sessions, 2) AS per_session_before,
@@ -351,11 +355,17 @@ WHERE c.run_id = {run} AND b.max_s IS NOT NULL
   AND c.compile_s > b.max_s + GREATEST(CAST({time_slack} AS DOUBLE), {time_tolerance} * b.max_s)"""
 )
 
+# Counted per run first: the distinct jobs and runs are then counted over those few rows, where
+# COUNT(DISTINCT) over the hits themselves reads them into three aggregates (DuckDB).
 _LIMIT_HITS = """
-SELECT frame_name, frame_key, COUNT(*) AS hits, COUNT(DISTINCT job) AS jobs,
+WITH per_run AS (
+  SELECT frame_name, frame_key, job, run_id, COUNT(*) AS hits
+  FROM compiles
+  WHERE outcome = 'limit_hit' AND dt >= {since}{only}
+  GROUP BY frame_name, frame_key, job, run_id)
+SELECT frame_name, frame_key, SUM(hits) AS hits, COUNT(DISTINCT job) AS jobs,
        COUNT(DISTINCT run_id) AS runs
-FROM compiles
-WHERE outcome = 'limit_hit' AND dt >= {since}{only}
+FROM per_run
 GROUP BY frame_name, frame_key
 ORDER BY hits DESC, frame_name NULLS LAST, frame_key NULLS LAST
 LIMIT {top}"""

@@ -122,13 +122,20 @@ def _select_local(lake: LocalLake, tables: tuple[str, ...]) -> Selection:
     bad = health.read_verified(lake)
     con = selection.connection = connect()
     try:
+        listed: dict[str, tuple[list[str], list[File]]] = {}
         for table in tables:
             compacted = []
             if marker is not None:
                 compacted = [p for d, p in lake.compacted(table).items() if d <= marker]
             listing = lake.files(table)
             raw = [f.path for f in listing if marker is None or f.day > marker]
-            checked = health.check_footers(con, table, sorted(compacted) + raw, READS[table], bad)
+            listed[table] = (sorted(compacted) + raw, listing)
+        # Every table's footers in one read (each read is a query DuckDB plans: a few ms apiece)
+        footers = health.read_footers(
+            con, [p for paths, _ in listed.values() for p in paths if p not in bad]
+        )
+        for table, (paths, listing) in listed.items():
+            checked = health.check_footers(con, table, paths, READS[table], bad, footers)
             if marker is not None:
                 checked.late = _late(
                     [f for f in listing if f.day <= marker],
@@ -211,14 +218,17 @@ def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
     return ", ".join(out)
 
 
-def _local_columns(table: str, checked: health.Checked) -> str:
+def _local_columns(table: str, checked: health.Checked, read_only: bool = False) -> str:
     """A local view's column list: the files' columns in the order first seen (an older exporter's
     renamed column as its new name, from either where files have both), then each column the
-    questions read that no file has yet, as a typed null (the full vocabulary is not imported)."""
+    questions read that no file has yet, as a typed null (the full vocabulary is not imported).
+    ``read_only``: the columns the questions read (:data:`READS`) and no other."""
     renamed = RENAMED.get(table, {})
     old_of = {new: old for old, new in renamed.items()}
     out = []
     for name in checked.order:
+        if read_only and renamed.get(name, name) not in READS[table]:
+            continue
         if name in renamed:  # an old name
             if renamed[name] not in checked.present:
                 out.append(f"{_quoted_name(name)} AS {_quoted_name(renamed[name])}")
@@ -237,14 +247,19 @@ def _quoted_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def duckdb_views(lake: Readable, selection: Selection) -> tuple[list[str], dict[str, object]]:
+def duckdb_views(
+    lake: Readable, selection: Selection, read_only: bool = False
+) -> tuple[list[str], dict[str, object]]:
     """The statements that create the embedded engine's views, and the Arrow datasets they read
-    (for an object store, which DuckDB reaches through pyarrow's filesystem)."""
+    (for an object store, which DuckDB reaches through pyarrow's filesystem). ``read_only``: a
+    local lake's views give only the columns the canonical questions read: DuckDB binds a view's
+    every column on each query that names it (half a millisecond for a table's 80 columns, on each of
+    a digest's twenty reads of a view), and ``history sql`` alone reads the others."""
     statements: list[str] = []
     datasets: dict[str, object] = {}
     for table, checked in selection.tables.items():
         if lake.local:
-            columns = _local_columns(table, checked)
+            columns = _local_columns(table, checked, read_only)
         else:
             from recompprof._history.dialects import DUCKDB
 

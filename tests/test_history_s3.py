@@ -165,3 +165,30 @@ def test_a_bucket_of_both_versions_is_read_through_the_new_names(
         assert main(["history", "sql", "--lake", where, query, "--format", "json"]) == 0
         answers.append(json.loads(capsys.readouterr().out)["results"][0]["rows"])
     assert answers[0] == answers[1] and answers[0][0]["c"] > 0 and answers[0][0]["w"] > 0
+
+
+@pytest.mark.parametrize("scheme", ["s3", "s3a"])
+def test_a_question_on_an_s3_lake_runs_in_a_process_of_its_own(
+    s3_endpoint: str, run: Path, tmp_path: Path, scheme: str
+) -> None:
+    """``recompprof history top-causes --lake s3://...`` run as a user runs it, in a fresh process
+    with nothing imported before it, answers what it answers over the same run exported to a local
+    path: the engine scans the object store's Arrow datasets (it crashed with "Python Arrow objects
+    cannot be scanned" when only DuckDB's engine module was loaded)."""
+    import json
+    import subprocess
+    import sys
+
+    uri = _uri(s3_endpoint, f"fresh-{scheme}")
+    export([run], uri)
+    local = tmp_path / "lake"
+    export([run], str(local))
+    answers = {}
+    for lake in (scheme + uri.removeprefix("s3"), str(local)):
+        command = [sys.executable, "-m", "recompprof._cli.main", "history", "top-causes"]
+        command += ["--lake", lake, "--since", "2000-01-01", "--all", "--format", "json"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        answers[lake] = json.loads(done.stdout)["results"]
+    remote, here = answers.values()
+    assert remote == here and here[0]["rows"], answers

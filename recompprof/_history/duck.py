@@ -21,3 +21,11 @@ def load() -> ModuleType:
 
         return duckdb
     return _duckdb
+
+
+def scans_python_objects() -> None:
+    """Make the engine able to scan Python objects (an object store's Arrow datasets, registered by
+    name): the package's Python layer sets up what the engine looks for when it meets one, so it is
+    imported, once, by a command that registers them. A local lake never needs it."""
+    import duckdb  # noqa: F401 - imported for its side effect on the engine
+

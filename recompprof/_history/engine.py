@@ -116,6 +116,10 @@ class Engine:
     def _create_views(self) -> None:
         self._counted.clear()  # the files behind the views changed
         statements, datasets = views.duckdb_views(self.lake, self.selection, self._questions_only)
+        if datasets:
+            from recompprof._history import duck
+
+            duck.scans_python_objects()
         for name, dataset in datasets.items():
             self.con.register(name, dataset)
         for statement in statements:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
+from array import array
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -241,6 +243,17 @@ class Repeated(NamedTuple):
     indices: list[int] | pa.Array  # an Arrow array: converted already
 
 
+def int32s(values: Sequence[int]) -> pa.Array:
+    """Ints (none None) as an Arrow int32 array, copied in one C pass by :mod:`array` rather than
+    one value at a time through Arrow's converter (a tenth of its cost: the guard failures' places
+    and heads are a few ints a row)."""
+    found = array("i", values)  # OverflowError beyond int32, as Arrow's
+    return pa.Array.from_buffers(pa.int32(), len(found), [None, pa.py_buffer(found)])
+
+
+assert array("i").itemsize == 4, "int32s needs a 4-byte C int"
+
+
 def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
     """``items`` as their distinct objects (first seen first) and each item's place among them, told
     apart by identity: a session's key and a frame's columns are one object each (the items stay
@@ -274,27 +287,27 @@ class CompileBuffer(Buffer):
         self._clear()
 
     def _clear(self) -> None:
-        self.own: list[tuple[Any, ...]] = []  # the rows' own fields not converted yet
-        self.converted: list[pa.Array] = []  # the others', converted (:data:`_OWN_TYPE`)
+        # the rows' own fields and verdicts (:data:`_OWN_TYPE`) not converted yet
+        self.own: list[tuple[Any, ...]] = []
+        self.converted: list[pa.Array] = []  # the others', converted
         self.sites: list[list[str]] = []  # under redact: the converted rows' call sites
         self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
-        self.verdicts: list[tuple[Any, ...]] = []  # _VERDICT_PARTS
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
         self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
     ) -> tuple[int, int]:
-        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
-        :meth:`set_limit`)."""
-        self._room()
+        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`, in that order); returns its
+        place (for :meth:`set_limit`)."""
+        if self.size >= self.limit:
+            self.flush()
         own = self.own
-        own.append(_OWN(event))
+        own.append(_OWN(event) + found)
         if len(own) >= HOT_ROWS:
             self._convert()
         self.keys.append(key)
         self.frames.append(frame)
-        self.verdicts.append(found)
         self.size += 1
         return self.batches, self.size - 1
 
@@ -308,7 +321,7 @@ class CompileBuffer(Buffer):
         """The rows' own fields read since the last call, converted while they are fresh."""
         if self.own:
             if self.text.redact:
-                self.sites.extend(row[-1] for row in self.own)
+                self.sites.extend(row[_SITE] for row in self.own)
             self.converted.append(pa.array(self.own, _OWN_TYPE))
             self.own = []
 
@@ -317,15 +330,13 @@ class CompileBuffer(Buffer):
         self._convert()
         own = _joined(self.converted).flatten()
         parts: dict[str, Any] = dict(zip(_OWN_COLUMNS, own, strict=False))
-        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) :]
+        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) : _SITE + 1]
+        verdicts = dict(zip(_VERDICT_PARTS, own[_SITE + 1 :], strict=True))
         if text.redact:
             sites = [_call_site(lines, text) for lines in self.sites]
         parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
         parts.update(columns_of(_FRAME_COLUMNS, self.frames))
-        found, causes, parts["reasons_omitted"], parts["reason_count"], unknown = zip(
-            *self.verdicts, strict=True
-        )
-        parts.update(_verdict_columns(found, causes, unknown, parts))
+        parts.update(_verdict_columns(verdicts, parts))
         if not text.texts:
             parts["fail_reason"] = [None] * n
         names: list[str | None] = [None] * n
@@ -342,27 +353,30 @@ class CompileBuffer(Buffer):
         return [parts.get(name) for name in _COMPILE_NAMES]
 
 
-# What a compile's row holds of its verdicts: counting.verdict's bits, its cause (or None), the
-# reasons past its cap, the reasons listed, whether its steady-state verdict is unknown.
-_VERDICT_PARTS = ("found", "cause", "reasons_omitted", "reason_count", "unknown")
+# What a compile's row holds of its verdicts, after its own fields: counting.verdict's bits, its
+# cause's category and subject (None: no cause), the reasons past its cap, the reasons listed,
+# whether its steady-state verdict is unknown.
+_VERDICT_PARTS = (
+    "found",
+    "cause_category",
+    "cause_subject",
+    "reasons_omitted",
+    "reason_count",
+    "unknown",
+)
 
 
-def _verdict_columns(
-    found: Sequence[int],
-    causes: Sequence[tuple[Any, str, str] | None],
-    unknown: Sequence[bool],
-    own: dict[str, Any],
-) -> dict[str, Any]:
+def _verdict_columns(verdicts: dict[str, pa.Array], own: dict[str, Any]) -> dict[str, Any]:
     """The columns of a batch's verdicts (``found``, by :func:`recompprof._model.counting.verdict`)
     and causes, made from them and the event's own columns a column at a time."""
-    bits = pa.array(found, pa.int8())
+    bits = verdicts["found"]
 
     def has(bit: int) -> pa.Array:
         return pc.not_equal(pc.bit_wise_and(bits, pa.scalar(bit, pa.int8())), 0)
 
     recompile = has(RECOMPILE)
     # NULL where the verdict is unknown (docs/steady-state.md), in both columns
-    steady = pc.if_else(pa.array(unknown, pa.bool_()), _NO_BOOL, own["steady_state"])
+    steady = pc.if_else(verdicts["unknown"], _NO_BOOL, own["steady_state"])
     duration = own["duration_s"]
     return {
         "counts_as_compile": has(COUNTED),
@@ -370,8 +384,10 @@ def _verdict_columns(
         "steady_state": steady,
         "steady_state_recompile": pc.and_(recompile, steady),
         "compile_s": pc.if_else(has(COSTS), duration, 0.0),
-        "cause_category": [cause[1] if cause is not None else None for cause in causes],
-        "cause_subject": [cause[2] if cause is not None else None for cause in causes],
+        "cause_category": verdicts["cause_category"],
+        "cause_subject": verdicts["cause_subject"],
+        "reasons_omitted": verdicts["reasons_omitted"],
+        "reason_count": verdicts["reason_count"],
     }
 
 
@@ -405,7 +421,7 @@ def nested_type(paths: Sequence[tuple[str, ...]], kinds: Sequence[pa.DataType]) 
 
 def _own_type() -> pa.DataType:
     """The struct type of a compile's own fields (:data:`_OWN`): its columns' types (times as
-    seconds), then its phases', cache lookups' and call site's."""
+    seconds), then its phases', cache lookups' and call site's; then its :data:`_VERDICT_PARTS`."""
     schema = SCHEMAS["compiles"]
 
     def kinds(first: str, count: int) -> list[pa.DataType]:
@@ -426,11 +442,18 @@ def _own_type() -> pa.DataType:
                 nested_type(_REMOTE_PATHS, kinds(REMOTE_CACHE_COLUMNS[0], len(_REMOTE_PATHS))),
             ),
             ("call_site", schema.field("call_site").type),
+            ("found", pa.int8()),
+            ("cause_category", schema.field("cause_category").type),
+            ("cause_subject", schema.field("cause_subject").type),
+            ("reasons_omitted", schema.field("reasons_omitted").type),
+            ("reason_count", schema.field("reason_count").type),
+            ("unknown", pa.bool_()),
         ]
     )
 
 
 _OWN_TYPE = _own_type()
+_SITE = len(_OWN_FIELDS) - 1  # the call site's place in a row of :data:`_OWN_TYPE`
 
 
 def _with_release(keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -477,6 +500,7 @@ class GuardFailureBuffer(Buffer):
         self.reasons: list[Any] = []  # the rows' reasons not converted yet
         self.converted: list[pa.Array] = []  # the others' fields, converted (:data:`_REASON_TYPE`)
         self.positions: list[int | None] = []
+        self.unplaced = False  # a position is None (a row for the reasons past a cap)
         self.counts: dict[int, int] = {}  # a row that stands for more than one reason: how many
 
     def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
@@ -501,6 +525,8 @@ class GuardFailureBuffer(Buffer):
         self.which.append(len(self.heads) - 1)
         self.reasons.append(reason)
         self.positions.append(position)
+        if position is None:
+            self.unplaced = True
         if count != 1:
             self.counts[self.size] = count
         self.size += 1
@@ -514,7 +540,7 @@ class GuardFailureBuffer(Buffer):
 
     def _columns(self) -> list[Any]:
         self._convert()
-        which = pa.array(self.which, pa.int32())  # each row's head, converted once for every column
+        which = int32s(self.which)  # each row's head, converted once for every column
         parts: dict[str, Any] = {
             name: Repeated(values, which)
             for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
@@ -525,10 +551,12 @@ class GuardFailureBuffer(Buffer):
         parts["counts_as_change"] = pc.and_(recompile, parts["explains_change"])
         if not self.text.texts:
             parts["text"] = [""] * self.size
-        counts = [1] * self.size
+        counts = array("i", [1]) * self.size
         for index, count in self.counts.items():
             counts[index] = count
-        parts["position"], parts["count"] = self.positions, counts
+        positions = self.positions
+        parts["position"] = positions if self.unplaced else int32s(positions)  # type: ignore[arg-type]
+        parts["count"] = int32s(counts)
         versions = parts["torch_version"].values
         parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
@@ -570,6 +598,10 @@ class _Session:
         ] = ()  # run_id, rank, pid and dims: what every fact row starts with
         self.labels: dict[str, str] = {}
         self.buffers: dict[tuple[str, datetime.date], Any] = {}
+        # The UTC day of its latest compile (days since the epoch) and its buffers for that day: a
+        # session's compiles come day after day, so most find theirs here.
+        self.day = math.nan
+        self.day_rows: tuple[Any, Any] = (None, None)  # compiles, guard_failures (None: not asked)
         # the row of a compile that hit the limit, for the recompile_limit_hit that follows it:
         # its buffer, its place there and its compile id
         self.last_compile: tuple[CompileBuffer, tuple[int, int], str] | None = None
@@ -579,9 +611,10 @@ class _Session:
         self.key = (self.run_id, self.rank, self.pid, *dims)
 
     def add_compile(
-        self, event: Compile, found: int, cost: float, charged: bool, omitted: int
+        self, event: Compile, found: int, cost: float, cause: Any, omitted: int
     ) -> None:
-        """Count one compile event with verdict ``found`` into the session's totals."""
+        """Count one compile event with verdict ``found`` (charged to ``cause``, or None) into the
+        session's totals."""
         self.verdicts[found] += 1
         if found & RECOMPILE and event.steady_state:
             self.steady += 1
@@ -591,7 +624,7 @@ class _Session:
             self.failures += 1
         self.guard_failures += len(event.reasons) + omitted
         self.compile_seconds += cost
-        if charged:
+        if cause is not None:
             self.recompile_seconds += event.duration
 
     def count(self, bit: int) -> int:
@@ -729,41 +762,54 @@ class SessionRows:
         return found
 
     def _on_compile(self, event: Compile) -> None:
-        session = self._session(event)
+        # The hot path of an export (most events are compiles): the session's helpers inlined.
+        time = event.time
+        session = self.open.get(event.rank)
+        if session is None or session.last_time is None:
+            session = self._session(event)
+        elif time > session.last_time:
+            session.last_time = time
         session.fold.tally(event)
-        self._counted(session, event)
+        session.events += 1  # _counted
+        step = event.step
+        if step is not None and step > session.steps:
+            session.steps = step
         found = verdict(event)
         cause = self.tracker.cause_of(event, found)
         recompile = bool(found & RECOMPILE)
+        reasons = event.reasons
         omitted = sum(event.reasons_omitted.values()) if event.reasons_omitted else 0
-        cost = event.duration if found & COSTS else 0.0
-        session.add_compile(event, found, cost, cause is not None, omitted)
-        frame = self._frame(event.frame)
-        day = day_of(event.time)
-        compiles: CompileBuffer = self._buffer(session, "compiles", day)
+        session.add_compile(event, found, event.duration if found & COSTS else 0.0, cause, omitted)
+        frame = self._frames.get(event.frame) or self._frame(event.frame)
+        if time // 86400 != session.day:  # day_of's day
+            session.day = time // 86400
+            session.day_rows = (self._buffer(session, "compiles", day_of(time)), None)
+        compiles: CompileBuffer = session.day_rows[0]
+        unknown = event.steady_state_unknown is not None
         found_parts = (
-            found,
-            cause,
-            omitted,
-            len(event.reasons),
-            event.steady_state_unknown is not None,
+            (found, None, None, omitted, len(reasons), unknown)
+            if cause is None
+            else (found, cause[1], cause[2], omitted, len(reasons), unknown)
         )
         place = compiles.add(event, session.key, frame, found_parts)
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
-        if event.reasons or omitted:
+        if reasons or omitted:
             head = (
                 *session.key,
-                event.time,
-                event.step,
+                time,
+                step,
                 event.compile_id,
                 event.generation,
                 frame[0],
                 frame[1],
                 recompile,
-                None if event.steady_state_unknown is not None else event.steady_state,
+                None if unknown else event.steady_state,
             )
-            failures: GuardFailureBuffer = self._buffer(session, "guard_failures", day)
-            failures.add(head, event.reasons)
+            failures: GuardFailureBuffer = session.day_rows[1]
+            if failures is None:
+                failures = self._buffer(session, "guard_failures", day_of(time))
+                session.day_rows = (compiles, failures)
+            failures.add(head, reasons)
             if event.reasons_omitted:  # rare: past the per-event cap
                 for category, count in sorted(event.reasons_omitted.items()):
                     failures.add_one(head, _Omitted(category), None, count)

@@ -240,7 +240,7 @@ class Repeated(NamedTuple):
     columns many rows of a batch share: a session's key, a frame, a compile's head)."""
 
     values: Sequence[Any]
-    indices: list[int] | pa.Array  # an Arrow array: converted already
+    indices: Sequence[int] | pa.Array  # an Arrow array: converted already
 
 
 def int32s(values: Sequence[int]) -> pa.Array:
@@ -264,9 +264,14 @@ def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
     return [items[i] for i in first.values()], list(map(dense.__getitem__, found))
 
 
-def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Repeated]:
-    """Columns ``names`` of tuples many rows share, each distinct tuple converted once."""
-    values, indices = interned(rows)
+def columns_of(
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    interned_rows: tuple[list[Any], Sequence[int] | pa.Array] | None = None,
+) -> dict[str, Repeated]:
+    """Columns ``names`` of tuples many rows share, each distinct tuple converted once (``rows``, or
+    their distinct tuples and each row's place among them: ``interned_rows``)."""
+    values, indices = interned_rows or interned(rows)
     return {
         name: Repeated(column, indices)
         for name, column in zip(
@@ -291,7 +296,10 @@ class CompileBuffer(Buffer):
         self.own: list[tuple[Any, ...]] = []
         self.converted: list[pa.Array] = []  # the others', converted
         self.sites: list[list[str]] = []  # under redact: the converted rows' call sites
-        self.keys: list[tuple[Any, ...]] = []
+        # The rows' session keys, by runs of rows: (first row, key) where the key changes (a
+        # session's compiles come one after another).
+        self.keys: list[tuple[int, tuple[Any, ...]]] = []
+        self.key: tuple[Any, ...] | None = None
         self.frames: list[tuple[Any, ...]] = []
         self.limits: dict[int, tuple[str, int | None]] = {}
 
@@ -306,7 +314,9 @@ class CompileBuffer(Buffer):
         own.append(_OWN(event) + found)
         if len(own) >= HOT_ROWS:
             self._convert()
-        self.keys.append(key)
+        if key is not self.key:
+            self.key = key
+            self.keys.append((self.size, key))
         self.frames.append(frame)
         self.size += 1
         return self.batches, self.size - 1
@@ -334,7 +344,7 @@ class CompileBuffer(Buffer):
         verdicts = dict(zip(_VERDICT_PARTS, own[_SITE + 1 :], strict=True))
         if text.redact:
             sites = [_call_site(lines, text) for lines in self.sites]
-        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
+        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), (), _key_runs(self.keys, n)))
         parts.update(columns_of(_FRAME_COLUMNS, self.frames))
         parts.update(_verdict_columns(verdicts, parts))
         if not text.texts:
@@ -456,13 +466,20 @@ _OWN_TYPE = _own_type()
 _SITE = len(_OWN_FIELDS) - 1  # the call site's place in a row of :data:`_OWN_TYPE`
 
 
-def _with_release(keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Each distinct session key with its torch release after it (keys are one object per session)."""
-    done: dict[int, tuple[Any, ...]] = {}
-    for key in keys:
-        if id(key) not in done:
-            done[id(key)] = (*key, torch_release(key[_TORCH_VERSION]))
-    return list(map(done.__getitem__, map(id, keys)))
+def _key_runs(runs: list[tuple[int, tuple[Any, ...]]], rows: int) -> tuple[list[Any], pa.Array]:
+    """The distinct session keys of a batch's runs of rows (keys are one object per session), each
+    with its torch release after it, and each row's place among them."""
+    places: dict[int, int] = {}
+    keys: list[tuple[Any, ...]] = []
+    indices = array("i")
+    ends = [first for first, _ in runs[1:]] + [rows]
+    for (first, key), end in zip(runs, ends, strict=True):
+        place = places.get(id(key))
+        if place is None:
+            place = places[id(key)] = len(keys)
+            keys.append((*key, torch_release(key[_TORCH_VERSION])))
+        indices.extend(array("i", [place]) * (end - first))
+    return keys, pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(indices)])
 
 
 _TORCH_VERSION = _COMPILE_KEY.index("torch_version")
@@ -479,7 +496,13 @@ class _Omitted:
     text: str = ""
 
 
-_HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
+_HEAD_COLUMNS = (
+    *FACT_KEY[len(_COMPILE_KEY) :],
+    "frame_key",
+    "frame_name",
+    "recompile",
+    "steady_state",
+)
 _REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
 _REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
 _REASON_TYPE = pa.struct([SCHEMAS["guard_failures"].field(name) for name in _REASON_COLUMNS])
@@ -487,8 +510,9 @@ _REASON_TYPE = pa.struct([SCHEMAS["guard_failures"].field(name) for name in _REA
 
 class GuardFailureBuffer(Buffer):
     """``guard_failures`` rows: each its reason (its fields converted to Arrow :data:`HOT_ROWS` rows
-    at a time), its place, and its compile's head (key and frame columns, whether the compile is a
-    recompile, its steady_state), held once for its compile's rows."""
+    at a time), its place, and its compile's head (its session's key, held once for a run of
+    compiles, and the compile's place and frame columns, whether it is a recompile, its
+    steady_state), held once for its compile's rows."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
@@ -496,6 +520,8 @@ class GuardFailureBuffer(Buffer):
 
     def _clear(self) -> None:
         self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
+        self.keys: list[tuple[int, tuple[Any, ...]]] = []  # (first head, key): as CompileBuffer's
+        self.key: tuple[Any, ...] | None = None
         self.which: list[int] = []  # each row's head
         self.reasons: list[Any] = []  # the rows' reasons not converted yet
         self.converted: list[pa.Array] = []  # the others' fields, converted (:data:`_REASON_TYPE`)
@@ -503,10 +529,13 @@ class GuardFailureBuffer(Buffer):
         self.unplaced = False  # a position is None (a row for the reasons past a cap)
         self.counts: dict[int, int] = {}  # a row that stands for more than one reason: how many
 
-    def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
-        """A compile's reasons, in order (positions 0, 1, ...)."""
+    def add(self, key: tuple[Any, ...], head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
+        """A compile's reasons, in order (positions 0, 1, ...); ``key``: its session's."""
         n = len(reasons)
         if self.size + n <= self.limit:  # all in this batch (the usual case)
+            if key is not self.key:
+                self.key = key
+                self.keys.append((len(self.heads), key))
             self.which.extend([len(self.heads)] * n)
             self.heads.append(head)
             self.reasons.extend(reasons)
@@ -516,11 +545,21 @@ class GuardFailureBuffer(Buffer):
                 self._convert()
             return
         for position, reason in enumerate(reasons):
-            self.add_one(head, reason, position, 1)
+            self.add_one(key, head, reason, position, 1)
 
-    def add_one(self, head: tuple[Any, ...], reason: Any, position: int | None, count: int) -> None:
+    def add_one(
+        self,
+        key: tuple[Any, ...],
+        head: tuple[Any, ...],
+        reason: Any,
+        position: int | None,
+        count: int,
+    ) -> None:
         self._room()
         if not self.heads or self.heads[-1] is not head:
+            if key is not self.key:
+                self.key = key
+                self.keys.append((len(self.heads), key))
             self.heads.append(head)
         self.which.append(len(self.heads) - 1)
         self.reasons.append(reason)
@@ -545,6 +584,8 @@ class GuardFailureBuffer(Buffer):
             name: Repeated(values, which)
             for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
         }
+        keys, of_head = _key_runs(self.keys, len(self.heads))
+        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), (), (keys, of_head.take(which))))
         parts.update(zip(_REASON_COLUMNS, _joined(self.converted).flatten(), strict=True))
         # a row counts as a change where its compile is a recompile and its reason explains it
         recompile = pa.array(parts["recompile"].values, pa.bool_()).take(which)
@@ -557,8 +598,6 @@ class GuardFailureBuffer(Buffer):
         positions = self.positions
         parts["position"] = positions if self.unplaced else int32s(positions)  # type: ignore[arg-type]
         parts["count"] = int32s(counts)
-        versions = parts["torch_version"].values
-        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -795,7 +834,6 @@ class SessionRows:
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
         if reasons or omitted:
             head = (
-                *session.key,
                 time,
                 step,
                 event.compile_id,
@@ -809,10 +847,10 @@ class SessionRows:
             if failures is None:
                 failures = self._buffer(session, "guard_failures", day_of(time))
                 session.day_rows = (compiles, failures)
-            failures.add(head, reasons)
+            failures.add(session.key, head, reasons)
             if event.reasons_omitted:  # rare: past the per-event cap
                 for category, count in sorted(event.reasons_omitted.items()):
-                    failures.add_one(head, _Omitted(category), None, count)
+                    failures.add_one(session.key, head, _Omitted(category), None, count)
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)

@@ -245,9 +245,12 @@ class Repeated(NamedTuple):
 
 def int32s(values: Sequence[int]) -> pa.Array:
     """Ints (none None) as an Arrow int32 array, copied in one C pass by :mod:`array` rather than
-    one value at a time through Arrow's converter (a tenth of its cost: the guard failures' places
-    and heads are a few ints a row)."""
-    found = array("i", values)  # OverflowError beyond int32, as Arrow's
+    one value at a time through Arrow's converter (17 against 20 ns a value; the guard failures'
+    places, counts and heads are three ints a row)."""
+    try:
+        found = array("i", values)
+    except OverflowError:  # beyond int32: Arrow's own error, as any other column's
+        return pa.array(values, pa.int32())
     return pa.Array.from_buffers(pa.int32(), len(found), [None, pa.py_buffer(found)])
 
 

@@ -240,6 +240,36 @@ def test_rows_converted_as_read_are_the_rows_of_the_batch(
     assert straddled > 7  # reasons past a compile's first, so some batches split a compile
 
 
+def test_a_batch_of_several_sessions_gives_each_row_its_own_key(
+    multirank: Path, tmp_path: Path
+) -> None:
+    """Rows of several sessions in one batch (a log whose ranks' lines alternate, small batches)
+    each carry their own session's key: the fact tables hold the same rows as the export of the
+    ranks' own logs."""
+    logs = [path.read_text().splitlines() for path in sorted(multirank.glob("*.jsonl"))]
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    lines = [line for group in zip(*logs, strict=False) for line in group]
+    (mixed / "rank00000-1.jsonl").write_text("\n".join(lines) + "\n")
+    apart, together = tmp_path / "apart", tmp_path / "together"
+    export([multirank], str(apart))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(export_module, "BATCH_ROWS", 7)  # many batches, most of two or three ranks
+        patch.setattr(rows_module, "HOT_ROWS", 3)
+        export([mixed], str(together))
+    # Not the limit columns: a limit hit fills in its compile's row only while the row is
+    # buffered, and in 7-row batches other ranks' rows may have pushed it out first.
+    for table, left_out in (
+        ("compiles", "run_id, job, limit_name, limit_value"),
+        ("guard_failures", "run_id, job"),
+        ("graph_breaks", "run_id, job"),
+    ):
+        query = f"SELECT * EXCLUDE ({left_out}) FROM {table} ORDER BY ALL"
+        assert sql(together, query) == sql(apart, query)
+    [(ranks,)] = sql(together, "SELECT COUNT(DISTINCT (rank, pid)) FROM compiles")
+    assert ranks == len(logs) == 3
+
+
 def test_export_leaves_arrows_allocator_as_it_was(multirank: Path, tmp_path: Path) -> None:
     """An export (the CLI's, or a program's own call) takes Arrow's buffers from the system allocator
     while it runs and puts the process's default allocator back."""

@@ -29,15 +29,16 @@ def guard_set(guarded_code: Any) -> str | None:
         return None
     # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
     # One regex pass and one hash update over the NUL-joined parts (it is on the compile path): the same
-    # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL.
+    # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL (the
+    # split then gives more pieces than parts; no match spans a NUL).
     texts = list(map(str, parts))
-    joined = "\0".join(texts)
-    if joined.count("\0") == len(texts) - 1:
-        normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))
-    else:
-        normalised = sorted(_NUMBERED_GLOBAL.sub("___", t) for t in texts)
+    normalised = _NUMBERED_GLOBAL.sub("___", "\0".join(texts)).split("\0")
+    if len(normalised) != len(texts):
+        normalised = [_NUMBERED_GLOBAL.sub("___", t) for t in texts]
+    normalised.sort()
+    normalised.append("")  # each part NUL-terminated, the last one too
     return hashlib.blake2b(
-        ("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8
+        "\0".join(normalised).encode("utf-8", "replace"), digest_size=8
     ).hexdigest()
 
 

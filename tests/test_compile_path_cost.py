@@ -171,3 +171,33 @@ def test_a_compile_without_reasons_runs_no_explainer(
     assert first == []  # the first compile and its backward: nothing parsed
     assert parsed and all(parsed)  # the recompile's start and record, each with its texts
     assert compiles[2].reasons and compiles[2].reasons[0].explains_change
+
+
+def test_a_recompiles_frame_is_named_as_its_first_compile_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A frame's recompiles reuse the name its first compile worked out (same code, first argument's class,
+    closure and globals): what the code wraps or runs as a method of is looked up once, and every compile
+    names the same method."""
+    walked: list[str] = []
+    wrapper_target, method_owner = frames._torch_wrapper_target, frames._method_owner
+
+    def target(ctx: Any) -> Any:
+        walked.append("torch wrapper")
+        return wrapper_target(ctx)
+
+    def owner(code: Any, f_locals: Any, closure: Any) -> Any:
+        walked.append("method")
+        return method_owner(code, f_locals, closure)
+
+    def patch(watch: pytest.MonkeyPatch) -> None:
+        watch.setattr(frames, "_torch_wrapper_target", target)
+        watch.setattr(frames, "_method_owner", owner)
+
+    frames._NAMED.clear()
+    patch(monkeypatch)  # from the first compile on
+    compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert len(walked) == 1  # the first compile's start; the recompiles reused its name
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"}
+    assert {c.frame.owner for c in compiles} == {"Sequential"}

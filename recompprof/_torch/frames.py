@@ -114,6 +114,13 @@ class Named(NamedTuple):
     owner: str | None = None  # the instance's class name (None for a plain function)
 
 
+# What each compiled code's calls were named, by all that naming reads of a call, each by identity: the
+# code, its first argument's class, its closure and its globals. A frame's recompiles are named as its first
+# compile was, without walking its class or module again; the objects are held with the name, so no id is
+# reused while it is kept (bounded: cleared when full).
+_NAMED: dict[tuple[int, type, int, int], tuple[types.CodeType, Any, dict[str, Any], Named]] = {}
+
+
 def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named:
     """The user's function behind the compiled code ``name``/``filename``/``line``."""
     if (
@@ -122,6 +129,20 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
         or ctx.code.co_filename != filename
     ):
         return Named(name, filename, line)
+    code, closure, f_globals = ctx.code, ctx.closure, ctx.f_globals
+    key = (id(code), type(_first_argument(code, ctx.f_locals)), id(closure), id(f_globals))
+    known = _NAMED.get(key)
+    if known is not None and known[0] is code and known[1] is closure and known[2] is f_globals:
+        return known[3]
+    named = _resolve(name, filename, line, ctx)
+    if len(_NAMED) >= _MAX_CACHED:
+        _NAMED.clear()
+    _NAMED[key] = (code, closure, f_globals, named)
+    return named
+
+
+def _resolve(name: str, filename: str, line: int, ctx: Compiling) -> Named:
+    """:func:`resolve` of a call of the code being compiled, worked out."""
     code = ctx.code
     if is_torch_wrapper(filename):
         return _torch_wrapper_target(ctx) or Named(name, filename, line)

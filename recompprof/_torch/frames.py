@@ -426,20 +426,34 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
         if library is not None:
             if user is None and not library:
                 user = len(lines)
-            lines.append(
-                _call_line(filename, frame.f_lineno, frame.f_code.co_name, redact, library is True)
-            )
+            lines.append(_call_line(frame, filename, redact, library is True))
         frame = frame.f_back
     if user is not None and user >= _MAX_CALL_SITE:
         lines = lines[: _MAX_CALL_SITE - 1] + [lines[user]]
     return lines[:_MAX_CALL_SITE][::-1]
 
 
-def _call_line(filename: str, line: int, function: str, redact: bool, library: bool) -> str:
+# (code, instruction, redact) -> (the code, its call-site line): a frame's recompiles are called from the same
+# few instructions, and ``f_lineno`` works the line out from the code's line table at every read (a long
+# training function's table is long, and cold inside a compile). The code is held, so its id is not reused
+# while its lines are kept (bounded: cleared when full).
+_LINES: dict[tuple[int, int, bool], tuple[types.CodeType, str]] = {}
+
+
+def _call_line(frame: types.FrameType, filename: str, redact: bool, library: bool) -> str:
+    code = frame.f_code
+    key = (id(code), frame.f_lasti, redact)
+    known = _LINES.get(key)
+    if known is not None and known[0] is code:
+        return known[1]
     if redact:  # a library's file from its site-packages on: its own layout, and still a library's
         filename = (
             call_sites.library_path(filename)
             if library
             else "/".join(filename.replace("\\", "/").split("/")[-2:])
         )
-    return f"{filename[:300]}:{line} in {function[:100]}"
+    line = f"{filename[:300]}:{frame.f_lineno} in {code.co_name[:100]}"
+    if len(_LINES) >= _MAX_CACHED:
+        _LINES.clear()
+    _LINES[key] = (code, line)
+    return line

@@ -201,9 +201,20 @@ class GuardFailureReader:
             del self._held[next(iter(self._held))]
 
 
+# compile id -> its frame id: a compile's start reads its reasons by it, then its record takes them by it
+# (bounded: cleared when full).
+_FRAME_IDS: dict[str | None, int | None] = {}
+
+
 def _frame_id(compile_id: str | None) -> int | None:
+    if compile_id in _FRAME_IDS:
+        return _FRAME_IDS[compile_id]
     parsed = CompileId.parse(compile_id)
-    return parsed.frame_id if parsed is not None else None
+    frame_id = parsed.frame_id if parsed is not None else None
+    if len(_FRAME_IDS) >= 256:
+        _FRAME_IDS.clear()
+    _FRAME_IDS[compile_id] = frame_id
+    return frame_id
 
 
 def _entry_frame(text: str) -> int | None:

@@ -201,3 +201,23 @@ def test_a_recompiles_frame_is_named_as_its_first_compile_was(
     assert len(walked) == 1  # the first compile's start; the recompiles reused its name
     assert {c.frame.name for c in compiles} == {"Sequential.forward"}
     assert {c.frame.owner for c in compiles} == {"Sequential"}
+
+
+def test_a_model_let_go_is_freed_though_its_frame_was_named(tmp_path: Path) -> None:
+    """Naming a compile keeps no instance: a compiled model the job lets go (and torch resets) is freed while
+    the session runs, its frame's name kept by the code and class alone."""
+    import gc
+    import weakref
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    alive = weakref.ref(model)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for batch in (2, 3):
+            compiled(torch.randn(batch, 4)).sum().backward()
+        del model, compiled
+        torch._dynamo.reset()
+        gc.collect()
+        assert alive() is None
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"} and len(compiles) == 4

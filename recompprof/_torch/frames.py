@@ -114,11 +114,14 @@ class Named(NamedTuple):
     owner: str | None = None  # the instance's class name (None for a plain function)
 
 
-# What each compiled code's calls were named, by all that naming reads of a call, each by identity: the
-# code, its first argument's class, its closure and its globals. A frame's recompiles are named as its first
-# compile was, without walking its class or module again; the objects are held with the name, so no id is
-# reused while it is kept (bounded: cleared when full).
-_NAMED: dict[tuple[int, type, int, int], tuple[types.CodeType, Any, dict[str, Any], Named]] = {}
+# What a code's calls were named, where the name follows from the code and a class alone: a method without
+# a closure (the class of its first argument) and torch's wrapper around a module (the module's class). A
+# frame's recompiles are named as its first compile was, without walking its class again. Only codes and
+# classes are held, never an instance (a model let go must be freed), so a call whose closure decides its
+# name (a decorator's wrapper, torch's wrapper around a function) or a nested function, whose module is
+# searched, is worked out each time. Keyed by the code's id, the code held with its name, so no id is reused
+# while it is kept (bounded: cleared when full).
+_NAMED: dict[tuple[int, type], tuple[types.CodeType, Named]] = {}
 
 
 def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named:
@@ -129,16 +132,33 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
         or ctx.code.co_filename != filename
     ):
         return Named(name, filename, line)
-    code, closure, f_globals = ctx.code, ctx.closure, ctx.f_globals
-    key = (id(code), type(_first_argument(code, ctx.f_locals)), id(closure), id(f_globals))
-    known = _NAMED.get(key)
-    if known is not None and known[0] is code and known[1] is closure and known[2] is f_globals:
-        return known[3]
+    code = ctx.code
+    cls = _naming_class(ctx)
+    if cls is None:
+        return _resolve(name, filename, line, ctx)
+    known = _NAMED.get((id(code), cls))
+    if known is not None and known[0] is code:
+        return known[1]
     named = _resolve(name, filename, line, ctx)
+    if named.owner is None and is_torch_wrapper(filename):
+        return named  # not named by the module's class after all (a forward without code)
     if len(_NAMED) >= _MAX_CACHED:
         _NAMED.clear()
-    _NAMED[key] = (code, closure, f_globals, named)
+    _NAMED[(id(code), cls)] = (code, named)
     return named
+
+
+def _naming_class(ctx: Compiling) -> type | None:
+    """The class that, with the code, decides the name of this call (see ``_NAMED``); None where more does."""
+    code = ctx.code
+    if is_torch_wrapper(code.co_filename):
+        target = _wrapper_fn(ctx)  # a module (not a function or a partial): named by its class
+        return (
+            type(target) if hasattr(target, "forward") and not hasattr(target, "__code__") else None
+        )
+    if code.co_freevars or "<locals>" in getattr(code, "co_qualname", "<locals>"):
+        return None
+    return type(_first_argument(code, ctx.f_locals))
 
 
 def _resolve(name: str, filename: str, line: int, ctx: Compiling) -> Named:
@@ -173,13 +193,20 @@ def _short(qualname: str) -> str:
     return qualname.rsplit("<locals>.", 1)[-1]
 
 
-def _torch_wrapper_target(ctx: Compiling) -> Named | None:
+def _wrapper_fn(ctx: Compiling) -> Any:
+    """What torch's wrapper calls (its closure's ``fn``), None where it holds none."""
     names = ctx.code.co_freevars
     if ctx.closure is None or "fn" not in names or len(ctx.closure) != len(names):
         return None
     try:
-        target = ctx.closure[names.index("fn")].cell_contents
+        return ctx.closure[names.index("fn")].cell_contents
     except ValueError:  # empty cell
+        return None
+
+
+def _torch_wrapper_target(ctx: Compiling) -> Named | None:
+    target = _wrapper_fn(ctx)
+    if target is None:
         return None
     for _ in range(16):
         if not isinstance(target, functools.partial):

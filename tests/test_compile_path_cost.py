@@ -110,3 +110,114 @@ def test_a_warm_compile_path_runs_no_import_statement(
     assert [c.is_recompile for c in compiles] == [False, True, True]
     assert all(c.reasons for c in compiles[1:])  # the recompiles' guard failures were read
     assert imports == Counter(), imports
+
+
+class _Counted(str):
+    """A text that counts the comparisons that find it equal to another."""
+
+    matched = 0
+
+    def __eq__(self, other: object) -> bool:
+        equal = str.__eq__(self, other)
+        if equal is True:
+            _Counted.matched += 1
+        return equal
+
+    __hash__ = str.__hash__
+
+
+def test_a_records_dynamo_config_is_compared_once() -> None:
+    """A record's dynamo config text seen before is matched once for both what it says of automatic dynamic
+    and its hash: each comparison reads the text seen before, cold by the next compile."""
+    text = dynamo_utils._get_dynamo_config_for_logging()
+    first = records.read_record({"compile_id": "0/0", "dynamo_config": text})
+    _Counted.matched = 0
+    again = records.read_record(
+        {"compile_id": "0/1", "dynamo_config": _Counted("".join(list(text)))}
+    )
+    assert _Counted.matched == 1
+    assert (again.dynamic, again.dynamo_config_sha) == (first.dynamic, first.dynamo_config_sha)
+    assert again.dynamo_config_sha == hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def test_a_compile_without_reasons_runs_no_explainer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A first compile and every backward have no guard-failure reasons: their start and record parse
+    nothing, while a recompile's are still explained."""
+    from recompprof._model.explaining import ReasonExplainer
+
+    parsed: list[int] = []
+    parse = ReasonExplainer._parse
+
+    def counted(self: ReasonExplainer, frame: Any, texts: list[str], resolve: Any) -> Any:
+        parsed.append(len(texts))
+        return parse(self, frame, texts, resolve)
+
+    monkeypatch.setattr(ReasonExplainer, "_parse", counted)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        compiled(torch.randn(2, 4)).sum().backward()
+        first = list(parsed)
+        compiled(torch.randn(3, 4)).sum().backward()
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
+    assert [(c.backward, c.is_recompile) for c in compiles] == [
+        (False, False),
+        (True, False),
+        (False, True),
+        (True, False),
+    ]
+    assert first == []  # the first compile and its backward: nothing parsed
+    assert parsed and all(parsed)  # the recompile's start and record, each with its texts
+    assert compiles[2].reasons and compiles[2].reasons[0].explains_change
+
+
+def test_a_recompiles_frame_is_named_as_its_first_compile_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A frame's recompiles reuse the name its first compile worked out (same code, first argument's class,
+    closure and globals): what the code wraps or runs as a method of is looked up once, and every compile
+    names the same method."""
+    walked: list[str] = []
+    wrapper_target, method_owner = frames._torch_wrapper_target, frames._method_owner
+
+    def target(ctx: Any) -> Any:
+        walked.append("torch wrapper")
+        return wrapper_target(ctx)
+
+    def owner(code: Any, f_locals: Any, closure: Any) -> Any:
+        walked.append("method")
+        return method_owner(code, f_locals, closure)
+
+    def patch(watch: pytest.MonkeyPatch) -> None:
+        watch.setattr(frames, "_torch_wrapper_target", target)
+        watch.setattr(frames, "_method_owner", owner)
+
+    frames._NAMED.clear()
+    patch(monkeypatch)  # from the first compile on
+    compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert len(walked) == 1  # the first compile's start; the recompiles reused its name
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"}
+    assert {c.frame.owner for c in compiles} == {"Sequential"}
+
+
+def test_a_model_let_go_is_freed_though_its_frame_was_named(tmp_path: Path) -> None:
+    """Naming a compile keeps no instance: a compiled model the job lets go (and torch resets) is freed while
+    the session runs, its frame's name kept by the code and class alone."""
+    import gc
+    import weakref
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    alive = weakref.ref(model)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+    with recompprof.attach(run_dir=tmp_path) as session:
+        for batch in (2, 3):
+            compiled(torch.randn(batch, 4)).sum().backward()
+        del model, compiled
+        torch._dynamo.reset()
+        gc.collect()
+        assert alive() is None
+    compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"} and len(compiles) == 4

@@ -161,18 +161,22 @@ class OtelExporter(Exporter):
         self._active = False
 
     def on_event(self, event: Event) -> None:
-        if not self._active or self._owner.forked() or self._builder is None:
+        # Called on the compile path for every event, cold there: no Python call but the hand-over's.
+        # ``os.getpid() != owner.pid`` is ``Owner.forked()``.
+        if not self._active or os.getpid() != self._owner.pid or self._builder is None:
             return
         processor = self.processor
         if self._max_handed and processor is not None:
             # Handed to the export thread; spans are timed by the event, not by when they are built.
             handed = self._handed
-            if len(handed) >= self._max_handed:
+            waiting = len(handed)
+            if waiting >= self._max_handed:
                 with contain("otel.span"):
                     processor.drop(QUEUE_FULL, spans_of(event))
                 return
             handed.append((event, threading.get_ident()))
-            processor.handed_over(len(handed))
+            if not processor.started or waiting + 1 >= processor.batch_size:
+                processor.handed_over(waiting + 1)
             return
         with contain("otel.span"):
             self._build(event, threading.get_ident())

@@ -59,6 +59,9 @@ class BoundedBatchProcessor(SpanProcessor):
         self._settled = 0  # spans exported, failed or dropped after being queued
         self._owner = Owner()
         self._thread: threading.Thread | None = None
+        # Read by a producer before it calls ``handed_over`` (a call it skips when neither changes anything).
+        self.started = False  # the worker thread was started
+        self.batch_size = self._max_batch
         self._stopping = False
         self._in_flight = 0  # spans handed to the exporter whose export has not returned
         self._export_began = 0.0
@@ -175,6 +178,7 @@ class BoundedBatchProcessor(SpanProcessor):
             target=self._run, name="recompprof-otel-export", daemon=True
         )
         self._thread.start()
+        self.started = True
 
     def _take(self) -> list[ReadableSpan]:
         with self._cond:

@@ -47,15 +47,12 @@ if TYPE_CHECKING:
 
 MAX_PENDING_REASONS = 64  # profile-mode reason lists held per code object until its compile reports
 MAX_STARTED_TRACES = 8  # trace ids of started compiles held until their records come
-# Made once: ``contain`` holds nothing of one use, and these run at every compile (cold there).
-_START_REASONS = _internal.contain(
-    "torch.guard_failures", "guard-failure reasons are missing from compile starts"
-)
-_GUARD_SET = _internal.contain("torch.guard_set")
-_REASONS = _internal.contain(
-    "torch.guard_failures", "guard-failure reasons are missing from compile events"
-)
-_BREAKS = _internal.contain("torch.graph_breaks", "graph breaks are not recorded")
+# What a failed read of torch loses, said once per component. These reads run at every compile (cold
+# there): each is contained by a ``try``/``except`` doing what ``contain`` does (``_internal.caught``),
+# which costs nothing until it catches, where a context manager is two more calls per read.
+_START_REASONS_LOST = "guard-failure reasons are missing from compile starts"
+_REASONS_LOST = "guard-failure reasons are missing from compile events"
+_BREAKS_LOST = "graph breaks are not recorded"
 
 
 class CompileSignals(Protocol):
@@ -144,8 +141,10 @@ class CompileRecorder:
             frame = self.assembler.frame(compile_id, code_key, lambda: _frame(code_key, ctx))
             texts: list[str] = []
             if self.reasons_at_start:
-                with _START_REASONS:
+                try:
                     texts = self.signals.pending_reasons(code, compile_id)
+                except Exception as exc:  # noqa: BLE001 - counted; raised again under the tests
+                    _internal.caught("torch.guard_failures", exc, _START_REASONS_LOST)
             own_reason = self.signals.own_reason
             if own_reason is not None:
                 texts = [t for t in texts if not own_reason(t)]
@@ -160,9 +159,12 @@ class CompileRecorder:
                     "compile_id": compile_id,
                     "generation": self.generation,
                     "is_recompile": _starts_recompile(ctx, compile_id, bool(texts)),
+                    # A first compile has no reason: nothing to resolve or bind.
                     "reason": self.assembler.trigger(
                         frame, texts, _resolver(ctx), _binder(ctx, code_key)
-                    ),
+                    )
+                    if texts
+                    else None,
                     "trace_id": trace_id,
                 },
             )
@@ -400,20 +402,24 @@ class CompileRecorder:
         seen.resolve = _resolver(ctx)
         seen.instance = self._instance(ctx, code_key)
         if ctx is not None:
-            with _GUARD_SET:
+            try:
                 seen.guard_set = guard_set(ctx.guarded_code)
+            except Exception as exc:  # noqa: BLE001 - as above
+                _internal.caught("torch.guard_set", exc)
             seen.installed = _installed(ctx.guarded_code)
         texts: list[str] = []
         # A changed torch internal loses this compile's reasons, never the compile itself.
-        with _REASONS:
+        try:
             texts = self.signals.guard_reasons(*code_key, compile_id)
+        except Exception as exc:  # noqa: BLE001 - as above
+            _internal.caught("torch.guard_failures", exc, _REASONS_LOST)
         texts += self._take_pending(code_key)
         own_reason = self.signals.own_reason
         if own_reason is not None:
             texts = [t for t in texts if not own_reason(t)]
         seen.texts = texts
         seen.held = compile_id
-        with _BREAKS:
+        try:
             seen.breaks = [
                 GraphBreak(
                     time=seen.time,
@@ -426,6 +432,8 @@ class CompileRecorder:
                 )
                 for text, count in self.signals.counted_breaks()
             ]
+        except Exception as exc:  # noqa: BLE001 - as above
+            _internal.caught("torch.graph_breaks", exc, _BREAKS_LOST)
         seen.trace_seconds = self.signals.trace_seconds()
         seen.bind = _binder(ctx, code_key)
         return seen

@@ -332,6 +332,8 @@ class ReasonExplainer:
     ) -> Reason | None:
         """The reason that will explain the compile of ``frame`` that ``texts`` trigger, by the same rule as
         :meth:`explain`, remembering nothing (a compile start reads it before its compile's record does)."""
+        if not texts:  # a first compile: no reason (nothing parsed, nothing remembered)
+            return None
         parsed = self._parse(frame, texts, resolve)
         if not parsed.facts:
             return None
@@ -407,13 +409,16 @@ class ReasonExplainer:
         against what was seen and adding nothing to it, so no variant is counted and later verdicts are
         those of a job that kept the entry cached.
         """
+        if not texts:  # a first compile, a backward: no reason (nothing parsed, nothing remembered)
+            return Explained([], {})
         parsed = self._parse(frame, texts, resolve)
         if not parsed.facts:
             return Explained([], {})
+        frame_key = frame.key
         if not remember:
-            return self._judged(parsed, self._seen.get(frame.key) or _History(), instance)
-        seen = self._seen.pop(frame.key, None) or _History()
-        self._seen[frame.key] = seen
+            return self._judged(parsed, self._seen.get(frame_key) or _History(), instance)
+        seen = self._seen.pop(frame_key, None) or _History()
+        self._seen[frame_key] = seen
         if len(self._seen) > MAX_FRAMES_REMEMBERED:
             self._seen.popitem(last=False)
         explaining = _explaining(parsed, seen)

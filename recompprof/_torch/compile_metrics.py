@@ -34,11 +34,9 @@ from recompprof._torch.versions import torch_info
 log = logging.getLogger("recompprof")
 
 _MAX_REMEMBERED = 512  # ids of records seen, to recognise them in torch's buffer (its maxlen is 64)
-# Made once: ``contain`` holds nothing of one use, and the hooks below run at every compile (cold there).
-_RECORD = _internal.contain("torch.compile_metrics")
-_RECONCILE = _internal.contain("torch.compile_metrics.reconcile")
-_START = _internal.contain("torch.compile_start")
-_END = _internal.contain("torch.compile_end")
+# The hooks below run at every compile, cold there: each contains its work with a ``try``/``except`` that
+# does what ``contain`` does (``_internal.caught``), which costs nothing until it catches, where a context
+# manager is two more calls per hook.
 
 
 class CompileMetricsTap:
@@ -112,8 +110,10 @@ class CompileMetricsTap:
         tap = self
 
         def hooked(metrics: Any, *args: Any, **kwargs: Any) -> Any:
-            with _RECORD:
+            try:
                 tap._take(metrics)
+            except Exception as exc:  # noqa: BLE001 - counted; raised again under the tests
+                _internal.caught("torch.compile_metrics", exc)
             return original(metrics, *args, **kwargs)
 
         hooked.__wrapped__ = original  # type: ignore[attr-defined]
@@ -144,21 +144,27 @@ class CompileMetricsTap:
             return
 
         def on_compile_start(*args: Any) -> None:  # CallbackArgs from torch 2.8, nothing before
-            with _RECONCILE:
+            try:
                 self.reconcile()
+            except Exception as exc:  # noqa: BLE001 - counted; raised again under the tests
+                _internal.caught("torch.compile_metrics.reconcile", exc)
             if self._on_start is not None:
-                with _START:
+                try:
                     compile_id = spelled(getattr(args[0], "compile_id", None) if args else None)
                     is_backward = self.is_backward
                     self._on_start(
                         compile_id if compile_id != UNKNOWN else None,
                         is_backward is not None and is_backward(args),
                     )
+                except Exception as exc:  # noqa: BLE001 - as above
+                    _internal.caught("torch.compile_start", exc)
 
         def on_compile_end(*_: Any) -> None:
             if self._on_end is not None:
-                with _END:
+                try:
                     self._on_end()
+                except Exception as exc:  # noqa: BLE001 - as above
+                    _internal.caught("torch.compile_end", exc)
 
         callback_handler.register_start_callback(on_compile_start)
         callback_handler.register_end_callback(on_compile_end)

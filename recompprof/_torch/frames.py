@@ -114,6 +114,16 @@ class Named(NamedTuple):
     owner: str | None = None  # the instance's class name (None for a plain function)
 
 
+# What a code's calls were named, where the name follows from the code and a class alone: a method without
+# a closure (the class of its first argument) and torch's wrapper around a module (the module's class). A
+# frame's recompiles are named as its first compile was, without walking its class again. Only codes and
+# classes are held, never an instance (a model let go must be freed), so a call whose closure decides its
+# name (a decorator's wrapper, torch's wrapper around a function) or a nested function, whose module is
+# searched, is worked out each time. Keyed by the code's id, the code held with its name, so no id is reused
+# while it is kept (bounded: cleared when full).
+_NAMED: dict[tuple[int, type], tuple[types.CodeType, Named]] = {}
+
+
 def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named:
     """The user's function behind the compiled code ``name``/``filename``/``line``."""
     if (
@@ -122,6 +132,37 @@ def resolve(name: str, filename: str, line: int, ctx: Compiling | None) -> Named
         or ctx.code.co_filename != filename
     ):
         return Named(name, filename, line)
+    code = ctx.code
+    cls = _naming_class(ctx)
+    if cls is None:
+        return _resolve(name, filename, line, ctx)
+    known = _NAMED.get((id(code), cls))
+    if known is not None and known[0] is code:
+        return known[1]
+    named = _resolve(name, filename, line, ctx)
+    if named.owner is None and is_torch_wrapper(filename):
+        return named  # not named by the module's class after all (a forward without code)
+    if len(_NAMED) >= _MAX_CACHED:
+        _NAMED.clear()
+    _NAMED[(id(code), cls)] = (code, named)
+    return named
+
+
+def _naming_class(ctx: Compiling) -> type | None:
+    """The class that, with the code, decides the name of this call (see ``_NAMED``); None where more does."""
+    code = ctx.code
+    if is_torch_wrapper(code.co_filename):
+        target = _wrapper_fn(ctx)  # a module (not a function or a partial): named by its class
+        return (
+            type(target) if hasattr(target, "forward") and not hasattr(target, "__code__") else None
+        )
+    if code.co_freevars or "<locals>" in getattr(code, "co_qualname", "<locals>"):
+        return None
+    return type(_first_argument(code, ctx.f_locals))
+
+
+def _resolve(name: str, filename: str, line: int, ctx: Compiling) -> Named:
+    """:func:`resolve` of a call of the code being compiled, worked out."""
     code = ctx.code
     if is_torch_wrapper(filename):
         return _torch_wrapper_target(ctx) or Named(name, filename, line)
@@ -152,13 +193,20 @@ def _short(qualname: str) -> str:
     return qualname.rsplit("<locals>.", 1)[-1]
 
 
-def _torch_wrapper_target(ctx: Compiling) -> Named | None:
+def _wrapper_fn(ctx: Compiling) -> Any:
+    """What torch's wrapper calls (its closure's ``fn``), None where it holds none."""
     names = ctx.code.co_freevars
     if ctx.closure is None or "fn" not in names or len(ctx.closure) != len(names):
         return None
     try:
-        target = ctx.closure[names.index("fn")].cell_contents
+        return ctx.closure[names.index("fn")].cell_contents
     except ValueError:  # empty cell
+        return None
+
+
+def _torch_wrapper_target(ctx: Compiling) -> Named | None:
+    target = _wrapper_fn(ctx)
+    if target is None:
         return None
     for _ in range(16):
         if not isinstance(target, functools.partial):
@@ -405,20 +453,34 @@ def call_site(ctx: Compiling | None, redact: bool = False) -> list[str]:
         if library is not None:
             if user is None and not library:
                 user = len(lines)
-            lines.append(
-                _call_line(filename, frame.f_lineno, frame.f_code.co_name, redact, library is True)
-            )
+            lines.append(_call_line(frame, filename, redact, library is True))
         frame = frame.f_back
     if user is not None and user >= _MAX_CALL_SITE:
         lines = lines[: _MAX_CALL_SITE - 1] + [lines[user]]
     return lines[:_MAX_CALL_SITE][::-1]
 
 
-def _call_line(filename: str, line: int, function: str, redact: bool, library: bool) -> str:
+# (code, instruction, redact) -> (the code, its call-site line): a frame's recompiles are called from the same
+# few instructions, and ``f_lineno`` works the line out from the code's line table at every read (a long
+# training function's table is long, and cold inside a compile). The code is held, so its id is not reused
+# while its lines are kept (bounded: cleared when full).
+_LINES: dict[tuple[int, int, bool], tuple[types.CodeType, str]] = {}
+
+
+def _call_line(frame: types.FrameType, filename: str, redact: bool, library: bool) -> str:
+    code = frame.f_code
+    key = (id(code), frame.f_lasti, redact)
+    known = _LINES.get(key)
+    if known is not None and known[0] is code:
+        return known[1]
     if redact:  # a library's file from its site-packages on: its own layout, and still a library's
         filename = (
             call_sites.library_path(filename)
             if library
             else "/".join(filename.replace("\\", "/").split("/")[-2:])
         )
-    return f"{filename[:300]}:{line} in {function[:100]}"
+    line = f"{filename[:300]}:{frame.f_lineno} in {code.co_name[:100]}"
+    if len(_LINES) >= _MAX_CACHED:
+        _LINES.clear()
+    _LINES[key] = (code, line)
+    return line

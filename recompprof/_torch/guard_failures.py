@@ -29,15 +29,16 @@ def guard_set(guarded_code: Any) -> str | None:
         return None
     # Dynamo numbers the globals it installs per compile (G['__builtins_dict___4']): the same guard either way.
     # One regex pass and one hash update over the NUL-joined parts (it is on the compile path): the same
-    # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL.
+    # digest as normalising and hashing part by part, which is kept for the rare part holding a NUL (the
+    # split then gives more pieces than parts; no match spans a NUL).
     texts = list(map(str, parts))
-    joined = "\0".join(texts)
-    if joined.count("\0") == len(texts) - 1:
-        normalised = sorted(_NUMBERED_GLOBAL.sub("___", joined).split("\0"))
-    else:
-        normalised = sorted(_NUMBERED_GLOBAL.sub("___", t) for t in texts)
+    normalised = _NUMBERED_GLOBAL.sub("___", "\0".join(texts)).split("\0")
+    if len(normalised) != len(texts):
+        normalised = [_NUMBERED_GLOBAL.sub("___", t) for t in texts]
+    normalised.sort()
+    normalised.append("")  # each part NUL-terminated, the last one too
     return hashlib.blake2b(
-        ("\0".join(normalised) + "\0").encode("utf-8", "replace"), digest_size=8
+        "\0".join(normalised).encode("utf-8", "replace"), digest_size=8
     ).hexdigest()
 
 
@@ -200,9 +201,20 @@ class GuardFailureReader:
             del self._held[next(iter(self._held))]
 
 
+# compile id -> its frame id: a compile's start reads its reasons by it, then its record takes them by it
+# (bounded: cleared when full).
+_FRAME_IDS: dict[str | None, int | None] = {}
+
+
 def _frame_id(compile_id: str | None) -> int | None:
+    if compile_id in _FRAME_IDS:
+        return _FRAME_IDS[compile_id]
     parsed = CompileId.parse(compile_id)
-    return parsed.frame_id if parsed is not None else None
+    frame_id = parsed.frame_id if parsed is not None else None
+    if len(_FRAME_IDS) >= 256:
+        _FRAME_IDS.clear()
+    _FRAME_IDS[compile_id] = frame_id
+    return frame_id
 
 
 def _entry_frame(text: str) -> int | None:

@@ -290,6 +290,22 @@ def config_sha(value: Any) -> str | None:
     return found
 
 
+# A record's dynamo_config read once for both what it says of automatic dynamic and its hash: one
+# comparison of the text with those seen before, where each reading would compare it again (cold: the texts
+# seen before are out of the CPU caches by the next compile).
+_READ_DYNAMO: _ByText[tuple[DynamicSettings, str | None]] = _ByText(8)
+
+
+def _dynamo_config(value: Any) -> tuple[DynamicSettings, str | None]:
+    """:func:`dynamic_settings` and :func:`config_sha` of a record's ``dynamo_config``."""
+    if not isinstance(value, str) or not value:
+        return _dynamic_settings(value), config_sha(value)
+    found = _READ_DYNAMO.get(value)
+    if found is None:
+        found = _READ_DYNAMO.put(value, (_dynamic_settings(value), config_sha(value)))
+    return found
+
+
 def restart_count(value: Any) -> int | None:
     """How many times Dynamo restarted the compile's trace: torch records the reasons (a set; a trace's
     list), None where the record has no such field."""
@@ -348,6 +364,7 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
     guard_count = _int(get("guard_count"))
     has_guarded_code = _bool(get("has_guarded_code"))
     reason = _text(get("recompile_reason"))
+    dynamic, dynamo_sha = _dynamo_config(get("dynamo_config"))
     return CompileRecord(
         compile_id=str(compile_id) if compile_id is not None else None,
         code_name=_text(get("co_name")),
@@ -371,7 +388,7 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         cache_seconds_saved=_cache_seconds_saved(get("remote_cache_time_saved_s")),
         cudagraph_skip=_cudagraph_skip(get("cudagraph_skip_reason")),
         runtime_work=_runtime_work(get),
-        dynamic=_dynamic_settings(get("dynamo_config")),
+        dynamic=dynamic,
         graph_node_count=_int(get("graph_node_count")),
         graph_input_count=_int(get("graph_input_count")),
         shape_env_guard_count=_int(get("shape_env_guard_count")),
@@ -380,7 +397,7 @@ def read_record(m: Any, *, live: bool = False) -> CompileRecord:
         param_bytes=_int(get("param_bytes")),
         triton_compile_s=_seconds(get("triton_compile_time_us")),
         restart_count=restart_count(get("restart_reasons")),
-        dynamo_config_sha=config_sha(get("dynamo_config")),
+        dynamo_config_sha=dynamo_sha,
         inductor_config_sha=config_sha(get("inductor_config")),
         guard_latency_s=_seconds(get("guard_latency_us")),
         remote_cache_lookups=_remote_cache_lookups(get),

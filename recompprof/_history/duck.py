@@ -28,4 +28,3 @@ def scans_python_objects() -> None:
     name): the package's Python layer sets up what the engine looks for when it meets one, so it is
     imported, once, by a command that registers them. A local lake never needs it."""
     import duckdb  # noqa: F401 - imported for its side effect on the engine
-

@@ -161,9 +161,8 @@ class OtelExporter(Exporter):
         self._active = False
 
     def on_event(self, event: Event) -> None:
-        # Called on the compile path for every event, cold there: no Python call but the hand-over's.
-        # ``os.getpid() != owner.pid`` is ``Owner.forked()``.
-        if not self._active or os.getpid() != self._owner.pid or self._builder is None:
+        # Called on the compile path for every event, cold there: few Python calls but the hand-over's.
+        if not self._active or self._owner.forked() or self._builder is None:
             return
         processor = self.processor
         if self._max_handed and processor is not None:

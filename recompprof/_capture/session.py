@@ -408,9 +408,8 @@ class Session:
     # -- the fan-out ---------------------------------------------------------------------------
     def _emit(self, event: Event) -> None:
         with self._lock:
-            # A forked child (DataLoader worker, compile pool) inherits the session: it must stay silent
-            # (``forks.forked_from``'s test, without a call per event).
-            if self._closed or os.getpid() != self.identity.pid:
+            # A forked child (DataLoader worker, compile pool) inherits the session: it must stay silent.
+            if self._closed or forks.forked_from(self.identity.pid):
                 return
             self._recent.append(event)
             unfolded = self._unfolded

@@ -49,7 +49,7 @@ class BoundedBatchProcessor(SpanProcessor):
     ) -> None:
         self._exporter = exporter
         self._max_queue = max_queue_size
-        self._max_batch = max_export_batch_size
+        self.batch_size = max_export_batch_size  # read by a producer too (see ``started``)
         self._delay = max(schedule_delay_s, 0.01)  # 0 would make the worker spin
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         # Reentrant: a SIGTERM handler may flush while the main thread is inside on_end.
@@ -61,7 +61,6 @@ class BoundedBatchProcessor(SpanProcessor):
         self._thread: threading.Thread | None = None
         # Read by a producer before it calls ``handed_over`` (a call it skips when neither changes anything).
         self.started = False  # the worker thread was started
-        self.batch_size = self._max_batch
         self._stopping = False
         self._in_flight = 0  # spans handed to the exporter whose export has not returned
         self._export_began = 0.0
@@ -93,7 +92,7 @@ class BoundedBatchProcessor(SpanProcessor):
             self._accepted += 1
             if self._thread is None:
                 self._start_thread()
-            if len(self._queue) >= self._max_batch:
+            if len(self._queue) >= self.batch_size:
                 self._wake.set()
 
     def force_flush(self, timeout_millis: int = 30000, down_timeout_s: float | None = None) -> bool:
@@ -170,7 +169,7 @@ class BoundedBatchProcessor(SpanProcessor):
             with self._cond:
                 if self._thread is None and not self._stopping:
                     self._start_thread()
-        if waiting >= self._max_batch:
+        if waiting >= self.batch_size:
             self._wake.set()
 
     def _start_thread(self) -> None:
@@ -182,7 +181,7 @@ class BoundedBatchProcessor(SpanProcessor):
 
     def _take(self) -> list[ReadableSpan]:
         with self._cond:
-            count = min(self._max_batch, len(self._queue))
+            count = min(self.batch_size, len(self._queue))
             self._in_flight = count
             self._export_began = time.monotonic()
             return [self._queue.popleft() for _ in range(count)]

@@ -159,12 +159,9 @@ class CompileRecorder:
                     "compile_id": compile_id,
                     "generation": self.generation,
                     "is_recompile": _starts_recompile(ctx, compile_id, bool(texts)),
-                    # A first compile has no reason: nothing to resolve or bind.
                     "reason": self.assembler.trigger(
                         frame, texts, _resolver(ctx), _binder(ctx, code_key)
-                    )
-                    if texts
-                    else None,
+                    ),
                     "trace_id": trace_id,
                 },
             )

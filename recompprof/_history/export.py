@@ -38,7 +38,6 @@ from recompprof._history.rows import (
     SessionRows,
     TextPolicy,
     buffer,
-    int32s,
     nested_type,
 )
 from recompprof._history.sessions import Session
@@ -174,7 +173,7 @@ def _split(schema: pa.Schema, at: int, column: Nested) -> list[pa.Array]:
 
 def _indices(indices: list[int] | pa.Array) -> pa.Array:
     """A :class:`Repeated` column's indices as Arrow's (made once per batch, shared by its columns)."""
-    return indices if isinstance(indices, pa.Array) else int32s(indices)
+    return indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int32())
 
 
 def _array(kind: pa.DataType, column: Sequence[Any] | pa.Array) -> pa.Array:

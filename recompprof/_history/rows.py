@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 import re
-from array import array
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -240,21 +238,7 @@ class Repeated(NamedTuple):
     columns many rows of a batch share: a session's key, a frame, a compile's head)."""
 
     values: Sequence[Any]
-    indices: Sequence[int] | pa.Array  # an Arrow array: converted already
-
-
-def int32s(values: Sequence[int]) -> pa.Array:
-    """Ints (none None) as an Arrow int32 array, copied in one C pass by :mod:`array` rather than
-    one value at a time through Arrow's converter (17 against 20 ns a value; the guard failures'
-    places, counts and heads are three ints a row)."""
-    try:
-        found = array("i", values)
-    except OverflowError:  # beyond int32: Arrow's own error, as any other column's
-        return pa.array(values, pa.int32())
-    return pa.Array.from_buffers(pa.int32(), len(found), [None, pa.py_buffer(found)])
-
-
-assert array("i").itemsize == 4, "int32s needs a 4-byte C int"
+    indices: list[int] | pa.Array  # an Arrow array: converted already
 
 
 def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
@@ -267,14 +251,9 @@ def interned(items: Sequence[Any]) -> tuple[list[Any], list[int]]:
     return [items[i] for i in first.values()], list(map(dense.__getitem__, found))
 
 
-def columns_of(
-    names: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    interned_rows: tuple[list[Any], Sequence[int] | pa.Array] | None = None,
-) -> dict[str, Repeated]:
-    """Columns ``names`` of tuples many rows share, each distinct tuple converted once (``rows``, or
-    their distinct tuples and each row's place among them: ``interned_rows``)."""
-    values, indices = interned_rows or interned(rows)
+def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, Repeated]:
+    """Columns ``names`` of tuples many rows share, each distinct tuple converted once."""
+    values, indices = interned(rows)
     return {
         name: Repeated(column, indices)
         for name, column in zip(
@@ -295,32 +274,27 @@ class CompileBuffer(Buffer):
         self._clear()
 
     def _clear(self) -> None:
-        # the rows' own fields and verdicts (:data:`_OWN_TYPE`) not converted yet
-        self.own: list[tuple[Any, ...]] = []
-        self.converted: list[pa.Array] = []  # the others', converted
+        self.own: list[tuple[Any, ...]] = []  # the rows' own fields not converted yet
+        self.converted: list[pa.Array] = []  # the others', converted (:data:`_OWN_TYPE`)
         self.sites: list[list[str]] = []  # under redact: the converted rows' call sites
-        # The rows' session keys, by runs of rows: (first row, key) where the key changes (a
-        # session's compiles come one after another).
-        self.keys: list[tuple[int, tuple[Any, ...]]] = []
-        self.key: tuple[Any, ...] | None = None
+        self.keys: list[tuple[Any, ...]] = []
         self.frames: list[tuple[Any, ...]] = []
+        self.verdicts: list[tuple[Any, ...]] = []  # _VERDICT_PARTS
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
         self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
     ) -> tuple[int, int]:
-        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`, in that order); returns its
-        place (for :meth:`set_limit`)."""
-        if self.size >= self.limit:
-            self.flush()
+        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
+        :meth:`set_limit`)."""
+        self._room()
         own = self.own
-        own.append(_OWN(event) + found)
+        own.append(_OWN(event))
         if len(own) >= HOT_ROWS:
             self._convert()
-        if key is not self.key:
-            self.key = key
-            self.keys.append((self.size, key))
+        self.keys.append(key)
         self.frames.append(frame)
+        self.verdicts.append(found)
         self.size += 1
         return self.batches, self.size - 1
 
@@ -334,7 +308,7 @@ class CompileBuffer(Buffer):
         """The rows' own fields read since the last call, converted while they are fresh."""
         if self.own:
             if self.text.redact:
-                self.sites.extend(row[_SITE] for row in self.own)
+                self.sites.extend(row[-1] for row in self.own)
             self.converted.append(pa.array(self.own, _OWN_TYPE))
             self.own = []
 
@@ -343,13 +317,15 @@ class CompileBuffer(Buffer):
         self._convert()
         own = _joined(self.converted).flatten()
         parts: dict[str, Any] = dict(zip(_OWN_COLUMNS, own, strict=False))
-        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) : _SITE + 1]
-        verdicts = dict(zip(_VERDICT_PARTS, own[_SITE + 1 :], strict=True))
+        phases, lookups, remote, sites = own[len(_OWN_COLUMNS) :]
         if text.redact:
             sites = [_call_site(lines, text) for lines in self.sites]
-        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), (), _key_runs(self.keys, n)))
+        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), _with_release(self.keys)))
         parts.update(columns_of(_FRAME_COLUMNS, self.frames))
-        parts.update(_verdict_columns(verdicts, parts))
+        found, causes, parts["reasons_omitted"], parts["reason_count"], unknown = zip(
+            *self.verdicts, strict=True
+        )
+        parts.update(_verdict_columns(found, causes, unknown, parts))
         if not text.texts:
             parts["fail_reason"] = [None] * n
         names: list[str | None] = [None] * n
@@ -366,30 +342,27 @@ class CompileBuffer(Buffer):
         return [parts.get(name) for name in _COMPILE_NAMES]
 
 
-# What a compile's row holds of its verdicts, after its own fields: counting.verdict's bits, its
-# cause's category and subject (None: no cause), the reasons past its cap, the reasons listed,
-# whether its steady-state verdict is unknown.
-_VERDICT_PARTS = (
-    "found",
-    "cause_category",
-    "cause_subject",
-    "reasons_omitted",
-    "reason_count",
-    "unknown",
-)
+# What a compile's row holds of its verdicts: counting.verdict's bits, its cause (or None), the
+# reasons past its cap, the reasons listed, whether its steady-state verdict is unknown.
+_VERDICT_PARTS = ("found", "cause", "reasons_omitted", "reason_count", "unknown")
 
 
-def _verdict_columns(verdicts: dict[str, pa.Array], own: dict[str, Any]) -> dict[str, Any]:
+def _verdict_columns(
+    found: Sequence[int],
+    causes: Sequence[tuple[Any, str, str] | None],
+    unknown: Sequence[bool],
+    own: dict[str, Any],
+) -> dict[str, Any]:
     """The columns of a batch's verdicts (``found``, by :func:`recompprof._model.counting.verdict`)
     and causes, made from them and the event's own columns a column at a time."""
-    bits = verdicts["found"]
+    bits = pa.array(found, pa.int8())
 
     def has(bit: int) -> pa.Array:
         return pc.not_equal(pc.bit_wise_and(bits, pa.scalar(bit, pa.int8())), 0)
 
     recompile = has(RECOMPILE)
     # NULL where the verdict is unknown (docs/steady-state.md), in both columns
-    steady = pc.if_else(verdicts["unknown"], _NO_BOOL, own["steady_state"])
+    steady = pc.if_else(pa.array(unknown, pa.bool_()), _NO_BOOL, own["steady_state"])
     duration = own["duration_s"]
     return {
         "counts_as_compile": has(COUNTED),
@@ -397,10 +370,8 @@ def _verdict_columns(verdicts: dict[str, pa.Array], own: dict[str, Any]) -> dict
         "steady_state": steady,
         "steady_state_recompile": pc.and_(recompile, steady),
         "compile_s": pc.if_else(has(COSTS), duration, 0.0),
-        "cause_category": verdicts["cause_category"],
-        "cause_subject": verdicts["cause_subject"],
-        "reasons_omitted": verdicts["reasons_omitted"],
-        "reason_count": verdicts["reason_count"],
+        "cause_category": [cause[1] if cause is not None else None for cause in causes],
+        "cause_subject": [cause[2] if cause is not None else None for cause in causes],
     }
 
 
@@ -434,7 +405,7 @@ def nested_type(paths: Sequence[tuple[str, ...]], kinds: Sequence[pa.DataType]) 
 
 def _own_type() -> pa.DataType:
     """The struct type of a compile's own fields (:data:`_OWN`): its columns' types (times as
-    seconds), then its phases', cache lookups' and call site's; then its :data:`_VERDICT_PARTS`."""
+    seconds), then its phases', cache lookups' and call site's."""
     schema = SCHEMAS["compiles"]
 
     def kinds(first: str, count: int) -> list[pa.DataType]:
@@ -455,34 +426,20 @@ def _own_type() -> pa.DataType:
                 nested_type(_REMOTE_PATHS, kinds(REMOTE_CACHE_COLUMNS[0], len(_REMOTE_PATHS))),
             ),
             ("call_site", schema.field("call_site").type),
-            ("found", pa.int8()),
-            ("cause_category", schema.field("cause_category").type),
-            ("cause_subject", schema.field("cause_subject").type),
-            ("reasons_omitted", schema.field("reasons_omitted").type),
-            ("reason_count", schema.field("reason_count").type),
-            ("unknown", pa.bool_()),
         ]
     )
 
 
 _OWN_TYPE = _own_type()
-_SITE = len(_OWN_FIELDS) - 1  # the call site's place in a row of :data:`_OWN_TYPE`
 
 
-def _key_runs(runs: list[tuple[int, tuple[Any, ...]]], rows: int) -> tuple[list[Any], pa.Array]:
-    """The distinct session keys of a batch's runs of rows (keys are one object per session), each
-    with its torch release after it, and each row's place among them."""
-    places: dict[int, int] = {}
-    keys: list[tuple[Any, ...]] = []
-    indices = array("i")
-    ends = [first for first, _ in runs[1:]] + [rows]
-    for (first, key), end in zip(runs, ends, strict=True):
-        place = places.get(id(key))
-        if place is None:
-            place = places[id(key)] = len(keys)
-            keys.append((*key, torch_release(key[_TORCH_VERSION])))
-        indices.extend(array("i", [place]) * (end - first))
-    return keys, pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(indices)])
+def _with_release(keys: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each distinct session key with its torch release after it (keys are one object per session)."""
+    done: dict[int, tuple[Any, ...]] = {}
+    for key in keys:
+        if id(key) not in done:
+            done[id(key)] = (*key, torch_release(key[_TORCH_VERSION]))
+    return list(map(done.__getitem__, map(id, keys)))
 
 
 _TORCH_VERSION = _COMPILE_KEY.index("torch_version")
@@ -499,13 +456,7 @@ class _Omitted:
     text: str = ""
 
 
-_HEAD_COLUMNS = (
-    *FACT_KEY[len(_COMPILE_KEY) :],
-    "frame_key",
-    "frame_name",
-    "recompile",
-    "steady_state",
-)
+_HEAD_COLUMNS = (*FACT_KEY, "frame_key", "frame_name", "recompile", "steady_state")
 _REASON_COLUMNS = ("entry", "category", "subject", "explains_change", "text")
 _REASON_FIELDS = attrgetter(*_REASON_COLUMNS)
 _REASON_TYPE = pa.struct([SCHEMAS["guard_failures"].field(name) for name in _REASON_COLUMNS])
@@ -513,9 +464,8 @@ _REASON_TYPE = pa.struct([SCHEMAS["guard_failures"].field(name) for name in _REA
 
 class GuardFailureBuffer(Buffer):
     """``guard_failures`` rows: each its reason (its fields converted to Arrow :data:`HOT_ROWS` rows
-    at a time), its place, and its compile's head (its session's key, held once for a run of
-    compiles, and the compile's place and frame columns, whether it is a recompile, its
-    steady_state), held once for its compile's rows."""
+    at a time), its place, and its compile's head (key and frame columns, whether the compile is a
+    recompile, its steady_state), held once for its compile's rows."""
 
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         super().__init__(text, flush, limit)
@@ -523,22 +473,16 @@ class GuardFailureBuffer(Buffer):
 
     def _clear(self) -> None:
         self.heads: list[tuple[Any, ...]] = []  # one per compile in the batch
-        self.keys: list[tuple[int, tuple[Any, ...]]] = []  # (first head, key): as CompileBuffer's
-        self.key: tuple[Any, ...] | None = None
         self.which: list[int] = []  # each row's head
         self.reasons: list[Any] = []  # the rows' reasons not converted yet
         self.converted: list[pa.Array] = []  # the others' fields, converted (:data:`_REASON_TYPE`)
         self.positions: list[int | None] = []
-        self.unplaced = False  # a position is None (a row for the reasons past a cap)
         self.counts: dict[int, int] = {}  # a row that stands for more than one reason: how many
 
-    def add(self, key: tuple[Any, ...], head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
-        """A compile's reasons, in order (positions 0, 1, ...); ``key``: its session's."""
+    def add(self, head: tuple[Any, ...], reasons: Sequence[Any]) -> None:
+        """A compile's reasons, in order (positions 0, 1, ...)."""
         n = len(reasons)
         if self.size + n <= self.limit:  # all in this batch (the usual case)
-            if key is not self.key:
-                self.key = key
-                self.keys.append((len(self.heads), key))
             self.which.extend([len(self.heads)] * n)
             self.heads.append(head)
             self.reasons.extend(reasons)
@@ -548,27 +492,15 @@ class GuardFailureBuffer(Buffer):
                 self._convert()
             return
         for position, reason in enumerate(reasons):
-            self.add_one(key, head, reason, position, 1)
+            self.add_one(head, reason, position, 1)
 
-    def add_one(
-        self,
-        key: tuple[Any, ...],
-        head: tuple[Any, ...],
-        reason: Any,
-        position: int | None,
-        count: int,
-    ) -> None:
+    def add_one(self, head: tuple[Any, ...], reason: Any, position: int | None, count: int) -> None:
         self._room()
         if not self.heads or self.heads[-1] is not head:
-            if key is not self.key:
-                self.key = key
-                self.keys.append((len(self.heads), key))
             self.heads.append(head)
         self.which.append(len(self.heads) - 1)
         self.reasons.append(reason)
         self.positions.append(position)
-        if position is None:
-            self.unplaced = True
         if count != 1:
             self.counts[self.size] = count
         self.size += 1
@@ -582,25 +514,23 @@ class GuardFailureBuffer(Buffer):
 
     def _columns(self) -> list[Any]:
         self._convert()
-        which = int32s(self.which)  # each row's head, converted once for every column
+        which = pa.array(self.which, pa.int32())  # each row's head, converted once for every column
         parts: dict[str, Any] = {
             name: Repeated(values, which)
             for name, values in zip(_HEAD_COLUMNS, zip(*self.heads, strict=True), strict=True)
         }
-        keys, of_head = _key_runs(self.keys, len(self.heads))
-        parts.update(columns_of((*_COMPILE_KEY, "torch_release"), (), (keys, of_head.take(which))))
         parts.update(zip(_REASON_COLUMNS, _joined(self.converted).flatten(), strict=True))
         # a row counts as a change where its compile is a recompile and its reason explains it
         recompile = pa.array(parts["recompile"].values, pa.bool_()).take(which)
         parts["counts_as_change"] = pc.and_(recompile, parts["explains_change"])
         if not self.text.texts:
             parts["text"] = [""] * self.size
-        counts = array("i", [1]) * self.size
+        counts = [1] * self.size
         for index, count in self.counts.items():
             counts[index] = count
-        positions = self.positions
-        parts["position"] = positions if self.unplaced else int32s(positions)  # type: ignore[arg-type]
-        parts["count"] = int32s(counts)
+        parts["position"], parts["count"] = self.positions, counts
+        versions = parts["torch_version"].values
+        parts["torch_release"] = Repeated(list(map(torch_release, versions)), which)
         return [parts[name] for name in _GUARD_FAILURE_NAMES]
 
 
@@ -640,10 +570,6 @@ class _Session:
         ] = ()  # run_id, rank, pid and dims: what every fact row starts with
         self.labels: dict[str, str] = {}
         self.buffers: dict[tuple[str, datetime.date], Any] = {}
-        # The UTC day of its latest compile (days since the epoch) and its buffers for that day: a
-        # session's compiles come day after day, so most find theirs here.
-        self.day = math.nan
-        self.day_rows: tuple[Any, Any] = (None, None)  # compiles, guard_failures (None: not asked)
         # the row of a compile that hit the limit, for the recompile_limit_hit that follows it:
         # its buffer, its place there and its compile id
         self.last_compile: tuple[CompileBuffer, tuple[int, int], str] | None = None
@@ -653,10 +579,9 @@ class _Session:
         self.key = (self.run_id, self.rank, self.pid, *dims)
 
     def add_compile(
-        self, event: Compile, found: int, cost: float, cause: Any, omitted: int
+        self, event: Compile, found: int, cost: float, charged: bool, omitted: int
     ) -> None:
-        """Count one compile event with verdict ``found`` (charged to ``cause``, or None) into the
-        session's totals."""
+        """Count one compile event with verdict ``found`` into the session's totals."""
         self.verdicts[found] += 1
         if found & RECOMPILE and event.steady_state:
             self.steady += 1
@@ -666,7 +591,7 @@ class _Session:
             self.failures += 1
         self.guard_failures += len(event.reasons) + omitted
         self.compile_seconds += cost
-        if cause is not None:
+        if charged:
             self.recompile_seconds += event.duration
 
     def count(self, bit: int) -> int:
@@ -804,56 +729,44 @@ class SessionRows:
         return found
 
     def _on_compile(self, event: Compile) -> None:
-        # The hot path of an export (most events are compiles): the session's helpers inlined.
-        time = event.time
-        session = self.open.get(event.rank)
-        if session is None or session.last_time is None:
-            session = self._session(event)
-        elif time > session.last_time:
-            session.last_time = time
+        session = self._session(event)
         session.fold.tally(event)
-        session.events += 1  # _counted
-        step = event.step
-        if step is not None and step > session.steps:
-            session.steps = step
+        self._counted(session, event)
         found = verdict(event)
         cause = self.tracker.cause_of(event, found)
         recompile = bool(found & RECOMPILE)
-        reasons = event.reasons
         omitted = sum(event.reasons_omitted.values()) if event.reasons_omitted else 0
-        session.add_compile(event, found, event.duration if found & COSTS else 0.0, cause, omitted)
-        frame = self._frames.get(event.frame) or self._frame(event.frame)
-        if time // 86400 != session.day:  # day_of's day
-            session.day = time // 86400
-            session.day_rows = (self._buffer(session, "compiles", day_of(time)), None)
-        compiles: CompileBuffer = session.day_rows[0]
-        unknown = event.steady_state_unknown is not None
+        cost = event.duration if found & COSTS else 0.0
+        session.add_compile(event, found, cost, cause is not None, omitted)
+        frame = self._frame(event.frame)
+        day = day_of(event.time)
+        compiles: CompileBuffer = self._buffer(session, "compiles", day)
         found_parts = (
-            (found, None, None, omitted, len(reasons), unknown)
-            if cause is None
-            else (found, cause[1], cause[2], omitted, len(reasons), unknown)
+            found,
+            cause,
+            omitted,
+            len(event.reasons),
+            event.steady_state_unknown is not None,
         )
         place = compiles.add(event, session.key, frame, found_parts)
         session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
-        if reasons or omitted:
+        if event.reasons or omitted:
             head = (
-                time,
-                step,
+                *session.key,
+                event.time,
+                event.step,
                 event.compile_id,
                 event.generation,
                 frame[0],
                 frame[1],
                 recompile,
-                None if unknown else event.steady_state,
+                None if event.steady_state_unknown is not None else event.steady_state,
             )
-            failures: GuardFailureBuffer = session.day_rows[1]
-            if failures is None:
-                failures = self._buffer(session, "guard_failures", day_of(time))
-                session.day_rows = (compiles, failures)
-            failures.add(session.key, head, reasons)
+            failures: GuardFailureBuffer = self._buffer(session, "guard_failures", day)
+            failures.add(head, event.reasons)
             if event.reasons_omitted:  # rare: past the per-event cap
                 for category, count in sorted(event.reasons_omitted.items()):
-                    failures.add_one(session.key, head, _Omitted(category), None, count)
+                    failures.add_one(head, _Omitted(category), None, count)
 
     def _on_limit_hit(self, event: RecompileLimitHit) -> None:
         session = self._session(event)

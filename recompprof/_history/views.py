@@ -218,16 +218,16 @@ def _columns(table: str, present: set[str] | None, dialect: Dialect) -> str:
     return ", ".join(out)
 
 
-def _local_columns(table: str, checked: health.Checked, read_only: bool = False) -> str:
+def _local_columns(table: str, checked: health.Checked, questions_only: bool = False) -> str:
     """A local view's column list: the files' columns in the order first seen (an older exporter's
     renamed column as its new name, from either where files have both), then each column the
     questions read that no file has yet, as a typed null (the full vocabulary is not imported).
-    ``read_only``: the columns the questions read (:data:`READS`) and no other."""
+    ``questions_only``: the columns the questions read (:data:`READS`) and no other."""
     renamed = RENAMED.get(table, {})
     old_of = {new: old for old, new in renamed.items()}
     out = []
     for name in checked.order:
-        if read_only and renamed.get(name, name) not in READS[table]:
+        if questions_only and renamed.get(name, name) not in READS[table]:
             continue
         if name in renamed:  # an old name
             if renamed[name] not in checked.present:
@@ -248,10 +248,10 @@ def _quoted_name(name: str) -> str:
 
 
 def duckdb_views(
-    lake: Readable, selection: Selection, read_only: bool = False
+    lake: Readable, selection: Selection, questions_only: bool = False
 ) -> tuple[list[str], dict[str, object]]:
     """The statements that create the embedded engine's views, and the Arrow datasets they read
-    (for an object store, which DuckDB reaches through pyarrow's filesystem). ``read_only``: a
+    (for an object store, which DuckDB reaches through pyarrow's filesystem). ``questions_only``: a
     local lake's views give only the columns the canonical questions read: DuckDB binds a view's
     every column on each query that names it (half a millisecond for a table's 80 columns, on each of
     a digest's twenty reads of a view), and ``history sql`` alone reads the others."""
@@ -259,7 +259,7 @@ def duckdb_views(
     datasets: dict[str, object] = {}
     for table, checked in selection.tables.items():
         if lake.local:
-            columns = _local_columns(table, checked, read_only)
+            columns = _local_columns(table, checked, questions_only)
         else:
             from recompprof._history.dialects import DUCKDB
 

@@ -204,6 +204,7 @@ class GuardFailureReader:
 # compile id -> its frame id: a compile's start reads its reasons by it, then its record takes them by it
 # (bounded: cleared when full).
 _FRAME_IDS: dict[str | None, int | None] = {}
+_MAX_FRAME_IDS = 256
 
 
 def _frame_id(compile_id: str | None) -> int | None:
@@ -211,7 +212,7 @@ def _frame_id(compile_id: str | None) -> int | None:
         return _FRAME_IDS[compile_id]
     parsed = CompileId.parse(compile_id)
     frame_id = parsed.frame_id if parsed is not None else None
-    if len(_FRAME_IDS) >= 256:
+    if len(_FRAME_IDS) >= _MAX_FRAME_IDS:
         _FRAME_IDS.clear()
     _FRAME_IDS[compile_id] = frame_id
     return frame_id

@@ -180,3 +180,21 @@ def test_writer_checks_once_a_second_by_default(
     assert (
         1 <= len(calls) <= 1 + int(elapsed)
     )  # the first event checks, then one more per second the loop ran
+
+
+def test_reasons_that_differ_only_by_their_parameter_read_as_written(tmp_path: Path) -> None:
+    """The reader's interning of reasons keys on every field: a reason with a ``parameter`` and the same
+    reason without one (or with another) each read back as written, in either order."""
+    from recompprof._model.events import Reason
+
+    plain = Reason(text="tensor 'x' size mismatch", category="size", subject="L['x']")
+    named = plain.model_copy(update={"parameter": "L['input_ids']"})
+    other = plain.model_copy(update={"parameter": "L['labels']"})
+    compiles = [
+        _compile(i).model_copy(update={"reasons": [reason]})
+        for i, reason in enumerate([plain, named, other, plain])
+    ]
+    path = tmp_path / "rank00000-1.jsonl"
+    write_events(path, compiles)
+    read = [e.reasons[0].parameter for e in read_file(path) if isinstance(e, Compile)]
+    assert read == [None, "L['input_ids']", "L['labels']", None]

@@ -218,8 +218,9 @@ class Interner:
         return raw if found is None else found
 
     def _reason(self, raw: dict[str, Any]) -> Reason | dict[str, Any]:
-        text, category, subject, explains, entry = (
-            raw.get(k) for k in ("text", "category", "subject", "explains_change", "entry")
+        text, category, subject, explains, entry, parameter = (
+            raw.get(k)
+            for k in ("text", "category", "subject", "explains_change", "entry", "parameter")
         )
         if (
             type(text) is not str
@@ -227,9 +228,11 @@ class Interner:
             or type(subject) is not str
             or type(explains) is not bool
             or (entry is not None and type(entry) is not str)
+            or (parameter is not None and type(parameter) is not str)
         ):
             return raw
-        key = (text, category, subject, explains, entry, "entry" in raw)
+        # every field is in the key: two reasons that differ in any one are two models
+        key = (text, category, subject, explains, entry, "entry" in raw, parameter)
         found = self._reasons.get(key)
         if found is None:
             found = self._remember(self._reasons, key, Reason, raw)

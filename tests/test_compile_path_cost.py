@@ -221,3 +221,27 @@ def test_a_model_let_go_is_freed_though_its_frame_was_named(tmp_path: Path) -> N
         assert alive() is None
     compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
     assert {c.frame.name for c in compiles} == {"Sequential.forward"} and len(compiles) == 4
+
+
+def test_a_recompile_asks_its_module_for_no_attribute_it_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A compiled module's recompiles are named by the class that named its first compile, without asking
+    the module whether it has a ``__code__`` (nn.Module's ``__getattr__`` raises an AttributeError for
+    that, with its message formatted, at every compile start), and still name the same method."""
+    asked: list[str] = []
+
+    def counted(obj: object, name: str) -> bool:
+        if name == "__code__" and isinstance(obj, torch.nn.Module):
+            asked.append(type(obj).__name__)
+        return hasattr(obj, name)
+
+    def patch(watch: pytest.MonkeyPatch) -> None:
+        watch.setattr(frames, "hasattr", counted, raising=False)
+
+    frames._NAMED.clear()
+    compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    assert [c.is_recompile for c in compiles] == [False, True, True]
+    assert asked == []  # the two recompiles' starts and records
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"}
+    assert {c.frame.owner for c in compiles} == {"Sequential"}

@@ -71,31 +71,56 @@ def is_torch_wrapper(filename: str) -> bool:
     return filename.endswith(_WRAPPER_FILES)
 
 
+# torch's ``_compile`` code object, once a walk found it by name: later walks look for this object alone (an
+# identity test per frame walked, where its name and file were compared), and walk by name again where
+# they find none (a compile of another ``_compile``, or none running).
+_compile_code: types.CodeType | None = None
+
+
 def compiling(start: types.FrameType | None = None) -> Compiling | None:
     """The compile in progress on this thread's stack, or None outside one."""
-    frame: types.FrameType | None = start or sys._getframe(1)
+    global _compile_code
+    first: types.FrameType | None = start or sys._getframe(1)
+    known = _compile_code
+    frame = first
+    if known is not None:
+        for _ in range(_MAX_DEPTH):
+            if frame is None or frame.f_code is known:
+                break
+            frame = frame.f_back
+        else:
+            frame = None
+        if frame is not None:
+            return _read(frame)
+        frame = first
     for _ in range(_MAX_DEPTH):
         if frame is None:
             return None
         code = frame.f_code
         if code.co_name == "_compile" and "convert_frame" in code.co_filename:
-            f = frame.f_locals
-            target = f.get("code")
-            if not isinstance(target, types.CodeType):
-                return None
-            compile_id = f.get("compile_id")
-            return Compiling(
-                code=target,
-                f_locals=local if isinstance(local := f.get("locals"), dict) else {},
-                f_globals=globs if isinstance(globs := f.get("globals"), dict) else {},
-                closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
-                compile_id=None if spelled(compile_id) == UNKNOWN else str(compile_id),
-                caller=frame.f_back,
-                guarded_code=f.get("guarded_code"),
-                cache_entries=_cache_entries(f.get("cache_size")),
-            )
+            _compile_code = code
+            return _read(frame)
         frame = frame.f_back
     return None
+
+
+def _read(frame: types.FrameType) -> Compiling | None:
+    """What torch's ``_compile`` frame ``frame`` holds now (None: no code object where torch keeps it)."""
+    f = frame.f_locals
+    target = f.get("code")
+    if not isinstance(target, types.CodeType):
+        return None
+    compile_id = f.get("compile_id")
+    return Compiling(
+        code=target,
+        f_locals=local if isinstance(local := f.get("locals"), dict) else {},
+        f_globals=globs if isinstance(globs := f.get("globals"), dict) else {},
+        closure=f.get("closure") if isinstance(f.get("closure"), tuple) else None,
+        compile_id=None if spelled(compile_id) == UNKNOWN else str(compile_id),
+        caller=frame.f_back,
+        guarded_code=f.get("guarded_code"),
+        cache_entries=_cache_entries(f.get("cache_size")),
+    )
 
 
 def _cache_entries(cache_size: Any) -> int | None:
@@ -153,9 +178,13 @@ def _naming_class(ctx: Compiling) -> type | None:
     code = ctx.code
     if is_torch_wrapper(code.co_filename):
         target = _wrapper_fn(ctx)  # a module (not a function or a partial): named by its class
-        return (
-            type(target) if hasattr(target, "forward") and not hasattr(target, "__code__") else None
-        )
+        cls = type(target)
+        known = _NAMED.get((id(code), cls))
+        if known is not None and known[0] is code:
+            # a module of this class named this wrapper's calls before: no ``hasattr`` of a module's
+            # missing ``__code__`` (nn.Module.__getattr__ raises and formats an AttributeError for it)
+            return cls
+        return cls if hasattr(target, "forward") and not hasattr(target, "__code__") else None
     if code.co_freevars or "<locals>" in getattr(code, "co_qualname", "<locals>"):
         return None
     return type(_first_argument(code, ctx.f_locals))

@@ -72,8 +72,6 @@ class _Output:
     def __init__(self, lake: Lake, table: str, path: str, text: TextPolicy) -> None:
         self.lake, self.table, self.path = lake, table, path  # path: until its sessions name it
         self.schema = SCHEMAS[table]
-        # A full buffer is written at the next row, not at its last: a limit hit still fills in the
-        # compile row just before it.
         self.rows = buffer(table, text, self.flush, BATCH_ROWS)
         self.count = 0
         self.held: list[pa.Table] = []  # batches not written yet: less than a row group
@@ -195,13 +193,10 @@ class _Discard(Buffer):
     def __init__(self) -> None:
         super().__init__(TextPolicy(), lambda: None, 1)
 
-    def add(self, *_: Any) -> tuple[int, int]:
-        return -1, 0
-
-    def add_one(self, *_: Any) -> None:
+    def add(self, *_: Any, **__: Any) -> None:
         pass
 
-    def set_limit(self, *_: Any) -> None:
+    def add_one(self, *_: Any) -> None:
         pass
 
 

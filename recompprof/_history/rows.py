@@ -123,8 +123,7 @@ HOT_ROWS = 512
 class Buffer:
     """Rows of one table (one session, or every session of a run, and one UTC day) until they are
     written: at most ``limit`` of them; the row that finds the buffer full first has ``flush`` (the
-    writer's) take them (:meth:`columns`), so the row before it can still be changed (a compile's
-    limit columns, by the ``recompile_limit_hit`` that follows it). The columns are built once per
+    writer's) take them (:meth:`columns`). The columns are built once per
     batch, each in one pass over the batch, rather than row by row; the values of the many rows
     (a compile's fields, a reason's) are converted to Arrow :data:`HOT_ROWS` rows at a time as they
     come, and joined when the batch is taken."""
@@ -132,7 +131,6 @@ class Buffer:
     def __init__(self, text: TextPolicy, flush: Callable[[], None], limit: int) -> None:
         self.text, self.flush, self.limit = text, flush, limit
         self.size = 0
-        self.batches = 0  # batches taken: a row's place is (batches, index)
 
     def _room(self) -> None:
         """Before one more row: a full buffer is written first."""
@@ -145,7 +143,6 @@ class Buffer:
         found = self._columns()
         self._clear()
         self.size = 0
-        self.batches += 1
         return found
 
     def _columns(self) -> list[Any]:
@@ -283,11 +280,18 @@ class CompileBuffer(Buffer):
         self.limits: dict[int, tuple[str, int | None]] = {}
 
     def add(
-        self, event: Compile, key: tuple[Any, ...], frame: tuple[Any, ...], found: tuple[Any, ...]
-    ) -> tuple[int, int]:
-        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`); returns its place (for
-        :meth:`set_limit`)."""
+        self,
+        event: Compile,
+        key: tuple[Any, ...],
+        frame: tuple[Any, ...],
+        found: tuple[Any, ...],
+        limit: tuple[str, int | None] | None = None,
+    ) -> None:
+        """Buffer a compile's row (``found``: its :data:`_VERDICT_PARTS`; ``limit``: the limit it hit,
+        its name and value, from the ``recompile_limit_hit`` that followed it)."""
         self._room()
+        if limit is not None:
+            self.limits[self.size] = limit
         own = self.own
         own.append(_OWN(event))
         if len(own) >= HOT_ROWS:
@@ -296,13 +300,6 @@ class CompileBuffer(Buffer):
         self.frames.append(frame)
         self.verdicts.append(found)
         self.size += 1
-        return self.batches, self.size - 1
-
-    def set_limit(self, place: tuple[int, int], name: str, value: int | None) -> None:
-        """The limit a compile hit, where its row is still buffered (a written row stays as written)."""
-        batches, index = place
-        if batches == self.batches and index < self.size:
-            self.limits[index] = (name, value)
 
     def _convert(self) -> None:
         """The rows' own fields read since the last call, converted while they are fresh."""
@@ -548,6 +545,11 @@ def buffer(table: str, text: TextPolicy, flush: Callable[[], None], limit: int) 
     return _BUFFERS[table](text, flush, limit)
 
 
+# A compile's row as CompileBuffer.add takes it: the event, its session's key, its frame's columns,
+# its _VERDICT_PARTS.
+_CompileRow = tuple[Compile, tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
+
+
 class _Session:
     """One rank session being read: its identity, its completeness fold and its running totals."""
 
@@ -570,9 +572,10 @@ class _Session:
         ] = ()  # run_id, rank, pid and dims: what every fact row starts with
         self.labels: dict[str, str] = {}
         self.buffers: dict[tuple[str, datetime.date], Any] = {}
-        # the row of a compile that hit the limit, for the recompile_limit_hit that follows it:
-        # its buffer, its place there and its compile id
-        self.last_compile: tuple[CompileBuffer, tuple[int, int], str] | None = None
+        # the row of a compile that hit the limit, held for the recompile_limit_hit that names the
+        # limit (next in the rank's events, though other ranks' rows may come between in one log):
+        # its buffer, its row (CompileBuffer.add's arguments) and its compile id
+        self.held: tuple[CompileBuffer, _CompileRow, str] | None = None
 
     def set_dims(self, dims: tuple[Any, ...]) -> None:
         self.dims = dims
@@ -748,8 +751,12 @@ class SessionRows:
             len(event.reasons),
             event.steady_state_unknown is not None,
         )
-        place = compiles.add(event, session.key, frame, found_parts)
-        session.last_compile = (compiles, place, event.compile_id) if found == LIMIT_HIT else None
+        self._release(session)  # a limit hit whose recompile_limit_hit never came
+        row: _CompileRow = (event, session.key, frame, found_parts)
+        if found == LIMIT_HIT:
+            session.held = (compiles, row, event.compile_id)
+        else:
+            compiles.add(*row)
         if event.reasons or omitted:
             head = (
                 *session.key,
@@ -773,10 +780,20 @@ class SessionRows:
         session.fold.tally(event)
         self._counted(session, event)
         session.limit_hits += 1
-        last = session.last_compile
-        if last is not None and last[2] == event.compile_id:
-            last[0].set_limit(last[1], event.limit, event.value)
-        session.last_compile = None
+        held = session.held
+        if held is not None and held[2] == event.compile_id:
+            session.held = None
+            held[0].add(*held[1], limit=(event.limit, event.value))
+        else:
+            self._release(session)
+
+    @staticmethod
+    def _release(session: _Session) -> None:
+        """The held row of a limit hit goes into its buffer as it is (no limit named)."""
+        held = session.held
+        if held is not None:
+            session.held = None
+            held[0].add(*held[1])
 
     def _on_graph_break(self, event: GraphBreak) -> None:
         session = self._session(event)
@@ -807,6 +824,7 @@ class SessionRows:
 
     # -- the session's row ----------------------------------------------------------------------
     def _close(self, session: _Session, skipped_lines: int) -> None:
+        self._release(session)
         self.sessions += 1
         fold = session.fold
         fold.finish()

@@ -54,8 +54,13 @@ def _spread(log: Path, job: str, run_id: str, begin: float, days: int = 3) -> st
     events = [json.loads(line) for line in log.read_text().splitlines()]
     origin = events[0]["time"]
     part = len(events) // (days + 1) + 1
+    jumps = 0
     for index, event in enumerate(events):
-        shift = begin - origin + (index // part) * DAY
+        # a compile and the recompile_limit_hit that names its limit are logged together: never a
+        # day apart
+        if index // part > jumps and event["kind"] != "recompile_limit_hit":
+            jumps += 1
+        shift = begin - origin + jumps * DAY
         event["time"] += shift
         if event.get("start_time") is not None:
             event["start_time"] += shift

@@ -205,7 +205,7 @@ def test_arrival_plans_on_s3_hold_each_session_once(s3_endpoint: str, tmp_path: 
     baseline = Baseline(runs, tmp_path / "baseline")
     rng = random.Random(4646)
     failures = []
-    for number in range(6):
+    for number in range(3):
         steps = draw_plan(rng, runs)
         plan = Plan(runs, _uri(s3_endpoint, f"arrivals-{number}"), tmp_path / f"plan-{number}")
         for step in steps:

@@ -367,9 +367,10 @@ class Plan:
                 log = self._log_at(log, step.at)
                 cut = day_of(step.at)
             run_cli(*live._command(log, self.uri, False, after)[3:])
-            if step.kind == "tick":
-                assert cut is not None
-                self.closed[key] = cut - datetime.timedelta(days=1)
+            if step.kind == "tick":  # the days it closed, by the live path's rule
+                assert step.at is not None
+                started = datetime.datetime.fromtimestamp(step.at, datetime.timezone.utc)
+                self.closed[key] = live.closed_by(started)
         self.arrived.append(Arrived({(step.run, r) for r in step.ranks}, after, cut, labeled))
 
     def files(self) -> Path:

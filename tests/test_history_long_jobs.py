@@ -3,10 +3,12 @@ days first and at the end only what remains, each row once (docs/history.md, "Ex
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +138,70 @@ def test_closed_days_then_the_rest_hold_each_row_once(tmp_path: Path) -> None:
     assert _counts(lake) == _counts(whole) and len(_counts(lake)["compiles"]) == 2
     [(ended, compiles)] = sql(lake, "SELECT ended, compiles FROM runs")
     assert ended and compiles == build_report(load(log).events).compiles
+
+
+def _limit_hit_at_midnight(where: Path) -> tuple[Path, Path, float, str]:
+    """A generated rank log moved in time so that a compile that hits the recompile limit is logged
+    10 ms before a UTC midnight and its ``recompile_limit_hit`` 10 ms after; the log, a copy cut
+    between the two (as a periodic export just after midnight reads it), the midnight and the
+    compile's id."""
+    generate(where / "run", ranks=1, per_rank=2000, seed=4)
+    [log] = (where / "run").glob("*.jsonl")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    at = next(
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "compile" and e.get("outcome") == "limit_hit"
+        if events[i + 1]["kind"] == "recompile_limit_hit"
+    )
+    midnight = (events[at]["time"] // 86400 + 1) * 86400
+    for index, event in enumerate(events):
+        shift = midnight - 0.01 - events[at]["time"] + (0.02 if index > at else 0.0)
+        event["time"] += shift
+        if event.get("start_time") is not None:
+            event["start_time"] += shift
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    cut = where / "live" / log.name
+    cut.parent.mkdir()
+    cut.write_text("".join(json.dumps(e) + "\n" for e in events[: at + 1]))
+    return log, cut, midnight, events[at]["compile_id"]
+
+
+def test_a_day_closed_just_after_midnight_is_exported_again_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A periodic export that starts half a second after a UTC midnight, its log cut between a
+    compile that hit the recompile limit before midnight and the ``recompile_limit_hit`` naming the
+    limit after it, does not close that day: the end-of-session export writes it again, and the
+    compile's row names its limit. (The wall clock is set for the live path's thread only: a
+    midnight cannot be waited for.)"""
+    from recompprof._capture import history
+
+    log, cut, midnight, compile_id = _limit_hit_at_midnight(tmp_path)
+    started = datetime.datetime.fromtimestamp(midnight + 0.5, datetime.timezone.utc)
+
+    class _Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> _Clock:  # type: ignore[override]
+            return cls.fromtimestamp(started.timestamp(), tz)
+
+    clock = types.SimpleNamespace(
+        datetime=_Clock, timezone=datetime.timezone, timedelta=datetime.timedelta
+    )
+    monkeypatch.setattr(history, "datetime", clock)
+    lake = tmp_path / "lake"
+    periodic = history.PeriodicExport(cut, str(lake), every=0.05, timeout=120, redact=False)
+    periodic.start()
+    deadline = time.monotonic() + 120
+    while periodic.closed is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    periodic.stop()
+    assert periodic.closed is not None
+    history.export_at_end(log, str(lake), 120, False, after=periodic.closed)
+    [(name, value)] = sql(
+        lake,
+        f"SELECT limit_name, limit_value FROM compiles WHERE compile_id = '{compile_id}' "
+        f"AND outcome = 'limit_hit' AND time BETWEEN to_timestamp({midnight - 0.02}) "
+        f"AND to_timestamp({midnight})",
+    )
+    assert (name, value) == ("recompile_limit", 8)

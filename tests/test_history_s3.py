@@ -4,6 +4,7 @@ filesystem is the client)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ pafs = pytest.importorskip("pyarrow.fs")
 pytest.importorskip("moto.server")
 duckdb = pytest.importorskip("duckdb")
 
+from arrival_plans import Baseline, Plan, check, draw_plan, make_runs  # noqa: E402
 from generated_runs import generate  # noqa: E402
 from needs import starts  # noqa: E402
 from servers import moto_s3  # noqa: E402
@@ -192,3 +194,23 @@ def test_a_question_on_an_s3_lake_runs_in_a_process_of_its_own(
         answers[lake] = json.loads(done.stdout)["results"]
     remote, here = answers.values()
     assert remote == here and here[0]["rows"], answers
+
+
+def test_arrival_plans_on_s3_hold_each_session_once(s3_endpoint: str, tmp_path: Path) -> None:
+    """Seeded arrival plans (whole, per-rank, partial-folder and closed-day exports, with and without
+    labels, compactions) carried out on an S3 lake, where files are uploaded whole and replaced by
+    deleting objects: every table equals one whole export of the same runs, read from the objects
+    and as the questions read the store, and ``runs`` lists each session once."""
+    runs = make_runs(tmp_path / "runs")
+    baseline = Baseline(runs, tmp_path / "baseline")
+    rng = random.Random(4646)
+    failures = []
+    for number in range(3):
+        steps = draw_plan(rng, runs)
+        plan = Plan(runs, _uri(s3_endpoint, f"arrivals-{number}"), tmp_path / f"plan-{number}")
+        for step in steps:
+            plan.do(step)
+        problems = check(baseline, plan)
+        if problems:
+            failures.append(f"{' '.join(map(str, steps))}: {problems}")
+    assert not failures, "\n".join(failures)

@@ -88,13 +88,24 @@ def export_at_end(
 
 # A periodic export is off the exit path: it may take longer than history_timeout, up to this.
 _PERIODIC_TIMEOUT = 300.0
+# A day is closed once an export starts this long after its midnight. A compile that hits the
+# recompile limit and the recompile_limit_hit that names the limit are logged together; a midnight
+# between the two would otherwise close the compile's day before its limit is in the log.
+CLOSING_MARGIN = datetime.timedelta(minutes=1)
+
+
+def closed_by(started: datetime.datetime) -> datetime.date:
+    """The last UTC day an export that started at ``started`` (aware, UTC) closes: every row of it
+    is in the log by then."""
+    return (started - CLOSING_MARGIN).date() - datetime.timedelta(days=1)
 
 
 class PeriodicExport:
     """The thread that exports the session's log every ``every`` seconds while it runs.
 
     ``closed`` is the last UTC day whose rows are all in the lake: the day before an export that
-    succeeded started (a day's events are in the log once it is over). :meth:`stop` ends the thread
+    succeeded started (a day's events are in the log once it is over), less
+    :data:`CLOSING_MARGIN`. :meth:`stop` ends the thread
     and any export in flight, so the end-of-session export is the last to write the session's files.
     """
 
@@ -122,7 +133,7 @@ class PeriodicExport:
                 self._export_once()
 
     def _export_once(self) -> None:
-        today = datetime.datetime.now(datetime.timezone.utc).date()
+        closes = closed_by(datetime.datetime.now(datetime.timezone.utc))
         with self._lock:
             if self._stop.is_set():
                 return
@@ -149,4 +160,4 @@ class PeriodicExport:
         if why:
             _internal.record("history", HistoryExportFailed(why), _hint(self.log, self.uri))
             return
-        self.closed = today - datetime.timedelta(days=1)
+        self.closed = closes

@@ -101,6 +101,14 @@ def main(args: argparse.Namespace) -> int:
     print(
         escape(f"exported {result.sessions} session(s) to {args.to}: {files} file(s); rows: {rows}")
     )
+    for run_id, labels in sorted(result.remembered.items()):  # never applied silently
+        given = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        print(
+            escape(
+                f"  labels {given} remembered for run {run_id!r} (given to an earlier export of "
+                "that run id) applied; --labels replaces them"
+            )
+        )
     if result.replaced:  # a session is in the lake once: its older files gave it up
         print(
             f"  replaced {len(result.replaced)} older file(s) holding the same session(s) "

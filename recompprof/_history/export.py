@@ -64,6 +64,8 @@ class ExportResult:
         default_factory=list
     )  # other files that gave sessions up
     runs: list[Run] = dataclasses.field(default_factory=list)
+    # By run id: labels its sessions got from the lake (given to an earlier export), not --labels.
+    remembered: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 class _Output:
@@ -325,6 +327,7 @@ def export(
     remembered.remember()
     result = writers.result
     result.runs = runs
+    result.remembered = remembered.remembered()
     return result
 
 
@@ -401,6 +404,10 @@ class _Labels:
         if not isinstance(found, dict):
             return {}
         return {str(k): str(v) for k, v in found.items()}
+
+    def remembered(self) -> dict[str, dict[str, str]]:
+        """The labels read from the lake, by run id (none when ``--labels`` was given)."""
+        return {} if self.given else {run: found for run, found in self.found.items() if found}
 
     def remember(self) -> None:
         if not self.given:

@@ -682,6 +682,7 @@ class SessionRows:
             if event.signals.get(name) is False:
                 session.signals_off.add(name)
         session.fold.start(event)
+        self.tracker.start(event.rank, event.pid)
         self._counted(session, event)
 
     def _on_end(self, event: SessionEnd) -> None:

@@ -162,10 +162,14 @@ def _rewrite(
     kept: set[Session],
     given: set[Session],
 ) -> None:
-    """Write ``other`` again without the rows of ``given``, named for the sessions it keeps."""
+    """Write ``other`` again without the rows of ``given``, named for the sessions it keeps; nothing
+    where none of its rows is theirs (a file's footer names its writer's sessions, also those with no
+    row on its table and day)."""
     rows = parquet.read()
     mask = _rows_of(rows, table, kept | given, given)
     left = rows.filter(pc.invert(mask))
+    if not left.num_rows:
+        return
     left = left.replace_schema_metadata({**(rows.schema.metadata or {}), **metadata(run_id, kept)})
     base = base_of(other.writer)
     path = lake.path_of(table, other.day, run_id, writer_name(base, kept))
@@ -176,7 +180,7 @@ def _rewrite(
 def _rows_of(rows: pa.Table, table: str, every: set[Session], chosen: set[Session]) -> pa.Array:
     """Which rows belong to the ``chosen`` sessions: by rank and pid, and where one process held two
     sessions (attached twice), by the row's time against the later session's start."""
-    mask = pa.array([False] * rows.num_rows)
+    mask = pa.array([False] * rows.num_rows, pa.bool_())
     ranks, pids = rows["rank"], rows["pid"]
     times = rows[_TIME_COLUMN.get(table, "time")]
     stamp = pa.timestamp("us", tz="UTC")

@@ -67,6 +67,16 @@ class CauseTracker:
         self._max = max_remembered
         # Oldest first (a plain dict keeps insertion order; re-inserting a key makes it the newest).
         self._of_compile: dict[tuple[int, str], Cause | None] = {}
+        self._pids: dict[int, int] = {}  # each rank's process, from its latest session_start
+
+    def start(self, rank: int, pid: int) -> None:
+        """A session of ``rank`` starts in process ``pid``. A backward runs in its forward's process,
+        and a new process numbers its compiles afresh: its backwards never take the causes of an
+        earlier process's forwards (a restarted rank's logs read together, or its own log alone,
+        give it the same causes)."""
+        if self._pids.get(rank, pid) != pid:
+            self._of_compile = {k: v for k, v in self._of_compile.items() if k[0] != rank}
+        self._pids[rank] = pid
 
     def cause_of(self, event: Compile, found: int | None = None) -> Cause | None:
         """The cause ``event``'s ``duration`` is charged to, or None if it is not lost time.

@@ -158,6 +158,7 @@ class Folder:
 
     def _session_start(self, event: SessionStart) -> None:
         self.sessions.start(event)
+        self.tracker.start(event.rank, event.pid)
         self.report.run.add_start(event)
 
     def _signal(self, event: SignalChange) -> None:

@@ -39,6 +39,7 @@ from agreement import (
     record_workloads,
     summaries_fixture,  # noqa: F401 (the fixture summaries)
 )
+from installed_names import cache_keyword, renamed_keywords
 from needs import starts
 
 from recompprof._analysis.report.fold import build_report
@@ -46,7 +47,9 @@ from recompprof._model.causes import explaining_reason
 from recompprof._model.events import Event
 from recompprof._model.subjects import argument_root
 
-pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
+transformers = pytest.importorskip(
+    "transformers", reason="the verdict corpus runs real transformers models"
+)
 pytest.importorskip("peft", reason="the verdict corpus runs a PEFT LoRA model")
 pytest.importorskip("diffusers", reason="the verdict corpus runs a diffusers UNet")
 
@@ -64,7 +67,10 @@ NAMES = {
 }
 KWARGS = "L['kwargs']"
 IDS = "L['kwargs']['input_ids']"
-KEYS = "L['kwargs']['past_key_values'].layers[0].keys"
+# The KV cache's keyword as the installed transformers names it (``past_key_values``; ``cache`` from 5.24).
+CACHE = cache_keyword(transformers.LlamaForCausalLM)
+KEYS = f"L['kwargs']['{CACHE}'].layers[0].keys"
+MAX_CACHE_LEN = f"L['kwargs']['{CACHE}'].layers[0].max_cache_len"
 # The reason that explains each recompile, ``(entry, category, subject)``, read from TORCH_LOGS: the change torch
 # makes dynamic at that compile (its create_symbol records), else the change against the entry compiled for the same
 # variant (prefill or decode; train or eval).
@@ -78,9 +84,7 @@ EXPLAINED: dict[str, dict[str, set[tuple[str, str, str]]]] = {
         "0/3": {("0/1", "size", IDS)},
         # the longer prompt's prefill: the static cache's max_cache_len 7 -> 11, an int of a plain object
         # (torch makes it dynamic here; the prompt length already was)
-        "0/4": {
-            ("0/2", "python_constant", "L['kwargs']['past_key_values'].layers[0].max_cache_len")
-        },
+        "0/4": {("0/2", "python_constant", MAX_CACHE_LEN)},
         # its decode: the cache's length dim against the decode entry 0/3 (made dynamic here)
         "0/5": {("0/3", "size", KEYS)},
     },
@@ -204,7 +208,7 @@ def test_workloads_do_what_they_claim(recorded: dict[str, Recorded]) -> None:
     assert sorted(dynamic) == ["0/1", "0/2", "0/3"]
     assert dynamic["0/3"] == [
         "0/2: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 1, actual 9",
-        "0/1: expected type of 'kwargs['past_key_values'].layers[0].keys' to be a tensor type, "
+        f"0/1: expected type of 'kwargs['{CACHE}'].layers[0].keys' to be a tensor type, "
         "' but found <class 'NoneType'>",
         "0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 9",
     ]
@@ -218,7 +222,7 @@ def test_workloads_do_what_they_claim(recorded: dict[str, Recorded]) -> None:
     assert logs["unet"]["0/1"] == ["0/0: args[1] == 999"]
     dims = {name: made_dynamic(run) for name, run in recorded.items()}
     assert IDS in dims["llama_static"]["0/2"] and IDS in dims["llama_static"]["0/3"]
-    assert "L['kwargs']['past_key_values'].layers[0].max_cache_len" in dims["llama_static"]["0/4"]
+    assert MAX_CACHE_LEN in dims["llama_static"]["0/4"]
     assert KEYS in dims["llama_static"]["0/5"] and KEYS in dims["llama_dynamic"]["0/2"]
     assert IDS in dims["llama_dynamic"]["0/3"] and IDS in dims["clip"]["0/1"]
     assert dims["unet"]["0/1"] == {"L['args'][1]"} and "L['args'][0]" in dims["unet"]["0/2"]
@@ -344,7 +348,7 @@ def test_fix_first_never_leads_with_a_warmup(
 def _by_signature(function: Any, popped: set[str], subject: str) -> str | None:
     """The subject torch gives when the decorated ``forward`` itself is compiled, from its signature alone:
     positional ``i`` of the wrapper's ``*args`` (after ``self``) is the ``forward``'s parameter ``i + 1``, a
-    ``**kwargs`` key its parameter of that name; a key the decorator takes for itself (``popped``) or one the
+    ``**kwargs`` key its parameter of that name; a key a decorator takes for itself or renames (``popped``) or one the
     forward's own ``**kwargs`` would hold has no other name (None)."""
     root = argument_root(subject)
     if root is None or root[2] is None:
@@ -362,11 +366,11 @@ def _by_signature(function: Any, popped: set[str], subject: str) -> str | None:
 def test_live_names_wrapper_subjects_by_the_forwards_parameters(
     events: dict[tuple[str, str], list[Event]],
 ) -> None:
-    """transformers' ``can_return_tuple`` and diffusers' ``apply_lora_scale`` wrappers are the compiled frames:
-    every live reason rooted in their ``*args``/``**kwargs`` names, in ``parameter``, the subject the decorated
-    ``forward``'s own signature gives (``L['input_ids']``, ``L['sample']``), and no key the decorator takes for
-    itself; the subject stays torch's in both sources, and the ingested trace (no closures) has no parameter."""
-    transformers = pytest.importorskip("transformers")
+    """transformers' ``can_return_tuple`` (and, from 5.24, ``deprecate_kwarg``) and diffusers' ``apply_lora_scale``
+    wrappers are the compiled frames: every live reason rooted in their ``*args``/``**kwargs`` names, in
+    ``parameter``, the subject the decorated ``forward``'s own signature gives (``L['input_ids']``,
+    ``L['sample']``), and no key a decorator takes for itself or renames (either name of a ``deprecate_kwarg``);
+    the subject stays torch's in both sources, and the ingested trace (no closures) has no parameter."""
     diffusers = pytest.importorskip("diffusers")
     decorated = {
         "llama_static": (transformers.LlamaForCausalLM.forward, {"return_dict"}),
@@ -382,6 +386,7 @@ def test_live_names_wrapper_subjects_by_the_forwards_parameters(
             for r in c.reasons
         )
         function, popped = decorated.get(workload, (None, set()))
+        popped = popped | (renamed_keywords(function) if function else set())
         for compile_ in forward(events[(workload, "live")]).values():
             for reason in compile_.reasons:
                 want = _by_signature(function, popped, reason.subject) if function else None

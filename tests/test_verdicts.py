@@ -43,6 +43,7 @@ from agreement import (
     summarise,
     torch_compiles,
 )
+from installed_names import cache_keyword
 from needs import starts
 
 from recompprof._analysis.render.text import render_text
@@ -50,7 +51,9 @@ from recompprof._analysis.report.fold import build_report
 from recompprof._model.causes import explaining_reason
 from recompprof._model.events import Event
 
-pytest.importorskip("transformers", reason="the verdict corpus runs real transformers models")
+transformers = pytest.importorskip(
+    "transformers", reason="the verdict corpus runs real transformers models"
+)
 pytest.importorskip("lightning", reason="the verdict corpus runs a Lightning fit")
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "verdict_models.py"
@@ -92,8 +95,6 @@ def moe_frames(recorded: Recorded) -> tuple[dict[str, set[str]], set[str]]:
     whose code is in a model class's ``forward`` decorator chain (the ``<Class>.forward`` of each chain that
     holds it: transformers 5.24's ``deprecate_kwarg`` wrapper is one code object in both chains), and the frames
     whose compile failed. Frame numbers move with transformers' decorators; the chains do not."""
-    import transformers
-
     chains = {
         cls.__name__: decorator_chain(cls.forward)
         for cls in (transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeModel)
@@ -189,7 +190,6 @@ def test_workloads_do_what_they_claim(
             for cid, m in torch_compiles(recorded[name]).items()
         }
         assert {f: found.get(f) for f in frames} == frames
-    import transformers
 
     compiled = {
         (m["co_filename"], m["co_firstlineno"]) for m in torch_compiles(recorded["moe"]).values()
@@ -412,13 +412,15 @@ def test_t5_second_prefill_is_explained_by_the_mask_length(
 def test_t5_cache_flag_is_a_python_constant(
     events: dict[tuple[str, str], list[Event]], source: str
 ) -> None:
-    """A KV-cache flag (``kwargs['past_key_values'].is_updated[0] == False``: a bool in a dict of a transformers
-    Cache, which is no nn.Module) is a Python constant live, where the object is at hand; never a module attribute.
-    Ingested from the trace, where only the text is, it is ``other``: whether the holder is a module is unknown."""
+    """A KV-cache flag (``kwargs['past_key_values'].is_updated[0] == False``, ``kwargs['cache']`` from transformers
+    5.24: a bool in a dict of a transformers Cache, which is no nn.Module) is a Python constant live, where the
+    object is at hand; never a module attribute. Ingested from the trace, where only the text is, it is
+    ``other``: whether the holder is a module is unknown."""
     reasons = [r for e in forward(events[("t5", source)]).values() for r in e.reasons]
     flags = {(r.category, r.subject) for r in reasons if ".is_updated[" in r.text}
     category = "python_constant" if source == "live" else "other"
-    assert flags == {(category, "L['kwargs']['past_key_values'].is_updated[0]")}
+    cache = cache_keyword(transformers.T5ForConditionalGeneration)
+    assert flags == {(category, f"L['kwargs']['{cache}'].is_updated[0]")}
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -431,8 +433,9 @@ def test_t5_expected_tensor_found_none_is_type(
     expected_type = {
         (r.category, r.subject) for r in reasons if r.text.startswith("expected type of")
     }
+    cache = cache_keyword(transformers.T5ForConditionalGeneration)
     assert expected_type == {
-        ("type", "L['kwargs']['past_key_values'].self_attention_cache.layers[0].keys")
+        ("type", f"L['kwargs']['{cache}'].self_attention_cache.layers[0].keys")
     }
 
 

@@ -275,6 +275,9 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     ),
     "reasons_before_compile_start": _reasons_at_compile_start,
     "reset_clears_callbacks": _reset_clears_callbacks,
+    "closure_in_compile": lambda: (
+        "closure" in inspect.signature(torch._dynamo.convert_frame._compile).parameters
+    ),
     "backward_compile_start": _backward_start_named,
 }
 

@@ -70,7 +70,7 @@ GATES: dict[str, Gate] = {
         "compile_start events carry no reason (is_recompile is still set from the compile id)",
     ),
     "reset_clears_callbacks": Gate(
-        (2, 5),
+        (2, 4),
         "torch._dynamo.callback.callback_handler, whose clear() torch._dynamo.reset() calls (recompprof puts its "
         "compile callbacks back there and counts the reset)",
         "a reset is not seen: the first compile after it has no compile_start, and events carry no reset generation",
@@ -94,6 +94,12 @@ GATES: dict[str, Gate] = {
         (2, 7),
         "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
         "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit",
+    ),
+    "closure_in_compile": Gate(
+        (2, 6),
+        "the compiled frame's closure passed to torch._dynamo.convert_frame._compile (its closure argument)",
+        "torch.compile(module)'s wrapper is named from the frame's locals (they hold its free variables' values); "
+        "a decorator's wrapper shared by several methods cannot be told apart by its closure cells",
     ),
     # --- profile mode
     "force_backend": Gate(

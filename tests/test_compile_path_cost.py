@@ -119,6 +119,9 @@ def test_a_warm_compile_path_runs_no_import_statement(
         watch.setattr(builtins, "__import__", counted)
 
     compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    # torch 2.6 runs an import statement of its own with the eval-frame hook on, and so compiles this
+    # counter too (a frame of its own, rightly reported): the model's frame is the one under test
+    compiles = [c for c in compiles if c.frame is not None and c.frame.name == "Sequential.forward"]
     assert [c.is_recompile for c in compiles] == [False, True, True]
     assert all(c.reasons for c in compiles[1:])  # the recompiles' guard failures were read
     assert imports == Counter(), imports

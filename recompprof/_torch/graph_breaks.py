@@ -186,9 +186,13 @@ def _compile_id(explicit: Any) -> str | None:
     if explicit is not None:
         return str(explicit)
     try:
-        from torch._guards import CompileContext
+        # looked up, not imported: no import statement runs on the compile path once torch is loaded
+        guards: Any = sys.modules.get("torch._guards")
+        if guards is None:
+            import torch._guards
 
-        current = CompileContext.current_compile_id()
+            guards = torch._guards
+        current = guards.CompileContext.current_compile_id()
     except Exception:  # noqa: BLE001 - an id is a nicety; the break is still recorded
         return None
     return str(current) if current is not None else None

@@ -119,6 +119,32 @@ GATES: dict[str, Gate] = {
         "trace_annotation) via wrap_guarded_code, installed by the eval-frame code as a new cache entry",
         "profile mode evicts without parking: each return to an evicted variant retraces it",
     ),
+    # --- what torch guards (the rules file what torch reports; below these it reports something else)
+    "module_tensors_by_value": Gate(
+        (2, 5),
+        "inlined nn.Module calls (config.inline_inbuilt_nn_modules on by default): a module's tensor attributes "
+        "guarded by their properties (size, stride, dtype ...)",
+        "a module's tensor attribute is guarded by identity: a replaced one is filed module_attribute, whatever "
+        "changed about it",
+    ),
+    "function_mode_guard": Gate(
+        (2, 5),
+        "a TORCH_FUNCTION_STATE guard on every compiled frame (the torch-function mode stack)",
+        "a TorchFunctionMode entered around a call recompiles nothing, so there is nothing to file",
+    ),
+    "default_device_guard": Gate(
+        (2, 6),
+        "a default device set around a call (torch.device(...) as a context manager) reported by a global "
+        "guard (the torch-function mode stack, DEFAULT_DEVICE) before the tensors' guards",
+        "a default device set around a call is reported as its new tensors' device (their dispatch keys): "
+        "filed device, not global_state",
+    ),
+    "autocast_in_global_state": Gate(
+        (2, 7),
+        "autocast in the GLOBAL_STATE guard ('GLOBAL_STATE changed: autocast'; with the device from 2.11)",
+        "autocast shows only as a tensor's dispatch-key change (filed autocast); changed together with grad "
+        "mode, torch reports the grad mode alone and the autocast change is not filed",
+    ),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
     "compile_id_in_reasons": Gate(
         (2, 5),

@@ -599,7 +599,9 @@ def test_expected_type_with_a_quoted_name_is_a_type_change(text: str) -> None:
     ("subject", "want"),
     [("L['self'].x", "module_attribute"), ("G['X']", "global"), ("L['x']", "type")],
 )
-def test_a_none_that_went_is_filed_alike_by_identity_and_none_guard(subject: str, want: str) -> None:
+def test_a_none_that_went_is_filed_alike_by_identity_and_none_guard(
+    subject: str, want: str
+) -> None:
     """A None replaced by a tensor is filed by what holds it (a module's attribute, a global, else the
     argument's type) whether torch writes ``x is None`` or, as 2.4 - 2.6 do, an identity guard on None's id."""
     kinds = {subject: "Tensor"}

@@ -53,6 +53,12 @@ SERVER_PROGRAMS = {
 _IMPORTS_TORCH = re.compile(
     r"(?:^|;)\s*(?:import\s+(?:[\w.]+\s*,\s*)*torch\b|from\s+torch\b)", re.MULTILINE
 )
+# Inductor's compile-worker pool (torch/_inductor/compile_worker/__main__.py): torch starts it itself from
+# an in-process compile (2.4 and 2.6 for aot_eager compiles too), so it is no job of the test's, as an
+# in-process Inductor compile is not.
+_TORCH_COMPILE_WORKERS = re.compile(
+    r"[/\\]torch[/\\]_inductor[/\\]compile_worker[/\\]__main__\.py$"
+)
 # recompprof commands that run a job (the others read files).
 JOB_COMMANDS = {"run", "demo"}
 
@@ -80,6 +86,8 @@ def kind_of(args: Any) -> str | None:
         return None  # a pytest inside checks its own tests' markers
     if rest[:1] == ["-c"] and rest[1:2]:
         return "workload" if _IMPORTS_TORCH.search(rest[1]) else None
+    if rest[:1] and _TORCH_COMPILE_WORKERS.search(rest[0]):
+        return None  # torch's own worker pool, started by a compile in the test's process
     if rest[:1] and rest[0].endswith(".py"):
         return "workload" if _imports_torch(Path(rest[0])) else None
     return "workload"  # ``-m`` something else, or options: counted as a job, to be safe

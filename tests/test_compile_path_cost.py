@@ -21,8 +21,11 @@ import recompprof
 from recompprof._eventlog.reader import read_file
 from recompprof._model.events import Compile
 from recompprof._torch import frames, records
+from recompprof._torch.versions import torch_info
 
 pytestmark = pytest.mark.torch_compat
+# Backward compiles are recorded from the gate on; below it only the forward compiles are (docs/compatibility.md).
+BACKWARD = torch_info().has("backward_compiles")
 
 
 class _Unhashable(str):
@@ -32,6 +35,15 @@ class _Unhashable(str):
         raise AssertionError("the text was hashed")
 
 
+# The config text as torch writes it into each compile's record, from the function that writes it; older torch
+# builds the text inline (2.6) or writes none (2.4), and there the two tests that read it do not apply.
+needs_config_text = pytest.mark.skipif(
+    not hasattr(dynamo_utils, "_get_dynamo_config_for_logging"),
+    reason="this torch has no torch._dynamo.utils._get_dynamo_config_for_logging (the records' config text)",
+)
+
+
+@needs_config_text
 def test_a_config_text_seen_before_is_matched_without_hashing_it() -> None:
     """A record's config text equal to one read before gets the same hash and settings by comparison alone:
     torch writes the text afresh for every compile, so hashing it for a lookup would read it twice."""
@@ -107,6 +119,9 @@ def test_a_warm_compile_path_runs_no_import_statement(
         watch.setattr(builtins, "__import__", counted)
 
     compiles = _compile_steps(tmp_path, (2, 3, 5), monkeypatch, patch)
+    # torch 2.6 runs an import statement of its own with the eval-frame hook on, and so compiles this
+    # counter too (a frame of its own, rightly reported): the model's frame is the one under test
+    compiles = [c for c in compiles if c.frame is not None and c.frame.name == "Sequential.forward"]
     assert [c.is_recompile for c in compiles] == [False, True, True]
     assert all(c.reasons for c in compiles[1:])  # the recompiles' guard failures were read
     assert imports == Counter(), imports
@@ -126,6 +141,7 @@ class _Counted(str):
     __hash__ = str.__hash__
 
 
+@needs_config_text
 def test_a_records_dynamo_config_is_compared_once() -> None:
     """A record's dynamo config text seen before is matched once for both what it says of automatic dynamic
     and its hash: each comparison reads the text seen before, cold by the next compile."""
@@ -163,14 +179,14 @@ def test_a_compile_without_reasons_runs_no_explainer(
         compiled(torch.randn(3, 4)).sum().backward()
     compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
     assert [(c.backward, c.is_recompile) for c in compiles] == [
-        (False, False),
-        (True, False),
-        (False, True),
-        (True, False),
+        (backward, recompile)
+        for backward, recompile in [(False, False), (True, False), (False, True), (True, False)]
+        if BACKWARD or not backward
     ]
     assert first == []  # the first compile and its backward: nothing parsed
     assert parsed and all(parsed)  # the recompile's start and record, each with its texts
-    assert compiles[2].reasons and compiles[2].reasons[0].explains_change
+    recompile = next(c for c in compiles if c.is_recompile)
+    assert recompile.reasons and recompile.reasons[0].explains_change
 
 
 def test_a_recompiles_frame_is_named_as_its_first_compile_was(
@@ -220,7 +236,10 @@ def test_a_model_let_go_is_freed_though_its_frame_was_named(tmp_path: Path) -> N
         gc.collect()
         assert alive() is None
     compiles = [e for e in read_file(session.event_log_path) if isinstance(e, Compile)]
-    assert {c.frame.name for c in compiles} == {"Sequential.forward"} and len(compiles) == 4
+    assert {c.frame.name for c in compiles} == {"Sequential.forward"}
+    assert len(compiles) == (
+        4 if BACKWARD else 2
+    )  # two forwards, and their backwards where recorded
 
 
 def test_a_recompile_asks_its_module_for_no_attribute_it_lacks(

@@ -593,3 +593,19 @@ def test_expected_type_with_a_quoted_name_is_a_type_change(text: str) -> None:
     '<class ...>') are a type change with the subject in recompprof's form."""
     [reason] = parse_guard_failure(text)
     assert (reason.category, reason.subject) == ("type", "L['kwargs']['attention_mask']")
+
+
+@pytest.mark.parametrize(
+    ("subject", "want"),
+    [("L['self'].x", "module_attribute"), ("G['X']", "global"), ("L['x']", "type")],
+)
+def test_a_none_that_went_is_filed_alike_by_identity_and_none_guard(
+    subject: str, want: str
+) -> None:
+    """A None replaced by a tensor is filed by what holds it (a module's attribute, a global, else the
+    argument's type) whether torch writes ``x is None`` or, as 2.4 - 2.6 do, an identity guard on None's id."""
+    kinds = {subject: "Tensor"}
+    by_id = parse_guard_failure(f"0/0: ___check_obj_id({subject}, {id(None)})", kinds=kinds)
+    by_none = parse_guard_failure(f"0/0: {subject} is None", kinds=kinds)
+    assert [(r.category, r.subject) for r in by_id] == [(want, subject)]
+    assert [(r.category, r.subject) for r in by_none] == [(want, subject)]

@@ -172,6 +172,13 @@ def test_clean_env_hands_a_job_none_of_the_test_process_recorders(
         ([sys.executable, "-m", "recompprof._cli.main", "report", "run"], None),
         (["recompprof", "ingest", "trace"], None),
         ([sys.executable, str(TESTS.parent / "scripts" / "compat_table.py")], None),
+        (
+            [
+                sys.executable,
+                "/v/lib/python3.11/site-packages/torch/_inductor/compile_worker/__main__.py",
+            ],
+            None,
+        ),
         (["tmux", "-S", "sock", "new-session"], None),
         (["openssl", "req"], None),
         ("rsync -a src/ dst/", None),
@@ -179,7 +186,8 @@ def test_clean_env_hands_a_job_none_of_the_test_process_recorders(
 )
 def test_what_a_command_line_starts(argv: list[str] | str, kind: str | None) -> None:
     """Server binaries are servers; torchrun, recompprof run/demo and Python that imports torch are
-    workloads; recompprof's offline commands, import probes and other tools are neither."""
+    workloads; recompprof's offline commands, import probes, torch's own compile-worker pool and other
+    tools are neither."""
     assert needs.kind_of(argv) == kind
 
 

@@ -138,6 +138,23 @@ def test_the_report_shows_the_users_line_with_the_library_frames_below_it(
     )
 
 
+def _fsdp2_runs_on_cpu() -> bool:
+    """Whether this torch's FSDP2 can shard on CPU (gloo): public ``fully_shard``, and a CPU stream that records
+    events (FSDP2's all-gather calls ``record_event`` on it; torch 2.6's CPU stream has none)."""
+    import torch
+
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(torch.cpu.Stream, "record_event")
+
+
+@pytest.mark.skipif(
+    not _fsdp2_runs_on_cpu(),
+    reason="this torch's FSDP2 cannot run on CPU: no torch.distributed.fsdp.fully_shard, or no CPU "
+    "Stream.record_event",
+)
 def test_a_class_fsdp2_generates_is_named_as_the_users_class(fsdp: Recorded) -> None:
     """FSDP2's ``fully_shard`` swaps the model's class for a generated ``FSDPClassifier``: on both ranks, live and
     ingested, the compiled forward is ``Classifier.forward``, owned by the class the user wrote."""

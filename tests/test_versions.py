@@ -233,6 +233,34 @@ def _reset_clears_callbacks() -> bool:
     return cleared == [True]
 
 
+def _recompile_texts(around_second: Callable[[], Any]) -> list[str]:
+    """torch's guard-failure texts for ``t @ t`` called once, then once inside ``around_second()``."""
+    from torch._dynamo.utils import guard_failures
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t @ t
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="eager")
+    try:
+        compiled(torch.ones(2, 2))
+        with around_second():
+            compiled(torch.ones(2, 2))
+        return [str(t) for t in guard_failures.get(fn.__code__, [])]
+    finally:
+        torch._dynamo.reset()
+
+
+def _function_mode() -> Any:
+    class Passing(torch.overrides.TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    return Passing()
+
+
 # What torch has, observed directly (never from the version number).
 OBSERVED: dict[str, Callable[[], bool]] = {
     "compilation_metrics": _has_compilation_metrics,
@@ -275,6 +303,20 @@ OBSERVED: dict[str, Callable[[], bool]] = {
     ),
     "reasons_before_compile_start": _reasons_at_compile_start,
     "reset_clears_callbacks": _reset_clears_callbacks,
+    "module_tensors_by_value": lambda: (
+        getattr(torch._dynamo.config, "inline_inbuilt_nn_modules", False) is True
+    ),
+    "function_mode_guard": lambda: bool(_recompile_texts(_function_mode)),
+    "default_device_guard": lambda: (
+        bool(texts := _recompile_texts(lambda: torch.device("meta")))
+        and not any("dispatch key" in t for t in texts)
+    ),
+    "autocast_in_global_state": lambda: all(
+        "GLOBAL_STATE" in t for t in _reason_strings("autocast")
+    ),
+    "closure_in_compile": lambda: (
+        "closure" in inspect.signature(torch._dynamo.convert_frame._compile).parameters
+    ),
     "backward_compile_start": _backward_start_named,
 }
 

@@ -23,6 +23,7 @@ from recompprof._model.subjects import (
     is_module_kind,
     is_tensor_kind,
     local,
+    none_changed,
     owner,
     readable,
     singleton_kind,
@@ -256,8 +257,7 @@ def _is_none(expr: str, kinds: Kinds) -> Found:
     if (m := _IS_NONE.match(expr)) is None:
         return None
     subject = local(m.group(1))
-    category = by_subject(subject, kinds)
-    return "type" if category == "python_constant" else category, subject
+    return none_changed(subject, kinds), subject
 
 
 def _same_object(expr: str, kinds: Kinds) -> Found:

@@ -59,10 +59,12 @@ REMEDIES: tuple[Remedy, ...] = (
 )
 
 # Profile-guided automatic dynamic: torch keeps which dims and scalars it made dynamic under the job
-# id, and a restart of the job starts with them dynamic instead of warming up again.
+# id, and a restart of the job starts with them dynamic instead of warming up again. Torch 2.6 has it
+# off unless TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO=1, so the job id alone changes nothing there (its
+# proof on 2.6.0: 1, 1 with a job id); the proof passes on 2.9.1 on, and 2.7 - 2.8 were not run.
 PGO = Remedy(
     "pgo",
-    (2, 6),
+    (2, 9),
     frozenset(),
     "set TORCH_COMPILE_JOB_ID to the same value on every restart of the job (and keep torch's cache "
     "directory, TORCHINDUCTOR_CACHE_DIR, across restarts): torch's profile-guided automatic dynamic "

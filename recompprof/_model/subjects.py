@@ -280,26 +280,34 @@ def _kind_changed(expected: str | None, current: str | None) -> bool:
     )
 
 
-def _scalar_identity(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
+def none_changed(subject: str, kinds: Kinds) -> str:
+    """A value that was None and is not now, or the reverse: a value of what holds it (a module's
+    attribute, a global), else the argument's kind changed (``type``). torch writes it ``x is None``
+    (NONE_MATCH) or, before it had that guard, as an identity guard on None's id: one rule for both."""
     category = by_subject(subject, kinds)
-    # It was None and no longer is (nothing resolved says otherwise): the argument's kind changed.
-    none_before = expected is not None and _kind_name(expected) == "NoneType" and current is None
-    return "type" if category == "python_constant" and none_before else category
+    return "type" if category == "python_constant" else category
+
+
+def _is_none_kind(kind: str | None) -> bool:
+    return kind is not None and _kind_name(kind) == "NoneType"
 
 
 def identity_category(subject: str, expected: str | None, current: str | None, kinds: Kinds) -> str:
     """Category of a failed ``___check_obj_id`` guard from what the guarded object is.
 
     ``expected`` is the kind torch guarded (its annotation, or a singleton's id), ``current`` the kind
-    the live object has now (``kinds``); a kind that changed between calls is a ``type`` change.
+    the live object has now (``kinds``); a None that went is :func:`none_changed`, any other kind that
+    changed between calls is a ``type`` change.
     """
+    if _is_none_kind(expected) and not _is_none_kind(current):  # it was None and is not now
+        return none_changed(subject, kinds)
     if _kind_changed(expected, current):
         return "type"
     kind = current or expected
     attribute = owner(subject) is not None and not _DUNDER_TAIL.search(subject)
     group = _kind_group(kind) if kind is not None else None
     if group == "scalar":
-        return _scalar_identity(subject, expected, current, kinds)
+        return by_subject(subject, kinds)
     if group == "code" or (group == "object" and not attribute):
         return "object_identity"
     return _by_shape(subject, attribute, kinds)

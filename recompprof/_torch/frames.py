@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from recompprof._model import call_sites, generated_classes
 from recompprof._model.compile_id import UNKNOWN, spelled
+from recompprof._torch.versions import torch_info
 
 _WRAPPER_FILES = ("_dynamo/external_utils.py", "_dynamo\\external_utils.py")
 _MAX_DEPTH = 80
@@ -225,7 +226,12 @@ def _short(qualname: str) -> str:
 def _wrapper_fn(ctx: Compiling) -> Any:
     """What torch's wrapper calls (its closure's ``fn``), None where it holds none."""
     names = ctx.code.co_freevars
-    if ctx.closure is None or "fn" not in names or len(ctx.closure) != len(names):
+    if "fn" not in names:
+        return None
+    if ctx.closure is None and not torch_info().has("closure_in_compile"):
+        # torch hands _compile no closure; the frame's locals hold its free variables' values
+        return ctx.f_locals.get("fn")
+    if ctx.closure is None or len(ctx.closure) != len(names):
         return None
     try:
         return ctx.closure[names.index("fn")].cell_contents

@@ -186,9 +186,13 @@ def _compile_id(explicit: Any) -> str | None:
     if explicit is not None:
         return str(explicit)
     try:
-        from torch._guards import CompileContext
+        # looked up, not imported: no import statement runs on the compile path once torch is loaded
+        guards: Any = sys.modules.get("torch._guards")
+        if guards is None:
+            import torch._guards
 
-        current = CompileContext.current_compile_id()
+            guards = torch._guards
+        current = guards.CompileContext.current_compile_id()
     except Exception:  # noqa: BLE001 - an id is a nicety; the break is still recorded
         return None
     return str(current) if current is not None else None
@@ -200,6 +204,7 @@ class GraphBreakCounter:
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
         self._last_total = 0
+        self._utils: Any = None
         self.live = False
         self.reason_off = ""
 
@@ -209,10 +214,15 @@ class GraphBreakCounter:
             self.reason_off = info.why_off("graph_breaks")
             return
         try:
-            from torch._dynamo.utils import counters
-        except ImportError as exc:
+            import torch._dynamo.utils as dynamo_utils
+
+            counters = dynamo_utils.counters
+        except (ImportError, AttributeError) as exc:
             self.reason_off = f"torch._dynamo.utils.counters missing ({exc})"
             return
+        # Read at each take through the module (no import statement on the compile path, and a counters
+        # object torch replaces is still followed).
+        self._utils = dynamo_utils
         self.live = True
         self._last = dict(list(counters["graph_break"].items())[:MAX_TRACKED])
         self._last_total = sum(counters["graph_break"].values())
@@ -223,9 +233,7 @@ class GraphBreakCounter:
     def take(self) -> list[tuple[str, int]]:
         if not self.live:
             return []
-        from torch._dynamo.utils import counters
-
-        current = counters["graph_break"]
+        current = self._utils.counters["graph_break"]
         total = sum(current.values())
         if total < self._last_total:  # counters were cleared (torch._dynamo.reset / counters.clear)
             self._last, self._last_total = {}, 0

@@ -70,7 +70,7 @@ GATES: dict[str, Gate] = {
         "compile_start events carry no reason (is_recompile is still set from the compile id)",
     ),
     "reset_clears_callbacks": Gate(
-        (2, 5),
+        (2, 4),
         "torch._dynamo.callback.callback_handler, whose clear() torch._dynamo.reset() calls (recompprof puts its "
         "compile callbacks back there and counts the reset)",
         "a reset is not seen: the first compile after it has no compile_start, and events carry no reset generation",
@@ -95,6 +95,12 @@ GATES: dict[str, Gate] = {
         "torch._dynamo.config.recompile_limit / accumulated_recompile_limit",
         "the same limits are read and set under their old names cache_size_limit / accumulated_cache_size_limit",
     ),
+    "closure_in_compile": Gate(
+        (2, 6),
+        "the compiled frame's closure passed to torch._dynamo.convert_frame._compile (its closure argument)",
+        "torch.compile(module)'s wrapper is named from the frame's locals (they hold its free variables' values); "
+        "a decorator's wrapper shared by several methods cannot be told apart by its closure cells",
+    ),
     # --- profile mode
     "force_backend": Gate(
         (2, 6),
@@ -112,6 +118,32 @@ GATES: dict[str, Gate] = {
         "frame callbacks that may return a torch._dynamo.types.GuardedCode (code, guard_manager, compile_id, "
         "trace_annotation) via wrap_guarded_code, installed by the eval-frame code as a new cache entry",
         "profile mode evicts without parking: each return to an evicted variant retraces it",
+    ),
+    # --- what torch guards (the rules file what torch reports; below these it reports something else)
+    "module_tensors_by_value": Gate(
+        (2, 5),
+        "inlined nn.Module calls (config.inline_inbuilt_nn_modules on by default): a module's tensor attributes "
+        "guarded by their properties (size, stride, dtype ...)",
+        "a module's tensor attribute is guarded by identity: a replaced one is filed module_attribute, whatever "
+        "changed about it",
+    ),
+    "function_mode_guard": Gate(
+        (2, 5),
+        "a TORCH_FUNCTION_STATE guard on every compiled frame (the torch-function mode stack)",
+        "a TorchFunctionMode entered around a call recompiles nothing, so there is nothing to file",
+    ),
+    "default_device_guard": Gate(
+        (2, 6),
+        "a default device set around a call (torch.device(...) as a context manager) reported by a global "
+        "guard (the torch-function mode stack, DEFAULT_DEVICE) before the tensors' guards",
+        "a default device set around a call is reported as its new tensors' device (their dispatch keys): "
+        "filed device, not global_state",
+    ),
+    "autocast_in_global_state": Gate(
+        (2, 7),
+        "autocast in the GLOBAL_STATE guard ('GLOBAL_STATE changed: autocast'; with the device from 2.11)",
+        "autocast shows only as a tensor's dispatch-key change (filed autocast); changed together with grad "
+        "mode, torch reports the grad mode alone and the autocast change is not filed",
     ),
     # --- reason text formats (the parser reads every format; recorded fixtures pin where each starts)
     "compile_id_in_reasons": Gate(

@@ -99,11 +99,14 @@ def main(out: Path) -> int:
     expected: dict[str, Any] = {}
     combination = [-1]
 
-    def on_start(args: Any) -> None:
+    def on_start(args: Any = None) -> None:
+        # newer torch passes the callback its CallbackArgs, 2.4 - 2.6 pass nothing; _compile's own
+        # compile_id is the same id on every release.
         frame = compile_frame()
         if frame is not None:
             code = frame.f_locals["code"]
-            expected[str(args.compile_id)] = {
+            compile_id = args.compile_id if args is not None else frame.f_locals["compile_id"]
+            expected[str(compile_id)] = {
                 "combination": combination[0],
                 "co_name": code.co_name,
                 "qualname": code.co_qualname,

@@ -157,12 +157,24 @@ def _fsdp2_runs_on_cpu() -> bool:
 )
 def test_a_class_fsdp2_generates_is_named_as_the_users_class(fsdp: Recorded) -> None:
     """FSDP2's ``fully_shard`` swaps the model's class for a generated ``FSDPClassifier``: on both ranks, live and
-    ingested, the compiled forward is ``Classifier.forward``, owned by the class the user wrote."""
+    ingested, the compiled forward is ``Classifier.forward``, owned by the class the user wrote. Where torch's
+    guard dumps name no classes (type ids only, before 2.9), ingest can name no owner and keeps the wrapper's
+    own name, ``inner`` (docs/frames.md, "Known limits")."""
     made = [json.loads((fsdp.where / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(m["generated"] == "FSDP" + m["user"] != m["user"] for m in made), made
-    for compiles in (_forward(read_run(fsdp.run_dir)), _ingested(fsdp)):
+    user = ("Classifier.forward", "Classifier")
+    unknown = ("inner", None)
+    named = _trace_names_classes(fsdp.trace_dir)
+    for compiles, expected in (
+        (_forward(read_run(fsdp.run_dir)), user),
+        (_ingested(fsdp), user if named else unknown),
+    ):
         forwards = {k: c.frame for k, c in compiles.items() if k[1].startswith("0/")}
         assert {k[0] for k in forwards} == {0, 1} and len(forwards) == 4, forwards
-        assert {(f.name, f.owner) for f in forwards.values()} == {
-            ("Classifier.forward", "Classifier")
-        }
+        assert {(f.name, f.owner) for f in forwards.values()} == {expected}
+
+
+def _trace_names_classes(trace_dir: Path) -> bool:
+    """Whether torch's guard dumps in a trace name the class of what they guard (``type=<class '...'>``): the
+    only place a trace names a module's class."""
+    return any("type=<class '" in p.read_text() for p in trace_dir.glob("*.log"))

@@ -132,6 +132,16 @@ def make_runs(where: Path) -> list[GeneratedRun]:
     return [first, second, third]
 
 
+def lake_objects(lake: Lake) -> dict[str, bytes]:
+    """Every object of ``lake`` (an object store's), by its name under the lake's prefix."""
+    found = {}
+    for info in lake.fs.get_file_info(pafs.FileSelector(lake.base, recursive=True)):
+        if info.type == pafs.FileType.File:
+            with lake.fs.open_input_stream(info.path) as stream:
+                found[info.path.removeprefix(lake.base + "/")] = stream.read()
+    return found
+
+
 class CommandFailed(Exception):
     """A command of a plan exited with an error."""
 
@@ -377,14 +387,11 @@ class Plan:
         """The lake's files in a local folder: the lake itself, or a copy of an object store's."""
         if "://" not in self.uri:
             return Path(self.uri)
-        lake = Lake(self.uri)
         copy = self.scratch / f"copy-{len(self.arrived)}"
-        for info in lake.fs.get_file_info(pafs.FileSelector(lake.base, recursive=True)):
-            if info.type == pafs.FileType.File:
-                target = copy / info.path.removeprefix(lake.base + "/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with lake.fs.open_input_stream(info.path) as stream:
-                    target.write_bytes(stream.read())
+        for name, data in lake_objects(Lake(self.uri)).items():
+            target = copy / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
         return copy
 
     def _folder(self, name: str) -> Path:

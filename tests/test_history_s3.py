@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-pafs = pytest.importorskip("pyarrow.fs")
+pytest.importorskip("pyarrow.fs")
 pytest.importorskip("moto.server")
 duckdb = pytest.importorskip("duckdb")
 
-from arrival_plans import Baseline, Plan, check, draw_plan, make_runs  # noqa: E402
+from arrival_plans import Baseline, Plan, check, draw_plan, lake_objects, make_runs  # noqa: E402
 from generated_runs import generate  # noqa: E402
 from needs import starts  # noqa: E402
 from servers import moto_s3  # noqa: E402
@@ -56,16 +56,6 @@ def _uri(endpoint: str, prefix: str) -> str:
     return f"s3://lake/{prefix}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
 
 
-def _objects(lake: Lake) -> dict[str, bytes]:
-    infos = lake.fs.get_file_info(pafs.FileSelector(lake.base, recursive=True))
-    found = {}
-    for info in infos:
-        if info.type == pafs.FileType.File:
-            with lake.fs.open_input_stream(info.path) as stream:
-                found[info.path.removeprefix(lake.base + "/")] = stream.read()
-    return found
-
-
 def test_export_to_s3_writes_the_bytes_a_local_export_writes(
     s3_endpoint: str, run: Path, tmp_path: Path
 ) -> None:
@@ -76,11 +66,11 @@ def test_export_to_s3_writes_the_bytes_a_local_export_writes(
     local = tmp_path / "lake"
     export([run], str(local))
     lake = Lake(uri)
-    objects = _objects(lake)
+    objects = lake_objects(lake)
     expected = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
     assert len(objects) == 4 and objects == expected
     export([run], uri)
-    assert _objects(lake) == objects
+    assert lake_objects(lake) == objects
     assert [f.run_id for t in TABLES for f in lake.files(t)] == ["scale-3"] * 4
 
 

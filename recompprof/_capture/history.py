@@ -103,10 +103,10 @@ def closed_by(started: datetime.datetime) -> datetime.date:
 class PeriodicExport:
     """The thread that exports the session's log every ``every`` seconds while it runs.
 
-    ``closed`` is the last UTC day whose rows are all in the lake: the day before an export that
-    succeeded started (a day's events are in the log once it is over), less
-    :data:`CLOSING_MARGIN`. :meth:`stop` ends the thread
-    and any export in flight, so the end-of-session export is the last to write the session's files.
+    ``closed`` is the last UTC day whose rows are all in the lake: :func:`closed_by` the start of an
+    export that succeeded (a day's events are in the log once it is over, less
+    :data:`CLOSING_MARGIN`). :meth:`stop` ends the thread and any export in flight, so the
+    end-of-session export is the last to write the session's files.
     """
 
     def __init__(self, log: Path, uri: str, every: float, timeout: float, redact: bool) -> None:

@@ -99,41 +99,34 @@ def _module_forward(
     module, _, owner = cls.rpartition(".")
     user = generated_classes.user_class_name(module, owner)
     if user is not None:  # FSDP2's FSDP<Name>, defined in torch: the user's <Name> is named instead
-        return _generated_module_forward(user, file, line, known_files, scripts)
-    found = _method_of(cls, lambda node: node.name == "forward", known_files, scripts)
-    if found is None:
-        return None
+        owner, where = user, _generated_forward(user, known_files, scripts) or (file, line)
+    else:
+        found = _method_of(cls, lambda node: node.name == "forward", known_files, scripts)
+        if found is None:
+            return None
+        where = found[1:]
     return Frame(
         name=f"{owner}.forward",
-        file=found[1],
-        line=found[2],
+        file=where[0],
+        line=where[1],
         code_file=file,
         code_line=line,
         owner=owner,
     )
 
 
-def _generated_module_forward(
-    user: str, file: str, line: int, known_files: Iterable[str], scripts: Iterable[str]
-) -> Frame:
-    """A module of a class torch generated around the user's ``user`` (FSDP2 on torch that compiles it
-    through its wrapper, 2.9): ``<user>.forward``, as live names it. The trace names only the generated
-    class, so the user's class is looked up by name in the files the trace names; where not exactly one
-    defines it with a ``forward``, the file and line stay the wrapper's."""
+def _generated_forward(
+    user: str, known_files: Iterable[str], scripts: Iterable[str]
+) -> tuple[str, int] | None:
+    """Where the user's class ``user``, which torch generated a class around (FSDP2 on torch that compiles
+    it through its wrapper, 2.9), defines ``forward``. The trace names only the generated class, so the
+    user's is looked up by name in the files the trace names; None unless exactly one defines it."""
     found = {
         hit
         for source in sorted(set(known_files) | set(scripts))
         for hit in _class_methods(source, user, lambda node: node.name == "forward")
     }
-    where = found.pop()[1:] if len(found) == 1 else (file, line)
-    return Frame(
-        name=f"{user}.forward",
-        file=where[0],
-        line=where[1],
-        code_file=file,
-        code_line=line,
-        owner=user,
-    )
+    return found.pop()[1:] if len(found) == 1 else None
 
 
 def _wrapped_method(

@@ -11,6 +11,8 @@ real lake as fast as it can while real questions run against it.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -102,3 +104,50 @@ def test_a_question_asked_while_a_file_is_replaced_neither_fails_nor_leaves_it_o
         json.dumps(failures[:5]),
         left_out[:5],
     )
+
+
+def test_a_read_that_failed_is_read_again_through_links_that_no_writer_replaces(
+    tmp_path: Path,
+) -> None:
+    """After a read error the engine reads a local lake through hard links to its files: a file
+    replaced after that is still read as it was, so the second read cannot fail the way the first did;
+    the links are hidden from every listing and gone with the engine."""
+    import gc
+
+    from recompprof._history import engine, views
+    from recompprof._history.export import export
+
+    full, short, lake, other = (tmp_path / n for n in ("full", "short", "lake", "other"))
+    generate(full, ranks=2, per_rank=400, seed=5)
+    short.mkdir()
+    for log in full.glob("*.jsonl"):  # the same run, cut short: the same file names, fewer rows
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
+    export([short], str(lake), per_rank=True)
+    export([full], str(other), per_rank=True)
+    count = "SELECT COUNT(*) FROM compiles"
+
+    def replace_all() -> None:  # what a writer does: a new file renamed over each old one
+        for new in (other / "v1").rglob("*.parquet"):
+            old = lake / new.relative_to(other)
+            staged = old.with_name(".staged")
+            shutil.copyfile(new, staged)
+            os.replace(staged, old)
+
+    runner = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
+    [gone, kept] = sorted((lake / "v1" / "compiles").rglob("*.parquet"))
+    gone.unlink()  # the views' file is gone: the next read fails, and the lake is read again
+    [(before,)] = runner.query(count).rows
+    links = sorted(p.name for p in lake.rglob(".*.tmp"))
+    assert len(links) == len(list(lake.rglob("*.parquet")))  # each file left, once
+
+    replace_all()
+    [(after,)] = runner.query(count).rows
+    fresh = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
+    [(now,)] = fresh.query(count).rows
+    assert before == after != now, (before, after, now)
+    assert not views.select(views.reader(str(lake))).skipped
+
+    del runner
+    gc.collect()
+    assert not list(lake.rglob(".*.tmp"))
+    assert kept.exists()

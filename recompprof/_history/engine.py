@@ -8,14 +8,16 @@ the sessions in range did not end or had a dark signal. :mod:`recompprof._histor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from recompprof._errors import CommandError
-from recompprof._history import questions, views
+from recompprof._history import pins, questions, views
 from recompprof._history.columns import TABLES
 from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
@@ -24,7 +26,9 @@ from recompprof._history.questions import Params
 _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # Reads the lake again from its listing after a read error, before any file is called broken: a file
 # replaced while DuckDB read it (a running job's periodic export, a re-export, compaction) fails that one
-# read (DuckDB opens a file once to plan and again to scan), and the next read of the new file is whole.
+# read (DuckDB opens a file once to plan and again to scan). A local lake is read again through hard
+# links (recompprof._history.pins), which no writer replaces; an object store, or a lake the reader may
+# not write, is read again as it is, where another replacement can fail that read too.
 _MAX_REREADS = 3
 
 
@@ -100,6 +104,10 @@ class Engine:
         self._locked = False
         # The session counts of each scope asked (a digest's questions share theirs).
         self._counted: dict[str, tuple[int, int, int, int]] = {}
+        # After a read error: the links the views read instead of a local lake's files, removed when
+        # the engine goes (or at exit).
+        self._pins = pins.Pins()
+        weakref.finalize(self, self._pins.release)
         self._create_views()
 
     def lock(self) -> None:
@@ -115,7 +123,9 @@ class Engine:
 
     def _create_views(self) -> None:
         self._counted.clear()  # the files behind the views changed
-        statements, datasets = views.duckdb_views(self.lake, self.selection, self._questions_only)
+        statements, datasets = views.duckdb_views(
+            self.lake, self.selection, self._questions_only, self._pins.links
+        )
         if datasets:
             from recompprof._history import duck
 
@@ -166,9 +176,20 @@ class Engine:
         old, self.con = self.con, fresh.connection or views.connect()
         self.selection.connection = self.con
         old.close()
+        self._hold()
         self._create_views()
         if self._locked:
             self.lock()
+
+    def _hold(self) -> None:
+        """Hard-link the files the views read (a local lake), so that the next read meets no replaced
+        file; where links cannot be made, the files are read as they are."""
+        self._pins.release()
+        if not self.lake.local:
+            return
+        # A file gone since the listing: that read fails, and the next lists the lake again.
+        with contextlib.suppress(FileNotFoundError):
+            self._pins.take([p for checked in self.selection.tables.values() for p in checked.good])
 
     def _drop(self, table: str, path: str, why: str) -> None:
         checked = self.selection.tables[table]
@@ -179,7 +200,7 @@ class Engine:
         """Drop the file DuckDB's error names, if it names one of ours."""
         for table, checked in self.selection.tables.items():
             for path in checked.good:
-                if path in message:
+                if path in message or self._pins.links.get(path, path) in message:
                     self._drop(table, path, message)
                     self._create_views()
                     return True
@@ -198,7 +219,7 @@ class Engine:
             for path in list(self.selection.tables[table].good):
                 try:
                     if isinstance(self.lake, views.LocalLake):
-                        pq.ParquetFile(path).read()
+                        pq.ParquetFile(self._pins.links.get(path, path)).read()
                     else:
                         with self.lake.fs.open_input_file(path) as handle:
                             pq.ParquetFile(handle).read()

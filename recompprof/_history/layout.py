@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import itertools
 import os
 import tempfile
 import urllib.parse
@@ -39,13 +38,13 @@ from recompprof._history.names import (
     LakeError,
     is_data_name,
     partition_day,
+    temp_name,
 )
 
 __all__ = ["DAILY_ROOT", "ROOT", "SUFFIX", "Lake", "LakeError", "LakeFile", "PendingFile"]
 
 ALL_RANKS = "all"
 _SEPARATOR = "__"
-_TEMPS = itertools.count()
 _CHUNK = 8 << 20  # bytes per write of an upload
 
 
@@ -61,13 +60,6 @@ def file_name(run_id: str, writer: str) -> str:
     if quoted.startswith("."):
         quoted = "%2E" + quoted[1:]
     return f"{quoted}{_SEPARATOR}{writer}{SUFFIX}"
-
-
-def temp_name(name: str) -> str:
-    """The hidden name a file is written under before it is renamed to ``name`` (readers skip it): one
-    per writer, so two exporters of the same run never write into one temporary file (the last rename
-    wins, and both wrote the same rows)."""
-    return f".{name}.{os.getpid()}-{next(_TEMPS)}.tmp"
 
 
 def partition(day: datetime.date) -> str:

@@ -9,6 +9,8 @@ with ``os`` and DuckDB, so one question never imports pyarrow (docs/history.md, 
 from __future__ import annotations
 
 import datetime
+import itertools
+import os
 import re
 
 from recompprof._errors import RecompprofError
@@ -20,10 +22,18 @@ PART = "part-0.parquet"  # a compacted day's one file per table
 SOURCES = "_sources"  # beside it: the raw files it covered
 THROUGH = "_through"  # in the compacted root: the last compacted day
 PARTITION = re.compile(r"dt=(\d{4}-\d{2}-\d{2})$")  # a Hive partition folder's name
+_TEMPS = itertools.count()
 
 
 class LakeError(RecompprofError):
     """The lake cannot be opened, read or written; the message is one line naming the URI and why."""
+
+
+def temp_name(name: str) -> str:
+    """The hidden name a file is written under before it is renamed to ``name`` (readers skip it): one
+    per writer, so two exporters of the same run never write into one temporary file (the last rename
+    wins, and both wrote the same rows)."""
+    return f".{name}.{os.getpid()}-{next(_TEMPS)}.tmp"
 
 
 def is_data_name(name: str) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -248,15 +248,20 @@ def _quoted_name(name: str) -> str:
 
 
 def duckdb_views(
-    lake: Readable, selection: Selection, questions_only: bool = False
+    lake: Readable,
+    selection: Selection,
+    questions_only: bool = False,
+    links: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, object]]:
     """The statements that create the embedded engine's views, and the Arrow datasets they read
     (for an object store, which DuckDB reaches through pyarrow's filesystem). ``questions_only``: a
     local lake's views give only the columns the canonical questions read: DuckDB binds a view's
     every column on each query that names it (half a millisecond for a table's 80 columns, on each of
-    a digest's twenty reads of a view), and ``history sql`` alone reads the others."""
+    a digest's twenty reads of a view), and ``history sql`` alone reads the others. ``links``: a local
+    file's path -> the hard link read instead (:mod:`recompprof._history.pins`)."""
     statements: list[str] = []
     datasets: dict[str, object] = {}
+    links = links or {}
     for table, checked in selection.tables.items():
         if lake.local:
             columns = _local_columns(table, checked, questions_only)
@@ -270,7 +275,7 @@ def duckdb_views(
             )
             continue
         if lake.local:
-            files = ", ".join(literal(p) for p in checked.good)
+            files = ", ".join(literal(links.get(p, p)) for p in checked.good)
             union = "false" if checked.uniform else "true"
             source = (
                 f"read_parquet([{files}], hive_partitioning = true, union_by_name = {union}, "

@@ -151,3 +151,26 @@ def test_a_read_that_failed_is_read_again_through_links_that_no_writer_replaces(
     gc.collect()
     assert not list(lake.rglob(".*.tmp"))
     assert kept.exists()
+
+
+def test_files_deleted_between_the_listing_and_the_views_are_listed_again(tmp_path: Path) -> None:
+    """A question lists the lake, then a whole-run export deletes the run's per-rank files before the
+    question's views are made: the views bind the lake listed again, and the answer holds the run's
+    every compile once, not an error."""
+    from recompprof._history import engine, views
+    from recompprof._history.export import export
+
+    run, lake = tmp_path / "run", tmp_path / "lake"
+    generate(run, ranks=2, per_rank=300, seed=3)
+    export([run], str(lake), per_rank=True)
+    listed = views.select(views.reader(str(lake)))
+    export([run], str(lake))  # the whole run replaces (deletes) the per-rank files listed above
+    assert not any(p.exists() for p in map(Path, listed.tables["compiles"].good))
+
+    runner = engine.Engine(views.reader(str(lake)), listed)
+    [(rows, sessions)] = runner.query(
+        "SELECT (SELECT COUNT(*) FROM compiles), (SELECT COUNT(*) FROM runs)"
+    ).rows
+    assert sessions == 2 and not runner.selection.skipped
+    whole = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
+    assert rows == whole.query("SELECT COUNT(*) FROM compiles").rows[0][0] > 0

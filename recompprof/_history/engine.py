@@ -108,7 +108,14 @@ class Engine:
         # the engine goes (or at exit).
         self._pins = pins.Pins()
         weakref.finalize(self, self._pins.release)
-        self._create_views()
+        try:
+            self._create_views()
+        except self._duckdb.Error as error:
+            # A view binds its files: one gone since the listing (a whole-run export deletes the run's
+            # per-rank files) fails it, as a replaced file fails a query.
+            if not self._reading(error):
+                raise
+            self._select_again()
 
     def lock(self) -> None:
         """From now on the engine reads the lake and nothing else: no file outside the lake's folder is
@@ -163,21 +170,30 @@ class Engine:
     def _select_again(self) -> None:
         """The lake listed and its footers read afresh, through a new connection (the old one's
         metadata cache may hold a replaced file's footer), into the same :class:`Selection` the
-        command holds; the lock, if taken, taken again."""
-        fresh = views.select(self.lake, tuple(self.selection.tables))
-        for table, checked in self.selection.tables.items():
-            # a file dropped for broken pages in this command stays dropped
-            kept = fresh.tables[table]
-            dropped = [s for s in checked.skipped if s.why == "unreadable" and s.path in kept.good]
-            kept.skipped += dropped
-            kept.good = [p for p in kept.good if p not in {s.path for s in dropped}]
-        self.selection.through = fresh.through
-        self.selection.tables = fresh.tables
-        old, self.con = self.con, fresh.connection or views.connect()
-        self.selection.connection = self.con
-        old.close()
-        self._hold()
-        self._create_views()
+        command holds, and the views made again (up to 3 times, as a view binds its files); the lock,
+        if taken, taken again."""
+        for attempt in range(_MAX_REREADS):
+            fresh = views.select(self.lake, tuple(self.selection.tables))
+            for table, checked in self.selection.tables.items():
+                # a file dropped for broken pages in this command stays dropped
+                kept = fresh.tables[table]
+                dropped = [
+                    s for s in checked.skipped if s.why == "unreadable" and s.path in kept.good
+                ]
+                kept.skipped += dropped
+                kept.good = [p for p in kept.good if p not in {s.path for s in dropped}]
+            self.selection.through = fresh.through
+            self.selection.tables = fresh.tables
+            old, self.con = self.con, fresh.connection or views.connect()
+            self.selection.connection = self.con
+            old.close()
+            self._hold()
+            try:
+                self._create_views()
+                break
+            except self._duckdb.Error as error:
+                if not self._reading(error) or attempt == _MAX_REREADS - 1:
+                    raise
         if self._locked:
             self.lock()
 

@@ -156,22 +156,76 @@ def _fsdp2_runs_on_cpu() -> bool:
     "Stream.record_event",
 )
 def test_a_class_fsdp2_generates_is_named_as_the_users_class(fsdp: Recorded) -> None:
-    """FSDP2's ``fully_shard`` swaps the model's class for a generated ``FSDPClassifier``: on both ranks, live and
-    ingested, the compiled forward is ``Classifier.forward``, owned by the class the user wrote. Where torch's
-    guard dumps name no classes (type ids only, before 2.9), ingest can name no owner and keeps the wrapper's
-    own name, ``inner`` (docs/frames.md, "Known limits")."""
+    """FSDP2's ``fully_shard`` swaps the model's class for a generated ``FSDPClassifier``. Every compile of
+    the model's forward on both ranks, as torch's trace lists them, is one compile live and ingested: the
+    code of ``Classifier.forward``, or torch's wrapper ``inner`` around the module where torch compiles
+    through it (2.7 and 2.8 compile the wrapper as a frame of its own, its graph broken in FSDP's hook, and
+    ``forward`` as the next frame; 2.13 compiles ``forward`` alone). Live, each is ``Classifier.forward``,
+    owned by the class the user wrote, and so is each ingested; where torch's guard dumps name no classes
+    (type ids only, before 2.9), ingest can name no owner and keeps the wrapper's own name, ``inner``
+    (docs/frames.md, "Known limits"). The forward's recompiles are those torch logs on each rank."""
     made = [json.loads((fsdp.where / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(m["generated"] == "FSDP" + m["user"] != m["user"] for m in made), made
+    code = _forward_codes(fsdp.trace_dir)
+    assert {rank for rank, _ in code} == {0, 1}, code
+    live, traced = _forward(read_run(fsdp.run_dir)), _ingested(fsdp)
     user = ("Classifier.forward", "Classifier")
-    unknown = ("inner", None)
     named = _trace_names_classes(fsdp.trace_dir)
-    for compiles, expected in (
-        (_forward(read_run(fsdp.run_dir)), user),
-        (_ingested(fsdp), user if named else unknown),
-    ):
-        forwards = {k: c.frame for k, c in compiles.items() if k[1].startswith("0/")}
-        assert {k[0] for k in forwards} == {0, 1} and len(forwards) == 4, forwards
-        assert {(f.name, f.owner) for f in forwards.values()} == {expected}
+    as_live = {k for k, c in live.items() if (c.frame.name, c.frame.owner) == user}
+    assert as_live == set(code), (sorted(as_live), code)
+    expected = {
+        "forward": ("Classifier.forward", "Classifier" if named else None),
+        "inner": user if named else ("inner", None),
+    }
+    names = {name for name, _ in expected.values()}
+    as_ingested = {
+        k: (c.frame.name, c.frame.owner) for k, c in traced.items() if c.frame.name in names
+    }
+    assert as_ingested == {k: expected[name] for k, name in code.items()}
+    recompiled = {k for k in code if live[k].is_recompile}
+    assert recompiled == {k for k in code if traced[k].is_recompile}
+    logged = _logged_recompiles(fsdp.stderr)
+    assert {k: n for k, n in logged.items() if n in expected} == {k: code[k] for k in recompiled}
+    assert {rank for rank, _ in recompiled} == {0, 1}, logged  # the second batch size recompiled it
+
+
+_WRAPPER = "_dynamo/external_utils.py"
+
+
+def _forward_codes(trace_dir: Path) -> dict[tuple[int, str], str]:
+    """torch's own list of the model's forward compiles, from the raw ``TORCH_TRACE`` (each compile's
+    ``compilation_metrics`` names its code): ``(rank, compile id)`` to ``forward`` (the workload's
+    ``Classifier.forward``) or ``inner`` (torch's wrapper around a compiled module), read without recompprof."""
+    out: dict[tuple[int, str], str] = {}
+    for path in sorted(trace_dir.glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '{"compilation_metrics": ' not in line or "] " not in line:
+                continue
+            record = json.loads(line.split("] ", 1)[1])
+            metrics = record["compilation_metrics"]
+            name, file = metrics.get("co_name"), str(metrics.get("co_filename"))
+            if (name, Path(file).name) == ("forward", "fsdp_frames.py") or (
+                name == "inner" and file.replace("\\", "/").endswith(_WRAPPER)
+            ):
+                out[(int(record["rank"]), metrics["compile_id"])] = name
+    return out
+
+
+# "[rank1]:V1130 04:14:26.492000 16765 torch/_dynamo/guards.py:3006] [1/1] [__recompiles] Recompiling function
+# forward in /…/fsdp_frames.py:28": torch's own log line of a recompile on one rank
+_RANK_RECOMPILING = re.compile(
+    r"^\[rank(\d+)\]:[VIWEDC]\d{4} .*?\] \[(\d+/\d+)(?:_\d+)?\] \[__recompiles\] "
+    r"Recompiling function (\S+) in "
+)
+
+
+def _logged_recompiles(stderr: str) -> dict[tuple[int, str], str]:
+    """Each recompile torch logged (``TORCH_LOGS=recompiles``): ``(rank, compile id)`` to the code's name."""
+    return {
+        (int(m.group(1)), m.group(2)): m.group(3)
+        for line in stderr.splitlines()
+        if (m := _RANK_RECOMPILING.match(line))
+    }
 
 
 def _trace_names_classes(trace_dir: Path) -> bool:

@@ -41,9 +41,13 @@ REMEDIES: tuple[Remedy, ...] = (
         "for a dim that changes from 0 or 1 (torch always specialises those): "
         "torch._dynamo.decorators.mark_unbacked(x, dim) before the call",
     ),
+    # From 2.8: torch 2.7 keeps constant only the int attributes of torch.nn's own modules (and of
+    # modules compiled without inlining); one of a module the user wrote is an int like any other, made
+    # dynamic at its first change whether the switch is on or off, so its proof on 2.7.1 recompiles
+    # once either way (5 values: 1 → 1). 2.8 keeps it constant unless the switch is on (4 → 1).
     Remedy(
         "allow_unspec_int_on_nn_module",
-        (2, 7),
+        (2, 8),
         frozenset({"module_attribute"}),
         "for an int attribute of an nn.Module (a step or layer counter): "
         "torch._dynamo.config.allow_unspec_int_on_nn_module = True lets torch make it dynamic",

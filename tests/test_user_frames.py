@@ -159,8 +159,8 @@ def test_a_class_fsdp2_generates_is_named_as_the_users_class(fsdp: Recorded) -> 
     """FSDP2's ``fully_shard`` swaps the model's class for a generated ``FSDPClassifier``. Every compile of
     the model's forward on both ranks, as torch's trace lists them, is one compile live and ingested: the
     code of ``Classifier.forward``, or torch's wrapper ``inner`` around the module where torch compiles
-    through it (2.7 and 2.8 compile the wrapper as a frame of its own, its graph broken in FSDP's hook, and
-    ``forward`` as the next frame; 2.13 compiles ``forward`` alone). Live, each is ``Classifier.forward``,
+    through it (2.7, 2.8 and 2.10 compile the wrapper as a frame of its own, its graph broken in FSDP's
+    hook, and ``forward`` as the next frame; 2.13 compiles ``forward`` alone). Live, each is ``Classifier.forward``,
     owned by the class the user wrote, and so is each ingested; where torch's guard dumps name no classes
     (type ids only, before 2.9), ingest can name no owner and keeps the wrapper's own name, ``inner``
     (docs/frames.md, "Known limits"). The forward's recompiles are those torch logs on each rank."""

@@ -5,6 +5,7 @@ that read them (docs/history.md, "Layout").
 
     URI/v1/<table>/dt=YYYY-MM-DD/<run_id>__<writer>.parquet       # one writer per file
     URI/v1/<table>/dt=YYYY-MM-DD/.<run_id>__<writer>.parquet.tmp  # being written (hidden), then renamed
+                                                                   # (or a question's hard link, _history.pins)
 
 ``<writer>`` is ``all-s<digest>`` when one exporter had the run's logs (a run directory), or
 ``rank00003-12345-s<digest>`` (rank and pid) when a rank session exported its own log; the digest is

@@ -154,24 +154,49 @@ def test_print_sql_views_obey_the_marker(lake, capsys):
     assert "v1-daily/compiles" in out
 
 
-def test_compaction_removes_temporary_files_killed_exporters_left(lake):
-    """Hidden ``.*.tmp`` files older than a day (an exporter killed mid-write) are deleted by the next
-    compaction, in both roots; a fresh one (an export writing now) and every data file stay."""
+def test_compaction_removes_temporary_files_killed_exporters_left(lake, monkeypatch, capsys):
+    """Hidden ``.*.tmp`` files untouched for longer than the bound (an exporter killed mid-write) are
+    deleted by the next compaction, in both roots; a fresh one (an export writing now) and every data
+    file stay. On a local lake, touched is by the inode's change time: a fresh file whose modification
+    time says a day ago stays too. (The bound is cut to 2 s here, as a change time cannot be set back.)"""
+    monkeypatch.setattr(compact, "TEMPORARY_AGE", datetime.timedelta(seconds=2))
     day = lake / "v1" / "compiles" / f"dt={_day(0)}"
     data = sorted(p for p in lake.rglob("*.parquet"))
     old = day / ".run-7__all-s0123456789.parquet.4242-0.tmp"
-    fresh = day / ".run-8__all-s0123456789.parquet.4243-0.tmp"
-    for path in (old, fresh):
-        path.write_bytes(b"PAR1 half a file")
-    a_day_ago = time.time() - 86400 - 60
-    os.utime(old, (a_day_ago, a_day_ago))
-    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
     daily_old = lake / "v1-daily" / "runs" / f"dt={_day(0)}" / ".part-0.parquet.1-0.tmp"
-    daily_old.write_bytes(b"PAR1")
-    os.utime(daily_old, (a_day_ago, a_day_ago))
+    daily_old.parent.mkdir(parents=True)
+    for path in (old, daily_old):
+        path.write_bytes(b"PAR1 half a file")
+    time.sleep(2.2)
+    fresh = day / ".run-8__all-s0123456789.parquet.4243-0.tmp"
+    fresh.write_bytes(b"PAR1 half a file")
+    a_day_ago = time.time() - 86400 - 60
+    os.utime(fresh, (a_day_ago, a_day_ago))
     assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    assert "removed 2 hidden temporary file(s) untouched for 2 s" in capsys.readouterr().err
     assert not old.exists() and not daily_old.exists() and fresh.exists()
     assert all(p.exists() for p in data)
+
+
+def test_a_readers_link_to_a_file_older_than_a_day_outlives_compaction(lake, capsys):
+    """A question's hard link to a lake file (``recompprof._history.pins``) shares the file's
+    modification time, days old here, but was made now: compaction leaves it, so the question's
+    reread is not taken from under it; released, it is gone and the file stays."""
+    from recompprof._history.pins import Pins
+
+    file = sorted((lake / "v1" / "compiles" / f"dt={_day(0)}").glob("*.parquet"))[0]
+    three_days_ago = time.time() - 3 * 86400
+    os.utime(file, (three_days_ago, three_days_ago))
+    pins = Pins()
+    pins.take([str(file)])
+    link = Path(pins.links[str(file)])
+    assert link.name.startswith(".") and link.name.endswith(".tmp")
+    assert link.stat().st_mtime < time.time() - 2 * 86400  # the file's own age
+    assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
+    assert "removed" not in capsys.readouterr().err
+    assert link.exists() and link.read_bytes() == file.read_bytes()
+    pins.release()
+    assert not link.exists() and file.exists()
 
 
 def test_a_marker_that_holds_no_date_is_one_line_from_every_reader(lake, capsys):

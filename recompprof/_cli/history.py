@@ -330,6 +330,12 @@ def _compact(args: argparse.Namespace) -> int:
         _say("warning", f"{s.table}: left out {s.path} ({s.why}: {s.detail})")
     for table, day in done.redone:
         _say("note", f"{table} {day}: raw files arrived after compaction; compacted again")
+    if done.removed:
+        _say(
+            "note",
+            f"removed {len(done.removed)} hidden temporary file(s) untouched for "
+            f"{_age(c.TEMPORARY_AGE)} (left by exports or questions that were killed)",
+        )
     files = sum(d[2] for d in done.days)
     rows = sum(d[3] for d in done.days)
     print(
@@ -337,6 +343,14 @@ def _compact(args: argparse.Namespace) -> int:
         f"{rows} row(s); compacted through {done.through or 'nothing yet'}"
     )
     return EXIT_OK
+
+
+def _age(span: datetime.timedelta) -> str:
+    """A bound as one says it: ``a day``, ``2 days``, ``90 s``."""
+    if span.total_seconds() % 86400 == 0:
+        days = int(span.total_seconds() // 86400)
+        return "a day" if days == 1 else f"{days} days"
+    return f"{span.total_seconds():g} s"
 
 
 def _verify(args: argparse.Namespace) -> int:

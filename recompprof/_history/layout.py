@@ -188,8 +188,14 @@ class Lake:
         return f"{self.base}/{ROOT}/_labels/{file_name(run_id, 'labels')[: -len(SUFFIX)]}.json"
 
     def temporaries(self, before: datetime.datetime) -> list[str]:
-        """Hidden temporary files (``.<name>.<n>.tmp``) under the lake's roots last written before
-        ``before``: what exporters killed mid-write left (a live one rewrites its own within minutes)."""
+        """Hidden temporary files (``.<name>.<n>.tmp``) under the lake's roots untouched since before
+        ``before``: what exporters killed mid-write left (a live one rewrites its own within minutes),
+        and the links of questions that were killed (:mod:`recompprof._history.pins`).
+
+        On a local lake, touched means the file's inode changed (its ``st_ctime``): a write, and also
+        a hard link made to it. A question's link to a file written a week ago shares that file's
+        modification time, but is as young as the link, so no compaction takes it from a live reader.
+        """
         found = []
         for root in (ROOT, DAILY_ROOT):
             selector = pafs.FileSelector(
@@ -207,9 +213,21 @@ class Lake:
                     and name.endswith(".tmp")
                     and info.mtime is not None
                     and info.mtime < before
+                    and self._unchanged_since(info.path, before)
                 ):
                     found.append(info.path)
         return sorted(found)
+
+    def _unchanged_since(self, path: str, before: datetime.datetime) -> bool:
+        """Whether ``path``'s inode last changed before ``before`` (always, where there are no inodes:
+        an object store's objects are never linked; a file gone meanwhile is not listed)."""
+        if not self.local:
+            return True
+        try:
+            changed = os.stat(path).st_ctime
+        except FileNotFoundError:
+            return False
+        return changed < before.timestamp()
 
     def uri_of(self, path: str) -> str:
         """A path of this lake's filesystem as a URI another engine opens (a local path stays a path)."""

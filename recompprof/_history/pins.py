@@ -11,8 +11,8 @@ engine reads the links: the second read cannot meet a replaced file.
 
 Each link is hidden beside its file (one filesystem, so a link can be made; no listing reads it) under
 the name a writer's temporary file has, so compaction removes the links a killed command left behind. A
-link shares its file's age: compaction may remove a live command's link to a file older than a day, and
-that command's next read then fails once more and links again.
+link shares its file's modification time, however old; compaction ages a local temporary file by its
+inode's change time, which making the link sets, so it never takes a live command's link.
 """
 
 from __future__ import annotations

@@ -158,8 +158,8 @@ def test_compaction_removes_temporary_files_killed_exporters_left(lake, monkeypa
     """Hidden ``.*.tmp`` files untouched for longer than the bound (an exporter killed mid-write) are
     deleted by the next compaction, in both roots; a fresh one (an export writing now) and every data
     file stay. On a local lake, touched is by the inode's change time: a fresh file whose modification
-    time says a day ago stays too. (The bound is cut to 2 s here, as a change time cannot be set back.)"""
-    monkeypatch.setattr(compact, "TEMPORARY_AGE", datetime.timedelta(seconds=2))
+    time says a day ago stays too. (The bound is cut to 3 s here, as a change time cannot be set back.)"""
+    monkeypatch.setattr(compact, "TEMPORARY_AGE", datetime.timedelta(seconds=3))
     day = lake / "v1" / "compiles" / f"dt={_day(0)}"
     data = sorted(p for p in lake.rglob("*.parquet"))
     old = day / ".run-7__all-s0123456789.parquet.4242-0.tmp"
@@ -167,13 +167,13 @@ def test_compaction_removes_temporary_files_killed_exporters_left(lake, monkeypa
     daily_old.parent.mkdir(parents=True)
     for path in (old, daily_old):
         path.write_bytes(b"PAR1 half a file")
-    time.sleep(2.2)
+    time.sleep(3.3)
     fresh = day / ".run-8__all-s0123456789.parquet.4243-0.tmp"
     fresh.write_bytes(b"PAR1 half a file")
     a_day_ago = time.time() - 86400 - 60
     os.utime(fresh, (a_day_ago, a_day_ago))
     assert main(["history", "compact", "--lake", str(lake), "--through", str(_day(0))]) == 0
-    assert "removed 2 hidden temporary file(s) untouched for 2 s" in capsys.readouterr().err
+    assert "removed 2 hidden temporary file(s) untouched for 3 s" in capsys.readouterr().err
     assert not old.exists() and not daily_old.exists() and fresh.exists()
     assert all(p.exists() for p in data)
 

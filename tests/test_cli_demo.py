@@ -17,7 +17,8 @@ from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, SessionStart
 
 
-def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def _demo(tmp_path: Path, *args: str, columns: str | None = "200") -> subprocess.Popen[str]:
+    """The demo as a subprocess writing to a pipe, ``columns`` wide (None: no $COLUMNS, as in a CI log)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -33,7 +34,7 @@ def _demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
             *args,
         ],
         cwd=tmp_path,
-        env=clean_env(COLUMNS="200"),
+        env=clean_env(**({"COLUMNS": columns} if columns else {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -75,8 +76,9 @@ def test_demo_trains_serves_metrics_and_reports(tmp_path: Path) -> None:
 
 @pytest.mark.workload
 def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -> None:
-    """--profile runs the same job in profile mode and ends with the report and the commands to run next."""
-    proc = _demo(tmp_path, "--profile")
+    """--profile runs the same job in profile mode and ends with the report and the commands to run next,
+    each on one line as it is to be pasted, though the output is a pipe (80 columns to rich)."""
+    proc = _demo(tmp_path, "--profile", columns=None)
     output, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, output
     (start,) = [e for e in read_run(tmp_path / "run") if isinstance(e, SessionStart)]
@@ -91,6 +93,14 @@ def test_demo_profile_mode_finishes_with_report_and_next_steps(tmp_path: Path) -
     ):
         assert text in output, output
     assert re.search(r"demo finished in \d+\.\d s", output)
+    run = tmp_path / "run"
+    lines = output.splitlines()
+    for command in (
+        f"recompprof report {run}",
+        f"recompprof report {run} --html recompprof-report.html",
+        f"recompprof check {run} --max-recompiles 0 --after-step",
+    ):
+        assert any(command in line for line in lines), output
 
 
 def test_demo_progress_line_names_the_compile_running_now() -> None:

@@ -108,7 +108,9 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=False)
+    # Lines are never wrapped: the paths and commands printed are copied into a shell, and a console
+    # that is not a terminal (a CI log, a pipe) is 80 columns, which would break them in two.
+    console = Console(stderr=False, soft_wrap=True)
     began = time.perf_counter()
     exporters, why_not = _exporters()
     port = None
@@ -226,7 +228,7 @@ def main(args: argparse.Namespace) -> int:
                 f"training done; serving metrics on http://127.0.0.1:{port}/metrics for {args.hold:g} s"
             )
             time.sleep(args.hold)
-    console.print(recompprof.report().__str__(), markup=False, highlight=False, soft_wrap=True)
+    console.print(recompprof.report().__str__(), markup=False, highlight=False)
     seconds = time.perf_counter() - began
     console.print(f"demo finished in {seconds:.1f} s. Where to look next:")
     if port:

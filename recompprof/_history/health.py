@@ -118,7 +118,6 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
     """Read the footer of each of ``paths`` (files of ``table``); leave out those ``history verify``
     found bad (``bad``, from :func:`read_verified`)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from recompprof._history.tables import SCHEMAS
 
@@ -130,8 +129,7 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
             checked.skipped.append(Skipped(table, path, "verify", found.why))
             continue
         try:
-            with lake.fs.open_input_file(path) as handle:
-                meta = pq.read_metadata(handle)
+            meta = _footer(lake, path)
             schema = meta.schema.to_arrow_schema()
         except (OSError, pa.ArrowException, ValueError) as error:
             checked.skipped.append(Skipped(table, path, "unreadable", _one_line(error)))
@@ -151,6 +149,39 @@ def check(lake: Lake, table: str, paths: list[str], bad: dict[str, Bad] | None =
         if lost:
             checked.lost_at_compaction.extend(_names(lost))
     return checked
+
+
+# How many times an object store's file is read before a failure is called the file's (see reads()).
+READS = 3
+
+
+def reads(lake: Lake) -> int:
+    """How many times a file is read before its failure is called the file's own.
+
+    An object store's file is read in several requests: its size, then its tail, then its pages. A
+    running job's periodic export that replaces the object in between leaves one object's bytes read
+    at the other's offsets (``magic bytes not found``, ``Invalid data``); the next read meets the new
+    object whole, as an upload appears only when complete. A damaged file fails every read. A local
+    file is read through one open descriptor, so its first failure is already the file's own.
+    """
+    return 1 if lake.local else READS
+
+
+def _footer(lake: Lake, path: str) -> Any:
+    """The Parquet footer of ``path``, read again after a failure where one may not be the file's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def read() -> Any:
+        with lake.fs.open_input_file(path) as handle:
+            return pq.read_metadata(handle)
+
+    for _ in range(reads(lake) - 1):
+        try:
+            return read()
+        except (OSError, pa.ArrowException, ValueError):
+            continue
+    return read()  # the last read's error is the file's
 
 
 # The session key every file must have (the rows of a file without it cannot be counted once).
@@ -312,7 +343,11 @@ def decode(lake: Lake, path: str) -> str | None:
 
     try:
         with lake.fs.open_input_file(path) as handle:
-            parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+            # An object store's file is fetched whole, in one request, and decoded from memory: read a
+            # column at a time, it would take one request per column, and an upload meanwhile (a
+            # running job's periodic export) would show its bytes at the old file's offsets.
+            source = handle if lake.local else pa.BufferReader(handle.read())
+            parquet = pq.ParquetFile(source, page_checksum_verification=True)
             for name in parquet.schema_arrow.names:
                 try:
                     parquet.read(columns=[name])
@@ -353,6 +388,12 @@ def verify(lake: Lake, files: dict[str, list[str]]) -> list[Bad]:
         stamps = _stamp(lake, paths)
         for path in paths:
             why = decode(lake, path)
+            for _ in range(
+                reads(lake) - 1
+            ):  # a file replaced while it was read reads whole next time
+                if why is None:
+                    break
+                why = decode(lake, path)
             if why is not None:
                 size, mtime = stamps.get(path, (0, 0))
                 bad.append(Bad(table, path.removeprefix(lake.base + "/"), why, size, mtime))

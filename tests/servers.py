@@ -254,6 +254,16 @@ def pushgateway(tmp: Path) -> Iterator[str]:
         yield url
 
 
+# What a client of moto's server needs in its environment: any keys, a region, and no look for an
+# EC2 instance's credentials (which would wait on a metadata server that is not there).
+MOTO_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
 def s3_store(endpoint: str) -> Any:
     """pyarrow's S3 filesystem on the S3-compatible server at ``endpoint`` (moto takes any keys)."""
     import pyarrow.fs as pafs

@@ -117,14 +117,9 @@ def test_an_object_store_lake_asked_while_a_file_is_replaced_neither_fails_nor_l
     object's tail at the old one's size, and the file was left out as unreadable (20 of 174 answers
     left one out, 4 of them the run's only ``runs`` file, before the footer was read again)."""
     pytest.importorskip("moto.server")
-    from servers import moto_s3
+    from servers import MOTO_ENVIRONMENT, moto_s3
 
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
+    for name, value in MOTO_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
     (tmp_path / "moto").mkdir()
     with moto_s3(tmp_path / "moto") as endpoint:

@@ -818,13 +818,9 @@ def test_a_lake_on_an_object_store_over_http(tmp_path, capsys, monkeypatch):
     import time
 
     import pyarrow.fs as pafs
+    from servers import MOTO_ENVIRONMENT
 
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
+    for name, value in MOTO_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ duckdb = pytest.importorskip("duckdb")
 from arrival_plans import Baseline, Plan, check, draw_plan, lake_objects, make_runs  # noqa: E402
 from generated_runs import generate  # noqa: E402
 from needs import starts  # noqa: E402
-from servers import moto_s3  # noqa: E402
+from servers import MOTO_ENVIRONMENT, moto_s3  # noqa: E402
 
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
@@ -35,12 +35,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
+    for name, value in MOTO_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
@@ -88,8 +89,49 @@ def marker(lake: Readable) -> datetime.date | None:
     return daily.through(lake)
 
 
+# Listings of the lake a question makes before it takes one that moved under it (see select()).
+LISTINGS = 3
+
+
 def select(lake: Readable, tables: tuple[str, ...] = TABLES) -> Selection:
-    """Each table's files by the reader rule, their footers read."""
+    """Each table's files by the reader rule, their footers read.
+
+    The rule is read in steps (the marker, then each table's files, then their footers), and the lake
+    may change between them: a compaction moves the marker, a rebuild deletes the compacted days
+    (``_through`` first), a whole-run export deletes the run's per-rank files. A listing whose marker
+    is not the lake's any more, or whose file is gone by the time its footer is read, is not the lake
+    at any one moment; it is listed again (up to :data:`LISTINGS` times), so that a day is never
+    left out, nor a file called unreadable, for having been moved.
+    """
+    for _ in range(LISTINGS - 1):
+        selection = _select_once(lake, tables)
+        if not _moved(lake, selection):
+            return selection
+        if selection.connection is not None:
+            selection.connection.close()
+    return _select_once(lake, tables)
+
+
+def _moved(lake: Readable, selection: Selection) -> bool:
+    """Whether the lake changed under ``selection``: its marker moved, or a file left out as
+    unreadable is gone."""
+    if marker(lake) != selection.through:
+        return True
+    unreadable = [s.path for s in selection.skipped if s.why == "unreadable"]
+    if not unreadable:
+        return False
+    if isinstance(lake, LocalLake) or lake.local:
+        return not all(os.path.exists(p) for p in unreadable)
+    import pyarrow.fs as pafs
+
+    try:
+        infos = lake.fs.get_file_info(unreadable)
+    except OSError:
+        return False
+    return any(info.type == pafs.FileType.NotFound for info in infos)
+
+
+def _select_once(lake: Readable, tables: tuple[str, ...]) -> Selection:
     if isinstance(lake, LocalLake):
         return _select_local(lake, tables)
     if lake.local:

@@ -384,7 +384,9 @@ def _digest(args: argparse.Namespace, params: object) -> int:
     selection = views.select(lake)
     runner = engine.Engine(lake, selection, questions_only=True)
     own = {name: by for name, (_, _, by) in _QUESTIONS.items() if by and args.by is None}
-    answers, left_out = engine.digest(runner, params, args.run, own)  # type: ignore[arg-type]
+    answers, left_out = runner.settled(
+        lambda: engine.digest(runner, params, args.run, own)  # type: ignore[arg-type]
+    )
     files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
     if args.format == "json":
         text = render.digest_json(answers, files, left_out)
@@ -414,9 +416,11 @@ def main(args: argparse.Namespace) -> int:
     selection = views.select(lake)
     runner = engine.Engine(lake, selection, questions_only=args.question != "sql")
     if args.question == "sql":
-        answer = engine.free_query(runner, args.text)
+        answer = runner.settled(lambda: engine.free_query(runner, args.text))
     else:
-        answer = engine.ask(runner, args.question, params)  # type: ignore[arg-type]
+        answer = runner.settled(
+            lambda: engine.ask(runner, args.question, params)  # type: ignore[arg-type]
+        )
     files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
     for line in render.warnings(answer, files):
         _say("warning", line)

@@ -13,8 +13,9 @@ import dataclasses
 import re
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from recompprof._errors import CommandError
 from recompprof._history import pins, questions, views
@@ -30,6 +31,8 @@ _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # links (recompprof._history.pins), which no writer replaces; an object store, or a lake the reader may
 # not write, is read again as it is, where another replacement can fail that read too.
 _MAX_REREADS = 3
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -159,6 +162,33 @@ class Engine:
                 if not self._drop_broken(str(error)) and not self._probe(error, sql):
                     raise
         raise CommandError(f"{self.lake.uri}: too many unreadable files; see the warnings")
+
+    def settled(self, compute: Callable[[], T]) -> T:
+        """``compute()`` (one command's queries), made again from a fresh listing when a file it read
+        changed meanwhile (up to 3 times).
+
+        An object store keeps no snapshot of an object across the requests that read it: a query whose
+        object a running job's export replaced during its scan has failed (and was read again, in
+        :meth:`query`) and has also, once in about a thousand such scans, counted no row without an
+        error (a filter DuckDB gave pyarrow's scan). So after the queries the files are listed again,
+        and the answer stands only if every file it read is the one the selection listed. A local
+        lake is read through links after any failure, and is not listed again.
+        """
+        for _ in range(_MAX_REREADS):
+            result = compute()
+            if not self._changed():
+                return result
+            self._select_again()
+        return compute()
+
+    def _changed(self) -> bool:
+        """Whether a file the views read has another size or time than when the selection listed it."""
+        listed = self.selection.stamps
+        if listed is None or isinstance(self.lake, views.LocalLake):
+            return False
+        now = views.stamps(self.lake, tuple(self.selection.tables))
+        read = [p for checked in self.selection.tables.values() for p in checked.good]
+        return any(p in listed and now.get(p, listed[p]) != listed[p] for p in read)
 
     def _reading(self, error: Exception) -> bool:
         """Whether ``error`` came from reading the files, not from the query's own text."""

@@ -41,6 +41,10 @@ class Selection:
     # The DuckDB connection that read a local lake's footers: the engine queries through it, as its
     # metadata cache holds them (each footer is parsed once per command).
     connection: Any = None
+    # An object store's files as listed just before the selection was made (path -> size and
+    # modification time, :func:`stamps`): what an answer is checked against (``Engine.settled``).
+    # None for a local lake, whose files are read again through links instead.
+    stamps: dict[str, tuple[int, int]] | None = None
 
     @property
     def skipped(self) -> list[health.Skipped]:
@@ -139,7 +143,7 @@ def _select_once(lake: Readable, tables: tuple[str, ...]) -> Selection:
     from recompprof._history import daily
 
     marker = daily.through(lake)
-    selection = Selection(marker)
+    selection = Selection(marker, stamps=stamps(lake, tables))
     bad = health.read_verified(lake)
     for table in tables:
         compacted = []
@@ -155,6 +159,31 @@ def _select_once(lake: Readable, tables: tuple[str, ...]) -> Selection:
             )
         selection.tables[table] = checked
     return selection
+
+
+def stamps(lake: Lake, tables: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Each file under ``tables``' folders of both roots, with its size and modification time (ns):
+    one recursive listing per folder (an object store lists a thousand objects per request)."""
+    import pyarrow.fs as pafs
+
+    from recompprof._history.names import LakeError
+
+    found: dict[str, tuple[int, int]] = {}
+    for table in tables:
+        for root in (ROOT, DAILY_ROOT):
+            where = pafs.FileSelector(
+                f"{lake.base}/{root}/{table}", recursive=True, allow_not_found=True
+            )
+            try:
+                infos = lake.fs.get_file_info(where)
+            except OSError as error:
+                raise LakeError(
+                    f"{lake.uri}: cannot list {root}/{table}: {' '.join(str(error).split())}"
+                ) from error
+            for info in infos:
+                if info.type == pafs.FileType.File:
+                    found[info.path] = (info.size or 0, info.mtime_ns or 0)
+    return found
 
 
 def _select_local(lake: LocalLake, tables: tuple[str, ...]) -> Selection:

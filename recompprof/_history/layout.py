@@ -167,20 +167,23 @@ class Lake:
     def files(self, table: str, under: str | None = None) -> list[LakeFile]:
         """The data files of ``table`` (or of its folder ``under``: one day's), sorted by path (none,
         where the table has no files yet); temporary and hidden files are left out."""
-        where = under or self.table_dir(table)
-        selector = pafs.FileSelector(where, recursive=True, allow_not_found=True)
-        try:
-            infos = self.fs.get_file_info(selector)
-        except OSError as error:
-            raise LakeError(f"{self.uri}: cannot list {table}: {_one_line(error)}") from error
         found = []
-        for info in infos:
+        for info in self.listed(under or self.table_dir(table), table):
             if info.type != pafs.FileType.File:
                 continue
             parsed = parse_path(info.path)
             if parsed is not None:
                 found.append(dataclasses.replace(parsed, size=info.size or 0))
         return sorted(found, key=lambda f: f.path)
+
+    def listed(self, folder: str, what: str) -> list[Any]:
+        """Every entry under ``folder``, recursively (none where it does not exist), as pyarrow's
+        ``FileInfo``; a listing that fails raises one line naming ``what``."""
+        selector = pafs.FileSelector(folder, recursive=True, allow_not_found=True)
+        try:
+            return self.fs.get_file_info(selector)
+        except OSError as error:
+            raise LakeError(f"{self.uri}: cannot list {what}: {_one_line(error)}") from error
 
     def labels_path(self, run_id: str) -> str:
         """Where the labels given to a run's export are remembered (``v1/_labels/``: no table's
@@ -198,14 +201,7 @@ class Lake:
         """
         found = []
         for root in (ROOT, DAILY_ROOT):
-            selector = pafs.FileSelector(
-                f"{self.base}/{root}", recursive=True, allow_not_found=True
-            )
-            try:
-                infos = self.fs.get_file_info(selector)
-            except OSError as error:
-                raise LakeError(f"{self.uri}: cannot list {root}: {_one_line(error)}") from error
-            for info in infos:
+            for info in self.listed(f"{self.base}/{root}", root):
                 name = info.path.rpartition("/")[2]
                 if (
                     info.type == pafs.FileType.File

@@ -166,21 +166,10 @@ def stamps(lake: Lake, tables: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     one recursive listing per folder (an object store lists a thousand objects per request)."""
     import pyarrow.fs as pafs
 
-    from recompprof._history.names import LakeError
-
     found: dict[str, tuple[int, int]] = {}
     for table in tables:
         for root in (ROOT, DAILY_ROOT):
-            where = pafs.FileSelector(
-                f"{lake.base}/{root}/{table}", recursive=True, allow_not_found=True
-            )
-            try:
-                infos = lake.fs.get_file_info(where)
-            except OSError as error:
-                raise LakeError(
-                    f"{lake.uri}: cannot list {root}/{table}: {' '.join(str(error).split())}"
-                ) from error
-            for info in infos:
+            for info in lake.listed(f"{lake.base}/{root}/{table}", f"{root}/{table}"):
                 if info.type == pafs.FileType.File:
                     found[info.path] = (info.size or 0, info.mtime_ns or 0)
     return found

@@ -199,3 +199,48 @@ def test_arrival_plans_on_s3_hold_each_session_once(s3_endpoint: str, tmp_path: 
         if problems:
             failures.append(f"{' '.join(map(str, steps))}: {problems}")
     assert not failures, "\n".join(failures)
+
+
+def test_an_answer_is_made_again_when_a_file_it_read_changed_and_flagged_when_they_never_settle(
+    s3_endpoint: str, run: Path, tmp_path: Path
+) -> None:
+    """On an object store a command's answer stands only if every file it read still has the size
+    and time it was listed with (``Engine.settled``). A re-export that lengthens the run's files
+    during the first reading makes the answer again from a fresh listing, which counts the longer
+    run; files that change during every reading give the fourth answer, flagged ``unsettled``."""
+    from recompprof._history import engine, views
+
+    uri = _uri(s3_endpoint, "settling")
+    short = tmp_path / "short"
+    short.mkdir()
+    for log in run.glob("*.jsonl"):  # the same run cut short: the same object names, fewer rows
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
+    export([short], uri)
+    count = "SELECT COUNT(*) FROM compiles"
+    computed: list[int] = []
+
+    def once_replaced(runner: engine.Engine) -> int:
+        [(rows,)] = runner.query(count).rows
+        computed.append(rows)
+        if len(computed) == 1:
+            export([run], uri)  # a job's export replaces every object the answer read
+        return rows
+
+    runner = engine.Engine(views.reader(uri), views.select(views.reader(uri)))
+    answer = runner.settled(lambda: once_replaced(runner))
+    whole = engine.Engine(views.reader(uri), views.select(views.reader(uri)))
+    assert len(computed) == 2 and computed[0] < answer == whole.query(count).rows[0][0]
+    assert not runner.unsettled
+
+    sources = [short, run]
+
+    def always_replaced(runner: engine.Engine) -> int:
+        [(rows,)] = runner.query(count).rows
+        computed.append(rows)
+        export([sources[len(computed) % 2]], uri)  # the files change again each time
+        return rows
+
+    computed.clear()
+    runner = engine.Engine(views.reader(uri), views.select(views.reader(uri)))
+    runner.settled(lambda: always_replaced(runner))
+    assert len(computed) == 4 and runner.unsettled

@@ -104,6 +104,8 @@ class Engine:
         # The views give only the columns the canonical questions read (``history sql`` reads any).
         self._questions_only = questions_only
         self.dropped: list[Skipped] = []
+        # An object store's files kept changing while a command read them (see settled()).
+        self.unsettled = False
         self._locked = False
         # The session counts of each scope asked (a digest's questions share theirs).
         self._counted: dict[str, tuple[int, int, int, int]] = {}
@@ -171,20 +173,23 @@ class Engine:
         object a running job's export replaced during its scan has failed (and was read again, in
         :meth:`query`) and has also, once in about a thousand such scans, counted no row without an
         error (a filter DuckDB gave pyarrow's scan). So after the queries the files are listed again,
-        and the answer stands only if every file it read is the one the selection listed. A local
-        lake is read through links after any failure, and is not listed again.
+        and the answer stands only if every file it read is the one the selection listed. A lake whose
+        files change faster than a command reads them never settles: the answer of a fourth run is
+        returned and :attr:`unsettled` says so (the CLI warns). A local lake is read through links
+        after any failure, and is not listed again.
         """
         for _ in range(_MAX_REREADS):
             result = compute()
             if not self._changed():
                 return result
             self._select_again()
+        self.unsettled = True
         return compute()
 
     def _changed(self) -> bool:
         """Whether a file the views read has another size or time than when the selection listed it."""
         listed = self.selection.stamps
-        if listed is None or isinstance(self.lake, views.LocalLake):
+        if listed is None or isinstance(self.lake, views.LocalLake):  # a local lake has no stamps
             return False
         now = views.stamps(self.lake, tuple(self.selection.tables))
         read = [p for checked in self.selection.tables.values() for p in checked.good]
@@ -214,6 +219,7 @@ class Engine:
                 kept.good = [p for p in kept.good if p not in {s.path for s in dropped}]
             self.selection.through = fresh.through
             self.selection.tables = fresh.tables
+            self.selection.stamps = fresh.stamps
             old, self.con = self.con, fresh.connection or views.connect()
             self.selection.connection = self.con
             old.close()

@@ -388,9 +388,8 @@ def verify(lake: Lake, files: dict[str, list[str]]) -> list[Bad]:
         stamps = _stamp(lake, paths)
         for path in paths:
             why = decode(lake, path)
-            for _ in range(
-                reads(lake) - 1
-            ):  # a file replaced while it was read reads whole next time
+            # A file replaced while it was read reads whole the next time (see reads()).
+            for _ in range(reads(lake) - 1):
                 if why is None:
                     break
                 why = decode(lake, path)

@@ -188,7 +188,7 @@ def test_a_readers_link_to_a_file_older_than_a_day_outlives_compaction(lake, cap
     three_days_ago = time.time() - 3 * 86400
     os.utime(file, (three_days_ago, three_days_ago))
     pins = Pins()
-    pins.take([str(file)])
+    pins.take([str(file)], str(lake))
     link = Path(pins.links[str(file)])
     assert link.name.startswith(".") and link.name.endswith(".tmp")
     assert link.stat().st_mtime < time.time() - 2 * 86400  # the file's own age

@@ -11,6 +11,8 @@ real lake as fast as it can while real questions run against it.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -59,15 +61,16 @@ def _asked(runner: Any) -> tuple[Any, list[tuple[Any, ...]]]:
     return engine.ask(runner, "top-causes", Params()), runner.query(counts).rows
 
 
-def _ask_while_exporting(tmp_path: Path, lake: str, seconds: float) -> None:
+def _ask_while_exporting(
+    tmp_path: Path, lake: str, seconds: float, read_only: bool = False
+) -> None:
     """Questions asked in a loop for ``seconds`` while another process re-exports a growing run into
     ``lake`` (each export replaces the run's files with longer or shorter ones): every answer comes
     back, no file is left out as unreadable, and every answer holds the run's one session and its
     compiles; and ``history verify``, run between them, finds no file bad. (Two tables read by one
     query may come from two exports: the lake has no snapshot across tables, docs/history.md says
-    so.)"""
-    from recompprof._history import engine, health, views
-    from recompprof._history.columns import TABLES
+    so.) ``read_only``: the questions are asked by another process that sees the local lake through a
+    read-only bind mount of its folder (a dashboard's mount), in a mount namespace of its own."""
     from recompprof._history.export import export
 
     full, run, stop = tmp_path / "full", tmp_path / "run", tmp_path / "stop"
@@ -81,35 +84,87 @@ def _ask_while_exporting(tmp_path: Path, lake: str, seconds: float) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    answers, failures, left_out, bad = 0, [], [], []
     try:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                runner = engine.Engine(views.reader(lake), views.select(views.reader(lake)))
-                answer, [(sessions, rows)] = runner.settled(partial(_asked, runner))
-            except Exception as error:  # noqa: BLE001 - every failure is counted, then asserted
-                failures.append(f"{type(error).__name__}: {error}")
-                continue
-            answers += 1
-            left_out += [f"{s.path}: {s.detail}" for s in runner.selection.skipped] + [
-                f"{s.path}: {s.detail}" for s in answer.skipped
-            ]
-            assert sessions == 1 and rows > 0, (sessions, rows, left_out[-2:])
-            opened = views.open_lake(lake)
-            files = {table: views.every_file(opened, table) for table in TABLES}
-            bad += [f"{b.name}: {b.why}" for b in health.verify(opened, files)]
+        if read_only:
+            asked = _ask_through_a_read_only_mount(Path(lake), tmp_path / "mounted", seconds)
+        else:
+            asked = _ask_in_a_loop(lake, seconds)
     finally:
         stop.touch()
         out, _ = writer.communicate(timeout=120)
     rounds = int(out.split()[-1])
     assert rounds >= 20, f"the writer replaced the files only {rounds} times"
-    assert answers >= 10 and not failures and not left_out and not bad, (
-        answers,
-        json.dumps(failures[:5]),
-        left_out[:5],
-        bad[:5],
+    assert asked["answers"] >= 10 and not any(asked[k] for k in _WRONG), json.dumps(
+        {k: v if k == "answers" else v[:5] for k, v in asked.items()}
     )
+
+
+# What an answer of _ask_in_a_loop can get wrong, each a list of what went wrong.
+_WRONG = ("failures", "left_out", "bad", "wrong")
+
+
+def _ask_in_a_loop(lake: str, seconds: float) -> dict[str, Any]:
+    """Questions asked on ``lake`` for ``seconds``, and ``history verify`` between them: how many were
+    answered, and what went wrong (_WRONG): an error, a file left out, a file called bad, an answer
+    without the run's one session or its compiles."""
+    from recompprof._history import engine, health, views
+    from recompprof._history.columns import TABLES
+
+    asked: dict[str, Any] = {"answers": 0, **{k: [] for k in _WRONG}}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            runner = engine.Engine(views.reader(lake), views.select(views.reader(lake)))
+            answer, [(sessions, rows)] = runner.settled(partial(_asked, runner))
+        except Exception as error:  # noqa: BLE001 - every failure is counted, then asserted
+            asked["failures"].append(f"{type(error).__name__}: {error}")
+            continue
+        asked["answers"] += 1
+        asked["left_out"] += [f"{s.path}: {s.detail}" for s in runner.selection.skipped] + [
+            f"{s.path}: {s.detail}" for s in answer.skipped
+        ]
+        if sessions != 1 or rows == 0:
+            asked["wrong"].append((sessions, rows))
+        opened = views.open_lake(lake)
+        files = {table: views.every_file(opened, table) for table in TABLES}
+        asked["bad"] += [f"{b.name}: {b.why}" for b in health.verify(opened, files)]
+    return asked
+
+
+ASKER = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from test_history_concurrent import _ask_in_a_loop
+
+    print(json.dumps(_ask_in_a_loop(sys.argv[2], float(sys.argv[3]))), flush=True)
+    """
+)
+
+
+def _ask_through_a_read_only_mount(lake: Path, mounted: Path, seconds: float) -> dict[str, Any]:
+    """_ask_in_a_loop in a process that sees ``lake`` read-only at ``mounted`` (_read_only)."""
+    asker = [sys.executable, "-c", ASKER, str(HERE), str(mounted), str(seconds)]
+    asked: dict[str, Any] = json.loads(_read_only(lake, mounted, asker, seconds + 300))
+    return asked
+
+
+def _read_only(lake: Path, mounted: Path, command: list[str], timeout: float) -> str:
+    """The last line ``command`` printed, run where ``lake`` is bound read-only at ``mounted``, in a
+    mount namespace of its own (``unshare``; as a user namespace's root where the test is not root):
+    it may not write, link or remove a file there, while others keep replacing them at ``lake``."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux's unshare to mount the lake read-only")
+    mounted.mkdir()
+    namespace = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "-r", "--mount"]
+    script = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
+    bound = [*namespace, "sh", "-c", script, "sh", str(lake), str(mounted)]
+    probe = subprocess.run([*bound, "touch", str(mounted / "written")], capture_output=True)
+    if b"Read-only file system" not in probe.stderr:
+        pytest.skip(f"this machine refuses a read-only bind mount: {probe.stderr.decode().strip()}")
+    done = subprocess.run([*bound, *command], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()[-1]
 
 
 def test_a_question_asked_while_a_file_is_replaced_neither_fails_nor_leaves_it_out(
@@ -117,6 +172,14 @@ def test_a_question_asked_while_a_file_is_replaced_neither_fails_nor_leaves_it_o
 ) -> None:
     """On a local lake (see ``_ask_while_exporting``): a replaced file is read again through links."""
     _ask_while_exporting(tmp_path, str(tmp_path / "lake"), seconds=20)
+
+
+def test_a_lake_mounted_read_only_asked_while_a_file_is_replaced_neither_fails_nor_leaves_it_out(
+    tmp_path: Path,
+) -> None:
+    """A dashboard reading a read-only mount of a local lake (see ``_ask_while_exporting``): it may
+    make no hard link, so a read that failed is read again through descriptors it holds open."""
+    _ask_while_exporting(tmp_path, str(tmp_path / "lake"), seconds=20, read_only=True)
 
 
 @pytest.mark.servers
@@ -178,6 +241,62 @@ def test_a_read_that_failed_is_read_again_through_links_that_no_writer_replaces(
     gc.collect()
     assert not list(lake.rglob(".*.tmp"))
     assert kept.exists()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import gc, json, os, sys
+    from pathlib import Path
+    from recompprof._history import engine, views
+    from recompprof._history.export import export
+
+    lake, mounted, full = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    count = "SELECT COUNT(*) FROM compiles"
+    runner = engine.Engine(views.reader(mounted), views.select(views.reader(mounted)))
+    runner.lock()  # history sql's lock: the lake's folder and the held files' links alone
+    [gone, kept] = sorted((lake / "v1" / "compiles").rglob("*.parquet"))
+    gone.unlink()  # the views' file is gone: the next read fails, and the lake is read again
+    [(before,)] = runner.query(count).rows
+    held = runner._pins.folder or ""
+    links = sorted(os.path.relpath(p, held) for p in runner._pins.links.values())
+    export([full], str(lake), per_rank=True)  # a writer renames a longer file over each one
+    [(after,)] = runner.query(count).rows
+    fresh = engine.Engine(views.reader(mounted), views.select(views.reader(mounted)))
+    [(now,)] = fresh.query(count).rows
+    del runner
+    gc.collect()
+    print(json.dumps({"counts": [before, after, now], "links": links,
+                      "held_left": bool(held) and os.path.exists(held), "kept": kept.exists()}))
+    """
+)
+
+
+def test_a_lake_the_reader_may_not_write_is_read_again_through_descriptors_it_holds(
+    tmp_path: Path,
+) -> None:
+    """A read-only mount refuses hard links: after a read error the engine holds each file open and
+    reads it through a symbolic link, in a private folder, to ``/proc/<pid>/fd/<n>`` at the file's own
+    path under the lake (so its day is read from the folder). A file replaced after that is still read
+    as it was, also under ``history sql``'s lock; the folder goes with the engine. (Before, such a
+    lake was read again as it is, and a replacement during that read failed the question.)"""
+    from recompprof._history.export import export
+
+    full, short, lake = tmp_path / "full", tmp_path / "short", tmp_path / "lake"
+    generate(full, ranks=2, per_rank=400, seed=5)
+    short.mkdir()
+    for log in full.glob("*.jsonl"):  # the same run, cut short: the same file names, fewer rows
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
+    export([short], str(lake), per_rank=True)
+    holder = [sys.executable, "-c", HOLDER, str(lake), str(tmp_path / "mounted"), str(full)]
+    seen = json.loads(_read_only(lake, tmp_path / "mounted", holder, 300))
+
+    before, after, now = seen["counts"]
+    assert before == after != now, seen
+    days = {p.parent.relative_to(lake) for p in lake.rglob("*.parquet")}
+    assert {str(Path(link).parent) for link in seen["links"]} == {str(d) for d in days}
+    assert len(seen["links"]) == len(list(lake.rglob("*.parquet"))) - 1  # each file left, once
+    assert not seen["held_left"] and seen["kept"]
+    assert not list(lake.rglob(".*.tmp"))  # no hard link was made
 
 
 def test_files_deleted_between_the_listing_and_the_views_are_listed_again(tmp_path: Path) -> None:

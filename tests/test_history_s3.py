@@ -5,7 +5,7 @@ filesystem is the client)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -244,3 +244,51 @@ def test_an_answer_is_made_again_when_a_file_it_read_changed_and_flagged_when_th
     runner = engine.Engine(views.reader(uri), views.select(views.reader(uri)))
     runner.settled(lambda: always_replaced(runner))
     assert len(computed) == 4 and runner.unsettled
+
+
+def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
+    s3_endpoint: str,
+    run: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``history top-causes`` and ``history sql`` on an S3 lake whose files a job's export replaces
+    during every one of a command's four readings (each real export is run after the question's
+    queries, by the question itself): the answer is printed, and one warning line on stderr says the
+    files kept changing and to ask again; an answer that settled says nothing of it. (``history sql``
+    failed there with "this is a recompprof bug" before: made again, it locked its connection a
+    second time, and a locked DuckDB refuses every setting.)"""
+    from recompprof._cli.main import main
+    from recompprof._history import engine
+
+    uri = _uri(s3_endpoint, "unsettled")
+    short = tmp_path / "short"
+    short.mkdir()
+    for log in run.glob("*.jsonl"):  # the same run cut short: the same object names, fewer rows
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
+    export([run], uri)
+    warning = f"recompprof: warning: {uri}: files changed while every one of 4 reads of them ran"
+    commands = (["history", "top-causes"], ["history", "sql", "SELECT COUNT(*) FROM compiles"])
+    for command in commands:
+        assert main([*command, "--lake", uri]) == 0
+        quiet = capsys.readouterr()
+        assert quiet.out and warning not in quiet.err
+
+    sources = [short, run]
+
+    def exporting(real: Callable[..., object]) -> Callable[..., object]:
+        def question(*args: object) -> object:
+            answer = real(*args)
+            sources.reverse()
+            export([sources[0]], uri)  # a job's export replaces every object the answer read
+            return answer
+
+        return question
+
+    for question in ("ask", "free_query"):
+        monkeypatch.setattr(engine, question, exporting(getattr(engine, question)))
+    for command in commands:
+        assert main([*command, "--lake", uri]) == 0
+        told = capsys.readouterr()
+        assert told.out and told.err.count(warning) == 1, told.err

@@ -28,8 +28,9 @@ _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # Reads the lake again from its listing after a read error, before any file is called broken: a file
 # replaced while DuckDB read it (a running job's periodic export, a re-export, compaction) fails that one
 # read (DuckDB opens a file once to plan and again to scan). A local lake is read again through hard
-# links (recompprof._history.pins), which no writer replaces; an object store, or a lake the reader may
-# not write, is read again as it is, where another replacement can fail that read too.
+# links, or descriptors held open where the reader may not write it (recompprof._history.pins), which no
+# writer replaces; an object store is read again as it is, where another replacement can fail that read
+# too.
 _MAX_REREADS = 3
 
 T = TypeVar("T")
@@ -106,7 +107,9 @@ class Engine:
         self.dropped: list[Skipped] = []
         # An object store's files kept changing while a command read them (see settled()).
         self.unsettled = False
-        self._locked = False
+        # The connection lock() locked (a locked connection refuses every SET, the lock's own too);
+        # None: not locked. A new connection (_select_again) is locked again.
+        self._locked: Any = None
         # The session counts of each scope asked (a digest's questions share theirs).
         self._counted: dict[str, tuple[int, int, int, int]] = {}
         # After a read error: the links the views read instead of a local lake's files, removed when
@@ -126,12 +129,18 @@ class Engine:
         """From now on the engine reads the lake and nothing else: no file outside the lake's folder is
         read or written (``COPY ... TO``, ``read_csv('/etc/...')``, ``ATTACH``, ``INSTALL`` all refused),
         and no later statement can undo it. ``history sql`` runs a text a bot or a dashboard may pass
-        on from anyone; the canonical questions are this module's own texts."""
+        on from anyone; the canonical questions are this module's own texts. Locking again (a
+        command's queries made again, :meth:`settled`) changes nothing."""
+        if self._locked is self.con:
+            return
         if self.lake.local:
-            self.con.execute(f"SET allowed_directories = [{literal(self.lake.base + '/')}]")
+            # and the folder of links to the files it holds open, if it holds any (pins.Pins)
+            folders = [self.lake.base, *filter(None, [self._pins.folder])]
+            allowed = ", ".join(literal(folder + "/") for folder in folders)
+            self.con.execute(f"SET allowed_directories = [{allowed}]")
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
-        self._locked = True
+        self._locked = self.con
 
     def _create_views(self) -> None:
         self._counted.clear()  # the files behind the views changed
@@ -230,18 +239,22 @@ class Engine:
             except self._duckdb.Error as error:
                 if not self._reading(error) or attempt == _MAX_REREADS - 1:
                     raise
-        if self._locked:
+        if self._locked is not None:
             self.lock()
 
     def _hold(self) -> None:
-        """Hard-link the files the views read (a local lake), so that the next read meets no replaced
-        file; where links cannot be made, the files are read as they are."""
+        """Hold the files the views read (a local lake: hard links, or open descriptors where the lake
+        refuses links), so that the next read meets no replaced file; where neither can be had, the
+        files are read as they are."""
         self._pins.release()
         if not self.lake.local:
             return
         # A file gone since the listing: that read fails, and the next lists the lake again.
         with contextlib.suppress(FileNotFoundError):
-            self._pins.take([p for checked in self.selection.tables.values() for p in checked.good])
+            self._pins.take(
+                [p for checked in self.selection.tables.values() for p in checked.good],
+                self.lake.base,
+            )
 
     def _drop(self, table: str, path: str, why: str) -> None:
         checked = self.selection.tables[table]

@@ -253,12 +253,15 @@ def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``history top-causes`` and ``history sql`` on an S3 lake whose files a job's export replaces
-    during every one of a command's four readings (each real export is run after the question's
-    queries, by the question itself): the answer is printed, and one warning line on stderr says the
-    files kept changing and to ask again; an answer that settled says nothing of it. (``history sql``
-    failed there with "this is a recompprof bug" before: made again, it locked its connection a
-    second time, and a locked DuckDB refuses every setting.)"""
+    """Commands on an S3 lake whose files a job's export replaces during every one of a command's
+    four readings (each real export is run after the question's queries, by the question itself):
+    the answer is printed with a warning that the files kept changing and to ask again, where the
+    answer's other warnings go: stderr for a table or csv, the document's ``warnings`` for json, each
+    question's in a digest. An answer that settled says nothing of it. (``history sql`` failed there
+    with "this is a recompprof bug" before: made again, it locked its connection a second time, and a
+    locked DuckDB refuses every setting.)"""
+    import json
+
     from recompprof._cli.main import main
     from recompprof._history import engine
 
@@ -268,13 +271,34 @@ def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
     for log in run.glob("*.jsonl"):  # the same run cut short: the same object names, fewer rows
         (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
     export([run], uri)
-    warning = f"recompprof: warning: {uri}: files changed while every one of 4 reads of them ran"
-    commands = (["history", "top-causes"], ["history", "sql", "SELECT COUNT(*) FROM compiles"])
-    for command in commands:
-        assert main([*command, "--lake", uri]) == 0
-        quiet = capsys.readouterr()
-        assert quiet.out and warning not in quiet.err
+    warning = "files changed while every one of 4 reads of them ran (jobs are exporting)"
+    on_stderr = (
+        ["top-causes"],
+        ["sql", "SELECT COUNT(*) FROM compiles"],
+        ["cost", "--format", "csv"],
+    )
+    in_json = (
+        ["top-causes", "--format", "json"],
+        ["sql", "SELECT 1 FROM runs", "--format", "json"],
+    )
 
+    def warned() -> list[int]:
+        """How many times each command warned (a digest: each of its questions)."""
+        counts = []
+        for command in on_stderr:
+            assert main(["history", *command, "--lake", uri]) == 0
+            told = capsys.readouterr()
+            counts.append(told.err.count(f"recompprof: warning: {warning}") if told.out else -1)
+        for command in in_json:
+            assert main(["history", *command, "--lake", uri]) == 0
+            document = json.loads(capsys.readouterr().out)
+            counts.append(sum(w.startswith(warning) for w in document["warnings"]))
+        assert main(["history", "digest", "--lake", uri, "--format", "json"]) == 0
+        questions = json.loads(capsys.readouterr().out)["questions"].values()
+        counts += [sum(w.startswith(warning) for w in q["warnings"]) for q in questions]
+        return counts
+
+    assert set(warned()) == {0}
     sources = [short, run]
 
     def exporting(real: Callable[..., object]) -> Callable[..., object]:
@@ -286,9 +310,7 @@ def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
 
         return question
 
-    for question in ("ask", "free_query"):
+    for question in ("ask", "free_query", "digest"):
         monkeypatch.setattr(engine, question, exporting(getattr(engine, question)))
-    for command in commands:
-        assert main([*command, "--lake", uri]) == 0
-        told = capsys.readouterr()
-        assert told.out and told.err.count(warning) == 1, told.err
+    counts = warned()
+    assert len(counts) > len(on_stderr) + len(in_json) + 3 and set(counts) == {1}, counts

@@ -21,12 +21,8 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from recompprof._errors import CommandError
-
-if TYPE_CHECKING:
-    from recompprof._history.engine import Engine
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 GROUPS = ("model", "team", "job")  # --by, and the --job/--team/--model filters
@@ -349,16 +345,6 @@ def _compact(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _say_unsettled(runner: Engine) -> None:
-    """A warning when the answer's files kept changing under it (``Engine.settled``)."""
-    if runner.unsettled:
-        _say(
-            "warning",
-            f"{runner.lake.uri}: files changed while every one of 4 reads of them ran (jobs are "
-            "exporting); this answer may mix a file's old and new rows: ask again",
-        )
-
-
 def _age(span: datetime.timedelta) -> str:
     """A bound as one says it: ``a day``, ``2 days``, ``90 s``."""
     if span.total_seconds() % 86400 == 0:
@@ -401,7 +387,8 @@ def _digest(args: argparse.Namespace, params: object) -> int:
     answers, left_out = runner.settled(
         lambda: engine.digest(runner, params, args.run, own)  # type: ignore[arg-type]
     )
-    _say_unsettled(runner)
+    for answer in answers:
+        answer.unsettled = runner.unsettled
     files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
     if args.format == "json":
         text = render.digest_json(answers, files, left_out)
@@ -436,7 +423,7 @@ def main(args: argparse.Namespace) -> int:
         answer = runner.settled(
             lambda: engine.ask(runner, args.question, params)  # type: ignore[arg-type]
         )
-    _say_unsettled(runner)
+    answer.unsettled = runner.unsettled
     files = {t: len(c.good) + len(c.skipped) for t, c in selection.tables.items()}
     for line in render.warnings(answer, files):
         _say("warning", line)

@@ -32,6 +32,8 @@ _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # writer replaces; an object store is read again as it is, where another replacement can fail that read
 # too.
 _MAX_REREADS = 3
+# The reads of a command's queries before an answer is given unsettled (Engine.settled).
+SETTLE_READS = _MAX_REREADS + 1
 
 T = TypeVar("T")
 
@@ -74,6 +76,9 @@ class Answer:
     baseline_runs: int | None = None  # compare: the runs the gate held the candidate to
     min_baseline: int = 0  # compare: fewer baseline runs than this are too few to gate on
     gate: bool = False
+    # The lake's files changed while every one of the command's reads ran (Engine.settled): this is
+    # the last read's answer, and it may mix a file's old and new rows.
+    unsettled: bool = False
 
     @property
     def too_few(self) -> bool:

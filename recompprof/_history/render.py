@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from recompprof._history.engine import Answer, Completeness, Result
+from recompprof._history.engine import SETTLE_READS, Answer, Completeness, Result
 from recompprof._history.health import Skipped
 from recompprof._model.escaping import escape
 
@@ -64,9 +64,15 @@ def _each(skipped: list[Skipped]) -> str:
 
 
 def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
-    """The lines an answer's reader must see first: files left out, partial sessions, lost raw files.
+    """The lines an answer's reader must see first: files that changed under every read, files left
+    out, partial sessions, lost raw files.
     ``files``: how many files each table has in all (read and left out)."""
     out = []
+    if answer.unsettled:
+        out.append(
+            f"files changed while every one of {SETTLE_READS} reads of them ran (jobs are "
+            "exporting); this answer may mix a file's old and new rows: ask again"
+        )
     groups: dict[tuple[str, str], list[Skipped]] = {}
     for s in answer.skipped:
         groups.setdefault((s.table, s.why), []).append(s)

@@ -108,6 +108,7 @@ def _compact_day(
 ) -> int:
     checked = health.check(lake, table, [f.path for f in files])
     path = daily.part_path(lake, table, day)
+    failed = 0  # reads of the day that failed while each of its files decoded alone
     while True:
         try:
             rows = _copy_sorted(lake, table, path, checked)
@@ -115,6 +116,10 @@ def _compact_day(
         except (duckdb.Error, OSError, pa.ArrowException, ValueError) as error:
             bad = _undecodable(lake, table, checked.good)
             if not bad:
+                # An object a running export replaced while the day was read: read the day again.
+                failed += 1
+                if failed < health.reads(lake):
+                    continue
                 raise LakeError(f"{lake.uri}: cannot compact {table} {day}: {error}") from error
             checked.good = [p for p in checked.good if p not in {s.path for s in bad}]
             checked.skipped.extend(bad)
@@ -223,16 +228,13 @@ _VERIFIED = ds.ParquetFileFormat(
 
 def _undecodable(lake: Lake, table: str, paths: list[str]) -> list[Skipped]:
     """The files whose footer reads but whose pages do not decode, or whose checksums do not match
-    (read one batch at a time)."""
+    (``history verify``'s reading: an object replaced by a running export while it was read is read
+    again, not called unreadable)."""
     bad = []
     for path in paths:
-        try:
-            with lake.fs.open_input_file(path) as handle:
-                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
-                for _ in parquet.iter_batches(batch_size=ROW_GROUP):
-                    pass
-        except (OSError, pa.ArrowException, ValueError) as error:
-            bad.append(Skipped(table, path, "unreadable", " ".join(str(error).split())[:200]))
+        why = health.undecodable(lake, path)
+        if why is not None:
+            bad.append(Skipped(table, path, "unreadable", why))
     return bad
 
 

@@ -381,18 +381,24 @@ def _stamp(lake: Lake, paths: list[str]) -> dict[str, tuple[int, int]]:
     return {i.path: (i.size or 0, i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File}
 
 
+def undecodable(lake: Lake, path: str) -> str | None:
+    """:func:`decode`, read again where a failure may not be the file's (:func:`reads`): a file
+    replaced while it was read reads whole the next time. None when it decodes, else why not."""
+    why = decode(lake, path)
+    for _ in range(reads(lake) - 1):
+        if why is None:
+            break
+        why = decode(lake, path)
+    return why
+
+
 def verify(lake: Lake, files: dict[str, list[str]]) -> list[Bad]:
     """Decode every one of ``files`` (table -> paths): the bad ones, each with its reason."""
     bad = []
     for table, paths in files.items():
         stamps = _stamp(lake, paths)
         for path in paths:
-            why = decode(lake, path)
-            # A file replaced while it was read reads whole the next time (see reads()).
-            for _ in range(reads(lake) - 1):
-                if why is None:
-                    break
-                why = decode(lake, path)
+            why = undecodable(lake, path)
             if why is not None:
                 size, mtime = stamps.get(path, (0, 0))
                 bad.append(Bad(table, path.removeprefix(lake.base + "/"), why, size, mtime))

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from generated_runs import generate
 from parquet_damage import flip_a_value
+from read_only import read_only
 
 from recompprof._cli.main import main
 from recompprof._history import compact, daily
@@ -150,3 +152,29 @@ def test_compaction_leaves_out_a_raw_file_whose_checksum_fails(tmp_path, capsys)
     main(["history", "sql", "--lake", str(lake), "SELECT COUNT(*) FROM compiles"])
     err = capsys.readouterr().err
     assert "could not be read when their day was compacted" in err and bad.name in err
+
+
+def test_verify_on_a_lake_mounted_read_only_says_what_it_found_and_that_it_could_not_record_it(
+    compacted, tmp_path
+):
+    """`history verify` run by a host that mounts the lake read-only (a real read-only bind mount):
+    the bad file is named and the exit is 1, as anywhere; the record it cannot write is one warning
+    line, and the json says ``recorded: false``. (Before, the command stopped with exit 2 on the
+    write, and what it had decoded was never said.)"""
+    own = tmp_path / "lake"
+    shutil.copytree(compacted, own)
+    part = sorted(Path(p) for p, _ in daily.compacted(Lake(str(own)), "compiles").values())[0]
+    flip_a_value(part, "duration_s")
+    verify = [str(Path(sys.executable).with_name("recompprof")), "history", "verify"]
+    mounted = tmp_path / "mounted"
+    done = read_only(own, mounted, [*verify, "--lake", str(mounted), "--format", "json"], 300)
+    document = json.loads(done.stdout)
+    assert done.returncode == 1, done.stderr
+    assert [Path(b["name"]).name for b in document["bad"]] == [part.name]
+    assert document["recorded"] is False and document["decoded"] > 1
+    [warning] = done.stderr.splitlines()
+    assert warning.startswith(
+        f"recompprof: warning: {mounted}: cannot write {mounted}/_verified.json"
+    )
+    assert warning.endswith("not recorded: questions still read the files found bad")
+    assert not (own / "_verified.json").exists()

@@ -11,8 +11,6 @@ real lake as fast as it can while real questions run against it.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,6 +21,7 @@ from typing import Any
 
 import pytest
 from generated_runs import generate
+from read_only import read_only
 
 pytest.importorskip("duckdb")  # the lake's reader
 
@@ -143,28 +142,12 @@ ASKER = textwrap.dedent(
 
 
 def _ask_through_a_read_only_mount(lake: Path, mounted: Path, seconds: float) -> dict[str, Any]:
-    """_ask_in_a_loop in a process that sees ``lake`` read-only at ``mounted`` (_read_only)."""
+    """_ask_in_a_loop in a process that sees ``lake`` read-only at ``mounted`` (read_only)."""
     asker = [sys.executable, "-c", ASKER, str(HERE), str(mounted), str(seconds)]
-    asked: dict[str, Any] = json.loads(_read_only(lake, mounted, asker, seconds + 300))
-    return asked
-
-
-def _read_only(lake: Path, mounted: Path, command: list[str], timeout: float) -> str:
-    """The last line ``command`` printed, run where ``lake`` is bound read-only at ``mounted``, in a
-    mount namespace of its own (``unshare``; as a user namespace's root where the test is not root):
-    it may not write, link or remove a file there, while others keep replacing them at ``lake``."""
-    if shutil.which("unshare") is None:
-        pytest.skip("needs util-linux's unshare to mount the lake read-only")
-    mounted.mkdir()
-    namespace = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "-r", "--mount"]
-    script = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
-    bound = [*namespace, "sh", "-c", script, "sh", str(lake), str(mounted)]
-    probe = subprocess.run([*bound, "touch", str(mounted / "written")], capture_output=True)
-    if b"Read-only file system" not in probe.stderr:
-        pytest.skip(f"this machine refuses a read-only bind mount: {probe.stderr.decode().strip()}")
-    done = subprocess.run([*bound, *command], capture_output=True, text=True, timeout=timeout)
+    done = read_only(lake, mounted, asker, seconds + 300)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.splitlines()[-1]
+    asked: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return asked
 
 
 def test_a_question_asked_while_a_file_is_replaced_neither_fails_nor_leaves_it_out(
@@ -355,7 +338,9 @@ def test_a_lake_the_reader_may_not_write_is_read_again_through_descriptors_it_ho
         (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
     export([short], str(lake), per_rank=True)
     holder = [sys.executable, "-c", HOLDER, str(lake), str(tmp_path / "mounted"), str(full)]
-    seen = json.loads(_read_only(lake, tmp_path / "mounted", holder, 300))
+    done = read_only(lake, tmp_path / "mounted", holder, 300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
 
     before, after, now = seen["counts"]
     assert before == after != now, seen

@@ -358,21 +358,31 @@ def _verify(args: argparse.Namespace) -> int:
 
     from recompprof._history import health, views
     from recompprof._history.columns import TABLES
+    from recompprof._history.names import LakeError
 
     lake = views.open_lake(args.lake)
     files = {table: views.every_file(lake, table) for table in TABLES}
     decoded = sum(len(f) for f in files.values())
     bad = health.verify(lake, files)
-    health.write_verified(lake, bad, decoded)
+    recorded = True
+    try:
+        health.write_verified(lake, bad, decoded)
+    except LakeError as error:  # a read-only mount: what was found is still said, and exits so
+        recorded = False
+        _say("warning", f"{error}; not recorded: questions still read the files found bad")
     if args.format == "json":
-        document = {"decoded": decoded, "bad": [vars(b) for b in bad]}
+        document = {"decoded": decoded, "bad": [vars(b) for b in bad], "recorded": recorded}
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         for b in bad:
             _say("warning", f"{b.table}: {b.name} is bad: {b.why}")
         print(
             f"recompprof history verify: {decoded} file(s) decoded, {len(bad)} bad"
-            + (f"; recorded in {health.VERIFIED}: every question leaves them out" if bad else "")
+            + (
+                f"; recorded in {health.VERIFIED}: every question leaves them out"
+                if bad and recorded
+                else ""
+            )
         )
     return EXIT_FINDINGS if bad else EXIT_OK
 

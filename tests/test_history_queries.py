@@ -457,23 +457,52 @@ def test_sql_runs_any_query_over_the_views(lake, capsys):
         ("SELECT * FROM read_csv('/etc/passwd')", "the lake's views and nothing else"),
         ("SELECT * FROM read_text('{outside}/secret.txt')", "the lake's views and nothing else"),
         ("SELECT * FROM glob('/etc/*')", "the lake's views and nothing else"),
+        # EXPLAIN ANALYZE runs the statement it plans: it wrote into the lake, over a lake file
+        ("EXPLAIN ANALYZE COPY (SELECT * FROM runs LIMIT 0) TO '{a_file}' (FORMAT parquet)", "EXPLAIN COPY"),
+        ("EXPLAIN (ANALYZE) COPY (SELECT 1 AS x) TO '{outside}/copied.csv'", "EXPLAIN COPY"),
+        ("EXPLAIN /* plan */ ANALYZE CREATE TABLE t AS SELECT 1", "EXPLAIN CREATE"),
+        # DuckDB's own temporary directory, .tmp under the working directory, was allowed too
+        ("SELECT * FROM read_text('.tmp/secret.txt')", "the lake's views and nothing else"),
+        ("SELECT * FROM read_text('{cwd}/.tmp/secret.txt')", "the lake's views and nothing else"),
     ],
-    ids=["copy-out", "copy-into-lake", "two-statements", "set", "read-etc", "read-file", "glob"],
-)
-def test_sql_is_locked_to_the_lake(own_lake, tmp_path, capsys, text, said):
-    """history sql runs one query and reads the lake only: writing a file (anywhere, the lake too),
-    reading one outside it, a second statement or a setting is refused with one line, exit 2, and
-    nothing is written."""
-    outside = tmp_path / "outside"
+    ids=[
+        "copy-out", "copy-into-lake", "two-statements", "set", "read-etc", "read-file", "glob",
+        "explain-analyze-over-a-lake-file", "explain-analyze-copy-out", "explain-analyze-create",
+        "read-the-working-directorys-tmp", "read-the-working-directorys-tmp-by-its-path",
+    ],
+)  # fmt: skip
+def test_sql_is_locked_to_the_lake(own_lake, tmp_path, capsys, monkeypatch, text, said):
+    """history sql runs one query and reads the lake only: writing a file (anywhere, the lake too,
+    an EXPLAIN ANALYZE of a write among them), reading one outside it (the working directory's
+    ``.tmp`` too), a second statement or a setting is refused with one line, exit 2, and nothing is
+    written."""
+    outside, cwd = tmp_path / "outside", tmp_path / "cwd"
     outside.mkdir()
     (outside / "secret.txt").write_text("the-content-of-a-private-file")
-    before = sorted(p.relative_to(own_lake) for p in own_lake.rglob("*"))
+    (cwd / ".tmp").mkdir(parents=True)
+    (cwd / ".tmp" / "secret.txt").write_text("the-content-of-a-private-file")
+    monkeypatch.chdir(cwd)
+    before = {p.relative_to(own_lake): p.read_bytes() for p in own_lake.rglob("*") if p.is_file()}
+    a_file = sorted(own_lake.rglob("*.parquet"))[0]
     code, out, err = history(
-        capsys, "sql", "--lake", str(own_lake), text.format(outside=outside, lake=own_lake)
+        capsys,
+        "sql",
+        "--lake",
+        str(own_lake),
+        text.format(outside=outside, lake=own_lake, a_file=a_file, cwd=cwd),
     )
     assert code == 2 and err.count("\n") == 1 and said in err and "the-content" not in out + err
     assert sorted(outside.iterdir()) == [outside / "secret.txt"]
-    assert sorted(p.relative_to(own_lake) for p in own_lake.rglob("*")) == before
+    assert sorted((cwd / ".tmp").iterdir()) == [cwd / ".tmp" / "secret.txt"]
+    after = {p.relative_to(own_lake): p.read_bytes() for p in own_lake.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_sql_explains_a_query_and_runs_explain_analyze_of_one(lake, capsys):
+    """An EXPLAIN of a query, and an EXPLAIN ANALYZE (which runs it), are answered like a query."""
+    for text in ("EXPLAIN SELECT COUNT(*) FROM runs", "EXPLAIN ANALYZE SELECT COUNT(*) FROM runs"):
+        code, out, err = history(capsys, "sql", "--lake", str(lake), text, "--format", "json")
+        assert code == 0 and as_json(out)["results"][0]["rows"], err
 
 
 def test_sql_still_reads_the_lake_itself(lake, capsys):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import shutil
+import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -115,6 +117,7 @@ class Engine:
         # The connection lock() locked (a locked connection refuses every SET, the lock's own too);
         # None: not locked. A new connection (_select_again) is locked again.
         self._locked: Any = None
+        self._spill: str | None = None  # the locked engine's private temporary directory
         # The session counts of each scope asked (a digest's questions share theirs).
         self._counted: dict[str, tuple[int, int, int, int]] = {}
         # After a read error: the links the views read instead of a local lake's files, removed when
@@ -131,13 +134,20 @@ class Engine:
             self._select_again()
 
     def lock(self) -> None:
-        """From now on the engine reads the lake and nothing else: no file outside the lake's folder is
-        read or written (``COPY ... TO``, ``read_csv('/etc/...')``, ``ATTACH``, ``INSTALL`` all refused),
+        """From now on the engine reads the lake and nothing else: no file outside the lake's folder (and
+        its own private temporary directory) is read or written (``COPY ... TO``, ``read_csv('/etc/...')``,
+        ``ATTACH``, ``INSTALL`` all refused; :func:`free_query` runs no statement that writes),
         and no later statement can undo it. ``history sql`` runs a text a bot or a dashboard may pass
         on from anyone; the canonical questions are this module's own texts. Locking again (a
         command's queries made again, :meth:`settled`) changes nothing."""
         if self._locked is self.con:
             return
+        # DuckDB allows its temporary directory too (by default ``.tmp`` under the working
+        # directory, anyone's files): a private one, removed with the engine, is all it may spill to.
+        if self._spill is None:
+            self._spill = tempfile.mkdtemp(prefix="recompprof-spill-")
+            weakref.finalize(self, shutil.rmtree, self._spill, True)
+        self.con.execute(f"SET temp_directory = {literal(self._spill)}")
         if self.lake.local:
             # and the folder of links to the files it holds open, if it holds any (pins.Pins)
             folders = [self.lake.base, *filter(None, [self._pins.folder])]
@@ -376,8 +386,42 @@ def _compare_params(engine: Engine, params: Params) -> Params:
     return dataclasses.replace(params, job=names[0])
 
 
-# The statements ``history sql`` runs: one query (DESCRIBE and SUMMARIZE are queries to DuckDB too).
-_QUERIES = ("SELECT", "EXPLAIN")
+# The statements ``history sql`` runs: one query (DESCRIBE and SUMMARIZE are queries to DuckDB too),
+# or an EXPLAIN of one.
+_QUERIES = ("SELECT",)
+
+
+def _kinds(d: Any, sql: str) -> list[str]:
+    """The kind of each statement in ``sql``, an EXPLAIN's as ``EXPLAIN <kind>`` of the statement it
+    plans (``EXPLAIN ANALYZE`` runs it: ``EXPLAIN ANALYZE COPY ... TO`` writes a file). The explained
+    statement is the text from the first token after EXPLAIN where one whole statement parses (past
+    ``ANALYZE``, options and comments); one that never parses is ``EXPLAIN ?``. Raises ``d.Error``."""
+    kinds = []
+    for statement in d.extract_statements(sql):
+        kind = statement.type.name
+        if kind == "EXPLAIN":
+            text = statement.query
+            inner = "?"
+            for position, _ in d.tokenize(text)[1:]:
+                try:
+                    found = _kinds(d, text[position:])
+                except d.Error:
+                    continue
+                if len(found) == 1:
+                    inner = found[0]
+                    break
+            kind = f"EXPLAIN {inner}"
+        kinds.append(kind)
+    return kinds
+
+
+def _runs_a_query(kind: str) -> bool:
+    """Whether a statement of ``kind`` (:func:`_kinds`) reads and does nothing else."""
+    return (
+        kind.removeprefix("EXPLAIN ") in _QUERIES
+        if kind.startswith("EXPLAIN ")
+        else kind in _QUERIES
+    )
 
 
 def free_query(engine: Engine, sql: str) -> Answer:
@@ -388,14 +432,13 @@ def free_query(engine: Engine, sql: str) -> Answer:
         engine._questions_only = False
         engine._create_views()
     try:
-        statements = engine.con.extract_statements(sql)
+        kinds = _kinds(d, sql)
     except d.Error as error:
         raise CommandError(f"the query failed: {_first_line(str(error))}") from None
-    kinds = [s.type.name for s in statements]
-    if len(kinds) != 1 or kinds[0] not in _QUERIES:
+    if len(kinds) != 1 or not _runs_a_query(kinds[0]):
         raise CommandError(
-            "history sql runs one SELECT (or WITH ... SELECT) over the lake's views; given: "
-            + (", ".join(kinds) or "no statement")
+            "history sql runs one SELECT (or WITH ... SELECT, or an EXPLAIN of one) over the "
+            "lake's views; given: " + (", ".join(kinds) or "no statement")
         )
     engine.lock()
     try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import shutil
 import tempfile
 
@@ -102,6 +101,8 @@ class Pins:
 def _descriptors_for(files: int) -> bool:
     """Whether the process may open ``files`` more descriptors and keep :data:`_SPARE_DESCRIPTORS`;
     its soft limit is raised toward the hard one where that makes room."""
+    import resource  # POSIX only: reached only where /proc names descriptors
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         used = len(os.listdir(f"/proc/{os.getpid()}/fd"))

@@ -365,6 +365,30 @@ def test_formats(lake, capsys, command, fmt, shown):
     assert shown(out) and (fmt != "html" or command != "latency" or "p90_s" in out), out[:300]
 
 
+def test_csv_holds_what_json_holds(lake, capsys):
+    """csv is for programs: a float with every digit the json has, booleans as ``true``/``false``,
+    a list or map as JSON, NULL as nothing (before: 6 significant digits, ``1.23457e+06``, ``True``,
+    Python's repr of a list); a question's csv reads back to its json's rows."""
+    text = (
+        "SELECT 16682.455386211994::DOUBLE AS s, 1234567.891::DOUBLE AS big, true AS b,"
+        " ['x', 'y'] AS l, MAP {'k': 'v'} AS m, NULL AS n, DATE '2026-11-30' AS d"
+    )
+    _, out, _ = history(capsys, "sql", "--lake", str(lake), text, "--format", "csv")
+    assert list(csv.reader(io.StringIO(out))) == [
+        ["s", "big", "b", "l", "m", "n", "d"],
+        ["16682.455386211994", "1234567.891", "true", '["x", "y"]', '{"k": "v"}', "", "2026-11-30"],
+    ]
+    since = ("--since", SINCE)
+    _, as_csv, _ = history(capsys, "cost", "--lake", str(lake), *since, "--format", "csv")
+    _, as_json_text, _ = history(capsys, "cost", "--lake", str(lake), *since, "--format", "json")
+    [header, *rows] = list(csv.reader(io.StringIO(as_csv)))
+    expected = [
+        [row[c] if isinstance(row[c], str) else repr(row[c]) for c in header]
+        for row in as_json(as_json_text)["results"][0]["rows"]
+    ]
+    assert rows == expected and rows
+
+
 @pytest.mark.parametrize(
     "argv, code, stream, said",
     [
@@ -427,6 +451,29 @@ def test_a_printed_text_keeps_every_value_as_typed(lake, capsys, dialect, value)
     assert out.count(quoted) >= 4, out
     _, out, _ = history(capsys, "top-causes", "--team", value, *printed)
     assert f"team = {quoted}" in out, out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "-1"])
+@pytest.mark.parametrize(
+    "option",
+    ["--max-failure-increase-pct", "--max-time-increase", "--max-time-increase-s"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [["compare", "some-run"], ["digest", "--run", "some-run"], ["compare", "x", "--print-sql"]],
+    ids=["compare", "digest", "printed"],
+)
+def test_a_gate_slack_that_is_not_a_finite_non_negative_number_is_one_line(
+    lake, capsys, command, option, value
+):
+    """compare's slack options take a finite number, none negative: nan, inf, a number past a
+    float's range or a negative one is one line naming the option, exit 2, in compare, in a digest
+    that holds a run, and with --print-sql (before, nan and inf were spliced into the query as bare
+    words: "this is a recompprof bug", and printed SQL no engine runs)."""
+    code, out, err = history(
+        capsys, command[0], *command[1:], "--lake", str(lake), f"{option}={value}"
+    )
+    assert code == 2 and not out and err.count("\n") == 1 and f"error: {option} must " in err, err
 
 
 def test_by_takes_only_a_closed_set_of_columns(lake):

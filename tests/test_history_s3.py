@@ -314,3 +314,18 @@ def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
         monkeypatch.setattr(engine, question, exporting(getattr(engine, question)))
     counts = warned()
     assert len(counts) > len(on_stderr) + len(in_json) + 3 and set(counts) == {1}, counts
+
+
+def test_an_s3_lake_uri_with_an_empty_folder_name_is_one_line(
+    s3_endpoint: str, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An S3 lake URI with ``//`` in its path (pyarrow refuses any key under it) is one line naming
+    the URI, exit 2, for a question and for an export (before: "this is a recompprof bug")."""
+    from recompprof._cli.main import main
+
+    uri = _uri(s3_endpoint, "a//b")
+    for argv in (["history", "top-causes", "--lake", uri], ["export", str(run), "--to", uri]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "an empty folder name ('//') in lake/a//b" in err, err
+        assert uri in err

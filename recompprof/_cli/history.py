@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import sys
 from pathlib import Path
 
@@ -249,9 +250,12 @@ _GATE_OPTIONS = (
 
 
 def _gate(args: argparse.Namespace) -> dict[str, object]:
-    """compare's slack and limits (none negative)."""
+    """compare's slack and limits (each a finite number, none negative)."""
     for option in _GATE_OPTIONS:
-        if getattr(args, option) < 0:
+        value = getattr(args, option)
+        if not math.isfinite(value):  # nan, inf or 1e309: no slack a gate can hold a run to
+            raise CommandError(f"--{option.replace('_', '-')} must be a finite number, not {value}")
+        if value < 0:
             raise CommandError(f"--{option.replace('_', '-')} must not be negative")
     return {
         "failure_slack": args.max_failure_increase,

@@ -267,6 +267,8 @@ def _open(uri: str) -> tuple[pafs.FileSystem, str]:
         fs, base = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError, TypeError) as error:
         raise LakeError(f"{uri}: cannot open the lake: {_one_line(error)}") from error
+    if "//" in base.rstrip("/"):  # pyarrow's object stores refuse every path under it
+        raise LakeError(f"{uri}: cannot open the lake: an empty folder name ('//') in {base}")
     return fs, base
 
 

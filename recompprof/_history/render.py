@@ -35,6 +35,20 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _machine_cell(value: Any) -> str:
+    """A value as ``--format csv`` writes it, for a program to read back: every digit of a float
+    (Python's shortest spelling that reads back the same), ``true``/``false``, a list or map as JSON,
+    nothing for NULL. The table rounds for people; csv does not."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(_plain(value))
+    plain = _plain(value)
+    return repr(plain) if isinstance(plain, float) else str(plain)
+
+
 def _plain(value: Any) -> Any:
     """A value as JSON holds it."""
     if isinstance(value, (datetime.date, datetime.datetime)):
@@ -199,7 +213,7 @@ def csv_text(answer: Answer) -> str:
         if n:
             buffer.write("\n")
         writer.writerow(result.columns)
-        writer.writerows([("" if v is None else _cell(v)) for v in row] for row in result.rows)
+        writer.writerows([_machine_cell(v) for v in row] for row in result.rows)
     return buffer.getvalue()
 
 

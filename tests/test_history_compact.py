@@ -221,3 +221,20 @@ def test_a_marker_that_holds_no_date_is_one_line_from_every_reader(lake, capsys)
     assert sorted(p for p in lake.rglob("*.parquet")) == files
     marker.write_text(good)
     assert answers(capsys, lake) == before
+
+
+def test_a_through_day_that_has_not_ended_compacts_through_yesterday(lake, capsys):
+    """``--through`` today or later (``2999-12-31``, "everything"): compaction stops at yesterday (UTC)
+    and says so in one note, so a run exported today is still counted by every question. (Before,
+    the marker moved to 2999-12-31 and a run exported after that compaction was left out of every
+    answer until the next one, with only a warning.)"""
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    yesterday = today - datetime.timedelta(days=1)
+    assert main(["history", "compact", "--lake", str(lake), "--through", "2999-12-31"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"recompprof: note: --through 2999-12-31: that day has not ended (today is {today}, UTC); "
+        f"compacting through {yesterday}\n"
+    )
+    assert f"compacted through {yesterday}" in captured.out
+    assert daily.through(Lake(str(lake))) == yesterday

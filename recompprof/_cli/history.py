@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--through",
         default=None,
         metavar="DATE",
-        help="compact raw days up to this date (default: 3 days ago, UTC)",
+        help="compact raw days up to this date, at most yesterday (default: 3 days ago, UTC)",
     )
     p.add_argument(
         "--check",
@@ -323,11 +323,21 @@ def _compact(args: argparse.Namespace) -> int:
     from recompprof._history import compact as c, questions as q, views
 
     lake = views.open_lake(args.lake)
+    today = datetime.datetime.now(datetime.timezone.utc).date()
     through = None
     if args.through is not None:
         through = q.since_date(args.through, option="--through")
+        if through >= today:
+            # A day still open would be compacted without the rows jobs export into it later: the
+            # marker past them, every question would leave those out until a compaction took them.
+            closed = today - datetime.timedelta(days=1)
+            _say(
+                "note",
+                f"--through {through}: that day has not ended (today is {today}, UTC); "
+                f"compacting through {closed}",
+            )
+            through = closed
     elif not args.check:
-        today = datetime.datetime.now(datetime.timezone.utc).date()
         through = today - datetime.timedelta(days=c.GRACE_DAYS)
     done = c.compact(lake, through, check=args.check)
     for s in done.skipped:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from generated_runs import generate
 from history_fleet import BUILD, NEW, Fleet, write_fleet
 from needs import starts
 from recorded_runs import cli, record
@@ -754,6 +755,35 @@ def test_an_empty_table_or_lake_answers_empty_with_a_note(own_lake, tmp_path, ca
     empty.mkdir()
     code, out, err = history(capsys, "top-causes", "--lake", str(empty))
     assert code == 0 and "(no rows)" in out and "compiles has no files yet" in err
+
+
+def test_a_lakes_own_root_folder_given_as_the_lake_is_one_line_naming_the_lake(
+    own_lake, tmp_path, capsys
+):
+    """``--lake LAKE/v1`` (or ``LAKE/v1-daily``) for a question, ``verify``, ``compact`` or an export's
+    ``--to``: one line saying it is the lake's folder and naming the lake, exit 2, nothing written
+    (before, questions answered "no rows" with a note that every table had no files yet, and an
+    export made a second lake inside the first)."""
+    assert (
+        main(["history", "compact", "--lake", str(own_lake), "--through", str(Fleet().start)]) == 0
+    )
+    capsys.readouterr()
+    run = tmp_path / "run"
+    generate(run, ranks=1, per_rank=50, seed=1)
+    before = sorted(p.relative_to(own_lake) for p in own_lake.rglob("*"))
+    for root in ("v1", "v1-daily"):
+        inner = str(own_lake / root)
+        for argv in (
+            ["history", "top-causes", "--lake", inner],
+            ["history", "verify", "--lake", inner],
+            ["history", "compact", "--lake", inner],
+            ["export", str(run), "--to", inner],
+        ):
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            said = f"{inner}: is a lake's {root}/ folder, not a lake; give its parent ({own_lake})"
+            assert err == f"recompprof: error: {said}\n", (argv, err)
+    assert sorted(p.relative_to(own_lake) for p in own_lake.rglob("*")) == before
 
 
 def test_a_lake_path_that_does_not_exist_is_one_line_exit_2(tmp_path, capsys):

@@ -39,6 +39,7 @@ from recompprof._history.names import (
     LakeError,
     is_data_name,
     partition_day,
+    refuse_a_root,
     temp_name,
 )
 
@@ -156,6 +157,18 @@ class Lake:
         self.fs, base = _open(uri)
         self.base = base.rstrip("/")
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def refuse_a_root(self) -> None:
+        """LakeError when the URI names a lake's ``v1/`` or ``v1-daily/`` folder, not a lake."""
+
+        def entries() -> list[str]:
+            selector = pafs.FileSelector(self.base, allow_not_found=True)
+            try:
+                return [info.base_name for info in self.fs.get_file_info(selector)]
+            except OSError:
+                return []  # listing fails later with its own line
+
+        refuse_a_root(self.uri, self.base, entries)
 
     def table_dir(self, table: str) -> str:
         return f"{self.base}/{ROOT}/{table}"

@@ -23,6 +23,7 @@ from recompprof._history.names import (
     parse_sources,
     parse_through,
     partition_day,
+    refuse_a_root,
 )
 
 
@@ -57,6 +58,7 @@ class LocalLake:
             raise LakeError(f"{uri}: no such lake (the path does not exist)")
         if not os.path.isdir(base):
             raise LakeError(f"{uri}: is a file; give the lake's root folder")
+        refuse_a_root(uri, base, lambda: os.listdir(base))
         return cls(uri, base.rstrip("/") or "/")
 
     def _days(self, folder: str) -> list[tuple[datetime.date, os.DirEntry[str]]]:

@@ -12,6 +12,7 @@ import datetime
 import itertools
 import os
 import re
+from collections.abc import Callable, Iterable
 
 from recompprof._errors import RecompprofError
 
@@ -27,6 +28,19 @@ _TEMPS = itertools.count()
 
 class LakeError(RecompprofError):
     """The lake cannot be opened, read or written; the message is one line naming the URI and why."""
+
+
+def refuse_a_root(uri: str, base: str, entries: Callable[[], Iterable[str]]) -> None:
+    """LakeError (one line) when ``base`` is a lake's ``v1/`` or ``v1-daily/`` folder rather than the
+    lake: named so, and holding a table's folder (``entries()``: the names in it, asked only then).
+    Read there, every table would have no files; exported there, a second lake inside the first."""
+    from recompprof._history.columns import TABLES
+
+    folder, _, name = base.rstrip("/").rpartition("/")
+    if name in (ROOT, DAILY_ROOT) and set(entries()) & set(TABLES):
+        raise LakeError(
+            f"{uri}: is a lake's {name}/ folder, not a lake; give its parent ({folder or '/'})"
+        )
 
 
 def temp_name(name: str) -> str:

@@ -81,6 +81,7 @@ def open_lake(uri: str) -> Lake:
         raise LakeError(f"{uri}: no such lake (the path does not exist)")
     if info.type == pafs.FileType.File:
         raise LakeError(f"{uri}: is a file; give the lake's root folder")
+    lake.refuse_a_root()
     return lake
 
 

@@ -144,6 +144,20 @@ def test_digest_text_is_one_document_with_every_question(exported):
     assert alone in out
 
 
+def test_a_digest_whose_run_is_not_in_the_lake_leaves_compare_out_and_says_why(exported):
+    """digest --run RUN for a run not in the lake (not exported yet, a typo): compare is left out with
+    the line compare alone gives, and every other question is answered, exit 0 (before: the whole
+    digest stopped with that line, exit 2)."""
+    lake = ("--lake", str(exported))
+    alone = cli("history", "compare", "no-such-run", *lake)
+    assert alone.returncode == 2
+    digest = _json(
+        "digest", *lake, "--since", "2000-01-01", "--run", "no-such-run", "--format", "json"
+    )
+    assert digest["left_out"]["compare"] == alone.stderr.strip().removeprefix("recompprof: error: ")
+    assert "compare" not in digest["questions"] and digest["questions"]["top-causes"]["results"]
+
+
 def test_digest_compares_the_two_newest_releases_and_filters_every_question(fleet):
     """Without --baseline/--candidate, digest's regressions hold the newest torch release to the one
     before it (the fleet's regressing job found, exit 1); --team narrows every question."""

@@ -786,6 +786,36 @@ def test_a_lakes_own_root_folder_given_as_the_lake_is_one_line_naming_the_lake(
     assert sorted(p.relative_to(own_lake) for p in own_lake.rglob("*")) == before
 
 
+def test_compare_says_why_it_cannot_find_its_run(own_lake, capsys):
+    """compare's run missing for a reason it knows is one line with that reason, exit 2: a ``--team``
+    the run is not of (before: "no earlier finished run of this job", exit 0), and a run whose ``runs``
+    file could not be read (before: only "not in the lake", the file's warning never printed)."""
+    [(run, team)] = history_rows(own_lake, "SELECT run_id, team FROM runs ORDER BY run_id LIMIT 1")
+    code, out, err = history(capsys, "compare", run, "--lake", str(own_lake), "--team", "nobody")
+    assert code == 2 and not out, err
+    assert err == (
+        f"recompprof: error: run {run!r} is not of team 'nobody' (its team: {team}): --team leaves "
+        "it nothing to be compared with\n"
+    )
+    [runs_file] = (own_lake / "v1" / "runs").rglob(f"{run}__*.parquet")
+    runs_file.write_bytes(b"not parquet")
+    code, out, err = history(capsys, "compare", run, "--lake", str(own_lake))
+    assert code == 2 and err.count("\n") == 1, err
+    assert (
+        "is not in the lake (no rank session of it in runs); 1 runs file(s) could not be read"
+        in err
+    )
+    assert runs_file.name in err
+
+
+def history_rows(lake: Path, text: str) -> list[tuple]:
+    """The rows of ``history sql`` over ``lake``."""
+    from recompprof._history import engine, views
+
+    runner = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
+    return runner.query(text).rows
+
+
 def test_a_lake_path_that_does_not_exist_is_one_line_exit_2(tmp_path, capsys):
     """A lake that does not exist: one error line naming it, exit 2, no traceback."""
     code, out, err = history(capsys, "top-causes", "--lake", str(tmp_path / "nowhere"))

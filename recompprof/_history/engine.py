@@ -374,7 +374,26 @@ def _compare_params(engine: Engine, params: Params) -> Params:
     run = questions.DUCKDB.string(params.run)
     jobs = engine.query(f"SELECT DISTINCT job FROM runs WHERE run_id = {run} ORDER BY job").rows
     if not jobs:
-        raise CommandError(f"run {params.run!r} is not in the lake (no rank session of it in runs)")
+        left_out = (
+            engine.selection.tables["runs"].skipped if "runs" in engine.selection.tables else []
+        )
+        raise CommandError(
+            f"run {params.run!r} is not in the lake (no rank session of it in runs)"
+            + (
+                f"; {len(left_out)} runs file(s) could not be read and were left out, and it may be "
+                f"in one: {', '.join(s.path.rpartition('/')[2] for s in left_out[:3])}"
+                if left_out
+                else ""
+            )
+        )
+    for column, value in params.only:  # --team/--model: the run itself must pass them
+        found = engine.query(f"SELECT DISTINCT {column} FROM runs WHERE run_id = {run}").rows
+        if all(row[0] != value for row in found):
+            theirs = ", ".join(sorted("none" if r[0] is None else str(r[0]) for r in found))
+            raise CommandError(
+                f"run {params.run!r} is not of {column} {value!r} (its {column}: {theirs}): "
+                f"--{column} leaves it nothing to be compared with"
+            )
     if params.job:
         return params
     names = [j[0] for j in jobs if j[0] is not None]
@@ -488,6 +507,11 @@ def digest(
                 continue
             job = dict(params.only).get("job", "")
             asked = dataclasses.replace(params, run=run, job=job, only=compare_only)
+            try:
+                answers.append(ask(engine, command, asked))
+            except CommandError as error:  # a run not in the lake (yet): the other questions stand
+                left_out[command] = str(error)
+            continue
         answers.append(ask(engine, command, asked))
     return answers, left_out
 

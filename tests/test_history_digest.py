@@ -63,7 +63,7 @@ def _heavy(modules: set[str]) -> set[str]:
     "argv",
     [
         ["top-causes", "--since", "2000-01-01"],
-        ["compare", "scale-4", "--team", "vision"],
+        ["compare", "scale-4", "--job", "scale-4"],
         ["sql", "SELECT COUNT(*) AS n FROM compiles"],
         ["digest", "--since", "2000-01-01", "--run", "scale-4", "--format", "json"],
     ],

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-import shutil
-import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -145,6 +143,9 @@ class Engine:
         # DuckDB allows its temporary directory too (by default ``.tmp`` under the working
         # directory, anyone's files): a private one, removed with the engine, is all it may spill to.
         if self._spill is None:
+            import shutil  # history sql alone locks: the questions' start-up stays without them
+            import tempfile
+
             self._spill = tempfile.mkdtemp(prefix="recompprof-spill-")
             weakref.finalize(self, shutil.rmtree, self._spill, True)
         self.con.execute(f"SET temp_directory = {literal(self._spill)}")

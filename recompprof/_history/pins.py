@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 
 from recompprof._history.names import temp_name
 
@@ -66,6 +64,8 @@ class Pins:
     def _open(self, paths: list[str], base: str) -> None:
         """Hold ``paths`` open, each reached through a symbolic link at its path under ``base`` in a
         private folder."""
+        import tempfile  # only after a read failed on a lake that refused links
+
         proc = f"/proc/{os.getpid()}/fd"
         if not os.path.isdir(proc) or not _descriptors_for(len(paths)):
             return
@@ -90,6 +90,8 @@ class Pins:
                 with contextlib.suppress(OSError):
                     os.unlink(link)
         else:
+            import shutil
+
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
         for fd in self._held:

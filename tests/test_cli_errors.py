@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from recorded_runs import cli
+from recorded_runs import clean_env, cli
 
 from recompprof import CommandError, RecompprofError, RuleBroken
 from recompprof._cli import main as cli_module
@@ -147,3 +149,23 @@ def test_a_run_error_keeps_the_error_that_caused_it(
     assert str(raised.value).startswith(message.format(path=path))
     assert cli_module.main(["report", str(path)]) == 2
     assert capsys.readouterr().err.splitlines() == [f"recompprof: error: {raised.value}"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_an_answer_written_to_a_full_disk_is_one_line_not_a_bug(tmp_path: Path) -> None:
+    """Standard output on a full disk (``/dev/full``: every write fails with ENOSPC) ends the real
+    command with one line saying it could not write, exit 2, not "this is a recompprof bug"; a
+    closed pipe still exits 0 quietly."""
+    lake = tmp_path / "lake"
+    lake.mkdir()
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "recompprof._cli.main", "history", "sql", "--lake", str(lake),
+             "SELECT range AS n FROM range(5000)"],
+            stdout=full, stderr=subprocess.PIPE, text=True, env=clean_env(), timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "recompprof: error: cannot write the output: No space left on device"
+    )
+    assert "recompprof bug" not in done.stderr

@@ -9,6 +9,7 @@ Commands raise their errors; :func:`exit_code` is the one table from error class
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -308,6 +309,10 @@ def _width(asked: int | None) -> int:
     return max(100, _columns(asked))
 
 
+# A write the disk or a quota refused (standard output redirected to a full disk, say).
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def _explain(exc: BaseException) -> None:
     """The one line a command that ended with ``exc`` prints (none for a closed pipe)."""
     if isinstance(exc, KeyboardInterrupt):
@@ -316,6 +321,8 @@ def _explain(exc: BaseException) -> None:
         sys.stderr.close()
     elif isinstance(exc, RecompprofError):
         _err(f"error: {exc}")
+    elif isinstance(exc, OSError) and exc.errno in _FULL:  # the machine's state, never a bug
+        _err(f"error: cannot write {exc.filename or 'the output'}: {exc.strerror}")
     else:
         detail = " ".join(str(exc).split())[:300]
         _err(

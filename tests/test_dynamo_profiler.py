@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from recompprof._capture.settings import ConfigError
 
 
 def helper(x: torch.Tensor) -> torch.Tensor:
-    for _ in range(30):  # many traced ops: this inlined function should cost the most trace time
+    for _ in range(30):  # many traced ops: an inlined function with trace time of its own
         x = x * 1.01 + 1
     return x
 
@@ -42,9 +43,14 @@ def test_trace_time_per_user_function_reaches_the_report(
         label.startswith("step (") for label in labels
     )
     report = recompprof.report()
+    totals: Counter[str] = Counter()
+    for e in compiles:
+        totals.update(e.trace_seconds_by_function)
     top, seconds = report.compilation.trace_seconds_by_function.most_common(1)[0]
-    assert top.startswith("helper (") and seconds > 0
-    assert seconds == pytest.approx(sum(e.trace_seconds_by_function[top] for e in compiles))
+    # The report ranks the compiles' own seconds (which function is slower is the machine's to say:
+    # on a loaded machine step's own tracing once outweighed helper's 30 inlined ops).
+    assert top == max(totals, key=lambda label: totals[label]) and seconds > 0
+    assert seconds == pytest.approx(totals[top])
     assert "Dynamo trace time by user function" in str(report)
     assert "Dynamo Profiler" not in capsys.readouterr().out
 

@@ -387,14 +387,6 @@ def _compare_params(engine: Engine, params: Params) -> Params:
                 else ""
             )
         )
-    for column, value in params.only:  # --team/--model: the run itself must pass them
-        found = engine.query(f"SELECT DISTINCT {column} FROM runs WHERE run_id = {run}").rows
-        if all(row[0] != value for row in found):
-            theirs = ", ".join(sorted("none" if r[0] is None else str(r[0]) for r in found))
-            raise CommandError(
-                f"run {params.run!r} is not of {column} {value!r} (its {column}: {theirs}): "
-                f"--{column} leaves it nothing to be compared with"
-            )
     if params.job:
         return params
     names = [j[0] for j in jobs if j[0] is not None]

@@ -122,3 +122,46 @@ def test_every_arrival_plan_holds_each_session_once(
                 f"plan {number}: {' '.join(map(str, steps))}\n  " + "\n  ".join(problems)
             )
     assert not failures, "\n".join(failures)
+
+
+def test_ranks_exported_at_once_after_their_run_was_exported_whole_are_each_counted_once(
+    tmp_path: Path,
+) -> None:
+    """A run exported whole while it ran, then both ranks' end-of-session exports at the same moment
+    (two real export processes started together, as ranks that end together): each session is in the
+    lake once, in its own file, in every one of 6 trials. Each export gave up its own session from the
+    whole-run file by writing it again without it; two at once each wrote a file that kept the other's
+    session, so both sessions were in the lake twice (5 of 6 trials, before)."""
+    import subprocess
+    import sys
+
+    from generated_runs import generate
+
+    from recompprof._history import engine, views
+    from recompprof._history.layout import Lake
+    from recompprof._history.sessions import base_of
+
+    run = tmp_path / "run"
+    generate(run, ranks=2, per_rank=400, seed=4)
+    logs = sorted(run.glob("*.jsonl"))
+    export = [sys.executable, "-m", "recompprof._cli.main", "export"]
+    doubled = []
+    for trial in range(6):
+        lake = tmp_path / f"lake{trial}"
+        subprocess.run([*export, str(run), "--to", str(lake)], check=True, capture_output=True)
+        ends = [
+            subprocess.Popen([*export, str(log), "--to", str(lake), "--per-rank"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for log in logs
+        ]  # fmt: skip
+        for end in ends:
+            _, err = end.communicate(timeout=300)
+            assert end.returncode == 0, err.decode()
+        runner = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
+        [(sessions, distinct)] = runner.query(
+            "SELECT COUNT(*), COUNT(DISTINCT (rank, pid)) FROM runs"
+        ).rows
+        writers = sorted(base_of(f.writer) for f in Lake(str(lake)).files("runs"))
+        if (sessions, distinct) != (2, 2) or "all" in writers:
+            doubled.append((trial, sessions, writers))
+    assert not doubled, doubled

@@ -13,7 +13,10 @@ views stay plain globs): the newest export of a session holds it. Once its files
 other file of the run, on the tables and days the export covered, gives its rows of those sessions up:
 a file left with none is deleted, one that holds other sessions too is rewritten without them (under
 the name of the sessions it keeps). A file at the export's own name holding other sessions (a digest
-collision, a file written by hand) is never replaced: the export refuses with one line.
+collision, a file written by hand) is never replaced: the export refuses with one line. A file written
+again keeps other exports' sessions, and an export of one of them may be running at that moment: the
+rewritten file then yields each session its own export's file holds as fully
+(:func:`_yield_to_own_exports`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recompprof._history.layout import Lake, LakeFile, partition
+from recompprof._history.layout import ALL_RANKS, Lake, LakeFile, parse_path, partition
 from recompprof._history.names import LakeError
 from recompprof._history.tables import writer_options
 
@@ -130,6 +133,7 @@ def settle(
     """Apply the rule for the sessions of ``run_id`` just committed in ``written``: every other file
     of the run on ``scope``'s (table, day)s gives them up. Returns the files deleted or rewritten."""
     replaced = []
+    rewritten = []  # files written again here, holding other exports' sessions
     for table, day in sorted(set(scope)):
         for other in _run_files(lake, table, day, run_id):
             if other.path in written:
@@ -142,10 +146,71 @@ def settle(
                 continue
             kept = found - given
             if kept:
-                _rewrite(lake, table, other, parquet, run_id, kept, given)
+                again = _rewrite(lake, table, other, parquet, run_id, kept, given)
+                if again is not None:
+                    rewritten.append((table, day, again))
             lake.delete(other.path)
             replaced.append(other.path)
+    for table, day, path in rewritten:
+        replaced += _yield_to_own_exports(lake, run_id, table, day, path)
     return replaced
+
+
+# How many times a file written again yields sessions in turn (each time it holds fewer).
+_YIELDS = 8
+
+
+def _yield_to_own_exports(
+    lake: Lake, run_id: str, table: str, day: datetime.date, path: str
+) -> list[str]:
+    """The file at ``path``, written again without this export's sessions, gives up each session it
+    kept that its own export (a per-rank file) now holds as fully: returns the files deleted.
+
+    Two ranks ending together export at once, each giving up its session from the run's whole-run file
+    by writing that file again without it: each new file keeps the other's session, so both sessions
+    were in the lake twice. The other export's own file is committed before it gives up its session
+    from any file, and this check runs after the file it would find was written: whichever comes
+    last sees the other's file, so no ordering leaves both. A session's copy is kept where it is
+    fresher (more events in ``runs``, more rows in the other tables): a per-rank file an older export
+    left, which a newer whole export is about to give up, never takes a session's newer rows."""
+    done: list[str] = []
+    for _ in range(_YIELDS):
+        found, parquet = held(lake, path)
+        mine = parse_path(path)
+        if parquet is None or mine is None:
+            return done
+        rows = parquet.read()
+        yielded: set[Session] = set()
+        for other in _run_files(lake, table, day, run_id):
+            if other.path == path or base_of(other.writer) == ALL_RANKS:
+                continue
+            theirs, handle = held(lake, other.path)
+            shared = {k for k in found - yielded if any(same(k, t) for t in theirs)}
+            if not shared or handle is None:
+                continue
+            their_rows = handle.read()
+            for k in shared:
+                if _freshness(their_rows, table, theirs, k) >= _freshness(rows, table, found, k):
+                    yielded.add(k)
+        if not yielded:
+            return done
+        kept = found - yielded
+        again = _rewrite(lake, table, mine, parquet, run_id, kept, yielded) if kept else None
+        lake.delete(path)
+        done.append(path)
+        if again is None:
+            return done
+        path = again
+    return done
+
+
+def _freshness(rows: pa.Table, table: str, every: set[Session], session: Session) -> int:
+    """How much of ``session``'s log a file's ``rows`` hold: its ``runs`` row's events, else its rows."""
+    mask = _rows_of(rows, table, every, {session})
+    if table == "runs":
+        events = pc.sum(rows.filter(mask)["events"]).as_py()
+        return int(events or 0)
+    return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
 
 
 def _run_files(lake: Lake, table: str, day: datetime.date, run_id: str) -> list[LakeFile]:
@@ -161,20 +226,21 @@ def _rewrite(
     run_id: str,
     kept: set[Session],
     given: set[Session],
-) -> None:
-    """Write ``other`` again without the rows of ``given``, named for the sessions it keeps; nothing
-    where none of its rows is theirs (a file's footer names its writer's sessions, also those with no
-    row on its table and day)."""
+) -> str | None:
+    """Write ``other`` again without the rows of ``given``, named for the sessions it keeps, and return
+    its path; nothing where none of its rows is theirs (a file's footer names its writer's sessions,
+    also those with no row on its table and day)."""
     rows = parquet.read()
     mask = _rows_of(rows, table, kept | given, given)
     left = rows.filter(pc.invert(mask))
     if not left.num_rows:
-        return
+        return None
     left = left.replace_schema_metadata({**(rows.schema.metadata or {}), **metadata(run_id, kept)})
     base = base_of(other.writer)
     path = lake.path_of(table, other.day, run_id, writer_name(base, kept))
     options = writer_options(left.schema)
     lake.write(path, lambda stream: pq.write_table(left, stream, **options))
+    return path
 
 
 def _rows_of(rows: pa.Table, table: str, every: set[Session], chosen: set[Session]) -> pa.Array:

@@ -205,3 +205,54 @@ def test_a_day_closed_just_after_midnight_is_exported_again_at_the_end(
         f"AND to_timestamp({midnight})",
     )
     assert (name, value) == ("recompile_limit", 8)
+
+
+JOB_THAT_MOVES = """
+import os, sys, torch, recompprof
+session = recompprof.attach(run_dir="run", history_uri="lake")  # relative: the directory of now
+os.makedirs("elsewhere", exist_ok=True)
+os.chdir("elsewhere")  # as Hydra's job.chdir does after the job started
+compiled = torch.compile(torch.nn.Linear(4, 4), backend="eager", dynamic=False)
+for batch in range(1, 4):
+    compiled(torch.randn(batch, 4))
+    session.step()
+session.detach()
+"""
+
+
+@pytest.mark.workload
+def test_relative_paths_are_where_the_job_attached_even_after_it_moves(tmp_path: Path) -> None:
+    """A real job attaches with a relative ``run_dir`` and ``history_uri``, then changes its working
+    directory: its log and its lake stay where they were when it attached, and the export at its end
+    holds its compiles (before, the end export looked for the log under the new directory and failed,
+    and a relative lake was written under the new directory)."""
+    done = subprocess.run(
+        [sys.executable, "-c", JOB_THAT_MOVES], cwd=tmp_path, env=clean_env(),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and "recompprof: warning" not in done.stderr, done.stderr
+    assert not (tmp_path / "elsewhere" / "run").exists()
+    assert not (tmp_path / "elsewhere" / "lake").exists()
+    total = build_report(load(tmp_path / "run").events).compiles
+    assert _in_lake(tmp_path / "lake") == (1, True, total, total) and total >= 3
+
+
+@pytest.mark.parametrize("uri", ["s3://", "file://", "file:///", "gs://?region=x"])
+def test_a_lake_uri_that_names_no_bucket_or_folder_is_refused_in_one_line(
+    tmp_path: Path, uri: str
+) -> None:
+    """``s3://`` or ``file://`` with nothing after it, as ``history_uri`` or ``export --to``: refused at
+    attach (the setting named) and by the command (one line, exit 2), nothing written (before, ``s3://``
+    was "this is a recompprof bug" and ``file://`` wrote the lake at the filesystem's root)."""
+    import recompprof
+    from recompprof._capture.settings import ConfigError
+
+    at_root = Path("/v1").exists()  # a lake written at the filesystem's root would add it
+    with pytest.raises(ConfigError, match="'history_uri'.*names no bucket or folder"):
+        recompprof.attach(run_dir=tmp_path / "run", history_uri=uri)
+    generate(tmp_path / "gen", ranks=1, per_rank=20, seed=2)
+    done = cli("export", str(tmp_path / "gen"), "--to", uri)
+    assert done.returncode == 2 and done.stderr == (
+        f"recompprof: error: {uri}: names no bucket or folder for the lake\n"
+    )
+    assert Path("/v1").exists() == at_root

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from recompprof import _internal
 from recompprof._capture import plugins
 from recompprof._errors import RecompprofError
+from recompprof._history.names import names_no_place
 
 ENV_PREFIX = "RECOMPPROF_"
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
@@ -127,12 +128,23 @@ class CoreSettings(_Part):
     def _check_history_uri(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
+        value = value.strip()
         scheme = value.partition("://")[0].lower() if "://" in value else ""
         if scheme and scheme not in HISTORY_SCHEMES:
             raise ValueError(
                 f"unknown scheme {scheme!r}: a path, or one of {', '.join(HISTORY_SCHEMES)}"
             )
-        return value.strip()
+        if names_no_place(value):
+            raise ValueError(f"{value!r} names no bucket or folder for the lake")
+        # A path is the one meant when attach() was called: the job may change its directory after
+        # (Hydra's job.chdir), and the export at its end would write the lake somewhere else.
+        return value if scheme else str(Path(value).expanduser().absolute())
+
+    @field_validator("run_dir")
+    @classmethod
+    def _absolute_run_dir(cls, value: Path | None) -> Path | None:
+        # As history_uri: the directory meant when attach() was called, whatever the job's later one.
+        return None if value is None else value.expanduser().absolute()
 
     @field_validator("exporters", mode="before")
     @classmethod

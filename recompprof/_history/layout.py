@@ -38,6 +38,7 @@ from recompprof._history.names import (
     SUFFIX,
     LakeError,
     is_data_name,
+    names_no_place,
     partition_day,
     refuse_a_root,
     temp_name,
@@ -272,6 +273,8 @@ class Lake:
 def _open(uri: str) -> tuple[pafs.FileSystem, str]:
     if not uri:
         raise LakeError("the lake URI is empty")
+    if names_no_place(uri):
+        raise LakeError(f"{uri}: names no bucket or folder for the lake")
     if "://" not in uri:  # a local or shared path
         return pafs.LocalFileSystem(), str(Path(uri).expanduser().absolute())
     if uri.startswith("file://"):

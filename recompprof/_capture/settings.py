@@ -20,8 +20,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from recompprof import _internal
 from recompprof._capture import plugins
+from recompprof._capture.lake_uri import names_no_place
 from recompprof._errors import RecompprofError
-from recompprof._history.names import names_no_place
 
 ENV_PREFIX = "RECOMPPROF_"
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).

@@ -32,13 +32,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from recompprof._capture.lake_uri import names_no_place
 from recompprof._history.names import (
     DAILY_ROOT,
     ROOT,
     SUFFIX,
     LakeError,
     is_data_name,
-    names_no_place,
     partition_day,
     refuse_a_root,
     temp_name,

@@ -30,13 +30,6 @@ class LakeError(RecompprofError):
     """The lake cannot be opened, read or written; the message is one line naming the URI and why."""
 
 
-def names_no_place(uri: str) -> bool:
-    """Whether a lake URI with a scheme names no bucket or folder (``s3://``, ``file://``): pyarrow
-    would refuse the first, and take the second as the filesystem's root."""
-    scheme, sep, rest = uri.partition("://")
-    return bool(sep) and not rest.partition("?")[0].strip("/")
-
-
 def refuse_a_root(uri: str, base: str, entries: Callable[[], Iterable[str]]) -> None:
     """LakeError (one line) when ``base`` is a lake's ``v1/`` or ``v1-daily/`` folder rather than the
     lake: named so, and holding a table's folder (``entries()``: the names in it, asked only then).

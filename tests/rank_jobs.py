@@ -3,7 +3,6 @@ environment for it, ports for ranks that serve base + local rank, and what a job
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import sys
@@ -12,7 +11,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from recordings import JOB_DEFAULTS
-from servers import free_port, http_get
+from servers import http_get
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 # Launcher variables that must not leak from the test's own environment into a job.
@@ -27,16 +26,6 @@ _LAUNCHER_VARS = (
     "TORCHELASTIC_RUN_ID",
     "PROMETHEUS_MULTIPROC_DIR",
 )
-
-
-def free_port_pair() -> int:
-    """A base port whose successor is free too (ranks serve base + local rank)."""
-    for _ in range(50):
-        base = free_port()
-        with contextlib.suppress(OSError), socket.socket() as s:
-            s.bind(("127.0.0.1", base + 1))
-            return base
-    raise RuntimeError("no two adjacent free ports")
 
 
 def job_env(extra: dict[str, str]) -> dict[str, str]:

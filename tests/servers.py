@@ -36,6 +36,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A base port whose successor is free too (ranks serve base + local rank)."""
+    for _ in range(50):
+        base = free_port()
+        with contextlib.suppress(OSError), socket.socket() as s:
+            s.bind(("127.0.0.1", base + 1))
+            return base
+    raise RuntimeError("no two adjacent free ports")
+
+
 @contextlib.contextmanager
 def occupied(port: int) -> Iterator[socket.socket]:
     """Hold ``port`` on 127.0.0.1 with a listening socket, as another program would."""

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 from alerting import FAST
-from rank_jobs import TORCHRUN, alive, free_port_pair, job_env, refused, scrape
-from servers import REPO, WORKLOADS, prometheus
+from rank_jobs import TORCHRUN, alive, job_env, refused, scrape
+from servers import REPO, WORKLOADS, free_port_pair, prometheus
 
 import recompprof
 from recompprof._model.events import Compile, CompileStart, Event, SessionEnd

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 from alerting import FAST, Webhook
-from rank_jobs import TORCHRUN, alive, free_port_pair, job_env, refused, scrape
-from servers import REPO, WORKLOADS, alertmanager, free_port, prometheus
+from rank_jobs import TORCHRUN, alive, job_env, refused, scrape
+from servers import REPO, WORKLOADS, alertmanager, free_port, free_port_pair, prometheus
 
 from recompprof._analysis.render.divergence import render_divergence
 from recompprof._analysis.render.text import render_text

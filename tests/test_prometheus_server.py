@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_helpers import feed, make_session, running
-from servers import free_port, http_get, occupied, self_signed
+from servers import free_port, free_port_pair, http_get, occupied, self_signed
 
 from recompprof import _internal
 from recompprof._capture.settings import ConfigError
@@ -23,7 +23,7 @@ from recompprof_prometheus import PortInUse, PrometheusExporter
 
 def test_pull_serves_on_base_port_plus_local_rank() -> None:
     """Local rank 1 serves on prometheus_port + 1, bound to loopback, with the run's totals."""
-    base = free_port()
+    base = free_port_pair()
     with running(prometheus_port=base, local_rank=1, world=2) as exporter:
         assert exporter.url == f"http://127.0.0.1:{base + 1}/metrics"
         body = http_get(exporter.url).decode()
@@ -74,23 +74,9 @@ def test_taken_port_is_logged_once_and_counted(caplog: pytest.LogCaptureFixture)
     )  # an expected condition: one line, the traceback only at DEBUG
 
 
-def _free_pair() -> int:
-    """A free port whose next port is free too: the suite's other processes take ports meanwhile (a
-    CI run once found the next one taken, and the search rightly moved on to the one after)."""
-    for _ in range(100):
-        base = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", base + 1))
-            except OSError:
-                continue
-        return base
-    raise AssertionError("no two free ports in a row on 127.0.0.1")
-
-
 def test_port_search_takes_the_next_free_port(caplog: pytest.LogCaptureFixture) -> None:
     """With prometheus_port_search a taken port moves the endpoint one local world size up, and says so in the log."""
-    base = _free_pair()
+    base = free_port_pair()  # the suite's other processes take ports meanwhile
     caplog.set_level(logging.WARNING, logger="recompprof")
     with (
         occupied(base),

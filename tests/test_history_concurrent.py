@@ -254,6 +254,20 @@ def test_an_object_store_lake_compacted_while_a_file_is_replaced_is_compacted_wh
     assert compacted == raw and raw[0] > 0, (compacted, raw)
 
 
+def _a_run_exported_short(tmp_path: Path) -> tuple[Path, Path]:
+    """A generated 2-rank run (``full``) and a lake holding it cut short, per rank: exporting ``full``
+    renames a longer file over each of the lake's files."""
+    from recompprof._history.export import export
+
+    full, short, lake = tmp_path / "full", tmp_path / "short", tmp_path / "lake"
+    generate(full, ranks=2, per_rank=400, seed=5)
+    short.mkdir()
+    for log in full.glob("*.jsonl"):  # the same run, cut short: the same file names, fewer rows
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
+    export([short], str(lake), per_rank=True)
+    return full, lake
+
+
 def test_a_read_that_failed_is_read_again_through_links_that_no_writer_replaces(
     tmp_path: Path,
 ) -> None:
@@ -265,12 +279,7 @@ def test_a_read_that_failed_is_read_again_through_links_that_no_writer_replaces(
     from recompprof._history import engine, views
     from recompprof._history.export import export
 
-    full, short, lake = tmp_path / "full", tmp_path / "short", tmp_path / "lake"
-    generate(full, ranks=2, per_rank=400, seed=5)
-    short.mkdir()
-    for log in full.glob("*.jsonl"):  # the same run, cut short: the same file names, fewer rows
-        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
-    export([short], str(lake), per_rank=True)
+    full, lake = _a_run_exported_short(tmp_path)
     count = "SELECT COUNT(*) FROM compiles"
 
     runner = engine.Engine(views.reader(str(lake)), views.select(views.reader(str(lake))))
@@ -329,14 +338,8 @@ def test_a_lake_the_reader_may_not_write_is_read_again_through_descriptors_it_ho
     path under the lake (so its day is read from the folder). A file replaced after that is still read
     as it was, also under ``history sql``'s lock; the folder goes with the engine. (Before, such a
     lake was read again as it is, and a replacement during that read failed the question.)"""
-    from recompprof._history.export import export
 
-    full, short, lake = tmp_path / "full", tmp_path / "short", tmp_path / "lake"
-    generate(full, ranks=2, per_rank=400, seed=5)
-    short.mkdir()
-    for log in full.glob("*.jsonl"):  # the same run, cut short: the same file names, fewer rows
-        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:60]))
-    export([short], str(lake), per_rank=True)
+    full, lake = _a_run_exported_short(tmp_path)
     holder = [sys.executable, "-c", HOLDER, str(lake), str(tmp_path / "mounted"), str(full)]
     done = read_only(lake, tmp_path / "mounted", holder, 300)
     assert done.returncode == 0, done.stderr[-2000:]

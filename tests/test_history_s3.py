@@ -47,6 +47,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return where
 
 
+def _cut_short(run: Path, short: Path) -> Path:
+    """``run`` cut to its first 200 lines a log: the same object names when exported, fewer rows."""
+    short.mkdir()
+    for log in run.glob("*.jsonl"):
+        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
+    return short
+
+
 def _uri(endpoint: str, prefix: str) -> str:
     return f"s3://lake/{prefix}?endpoint_override={endpoint}&scheme=http&region=us-east-1"
 
@@ -211,10 +219,7 @@ def test_an_answer_is_made_again_when_a_file_it_read_changed_and_flagged_when_th
     from recompprof._history import engine, views
 
     uri = _uri(s3_endpoint, "settling")
-    short = tmp_path / "short"
-    short.mkdir()
-    for log in run.glob("*.jsonl"):  # the same run cut short: the same object names, fewer rows
-        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
+    short = _cut_short(run, tmp_path / "short")
     export([short], uri)
     count = "SELECT COUNT(*) FROM compiles"
     computed: list[int] = []
@@ -266,10 +271,7 @@ def test_the_cli_warns_when_the_files_of_its_answer_never_settled(
     from recompprof._history import engine
 
     uri = _uri(s3_endpoint, "unsettled")
-    short = tmp_path / "short"
-    short.mkdir()
-    for log in run.glob("*.jsonl"):  # the same run cut short: the same object names, fewer rows
-        (short / log.name).write_text("".join(log.read_text().splitlines(keepends=True)[:200]))
+    short = _cut_short(run, tmp_path / "short")
     export([run], uri)
     warning = "files changed while every one of 4 reads of them ran (jobs are exporting)"
     on_stderr = (

@@ -8,6 +8,8 @@ import datetime
 import json
 import shutil
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,12 @@ from servers import free_port  # noqa: E402
 
 from recompprof._analysis.report.fold import build_report  # noqa: E402
 from recompprof._analysis.runs import load  # noqa: E402
+from recompprof._capture.identity import run_folder  # noqa: E402
 from recompprof._history import compact  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
+from recompprof._model.texts import shortened  # noqa: E402
 
 WORKLOAD = Path(__file__).parent / "workloads" / "ddp_diverge.py"
 JOB_TIMEOUT = 300
@@ -90,7 +94,7 @@ def _with_run_id(run_dir: Path, where: Path, run_id: str) -> Path:
         lines = log.read_text().splitlines(keepends=True)
         start = json.loads(lines[0])
         assert start["kind"] == "session_start"
-        start["run_id"] = start["job"] = run_id
+        start["run_id"], start["job"] = run_id, shortened(run_id)  # as the recorder writes them
         (where / log.name).write_text(json.dumps(start) + "\n" + "".join(lines[1:]))
     return where
 
@@ -126,7 +130,7 @@ def test_two_jobs_logged_under_one_run_id_never_replace_each_other(
     for copy in copies:
         _export(str(copy), "--to", str(lake))
     files = Lake(str(lake)).files("compiles")
-    assert len(files) == 2 and {f.run_id for f in files} == {"none"}
+    assert len(files) == 2 and {f.run_part for f in files} == {"none"}
     assert len({f.writer for f in files}) == 2 and {base_of(f.writer) for f in files} == {"all"}
     assert len(_sessions(lake)) == 4
     [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
@@ -205,6 +209,83 @@ def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
     rank1 = {base_of(f.writer) for f in Lake(str(lake)).files("compiles")}
     assert any(w.startswith("rank00001-") for w in rank1) and "all" in rank1
     assert f"replaced {len(own)} older file(s)" in done.stdout and len(own) >= 3
+
+
+# Run ids too long for a file name as they are: two that share a long head, and non-ASCII ones
+# whose every character is 6 or 12 bytes quoted.
+LONG_RUN_IDS = ("r" * 250 + "-a", "r" * 250 + "-b", "é" * 60, "运行" * 40)
+
+
+def test_run_ids_too_long_for_a_file_name_export_once_each_and_keep_their_ids(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """Runs whose ids quote past a filesystem's 255-byte names (a long ``--rdzv-id``, 60 non-ASCII
+    characters): each exports, whole and then one rank's log on its own (a straggler), into files
+    named within the limit, one run apart from another that shares its head; the lake keeps every
+    id whole and counts each session once."""
+    copies = [
+        _with_run_id(jobs[0], tmp_path / f"long-{i}", run_id)
+        for i, run_id in enumerate(LONG_RUN_IDS)
+    ]
+    lake = tmp_path / "lake"
+    for copy in copies:
+        _export(str(copy), "--to", str(lake))
+        rank0 = sorted(copy.glob("rank00000-*.jsonl"))[0]
+        _export(str(rank0), "--to", str(lake), "--per-rank")
+    names = [p.name for p in lake.rglob("*.parquet")]
+    assert names and max(len(n.encode()) for n in names) <= 200
+    parts = {f.run_part for t in TABLES for f in Lake(str(lake)).files(t)}
+    assert len(parts) == len(LONG_RUN_IDS)
+    sessions = _sessions(lake)
+    assert sorted({s[0] for s in sessions}) == sorted(LONG_RUN_IDS)
+    assert len(sessions) == len(set(sessions)) == 2 * len(LONG_RUN_IDS)
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    assert compiles == rows == _compiles(*copies)
+
+
+@pytest.mark.workload
+def test_a_run_id_longer_than_a_job_name_starts_the_session_and_reaches_the_lake(
+    tmp_path: Path,
+) -> None:
+    """A process whose run id (``RECOMPPROF_RUN_ID``, as a launcher's) is longer than the 200
+    characters a job name may hold: attach starts (it raised pydantic's ValidationError), the job
+    falls back to the id's head and a digest of the whole, the event log goes to a run folder whose
+    name fits (it could not be made), and the session exports to the lake under its whole run id."""
+    run_id, lake = "x" * 300, tmp_path / "lake"
+    job = textwrap.dedent(
+        """
+        import torch, recompprof
+        recompprof.attach(mode="profile")
+        f = torch.compile(lambda x: x + 1, backend="eager")
+        f(torch.ones(2)); f(torch.ones(3))
+        """
+    )
+    env = job_env({"RECOMPPROF_RUN_ID": run_id, "RECOMPPROF_HISTORY_URI": str(lake)})
+    done = subprocess.run(
+        [sys.executable, "-c", job], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "recompprof" not in done.stderr, done.stderr[-2000:]
+    [(found, job_name)] = sql(lake, "SELECT run_id, job FROM runs")
+    assert found == run_id and job_name == shortened(run_id) and len(job_name) == 200
+    assert job_name.startswith("x" * 180) and job_name != shortened("x" * 301)
+    [log] = (tmp_path / "recompprof-runs" / run_folder(run_id)).glob("*.jsonl")
+    assert json.loads(log.read_text().splitlines()[0])["run_id"] == run_id
+
+
+def test_a_run_folder_is_one_safe_name_for_each_run_id() -> None:
+    """A run's default folder name (``recompprof-runs/<name>``) is one file name for any run id: no
+    separator, not hidden, at most 200 bytes, the id itself where it is already such a name, and two
+    ids never share one."""
+    plain = ["job-9", "slurm-77", "torchrun-3f2a", "é" * 100, "a b"]
+    hostile = ["a/b", "a%2Fb", "..", ".", ".hidden", "a\\b", "nul\x00x", "/etc", "%"]
+    long = ["r" * 250 + "-a", "r" * 250 + "-b", "é" * 101, "运行" * 40, "/" * 100]
+    names = {run_id: run_folder(run_id) for run_id in plain + hostile + long}
+    for run_id, name in names.items():
+        assert "/" not in name and "\x00" not in name and not name.startswith("."), run_id
+        assert 0 < len(name.encode()) <= 200, run_id
+    assert all(names[run_id] == run_id for run_id in plain)
+    assert len(set(names.values())) == len(names)
 
 
 def test_labels_given_to_an_export_are_remembered_for_the_run(

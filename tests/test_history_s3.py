@@ -74,7 +74,7 @@ def test_export_to_s3_writes_the_bytes_a_local_export_writes(
     assert len(objects) == 4 and objects == expected
     export([run], uri)
     assert lake_objects(lake) == objects
-    assert [f.run_id for t in TABLES for f in lake.files(t)] == ["scale-3"] * 4
+    assert [f.run_part for t in TABLES for f in lake.files(t)] == ["scale-3"] * 4
 
 
 def test_a_run_exported_whole_replaces_per_rank_objects(s3_endpoint: str, run: Path) -> None:

@@ -37,6 +37,7 @@ MODEL_ALLOWED = {
     "dataclasses",
     "enum",
     "functools",
+    "hashlib",
     "itertools",
     "math",
     "operator",

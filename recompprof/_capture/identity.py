@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 
 from recompprof._bootstrap import lineage
+from recompprof._model.texts import shortened
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,19 @@ class Identity:
     pid: int
     launcher: str  # "torchrun" | "slurm" | "single"
     restart_count: int = 0  # torchelastic restarts of this job so far
+
+
+# In a run folder's name, percent-quoted: what would make it a path or hidden, and "%" itself, so two
+# run ids never name one folder.
+_NOT_IN_A_FOLDER = re.compile(r"[%/\\\x00]|^\.")
+
+
+def run_folder(run_id: str) -> str:
+    """The name of a run's default folder (``recompprof-runs/<this>``): the run id as it is where it
+    is one safe file name, else with ``/``, ``\\``, NUL, ``%`` and a leading ``.`` percent-quoted,
+    and :func:`shortened` to 200 bytes (under a filesystem's 255) where it is longer."""
+    name = _NOT_IN_A_FOLDER.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), run_id)
+    return shortened(name, 200, size=lambda text: len(text.encode("utf-8", "surrogatepass")))
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

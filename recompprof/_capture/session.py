@@ -26,13 +26,14 @@ from recompprof import _internal
 from recompprof._bootstrap import lineage
 from recompprof._capture import exporting, forks, history, settings as settings_module
 from recompprof._capture.adapters import Adapters, Readings
-from recompprof._capture.identity import Identity, detect
+from recompprof._capture.identity import Identity, detect, run_folder
 from recompprof._capture.recorder import CompileRecorder
 from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
 from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
 from recompprof._model.status import Status, running, unseen_backward
+from recompprof._model.texts import shortened
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.job import torch_job_id
 from recompprof._torch.limits import configured_limits
@@ -123,7 +124,7 @@ class Session:
         self.run_dir = (
             Path(settings.run_dir)
             if settings.run_dir
-            else Path.cwd() / "recompprof-runs" / self.identity.run_id
+            else Path.cwd() / "recompprof-runs" / run_folder(self.identity.run_id)
         )
         self.event_log_path: Path | None = None
         self._aggregates = Aggregates(settings.max_frames)
@@ -494,7 +495,7 @@ class Session:
             profile_mechanism=self._profile.mechanism if self._profile is not None else None,
             launcher=ident.launcher,
             restart_count=ident.restart_count,
-            job=self.settings.job or torch_job_id() or ident.run_id,
+            job=shortened(self.settings.job or torch_job_id() or ident.run_id),
             labels=dict(self.settings.labels),
         )
 

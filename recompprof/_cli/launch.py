@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recompprof._capture import exporting, settings as settings_module
-from recompprof._capture.identity import new_run_id
+from recompprof._capture.identity import new_run_id, run_folder
 from recompprof._errors import CommandError
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
@@ -101,7 +101,9 @@ def main(args: argparse.Namespace) -> int:
     overrides = chosen_settings(args)
     run_id = os.environ.get("RECOMPPROF_RUN_ID") or new_run_id()
     run_dir = Path(
-        args.run_dir or os.environ.get("RECOMPPROF_RUN_DIR") or Path("recompprof-runs") / run_id
+        args.run_dir
+        or os.environ.get("RECOMPPROF_RUN_DIR")
+        or Path("recompprof-runs") / run_folder(run_id)
     ).resolve()
     env = child_environment(os.environ, overrides, run_dir, run_id)
     validate(run_dir, overrides)

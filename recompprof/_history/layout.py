@@ -43,12 +43,17 @@ from recompprof._history.names import (
     refuse_a_root,
     temp_name,
 )
+from recompprof._model.texts import shortened
 
 __all__ = ["DAILY_ROOT", "ROOT", "SUFFIX", "Lake", "LakeError", "LakeFile", "PendingFile"]
 
 ALL_RANKS = "all"
 _SEPARATOR = "__"
 _CHUNK = 8 << 20  # bytes per write of an upload
+# A file name's run part at most: with the writer, its digest and a temporary name's prefix and
+# suffix, a name stays well under the 255 bytes a filesystem allows.
+_MAX_RUN_PART = 128
+_SAFE = "-_.=+"  # kept as is in a run part; every other character is percent-quoted
 
 
 def writer_of(rank: int, pid: int) -> str:
@@ -57,12 +62,21 @@ def writer_of(rank: int, pid: int) -> str:
 
 
 def file_name(run_id: str, writer: str) -> str:
-    """The file of one run (and writer) in a partition: the run id quoted so it is one safe name part,
-    never hidden and never a path."""
-    quoted = urllib.parse.quote(run_id, safe="-_.=+")
-    if quoted.startswith("."):
-        quoted = "%2E" + quoted[1:]
-    return f"{quoted}{_SEPARATOR}{writer}{SUFFIX}"
+    """The file of one run (and writer) in a partition (:func:`run_part`, the writer)."""
+    return f"{run_part(run_id)}{_SEPARATOR}{writer}{SUFFIX}"
+
+
+def run_part(run_id: str) -> str:
+    """A file name's run part: the run id quoted so it is one safe name part, never hidden and never a
+    path, and :func:`shortened` where quoted it is over ``_MAX_RUN_PART`` bytes (a long launcher id,
+    60 non-ASCII characters at 6 or more bytes each), so a name stays under a filesystem's 255 bytes
+    and two long ids still name two files."""
+    return _quoted(shortened(run_id, _MAX_RUN_PART, size=lambda text: len(_quoted(text))))
+
+
+def _quoted(text: str) -> str:
+    quoted = urllib.parse.quote(text, safe=_SAFE)
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
 
 
 def partition(day: datetime.date) -> str:
@@ -76,7 +90,7 @@ class LakeFile:
 
     path: str  # in the lake's filesystem
     day: datetime.date
-    run_id: str
+    run_part: str  # the run id as its name holds it (run_part: quoted, a long one shortened)
     writer: str
     size: int
 
@@ -91,7 +105,7 @@ def parse_path(path: str) -> LakeFile | None:
     run, sep, writer = stem.rpartition(_SEPARATOR)
     if not sep or not run or not writer:
         return None
-    return LakeFile(path, day, urllib.parse.unquote(run), writer, -1)
+    return LakeFile(path, day, run, writer, -1)
 
 
 class PendingFile:

@@ -32,7 +32,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recompprof._history.layout import ALL_RANKS, Lake, LakeFile, parse_path, partition
+from recompprof._history.layout import (
+    ALL_RANKS,
+    Lake,
+    LakeFile,
+    parse_path,
+    partition,
+    run_part,
+)
 from recompprof._history.names import LakeError
 from recompprof._history.tables import writer_options
 
@@ -215,7 +222,8 @@ def _freshness(rows: pa.Table, table: str, every: set[Session], session: Session
 
 def _run_files(lake: Lake, table: str, day: datetime.date, run_id: str) -> list[LakeFile]:
     folder = f"{lake.table_dir(table)}/{partition(day)}"
-    return [f for f in lake.files(table, folder) if f.run_id == run_id]
+    part = run_part(run_id)
+    return [f for f in lake.files(table, folder) if f.run_part == part]
 
 
 def _rewrite(

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import random
 import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import duckdb
 import pyarrow.fs as pafs
@@ -376,7 +378,8 @@ class Plan:
                 assert step.at is not None
                 log = self._log_at(log, step.at)
                 cut = day_of(step.at)
-            run_cli(*live._command(log, self.uri, False, after)[3:])
+            with mock.patch.dict(os.environ, live._environment(self.uri), clear=True):
+                run_cli(*live._command(log, False, after)[3:])
             if step.kind == "tick":  # the days it closed, by the live path's rule
                 assert step.at is not None
                 started = datetime.datetime.fromtimestamp(step.at, datetime.timezone.utc)

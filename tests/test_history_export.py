@@ -416,6 +416,23 @@ def test_a_lake_that_cannot_be_written_is_one_line_and_exit_2(
     assert not [p for p in lake.rglob("*") if p.name.startswith(".")]
 
 
+def test_export_writes_to_the_history_uri_variable_when_given_no_lake(
+    multirank: Path, tmp_path: Path
+) -> None:
+    """``export`` without ``--to`` writes to ``RECOMPPROF_HISTORY_URI`` (the lake a job's own exports
+    write to), ``--to`` wins over it, and with neither it is one line naming both, exit 2."""
+    lake, other = tmp_path / "lake", tmp_path / "other"
+    done = cli("export", str(multirank), RECOMPPROF_HISTORY_URI=str(lake))
+    assert done.returncode == 0 and f"to {lake}:" in done.stdout, done.stderr
+    done = cli("export", str(multirank), "--to", str(other), RECOMPPROF_HISTORY_URI=str(lake))
+    assert done.returncode == 0 and f"to {other}:" in done.stdout, done.stderr
+    rows = "SELECT run_id, rank, pid, compiles FROM runs ORDER BY ALL"
+    assert sql(lake, rows) == sql(other, rows) and sql(lake, rows)
+    done = cli("export", str(multirank))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--to" in done.stderr and "RECOMPPROF_HISTORY_URI" in done.stderr
+
+
 def test_bad_labels_and_bad_input_are_one_line(multirank: Path, tmp_path: Path) -> None:
     """``--labels`` that are not name=value, and a path that is no run, are one line each, exit 2."""
     done = cli("export", str(multirank), "--to", str(tmp_path), "--labels", "team")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -332,3 +333,60 @@ def test_an_s3_lake_uri_with_an_empty_folder_name_is_one_line(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "an empty folder name ('//') in lake/a//b" in err, err
         assert uri in err
+
+
+def test_keys_in_a_lake_uri_are_never_printed_nor_put_on_a_command_line(
+    s3_endpoint: str, run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """An S3 URI carrying its keys (``s3://KEY:SECRET@bucket``, which pyarrow takes): ``export`` and
+    a failing ``history`` command print the URI with the secret as ``***``, and a session's own
+    export hands the URI to its child in the environment, not on the command line any user of the
+    node can read; a failed one warns without the secret either."""
+    import subprocess
+    import sys
+
+    import recompprof
+    from recompprof import _internal
+    from recompprof.testing import raise_internal_errors
+
+    secret = "s3cr3t%2Fkey"
+    for name in MOTO_ENVIRONMENT:  # the URI's keys are the only ones
+        if name.startswith("AWS_") and "KEY" in name:
+            monkeypatch.delenv(name)
+    uri = _uri(s3_endpoint, "keys").replace("s3://", f"s3://AKIDTEST:{secret}@")
+    cli = [sys.executable, "-m", "recompprof._cli.main"]
+    done = subprocess.run([*cli, "export", str(run), "--to", uri], capture_output=True, text=True)
+    assert done.returncode == 0 and Lake(uri).files("runs"), done.stderr
+    assert "AKIDTEST:***@lake/keys" in done.stdout and secret not in done.stdout + done.stderr
+    broken = uri.replace("lake/keys", "lake//keys")
+    done = subprocess.run(
+        [*cli, "history", "top-causes", "--lake", broken], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "AKIDTEST:***@" in done.stderr, done.stderr
+    assert secret not in done.stdout + done.stderr
+
+    children: list[tuple[list[str], dict[str, str]]] = []
+    real_run = subprocess.run
+
+    def watched(args: list[str], **kwargs: Any) -> Any:
+        children.append((list(args), kwargs["env"]))
+        return real_run(args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", watched)
+    session = recompprof.attach(run_dir=tmp_path / "run", history_uri=uri, history_timeout=120)
+    session.detach()
+    [(argv, env)] = children
+    assert not any(secret in part for part in argv) and env["RECOMPPROF_HISTORY_URI"] == uri
+    assert f"rank00000-{session.identity.pid}" in {
+        base_of(f.writer) for f in Lake(uri).files("runs")
+    }
+
+    _internal.reset()  # the warning is logged at a component's first error in the process
+    with raise_internal_errors(False), caplog.at_level("WARNING"):
+        session = recompprof.attach(
+            run_dir=tmp_path / "broken", history_uri=broken, history_timeout=120
+        )
+        session.detach()
+    assert _internal.counts().get("history") == 1
+    assert "AKIDTEST:***@" in caplog.text and "empty folder name" in caplog.text
+    assert secret not in caplog.text

@@ -23,28 +23,33 @@ import threading
 from pathlib import Path
 
 from recompprof import _internal
+from recompprof._capture.lake_uri import shown
 
 
 class HistoryExportFailed(RuntimeError):
     """An export to the lake did not finish (its last line of output says why)."""
 
 
-def _command(log: Path, uri: str, redact: bool, after: datetime.date | None) -> list[str]:
+def _command(log: Path, redact: bool, after: datetime.date | None) -> list[str]:
+    """The child's command line; the lake is in its environment (:func:`_environment`)."""
     command = [sys.executable, "-m", "recompprof._cli.main", "export", str(log)]
-    command += ["--to", uri, "--per-rank", *(["--redact"] if redact else [])]
+    command += ["--per-rank", *(["--redact"] if redact else [])]
     if after is not None:
         command += ["--after-day", after.isoformat()]
     return command
 
 
-def _environment() -> dict[str, str]:
-    """The child must not attach itself (the start-up hook) nor pose as this rank."""
-    return {key: value for key, value in os.environ.items() if key != "RECOMPPROF_ATTACH"}
+def _environment(uri: str) -> dict[str, str]:
+    """The child must not attach itself (the start-up hook) nor pose as this rank. It is given the
+    lake in ``RECOMPPROF_HISTORY_URI`` (export's default ``--to``), never on its command line, which
+    any user of the node may read (``ps``) and which would show keys a URI carries."""
+    env = {key: value for key, value in os.environ.items() if key != "RECOMPPROF_ATTACH"}
+    return {**env, "RECOMPPROF_HISTORY_URI": uri}
 
 
 def _hint(log: Path, uri: str) -> str:
     return (
-        f"the event log {log} was not exported to the history lake {uri} (setting history_uri / "
+        f"the event log {log} was not exported to the history lake {shown(uri)} (setting history_uri / "
         f"RECOMPPROF_HISTORY_URI); it stays on disk: export it with `recompprof export`"
     )
 
@@ -67,8 +72,8 @@ def export_at_end(
     hint = _hint(log, uri)
     try:
         done = subprocess.run(
-            _command(log, uri, redact, after),
-            env=_environment(),
+            _command(log, redact, after),
+            env=_environment(uri),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -138,8 +143,8 @@ class PeriodicExport:
             if self._stop.is_set():
                 return
             self._child = subprocess.Popen(
-                _command(self.log, self.uri, self.redact, self.closed),
-                env=_environment(),
+                _command(self.log, self.redact, self.closed),
+                env=_environment(self.uri),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

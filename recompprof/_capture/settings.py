@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from recompprof import _internal
 from recompprof._capture import plugins
-from recompprof._capture.lake_uri import names_no_place
+from recompprof._capture.lake_uri import names_no_place, shown
 from recompprof._errors import RecompprofError
 
 ENV_PREFIX = "RECOMPPROF_"
@@ -135,7 +135,7 @@ class CoreSettings(_Part):
                 f"unknown scheme {scheme!r}: a path, or one of {', '.join(HISTORY_SCHEMES)}"
             )
         if names_no_place(value):
-            raise ValueError(f"{value!r} names no bucket or folder for the lake")
+            raise ValueError(f"{shown(value)!r} names no bucket or folder for the lake")
         # A path is the one meant when attach() was called: the job may change its directory after
         # (Hydra's job.chdir), and the export at its end would write the lake somewhere else.
         return value if scheme else str(Path(value).expanduser().absolute())

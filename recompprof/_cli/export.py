@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 from pathlib import Path
 
 from recompprof._errors import CommandError
+
+# The variable of the history_uri setting: the lake a job's own exports write to, and export's default.
+HISTORY_URI = "RECOMPPROF_HISTORY_URI"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,9 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--to",
-        required=True,
         metavar="URI",
-        help="the lake: a local or shared path, or s3://bucket/prefix (any pyarrow filesystem URI)",
+        help="the lake: a local or shared path, or s3://bucket/prefix (any pyarrow filesystem URI); "
+        "default RECOMPPROF_HISTORY_URI, the history_uri setting's variable",
     )
     parser.add_argument(
         "--per-rank",
@@ -74,6 +78,7 @@ def _day(text: str) -> datetime.date:
 
 
 def main(args: argparse.Namespace) -> int:
+    from recompprof._capture.lake_uri import shown
     from recompprof._capture.settings import parse_labels
     from recompprof._history.export import Window, export
     from recompprof._history.rows import TextPolicy
@@ -83,10 +88,13 @@ def main(args: argparse.Namespace) -> int:
         labels = parse_labels(args.labels)
     except ValueError as exc:
         raise CommandError(f"--labels: {exc}") from None
+    to = args.to or os.environ.get(HISTORY_URI, "").strip()
+    if not to:
+        raise CommandError(f"--to: no lake given (neither --to nor {HISTORY_URI} is set)")
     redact = args.redact or _redact_from_environment()
     result = export(
         args.run_dirs,
-        args.to,
+        to,
         per_rank=args.per_rank,
         labels=labels,
         text=TextPolicy(redact=redact, no_text=args.no_text),
@@ -99,7 +107,9 @@ def main(args: argparse.Namespace) -> int:
     files = sum(len(paths) for paths in result.files.values())
     rows = ", ".join(f"{table} {count}" for table, count in result.rows.items())
     print(
-        escape(f"exported {result.sessions} session(s) to {args.to}: {files} file(s); rows: {rows}")
+        escape(
+            f"exported {result.sessions} session(s) to {shown(to)}: {files} file(s); rows: {rows}"
+        )
     )
     for run_id, labels in sorted(result.remembered.items()):  # never applied silently
         given = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
@@ -119,8 +129,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _redact_from_environment() -> bool:
     """The ``redact`` setting from ``RECOMPPROF_REDACT``, read as attach() reads it."""
-    import os
-
     from pydantic import TypeAdapter, ValidationError
 
     from recompprof._capture.settings import ConfigError

@@ -18,7 +18,7 @@ duckdb = pytest.importorskip("duckdb")
 from arrival_plans import Baseline, Plan, check, draw_plan, lake_objects, make_runs  # noqa: E402
 from generated_runs import generate  # noqa: E402
 from needs import starts  # noqa: E402
-from servers import MOTO_ENVIRONMENT, moto_s3  # noqa: E402
+from servers import MOTO_ENVIRONMENT, free_port, moto_s3  # noqa: E402
 
 from recompprof._history.export import export  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
@@ -390,3 +390,25 @@ def test_keys_in_a_lake_uri_are_never_printed_nor_put_on_a_command_line(
     assert _internal.counts().get("history") == 1
     assert "AKIDTEST:***@" in caplog.text and "empty folder name" in caplog.text
     assert secret not in caplog.text
+
+
+def test_a_session_whose_object_store_is_unreachable_says_so_within_its_deadline(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A session whose ``history_uri`` names an S3 endpoint where nothing listens, at its end with the
+    default ``history_timeout`` (30 s, SIGTERM's usual grace): the export fails at its first request
+    and the job's warning says the lake cannot be reached. (Every request was tried 3 times, about
+    6 s each, before the first failure: the export was killed at its deadline after 30 s, and the
+    warning said only ``TimeoutExpired``.) The event log stays for a later ``recompprof export``."""
+    import recompprof
+    from recompprof import _internal
+    from recompprof.testing import raise_internal_errors
+
+    uri = _uri(f"127.0.0.1:{free_port()}", "nowhere")
+    _internal.reset()
+    with raise_internal_errors(False), caplog.at_level("WARNING"):
+        session = recompprof.attach(run_dir=tmp_path / "run", history_uri=uri)
+        session.detach()
+    assert _internal.counts().get("history") == 1
+    assert "cannot reach the lake" in caplog.text and "TimeoutExpired" not in caplog.text
+    assert session.event_log_path is not None and session.event_log_path.exists()

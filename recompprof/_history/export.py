@@ -308,6 +308,7 @@ def export(
     and ``LakeError`` for a lake it cannot write (files already in the lake stay as they were)."""
     runs = [load(path) for path in paths]
     lake = Lake(uri)
+    lake.reachable()
     lake.refuse_a_root()
     text = text or TextPolicy()
     writers = _Writers(lake, per_rank, text, window or Window())

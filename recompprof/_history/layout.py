@@ -185,6 +185,20 @@ class Lake:
 
         refuse_a_root(self.uri, self.base, entries)
 
+    def reachable(self) -> None:
+        """LakeError (one line) when an object store does not answer one request for the lake's root.
+
+        pyarrow's client tries each request 3 times, backing off: about 6 s against a refused
+        connection. An export makes a dozen requests, so an unreachable store held it 80 s before its
+        first failure, past a session end's deadline (``history_timeout``, 30 s) and SIGTERM's grace,
+        and the job's warning said only that the deadline passed. A local lake needs no probe."""
+        if self.local:
+            return
+        try:
+            self.fs.get_file_info(self.base)
+        except OSError as error:
+            raise LakeError(f"{self.uri}: cannot reach the lake: {_one_line(error)}") from error
+
     def table_dir(self, table: str) -> str:
         return f"{self.base}/{ROOT}/{table}"
 

@@ -212,3 +212,21 @@ def test_a_push_period_below_its_minimum_fails_at_attach_naming_it() -> None:
     assert line.startswith("recompprof setting 'prometheus_push_interval' (")
     assert "float >= 0.1" in line and "1e-20" in line, line
     assert recompprof._capture.session.current() is None
+
+
+def test_a_history_uri_without_the_event_log_warns_that_nothing_reaches_the_lake(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``history_uri`` with ``event_log=false`` (a fleet-wide lake, one job that turned its log off):
+    the session's exports read the event log, so none is made; attach says so in one warning naming
+    both settings rather than leaving the lake silently without the job. With the log on, no warning."""
+    lake = tmp_path / "lake"
+    with caplog.at_level("WARNING"):
+        recompprof.attach(run_dir=tmp_path / "off", history_uri=str(lake), event_log=False).detach()
+    warned = [r.getMessage() for r in caplog.records if "history_uri" in r.getMessage()]
+    assert len(warned) == 1 and "event_log is off" in warned[0], caplog.text
+    assert not lake.exists()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        recompprof.attach(run_dir=tmp_path / "on", history_uri=str(lake)).detach()
+    assert "event_log is off" not in caplog.text and (lake / "v1" / "runs").is_dir()

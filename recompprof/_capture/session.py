@@ -154,6 +154,11 @@ class Session:
     def _start(self) -> None:
         for name in settings_module.unknown_environment():
             log.warning("recompprof: ignoring environment variable %s: no such setting", name)
+        if self.settings.history_uri and not self.settings.event_log:
+            log.warning(
+                "recompprof: history_uri is set but event_log is off: this session exports nothing "
+                "to the history lake (its exports read the event log); turn event_log on"
+            )
         exporters = [
             exporting.load(name, self.settings) for name in dict.fromkeys(self.settings.exporters)
         ]

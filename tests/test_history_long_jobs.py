@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 import types
 from pathlib import Path
@@ -256,3 +260,87 @@ def test_a_lake_uri_that_names_no_bucket_or_folder_is_refused_in_one_line(
         f"recompprof: error: {uri}: names no bucket or folder for the lake\n"
     )
     assert Path("/v1").exists() == at_root
+
+
+# A job told to stop by SIGTERM that goes on for a while: it compiles twice, says READY, and once it
+# has seen SIGTERM (its own handler's flag, or, as PID 1 with no handler, its stdin) compiles once
+# more before it ends normally. ``flag``: install a handler that only sets a flag, as a training loop
+# that finishes its step and saves a checkpoint does.
+GOES_ON_AFTER_SIGTERM = textwrap.dedent(
+    """
+    import signal, sys, time, torch, recompprof
+
+    stopped = []
+    if sys.argv[1] == "flag":
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    recompprof.attach(mode="profile")
+    f = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    f(torch.ones(2)); f(torch.ones(3))
+    print("READY", flush=True)
+    sys.stdin.readline()  # the test's go-ahead, once it has read the lake after SIGTERM
+    assert stopped or sys.argv[1] != "flag"
+    f(torch.ones(5))
+    print("DONE", flush=True)
+    """
+)
+
+
+@pytest.mark.workload
+@pytest.mark.parametrize("how", ["flag", "pid1"])
+def test_a_job_that_goes_on_after_sigterm_keeps_its_session_and_is_in_the_lake_at_once(
+    tmp_path: Path, how: str
+) -> None:
+    """SIGTERM to a job that does not end on it (its handler sets a flag its loop reads; or it runs
+    as PID 1 in a container, where the kernel ignores SIGTERM's default): its session goes on and
+    records the compile made after the signal, the lake gets the log so far at once (not at the next
+    ``history_every``, an hour off) as a session not ended, and when the job ends, the lake holds it
+    ended, with every compile. (The session ended at the signal: the compile after it was recorded
+    nowhere and the lake said ``ended`` with one compile fewer than the job made.)"""
+    run, lake = tmp_path / "run", tmp_path / "lake"
+    env = clean_env(
+        RECOMPPROF_RUN_DIR=str(run),
+        RECOMPPROF_HISTORY_URI=str(lake),
+        RECOMPPROF_HISTORY_EVERY="3600",
+        RECOMPPROF_HISTORY_TIMEOUT="120",
+    )
+    command = [sys.executable, "-c", GOES_ON_AFTER_SIGTERM, how]
+    if how == "pid1":
+        if shutil.which("unshare") is None:
+            pytest.skip("needs util-linux's unshare to run the job as PID 1")
+        command = ["unshare", "--pid", "--fork", "--mount-proc", *command]
+    proc = subprocess.Popen(
+        command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "READY"
+        os.kill(_job_pid(proc.pid, how), signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        found = _polled(lake)
+        while time.monotonic() < deadline and found is None:
+            time.sleep(0.2)
+            found = _polled(lake)
+        assert found == (1, False, 2, 2)
+        assert proc.poll() is None  # the job goes on
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        assert proc.stdout.readline().strip() == "DONE"
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert build_report(load(run).events).compiles == 3
+    assert _in_lake(lake) == (1, True, 3, 3)
+
+
+def _job_pid(launched: int, how: str) -> int:
+    """The job's pid as this test sees it: ``unshare --fork``'s one child, PID 1 in its namespace."""
+    if how != "pid1":
+        return launched
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{launched}/task/{launched}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("unshare started no job")

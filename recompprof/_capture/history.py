@@ -118,6 +118,7 @@ class PeriodicExport:
         self.log, self.uri, self.every, self.timeout, self.redact = log, uri, every, timeout, redact
         self.closed: datetime.date | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by now() and stop(): the thread's wait ends early
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()  # the thread starts a child, stop() kills it
         self._thread = threading.Thread(target=self._run, name="recompprof-history", daemon=True)
@@ -125,15 +126,25 @@ class PeriodicExport:
     def start(self) -> None:
         self._thread.start()
 
+    def now(self) -> None:
+        """Export at once rather than at the period's end (SIGTERM where the process goes on); safe
+        in a signal handler: it only sets an event."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         with self._lock:
             if self._child is not None and self._child.poll() is None:
                 self._child.kill()
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every):
+        while True:
+            self._wake.wait(self.every)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             with _internal.contain("history", "a periodic export to the lake failed"):
                 self._export_once()
 

@@ -223,12 +223,20 @@ class Session:
         prior = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: Any) -> None:
-            self.detach()
-            if callable(prior):
-                prior(signum, frame)
-            elif prior == signal.SIG_DFL:
+            if prior == signal.SIG_DFL and os.getpid() != 1:
+                # The default ends the process now, with no atexit: the session ends first.
+                self.detach()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.raise_signal(signal.SIGTERM)
+                return
+            # Whether the process ends is its own handler's to say (one that sets a flag the loop
+            # reads, SIG_IGN, or none: PID 1 in a container, whose default the kernel ignores), so
+            # the session goes on, and ends at exit; the lake gets the log so far now, which a
+            # SIGKILL at the grace's end would otherwise take with it.
+            if self._periodic is not None:
+                self._periodic.now()
+            if callable(prior):
+                prior(signum, frame)
 
         signal.signal(signal.SIGTERM, on_sigterm)
 

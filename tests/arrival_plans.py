@@ -378,7 +378,7 @@ class Plan:
                 assert step.at is not None
                 log = self._log_at(log, step.at)
                 cut = day_of(step.at)
-            with mock.patch.dict(os.environ, live._environment(self.uri), clear=True):
+            with mock.patch.dict(os.environ, live._environment(self.uri, False), clear=True):
                 run_cli(*live._command(log, False, after)[3:])
             if step.kind == "tick":  # the days it closed, by the live path's rule
                 assert step.at is not None

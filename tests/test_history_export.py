@@ -434,9 +434,14 @@ def test_export_writes_to_the_history_uri_variable_when_given_no_lake(
 
 
 def test_bad_labels_and_bad_input_are_one_line(multirank: Path, tmp_path: Path) -> None:
-    """``--labels`` that are not name=value, and a path that is no run, are one line each, exit 2."""
-    done = cli("export", str(multirank), "--to", str(tmp_path), "--labels", "team")
-    assert done.returncode == 2 and "--labels" in done.stderr and done.stderr.count("\n") == 1
+    """``--labels`` that are not name=value, or that the ``labels`` setting refuses (an empty name, a
+    leading digit, a value over 200 characters, more than 32), and a path that is no run, are one
+    line each, exit 2, and write nothing."""
+    many = ",".join(f"l{i}=x" for i in range(33))
+    for labels in ("team", "=x", "1team=x", f"team={'v' * 201}", many):
+        done = cli("export", str(multirank), "--to", str(tmp_path / "lake"), "--labels", labels)
+        assert done.returncode == 2 and "--labels" in done.stderr, (labels, done.stderr)
+        assert done.stderr.count("\n") == 1 and not (tmp_path / "lake").exists(), labels
     done = cli("export", str(tmp_path / "nothing"), "--to", str(tmp_path / "lake"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert not (tmp_path / "lake").exists()
@@ -581,3 +586,27 @@ def test_a_session_without_steps_has_null_steps_and_torch_release(tmp_path: Path
     for table in ("runs", "compiles"):
         [(version, found)] = sql(lake, f"SELECT DISTINCT torch_version, torch_release FROM {table}")
         assert version == torch.__version__ and found == release and "+" not in found
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_sessions_export_redacts_as_its_session_does_not_as_the_variable_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: bool
+) -> None:
+    """``attach(redact=...)`` against the opposite ``RECOMPPROF_REDACT``: the session's export child
+    redacts the lake's texts as the session does (it read the variable, which the job's own argument
+    had overruled, so ``redact=False`` was redacted)."""
+    import torch
+
+    import recompprof
+
+    monkeypatch.setenv("RECOMPPROF_REDACT", "0" if given else "1")
+    lake = tmp_path / "lake"
+    session = recompprof.attach(
+        mode="profile", run_dir=tmp_path / "run", history_uri=str(lake), redact=given
+    )
+    f = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    f(torch.ones(2))
+    f(torch.ones(3))
+    session.detach()
+    texts = [text for (text,) in sql(lake, "SELECT text FROM guard_failures")]
+    assert texts and all((text == "") == given for text in texts), texts

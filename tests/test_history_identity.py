@@ -293,7 +293,7 @@ def test_labels_given_to_an_export_are_remembered_for_the_run(
 ) -> None:
     """A run exported with ``--labels``, then exported again without them (whole, and one rank's log on
     its own, as a straggler's export at its end): every table keeps the run's ``team`` and ``model``,
-    and so do the days a compaction writes after."""
+    and so do the days a compaction writes after; ``--labels ''`` forgets them."""
     run_dir, lake = jobs[0], tmp_path / "lake"
     _export(str(run_dir), "--to", str(lake), "--labels", "team=vision,model=tiny")
     _export(str(run_dir), "--to", str(lake))
@@ -314,6 +314,10 @@ def test_labels_given_to_an_export_are_remembered_for_the_run(
     for part in compacted:
         table = pq.read_table(part, columns=["team", "model"])
         assert set(zip(*(table[c].to_pylist() for c in ("team", "model")))) <= {("vision", "tiny")}
+    # --labels '' forgets them: exported again without labels, the run has none, and keeps none
+    _export(str(run_dir), "--to", str(lake), "--labels", "")
+    _export(str(run_dir), "--to", str(lake))
+    assert sql(lake, "SELECT DISTINCT team, model FROM runs") == [(None, None)]
 
 
 def test_torchelastic_none_or_empty_is_no_run_id() -> None:

@@ -39,12 +39,13 @@ def _command(log: Path, redact: bool, after: datetime.date | None) -> list[str]:
     return command
 
 
-def _environment(uri: str) -> dict[str, str]:
+def _environment(uri: str, redact: bool) -> dict[str, str]:
     """The child must not attach itself (the start-up hook) nor pose as this rank. It is given the
     lake in ``RECOMPPROF_HISTORY_URI`` (export's default ``--to``), never on its command line, which
-    any user of the node may read (``ps``) and which would show keys a URI carries."""
+    any user of the node may read (``ps``) and which would show keys a URI carries; and the
+    session's own ``redact``, which ``attach(redact=...)`` may have set against the variable."""
     env = {key: value for key, value in os.environ.items() if key != "RECOMPPROF_ATTACH"}
-    return {**env, "RECOMPPROF_HISTORY_URI": uri}
+    return {**env, "RECOMPPROF_HISTORY_URI": uri, "RECOMPPROF_REDACT": "1" if redact else "0"}
 
 
 def _hint(log: Path, uri: str) -> str:
@@ -73,7 +74,7 @@ def export_at_end(
     try:
         done = subprocess.run(
             _command(log, redact, after),
-            env=_environment(uri),
+            env=_environment(uri, redact),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -155,7 +156,7 @@ class PeriodicExport:
                 return
             self._child = subprocess.Popen(
                 _command(self.log, self.redact, self.closed),
-                env=_environment(self.uri),
+                env=_environment(self.uri, self.redact),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

@@ -55,6 +55,20 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` as they are; raises ValueError naming the first that the ``labels`` setting (and
+    ``export --labels``) refuses: a name not ``LABEL_KEY``, a value over ``MAX_LABEL`` characters,
+    more than ``MAX_LABELS``."""
+    for key, text in labels.items():
+        if not LABEL_KEY.fullmatch(key):
+            raise ValueError(f"label name {key!r} must match {LABEL_KEY.pattern}")
+        if len(text) > MAX_LABEL:
+            raise ValueError(f"label {key!r} is longer than {MAX_LABEL} characters")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels")
+    return labels
+
+
 class ConfigError(RecompprofError, ValueError):
     """A setting has a value recompprof cannot use; the message names the setting."""
 
@@ -114,14 +128,7 @@ class CoreSettings(_Part):
     @field_validator("labels")
     @classmethod
     def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, text in value.items():
-            if not LABEL_KEY.fullmatch(key):
-                raise ValueError(f"label name {key!r} must match {LABEL_KEY.pattern}")
-            if len(text) > MAX_LABEL:
-                raise ValueError(f"label {key!r} is longer than {MAX_LABEL} characters")
-        if len(value) > MAX_LABELS:
-            raise ValueError(f"at most {MAX_LABELS} labels")
-        return value
+        return check_labels(value)
 
     @field_validator("history_uri")
     @classmethod

@@ -41,9 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--labels",
-        default="",
+        default=None,
         metavar="K=V,...",
-        help="labels added to every session exported (over those it recorded), e.g. team=x,model=y",
+        help="labels added to every session exported (over those it recorded), e.g. team=x,model=y; "
+        "remembered for the run, and --labels '' forgets them",
     )
     parser.add_argument(
         "--after-day",
@@ -79,13 +80,13 @@ def _day(text: str) -> datetime.date:
 
 def main(args: argparse.Namespace) -> int:
     from recompprof._capture.lake_uri import shown
-    from recompprof._capture.settings import parse_labels
+    from recompprof._capture.settings import check_labels, parse_labels
     from recompprof._history.export import Window, export
     from recompprof._history.rows import TextPolicy
     from recompprof._model.escaping import escape
 
-    try:
-        labels = parse_labels(args.labels)
+    try:  # None: not given (those remembered for the run apply); {} given empty: forget them
+        labels = None if args.labels is None else check_labels(parse_labels(args.labels))
     except ValueError as exc:
         raise CommandError(f"--labels: {exc}") from None
     to = args.to or os.environ.get(HISTORY_URI, "").strip()

@@ -312,7 +312,7 @@ def export(
     lake.refuse_a_root()
     text = text or TextPolicy()
     writers = _Writers(lake, per_rank, text, window or Window())
-    remembered = _Labels(lake, labels or {})
+    remembered = _Labels(lake, labels)
     try:
         with _collector_paused(), _system_allocator():
             for run in runs:
@@ -386,12 +386,13 @@ class _Labels:
     without ``--labels`` (a straggler's export at its end, a re-export) keeps its ``team`` and
     ``model``."""
 
-    def __init__(self, lake: Lake, given: dict[str, str]) -> None:
+    def __init__(self, lake: Lake, given: dict[str, str] | None) -> None:
+        """``given``: None where ``--labels`` was not given; empty, given to forget the run's."""
         self.lake, self.given = lake, given
         self.found: dict[str, dict[str, str]] = {}
 
     def __call__(self, run_id: str) -> dict[str, str]:
-        if self.given:
+        if self.given is not None:
             self.found[run_id] = self.given
         elif run_id not in self.found:
             self.found[run_id] = self._read(run_id)
@@ -409,10 +410,12 @@ class _Labels:
 
     def remembered(self) -> dict[str, dict[str, str]]:
         """The labels read from the lake, by run id (none when ``--labels`` was given)."""
-        return {} if self.given else {run: found for run, found in self.found.items() if found}
+        if self.given is not None:
+            return {}
+        return {run: found for run, found in self.found.items() if found}
 
     def remember(self) -> None:
-        if not self.given:
+        if self.given is None:
             return
         text = json.dumps({"labels": dict(sorted(self.given.items()))}) + "\n"
         for run_id in sorted(self.found):

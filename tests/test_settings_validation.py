@@ -230,3 +230,22 @@ def test_a_history_uri_without_the_event_log_warns_that_nothing_reaches_the_lake
     with caplog.at_level("WARNING"):
         recompprof.attach(run_dir=tmp_path / "on", history_uri=str(lake)).detach()
     assert "event_log is off" not in caplog.text and (lake / "v1" / "runs").is_dir()
+
+
+def test_an_identity_naming_another_process_fails_at_attach_naming_it() -> None:
+    """``attach(identity=...)`` whose pid is not this process's (a launcher's pid, an identity built
+    in the parent): one ConfigError line naming ``identity`` and both pids, nothing attached. (The
+    session took itself for a fork of that process and recorded nothing, without a word.)"""
+    import dataclasses
+    import os
+
+    from recompprof._capture.identity import detect
+
+    other = dataclasses.replace(detect(), pid=os.getpid() + 1)
+    with pytest.raises(ConfigError) as error:
+        recompprof.attach(identity=other)
+    [line] = str(error.value).splitlines()
+    assert "identity" in line and str(os.getpid() + 1) in line and str(os.getpid()) in line
+    assert recompprof._capture.session.current() is None
+    with recompprof.attach(identity=detect()) as session:  # its own pid: attached
+        assert recompprof._capture.session.current() is session

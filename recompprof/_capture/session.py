@@ -83,6 +83,13 @@ def attach(
             )
             return _current
         resolved = settings_module.load(**settings)
+        if identity is not None and identity.pid != os.getpid():
+            # Every hook takes a process other than the session's for a fork of it, and does
+            # nothing there: the session would record nothing, and say nothing.
+            raise settings_module.ConfigError(
+                f"attach(identity=...): pid {identity.pid} is not this process ({os.getpid()}); "
+                "an identity names the process that attaches: pass pid=os.getpid()"
+            )
         parent = lineage.helper_of() if identity is None else None
         if parent is not None:
             warnings.warn(

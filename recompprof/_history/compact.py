@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from recompprof._history import daily, health
+from recompprof._history import daily, health, scratch
 from recompprof._history.columns import RENAMED, TABLES
 from recompprof._history.health import Skipped
 from recompprof._history.layout import Lake, LakeFile
@@ -149,7 +148,7 @@ def _copy_sorted(lake: Lake, table: str, path: str, checked: health.Checked) -> 
         footer[health.UNREADABLE_KEY] = lost.encode()
     options = {**writer_options(schema), "compression": COMPRESSION}
     rows = 0
-    with tempfile.TemporaryDirectory(prefix="recompprof-compact-") as work:
+    with scratch.directory("compact") as work:
         con = duckdb.connect(config={"temp_directory": work, "memory_limit": MEMORY_LIMIT})
         try:
             con.register("day_rows", source)

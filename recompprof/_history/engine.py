@@ -145,9 +145,10 @@ class Engine:
         # directory, anyone's files): a private one, removed with the engine, is all it may spill to.
         if self._spill is None:
             import shutil  # history sql alone locks: the questions' start-up stays without them
-            import tempfile
 
-            self._spill = tempfile.mkdtemp(prefix="recompprof-spill-")
+            from recompprof._history import scratch
+
+            self._spill = scratch.folder("spill")
             weakref.finalize(self, shutil.rmtree, self._spill, True)
         self.con.execute(f"SET temp_directory = {literal(self._spill)}")
         if self.lake.local:

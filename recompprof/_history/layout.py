@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime
 import os
-import tempfile
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from recompprof._capture.lake_uri import names_no_place
+from recompprof._history import scratch
 from recompprof._history.names import (
     DAILY_ROOT,
     ROOT,
@@ -127,8 +127,7 @@ class PendingFile:
                 self._temp = f"{parent}/{temp_name(name)}"
                 self.stream = lake.fs.open_output_stream(self._temp)
             else:
-                handle, self._temp = tempfile.mkstemp(prefix="recompprof-", suffix=SUFFIX)
-                os.close(handle)
+                self._temp = scratch.file("upload", SUFFIX)
                 self.stream = pa.OSFile(self._temp, "wb")
         except OSError as error:
             raise LakeError(f"{lake.uri}: cannot write {path}: {_one_line(error)}") from error

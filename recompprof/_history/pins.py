@@ -64,12 +64,12 @@ class Pins:
     def _open(self, paths: list[str], base: str) -> None:
         """Hold ``paths`` open, each reached through a symbolic link at its path under ``base`` in a
         private folder."""
-        import tempfile  # only after a read failed on a lake that refused links
+        from recompprof._history import scratch  # only after a read failed on a lake refusing links
 
         proc = f"/proc/{os.getpid()}/fd"
         if not os.path.isdir(proc) or not _descriptors_for(len(paths)):
             return
-        self.folder = tempfile.mkdtemp(prefix="recompprof-held-")
+        self.folder = scratch.folder("held")
         try:
             for path in paths:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -42,3 +42,18 @@ def test_print_sql_imports_neither_pyarrow_nor_duckdb(dialect):
     imported = {m["name"].partition(".")[0] for m in _IMPORTED.finditer(done.stderr)}
     assert "recompprof" in imported  # importtime did list the imports
     assert not imported & {"pyarrow", "duckdb"}, sorted(imported & {"pyarrow", "duckdb"})
+
+
+@pytest.mark.parametrize("dialect", ["duckdb", "spark", "trino", "clickhouse"])
+def test_printed_texts_name_the_bucket_without_the_keys_a_uri_carries(dialect, capsys):
+    """A lake URI carrying its keys (``s3://KEY:SECRET@bucket/...``, as pyarrow takes them): every
+    engine's printed views name the bucket and its prefix, never the keys (they named the bucket
+    ``KEY:SECRET@bucket``: the secret printed, and a path no engine could read)."""
+    from recompprof._cli.main import main
+
+    uri = UNREACHABLE.replace("s3a://", "s3a://AKIDTEST:s3cr3t@")
+    argv = ["history", "cost", "--lake", uri, "--print-sql", "--dialect", dialect]
+    assert main([*argv, "--through", "none"]) == 0
+    printed = capsys.readouterr()
+    assert "s3cr3t" not in printed.out + printed.err and "AKIDTEST" not in printed.out
+    assert re.search(r"\bbucket/lake/v1/compiles", printed.out), printed.out[:2000]

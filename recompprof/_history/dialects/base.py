@@ -32,9 +32,12 @@ class Where:
         if parts.scheme == "file":
             return cls("", urllib.parse.unquote(parts.path).rstrip("/"))
         query = dict(urllib.parse.parse_qsl(parts.query))
+        # The bucket without the keys a URI may carry (s3://KEY:SECRET@bucket, pyarrow's): no other
+        # engine takes them there, and a printed text must never hold them.
+        bucket = parts.netloc.rpartition("@")[2]
         return cls(
             parts.scheme,
-            f"{parts.netloc}{parts.path}".rstrip("/"),
+            f"{bucket}{parts.path}".rstrip("/"),
             endpoint=query.get("endpoint_override", ""),
             endpoint_scheme=query.get("scheme", "https"),
             region=query.get("region", ""),

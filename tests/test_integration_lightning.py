@@ -378,3 +378,49 @@ def _ddp_main(root: Path) -> None:
 
 if __name__ == "__main__":
     _ddp_main(Path(sys.argv[1]))
+
+
+# A fit under a session the user attached first, whose process sends itself SIGTERM in its second
+# step (a scheduler's preemption). Lightning's handler, installed at fit over recompprof's, calls it
+# among its own; the fit then stops at the next step and tells its callbacks.
+TERMINATED_FIT = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import lightning.pytorch as pl
+from test_integration_lightning import Tiny, loaders, trainer
+import recompprof
+
+class TermAt(Tiny):
+    def training_step(self, batch, batch_idx):
+        if self.trainer.global_step == 1 and batch_idx % 2 == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+class Told(pl.Callback):
+    def on_exception(self, trainer, module, exception):
+        print("ON_EXCEPTION", type(exception).__name__, flush=True)
+
+root = Path(sys.argv[2])
+recompprof.attach(run_dir=root / "run")
+trainer(root, [Told()], limit_val_batches=0).fit(TermAt(backend="eager"), *loaders())
+"""
+
+
+@pytest.mark.workload
+def test_sigterm_during_fit_stops_it_the_lightning_way(tmp_path: Path) -> None:
+    """SIGTERM during a fit whose session was attached before it: Lightning's own SIGTERM handling
+    runs (it stops the fit at the next step, its callbacks see ``SIGTERMException``, the process
+    exits 0), and the session ends with the process (``session_end`` last in its log). (recompprof's
+    handler, called by Lightning's, killed the process at once with SIGTERM's default: no callback,
+    no checkpoint.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED_FIT, str(Path(__file__).parent), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+    assert "ON_EXCEPTION SIGTERMException" in done.stdout
+    events = list(read_file(next((tmp_path / "run").glob("rank*.jsonl"))))
+    assert isinstance(events[-1], SessionEnd) and forward_compiles(events)

@@ -230,16 +230,19 @@ class Session:
         prior = signal.getsignal(signal.SIGTERM)
 
         def on_sigterm(signum: int, frame: Any) -> None:
-            if prior == signal.SIG_DFL and os.getpid() != 1:
+            ours = signal.getsignal(signal.SIGTERM) is on_sigterm
+            if ours and prior == signal.SIG_DFL and os.getpid() != 1:
                 # The default ends the process now, with no atexit: the session ends first.
                 self.detach()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.raise_signal(signal.SIGTERM)
                 return
-            # Whether the process ends is its own handler's to say (one that sets a flag the loop
-            # reads, SIG_IGN, or none: PID 1 in a container, whose default the kernel ignores), so
-            # the session goes on, and ends at exit; the lake gets the log so far now, which a
-            # SIGKILL at the grace's end would otherwise take with it.
+            # Whether the process ends is another handler's to say: the earlier one (one that sets
+            # a flag the loop reads, SIG_IGN, or none: PID 1 in a container, whose default the
+            # kernel ignores), or a later one that calls this one among its own (Lightning's: it
+            # stops the fit at the next step, its callbacks told). So the session goes on, and ends
+            # at exit; the lake gets the log so far now, which a SIGKILL at the grace's end would
+            # otherwise take with it.
             if self._periodic is not None:
                 self._periodic.now()
             if callable(prior):

@@ -279,9 +279,11 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _say(kind: str, line: str) -> None:
+    """A warning or note on stderr, escaped, a URI's secret shown as ``***`` (as main._err)."""
+    from recompprof._capture.lake_uri import shown
     from recompprof._model.escaping import escape
 
-    print(escape(f"recompprof: {kind}: {line}"), file=sys.stderr)
+    print(escape(shown(f"recompprof: {kind}: {line}")), file=sys.stderr)
 
 
 def _marker(args: argparse.Namespace) -> datetime.date | None:

@@ -284,10 +284,12 @@ def exit_code(exc: BaseException) -> int:
 
 
 def _err(message: str) -> None:
-    """One line on stderr; names from the input in it are shown escaped (see recompprof._model.texts)."""
+    """One line on stderr; names from the input in it are shown escaped (see recompprof._model.texts),
+    and a URI's secret as ``***`` (:func:`recompprof._capture.lake_uri.shown`), whatever said it."""
+    from recompprof._capture.lake_uri import shown
     from recompprof._model.escaping import escape
 
-    print(escape(f"recompprof: {message}"), file=sys.stderr)
+    print(escape(shown(f"recompprof: {message}")), file=sys.stderr)
 
 
 def _say(line: str) -> None:

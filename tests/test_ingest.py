@@ -156,6 +156,22 @@ def test_ingest_cli_round_trip(recorded: RecordedRun, tmp_path: Path) -> None:
     assert len(list(out.glob("rank*.jsonl"))) == 1
 
 
+def test_a_trace_folder_with_a_long_name_is_ingested_into_a_run_folder_that_fits(
+    recorded: RecordedRun, tmp_path: Path
+) -> None:
+    """``recompprof ingest TRACE_DIR`` without ``-o`` whose folder's name is 250 characters: the run
+    goes to ``recompprof-runs/`` under a name of at most 200 bytes (``torch-trace-`` and 250 more
+    could not be made), and reads back with every compile."""
+    long = tmp_path / ("t" * 250)
+    shutil.copytree(recorded.trace_dir, long)
+    done = cli("ingest", str(long), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [out] = (tmp_path / "recompprof-runs").iterdir()
+    assert out.name.startswith("torch-trace-ttt") and len(out.name.encode()) <= 200
+    report = cli("report", str(out))
+    assert report.returncode == 0 and "recompiles 4" in report.stdout
+
+
 def test_commands_read_trace_dirs_directly(recorded: RecordedRun) -> None:
     """report, check and diff accept a TORCH_TRACE directory as a run, and agree with the attach() run (steps too,
     where torch keeps the ones recompprof handed it; without steps, check refuses --after-step)."""

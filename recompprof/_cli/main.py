@@ -487,8 +487,10 @@ def _diff(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof._analysis.render.wording import counts_line
     from recompprof._analysis.trace.ingest import ingest
+    from recompprof._capture.identity import run_folder
 
-    out = args.output or Path("recompprof-runs") / f"torch-trace-{args.trace_dir.resolve().name}"
+    name = run_folder(f"torch-trace-{args.trace_dir.resolve().name}")  # a long name is shortened
+    out = args.output or Path("recompprof-runs") / name
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():
         _err(f"warning: {args.trace_dir}: {stats.describe()}")

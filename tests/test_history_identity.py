@@ -31,7 +31,8 @@ from recompprof._history import compact  # noqa: E402
 from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
-from recompprof._model.texts import shortened  # noqa: E402
+from recompprof._model.events import MAX_SUBJECT  # noqa: E402
+from recompprof._model.shortening import shortened  # noqa: E402
 
 WORKLOAD = Path(__file__).parent / "workloads" / "ddp_diverge.py"
 JOB_TIMEOUT = 300
@@ -94,7 +95,10 @@ def _with_run_id(run_dir: Path, where: Path, run_id: str) -> Path:
         lines = log.read_text().splitlines(keepends=True)
         start = json.loads(lines[0])
         assert start["kind"] == "session_start"
-        start["run_id"], start["job"] = run_id, shortened(run_id)  # as the recorder writes them
+        start["run_id"], start["job"] = (
+            run_id,
+            shortened(run_id, MAX_SUBJECT),
+        )  # as the recorder writes them
         (where / log.name).write_text(json.dumps(start) + "\n" + "".join(lines[1:]))
     return where
 
@@ -267,8 +271,8 @@ def test_a_run_id_longer_than_a_job_name_starts_the_session_and_reaches_the_lake
     )
     assert done.returncode == 0 and "recompprof" not in done.stderr, done.stderr[-2000:]
     [(found, job_name)] = sql(lake, "SELECT run_id, job FROM runs")
-    assert found == run_id and job_name == shortened(run_id) and len(job_name) == 200
-    assert job_name.startswith("x" * 180) and job_name != shortened("x" * 301)
+    assert found == run_id and job_name == shortened(run_id, MAX_SUBJECT) and len(job_name) == 200
+    assert job_name.startswith("x" * 180) and job_name != shortened("x" * 301, MAX_SUBJECT)
     [log] = (tmp_path / "recompprof-runs" / run_folder(run_id)).glob("*.jsonl")
     assert json.loads(log.read_text().splitlines()[0])["run_id"] == run_id
 

@@ -56,18 +56,24 @@ def _polled(lake: Path) -> tuple[Any, ...] | None:
         return None
 
 
+def _exporting(run: Path, lake: Path, every: int) -> dict[str, str]:
+    """A job's environment: its log in ``run``, exported to ``lake`` every ``every`` seconds (and
+    120 s for each export, however loaded the machine)."""
+    return clean_env(
+        RECOMPPROF_RUN_DIR=str(run),
+        RECOMPPROF_HISTORY_URI=str(lake),
+        RECOMPPROF_HISTORY_EVERY=str(every),
+        RECOMPPROF_HISTORY_TIMEOUT="120",
+    )
+
+
 @pytest.mark.workload
 def test_a_running_session_is_in_the_lake_before_it_ends(tmp_path: Path) -> None:
     """With ``history_uri`` and ``history_every`` set, a job still running (blocked after step 6) is in
     the lake within that period: its session not ended and its compiles so far; once it ends, the lake
     holds it once, ended, with the compiles ``report`` counts."""
     run, lake = tmp_path / "run", tmp_path / "lake"
-    env = clean_env(
-        RECOMPPROF_RUN_DIR=str(run),
-        RECOMPPROF_HISTORY_URI=str(lake),
-        RECOMPPROF_HISTORY_EVERY="1",
-        RECOMPPROF_HISTORY_TIMEOUT="120",
-    )
+    env = _exporting(run, lake, every=1)
     command = [
         sys.executable,
         str(WORKLOAD),
@@ -297,12 +303,7 @@ def test_a_job_that_goes_on_after_sigterm_keeps_its_session_and_is_in_the_lake_a
     ended, with every compile. (The session ended at the signal: the compile after it was recorded
     nowhere and the lake said ``ended`` with one compile fewer than the job made.)"""
     run, lake = tmp_path / "run", tmp_path / "lake"
-    env = clean_env(
-        RECOMPPROF_RUN_DIR=str(run),
-        RECOMPPROF_HISTORY_URI=str(lake),
-        RECOMPPROF_HISTORY_EVERY="3600",
-        RECOMPPROF_HISTORY_TIMEOUT="120",
-    )
+    env = _exporting(run, lake, every=3600)
     command = [sys.executable, "-c", GOES_ON_AFTER_SIGTERM, how]
     if how == "pid1":
         if shutil.which("unshare") is None:

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 
 from recompprof._bootstrap import lineage
-from recompprof._model.texts import shortened
+from recompprof._model.shortening import shortened
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What a lake URI must name, checked where it is given: the ``history_uri`` setting at ``attach`` and
-the lake's own opening (``export --to``, ``--lake``). The standard library alone: settings and the
-lake's query path both import it."""
+"""A lake URI's rules where it is given (the ``history_uri`` setting at ``attach``, ``export --to``,
+``--lake``): what it must name, and how it is shown, a secret it carries never printed. The standard
+library alone: settings and the lake's query path both import it."""
 
 from __future__ import annotations
 

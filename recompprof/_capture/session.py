@@ -31,9 +31,16 @@ from recompprof._capture.recorder import CompileRecorder
 from recompprof._capture.ticker import CompileTicker
 from recompprof._eventlog.writer import DROPPED, EventLogWriter, log_path
 from recompprof._model.aggregates import Aggregates, Snapshot
-from recompprof._model.events import CompileRunning, Event, Running, SessionEnd, SessionStart
+from recompprof._model.events import (
+    MAX_SUBJECT,
+    CompileRunning,
+    Event,
+    Running,
+    SessionEnd,
+    SessionStart,
+)
+from recompprof._model.shortening import shortened
 from recompprof._model.status import Status, running, unseen_backward
-from recompprof._model.texts import shortened
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.job import torch_job_id
 from recompprof._torch.limits import configured_limits
@@ -518,7 +525,7 @@ class Session:
             profile_mechanism=self._profile.mechanism if self._profile is not None else None,
             launcher=ident.launcher,
             restart_count=ident.restart_count,
-            job=shortened(self.settings.job or torch_job_id() or ident.run_id),
+            job=shortened(self.settings.job or torch_job_id() or ident.run_id, MAX_SUBJECT),
             labels=dict(self.settings.labels),
         )
 

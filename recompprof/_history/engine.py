@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from recompprof._capture.lake_uri import shown
 from recompprof._errors import CommandError
 from recompprof._history import pins, questions, views
 from recompprof._history.columns import TABLES
@@ -190,7 +189,7 @@ class Engine:
                     continue
                 if not self._drop_broken(str(error)) and not self._probe(error, sql):
                     raise
-        raise CommandError(f"{shown(self.lake.uri)}: too many unreadable files; see the warnings")
+        raise CommandError(f"{self.lake.uri}: too many unreadable files; see the warnings")
 
     def settled(self, compute: Callable[[], T]) -> T:
         """``compute()`` (one command's queries), made again from a fresh listing when a file it read

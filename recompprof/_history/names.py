@@ -14,7 +14,6 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from recompprof._capture.lake_uri import shown
 from recompprof._errors import RecompprofError
 
 ROOT = "v1"  # the schema's root: a column removed or changed in meaning needs a new one
@@ -28,11 +27,8 @@ _TEMPS = itertools.count()
 
 
 class LakeError(RecompprofError):
-    """The lake cannot be opened, read or written; the message is one line naming the URI and why,
-    with any secret in the URI shown as ``***`` (:func:`shown`)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(shown(message))
+    """The lake cannot be opened, read or written; the message is one line naming the URI and why
+    (the CLI shows a secret in it as ``***``: ``_capture.lake_uri.shown``)."""
 
 
 def refuse_a_root(uri: str, base: str, entries: Callable[[], Iterable[str]]) -> None:

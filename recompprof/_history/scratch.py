@@ -55,21 +55,18 @@ def file(kind: str, suffix: str) -> str:
     return path
 
 
-def sweep(where: str | None = None, now: float | None = None) -> list[str]:
-    """Remove, once per process, the scratch under ``where`` (the temporary folder) of processes
-    that are gone, untouched for :data:`UNTOUCHED`; what was removed. Never raises."""
+def sweep() -> None:
+    """Remove, once per process, the scratch in the temporary folder of processes that are gone,
+    untouched for :data:`UNTOUCHED`. Never raises."""
     global _swept
-    if where is None:
-        if _swept:
-            return []
-        _swept = True
-    where = where or tempfile.gettempdir()
-    before = (now or time.time()) - UNTOUCHED.total_seconds()
-    removed: list[str] = []
+    if _swept:
+        return
+    _swept = True
+    before = time.time() - UNTOUCHED.total_seconds()
     try:
-        entries = list(os.scandir(where))
+        entries = list(os.scandir(tempfile.gettempdir()))
     except OSError:
-        return removed
+        return
     for entry in entries:
         found = _NAME.match(entry.name)
         if found is None or int(found.group(1)) == os.getpid():
@@ -86,8 +83,6 @@ def sweep(where: str | None = None, now: float | None = None) -> list[str]:
                 os.unlink(entry.path)
         except OSError:
             continue  # gone meanwhile, or not ours to remove
-        removed.append(entry.path)
-    return removed
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,25 @@
+"""A name derived from another made to fit its place (:func:`shortened`), in the standard library
+alone: the lake's layout and a run's folder name use it without loading the event model."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+__all__ = ["shortened"]
+
+
+def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
+    """``name`` where its ``size`` (characters, or what its place counts: a file name's bytes)
+    fits in ``limit``, else the head of whole characters that fits with ``~`` and a digest of the
+    whole name: a name derived from another (a job or a file name from a 300-character launcher run
+    id) stays within its place, and two long names stay two."""
+    if size(name) <= limit:
+        return name
+    tail = "~" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    head = ""
+    for char in name:  # one size() per character of the head: at most ``limit`` calls
+        if size(head + char + tail) > limit:
+            break
+        head += char
+    return head + tail

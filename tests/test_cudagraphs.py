@@ -8,6 +8,7 @@ Tests marked ``gpu`` assert GPU behaviour and skip without a CUDA device.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,23 @@ TORCH_TEXTS = {
     "skipping cudagraphs due to ['force_disable_cudagraph_TESTING_ONLY']": "disabled_by_config",
     "skipping cudagraphs due to cpp-wrapper does not support graph partition yet": "disabled_by_config",
 }
+
+
+# Recorded on an NVIDIA H200 with torch 2.11 (scripts/gpu-check.sh, 2026-11-30): the compile record's
+# text for an input mutated with the cudagraph trees' support for it off, and the text torch logs at run
+# time for one found by the trees (support on). The stack is the check's own workload file.
+GPU_TEXTS = {
+    "skipping cudagraphs due to skipping cudagraphs due to mutated inputs (1 instances). Found from : \n"
+    '   File "/work/main/scripts/gpu_check/workload.py", line 69, in mutates\n    x.add_(1)\n': "mutated_inputs",
+    "skipping cudagraphs due to mutated inputs (1 instances). Found from : \n"
+    '   File "/work/main/scripts/gpu_check/workload.py", line 73, in mutates_too\n    x.mul_(2)\n': "mutated_inputs",
+}
+
+
+@pytest.mark.parametrize("text", list(GPU_TEXTS))
+def test_skip_texts_recorded_on_a_gpu_classify(text: str) -> None:
+    """The skip texts a GPU run of torch produced land in the category the constructed ones predicted."""
+    assert classify_skip(text) == GPU_TEXTS[text]
 
 
 @pytest.mark.parametrize("text", list(TORCH_TEXTS))
@@ -253,17 +271,62 @@ def test_gpu_cuda0_to_cuda1_change_is_a_device_recompile(tmp_path: Path) -> None
     assert [r.category for r in _device_reasons(compiles)] == ["device"]
 
 
+def _partitioning(on: bool) -> Any:
+    """Inductor's graph partitioning set on or off (torch's default is on where the option exists):
+    with it on, a CPU op or a dynamic-shape op goes into a partition of its own that runs without
+    CUDA graphs, and the rest of the graph is still graphed: torch records no skip then. A torch
+    without the option never partitions."""
+    if not hasattr(torch._inductor.config, "graph_partition"):
+        return contextlib.nullcontext()
+    return torch._inductor.config.patch(graph_partition=on)
+
+
+needs_partitioning = pytest.mark.skipif(
+    not hasattr(torch._inductor.config, "graph_partition"),
+    reason="this torch has no graph partitioning",
+)
+
+
 @pytest.mark.gpu
 @pytest.mark.inductor
 @needs_cuda
 def test_gpu_reduce_overhead_with_a_cpu_input_records_cpu_device(tmp_path: Path) -> None:
-    """Inductor reduce-overhead on a graph with a CUDA and a CPU tensor skips CUDA graphs; the event says 'cpu_device'."""
+    """Inductor reduce-overhead on a graph with a CUDA and a CPU tensor, graph partitioning off, skips
+    CUDA graphs for the whole graph; the event says 'cpu_device' with torch's text."""
     fn = torch.compile(lambda x, y: (x.sum(), y * 2), mode="reduce-overhead")
-    with recompprof.attach(run_dir=tmp_path) as session:
+    with _partitioning(False), recompprof.attach(run_dir=tmp_path) as session:
         fn(torch.randn(8, device="cuda"), torch.randn(8))
     (compile_event,) = _compiles(session)
     assert compile_event.cudagraph_skip == "cpu_device"
     assert "cpu device" in (compile_event.cudagraph_skip_reason or "")
+
+
+@pytest.mark.gpu
+@pytest.mark.inductor
+@needs_cuda
+@needs_partitioning
+def test_gpu_reduce_overhead_partitions_a_cpu_op_and_records_no_skip(tmp_path: Path) -> None:
+    """With graph partitioning on (torch's default; on an H200 with torch 2.11 the CPU op got a partition
+    of its own), the CUDA part is still graphed: torch counts partitions and no skip (the measure torch's
+    own partition tests take), and the event carries no skip either: recompprof invents none."""
+    from torch._dynamo.utils import counters
+
+    fn = torch.compile(lambda x, y: (x.sum(), y * 2), mode="reduce-overhead")
+    before = dict(counters["inductor"])
+    with (
+        _partitioning(True),
+        torch._inductor.config.patch(fx_graph_cache=False),  # a cache hit would not partition again
+        recompprof.attach(run_dir=tmp_path) as session,
+    ):
+        fn(torch.randn(8, device="cuda"), torch.randn(8))
+    (compile_event,) = _compiles(session)
+    grew = {
+        k: counters["inductor"][k] - before.get(k, 0)
+        for k in ("cudagraph_partitions", "cudagraph_skips")
+    }
+    assert grew["cudagraph_partitions"] > 0 and grew["cudagraph_skips"] == 0, grew
+    assert compile_event.cudagraph_skip is None
+    assert compile_event.cudagraph_skip_reason is None
 
 
 @pytest.mark.gpu

@@ -24,6 +24,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import torch._inductor.config as inductor_config
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from agreement import (
     Recorded,
@@ -39,8 +41,11 @@ from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile
 
-# The skip each function of the reduce_overhead workload is written to cause at compile time.
+# The skip each function of the reduce_overhead workload is written to cause at compile time (with
+# graph partitioning off where torch has it), and the function whose CPU op graph partitioning (torch's
+# default) puts in a partition of its own instead: graphed in part, no skip.
 EXPECTED_SKIPS = {"with_cpu": "cpu_device", "mutates": "mutated_inputs", "sized": "dynamic_shapes"}
+PARTITIONED = "with_cpu_partitioned"
 MAX_TEXT = 4000
 
 
@@ -139,10 +144,13 @@ def autotune(verdict: Verdict, records: list[dict[str, Any]]) -> None:
 def cudagraphs(verdict: Verdict, live: list[Compile], traced: list[Compile], run: Recorded) -> None:
     """Re-records per frame (torch's runtime records), skips by category live and ingested, raw texts."""
     records = json.loads((run.where / "torch_records.json").read_text())
+    # torch's runtime records name no frame (co_name None on torch 2.11): their compile id does.
+    frames = {e.compile_id: e.frame.name for e in live}
     per_frame: dict[str, int] = defaultdict(int)
     for record in records:
         if record.get("is_runtime") and record.get("runtime_cudagraphify_time_us"):
-            per_frame[record.get("co_name") or "?"] += 1
+            cid = record.get("compile_id")
+            per_frame[record.get("co_name") or frames.get(cid, f"? ({cid})")] += 1
     verdict.figures["cudagraph_recordings_per_frame"] = dict(per_frame)
     verdict.require(
         max(per_frame.values(), default=0) >= 3,
@@ -153,6 +161,13 @@ def cudagraphs(verdict: Verdict, live: list[Compile], traced: list[Compile], run
     for function, category in EXPECTED_SKIPS.items():
         found = [c for name, c in skips.values() if name.split(".")[-1] == function]
         verdict.require(category in found, f"{function}: skip {category} not recorded ({found})")
+    if hasattr(inductor_config, "graph_partition"):
+        partitioned = [e for e in live if e.frame.name.split(".")[-1] == PARTITIONED]
+        verdict.require(
+            bool(partitioned) and all(e.cudagraph_skip is None for e in partitioned),
+            f"{PARTITIONED}: a compile without a skip expected (graph partitioning on), got "
+            f"{[e.cudagraph_skip for e in partitioned]}",
+        )
     ingested = {e.compile_id: e.cudagraph_skip for e in traced if e.cudagraph_skip}
     verdict.require(
         ingested == {cid: c for cid, (_, c) in skips.items()},

@@ -65,6 +65,9 @@ def reduce_overhead(device: str, layers: int, kind: str) -> str:
     def with_cpu(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x.sum(), y * 2
 
+    def with_cpu_partitioned(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.cos().sum(), y * 2  # the same CPU kernel as with_cpu's: C++ compiled once
+
     def mutates(x: torch.Tensor) -> torch.Tensor:
         x.add_(1)
         return x * 2
@@ -77,13 +80,21 @@ def reduce_overhead(device: str, layers: int, kind: str) -> str:
         return x.sin() * x.shape[0]
 
     inductor = torch._inductor.config
+    # Graph partitioning (torch's default where the option exists) graphs the CUDA part and runs a CPU
+    # or dynamic-shape op in a partition of its own, recording no skip: the whole-graph skips need it off.
+    whole = {"graph_partition": False} if hasattr(inductor, "graph_partition") else {}
     with recompprof.attach():
         with torch.no_grad():
             for n in GRAPH_LENGTHS:
                 for _ in range(3):
                     model(input_ids=batch((n, n), device)["input_ids"])
-        # skip at compile: a CPU tensor among CUDA ones
-        torch.compile(with_cpu, mode="reduce-overhead")(
+        # skip at compile: a CPU tensor among CUDA ones, partitioning off
+        with inductor.patch(whole):
+            torch.compile(with_cpu, mode="reduce-overhead")(
+                torch.randn(8, device=device), torch.randn(8)
+            )
+        # no skip: the same with partitioning as torch sets it (the CPU op gets a partition)
+        torch.compile(with_cpu_partitioned, mode="reduce-overhead")(
             torch.randn(8, device=device), torch.randn(8)
         )
         # skip at compile: input mutation with the cudagraph trees' support for it off
@@ -93,8 +104,8 @@ def reduce_overhead(device: str, layers: int, kind: str) -> str:
         fn = torch.compile(mutates_too, mode="reduce-overhead")
         for _ in range(3):
             fn(torch.randn(8, device=device))
-        # skip at compile: symbolic shapes with cudagraph_skip_dynamic_graphs on
-        with inductor.patch({"triton.cudagraph_skip_dynamic_graphs": True}):
+        # skip at compile: symbolic shapes with cudagraph_skip_dynamic_graphs on, partitioning off
+        with inductor.patch({"triton.cudagraph_skip_dynamic_graphs": True, **whole}):
             dyn = torch.compile(sized, mode="reduce-overhead", dynamic=True)
             for n in (4, 6):
                 dyn(torch.randn(n, device=device))

@@ -308,14 +308,15 @@ def test_gpu_reduce_overhead_with_a_cpu_input_records_cpu_device(tmp_path: Path)
 def test_gpu_reduce_overhead_partitions_a_cpu_op_and_records_no_skip(tmp_path: Path) -> None:
     """With graph partitioning on (torch's default; on an H200 with torch 2.11 the CPU op got a partition
     of its own), the CUDA part is still graphed: torch counts partitions and no skip (the measure torch's
-    own partition tests take), and the event carries no skip either: recompprof invents none."""
+    own partition tests take; caches off, as a cached graph is not partitioned again), and the event
+    carries no skip either: recompprof invents none."""
     from torch._dynamo.utils import counters
 
     fn = torch.compile(lambda x, y: (x.sum(), y * 2), mode="reduce-overhead")
     before = dict(counters["inductor"])
     with (
         _partitioning(True),
-        torch._inductor.config.patch(fx_graph_cache=False),  # a cache hit would not partition again
+        torch.compiler.config.patch(force_disable_caches=True),  # a cache hit would not partition
         recompprof.attach(run_dir=tmp_path) as session,
     ):
         fn(torch.randn(8, device="cuda"), torch.randn(8))

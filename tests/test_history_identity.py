@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
 from recompprof._model.events import MAX_SUBJECT  # noqa: E402
-from recompprof._model.shortening import shortened  # noqa: E402
+from recompprof._model.shortening import as_text, shortened  # noqa: E402
 
 WORKLOAD = Path(__file__).parent / "workloads" / "ddp_diverge.py"
 JOB_TIMEOUT = 300
@@ -275,6 +276,57 @@ def test_a_run_id_longer_than_a_job_name_starts_the_session_and_reaches_the_lake
     assert job_name.startswith("x" * 180) and job_name != shortened("x" * 301, MAX_SUBJECT)
     [log] = (tmp_path / "recompprof-runs" / run_folder(run_id)).glob("*.jsonl")
     assert json.loads(log.read_text().splitlines()[0])["run_id"] == run_id
+
+
+@pytest.mark.workload
+def test_a_run_id_in_bytes_that_are_not_utf8_starts_the_session_and_reaches_the_lake(
+    tmp_path: Path,
+) -> None:
+    """A process whose ``RECOMPPROF_RUN_ID`` holds bytes that are not UTF-8 (Python hands them on as
+    lone surrogates): attach starts (it raised pydantic's ValidationError into the job), the run id
+    spells each such byte ``\\xff``, and the session's log and the lake hold that id."""
+    lake = tmp_path / "lake"
+    job = textwrap.dedent(
+        """
+        import torch, recompprof
+        recompprof.attach(mode="profile")
+        f = torch.compile(lambda x: x + 1, backend="eager")
+        f(torch.ones(2)); f(torch.ones(3))
+        """
+    )
+    raw = b"job\xff\xfe-1".decode("utf-8", "surrogateescape")  # what os.environ holds
+    env = job_env({"RECOMPPROF_RUN_ID": raw, "RECOMPPROF_HISTORY_URI": str(lake)})
+    done = subprocess.run(
+        [sys.executable, "-c", job], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "recompprof" not in done.stderr, done.stderr[-2000:]
+    spelled = "job\\xff\\xfe-1"
+    [log] = (tmp_path / "recompprof-runs" / run_folder(spelled)).glob("*.jsonl")
+    assert json.loads(log.read_text().splitlines()[0])["run_id"] == spelled
+    assert sql(lake, "SELECT run_id, compiles FROM runs") == [(spelled, 2)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_as_text_keeps_text_and_spells_every_other_byte(seed: int) -> None:
+    """Over random byte strings read the way Python reads an environment or a file name: the result
+    is always UTF-8 text; valid UTF-8 comes back unchanged; the same bytes give the same text, and
+    the bytes that are not UTF-8 are spelled ``\\xNN``, so two such strings stay two."""
+    rng = random.Random(seed)
+    seen: dict[str, bytes] = {}
+    for _ in range(500):
+        raw = bytes(
+            rng.choice(b"ab\x00\x7f\x80\xbf\xc3\xa9\xe8\xbf\x90\xff")
+            for _ in range(rng.randrange(8))
+        )
+        value = raw.decode("utf-8", "surrogateescape")
+        text = as_text(value)
+        text.encode("utf-8")  # never raises
+        if value == raw.decode("utf-8", "replace"):
+            assert text == value
+        assert text == as_text(value)
+        # (no backslash is drawn: a literal "\\xff" in valid text would spell the same)
+        assert seen.setdefault(text, raw) == raw, (text, raw, seen[text])
+    assert as_text("job\udcff") == "job\\xff" and as_text("\ud800x") == "\\ud800x"
 
 
 def test_a_run_folder_is_one_safe_name_for_each_run_id() -> None:

@@ -172,6 +172,23 @@ def test_a_trace_folder_with_a_long_name_is_ingested_into_a_run_folder_that_fits
     assert report.returncode == 0 and "recompiles 4" in report.stdout
 
 
+def test_a_trace_folder_named_in_bytes_that_are_not_utf8_is_ingested(
+    recorded: RecordedRun, tmp_path: Path
+) -> None:
+    """``recompprof ingest`` of a folder whose name is not UTF-8 (``trace\\xff``, as a file system
+    may hold): it ingests (it failed with "this is a recompprof bug"), the run id spells the byte
+    ``\\xff``, and the run reads back with every compile."""
+    odd = Path(os.fsdecode(os.fsencode(tmp_path) + b"/trace\xff"))
+    shutil.copytree(recorded.trace_dir, odd)
+    done = cli("ingest", str(odd), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [out] = (tmp_path / "recompprof-runs").iterdir()
+    [log] = out.glob("rank*.jsonl")
+    assert json.loads(log.read_text().splitlines()[0])["run_id"] == "torch-trace-trace\\xff"
+    report = cli("report", str(out))
+    assert report.returncode == 0 and "recompiles 4" in report.stdout
+
+
 def test_commands_read_trace_dirs_directly(recorded: RecordedRun) -> None:
     """report, check and diff accept a TORCH_TRACE directory as a run, and agree with the attach() run (steps too,
     where torch keeps the ones recompprof handed it; without steps, check refuses --after-step)."""

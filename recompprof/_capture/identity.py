@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 
 from recompprof._bootstrap import lineage
-from recompprof._model.shortening import shortened
+from recompprof._model.shortening import as_text, shortened
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +92,8 @@ def detect(env: Mapping[str, str] | None = None) -> Identity:
         local_rank,
         world,
         local_world,
-        run_id,
-        socket.gethostname(),
+        as_text(run_id),
+        as_text(socket.gethostname()),
         os.getpid(),
         launcher,
         _int(env, "TORCHELASTIC_RESTART_COUNT", 0),

@@ -20,6 +20,7 @@ from typing import Any
 from recompprof._capture import exporting, settings as settings_module
 from recompprof._capture.identity import new_run_id, run_folder
 from recompprof._errors import CommandError
+from recompprof._model.shortening import as_text
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
 EXIT_NOT_FOUND = 127
@@ -99,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
             "no command given; usage: recompprof run [options] -- python train.py ..."
         )
     overrides = chosen_settings(args)
-    run_id = os.environ.get("RECOMPPROF_RUN_ID") or new_run_id()
+    run_id = as_text(os.environ.get("RECOMPPROF_RUN_ID") or new_run_id())
     run_dir = Path(
         args.run_dir
         or os.environ.get("RECOMPPROF_RUN_DIR")

@@ -486,10 +486,10 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from recompprof._analysis.render.wording import counts_line
-    from recompprof._analysis.trace.ingest import ingest
+    from recompprof._analysis.trace.ingest import ingest, trace_run_id
     from recompprof._capture.identity import run_folder
 
-    name = run_folder(f"torch-trace-{args.trace_dir.resolve().name}")  # a long name is shortened
+    name = run_folder(trace_run_id(args.trace_dir))  # a long name is shortened
     out = args.output or Path("recompprof-runs") / name
     written, stats = ingest(args.trace_dir, out, redact=args.redact, overwrite=args.overwrite)
     if stats.describe():

@@ -1,12 +1,13 @@
-"""A name derived from another made to fit its place (:func:`shortened`), in the standard library
-alone: the lake's layout and a run's folder name use it without loading the event model."""
+"""A name derived from another made to fit its place: short enough (:func:`shortened`) and text every
+sink takes (:func:`as_text`); in the standard library alone, so the lake's layout and a run's folder
+name use it without loading the event model."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
 
-__all__ = ["shortened"]
+__all__ = ["as_text", "shortened"]
 
 
 def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
@@ -23,3 +24,20 @@ def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
             break
         head += char
     return head + tail
+
+
+def as_text(value: str) -> str:
+    """``value`` as text every sink takes. Bytes of an environment variable or a file name that are
+    not UTF-8 reach Python as lone surrogates, which JSON and the event model refuse (``attach`` and
+    ``ingest`` raised): they are spelled ``\\xff``, the same wherever they are read, so the ranks
+    of a job still share one run id."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        raw = value.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")

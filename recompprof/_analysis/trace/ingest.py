@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import itertools
+import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -61,6 +62,7 @@ from recompprof._model.events import (
     SessionEnd,
     SessionStart,
 )
+from recompprof._model.shortening import as_text
 from recompprof._torch.records import read_record
 from recompprof._torch.steps import step_of
 
@@ -473,11 +475,19 @@ class TraceRun:
     stats: IngestStats
 
 
+def trace_run_id(path: Path) -> str:
+    """The run id of a trace folder or file: ``torch-trace-<name>``, the name as text (a folder named
+    in bytes that are not UTF-8 gives ``\\xff``), from the absolute path (``.`` is named; a link keeps
+    its own name)."""
+    path = Path(os.path.abspath(path))
+    return "torch-trace-" + as_text(path.name if path.is_dir() else path.stem)
+
+
 def read_trace(path: Path, *, redact: bool = False, host: str = "unknown") -> TraceRun:
     """Read every trace log under ``path`` into events (one shared run id, one list per file)."""
     files = trace_files(path)
     stats = IngestStats()
-    run_id = "torch-trace-" + (path.name if path.is_dir() else path.stem)
+    run_id = trace_run_id(path)
     handlers = record_handlers()
     per_file: list[list[Event]] = []
     for file in files:

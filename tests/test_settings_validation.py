@@ -249,3 +249,48 @@ def test_an_identity_naming_another_process_fails_at_attach_naming_it() -> None:
     assert recompprof._capture.session.current() is None
     with recompprof.attach(identity=detect()) as session:  # its own pid: attached
         assert recompprof._capture.session.current() is session
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        (
+            "RECOMPPROF_LABELS",
+            b"team=a\xff",
+            "label 'team': not UTF-8 text (byte 0xff at character 1)",
+        ),
+        ("RECOMPPROF_HISTORY_URI", b"/tmp/lake\xfe", "not UTF-8 text (byte 0xfe at character 9)"),
+        ("RECOMPPROF_JOB", b"job\xff", "valid string"),
+    ],
+)
+def test_a_text_setting_in_bytes_that_are_not_utf8_fails_at_attach_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: bytes, named: str
+) -> None:
+    """A label, lake or job name whose environment bytes are not UTF-8 (Python holds them as lone
+    surrogates) is one ConfigError line at attach naming the setting and the byte, nothing attached.
+    (A label's value made every event log line unwritable: the log was lost, with a message about its
+    directory; a lake's path failed the export as "a recompprof bug".)"""
+    monkeypatch.setenv(variable, value.decode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError) as error:
+        recompprof.attach()
+    [line] = str(error.value).splitlines()
+    setting = variable.removeprefix("RECOMPPROF_").lower()
+    assert line.startswith(f"recompprof setting '{setting}' (environment variable {variable})"), (
+        line
+    )
+    assert named in line, line
+    assert recompprof._capture.session.current() is None
+
+
+def test_export_labels_in_bytes_that_are_not_utf8_are_one_line(tmp_path: Path) -> None:
+    """``export --labels`` with a value that is not UTF-8 (an argument in another encoding): exit 2 and
+    one line naming ``--labels``, the label and the byte; no lake is made."""
+    run = tmp_path / "run"
+    recompprof.attach(run_dir=run).detach()
+    odd = b"team=\xff".decode("utf-8", "surrogateescape")
+    done = cli("export", str(run), "--to", str(tmp_path / "lake"), "--labels", odd)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "recompprof: error: --labels: label 'team': not UTF-8 text (byte 0xff at character 0)"
+    )
+    assert not (tmp_path / "lake").exists()

@@ -55,15 +55,33 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+def check_text(value: str) -> str:
+    """``value`` as it is where it is UTF-8 text; else a ValueError naming the first byte that is not.
+    An environment variable or an argument in another encoding reaches Python as lone surrogates,
+    which no event log line, JSON document or lake column can hold: the job's log would be lost."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = ord(value[exc.start])
+        byte = char - 0xDC00  # the byte Python's surrogateescape stands this character for
+        what = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"U+{char:04X}"
+        raise ValueError(f"not UTF-8 text ({what} at character {exc.start})") from None
+    return value
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     """``labels`` as they are; raises ValueError naming the first that the ``labels`` setting (and
-    ``export --labels``) refuses: a name not ``LABEL_KEY``, a value over ``MAX_LABEL`` characters,
-    more than ``MAX_LABELS``."""
+    ``export --labels``) refuses: a name not ``LABEL_KEY``, a value over ``MAX_LABEL`` characters or
+    not UTF-8 text, more than ``MAX_LABELS``."""
     for key, text in labels.items():
         if not LABEL_KEY.fullmatch(key):
             raise ValueError(f"label name {key!r} must match {LABEL_KEY.pattern}")
         if len(text) > MAX_LABEL:
             raise ValueError(f"label {key!r} is longer than {MAX_LABEL} characters")
+        try:
+            check_text(text)
+        except ValueError as exc:
+            raise ValueError(f"label {key!r}: {exc}") from None
     if len(labels) > MAX_LABELS:
         raise ValueError(f"at most {MAX_LABELS} labels")
     return labels
@@ -135,7 +153,7 @@ class CoreSettings(_Part):
     def _check_history_uri(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        value = value.strip()
+        value = check_text(value.strip())
         scheme = value.partition("://")[0].lower() if "://" in value else ""
         if scheme and scheme not in HISTORY_SCHEMES:
             raise ValueError(

@@ -7,7 +7,8 @@ This is the one place the mapping lives. torch reports *nested* cumulative times
       |                                            or any custom backend); absent for backward records
       +- inductor_cumulative_compile_time_us       compile_fx: lowering + scheduling + code generation
          +- inductor_code_gen_cumulative_...       code generation, including loading the module
-            +- triton_compile_time_us              kernel compile (Triton on GPU, C++ on CPU)
+            +- triton_compile_time_us              kernel compile: Triton's precompile, and the wait
+                                                   for kernels compiled in worker processes
 
 recompprof reports *exclusive* phases that sum to the compile's duration::
 
@@ -19,6 +20,10 @@ recompprof reports *exclusive* phases that sum to the compile's duration::
     other             = duration - sum(above)       (only where torch's nesting does not hold)
 
 A missing field counts as 0, so its time stays in the enclosing phase. Every value is clamped at 0.
+
+C++ kernels that torch compiles in this process (one compile thread, as on a 2-core machine) are not
+in ``triton_compile_time_us``: their time stays in ``code_gen``. Measured on an H200 (torch 2.11), a
+function with one CPU op spent 50 s in ``code_gen`` building C++ and 0.004 s in ``kernel_compile``.
 
 torch 2.4 and 2.5 record the same nesting in seconds, under other names (no kernel compile field, so
 kernel compile time stays in ``code_gen``); a record without ``duration_us`` is read from them::

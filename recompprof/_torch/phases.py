@@ -21,9 +21,10 @@ recompprof reports *exclusive* phases that sum to the compile's duration::
 
 A missing field counts as 0, so its time stays in the enclosing phase. Every value is clamped at 0.
 
-C++ kernels that torch compiles in this process (one compile thread, as on a 2-core machine) are not
-in ``triton_compile_time_us``: their time stays in ``code_gen``. Measured on an H200 (torch 2.11), a
-function with one CPU op spent 50 s in ``code_gen`` building C++ and 0.004 s in ``kernel_compile``.
+C++ kernels are timed there only where torch waits for them among worker processes' kernels; compiled
+in the process (one compile thread) or before that wait, their time is in ``code_gen``. Measured on an
+H200 with 16 cores (torch 2.11): a function with one CPU op spent 50 s in ``code_gen`` and 0.004 s in
+``kernel_compile``.
 
 torch 2.4 and 2.5 record the same nesting in seconds, under other names (no kernel compile field, so
 kernel compile time stays in ``code_gen``); a record without ``duration_us`` is read from them::

@@ -153,9 +153,14 @@ def _figures_text(name: str, figures: dict[str, Any]) -> list[str]:
                 f"{figures.get('scrapes_served')} scrapes served"
             )
         if comp and comp["off"]["n"]:
+            off, on = comp["off"], comp["on"]
+            # A difference inside both variants' spread is one the few compiles cannot tell from noise.
+            overlap = on["q1"] <= off["q3"] and off["q1"] <= on["q3"]
             lines.append(
-                f"compile: {comp['off']['median']:.2f} s off, {comp['on']['median']:.2f} s on "
-                f"(ratio {figures.get('compile_ratio'):.3f}, {comp['off']['n']} each)"
+                f"compile: {off['median']:.2f} s off, {on['median']:.2f} s on "
+                f"(ratio {figures.get('compile_ratio'):.3f}, {off['n']} each; quartiles "
+                f"{off['q1']:.2f}-{off['q3']:.2f} and {on['q1']:.2f}-{on['q3']:.2f}"
+                f"{': they overlap, not resolved' if overlap else ''})"
             )
     else:
         if "sources" in figures:

@@ -294,3 +294,36 @@ def test_export_labels_in_bytes_that_are_not_utf8_are_one_line(tmp_path: Path) -
         "recompprof: error: --labels: label 'team': not UTF-8 text (byte 0xff at character 0)"
     )
     assert not (tmp_path / "lake").exists()
+
+
+def test_an_empty_run_dir_or_job_from_a_deploy_template_means_the_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``RECOMPPROF_RUN_DIR=""`` and ``RECOMPPROF_JOB=" "`` (a template's empty value) mean the
+    defaults, as an empty ``history_uri`` does: the log goes to ``recompprof-runs/<run id>`` and the
+    job is the run id. (An empty run_dir wrote the log into the working directory; an empty job failed
+    attach with a ConfigError.)"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RECOMPPROF_RUN_DIR", "")
+    monkeypatch.setenv("RECOMPPROF_JOB", " ")
+    monkeypatch.setenv("RECOMPPROF_RUN_ID", "templated")
+    with recompprof.attach() as session:
+        pass
+    assert session.event_log_path is not None
+    assert session.event_log_path.parent == tmp_path / "recompprof-runs" / "templated"
+    assert not list(tmp_path.glob("*.jsonl"))
+    start = session.event_log_path.read_text().splitlines()[0]
+    assert '"job":"templated"' in start, start
+
+
+def test_a_label_given_twice_fails_at_attach_naming_it() -> None:
+    """``labels="team=a,team=b"``: which was meant cannot be known; one ConfigError line naming the
+    label, nothing attached (the last one silently won)."""
+    with pytest.raises(ConfigError) as error:
+        recompprof.attach(labels="team=a,team=b")
+    [line] = str(error.value).splitlines()
+    assert (
+        line.startswith("recompprof setting 'labels' (argument)")
+        and "'team' is given twice" in line
+    )
+    assert recompprof._capture.session.current() is None

@@ -43,7 +43,8 @@ HISTORY_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 
 
 def parse_labels(text: str) -> dict[str, str]:
-    """``"team=x,model=y"`` as a dict; raises ValueError naming a part without ``=``."""
+    """``"team=x,model=y"`` as a dict; raises ValueError naming a part without ``=`` or a name given
+    twice."""
     labels: dict[str, str] = {}
     for part in text.split(","):
         if not part.strip():
@@ -51,6 +52,8 @@ def parse_labels(text: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         if not sep:
             raise ValueError(f"{part.strip()!r} is not name=value")
+        if key.strip() in labels:  # which one was meant cannot be known
+            raise ValueError(f"label {key.strip()!r} is given twice")
         labels[key.strip()] = value.strip()
     return labels
 
@@ -164,6 +167,13 @@ class CoreSettings(_Part):
         # A path is the one meant when attach() was called: the job may change its directory after
         # (Hydra's job.chdir), and the export at its end would write the lake somewhere else.
         return value if scheme else str(Path(value).expanduser().absolute())
+
+    @field_validator("run_dir", "job", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        # A deploy template's empty value (RECOMPPROF_RUN_DIR: "") means the default, as for
+        # history_uri: an empty run_dir was the working directory, an empty job a ConfigError.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("run_dir")
     @classmethod

@@ -170,8 +170,8 @@ def test_workers_end_without_a_signal_under_a_handler_that_returns(
     """A parent with a SIGTERM handler that returns (an attached session's chain, a job's own) gets its
     results or its error and leaves no worker behind, and no worker runs that handler: workers that
     finish leave once the queue is drained (no signal), and one still busy when another task failed is
-    ended by Pool.terminate's SIGTERM, not handed to the inherited handler. (CI hung once with workers
-    terminated under such a handler; that race itself is not reproduced here.)"""
+    ended by Pool.terminate's SIGTERM, not handed to the inherited handler. (The race of a SIGTERM
+    before a worker's initializer is made certain in the test after this one.)"""
     parent, marker = os.getpid(), tmp_path / "sigterm-in-a-worker"
 
     def note_and_return(signum, frame):
@@ -195,3 +195,71 @@ def test_workers_end_without_a_signal_under_a_handler_that_returns(
         signal.signal(signal.SIGTERM, previous)
     assert multiprocessing.active_children() == []
     assert not marker.exists()  # no worker ran the inherited handler
+
+
+_TERMINATED_BEFORE_ITS_INITIALIZER = """
+import os, signal, sys, time
+from recompprof._analysis.report import workers
+
+marker, first, parent = sys.argv[1], sys.argv[2], os.getpid()
+
+
+def note_and_return(signum, frame):  # the parent's own handler: a worker must never run it
+    if os.getpid() != parent:
+        open(marker, "w").close()
+
+
+signal.signal(signal.SIGTERM, note_and_return)
+initializer = workers._worker_signals
+
+
+def slow_but_the_first():
+    try:  # the first worker starts at once and takes every task; the other is slow to start
+        os.close(os.open(first, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        time.sleep(3)  # Pool.terminate's SIGTERM comes now, before the initializer
+    initializer()
+
+
+workers._worker_signals = slow_but_the_first
+
+
+def fail(task):
+    raise ValueError("task fails")
+
+
+try:
+    workers.map_forked(fail, [], [0, 1], 2)
+except ValueError:
+    print("raised", flush=True)
+"""
+
+
+def test_a_worker_terminated_before_its_initializer_ends_and_never_runs_the_parents_handler(
+    tmp_path,
+):
+    """The race CI hung on, made certain: one worker slow to start (a loaded machine), the tasks failing
+    at once on the other, so Pool.terminate's SIGTERM reaches the slow one before its initializer. It
+    ends (SIGTERM is held back from the fork until the initializer has set the default), the error
+    reaches the caller, and the parent's handler, which returns, never runs in a worker. (Before: the
+    worker ran that handler, lived on, waited on the task queue for good, and the parent joined it
+    forever.)"""
+    import subprocess
+    import sys
+
+    marker, first = tmp_path / "handler-ran-in-a-worker", tmp_path / "first-worker"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _TERMINATED_BEFORE_ITS_INITIALIZER, str(marker), str(first)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a hang is ended whole: the parent and its stuck worker
+    )
+    try:
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        pytest.fail("the parent still joined its workers after 60 s")
+    assert child.returncode == 0 and out.strip() == "raised", err[-2000:]
+    assert not marker.exists()

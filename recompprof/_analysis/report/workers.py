@@ -60,9 +60,17 @@ def map_forked(
     # and copy every page it touches.
     gc.freeze()
     try:
-        pool = multiprocessing.get_context("fork").Pool(
-            min(workers, len(tasks)), initializer=_worker_signals
-        )
+        # SIGTERM is held back from fork to the worker's initializer: a SIGTERM that ``Pool.terminate``
+        # sends in between would run a handler inherited from this process, which returns, and the
+        # worker would wait on the task queue for good, with this process joining it (a CI run hung
+        # so, on a task that raised at once). The threads the pool starts inherit the mask too.
+        held = _hold_sigterm()
+        try:
+            pool = multiprocessing.get_context("fork").Pool(
+                min(workers, len(tasks)), initializer=_worker_signals
+            )
+        finally:
+            _release_sigterm(held)
         try:
             done = pool.map(_run, tasks, chunksize=1)
             pool.close()  # the workers exit once the queue is drained: no signal needed
@@ -85,8 +93,22 @@ def map_forked(
 def _worker_signals() -> None:
     """A worker ends on SIGTERM (``Pool.terminate``): a handler inherited from the parent (an attached
     session's, or the job's own) would run there and could return, leaving the worker blocked on the
-    task queue and the parent waiting for it forever."""
+    task queue and the parent waiting for it forever. A SIGTERM sent since the fork was held back
+    (:func:`_hold_sigterm`) and ends the worker here."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _hold_sigterm() -> bool:
+    """SIGTERM blocked in this thread (and so in what it forks and the threads it starts); whether it
+    was unblocked before. A signal sent to the process meanwhile waits, or goes to another thread."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    return signal.SIGTERM not in before
+
+
+def _release_sigterm(held: bool) -> None:
+    if held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 def _run(task: Any) -> tuple[Any, list[Any]]:

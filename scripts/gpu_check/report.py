@@ -176,7 +176,12 @@ def _figures_text(name: str, figures: dict[str, Any]) -> list[str]:
                     else ""
                 )
             )
-        for key in ("cudagraph_recordings_per_frame", "autotune_s", "torch_records"):
+        for key in (
+            "cudagraph_recordings_per_frame",
+            "inductor_counters",
+            "autotune_s",
+            "torch_records",
+        ):
             if key in figures:
                 lines.append(f"{key}: {figures[key]}")
     return [line for line in lines if line]

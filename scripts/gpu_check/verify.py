@@ -152,6 +152,12 @@ def cudagraphs(verdict: Verdict, live: list[Compile], traced: list[Compile], run
             cid = record.get("compile_id")
             per_frame[record.get("co_name") or frames.get(cid, f"? ({cid})")] += 1
     verdict.figures["cudagraph_recordings_per_frame"] = dict(per_frame)
+    counted = run.where / "torch_counters.json"
+    if counted.is_file():
+        inductor = json.loads(counted.read_text())
+        verdict.figures["inductor_counters"] = {
+            k: inductor.get(k, 0) for k in ("cudagraph_partitions", "cudagraph_skips")
+        }
     verdict.require(
         max(per_frame.values(), default=0) >= 3,
         f"no frame recorded 3 CUDA graphs (one per length): {dict(per_frame)}",

@@ -271,20 +271,20 @@ def test_gpu_cuda0_to_cuda1_change_is_a_device_recompile(tmp_path: Path) -> None
     assert [r.category for r in _device_reasons(compiles)] == ["device"]
 
 
+# Inductor's graph partitioning (on by default where torch has the option): a CPU op or a
+# dynamic-shape op goes into a partition of its own that runs without CUDA graphs, the rest is still
+# graphed, and torch records no skip. A torch without the option never partitions.
+PARTITIONS = hasattr(torch._inductor.config, "graph_partition")
+needs_partitioning = pytest.mark.skipif(
+    not PARTITIONS, reason="this torch has no graph partitioning"
+)
+
+
 def _partitioning(on: bool) -> Any:
-    """Inductor's graph partitioning set on or off (torch's default is on where the option exists):
-    with it on, a CPU op or a dynamic-shape op goes into a partition of its own that runs without
-    CUDA graphs, and the rest of the graph is still graphed: torch records no skip then. A torch
-    without the option never partitions."""
-    if not hasattr(torch._inductor.config, "graph_partition"):
+    """Graph partitioning set on or off, where torch has it."""
+    if not PARTITIONS:
         return contextlib.nullcontext()
     return torch._inductor.config.patch(graph_partition=on)
-
-
-needs_partitioning = pytest.mark.skipif(
-    not hasattr(torch._inductor.config, "graph_partition"),
-    reason="this torch has no graph partitioning",
-)
 
 
 @pytest.mark.gpu

@@ -33,7 +33,7 @@ from recompprof._history.layout import Lake  # noqa: E402
 from recompprof._history.sessions import base_of  # noqa: E402
 from recompprof._history.tables import TABLES  # noqa: E402
 from recompprof._model.events import MAX_SUBJECT  # noqa: E402
-from recompprof._model.shortening import as_text, shortened  # noqa: E402
+from recompprof._model.naming import as_text, shortened  # noqa: E402
 
 WORKLOAD = Path(__file__).parent / "workloads" / "ddp_diverge.py"
 JOB_TIMEOUT = 300

@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -244,9 +246,6 @@ def test_a_worker_terminated_before_its_initializer_ends_and_never_runs_the_pare
     reaches the caller, and the parent's handler, which returns, never runs in a worker. (Before: the
     worker ran that handler, lived on, waited on the task queue for good, and the parent joined it
     forever.)"""
-    import subprocess
-    import sys
-
     marker, first = tmp_path / "handler-ran-in-a-worker", tmp_path / "first-worker"
     child = subprocess.Popen(
         [sys.executable, "-c", _TERMINATED_BEFORE_ITS_INITIALIZER, str(marker), str(first)],

@@ -257,9 +257,9 @@ def test_an_identity_naming_another_process_fails_at_attach_naming_it() -> None:
         (
             "RECOMPPROF_LABELS",
             b"team=a\xff",
-            "label 'team': not UTF-8 text (byte 0xff at character 1)",
+            "label 'team': not UTF-8 text (\\xff at character 1)",
         ),
-        ("RECOMPPROF_HISTORY_URI", b"/tmp/lake\xfe", "not UTF-8 text (byte 0xfe at character 9)"),
+        ("RECOMPPROF_HISTORY_URI", b"/tmp/lake\xfe", "not UTF-8 text (\\xfe at character 9)"),
         ("RECOMPPROF_JOB", b"job\xff", "valid string"),
     ],
 )
@@ -291,7 +291,7 @@ def test_export_labels_in_bytes_that_are_not_utf8_are_one_line(tmp_path: Path) -
     done = cli("export", str(run), "--to", str(tmp_path / "lake"), "--labels", odd)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == (
-        "recompprof: error: --labels: label 'team': not UTF-8 text (byte 0xff at character 0)"
+        "recompprof: error: --labels: label 'team': not UTF-8 text (\\xff at character 0)"
     )
     assert not (tmp_path / "lake").exists()
 

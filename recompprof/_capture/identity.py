@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 
 from recompprof._bootstrap import lineage
-from recompprof._model.shortening import as_text, shortened
+from recompprof._model.naming import as_text, shortened
 
 
 @dataclasses.dataclass(frozen=True)

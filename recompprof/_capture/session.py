@@ -39,7 +39,7 @@ from recompprof._model.events import (
     SessionEnd,
     SessionStart,
 )
-from recompprof._model.shortening import shortened
+from recompprof._model.naming import shortened
 from recompprof._model.status import Status, running, unseen_backward
 from recompprof._torch import versions as torch_versions
 from recompprof._torch.job import torch_job_id

@@ -22,6 +22,7 @@ from recompprof import _internal
 from recompprof._capture import plugins
 from recompprof._capture.lake_uri import names_no_place, shown
 from recompprof._errors import RecompprofError
+from recompprof._model.naming import as_text
 
 ENV_PREFIX = "RECOMPPROF_"
 # Variables the tool reads that are not attach() settings (the run id is part of the process identity).
@@ -65,10 +66,8 @@ def check_text(value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        char = ord(value[exc.start])
-        byte = char - 0xDC00  # the byte Python's surrogateescape stands this character for
-        what = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"U+{char:04X}"
-        raise ValueError(f"not UTF-8 text ({what} at character {exc.start})") from None
+        spelled = as_text(value[exc.start])  # the byte as the run id would spell it: \xff
+        raise ValueError(f"not UTF-8 text ({spelled} at character {exc.start})") from None
     return value
 
 
@@ -151,10 +150,17 @@ class CoreSettings(_Part):
     def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
         return check_labels(value)
 
+    @field_validator("run_dir", "job", "history_uri", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        # A deploy template's empty value (RECOMPPROF_RUN_DIR: "") means the default: an empty
+        # run_dir was the working directory, an empty job a ConfigError.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("history_uri")
     @classmethod
     def _check_history_uri(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+        if value is None:
             return None
         value = check_text(value.strip())
         scheme = value.partition("://")[0].lower() if "://" in value else ""
@@ -167,13 +173,6 @@ class CoreSettings(_Part):
         # A path is the one meant when attach() was called: the job may change its directory after
         # (Hydra's job.chdir), and the export at its end would write the lake somewhere else.
         return value if scheme else str(Path(value).expanduser().absolute())
-
-    @field_validator("run_dir", "job", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: Any) -> Any:
-        # A deploy template's empty value (RECOMPPROF_RUN_DIR: "") means the default, as for
-        # history_uri: an empty run_dir was the working directory, an empty job a ConfigError.
-        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("run_dir")
     @classmethod

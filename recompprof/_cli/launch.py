@@ -20,7 +20,7 @@ from typing import Any
 from recompprof._capture import exporting, settings as settings_module
 from recompprof._capture.identity import new_run_id, run_folder
 from recompprof._errors import CommandError
-from recompprof._model.shortening import as_text
+from recompprof._model.naming import as_text
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
 EXIT_NOT_FOUND = 127

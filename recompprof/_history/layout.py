@@ -43,7 +43,7 @@ from recompprof._history.names import (
     refuse_a_root,
     temp_name,
 )
-from recompprof._model.shortening import shortened
+from recompprof._model.naming import shortened
 
 __all__ = ["DAILY_ROOT", "ROOT", "SUFFIX", "Lake", "LakeError", "LakeFile", "PendingFile"]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from llama import batch, loss_of, tiny_llama
+from torch._dynamo.utils import counters
 
 import recompprof
 
@@ -187,8 +188,6 @@ def main() -> int:
     Path("torch_records.json").write_text(json.dumps(torch_records(), default=str))
     # Inductor's own counts (CUDA-graph partitions and skips among them): what torch's partition tests
     # assert, kept so a device run shows them whatever the check expects.
-    from torch._dynamo.utils import counters
-
     Path("torch_counters.json").write_text(json.dumps(dict(counters["inductor"])))
     print(f"MODEL {made}", flush=True)
     print("WORKLOAD DONE", flush=True)

@@ -62,7 +62,7 @@ from recompprof._model.events import (
     SessionEnd,
     SessionStart,
 )
-from recompprof._model.shortening import as_text
+from recompprof._model.naming import as_text
 from recompprof._torch.records import read_record
 from recompprof._torch.steps import step_of
 

@@ -1,6 +1,6 @@
-"""A name derived from another made to fit its place: short enough (:func:`shortened`) and text every
-sink takes (:func:`as_text`); in the standard library alone, so the lake's layout and a run's folder
-name use it without loading the event model."""
+"""Naming: a name derived from another (a job, a run folder, a lake file from a run id) made to fit
+its place, short enough (:func:`shortened`) and text every sink takes (:func:`as_text`). The standard
+library alone: the lake's layout and a run's folder name use it without loading the event model."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recompprof._capture.settings import ConfigError
+from recompprof._cli import arguments
 
 VOCAB = 64
 SEQ_LENGTHS = (32, 48, 64)
@@ -256,7 +257,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--run-dir",
-        type=Path,
+        type=arguments.path,
         default=None,
         help="where the event log goes (default: RECOMPPROF_RUN_DIR, else recompprof-runs/demo-<time>)",
     )

@@ -12,8 +12,8 @@ import argparse
 import datetime
 import os
 import sys
-from pathlib import Path
 
+from recompprof._cli import arguments
 from recompprof._errors import CommandError
 
 # The variable of the history_uri setting: the lake a job's own exports write to, and export's default.
@@ -23,13 +23,14 @@ HISTORY_URI = "RECOMPPROF_HISTORY_URI"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dirs",
-        type=Path,
+        type=arguments.path,
         nargs="+",
         metavar="RUN_DIR",
         help="run directory, one event log, or a TORCH_TRACE directory",
     )
     parser.add_argument(
         "--to",
+        type=arguments.uri,
         metavar="URI",
         help="the lake: a local or shared path, or s3://bucket/prefix (any pyarrow filesystem URI); "
         "default RECOMPPROF_HISTORY_URI, the history_uri setting's variable",

@@ -23,6 +23,7 @@ import math
 import sys
 from pathlib import Path
 
+from recompprof._cli import arguments
 from recompprof._errors import CommandError
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
@@ -80,13 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decode every file of the lake and name each bad one (every question then leaves "
         "them out; exit 1 when one is bad)",
     )
-    p.add_argument("--lake", required=True, metavar="URI")
+    p.add_argument("--lake", required=True, type=arguments.uri, metavar="URI")
     p.add_argument("--format", default="table", choices=("table", "json"))
     p = sub.add_parser(
         "compact",
         help="merge each closed day into one file per table (query time follows file count)",
     )
-    p.add_argument("--lake", required=True, metavar="URI")
+    p.add_argument("--lake", required=True, type=arguments.uri, metavar="URI")
     p.add_argument(
         "--through",
         default=None,
@@ -119,10 +120,14 @@ def _add_digest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p.add_argument(f"--{column}", default="", help=f"only the rows of this {column}")
     _gate_arguments(p)
     p.add_argument(
-        "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
+        "--lake",
+        required=True,
+        type=arguments.uri,
+        metavar="URI",
+        help="the lake's root: a path or s3://...",
     )
     p.add_argument("--format", default="table", choices=("table", "json"))
-    p.add_argument("--output", type=Path, default=None, help="write the document to FILE")
+    p.add_argument("--output", type=arguments.path, default=None, help="write the document to FILE")
 
 
 def _gate_arguments(p: argparse.ArgumentParser) -> None:
@@ -177,10 +182,14 @@ def _gate_arguments(p: argparse.ArgumentParser) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--lake", required=True, metavar="URI", help="the lake's root: a path or s3://..."
+        "--lake",
+        required=True,
+        type=arguments.uri,
+        metavar="URI",
+        help="the lake's root: a path or s3://...",
     )
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "html"))
-    p.add_argument("--output", type=Path, default=None, help="write the answer to FILE")
+    p.add_argument("--output", type=arguments.path, default=None, help="write the answer to FILE")
     p.add_argument(
         "--print-sql",
         action="store_true",

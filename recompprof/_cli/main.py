@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recompprof._cli import arguments
 from recompprof._errors import CommandError, RecompprofError, RuleBroken
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _add_run(sub: Commands) -> None:
     )
     p.add_argument(
         "--run-dir",
-        type=Path,
+        type=arguments.path,
         default=None,
         help="where every process writes its event log "
         "(RECOMPPROF_RUN_DIR; default recompprof-runs/<run id>)",
@@ -115,12 +116,15 @@ def _add_report(sub: Commands) -> None:
     )
     p.add_argument(
         "run_dir",
-        type=Path,
+        type=arguments.path,
         metavar="RUN_DIR",
         help="run directory, one event log, or a TORCH_TRACE directory",
     )
     p.add_argument(
-        "--html", type=Path, metavar="FILE", help="also write a self-contained HTML report here"
+        "--html",
+        type=arguments.path,
+        metavar="FILE",
+        help="also write a self-contained HTML report here",
     )
     p.add_argument("--rank", type=int, action="append", help="only these ranks (repeatable)")
     p.add_argument(
@@ -140,7 +144,7 @@ def _add_check(sub: Commands) -> None:
         epilog=_EXIT_CODES + "\n\nRules apply per rank; --after-step drops what happened before "
         "that many training steps had completed.",
     )
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("run_dir", type=arguments.path, metavar="RUN_DIR")
     _add_check_options(p)
 
 
@@ -151,8 +155,8 @@ def _add_diff(sub: Commands) -> None:
         formatter_class=_Formatter,
         epilog=_EXIT_CODES,
     )
-    p.add_argument("run_a", type=Path, metavar="RUN_A", help="the baseline")
-    p.add_argument("run_b", type=Path, metavar="RUN_B", help="the candidate")
+    p.add_argument("run_a", type=arguments.path, metavar="RUN_A", help="the baseline")
+    p.add_argument("run_b", type=arguments.path, metavar="RUN_B", help="the candidate")
     p.add_argument(
         "--max-time-increase",
         type=float,
@@ -194,14 +198,14 @@ def _add_ingest(sub: Commands) -> None:
     )
     p.add_argument(
         "trace_dir",
-        type=Path,
+        type=arguments.path,
         metavar="TORCH_TRACE_DIR",
         help="the TORCH_TRACE directory (or one log)",
     )
     p.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=arguments.path,
         metavar="RUN_DIR",
         help="default recompprof-runs/torch-trace-<name>",
     )

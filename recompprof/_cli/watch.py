@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recompprof._cli import arguments
 from recompprof._errors import CommandError
 from recompprof._eventlog.format import LOG_GLOB
 
@@ -38,7 +39,7 @@ PIPED_WIDTH = 10_000  # piped: no line is wrapped or cut (a log is read with gre
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir",
-        type=Path,
+        type=arguments.path,
         metavar="RUN_DIR",
         help="the run directory the job writes (RECOMPPROF_RUN_DIR)",
     )

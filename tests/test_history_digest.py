@@ -158,6 +158,23 @@ def test_a_digest_whose_run_is_not_in_the_lake_leaves_compare_out_and_says_why(e
     assert "compare" not in digest["questions"] and digest["questions"]["top-causes"]["results"]
 
 
+def test_a_digest_whose_filter_leaves_its_run_out_leaves_compare_out_and_says_why(exported):
+    """digest --run RUN --team T where RUN's sessions have another team: compare would hold none of
+    the run's rows and pass, so it is left out with the line compare alone gives (exit 2 there), and
+    the other questions are answered for team T, exit 0."""
+    lake = ("--lake", str(exported))
+    runs = _json("sql", *lake, "SELECT DISTINCT run_id FROM runs", "--format", "json")
+    run = runs["results"][0]["rows"][0]["run_id"]
+    alone = cli("history", "compare", run, *lake, "--team", "no-such-team")
+    assert alone.returncode == 2 and "--team leaves the run out" in alone.stderr
+    digest = _json(
+        "digest", *lake, "--since", "2000-01-01", "--run", run, "--team", "no-such-team",
+        "--format", "json",
+    )  # fmt: skip
+    assert digest["left_out"]["compare"] == alone.stderr.strip().removeprefix("recompprof: error: ")
+    assert "compare" not in digest["questions"] and "top-causes" in digest["questions"]
+
+
 def test_digest_compares_the_two_newest_releases_and_filters_every_question(fleet):
     """Without --baseline/--candidate, digest's regressions hold the newest torch release to the one
     before it (the fleet's regressing job found, exit 1); --team narrows every question."""

@@ -265,8 +265,9 @@ def test_compare_is_a_ci_gate(lake, capsys):
 
 def test_compare_takes_team_and_model_filters(lake, capsys):
     """compare --team/--model narrow the run and its baseline to that team's or model's rows, as
-    --job names the job: the run's own team answers as the unfiltered gate does, another team's
-    holds no session of the run, and the scope says the filter."""
+    --job names the job: the run's own team answers as the unfiltered gate does and the scope says
+    the filter. A team, model or job the run's sessions do not have is a usage error (exit 2) naming
+    what the run has: the gate would compare none of its rows and pass (it did, exit 0)."""
     runs = rows_of(lake, "runs").to_pylist()
     last = max(runs, key=lambda r: r["start_time"])
     args = ("compare", last["run_id"], "--lake", str(lake), "--format", "json")
@@ -279,9 +280,10 @@ def test_compare_takes_team_and_model_filters(lake, capsys):
     assert own_doc["sessions"]["sessions"] == whole_doc["sessions"]["sessions"] > 0
     other = next(r["team"] for r in runs if r["team"] != last["team"])
     code, out, err = history(capsys, *args, *gate, "--team", other)
-    doc = as_json(out)
-    assert code == 0 and doc["sessions"]["sessions"] == 0 and doc["baseline_runs"] == 0
-    assert "nothing to compare with" in err
+    assert code == 2 and out == ""
+    assert f"has team {last['team']!r}, not {other!r}: --team leaves the run out" in err
+    code, out, err = history(capsys, *args, *gate, "--job", "another-job")
+    assert code == 2 and out == "" and "not 'another-job': the gate would compare nothing" in err
 
 
 def test_limit_hits_divergence_and_latency(lake, capsys):
@@ -419,8 +421,8 @@ MACROS = ("WEEK(x)", "SIZE(x)", "run-PCTL(a, 0.5)")
 @pytest.mark.parametrize("value", MACROS)
 def test_a_value_spelled_like_a_macro_runs_as_text(lake, capsys, value):
     """A value that reads like one of the texts' macros stays a value on DuckDB: the regressions gate
-    matches no version (no crash), compare finds no earlier run of a job of that name, and a run id
-    of that name is not in the lake."""
+    matches no version (no crash), a job of that name narrows a question to no row, compare names it
+    as typed among the jobs the run does not have, and a run id of that name is not in the lake."""
     code, out, err = history(
         capsys, "regressions", "--lake", str(lake), "--baseline", f"torch={value}",
         "--candidate", "torch=2.15.0",
@@ -429,7 +431,14 @@ def test_a_value_spelled_like_a_macro_runs_as_text(lake, capsys, value):
     runs = rows_of(lake, "runs").to_pylist()
     run = runs[-1]["run_id"]
     code, out, err = history(capsys, "compare", run, "--lake", str(lake), "--job", value)
-    assert code == 0 and "nothing to compare with" in err
+    assert code == 2 and f"not {value!r}: the gate would compare nothing" in err
+    code, out, err = history(
+        capsys, "top-causes", "--lake", str(lake), "--since", SINCE, "--job", value,
+        "--format", "json",
+    )  # fmt: skip
+    answer = as_json(out)
+    assert code == 0 and answer["results"][0]["rows"] == []
+    assert f"job {value}" in answer["sessions"]["scope"] and answer["sessions"]["sessions"] == 0
     code, out, err = history(capsys, "compare", value, "--lake", str(lake))
     assert code == 2 and f"run {value!r} is not in the lake" in err
 

@@ -388,15 +388,37 @@ def _compare_params(engine: Engine, params: Params) -> Params:
                 else ""
             )
         )
+    _held_to_filters(engine, params, run)
+    names = [j[0] for j in jobs if j[0] is not None]
+    if params.job and params.job not in names:
+        raise CommandError(
+            f"run {params.run!r} names job(s) {', '.join(map(repr, names)) or 'none'}, not "
+            f"{params.job!r}: the gate would compare nothing"
+        )
     if params.job:
         return params
-    names = [j[0] for j in jobs if j[0] is not None]
     if len(names) != 1:
         raise CommandError(
             f"run {params.run!r} names {len(names)} jobs ({', '.join(map(str, names)) or 'none'}); "
             "pass --job"
         )
     return dataclasses.replace(params, job=names[0])
+
+
+def _held_to_filters(engine: Engine, params: Params, run: str) -> None:
+    """Refuse a ``--job/--team/--model`` that leaves the run itself out: the gate would compare no
+    row of it and pass (a CI step's filter that does not name the run's team, say)."""
+    for column, value in params.only:
+        where = f"run_id = {run} AND {column} = {questions.DUCKDB.string(value)}"
+        if not engine.query(f"SELECT 1 FROM runs WHERE {where} LIMIT 1").rows:
+            found = engine.query(
+                f"SELECT DISTINCT {column} FROM runs WHERE run_id = {run} ORDER BY 1"
+            ).rows
+            named = ", ".join(repr(r[0]) if r[0] is not None else "none" for r in found)
+            raise CommandError(
+                f"run {params.run!r} has {column} {named}, not {value!r}: --{column} leaves the run "
+                "out and the gate would compare nothing"
+            )
 
 
 # The statements ``history sql`` runs: one query (DESCRIBE and SUMMARIZE are queries to DuckDB too),

@@ -140,6 +140,41 @@ def test_one_dead_rank_of_a_multi_rank_run_is_named(tmp_path: Path) -> None:
     assert f"rank 1 {DIED}" in checked.stderr and "rank 0 ended" not in checked.stderr
 
 
+NO_LOG = "the run's world size is 3 and rank 1 wrote no event log here"
+
+
+@pytest.mark.workload
+def test_a_rank_with_no_log_in_the_run_folder_is_named_and_fails_check(tmp_path: Path) -> None:
+    """Three ranks of one run, and a copy of its folder without rank 1's log (a rank that did not
+    attach, or a node whose log was not collected): over the copy ``check`` and ``diff`` name rank 1
+    and exit 2 (they passed, on two thirds of the run), ``--allow-skipped`` accepts it and still
+    says it, ``report`` says it and exits 0. The whole folder, and one rank's log given alone, are
+    not held to the world size."""
+    run_dir, partial = tmp_path / "run", tmp_path / "partial"
+    world = {"WORLD_SIZE": "3", "RECOMPPROF_RUN_ID": "three-ranks"}
+    ranks = [_start(run_dir, "--steps", "6", RANK=str(rank), **world) for rank in range(3)]
+    assert [proc.wait(180) for proc in ranks] == [0, 0, 0]
+    partial.mkdir()
+    for log in sorted(run_dir.glob("*.jsonl")):
+        if not log.name.startswith("rank00001-"):
+            (partial / log.name).write_bytes(log.read_bytes())
+
+    whole = cli("check", str(run_dir), "--max-recompiles", "100")
+    assert whole.returncode == 0 and "wrote no event log" not in whole.stderr, whole.stderr
+    checked = cli("check", str(partial), "--max-recompiles", "100")
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert NO_LOG in checked.stderr and "--allow-skipped" in checked.stderr
+    accepted = cli("check", str(partial), "--max-recompiles", "100", "--allow-skipped")
+    assert accepted.returncode == 0 and NO_LOG in accepted.stderr, accepted.stderr
+    diffed = cli("diff", str(run_dir), str(partial))
+    assert diffed.returncode == 2 and NO_LOG in diffed.stderr, diffed.stdout + diffed.stderr
+    report = cli("report", str(partial))
+    assert report.returncode == 0 and NO_LOG in report.stderr, report.stderr
+    [rank0] = partial.glob("rank00000-*.jsonl")
+    alone = cli("check", str(rank0), "--max-recompiles", "100")
+    assert alone.returncode == 0 and "wrote no event log" not in alone.stderr, alone.stderr
+
+
 @pytest.mark.workload
 def test_a_run_still_being_written_gets_the_same_verdict_and_passes_once_it_ends(
     tmp_path: Path,

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from recompprof._analysis.render.wording import rank_list
 from recompprof._analysis.trace.ingest import IngestError, is_trace_dir, read_trace
 from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
@@ -21,11 +22,12 @@ from recompprof._eventlog.reader import (
     EventLogError,
     ReadStats,
     UnreadableLog,
+    first_event,
     run_files,
     scan_file,
 )
 from recompprof._eventlog.writer import log_rank
-from recompprof._model.events import Event
+from recompprof._model.events import Event, SessionStart
 
 
 class RunError(RecompprofError):
@@ -81,6 +83,22 @@ class EventStream:
             if file not in self._read_whole:
                 for _ in self._read(file):
                     pass
+
+    def missing_ranks(self) -> tuple[int, list[int]]:
+        """The largest world size the logs' ``session_start`` lines announce, and the ranks below it that
+        no log here is of (by its name or its ``session_start``). Reads each log's first line only."""
+        world, ranks = 0, set()
+        for file in self.files:
+            if (rank := log_rank(file)) is not None:
+                ranks.add(rank)
+            try:
+                first = first_event(file)
+            except EventLogError:  # unreadable: finish says so, as that rank's missing figures
+                continue
+            if isinstance(first, SessionStart):
+                world = max(world, first.world_size)
+                ranks.add(first.rank)
+        return world, [rank for rank in range(world) if rank not in ranks]
 
     def ranks(self) -> list[int] | None:
         """The ranks named by the files, or None if a file's name does not say."""
@@ -161,6 +179,13 @@ class Run:
                 "version): "
                 + ", ".join(stream.foreign[:5])
                 + (" ..." if len(stream.foreign) > 5 else "")
+            )
+        world, missing = stream.missing_ranks() if path.is_dir() else (0, [])
+        if missing:
+            self.problems.append(
+                f"{path}: the run's world size is {world} and {rank_list(missing)} wrote no event "
+                "log here (a rank that did not attach, or a log not collected from its node), so "
+                "their figures are missing"
             )
         if total.corrupt or total.unknown_schema:
             skipped = dataclasses.replace(total, torn_tail=0, unknown_kind=0)

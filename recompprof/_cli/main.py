@@ -42,8 +42,8 @@ _EXIT_CODES_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
 _EXIT_CODES = """exit codes:
   0  success (check: every rule holds; diff: no regressions)
   1  check: at least one rule broken; diff: at least one regression
-  2  usage error, unreadable or empty input, or (check, diff) lines or files that could not be read
-     (pass --allow-skipped to accept a partial read); check: counts that are incomplete (a dark signal,
+  2  usage error, unreadable or empty input, or (check, diff) lines or files that could not be read,
+     or ranks of the run's world size with no log (pass --allow-skipped to accept a partial read); check: counts that are incomplete (a dark signal,
      a rank without session_end, a gap in a log: pass --accept-dark-signals, --accept-incomplete-runs,
      --accept-log-gaps)"""
 
@@ -166,7 +166,7 @@ def _add_diff(sub: Commands) -> None:
     p.add_argument(
         "--allow-skipped",
         action="store_true",
-        help="accept runs some of whose lines could not be read",
+        help="accept runs some of whose lines, logs or ranks' logs could not be read or are missing",
     )
     p.add_argument(
         "--width",
@@ -270,7 +270,7 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-skipped",
         action="store_true",
-        help="accept a run some of whose lines could not be read",
+        help="accept a run some of whose lines, logs or ranks' logs could not be read or are missing",
     )
     for untrusted in UNTRUSTED:
         parser.add_argument(untrusted.flag, action="store_true", help=untrusted.help)

@@ -157,6 +157,21 @@ def scan_file(path: Path, stats: ReadStats | None = None) -> Iterator[Event]:
             yield event
 
 
+def first_event(path: Path, limit: int = 1 << 16) -> Event | None:
+    """The event on a log's first line, read alone (at most ``limit`` bytes: a ``session_start`` is
+    a few hundred); None when that line is not one whole, readable event. Raises
+    :class:`UnreadableLog` as reading the whole log would."""
+    fd = open_log(path)
+    try:
+        head = os.read(fd, limit)
+    finally:
+        os.close(fd)
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return None
+    return next(parse_line(line, ReadStats(), Interner(), torn=False), None)
+
+
 def _blocks(path: Path, stats: ReadStats) -> Iterator[tuple[list[bytes], bool]]:
     """The lines of ``path`` (:class:`~recompprof._eventlog.lines.LineSplitter`), a block at a time, and
     whether the block is the file's last line, which had no newline (torn, if it does not parse)."""

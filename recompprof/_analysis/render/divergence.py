@@ -12,7 +12,7 @@ from rich.console import Console
 
 from recompprof._analysis.render import plaintext
 from recompprof._analysis.render.plaintext import Fitted
-from recompprof._analysis.render.wording import running_at_end
+from recompprof._analysis.render.wording import MAX_LISTED_RANKS, rank_list, running_at_end
 from recompprof._analysis.report.divergence import Divergence, RankCell, all_ranks, cell, find
 
 if TYPE_CHECKING:
@@ -21,14 +21,13 @@ if TYPE_CHECKING:
 # Up to this many ranks the matrix has one column per rank; beyond, ranks with equal cells are grouped.
 MAX_RANK_COLUMNS = 8
 MAX_MATRIX_FRAMES = 20
-MAX_LISTED_RANKS = 16
 
 
 def describe(divergence: Divergence) -> str:
     """One line: frame, ranks, steps and what differs."""
     return (
         f"{divergence.frame.label}: {_ranks_with_steps(divergence.first_steps)} ({', '.join(divergence.aspects)} differ from "
-        f"{_rank_list(divergence.baseline_ranks)})"
+        f"{rank_list(divergence.baseline_ranks)})"
     )
 
 
@@ -57,28 +56,13 @@ def cell_text(rank_cell: RankCell) -> str:
     return text
 
 
-def _rank_list(ranks: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, capped)."""
-    runs: list[tuple[int, int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
-        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
-    )
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown
-
-
 def _ranks_with_steps(first_steps: dict[int, int | None]) -> str:
     """``{1: 3, 5: 3, 7: None}`` -> ``ranks 1, 5 at step 3; rank 7``."""
     by_step: dict[int | None, list[int]] = {}
     for rank, step in first_steps.items():
         by_step.setdefault(step, []).append(rank)
     parts = [
-        f"{_rank_list(ranks)} at step {step}" if step is not None else _rank_list(ranks)
+        f"{rank_list(ranks)} at step {step}" if step is not None else rank_list(ranks)
         for step, ranks in sorted(by_step.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
     ]
     return "; ".join(parts)
@@ -130,7 +114,7 @@ def matrix_rows(
         for r in ranks:
             groups.setdefault(cell_text(cell(f, r)), []).append(r)
         text = "; ".join(
-            f"{_rank_list(rs)}: {value}"
+            f"{rank_list(rs)}: {value}"
             for value, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))
         )
         rows.append((("* " if f.key in diverging else "") + f.label, text))
@@ -161,7 +145,7 @@ def diverging_rows(found: list[Divergence]) -> list[tuple[str, ...]]:
                 f"rank {r}: {d.cells[r].recompiles} recompiles" for r in d.ranks[:MAX_LISTED_RANKS]
             )
         theirs = (
-            f"{_rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
+            f"{rank_list(d.baseline_ranks)}: recompiles {d.baseline.recompiles}, "
             f"limit hits {d.baseline.limit_hits}, reasons {_categories(d.baseline)}"
         )
         rows.append(
@@ -180,7 +164,7 @@ def _diverging_table(found: list[Divergence]) -> Fitted:
 def no_divergence(ranks: Sequence[int]) -> str:
     """What the report says when no frame diverges across ``ranks``."""
     return (
-        f"No frame diverges across {_rank_list(ranks)}: every rank recompiled the same frames "
+        f"No frame diverges across {rank_list(ranks)}: every rank recompiled the same frames "
         "the same number of times for the same kinds of reason."
     )
 

@@ -216,6 +216,30 @@ def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
     assert f"replaced {len(own)} older file(s)" in done.stdout and len(own) >= 3
 
 
+def test_a_gate_on_a_run_whose_rank_has_not_arrived_says_which(
+    jobs: list[Path], tmp_path: Path
+) -> None:
+    """``compare`` on a 2-rank run of which only rank 0's session is in the lake (rank 1's export not
+    arrived yet, or its node's log lost) warns that rank 1 has none, and the JSON lists it; once rank
+    1 is exported the warning is gone (before, the gate held rank 0 alone and said nothing)."""
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    node0 = tmp_path / "node0"
+    node0.mkdir()
+    shutil.copy(sorted(run_dir.glob("rank00000-*.jsonl"))[0], node0)
+    _export(str(node0), "--to", str(lake))
+    gate = ("history", "compare", run_dir.name, "--lake", str(lake), "--format", "json")
+    done = cli(*gate)
+    assert done.stdout, done.stderr
+    answer = json.loads(done.stdout)
+    assert done.returncode == 0 and (answer["world_size"], answer["missing_ranks"]) == (2, [1])
+    said = "the run's world size is 2 and rank 1 has no session in the lake"
+    assert any(said in w for w in answer["warnings"]), answer["warnings"]
+    assert said in cli(*gate[:-2]).stderr
+    _export(str(run_dir), "--to", str(lake), "--per-rank")
+    answer = json.loads(cli(*gate).stdout)
+    assert answer["missing_ranks"] == [] and not any(said in w for w in answer["warnings"])
+
+
 # Run ids too long for a file name as they are: two that share a long head, and non-ASCII ones
 # whose every character is 6 or 12 bytes quoted.
 LONG_RUN_IDS = ("r" * 250 + "-a", "r" * 250 + "-b", "é" * 60, "运行" * 40)

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from recompprof._analysis.render.wording import rank_list
 from recompprof._analysis.trace.ingest import IngestError, is_trace_dir, read_trace
 from recompprof._errors import RecompprofError
 from recompprof._eventlog.format import SUFFIX
@@ -28,6 +27,7 @@ from recompprof._eventlog.reader import (
 )
 from recompprof._eventlog.writer import log_rank
 from recompprof._model.events import Event, SessionStart
+from recompprof._model.naming import rank_list
 
 
 class RunError(RecompprofError):

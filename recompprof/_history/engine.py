@@ -75,6 +75,10 @@ class Answer:
     late: dict[str, list[str]] = field(default_factory=dict)
     baseline_runs: int | None = None  # compare: the runs the gate held the candidate to
     min_baseline: int = 0  # compare: fewer baseline runs than this are too few to gate on
+    # compare: the run's world size and the ranks below it with no session in the lake (an export
+    # that has not arrived, a rank that did not attach): the gate holds only the ranks it has.
+    world_size: int = 0
+    missing_ranks: list[int] = field(default_factory=list)
     gate: bool = False
     # The lake's files changed while every one of the command's reads ran (Engine.settled): this is
     # the last read's answer, and it may mix a file's old and new rows.
@@ -360,6 +364,7 @@ def ask(engine: Engine, command: str, params: Params) -> Answer:
         found = engine.query(questions.compare_baseline(params)).rows[0][0]
         answer.baseline_runs = int(found or 0)
         answer.min_baseline = max(1, params.min_baseline)
+        answer.world_size, answer.missing_ranks = _run_ranks(engine, params)
     if not answer.too_few:
         for q in bound.queries:
             result = engine.query(q.text, q.title, q.trend)
@@ -403,6 +408,18 @@ def _compare_params(engine: Engine, params: Params) -> Params:
             "pass --job"
         )
     return dataclasses.replace(params, job=names[0])
+
+
+def _run_ranks(engine: Engine, params: Params) -> tuple[int, list[int]]:
+    """The largest world size the run's sessions announce, and the ranks below it with none."""
+    where = questions.literals(params, questions.DUCKDB)
+    rows = engine.query(
+        f"SELECT rank, world_size FROM runs WHERE run_id = {where['run']} AND job = {where['job']}"
+        f"{where['only']}"
+    ).rows
+    world = max((w or 0 for _, w in rows), default=0)
+    ranks = {rank for rank, _ in rows}
+    return world, [rank for rank in range(world) if rank not in ranks]
 
 
 def _held_to_filters(engine: Engine, params: Params, run: str) -> None:

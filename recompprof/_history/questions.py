@@ -74,6 +74,7 @@ READS: dict[str, dict[str, str]] = {
     "runs": {
         **_KEY,
         "start_time": "TIMESTAMP WITH TIME ZONE",
+        "world_size": "INTEGER",
         "ended": "BOOLEAN",
         "signals_off": "VARCHAR[]",
         "log_gap": "BOOLEAN",

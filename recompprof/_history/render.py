@@ -13,6 +13,7 @@ from typing import Any
 from recompprof._history.engine import SETTLE_READS, Answer, Completeness, Result
 from recompprof._history.health import Skipped
 from recompprof._model.escaping import escape
+from recompprof._model.naming import rank_list
 
 FORMATS = ("table", "csv", "json", "html")
 _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
@@ -104,6 +105,12 @@ def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
         out.append(
             f"{table}: {len(paths)} raw file(s) arrived after their day was compacted and are not "
             f"counted: {_names(paths)}; run `recompprof history compact --check`"
+        )
+    if answer.missing_ranks:
+        out.append(
+            f"the run's world size is {answer.world_size} and {rank_list(answer.missing_ranks)} "
+            f"{'has' if len(answer.missing_ranks) == 1 else 'have'} no session in the lake (an export that has not arrived, a rank that did not "
+            "attach): the gate holds only the ranks it has"
         )
     if answer.completeness is not None and answer.completeness.partial:
         out.append(_partial(answer.completeness))
@@ -241,6 +248,8 @@ def json_document(answer: Answer, files: dict[str, int]) -> dict[str, Any]:
     if answer.baseline_runs is not None:
         document["baseline_runs"] = answer.baseline_runs
         document["min_baseline"] = answer.min_baseline
+        document["world_size"] = answer.world_size
+        document["missing_ranks"] = answer.missing_ranks
     if answer.completeness is not None:
         c = answer.completeness
         document["sessions"] = {

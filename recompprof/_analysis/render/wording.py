@@ -48,24 +48,6 @@ def first_of(
     return listed + more.format(left) if left > 0 else listed
 
 
-MAX_LISTED_RANKS = 16
-
-
-def rank_list(ranks: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, the first 16 of them)."""
-    runs: list[tuple[int, int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
-        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
-    )
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown
-
-
 # A subject named by the wrapped function's parameters: rooted in one of them, ``L['name']…``.
 _BOUND = re.compile(r"(type\()?L\['([A-Za-z_]\w{0,100})'\](.*)", re.S)
 

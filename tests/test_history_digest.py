@@ -15,8 +15,9 @@ from history_fleet import BUILD, NEW, Fleet, write_fleet
 from recorded_runs import cli
 from recordings import clean_env
 
-# What one question must not import: the event model (pydantic), pyarrow (and numpy under it), torch.
-HEAVY = ("pydantic", "pyarrow", "numpy", "torch", "recompprof._model.events")
+# What one question must not import: the event model (pydantic), pyarrow (and numpy under it), torch,
+# and hashlib (OpenSSL's load: 10-30 ms, a tenth of a question's start-up).
+HEAVY = ("pydantic", "pyarrow", "numpy", "torch", "recompprof._model.events", "hashlib")
 # What DuckDB's Python client imports to convert a list bound as a parameter (a few ms at start).
 CONVERTERS = ("uuid", "platform")
 
@@ -72,8 +73,8 @@ def _heavy(modules: set[str]) -> set[str]:
 def test_a_question_imports_neither_pyarrow_nor_the_event_model(exported, argv):
     """One history command, run as users run it, answers from a local lake through DuckDB's engine
     alone: it imports ``_duckdb`` (not the ``duckdb`` package's Python layer, a tenth of a second more),
-    none of pyarrow, numpy, pydantic's event model or torch, nor what DuckDB's client loads to
-    convert a bound list."""
+    none of pyarrow, numpy, pydantic's event model, torch or hashlib, nor what DuckDB's client loads
+    to convert a bound list."""
     done, modules = _imported("history", argv[0], "--lake", str(exported), *argv[1:])
     assert done.returncode in (0, 1), done.stderr[-2000:]
     assert "_duckdb" in modules and "duckdb" not in modules

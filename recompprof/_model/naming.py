@@ -5,7 +5,6 @@ folder name and the lake's answers use it without loading the event model."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 
 __all__ = ["MAX_LISTED_RANKS", "as_text", "rank_list", "shortened"]
@@ -18,6 +17,8 @@ def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
     id) stays within its place, and two long names stay two."""
     if size(name) <= limit:
         return name
+    import hashlib  # here: OpenSSL's load (10-30 ms) is paid by the rare long name, not every answer
+
     tail = "~" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     head = ""
     for char in name:  # one size() per character of the head: at most ``limit`` calls

@@ -96,22 +96,22 @@ def test_every_path_and_lake_argument_refuses_an_empty_value() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "named"),
     [
-        ["report", ""],
-        ["check", "", "--max-recompiles", "1000"],
-        ["diff", "", "."],
-        ["watch", ""],
-        ["export", "", "--to", "lake"],
-        ["export", ".", "--to", ""],
-        ["history", "top-causes", "--lake", ""],
-        ["history", "compare", "run-x", "--lake", ""],
-        ["report", ".", "--html", ""],
+        (["report", ""], "RUN_DIR"),
+        (["check", "", "--max-recompiles", "1000"], "RUN_DIR"),
+        (["diff", "", "."], "RUN_A"),
+        (["watch", ""], "RUN_DIR"),
+        (["export", "", "--to", "lake"], "RUN_DIR"),
+        (["export", ".", "--to", ""], "--to"),
+        (["history", "top-causes", "--lake", ""], "--lake"),
+        (["history", "compare", "run-x", "--lake", ""], "--lake"),
+        (["report", ".", "--html", ""], "--html"),
     ],
-    ids=" ".join,
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
 )
 def test_an_empty_path_is_an_error_naming_it_not_the_current_folder(
-    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    argv: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An unset variable on a command line (`report "$RUN"`) ends with exit 2 and one error naming the
     argument, even where the folder the command runs in holds a run and a lake it could have read
@@ -124,5 +124,5 @@ def test_an_empty_path_is_an_error_naming_it_not_the_current_folder(
         main_module.main(argv)
     assert done.value.code == 2
     last = err.getvalue().splitlines()[-1]
-    assert last.startswith(f"recompprof {argv[0]}") and "error: argument " in last, last
-    assert "empty (an unset variable?)" in last, last
+    assert last.startswith(f"recompprof {argv[0]}"), last
+    assert f"error: argument {named}: empty (an unset variable?)" in last, last

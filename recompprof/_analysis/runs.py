@@ -27,7 +27,7 @@ from recompprof._eventlog.reader import (
 )
 from recompprof._eventlog.writer import log_rank
 from recompprof._model.events import Event, SessionStart
-from recompprof._model.naming import rank_list
+from recompprof._model.ranks import missing, rank_list
 
 
 class RunError(RecompprofError):
@@ -98,7 +98,7 @@ class EventStream:
             if isinstance(first, SessionStart):
                 world = max(world, first.world_size)
                 ranks.add(first.rank)
-        return world, [rank for rank in range(world) if rank not in ranks]
+        return world, missing(world, ranks)
 
     def ranks(self) -> list[int] | None:
         """The ranks named by the files, or None if a file's name does not say."""
@@ -180,10 +180,10 @@ class Run:
                 + ", ".join(stream.foreign[:5])
                 + (" ..." if len(stream.foreign) > 5 else "")
             )
-        world, missing = stream.missing_ranks() if path.is_dir() else (0, [])
-        if missing:
+        world, absent = stream.missing_ranks() if path.is_dir() else (0, [])
+        if absent:
             self.problems.append(
-                f"{path}: the run's world size is {world} and {rank_list(missing)} wrote no event "
+                f"{path}: the run's world size is {world} and {rank_list(absent)} wrote no event "
                 "log here (a rank that did not attach, or a log not collected from its node), so "
                 "their figures are missing"
             )

@@ -23,6 +23,7 @@ from recompprof._history.columns import TABLES
 from recompprof._history.dialects.base import literal
 from recompprof._history.health import Skipped
 from recompprof._history.questions import Params
+from recompprof._model import ranks
 
 _MAX_RETRIES = 50  # files dropped for broken pages, one per retry
 # Reads the lake again from its listing after a read error, before any file is called broken: a file
@@ -418,8 +419,7 @@ def _run_ranks(engine: Engine, params: Params) -> tuple[int, list[int]]:
         f"{where['only']}"
     ).rows
     world = max((w or 0 for _, w in rows), default=0)
-    ranks = {rank for rank, _ in rows}
-    return world, [rank for rank in range(world) if rank not in ranks]
+    return world, ranks.missing(world, (rank for rank, _ in rows))
 
 
 def _held_to_filters(engine: Engine, params: Params, run: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from recompprof._history.engine import SETTLE_READS, Answer, Completeness, Result
 from recompprof._history.health import Skipped
 from recompprof._model.escaping import escape
-from recompprof._model.naming import rank_list
+from recompprof._model.ranks import rank_list
 
 FORMATS = ("table", "csv", "json", "html")
 _SHOWN_NAMES = 3  # file names listed in a warning, then "and N more"
@@ -107,9 +107,10 @@ def warnings(answer: Answer, files: dict[str, int]) -> list[str]:
             f"counted: {_names(paths)}; run `recompprof history compact --check`"
         )
     if answer.missing_ranks:
+        have = "has" if len(answer.missing_ranks) == 1 else "have"
         out.append(
             f"the run's world size is {answer.world_size} and {rank_list(answer.missing_ranks)} "
-            f"{'has' if len(answer.missing_ranks) == 1 else 'have'} no session in the lake (an export that has not arrived, a rank that did not "
+            f"{have} no session in the lake (an export that has not arrived, a rank that did not "
             "attach): the gate holds only the ranks it has"
         )
     if answer.completeness is not None and answer.completeness.partial:

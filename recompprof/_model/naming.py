@@ -1,13 +1,13 @@
 """Naming: a name derived from another (a job, a run folder, a lake file from a run id) made to fit
-its place, short enough (:func:`shortened`) and text every sink takes (:func:`as_text`), and a set of
-ranks named in ranges (:func:`rank_list`). The standard library alone: the lake's layout, a run's
-folder name and the lake's answers use it without loading the event model."""
+its place, short enough (:func:`shortened`) and text every sink takes (:func:`as_text`). The standard
+library alone: the lake's layout and a run's folder name use it without loading the event model."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable
 
-__all__ = ["MAX_LISTED_RANKS", "as_text", "rank_list", "shortened"]
+__all__ = ["as_text", "shortened"]
 
 
 def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
@@ -17,8 +17,6 @@ def shortened(name: str, limit: int, size: Callable[[str], int] = len) -> str:
     id) stays within its place, and two long names stay two."""
     if size(name) <= limit:
         return name
-    import hashlib  # here: OpenSSL's load (10-30 ms) is paid by the rare long name, not every answer
-
     tail = "~" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     head = ""
     for char in name:  # one size() per character of the head: at most ``limit`` calls
@@ -43,21 +41,3 @@ def as_text(value: str) -> str:
     except UnicodeEncodeError:  # a surrogate no byte stands for
         raw = value.encode("utf-8", "backslashreplace")
     return raw.decode("utf-8", "backslashreplace")
-
-
-MAX_LISTED_RANKS = 16
-
-
-def rank_list(ranks: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``ranks 0-2, 5`` (ranges, the first 16 of them)."""
-    runs: list[tuple[int, int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], r)
-        else:
-            runs.append((r, r))
-    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
-    shown = ", ".join(parts[:MAX_LISTED_RANKS]) + (
-        f" (+{len(parts) - MAX_LISTED_RANKS} more)" if len(parts) > MAX_LISTED_RANKS else ""
-    )
-    return ("rank " if len(ranks) == 1 else "ranks ") + shown

@@ -14,7 +14,7 @@ from recompprof._analysis.render import plaintext
 from recompprof._analysis.render.plaintext import Fitted
 from recompprof._analysis.render.wording import running_at_end
 from recompprof._analysis.report.divergence import Divergence, RankCell, all_ranks, cell, find
-from recompprof._model.naming import MAX_LISTED_RANKS, rank_list
+from recompprof._model.ranks import MAX_LISTED_RANKS, rank_list
 
 if TYPE_CHECKING:
     from recompprof._analysis.report.model import Report

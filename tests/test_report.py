@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from recorded_runs import clean_env
 
 import recompprof
 from recompprof._analysis.render.html import render_html
 from recompprof._analysis.render.text import render_text
 from recompprof._analysis.report.fold import build_report
+from recompprof._analysis.report.merging import build_run_report
+from recompprof._analysis.runs import load
 from recompprof._model.events import Compile, Frame, Reason
 
 SCALE = 1.0
@@ -244,6 +250,45 @@ def test_size_changes_without_automatic_dynamic_are_variants_until_the_bound(
     recompiles = [c for c in compiles if c.is_recompile]
     assert len(recompiles) == 5
     assert all(c.automatic_dynamic is None and not c.steady_state for c in recompiles)
+
+
+# Four static shapes in one process; argv[2] objects allocated first move the process's objects
+# (whatever the machine's address randomisation), as a restarted process's are moved.
+_RESTARTED_RANK = """
+import sys, torch, recompprof
+pad = [object() for _ in range(int(sys.argv[2]))]
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+compiled = torch.compile(model, backend="eager", dynamic=False)
+with recompprof.attach(run_dir=sys.argv[1]):
+    for batch in (2, 3, 4, 5):
+        compiled(torch.randn(batch, 8))
+"""
+
+
+@pytest.mark.workload
+def test_a_restarted_ranks_variants_are_counted_per_process(tmp_path: Path) -> None:
+    """A rank restarted into its run folder (two processes of rank 0, each compiling four static
+    shapes): each process needed 4 variants and the report says 4, folded in one process or merged
+    from workers, not the 8 guard-set fingerprints the two wrote (torch's guards name objects by
+    their ids, so a fingerprint is compared within its own process)."""
+    for pad in (0, 50_000):
+        subprocess.run(
+            [sys.executable, "-c", _RESTARTED_RANK, str(tmp_path), str(pad)],
+            env=clean_env(RANK="0", WORLD_SIZE="1"),
+            check=True,
+            capture_output=True,
+        )
+    logs = sorted(tmp_path.glob("rank00000-*.jsonl"))
+    events = [json.loads(line) for log in logs for line in log.read_text().splitlines()]
+    assert len(logs) == 2
+    assert len({e["guard_set"] for e in events if "guard_set" in e}) == 8
+    for report in (
+        build_report(load(tmp_path).events),
+        build_run_report(load(tmp_path).events, workers=2),
+    ):
+        (frame,) = report.frames.values()
+        assert (frame.compiles, frame.variants_needed) == (8, 4)
+        assert f"{frame.label}: 4 variants" in render_text(report, width=200)
 
 
 def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:

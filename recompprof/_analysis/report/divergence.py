@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
@@ -44,7 +44,9 @@ class RankFold:
         self.recompiles = 0
         self.first_recompile_step: int | None = None
         self.steps: list[int] = []
-        self.guard_sets: set[str] | None = None
+        # The guard sets of each process's compiles (keyed by its session: ``_Session.process``), as a
+        # fingerprint names objects by their ids in that process alone; None: no compile had one.
+        self.guard_sets: dict[Any, set[str]] | None = None
         self.categories: dict[str, int] = {}
         self.category_first_step: dict[str, int] = {}
 
@@ -68,7 +70,10 @@ class RankFigures:
     """What one frame did on each rank: the figures this module compares (a part of each frame's report)."""
 
     compiles_by_rank: Counter[int] = dataclasses.field(default_factory=Counter)
-    guard_sets_by_rank: dict[int, set[str]] = dataclasses.field(default_factory=dict)
+    # Each rank's distinct guard sets, per process (a restarted rank has one per process): a guard
+    # set's fingerprint holds the ids of the objects its guards check, so it is compared within one
+    # process only, and a process's count is what a frame needed (FrameReport.variants_needed).
+    guard_sets_by_rank: dict[int, dict[Any, set[str]]] = dataclasses.field(default_factory=dict)
     # The most cache entries torch held for the frame after one of its compiles (the entries it was
     # counted against, plus the one it installed): entries that differ only by a guard the guard-set
     # fingerprint does not see (an ``is`` guard) are still entries, and the limit counts them.
@@ -118,10 +123,12 @@ class RankFigures:
     def merge(self, part: RankFigures) -> None:
         """Add the per-rank figures of the same frame folded from later events."""
         self.compiles_by_rank.update(part.compiles_by_rank)
-        for rank, sets in part.guard_sets_by_rank.items():
-            seen = self.guard_sets_by_rank.setdefault(rank, set())
-            bounded.check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
-            seen |= sets
+        for rank, processes in part.guard_sets_by_rank.items():
+            held = self.guard_sets_by_rank.setdefault(rank, {})
+            for process, sets in processes.items():
+                seen = held.setdefault(process, set())
+                bounded.check(len(sets) < MAX_GUARD_SETS and len(seen | sets) <= MAX_GUARD_SETS)
+                seen |= sets
         for rank, entries in part.cache_entries_by_rank.items():
             self.cache_entries_by_rank[rank] = max(entries, self.cache_entries_by_rank.get(rank, 0))
         self.recompiles_by_rank.update(part.recompiles_by_rank)
@@ -143,10 +150,10 @@ class RankFigures:
 
 
 def fold_rank_compile(
-    folds: dict[int, RankFold], event: Compile, explained: list[str] | None
+    folds: dict[int, RankFold], event: Compile, explained: list[str] | None, process: Any
 ) -> None:
     """Fold a counted compile (a report folded with detail) into its rank's fold state; ``explained``:
-    the categories of its reasons that explain a recompile."""
+    the categories of its reasons that explain a recompile; ``process``: the session it ran in."""
     fold = folds.get(event.rank)
     if fold is None:
         fold = folds[event.rank] = RankFold()
@@ -155,9 +162,12 @@ def fold_rank_compile(
         fold.entries = max(fold.entries, event.cache_entries + 1)
     if event.guard_set is not None:
         if fold.guard_sets is None:
-            fold.guard_sets = set()
-        if len(fold.guard_sets) < MAX_GUARD_SETS:
-            fold.guard_sets.add(event.guard_set)
+            fold.guard_sets = {}
+        sets = fold.guard_sets.get(process)
+        if sets is None:
+            sets = fold.guard_sets[process] = set()
+        if len(sets) < MAX_GUARD_SETS:
+            sets.add(event.guard_set)
     if not event.is_recompile:
         return
     step = event.step or 0

@@ -108,17 +108,17 @@ class Folder:
         """Fold one compile event into its frame's figures, the run's, its cause's and its session's."""
         # The hottest code of the offline commands (a million events): the frame cache is looked up inline,
         # and each family is asked once. tests/test_report.py and test_one_rule.py pin the result.
+        sessions = self.sessions  # SessionFold.session_of, inline
+        session = sessions.open.get(event.rank) or sessions.unstarted(event)
         kept = self.frame_cache.get(event.frame) or self._frame_of(event.frame)
         if kept is None:
             counted = verdict(event)
         else:
             frame, rank_folds = kept
-            counted, reason = frame.add(event, self.detail, rank_folds)
+            counted, reason = frame.add(event, self.detail, rank_folds, session.process)
             self.report.compilation.add(event, frame.label)
             if counted & COSTS:
                 self._cost(event, frame, counted, reason)
-        sessions = self.sessions  # SessionFold.session_of, inline
-        session = sessions.open.get(event.rank) or sessions.unstarted(event)
         session.last = event
         session.verdicts[counted] += 1  # what it counts as (recompprof._analysis.report.sessions)
         if session.compiling is not None:  # the compile it finishes is no longer running

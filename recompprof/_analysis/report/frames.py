@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping, ValuesView
+from typing import Any
 
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import (
@@ -116,12 +117,13 @@ class FrameReport:
     @property
     def variants_needed(self) -> int:
         """Compiled variants one process needed: the most cache entries torch held for the frame, or
-        more distinct guard sets where known (profile mode evicts entries it retraces), else forward
-        compiles."""
+        more distinct guard sets in one process where known (profile mode evicts entries it retraces),
+        else forward compiles."""
         ranks = self.ranks
         held = max(ranks.cache_entries_by_rank.values(), default=0)
         if ranks.guard_sets_by_rank:
-            return max(held, *(len(sets) for sets in ranks.guard_sets_by_rank.values()))
+            most = max(len(s) for sets in ranks.guard_sets_by_rank.values() for s in sets.values())
+            return max(held, most)
         return held or max(ranks.compiles_by_rank.values(), default=self.compiles)
 
     def top_reasons(self) -> list[ReasonGroup]:
@@ -131,10 +133,10 @@ class FrameReport:
 
     # -- fold -------------------------------------------------------------------------------------
     def add(
-        self, event: Compile, detail: bool, rank_folds: dict[int, RankFold]
+        self, event: Compile, detail: bool, rank_folds: dict[int, RankFold], process: Any
     ) -> tuple[int, Reason | None]:
-        """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame);
-        returns its :func:`recompprof._model.counting.verdict` and its explaining reason
+        """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame;
+        ``process``: the session the compile ran in, ``_Session.process``); returns its :func:`recompprof._model.counting.verdict` and its explaining reason
         (:func:`recompprof._model.causes.explaining_reason`, looked for once per compile)."""
         # The hottest code of the offline commands (a million events): one pass over the reasons, locals
         # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.
@@ -156,7 +158,7 @@ class FrameReport:
                     group.changes += 1
                     explained = [category] if explained is None else [*explained, category]
         if counted & COUNTED and detail:
-            fold_rank_compile(rank_folds, event, explained)
+            fold_rank_compile(rank_folds, event, explained, process)
             if event.is_recompile:
                 self._add_recompile(event, explaining)
         if event.reasons_omitted:

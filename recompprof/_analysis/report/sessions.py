@@ -99,6 +99,7 @@ class _Session:
         "graph_breaks",
         "last",
         "limit_hits",
+        "process",
         "started",
         "unseen_backward",
         "verdicts",
@@ -107,6 +108,9 @@ class _Session:
     def __init__(self, started: bool, last: Any) -> None:
         self.started = started  # opened by a session_start (else by the rank's first event after none or an end)
         self.last = last  # the latest event
+        # Which process it is (its pid and first time): what is compared within one process only (guard
+        # sets) is kept apart per session. A session without session_start has no pid here (-1).
+        self.process = (last.pid if started else -1, last.time)
         # Compile events by verdict bits: one list increment per compile on the fold's hot path; what
         # each total counts is read from the bits once, at session_end.
         self.verdicts = [0] * (LIMIT_HIT << 1)

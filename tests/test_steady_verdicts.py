@@ -31,7 +31,9 @@ from recompprof._analysis.report.model import Report
 from recompprof._analysis.trace.ingest import read_trace
 from recompprof._eventlog.reader import read_run
 from recompprof._model.events import Compile, Event, Reason
+from recompprof._model.explaining import _held_by_instance
 from recompprof._model.steady import BOUNDED_VARIANTS, ZERO_ONE
+from recompprof._model.vocabulary import CATEGORIES
 from recompprof._torch.versions import torch_info
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "steady_cases.py"
@@ -389,7 +391,7 @@ def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
 def raised_instances(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     run = record(
         WORKLOAD,
-        ("instances_raised", "rebuilt", "passed_raised"),
+        ("instances_raised", "rebuilt", "passed_raised", "widths_raised"),
         tmp_path_factory.mktemp("instances"),
     )
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
@@ -426,6 +428,65 @@ def test_instances_past_the_bound_are_variants_per_instance_live_and_unknown_ing
     ]
     unknown = "instance of L['self'].layer_idx"
     assert verdicts == [(False, None)] * bounded + [(False, unknown)] * (11 - bounded)
+
+
+def test_blocks_of_different_widths_are_variants_per_instance_live_and_unknown_ingested(
+    raised_instances: Recorded,
+) -> None:
+    """Twelve regionally compiled blocks whose weights have twelve widths (limit raised to 16): a new
+    block fails the others' entries on its own parameter's size, a constant of its instance as a
+    ``layer_idx`` is, so live every block's first compile is a variant of its own instance, none steady
+    state past 8 (torch compiles nothing in the steps after); ingested, no instance is named, so past 8
+    the verdict is unknown, as for any module's own constant."""
+    truth = json.loads((raised_instances.where / "truth.json").read_text())["widths_raised"]
+    assert (truth["warm"], truth["after"]) == (12, 0)
+    live = _recompiles(list(read_run(raised_instances.run_dir)), "widths_raised")
+    trace = _recompiles(
+        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file],
+        "widths_raised",
+    )
+    subject = "L['self'].lin._parameters['bias']"
+    for events in (live, trace):
+        assert [(_explaining(e).category, _explaining(e).subject) for e in events] == [
+            ("size", subject)
+        ] * 11
+    assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
+    bounded = BOUNDED_VARIANTS - 1
+    assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [
+        (False, None)
+    ] * bounded + [(False, f"instance of {subject}")] * (11 - bounded)
+
+
+# Subjects as torch 2.13 writes them, and the one whose holder is the module instance, for each
+# tensor category that makes the reason a constant of that instance (``module_attribute`` says so of
+# any subject: the parser gives it to a module's attribute alone).
+_PER_INSTANCE = {
+    "L['self'].layer_idx": {},
+    "L['self'].lin._parameters['bias']": dict.fromkeys(
+        ("size", "stride", "ndim", "dtype", "device", "requires_grad"),
+        "L['self'].lin._parameters",
+    ),
+    "L['self']._modules['bn']._buffers['running_mean']": dict.fromkeys(
+        ("size", "stride", "ndim", "dtype", "device", "requires_grad"),
+        "L['self']._modules['bn']._buffers",
+    ),
+    "L['x']": {},  # an input: the frame's, whatever the category
+    "G['model'].lin._parameters['bias'].grad": {},  # a tensor read off a parameter, not it
+    "L['self'].lin._parameters": {},  # the dict itself
+}
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_a_modules_own_constants_are_counted_per_instance_and_nothing_else(category: str) -> None:
+    """Every reason category over the subjects torch writes: a reason is counted per module instance
+    exactly where it is that instance's constant (a module's own attribute, ``module_attribute``; a
+    size, stride, rank, dtype, device or requires_grad of a module's own parameter or buffer, looked
+    up through the dict holding it), and per frame everywhere else (an input, a tensor read off a parameter, a parameter's
+    own value guarded as a constant)."""
+    for subject, held in _PER_INSTANCE.items():
+        reason = Reason(text="t", category=category, subject=subject)
+        expected = subject if category == "module_attribute" else held.get(category)
+        assert _held_by_instance(reason) == expected, subject
 
 
 def test_an_attribute_whose_holder_a_trace_cannot_tell_is_unknown_past_the_bound(

@@ -513,7 +513,7 @@ def _unknown_instance(reason: Reason, instance: Callable[[str], int | None] | No
     holder the text cannot tell (``other``) may be a module's own constant too, so it is unknown alike."""
     if instance is not None or not reason.subject:
         return None
-    if reason.category == "module_attribute":
+    if _held_by_instance(reason) is not None:
         return reason.subject
     if reason.category == "other" and owner(reason.subject) is not None:
         return reason.subject
@@ -521,14 +521,38 @@ def _unknown_instance(reason: Reason, instance: Callable[[str], int | None] | No
 
 
 def _instance_of(reason: Reason, instance: Callable[[str], int | None] | None) -> int | None:
-    """The nn.Module instance whose own constant the reason's guard failed on (``L['self'].layer_idx``),
-    None where it is no module's attribute or the instance is unknown. Under regional compilation every
-    block shares one code object, so a new block fails the others' entries on its ``layer_idx``: its first
-    compile is the first variant of that instance, one of a bounded set of instances, while the same
-    instance's value changing again and again keeps counting toward the bound."""
-    if instance is None or reason.category != "module_attribute" or not reason.subject:
+    """The nn.Module instance whose own constant the reason's guard failed on (``L['self'].layer_idx``,
+    the shape of ``L['self']._parameters['weight']``), None where it is no module's constant or the
+    instance is unknown. Under regional compilation every block shares one code object, so a new block
+    fails the others' entries on its ``layer_idx`` (or its weight's width): its first compile is the
+    first variant of that instance, one of a bounded set of instances, while the same instance's value
+    changing again and again keeps counting toward the bound."""
+    held = _held_by_instance(reason)
+    if instance is None or held is None:
         return None
-    return instance(reason.subject)
+    return instance(held)
+
+
+# A module's own parameter or buffer, as torch names it
+# (``L['self']._modules['conv']._parameters['weight']``).
+_OWN_TENSOR = re.compile(r"\._(?:parameters|buffers)\['[^']*'\]$")
+# What a guard checks of a tensor: a parameter's or buffer's are its module instance's constants.
+_TENSOR_PROPERTIES = frozenset({"size", "stride", "ndim", "dtype", "device", "requires_grad"})
+
+
+def _held_by_instance(reason: Reason) -> str | None:
+    """The subject whose holder is the module instance the reason's constant belongs to: a module's own
+    attribute (``module_attribute``), or the dict holding a module's own parameter or buffer, for a
+    property of that tensor (blocks of different widths: each block's weight has its own shape); None
+    for anything else."""
+    subject = reason.subject
+    if not subject:
+        return None
+    if reason.category == "module_attribute":
+        return subject
+    if reason.category in _TENSOR_PROPERTIES and _OWN_TENSOR.search(subject):
+        return subject[: subject.rindex("[")]
+    return None
 
 
 def _change_key(reason: Reason) -> int:

@@ -41,12 +41,13 @@ CASES: dict[str, tuple[str, int]] = {
     "instances_raised": ("instances", 12),
     "rebuilt": ("rebuilt", 20),
     "passed_raised": ("passed", 12),
+    "widths_raised": ("widths", 12),
 }
 # Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances (compiled
-# regionally, or passed to one compiled function), and a block rebuilt every call with a new layer_idx
-# (unbounded), where live and ingested verdicts differ by design (a trace names no instance:
-# docs/steady-state.md).
-NAMED_ONLY = frozenset({"instances_raised", "rebuilt", "passed_raised"})
+# regionally, or passed to one compiled function; or compiled regionally with weights of 12 widths),
+# and a block rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts
+# differ by design (a trace names no instance: docs/steady-state.md).
+NAMED_ONLY = frozenset({"instances_raised", "rebuilt", "passed_raised", "widths_raised"})
 INSTANCES_LIMIT = 16
 GROWING_LIMIT = (
     64  # the recompile_limit a growing case runs under (a job that raised it to keep compiling)
@@ -79,6 +80,16 @@ class {name}_Block(torch.nn.Module):
         if self.layer_idx % 2 == 1:
             return self.lin(x) * 2
         return self.lin(x) + self.layer_idx
+
+
+class {name}_Wide(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, width)
+        self.out = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.out(self.lin(x).relu())
 
 
 class {name}_Model(torch.nn.Module):
@@ -163,6 +174,21 @@ def run_case(name: str, kind: str, size: int, module: Any, opt_params: list[Any]
             block.compile(backend=backend)
         limit = INSTANCES_LIMIT if name in NAMED_ONLY else torch._dynamo.config.recompile_limit
         with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit):
+            warm()
+            h = torch.randn(5, 4)
+            for block in blocks:
+                h = block(h)
+            go_on()
+            for _ in range(20):
+                h = torch.randn(5, 4)
+                for block in blocks:
+                    h = block(h)
+                time.sleep(0.01)
+    elif kind == "widths":  # regional compilation, one block per width: its weights' own shapes
+        blocks = [getattr(module, f"{name}_Wide")(4 + i) for i in range(size)]
+        for block in blocks:
+            block.compile(backend=backend)
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):
             warm()
             h = torch.randn(5, 4)
             for block in blocks:

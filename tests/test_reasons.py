@@ -609,3 +609,32 @@ def test_a_none_that_went_is_filed_alike_by_identity_and_none_guard(
     by_none = parse_guard_failure(f"0/0: {subject} is None", kinds=kinds)
     assert [(r.category, r.subject) for r in by_id] == [(want, subject)]
     assert [(r.category, r.subject) for r in by_none] == [(want, subject)]
+
+
+@pytest.mark.parametrize(
+    ("guard", "found"),
+    [
+        # pinned to a value in any arithmetic torch's printer writes: the scalar's own
+        (
+            "(1.0 + ((-1)*self.drop_path.drop_prob)) == 0.92",
+            ("module_attribute", "L['self'].drop_path.drop_prob"),
+        ),
+        ("2*self.k == 6", ("module_attribute", "L['self'].k")),
+        ("(self.layer_idx % 2) == 1", ("module_attribute", "L['self'].layer_idx")),
+        ("1e-05*L['p'] == 2.5e-06", ("python_constant", "L['p']")),
+        ("(L['n'] // 4) == 2", ("python_constant", "L['n']")),
+        # not a scalar pinned: a bound on a symbol, two sources, a size, a symbol of torch's own
+        ("1.0 - L['p'] <= 0.9", ("symbolic_shape", "")),
+        ("2 <= L['n']", ("symbolic_shape", "")),
+        ("L['a'] + L['b'] == 3", ("other", "")),
+        ("s0 + 1 == 4", ("symbolic_shape", "")),
+        ("L['x'].size()[0] + 1 == 4", ("symbolic_shape", "L['x'].size()[0]")),
+    ],
+)
+def test_a_relation_pinning_one_scalar_is_that_scalars(guard: str, found: tuple[str, str]) -> None:
+    """A guard that pins a scalar torch made a symbol (an int, or a float it does not specialise, as
+    stochastic depth's ``1 - drop_prob``) is that scalar's, by its holder, whatever arithmetic the
+    printer wrote around it; a bound on it, or a guard over two sources, a size or torch's own symbols,
+    is not (docs/categories.md)."""
+    (reason,) = parse_guard_failure(f"0/3: {guard}  # keep = 1 - self.drop_prob")
+    assert (reason.category, reason.subject) == found

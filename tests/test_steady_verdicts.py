@@ -391,7 +391,7 @@ def test_parity_guards_of_torch_associative_scan_advise_padding_not_branching(
 def raised_instances(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     run = record(
         WORKLOAD,
-        ("instances_raised", "rebuilt", "passed_raised", "widths_raised"),
+        ("instances_raised", "rebuilt", "passed_raised", "widths_raised", "rates_raised"),
         tmp_path_factory.mktemp("instances"),
     )
     assert run.returncode == 0 and "WORKLOAD DONE" in run.stdout, run.stderr[-4000:]
@@ -450,6 +450,34 @@ def test_blocks_of_different_widths_are_variants_per_instance_live_and_unknown_i
         assert [(_explaining(e).category, _explaining(e).subject) for e in events] == [
             ("size", subject)
         ] * 11
+    assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
+    bounded = BOUNDED_VARIANTS - 1
+    assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [
+        (False, None)
+    ] * bounded + [(False, f"instance of {subject}")] * (11 - bounded)
+
+
+def test_blocks_of_different_drop_rates_are_that_attributes_variants_per_instance(
+    raised_instances: Recorded,
+) -> None:
+    """Twelve regionally compiled blocks with a float drop rate each (stochastic depth, limit raised to
+    16): once torch makes the float a symbol, a new block fails the others' entries on a relation that
+    pins it (``(1.0 + ((-1)*self.rate)) == 0.98``), which is that attribute's, ``module_attribute`` of
+    ``L['self'].rate`` (not ``other`` without a subject); so live every block is a variant of its own
+    instance, none steady state past 8, and ingested unknown past 8 (torch compiles nothing after)."""
+    truth = json.loads((raised_instances.where / "truth.json").read_text())["rates_raised"]
+    assert (truth["warm"], truth["after"]) == (12, 0)
+    live = _recompiles(list(read_run(raised_instances.run_dir)), "rates_raised")
+    trace = _recompiles(
+        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file],
+        "rates_raised",
+    )
+    subject = "L['self'].rate"
+    for events in (live, trace):
+        assert [(_explaining(e).category, _explaining(e).subject) for e in events] == [
+            ("module_attribute", subject)
+        ] * 11
+        assert sum("((-1)*self.rate)) == " in _explaining(e).text for e in events) >= 8
     assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
     bounded = BOUNDED_VARIANTS - 1
     assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [

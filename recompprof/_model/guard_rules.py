@@ -83,6 +83,12 @@ _VALUE = re.compile(
 _SCALAR_RELATION = re.compile(
     rf"^\(+\s*({SOURCE})\s*(?:%|//|\*|\+|-)\s*\d+\s*\)+\s*(?:==|!=|<=|>=|<|>)\s"
 )
+# The same pinned to a value, in any arithmetic torch's printer writes: one source among numbers,
+# ``2*self.k == 6``, and a float torch does not specialise,
+# ``(1.0 + ((-1)*self.drop_path.drop_prob)) == 0.9272727221250534``.
+_RELATION_SOURCE = re.compile(rf"(?<![\w.'\]])(?![su]\d+\b)({SOURCE})")
+_NUMBERS = r"(?:[\s\d.()+\-*/%]|(?<=\d)[eE](?=[-+]?\d))*"
+_PINNED = re.compile(rf"^{_NUMBERS}\s(?:==|!=)\s{_NUMBERS}$")
 _IS_NONE = re.compile(rf"^({SOURCE})\s+is\s+(?:not\s+)?None\s*$")
 _SAME_OBJECT = re.compile(rf"^{SOURCE}\s+is\s+(?!None\b|not\b){SOURCE}\s*$")
 _NOT = re.compile(rf"^not\s+{SOURCE}$")
@@ -300,11 +306,20 @@ def _symbolic(expr: str, kinds: Kinds) -> Found:
 
 
 def _scalar_relation(expr: str, kinds: Kinds) -> Found:
-    """A shape guard on an int torch made a symbol (``allow_unspec_int_on_nn_module``, a local int): the
-    subject is that int, the category its holder's, as for its value guard (``self.layer_idx == 3``)."""
-    if (m := _SCALAR_RELATION.match(expr)) is None:
-        return None
-    subject = local(m.group(1))
+    """A shape guard on a scalar torch made a symbol (an int under ``allow_unspec_int_on_nn_module``, a
+    local int, a float torch does not specialise): the subject is that scalar, the category its holder's,
+    as for its value guard (``self.layer_idx == 3``): one source, no call (a size is ``_sizes``'), and
+    nothing but numbers and arithmetic around it; the value guard itself is ``_value``'s."""
+    if (m := _SCALAR_RELATION.match(expr)) is not None:
+        source = m.group(1)
+    else:
+        sources = {m.group(1) for m in _RELATION_SOURCE.finditer(expr)}
+        if len(sources) != 1 or _COMPARISON.match(expr):
+            return None
+        (source,) = sources
+        if "()" in source or not _PINNED.match(expr.replace(source, "0")):
+            return None
+    subject = local(source)
     if subject.startswith("L['self']."):
         return "module_attribute", subject
     return by_subject(subject, kinds), subject

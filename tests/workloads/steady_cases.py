@@ -42,12 +42,15 @@ CASES: dict[str, tuple[str, int]] = {
     "rebuilt": ("rebuilt", 20),
     "passed_raised": ("passed", 12),
     "widths_raised": ("widths", 12),
+    "rates_raised": ("rates", 12),
 }
 # Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances (compiled
-# regionally, or passed to one compiled function; or compiled regionally with weights of 12 widths),
-# and a block rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts
+# regionally, or passed to one compiled function; or compiled regionally with weights of 12 widths, or
+# with 12 drop rates, floats torch does not specialise), and a block rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts
 # differ by design (a trace names no instance: docs/steady-state.md).
-NAMED_ONLY = frozenset({"instances_raised", "rebuilt", "passed_raised", "widths_raised"})
+NAMED_ONLY = frozenset(
+    {"instances_raised", "rebuilt", "passed_raised", "widths_raised", "rates_raised"}
+)
 INSTANCES_LIMIT = 16
 GROWING_LIMIT = (
     64  # the recompile_limit a growing case runs under (a job that raised it to keep compiling)
@@ -90,6 +93,18 @@ class {name}_Wide(torch.nn.Module):
 
     def forward(self, x):
         return self.out(self.lin(x).relu())
+
+
+class {name}_Rated(torch.nn.Module):
+    def __init__(self, rate):
+        super().__init__()
+        self.rate = rate
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):  # stochastic depth as timm writes it: the rate's value pins the mask
+        keep = 1 - self.rate
+        mask = x.new_empty(x.shape[0], 1).bernoulli_(keep)
+        return self.lin(x) * mask / keep
 
 
 class {name}_Model(torch.nn.Module):
@@ -186,6 +201,21 @@ def run_case(name: str, kind: str, size: int, module: Any, opt_params: list[Any]
                 time.sleep(0.01)
     elif kind == "widths":  # regional compilation, one block per width: its weights' own shapes
         blocks = [getattr(module, f"{name}_Wide")(4 + i) for i in range(size)]
+        for block in blocks:
+            block.compile(backend=backend)
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):
+            warm()
+            h = torch.randn(5, 4)
+            for block in blocks:
+                h = block(h)
+            go_on()
+            for _ in range(20):
+                h = torch.randn(5, 4)
+                for block in blocks:
+                    h = block(h)
+                time.sleep(0.01)
+    elif kind == "rates":  # regional compilation, one block per drop rate (a float attribute)
+        blocks = [getattr(module, f"{name}_Rated")(0.01 * (i + 1)) for i in range(size)]
         for block in blocks:
             block.compile(backend=backend)
         with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):

@@ -216,6 +216,115 @@ def test_a_whole_export_of_a_partial_run_folder_replaces_only_its_sessions(
     assert f"replaced {len(own)} older file(s)" in done.stdout and len(own) >= 3
 
 
+def _counted_once(lake: Path, run_dir: Path) -> list[str]:
+    """What is wrong with the lake's rows of ``run_dir`` (empty: each session once, every compile)."""
+    problems = []
+    sessions = _sessions(lake)
+    if [s[1] for s in sessions] != [0, 1] or len(set(sessions)) != 2:
+        problems.append(f"sessions {sessions}")
+    [(compiles,)] = sql(lake, "SELECT SUM(compiles) FROM runs")
+    [(rows,)] = sql(lake, "SELECT COUNT(*) FROM compiles WHERE counts_as_compile")
+    if not compiles == rows == _compiles(run_dir):
+        problems.append(f"runs count {compiles} compiles, compiles holds {rows}")
+    return problems
+
+
+@pytest.mark.parametrize("arrives", ["a straggler's log", "a node's partial folder"])
+def test_a_whole_export_and_another_of_its_sessions_at_the_same_moment_lose_no_session(
+    jobs: list[Path], tmp_path: Path, arrives: str
+) -> None:
+    """A run exported whole; then, started together, the run exported whole again (a re-export) and
+    one of its sessions exported another way (a straggler's log per rank, or a folder holding only
+    rank 0's log exported whole): in each of 8 trials each session is in the lake once and every table
+    counts the run's compiles. Before, each export could take the session from the other's file (the
+    whole export from the straggler's, the straggler's from the whole file): the straggler's case lost
+    rank 1 in 2 of 8 trials in one run here and none in the next, as the two processes' timing fell;
+    the interleaving itself is pinned by the test after this one, which failed every time."""
+    run_dir = jobs[0]
+    if arrives == "a straggler's log":
+        other = [str(sorted(run_dir.glob("rank00001-*.jsonl"))[0]), "--per-rank"]
+    else:
+        node = tmp_path / "node0"
+        node.mkdir()
+        shutil.copy(sorted(run_dir.glob("rank00000-*.jsonl"))[0], node)
+        other = [str(node)]
+    export = [sys.executable, "-m", "recompprof._cli.main", "export"]
+    failed = {}
+    for trial in range(8):
+        lake = tmp_path / f"lake{trial}"
+        _export(str(run_dir), "--to", str(lake))
+        together = [
+            subprocess.Popen([*export, *args, "--to", str(lake)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=job_env({}))
+            for args in ([str(run_dir)], other)
+        ]  # fmt: skip
+        for proc in together:
+            _, err = proc.communicate(timeout=JOB_TIMEOUT)
+            assert proc.returncode == 0, err.decode()
+        if problems := _counted_once(lake, run_dir):
+            failed[trial] = problems
+    assert not failed, failed
+
+
+def test_an_export_whose_file_another_export_gave_up_takes_nothing_more(
+    jobs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving that left a run with no session: the run exported whole again (its files
+    committed), then a straggler's log exported per rank from start to end (taking its session from
+    the whole files), then the whole export settling. It finds its own files given up and takes
+    nothing from the straggler's files or the rewritten whole ones: each session once (before, it
+    took both sessions from every other file, and the lake held none of the run)."""
+    from recompprof._history import sessions
+    from recompprof._history.export import export
+
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    _export(str(run_dir), "--to", str(lake))
+    straggler = sorted(run_dir.glob("rank00001-*.jsonl"))[0]
+    settle, nested = sessions.settle, []
+
+    def straggler_first(*args: Any) -> list[str]:
+        if not nested:
+            nested.append(straggler)  # its own export settles as it would
+            export([straggler], str(lake), per_rank=True)
+        return settle(*args)
+
+    monkeypatch.setattr(sessions, "settle", straggler_first)
+    export([run_dir], str(lake))
+    assert nested and not _counted_once(lake, run_dir)
+
+
+def test_an_export_whose_sessions_another_export_took_from_every_file_exports_again(
+    jobs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export whose files another export of the same sessions gave up right after it settled (the
+    two took the sessions from each other's files at once) finds them in no file and exports again:
+    the lake holds each session once. Where that keeps happening, it stops after its attempts with
+    one line naming the sessions, never a silent loss."""
+    from recompprof._history import sessions
+    from recompprof._history.export import ATTEMPTS, export
+    from recompprof._history.names import LakeError
+
+    run_dir, lake = jobs[0], tmp_path / "lake"
+    settle, taken = sessions.settle, []
+
+    def then_taken(the_lake: Lake, run_id: str, held: Any, scope: Any, written: set[str]) -> Any:
+        replaced = settle(the_lake, run_id, held, scope, written)
+        if len(taken) < budget:
+            taken.append(sorted(written))
+            for path in written:
+                the_lake.delete(path)
+        return replaced
+
+    monkeypatch.setattr(sessions, "settle", then_taken)
+    budget = 1
+    export([run_dir], str(lake))
+    assert len(taken) == 1 and not _counted_once(lake, run_dir)
+    budget, taken[:] = ATTEMPTS, []
+    with pytest.raises(LakeError, match=r"rank 0 \(pid \d+\), rank 1 \(pid \d+\) of this export"):
+        export([run_dir], str(lake / "again"))
+    assert len(taken) == ATTEMPTS
+
+
 def test_a_gate_on_a_run_whose_rank_has_not_arrived_says_which(
     jobs: list[Path], tmp_path: Path
 ) -> None:

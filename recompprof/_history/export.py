@@ -17,7 +17,9 @@ import dataclasses
 import datetime
 import gc
 import json
+import random
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from recompprof._eventlog.writer import log_rank
 from recompprof._history import sessions
 from recompprof._history.columns import TABLES
 from recompprof._history.layout import ALL_RANKS, Lake, PendingFile, writer_of
+from recompprof._history.names import LakeError
 from recompprof._history.rows import (
     Buffer,
     Nested,
@@ -230,6 +233,9 @@ class _Writers:
         self.sessions: dict[tuple[str, str], set[Session]] = {}
         self.days: dict[str, set[datetime.date]] = {}
         self.written: dict[str, set[str]] = {}  # by run: the files committed
+        self.named: dict[
+            str, dict[str, set[Session]]
+        ] = {}  # by run and file: the sessions it names
         self.discard = _Discard()
 
     def sink(
@@ -256,9 +262,11 @@ class _Writers:
         outputs = [(key, self.outputs.pop(key)) for key in chosen]
         try:
             named = []
+            held_by: dict[str, set[Session]] = {}
             for (table, day, run_id, writer), output in outputs:
                 held = self.sessions[(run_id, writer)]
                 path = self.lake.path_of(table, day, run_id, sessions.writer_name(writer, held))
+                held_by[path] = held
                 if output.has_rows:
                     sessions.check_target(self.lake, path, run_id, held)
                 named.append((run_id, path, output, sessions.metadata(run_id, held)))
@@ -269,6 +277,7 @@ class _Writers:
                     continue
                 output.commit(path)
                 self.written.setdefault(run_id, set()).add(path)
+                self.named.setdefault(run_id, {})[path] = set(held_by[path])
                 self.result.files[output.table].append(output.path)
                 self.result.rows[output.table] += output.count
         except BaseException:
@@ -311,7 +320,36 @@ def export(
     lake.reachable()
     lake.refuse_a_root()
     text = text or TextPolicy()
-    writers = _Writers(lake, per_rank, text, window or Window())
+    for attempt in range(1, ATTEMPTS + 1):
+        result, lost = _export_once(runs, lake, per_rank, labels, text, window or Window())
+        if not lost:
+            return result
+        if attempt < ATTEMPTS:  # another export of these sessions settled at the same moment
+            time.sleep(random.uniform(0.05, 0.5))
+            runs = [load(path) for path in paths]
+    named = ", ".join(f"rank {r} (pid {p})" for r, p, _ in sorted(lost))
+    raise LakeError(
+        f"{lake.uri}: {named} of this export are in no file of the lake after {ATTEMPTS} attempts: "
+        "other exports of the same sessions kept taking them at the same moment; export it again"
+    )
+
+
+# Exports of the same sessions that settle at the same moment can each take them from the other's
+# file; the one that finds them in no file exports again, up to this many times in all.
+ATTEMPTS = 3
+
+
+def _export_once(
+    runs: list[Run],
+    lake: Lake,
+    per_rank: bool,
+    labels: dict[str, str] | None,
+    text: TextPolicy,
+    window: Window,
+) -> tuple[ExportResult, set[Session]]:
+    """One export of ``runs``: the result, and the sessions it wrote that no file holds once it
+    settled (:func:`sessions.unheld`)."""
+    writers = _Writers(lake, per_rank, text, window)
     remembered = _Labels(lake, labels)
     try:
         with _collector_paused(), _system_allocator():
@@ -326,11 +364,14 @@ def export(
             writers.settle()
         raise
     writers.settle()
+    lost = set().union(
+        *(sessions.unheld(lake, run_id, named) for run_id, named in writers.named.items())
+    )
     remembered.remember()
     result = writers.result
     result.runs = runs
     result.remembered = remembered.remembered()
-    return result
+    return result, lost
 
 
 @contextlib.contextmanager

@@ -16,7 +16,10 @@ the name of the sessions it keeps). A file at the export's own name holding othe
 collision, a file written by hand) is never replaced: the export refuses with one line. A file written
 again keeps other exports' sessions, and an export of one of them may be running at that moment: the
 rewritten file then yields each session its own export's file holds as fully
-(:func:`_yield_to_own_exports`).
+(:func:`_yield_to_own_exports`). Two exports of the same session at once could each take it from the
+other's file: an export whose own file of a day was given up since takes nothing from that day, and
+each export looks for its sessions once settled (:func:`unheld`) and exports again where they are in
+no file.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from recompprof._history.columns import TABLES
 from recompprof._history.layout import (
     ALL_RANKS,
     Lake,
@@ -142,7 +146,13 @@ def settle(
     replaced = []
     rewritten = []  # files written again here, holding other exports' sessions
     for table, day in sorted(set(scope)):
-        for other in _run_files(lake, table, day, run_id):
+        others = _run_files(lake, table, day, run_id)
+        mine = {path for path in written if _on(lake, path, table, day)}
+        if mine and not mine & {other.path for other in others}:
+            # Another export of these sessions gave up this day's file since it was committed: that
+            # export holds them here now, and taking them from its files too would leave them nowhere.
+            continue
+        for other in others:
             if other.path in written:
                 continue
             found, parquet = held(lake, other.path)
@@ -161,6 +171,32 @@ def settle(
     for table, day, path in rewritten:
         replaced += _yield_to_own_exports(lake, run_id, table, day, path)
     return replaced
+
+
+def unheld(lake: Lake, run_id: str, named: dict[str, set[Session]]) -> set[Session]:
+    """The sessions an export's committed files named (``named``: by path) that no file of the run on
+    the same table and day names now: lost to another export of them that settled at the same moment
+    (each took them from the other's file). Every export of a session asks this after it settles, so
+    the last one to take a session from a file sees it gone (:func:`recompprof._history.export.export`
+    exports again)."""
+    lost: set[Session] = set()
+    places: dict[tuple[str, datetime.date], set[Session]] = {}
+    for path, sessions in named.items():
+        parsed = parse_path(path)
+        table = next((t for t in TABLES if parsed and _on(lake, path, t, parsed.day)), None)
+        if parsed is not None and table is not None:
+            places.setdefault((table, parsed.day), set()).update(sessions)
+    for (table, day), sessions in sorted(places.items()):
+        found: set[Session] = set()
+        for other in _run_files(lake, table, day, run_id):
+            found |= held(lake, other.path)[0]
+        lost |= {s for s in sessions if not any(same(s, f) for f in found)}
+    return lost
+
+
+def _on(lake: Lake, path: str, table: str, day: datetime.date) -> bool:
+    """``path`` is a file of ``table`` for ``day``."""
+    return path.startswith(f"{lake.table_dir(table)}/{partition(day)}/")
 
 
 # How many times a file written again yields sessions in turn (each time it holds fewer).

@@ -430,54 +430,33 @@ def test_instances_past_the_bound_are_variants_per_instance_live_and_unknown_ing
     assert verdicts == [(False, None)] * bounded + [(False, unknown)] * (11 - bounded)
 
 
-def test_blocks_of_different_widths_are_variants_per_instance_live_and_unknown_ingested(
-    raised_instances: Recorded,
+@pytest.mark.parametrize(
+    ("case", "category", "subject", "guard"),
+    [
+        ("widths_raised", "size", "L['self'].lin._parameters['bias']", "size mismatch at index 0"),
+        ("rates_raised", "module_attribute", "L['self'].rate", "((-1)*self.rate)) == "),
+    ],
+)
+def test_blocks_differing_by_a_constant_of_their_own_are_variants_per_instance(
+    raised_instances: Recorded, case: str, category: str, subject: str, guard: str
 ) -> None:
-    """Twelve regionally compiled blocks whose weights have twelve widths (limit raised to 16): a new
-    block fails the others' entries on its own parameter's size, a constant of its instance as a
-    ``layer_idx`` is, so live every block's first compile is a variant of its own instance, none steady
+    """Twelve regionally compiled blocks (limit raised to 16) that differ by a constant of their own
+    instance, as a ``layer_idx`` is: their weights' widths (a new block fails the others' entries on
+    its parameter's size), or a float drop rate (stochastic depth: once torch makes the float a symbol,
+    a relation pins it, ``(1.0 + ((-1)*self.rate)) == 0.98``, which is that attribute's, not ``other``
+    without a subject). Live, every block's first compile is a variant of its own instance, none steady
     state past 8 (torch compiles nothing in the steps after); ingested, no instance is named, so past 8
     the verdict is unknown, as for any module's own constant."""
-    truth = json.loads((raised_instances.where / "truth.json").read_text())["widths_raised"]
+    truth = json.loads((raised_instances.where / "truth.json").read_text())[case]
     assert (truth["warm"], truth["after"]) == (12, 0)
-    live = _recompiles(list(read_run(raised_instances.run_dir)), "widths_raised")
+    live = _recompiles(list(read_run(raised_instances.run_dir)), case)
     trace = _recompiles(
-        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file],
-        "widths_raised",
+        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file], case
     )
-    subject = "L['self'].lin._parameters['bias']"
     for events in (live, trace):
-        assert [(_explaining(e).category, _explaining(e).subject) for e in events] == [
-            ("size", subject)
-        ] * 11
-    assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
-    bounded = BOUNDED_VARIANTS - 1
-    assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [
-        (False, None)
-    ] * bounded + [(False, f"instance of {subject}")] * (11 - bounded)
-
-
-def test_blocks_of_different_drop_rates_are_that_attributes_variants_per_instance(
-    raised_instances: Recorded,
-) -> None:
-    """Twelve regionally compiled blocks with a float drop rate each (stochastic depth, limit raised to
-    16): once torch makes the float a symbol, a new block fails the others' entries on a relation that
-    pins it (``(1.0 + ((-1)*self.rate)) == 0.98``), which is that attribute's, ``module_attribute`` of
-    ``L['self'].rate`` (not ``other`` without a subject); so live every block is a variant of its own
-    instance, none steady state past 8, and ingested unknown past 8 (torch compiles nothing after)."""
-    truth = json.loads((raised_instances.where / "truth.json").read_text())["rates_raised"]
-    assert (truth["warm"], truth["after"]) == (12, 0)
-    live = _recompiles(list(read_run(raised_instances.run_dir)), "rates_raised")
-    trace = _recompiles(
-        [e for per_file in read_trace(raised_instances.trace_dir).events for e in per_file],
-        "rates_raised",
-    )
-    subject = "L['self'].rate"
-    for events in (live, trace):
-        assert [(_explaining(e).category, _explaining(e).subject) for e in events] == [
-            ("module_attribute", subject)
-        ] * 11
-        assert sum("((-1)*self.rate)) == " in _explaining(e).text for e in events) >= 8
+        explaining = [_explaining(e) for e in events]
+        assert [(r.category, r.subject) for r in explaining] == [(category, subject)] * 11
+        assert sum(guard in r.text for r in explaining) >= BOUNDED_VARIANTS
     assert [(e.steady_state, e.steady_state_unknown) for e in live] == [(False, None)] * 11
     bounded = BOUNDED_VARIANTS - 1
     assert [(e.steady_state, e.steady_state_unknown) for e in trace] == [

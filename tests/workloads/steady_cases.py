@@ -56,6 +56,15 @@ GROWING_LIMIT = (
     64  # the recompile_limit a growing case runs under (a job that raised it to keep compiling)
 )
 
+# The regionally compiled kinds: each block's class and its constructor's argument for block i (a
+# layer_idx, a width: its weights' own shapes, a drop rate: a float torch makes a symbol).
+REGIONAL: dict[str, tuple[str, Callable[[int], Any]]] = {
+    "instances": ("Block", lambda i: i),
+    "parity_unspec": ("Block", lambda i: i),
+    "widths": ("Wide", lambda i: 4 + i),
+    "rates": ("Rated", lambda i: 0.01 * (i + 1)),
+}
+
 COUNTS: dict[str, list[int]] = {}
 PHASE: dict[str, int] = {}
 
@@ -183,42 +192,13 @@ def run_case(name: str, kind: str, size: int, module: Any, opt_params: list[Any]
         for _ in range(60):
             f(torch.randn(4, 3), rng.choice(states))
             time.sleep(0.002)
-    elif kind in ("instances", "parity_unspec"):  # regional compilation, one block per layer_idx
-        blocks = [getattr(module, f"{name}_Block")(i) for i in range(size)]
+    elif kind in REGIONAL:  # regional compilation: each block compiled on its own, one code object
+        block_class, argument = REGIONAL[kind]
+        blocks = [getattr(module, f"{name}_{block_class}")(argument(i)) for i in range(size)]
         for block in blocks:
             block.compile(backend=backend)
         limit = INSTANCES_LIMIT if name in NAMED_ONLY else torch._dynamo.config.recompile_limit
         with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit):
-            warm()
-            h = torch.randn(5, 4)
-            for block in blocks:
-                h = block(h)
-            go_on()
-            for _ in range(20):
-                h = torch.randn(5, 4)
-                for block in blocks:
-                    h = block(h)
-                time.sleep(0.01)
-    elif kind == "widths":  # regional compilation, one block per width: its weights' own shapes
-        blocks = [getattr(module, f"{name}_Wide")(4 + i) for i in range(size)]
-        for block in blocks:
-            block.compile(backend=backend)
-        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):
-            warm()
-            h = torch.randn(5, 4)
-            for block in blocks:
-                h = block(h)
-            go_on()
-            for _ in range(20):
-                h = torch.randn(5, 4)
-                for block in blocks:
-                    h = block(h)
-                time.sleep(0.01)
-    elif kind == "rates":  # regional compilation, one block per drop rate (a float attribute)
-        blocks = [getattr(module, f"{name}_Rated")(0.01 * (i + 1)) for i in range(size)]
-        for block in blocks:
-            block.compile(backend=backend)
-        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=INSTANCES_LIMIT):
             warm()
             h = torch.randn(5, 4)
             for block in blocks:

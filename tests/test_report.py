@@ -291,6 +291,26 @@ def test_a_restarted_ranks_variants_are_counted_per_process(tmp_path: Path) -> N
         assert f"{frame.label}: 4 variants" in render_text(report, width=200)
 
 
+def test_a_process_attached_twice_reads_its_compile_time_against_both_sessions_wall(
+    tmp_path: Path,
+) -> None:
+    """One process attached twice to one run folder (two sessions of rank 0, one after the other):
+    the header's wall time is both sessions' (the sum of their session ends' wall seconds), as its
+    compile time is, so compile time never reads as more than the wall time it ran in."""
+    compiled = torch.compile(torch.nn.Linear(8, 4), backend="eager", dynamic=False)
+    for sizes in ((2, 3), (4, 5, 6)):
+        with recompprof.attach(run_dir=tmp_path):
+            for size in sizes:
+                compiled(torch.randn(size, 8))
+    (log,) = tmp_path.glob("*.jsonl")
+    ends = [json.loads(line) for line in log.read_text().splitlines() if '"session_end"' in line]
+    walls = [end["totals"]["wall_seconds"] for end in ends]
+    report = build_report(load(tmp_path).events)
+    assert len(walls) == 2 and report.run.wall_seconds == pytest.approx(sum(walls))
+    assert report.compile_seconds <= report.run.wall_seconds
+    assert f"of {sum(walls):.1f} s wall" in render_text(report, width=200)
+
+
 def test_a_size_change_of_the_same_dim_twice_is_not_warmup() -> None:
     """A dim whose size changes a second time on one frame stayed static (e.g. mark_static): only the first
     size change can be automatic dynamic warming up."""

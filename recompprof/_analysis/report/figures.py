@@ -50,7 +50,9 @@ class RunFigures:
     # Events read and the last step seen: build_report's loop counts them itself (every event, no call).
     events: int = 0
     last_step: int = 0
-    wall_seconds: float = 0.0
+    # Each rank's wall seconds, summed over its sessions (one after another: a process that attached
+    # twice, a restarted rank), as its compile seconds are.
+    wall_by_rank: dict[int, float] = dataclasses.field(default_factory=dict)
     # When the run's last session ended (a compile's time stands in for a missing end): what a cause's
     # hindsight verdict, settled or not, is measured against.
     ended: float = 0.0
@@ -103,6 +105,11 @@ class RunFigures:
             if event.signals.get(name) is False:
                 self.signals_dark.setdefault(name, "off from the start")
 
+    @property
+    def wall_seconds(self) -> float:
+        """The longest rank's wall seconds, over all its sessions (0 where no session ended)."""
+        return max(self.wall_by_rank.values(), default=0.0)
+
     def add_signal(self, event: SignalChange) -> None:
         # Only the signals the counts come from (step_in_trace, say, feeds TORCH_TRACE's steps alone).
         if not event.live and event.signal in CAPTURE_SIGNALS:
@@ -114,7 +121,8 @@ class RunFigures:
         ):  # the why, as the session saw it
             self.signals_dark[name] = event.signals_off[name]
         self.signals_off_last.update(event.signals_off)
-        self.wall_seconds = max(self.wall_seconds, event.totals.get("wall_seconds", 0.0))
+        wall = self.wall_by_rank.get(event.rank, 0.0) + event.totals.get("wall_seconds", 0.0)
+        self.wall_by_rank[event.rank] = wall
         self.ended = max(self.ended, event.time)
         self.internal_errors.update(event.internal_errors)
 
@@ -140,7 +148,8 @@ class RunFigures:
         self.signals_off_last.update(part.signals_off_last)
         self.events += part.events
         self.last_step = max(self.last_step, part.last_step)
-        self.wall_seconds = max(self.wall_seconds, part.wall_seconds)
+        for rank, wall in part.wall_by_rank.items():
+            self.wall_by_rank[rank] = self.wall_by_rank.get(rank, 0.0) + wall
         self.ended = max(self.ended, part.ended)
         self.internal_errors.update(part.internal_errors)
 

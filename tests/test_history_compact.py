@@ -123,6 +123,9 @@ def test_late_raw_files_are_warned_about_then_taken_in_by_the_next_compaction(
     n_before = json.loads(captured.out)["results"][0]["rows"][0]["n"]
     assert "arrived after their day was compacted" in captured.err
     assert "compact --check" in captured.err
+    # each named with its day's folder: a run's files of two days share a name
+    assert all(t.parent.name.startswith("dt=") for t in moved)
+    assert all(f"{t.parent.name}/{t.name}" in captured.err for t in moved[:3])
     through = str(_day(1))
     assert main(["history", "compact", "--lake", str(lake), "--through", through]) == 0
     assert "compacted again" in capsys.readouterr().err

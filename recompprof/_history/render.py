@@ -63,17 +63,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _name(path: str) -> str:
+    """A data file as a warning names it: its day's folder and its name (a run's files of two days
+    share a name)."""
+    folder, _, name = path.rpartition("/")
+    day = folder.rpartition("/")[2]
+    return f"{day}/{name}" if day.startswith("dt=") else name or path
+
+
 def _names(paths: list[str]) -> str:
-    shown = ", ".join(p.rpartition("/")[2] or p for p in paths[:_SHOWN_NAMES])
+    shown = ", ".join(_name(p) for p in paths[:_SHOWN_NAMES])
     more = len(paths) - _SHOWN_NAMES
     return shown + (f" and {more} more" if more > 0 else "")
 
 
 def _each(skipped: list[Skipped]) -> str:
     """The files left out, each with its own reason (the first few, then how many more)."""
-    shown = ", ".join(
-        f"{s.path.rpartition('/')[2] or s.path} ({s.detail})" for s in skipped[:_SHOWN_NAMES]
-    )
+    shown = ", ".join(f"{_name(s.path)} ({s.detail})" for s in skipped[:_SHOWN_NAMES])
     more = len(skipped) - _SHOWN_NAMES
     return shown + (f" and {more} more" if more > 0 else "")
 

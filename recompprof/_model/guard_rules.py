@@ -313,8 +313,10 @@ def _scalar_relation(expr: str, kinds: Kinds) -> Found:
     if (m := _SCALAR_RELATION.match(expr)) is not None:
         source = m.group(1)
     else:
+        if (" == " not in expr and " != " not in expr) or _COMPARISON.match(expr):
+            return None  # a bound, or a value guard (``_value``'s): read no further
         sources = {m.group(1) for m in _RELATION_SOURCE.finditer(expr)}
-        if len(sources) != 1 or _COMPARISON.match(expr):
+        if len(sources) != 1:
             return None
         (source,) = sources
         if "()" in source or not _PINNED.match(expr.replace(source, "0")):

@@ -488,8 +488,8 @@ def test_a_modules_own_constants_are_counted_per_instance_and_nothing_else(categ
     """Every reason category over the subjects torch writes: a reason is counted per module instance
     exactly where it is that instance's constant (a module's own attribute, ``module_attribute``; a
     size, stride, rank, dtype, device or requires_grad of a module's own parameter or buffer, looked
-    up through the dict holding it), and per frame everywhere else (an input, a tensor read off a parameter, a parameter's
-    own value guarded as a constant)."""
+    up through the dict holding it), and per frame everywhere else (an input, a tensor read off a
+    parameter, a parameter's own value guarded as a constant)."""
     for subject, held in _PER_INSTANCE.items():
         reason = Reason(text="t", category=category, subject=subject)
         expected = subject if category == "module_attribute" else held.get(category)

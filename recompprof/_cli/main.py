@@ -43,9 +43,9 @@ _EXIT_CODES = """exit codes:
   0  success (check: every rule holds; diff: no regressions)
   1  check: at least one rule broken; diff: at least one regression
   2  usage error, unreadable or empty input, or (check, diff) lines or files that could not be read,
-     or ranks of the run's world size with no log (pass --allow-skipped to accept a partial read); check: counts that are incomplete (a dark signal,
-     a rank without session_end, a gap in a log: pass --accept-dark-signals, --accept-incomplete-runs,
-     --accept-log-gaps)"""
+     or ranks of the run's world size with no log (pass --allow-skipped to accept a partial read);
+     check: counts that are incomplete (a dark signal, a rank without session_end, a gap in a log:
+     pass --accept-dark-signals, --accept-incomplete-runs, --accept-log-gaps)"""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

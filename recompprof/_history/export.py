@@ -233,9 +233,8 @@ class _Writers:
         self.sessions: dict[tuple[str, str], set[Session]] = {}
         self.days: dict[str, set[datetime.date]] = {}
         self.written: dict[str, set[str]] = {}  # by run: the files committed
-        self.named: dict[
-            str, dict[str, set[Session]]
-        ] = {}  # by run and file: the sessions it names
+        # By run, and by the table and day of a file committed: the sessions its footer names.
+        self.placed: dict[str, dict[tuple[str, datetime.date], set[Session]]] = {}
         self.discard = _Discard()
 
     def sink(
@@ -262,22 +261,20 @@ class _Writers:
         outputs = [(key, self.outputs.pop(key)) for key in chosen]
         try:
             named = []
-            held_by: dict[str, set[Session]] = {}
             for (table, day, run_id, writer), output in outputs:
                 held = self.sessions[(run_id, writer)]
                 path = self.lake.path_of(table, day, run_id, sessions.writer_name(writer, held))
-                held_by[path] = held
                 if output.has_rows:
                     sessions.check_target(self.lake, path, run_id, held)
-                named.append((run_id, path, output, sessions.metadata(run_id, held)))
-            for _, _, output, footer in named:
-                output.close(footer)
-            for run_id, path, output, _ in named:
+                named.append((run_id, (table, day), path, output, held))
+            for run_id, _, _, output, held in named:
+                output.close(sessions.metadata(run_id, held))
+            for run_id, place, path, output, held in named:
                 if output.pending is None:
                     continue
                 output.commit(path)
                 self.written.setdefault(run_id, set()).add(path)
-                self.named.setdefault(run_id, {})[path] = set(held_by[path])
+                self.placed.setdefault(run_id, {}).setdefault(place, set()).update(held)
                 self.result.files[output.table].append(output.path)
                 self.result.rows[output.table] += output.count
         except BaseException:
@@ -365,7 +362,7 @@ def _export_once(
         raise
     writers.settle()
     lost = set().union(
-        *(sessions.unheld(lake, run_id, named) for run_id, named in writers.named.items())
+        *(sessions.unheld(lake, run_id, placed) for run_id, placed in writers.placed.items())
     )
     remembered.remember()
     result = writers.result

@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from recompprof._history.columns import TABLES
 from recompprof._history.layout import (
     ALL_RANKS,
     Lake,
@@ -173,20 +172,16 @@ def settle(
     return replaced
 
 
-def unheld(lake: Lake, run_id: str, named: dict[str, set[Session]]) -> set[Session]:
-    """The sessions an export's committed files named (``named``: by path) that no file of the run on
-    the same table and day names now: lost to another export of them that settled at the same moment
-    (each took them from the other's file). Every export of a session asks this after it settles, so
-    the last one to take a session from a file sees it gone (:func:`recompprof._history.export.export`
-    exports again)."""
+def unheld(
+    lake: Lake, run_id: str, placed: dict[tuple[str, datetime.date], set[Session]]
+) -> set[Session]:
+    """The sessions an export's committed files named (``placed``: by their table and day) that no
+    file of the run on that table and day names now: lost to another export of them that settled at
+    the same moment (each took them from the other's file). Every export of a session asks this after
+    it settles, so the last one to take a session from a file sees it gone
+    (:func:`recompprof._history.export.export` exports again)."""
     lost: set[Session] = set()
-    places: dict[tuple[str, datetime.date], set[Session]] = {}
-    for path, sessions in named.items():
-        parsed = parse_path(path)
-        table = next((t for t in TABLES if parsed and _on(lake, path, t, parsed.day)), None)
-        if parsed is not None and table is not None:
-            places.setdefault((table, parsed.day), set()).update(sessions)
-    for (table, day), sessions in sorted(places.items()):
+    for (table, day), sessions in sorted(placed.items()):
         found: set[Session] = set()
         for other in _run_files(lake, table, day, run_id):
             found |= held(lake, other.path)[0]

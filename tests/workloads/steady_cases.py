@@ -46,8 +46,9 @@ CASES: dict[str, tuple[str, int]] = {
 }
 # Cases run only when named, under a limit raised to INSTANCES_LIMIT: 12 block instances (compiled
 # regionally, or passed to one compiled function; or compiled regionally with weights of 12 widths, or
-# with 12 drop rates, floats torch does not specialise), and a block rebuilt every call with a new layer_idx (unbounded), where live and ingested verdicts
-# differ by design (a trace names no instance: docs/steady-state.md).
+# with 12 drop rates, floats torch does not specialise), and a block rebuilt every call with a new
+# layer_idx (unbounded), where live and ingested verdicts differ by design (a trace names no
+# instance: docs/steady-state.md).
 NAMED_ONLY = frozenset(
     {"instances_raised", "rebuilt", "passed_raised", "widths_raised", "rates_raised"}
 )

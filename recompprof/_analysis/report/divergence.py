@@ -14,13 +14,16 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import MAX_GUARD_SETS, MAX_STEPS_LISTED
 from recompprof._model.events import Compile
 
 ASPECTS = ("recompiles", "limit hits", "reason categories")
+# A process as a fold tells it apart: its session's pid (-1 where no session_start said) and first
+# time (``sessions._Session.process``).
+Process = tuple[int, float]
 
 
 class RankFold:
@@ -46,7 +49,7 @@ class RankFold:
         self.steps: list[int] = []
         # The guard sets of each process's compiles (keyed by its session: ``_Session.process``), as a
         # fingerprint names objects by their ids in that process alone; None: no compile had one.
-        self.guard_sets: dict[Any, set[str]] | None = None
+        self.guard_sets: dict[Process, set[str]] | None = None
         self.categories: dict[str, int] = {}
         self.category_first_step: dict[str, int] = {}
 
@@ -73,7 +76,7 @@ class RankFigures:
     # Each rank's distinct guard sets, per process (a restarted rank has one per process): a guard
     # set's fingerprint holds the ids of the objects its guards check, so it is compared within one
     # process only, and a process's count is what a frame needed (FrameReport.variants_needed).
-    guard_sets_by_rank: dict[int, dict[Any, set[str]]] = dataclasses.field(default_factory=dict)
+    guard_sets_by_rank: dict[int, dict[Process, set[str]]] = dataclasses.field(default_factory=dict)
     # The most cache entries torch held for the frame after one of its compiles (the entries it was
     # counted against, plus the one it installed): entries that differ only by a guard the guard-set
     # fingerprint does not see (an ``is`` guard) are still entries, and the limit counts them.
@@ -150,7 +153,7 @@ class RankFigures:
 
 
 def fold_rank_compile(
-    folds: dict[int, RankFold], event: Compile, explained: list[str] | None, process: Any
+    folds: dict[int, RankFold], event: Compile, explained: list[str] | None, process: Process
 ) -> None:
     """Fold a counted compile (a report folded with detail) into its rank's fold state; ``explained``:
     the categories of its reasons that explain a recompile; ``process``: the session it ran in."""

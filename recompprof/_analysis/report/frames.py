@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Mapping, ValuesView
-from typing import Any
 
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import (
@@ -20,7 +19,12 @@ from recompprof._analysis.report.bounded import (
     MAX_STEPS_LISTED,
     MergeContext,
 )
-from recompprof._analysis.report.divergence import RankFigures, RankFold, fold_rank_compile
+from recompprof._analysis.report.divergence import (
+    Process,
+    RankFigures,
+    RankFold,
+    fold_rank_compile,
+)
 from recompprof._model.causes import explaining_reason
 from recompprof._model.counting import (
     COSTS,
@@ -133,10 +137,11 @@ class FrameReport:
 
     # -- fold -------------------------------------------------------------------------------------
     def add(
-        self, event: Compile, detail: bool, rank_folds: dict[int, RankFold], process: Any
+        self, event: Compile, detail: bool, rank_folds: dict[int, RankFold], process: Process
     ) -> tuple[int, Reason | None]:
         """Fold one compile event of this frame (``rank_folds``: the fold's per-rank state of the frame;
-        ``process``: the session the compile ran in, ``_Session.process``); returns its :func:`recompprof._model.counting.verdict` and its explaining reason
+        ``process``: the session the compile ran in); returns its
+        :func:`recompprof._model.counting.verdict` and its explaining reason
         (:func:`recompprof._model.causes.explaining_reason`, looked for once per compile)."""
         # The hottest code of the offline commands (a million events): one pass over the reasons, locals
         # over attribute lookups; tests/test_report.py and test_one_rule.py pin the result.

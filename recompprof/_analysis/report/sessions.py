@@ -38,6 +38,7 @@ from typing import Any
 
 from recompprof._analysis.report import bounded
 from recompprof._analysis.report.bounded import MergeContext
+from recompprof._analysis.report.divergence import Process
 from recompprof._eventlog.fastread import by_type
 from recompprof._eventlog.writer import (
     DROPPED as WRITER_DROPPED,
@@ -110,7 +111,7 @@ class _Session:
         self.last = last  # the latest event
         # Which process it is (its pid and first time): what is compared within one process only (guard
         # sets) is kept apart per session. A session without session_start has no pid here (-1).
-        self.process = (last.pid if started else -1, last.time)
+        self.process: Process = (last.pid if started else -1, last.time)
         # Compile events by verdict bits: one list increment per compile on the fold's hot path; what
         # each total counts is read from the bits once, at session_end.
         self.verdicts = [0] * (LIMIT_HIT << 1)
